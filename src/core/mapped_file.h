@@ -1,0 +1,33 @@
+#pragma once
+// A read-only memory-mapped file. Weights are mapped, not read: pages load on first touch and
+// the kernel shares them between processes serving the same model.
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+
+namespace tf {
+
+class MappedFile {
+ public:
+  MappedFile() = default;
+  // Throws Error (kNotFound for a missing file) naming the path.
+  static MappedFile open(const std::string& path);
+  ~MappedFile();
+  MappedFile(MappedFile&& other) noexcept;
+  MappedFile& operator=(MappedFile&& other) noexcept;
+  MappedFile(const MappedFile&) = delete;
+  MappedFile& operator=(const MappedFile&) = delete;
+
+  const uint8_t* data() const { return data_; }
+  size_t size() const { return size_; }
+  const std::string& path() const { return path_; }
+
+ private:
+  void reset();
+  const uint8_t* data_ = nullptr;
+  size_t size_ = 0;
+  std::string path_;
+};
+
+}  // namespace tf

@@ -1,0 +1,28 @@
+#pragma once
+// The table of ISA-specific kernel bodies. Each table is compiled from the same source
+// (isa_impl.inc) with different target flags; dispatch picks one at run time from cpu_features().
+
+#include <cstdint>
+
+namespace tf::kernels {
+
+struct IsaKernels {
+  const char* name;
+  // y[i, j] = dot(x[i, :], w[j, :]) (+ bias[j]) for i < m and j in [n_begin, n_end).
+  // x is [m, k] with row stride k, w is [n, k], y has row stride ldy.
+  void (*matmul_cols)(const float* x, int64_t m, int64_t k, const float* w, int64_t n_begin,
+                      int64_t n_end, const float* bias, float* y, int64_t ldy);
+  float (*dot)(const float* a, const float* b, int64_t n);
+  void (*axpy)(float a, const float* x, float* y, int64_t n);  // y += a * x
+};
+
+extern const IsaKernels kPortableKernels;
+#if defined(__x86_64__)
+extern const IsaKernels kAvx2Kernels;
+extern const IsaKernels kAvx512Kernels;
+#endif
+
+// The best table this CPU supports (TOKENFLOW_ISA can cap it).
+const IsaKernels& isa();
+
+}  // namespace tf::kernels

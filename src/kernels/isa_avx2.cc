@@ -1,0 +1,6 @@
+// AVX2 + FMA build of the kernel bodies; this file is compiled with -mavx2 -mfma -mf16c.
+#define TF_ISA_NAMESPACE avx2
+#define TF_ISA_NAME "avx2"
+#define TF_ISA_TABLE kAvx2Kernels
+#define TF_VEC_WIDTH 8
+#include "kernels/isa_impl.inc"

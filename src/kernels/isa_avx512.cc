@@ -1,0 +1,7 @@
+// AVX-512 build of the kernel bodies; this file is compiled with -mavx512f -mavx512bw -mavx512vl
+// -mavx512dq -mfma.
+#define TF_ISA_NAMESPACE avx512
+#define TF_ISA_NAME "avx512"
+#define TF_ISA_TABLE kAvx512Kernels
+#define TF_VEC_WIDTH 16
+#include "kernels/isa_impl.inc"

@@ -1,0 +1,32 @@
+#include "model/kv_cache.h"
+
+#include "core/error.h"
+
+namespace tf {
+
+KvCache::KvCache(const ModelConfig& config, int64_t num_blocks, int block_size)
+    : num_blocks_(num_blocks),
+      block_size_(block_size),
+      n_layers_(config.n_layers),
+      kv_dim_(config.kv_dim()) {
+  if (num_blocks <= 0) fail("KV cache needs at least one block, got {}", num_blocks);
+  if (block_size <= 0 || block_size > 1024) fail("KV block size {} is out of range (1..1024)", block_size);
+  const int64_t floats = n_layers_ * 2 * num_blocks_ * block_size_ * kv_dim_;
+  try {
+    storage_.assign(static_cast<size_t>(floats), 0.0f);
+  } catch (const std::bad_alloc&) {
+    fail(ErrorKind::kResourceExhausted, "cannot allocate a KV cache of {} bytes", floats * 4);
+  }
+}
+
+int64_t KvCache::bytes_per_block(const ModelConfig& config, int block_size) {
+  return config.n_layers * 2 * block_size * config.kv_dim() * static_cast<int64_t>(sizeof(float));
+}
+
+kernels::PagedKvLayer KvCache::layer(int64_t l) {
+  const int64_t per_array = num_blocks_ * block_size_ * kv_dim_;
+  float* base = storage_.data() + l * 2 * per_array;
+  return kernels::PagedKvLayer{base, base + per_array, block_size_, static_cast<int>(kv_dim_)};
+}
+
+}  // namespace tf

@@ -1,0 +1,35 @@
+#pragma once
+// The memory of the paged KV cache: for every layer, K and V arrays of num_blocks blocks of
+// block_size token rows. Which block belongs to which sequence is decided above (the engine's
+// block pool); the model only reads and writes through block tables.
+
+#include <cstdint>
+#include <vector>
+
+#include "kernels/attention.h"
+#include "model/model_config.h"
+
+namespace tf {
+
+class KvCache {
+ public:
+  static constexpr int kDefaultBlockSize = 16;
+
+  KvCache(const ModelConfig& config, int64_t num_blocks, int block_size = kDefaultBlockSize);
+
+  static int64_t bytes_per_block(const ModelConfig& config, int block_size = kDefaultBlockSize);
+
+  int64_t num_blocks() const { return num_blocks_; }
+  int block_size() const { return block_size_; }
+  int64_t bytes() const { return static_cast<int64_t>(storage_.size() * sizeof(float)); }
+  kernels::PagedKvLayer layer(int64_t l);
+
+ private:
+  int64_t num_blocks_;
+  int block_size_;
+  int64_t n_layers_;
+  int64_t kv_dim_;
+  std::vector<float> storage_;
+};
+
+}  // namespace tf

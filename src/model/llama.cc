@@ -1,0 +1,126 @@
+#include "model/llama.h"
+
+#include <cmath>
+#include <vector>
+
+#include "kernels/matmul.h"
+#include "kernels/ops.h"
+#include "model/transformer.h"
+
+namespace tf {
+namespace {
+
+struct LlamaLayer {
+  const float* attn_norm;
+  const float *wq, *wk, *wv, *wo;
+  const float *bq = nullptr, *bk = nullptr, *bv = nullptr;
+  const float* ffn_norm;
+  const float *w_gate, *w_up, *w_down;
+};
+
+class LlamaModel final : public Model {
+ public:
+  LlamaModel(ModelConfig config, WeightStore weights) : Model(std::move(config), std::move(weights)) {
+    const ModelConfig& c = config_;
+    WeightStore& w = weights_;
+    embed_ = w.f32("model.embed_tokens.weight", {c.vocab_size, c.dim});
+    for (int64_t l = 0; l < c.n_layers; ++l) {
+      const std::string p = "model.layers." + std::to_string(l) + ".";
+      LlamaLayer L;
+      L.attn_norm = w.f32(p + "input_layernorm.weight", {c.dim});
+      L.wq = w.f32(p + "self_attn.q_proj.weight", {c.q_dim(), c.dim});
+      L.wk = w.f32(p + "self_attn.k_proj.weight", {c.kv_dim(), c.dim});
+      L.wv = w.f32(p + "self_attn.v_proj.weight", {c.kv_dim(), c.dim});
+      L.wo = w.f32(p + "self_attn.o_proj.weight", {c.dim, c.q_dim()});
+      if (c.qkv_bias) {
+        L.bq = w.f32(p + "self_attn.q_proj.bias", {c.q_dim()});
+        L.bk = w.f32(p + "self_attn.k_proj.bias", {c.kv_dim()});
+        L.bv = w.f32(p + "self_attn.v_proj.bias", {c.kv_dim()});
+      }
+      L.ffn_norm = w.f32(p + "post_attention_layernorm.weight", {c.dim});
+      L.w_gate = w.f32(p + "mlp.gate_proj.weight", {c.ffn_dim, c.dim});
+      L.w_up = w.f32(p + "mlp.up_proj.weight", {c.ffn_dim, c.dim});
+      L.w_down = w.f32(p + "mlp.down_proj.weight", {c.dim, c.ffn_dim});
+      layers_.push_back(L);
+    }
+    final_norm_ = w.f32("model.norm.weight", {c.dim});
+    lm_head_ = (c.tied_embeddings && !w.has("lm_head.weight"))
+                   ? embed_
+                   : w.f32("lm_head.weight", {c.vocab_size, c.dim});
+    inv_freq_.resize(c.head_dim / 2);
+    for (int64_t i = 0; i < c.head_dim / 2; ++i) {
+      inv_freq_[i] = static_cast<float>(
+          1.0 / std::pow(c.rope_theta, static_cast<double>(2 * i) / static_cast<double>(c.head_dim)));
+    }
+  }
+
+ protected:
+  void run(std::span<const SequenceChunk> batch, std::span<const TokenPosition> tokens, KvCache& kv,
+           float* logits, ThreadPool& pool) override {
+    const ModelConfig& c = config_;
+    const int64_t T = static_cast<int64_t>(tokens.size());
+    transformer::Activations& a = act_;
+    a.ensure(T, c);
+    const int64_t dim = c.dim, q_dim = c.q_dim(), kv_dim = c.kv_dim(), ffn = c.ffn_dim;
+
+    int64_t t = 0;
+    for (const auto& s : batch) {
+      for (int32_t id : s.tokens) {
+        std::copy_n(embed_ + static_cast<int64_t>(id) * dim, dim, a.x.data() + t * dim);
+        ++t;
+      }
+    }
+    for (int64_t l = 0; l < c.n_layers; ++l) {
+      const LlamaLayer& L = layers_[l];
+      const kernels::PagedKvLayer cache = kv.layer(l);
+      transformer::for_rows(pool, T, [&](int64_t i) {
+        kernels::rms_norm(a.x.data() + i * dim, L.attn_norm, c.norm_eps, dim, a.xb.data() + i * dim);
+      });
+      kernels::matmul(a.xb.data(), T, dim, L.wq, q_dim, L.bq, a.q.data(), pool);
+      kernels::matmul(a.xb.data(), T, dim, L.wk, kv_dim, L.bk, a.k.data(), pool);
+      kernels::matmul(a.xb.data(), T, dim, L.wv, kv_dim, L.bv, a.v.data(), pool);
+      transformer::for_rows(pool, T, [&](int64_t i) {
+        kernels::rope(a.q.data() + i * q_dim, static_cast<int>(c.n_heads), static_cast<int>(c.head_dim),
+                      tokens[i].pos, inv_freq_.data(), c.rope_style);
+        kernels::rope(a.k.data() + i * kv_dim, static_cast<int>(c.n_kv_heads),
+                      static_cast<int>(c.head_dim), tokens[i].pos, inv_freq_.data(), c.rope_style);
+      });
+      transformer::store_kv(batch, tokens, cache, a.k.data(), a.v.data(), pool);
+      transformer::attention(batch, tokens, cache, c, a.q.data(), a.att.data(), pool);
+      kernels::matmul(a.att.data(), T, q_dim, L.wo, dim, nullptr, a.xb.data(), pool);
+      kernels::add(a.x.data(), a.xb.data(), T * dim);
+
+      transformer::for_rows(pool, T, [&](int64_t i) {
+        kernels::rms_norm(a.x.data() + i * dim, L.ffn_norm, c.norm_eps, dim, a.xb.data() + i * dim);
+      });
+      kernels::matmul(a.xb.data(), T, dim, L.w_gate, ffn, nullptr, a.h1.data(), pool);
+      kernels::matmul(a.xb.data(), T, dim, L.w_up, ffn, nullptr, a.h2.data(), pool);
+      transformer::for_rows(pool, T, [&](int64_t i) {
+        kernels::silu_mul(a.h1.data() + i * ffn, a.h2.data() + i * ffn, ffn);
+      });
+      kernels::matmul(a.h1.data(), T, ffn, L.w_down, dim, nullptr, a.xb.data(), pool);
+      kernels::add(a.x.data(), a.xb.data(), T * dim);
+    }
+    const int64_t rows = transformer::gather_logit_rows(batch, a.x.data(), dim, a.xb.data());
+    transformer::for_rows(pool, rows, [&](int64_t i) {
+      kernels::rms_norm(a.xb.data() + i * dim, final_norm_, c.norm_eps, dim, a.head_in.data() + i * dim);
+    });
+    kernels::matmul(a.head_in.data(), rows, dim, lm_head_, c.vocab_size, nullptr, logits, pool);
+  }
+
+ private:
+  const float* embed_ = nullptr;
+  const float* final_norm_ = nullptr;
+  const float* lm_head_ = nullptr;
+  std::vector<LlamaLayer> layers_;
+  std::vector<float> inv_freq_;
+  transformer::Activations act_;
+};
+
+}  // namespace
+
+std::unique_ptr<Model> make_llama(ModelConfig config, WeightStore weights) {
+  return std::make_unique<LlamaModel>(std::move(config), std::move(weights));
+}
+
+}  // namespace tf

@@ -1,0 +1,106 @@
+#include "model/model.h"
+
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include "core/error.h"
+#include "model/gpt2.h"
+#include "model/llama.h"
+#include "model/llama2c.h"
+#include "model/safetensors.h"
+
+namespace tf {
+
+int64_t Model::parameter_count() const {
+  int64_t n = 0;
+  for (const auto& name : weights_.names()) n += weights_.get(name).numel();
+  return n;
+}
+
+int64_t Model::logit_rows(std::span<const SequenceChunk> batch) {
+  int64_t rows = 0;
+  for (const auto& s : batch) rows += s.all_logits ? static_cast<int64_t>(s.tokens.size()) : 1;
+  return rows;
+}
+
+void Model::forward(std::span<const SequenceChunk> batch, KvCache& kv, float* logits,
+                    ThreadPool& pool) {
+  if (batch.empty()) fail("empty batch");
+  const int64_t bs = kv.block_size();
+  size_t total = 0;
+  for (size_t i = 0; i < batch.size(); ++i) {
+    const SequenceChunk& s = batch[i];
+    const int64_t n = static_cast<int64_t>(s.tokens.size());
+    if (n == 0) fail("sequence {} of the batch has no tokens", i);
+    if (s.start_pos < 0 || s.start_pos + n > config_.max_seq_len) {
+      fail("sequence {}: positions {}..{} exceed the model's context of {} tokens", i, s.start_pos,
+           s.start_pos + n - 1, config_.max_seq_len);
+    }
+    for (int32_t id : s.tokens) {
+      if (id < 0 || id >= config_.vocab_size) {
+        fail("sequence {}: token id {} is outside the vocabulary (0..{})", i, id,
+             config_.vocab_size - 1);
+      }
+    }
+    const int64_t needed_blocks = (s.start_pos + n + bs - 1) / bs;
+    if (static_cast<int64_t>(s.block_table.size()) < needed_blocks) {
+      fail("sequence {}: block table has {} blocks, {} needed for {} positions", i,
+           s.block_table.size(), needed_blocks, s.start_pos + n);
+    }
+    for (int64_t b = 0; b < needed_blocks; ++b) {
+      if (s.block_table[b] < 0 || s.block_table[b] >= kv.num_blocks()) {
+        fail("sequence {}: block id {} is outside the KV cache (0..{})", i, s.block_table[b],
+             kv.num_blocks() - 1);
+      }
+    }
+    total += static_cast<size_t>(n);
+  }
+  token_positions_.resize(total);
+  size_t t = 0;
+  for (size_t i = 0; i < batch.size(); ++i) {
+    for (size_t j = 0; j < batch[i].tokens.size(); ++j) {
+      token_positions_[t++] = {batch[i].start_pos + static_cast<int64_t>(j), static_cast<int32_t>(i)};
+    }
+  }
+  run(batch, token_positions_, kv, logits, pool);
+}
+
+namespace {
+
+std::string read_text(const std::filesystem::path& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) fail(ErrorKind::kNotFound, "cannot open '{}'", path.string());
+  std::ostringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+}  // namespace
+
+std::unique_ptr<Model> load_model(const std::string& path) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  if (!fs::exists(path, ec)) fail(ErrorKind::kNotFound, "model path '{}' does not exist", path);
+  WeightStore weights;
+  ModelConfig config;
+  if (fs::is_directory(path, ec)) {
+    const fs::path cfg = fs::path(path) / "config.json";
+    if (!fs::exists(cfg)) {
+      fail(ErrorKind::kNotFound, "'{}' is a directory without config.json (expected a Hugging Face model directory)", path);
+    }
+    config = parse_hf_config(read_text(cfg), cfg.string());
+    load_safetensors_dir(path, weights);
+  } else if (fs::path(path).extension() == ".safetensors") {
+    fail(ErrorKind::kUnsupported,
+         "'{}': a bare .safetensors file has no config; pass its directory (with config.json)", path);
+  } else if (fs::path(path).extension() == ".gguf") {
+    fail(ErrorKind::kUnsupported, "'{}': GGUF files are not supported yet", path);
+  } else {
+    config = load_llama2c(path, weights);
+  }
+  return config.arch == Arch::kGpt2 ? make_gpt2(std::move(config), std::move(weights))
+                                    : make_llama(std::move(config), std::move(weights));
+}
+
+}  // namespace tf

@@ -1,0 +1,69 @@
+#pragma once
+// A loaded language model: its config, its weights, and one forward pass over a ragged batch of
+// sequences that reads and extends their paged KV cache.
+
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+
+#include "model/kv_cache.h"
+#include "model/model_config.h"
+#include "model/weight_store.h"
+
+namespace tf {
+
+class ThreadPool;
+
+// The tokens one sequence contributes to a forward pass. Positions [0, start_pos) are already in
+// the KV cache; tokens[i] sits at position start_pos + i. The block table must cover positions
+// [0, start_pos + n_tokens).
+struct SequenceChunk {
+  std::span<const int32_t> tokens;
+  int64_t start_pos = 0;
+  std::span<const int32_t> block_table;
+  bool all_logits = false;  // logits for every token, else only for the last
+};
+
+// Where one token of a flattened batch belongs: its sequence (index into the batch) and position.
+struct TokenPosition {
+  int64_t pos;
+  int32_t seq;
+};
+
+class Model {
+ public:
+  virtual ~Model() = default;
+
+  const ModelConfig& config() const { return config_; }
+  const WeightStore& weights() const { return weights_; }
+  int64_t parameter_count() const;
+
+  // Checks the batch against the model and the cache, then runs it: writes K/V for every token
+  // and the logits rows ([logit_rows(batch), vocab_size]) to `logits`. Throws before changing
+  // anything if a token, position or block is out of range. Not thread-safe: one caller (the
+  // engine thread of this instance) at a time.
+  void forward(std::span<const SequenceChunk> batch, KvCache& kv, float* logits, ThreadPool& pool);
+
+  static int64_t logit_rows(std::span<const SequenceChunk> batch);
+
+ protected:
+  Model(ModelConfig config, WeightStore weights)
+      : config_(std::move(config)), weights_(std::move(weights)) {}
+
+  // Called by forward() once the batch is validated; tokens[t] says where token t of the flattened
+  // batch sits.
+  virtual void run(std::span<const SequenceChunk> batch, std::span<const TokenPosition> tokens,
+                   KvCache& kv, float* logits, ThreadPool& pool) = 0;
+
+  ModelConfig config_;
+  WeightStore weights_;
+
+ private:
+  std::vector<TokenPosition> token_positions_;
+};
+
+// Loads a model from a Hugging Face directory (config.json + safetensors) or a llama2.c .bin.
+std::unique_ptr<Model> load_model(const std::string& path);
+
+}  // namespace tf

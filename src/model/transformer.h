@@ -1,0 +1,40 @@
+#pragma once
+// Pieces shared by the decoder-only architectures: scratch buffers, row-parallel loops, writing
+// K/V into the paged cache, attention over a ragged batch, and the LM head.
+
+#include <cstdint>
+#include <functional>
+#include <span>
+#include <vector>
+
+#include "core/thread_pool.h"
+#include "model/model.h"
+
+namespace tf::transformer {
+
+// Scratch for one forward pass. Buffers only grow, so steady-state decoding allocates nothing.
+struct Activations {
+  std::vector<float> x, xb, q, k, v, att, h1, h2, head_in;
+  void ensure(int64_t n_tokens, const ModelConfig& c);
+};
+
+// fn(t) for t in [0, n), rows split over the pool.
+void for_rows(ThreadPool& pool, int64_t n, const std::function<void(int64_t)>& fn);
+
+// Writes each token's K and V rows into the cache at its position.
+void store_kv(std::span<const SequenceChunk> batch, std::span<const TokenPosition> tokens,
+              const kernels::PagedKvLayer& layer, const float* k, const float* v,
+              ThreadPool& pool);
+
+// Causal attention of every token over its own sequence's cache (positions <= its own).
+// q is [T, n_heads * head_dim]; out has the same shape.
+void attention(std::span<const SequenceChunk> batch, std::span<const TokenPosition> tokens,
+               const kernels::PagedKvLayer& layer, const ModelConfig& c, const float* q, float* out,
+               ThreadPool& pool);
+
+// Gathers the rows that need logits (all tokens of all_logits sequences, else each sequence's
+// last) from x into out; returns how many.
+int64_t gather_logit_rows(std::span<const SequenceChunk> batch, const float* x, int64_t dim,
+                          float* out);
+
+}  // namespace tf::transformer

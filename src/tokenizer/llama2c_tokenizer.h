@@ -1,0 +1,38 @@
+#pragma once
+// llama2.c's tokenizer.bin: SentencePiece BPE pieces with scores, encoded the way llama2.c's
+// run.c does it (dummy-prefix space, per-character lookup with <0xNN> byte fallback, then greedy
+// merging of the best-scoring adjacent pair), so our prompts give the same ids as the reference.
+
+#include <memory>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "tokenizer/tokenizer.h"
+
+namespace tf {
+
+class Llama2cTokenizer final : public Tokenizer {
+ public:
+  // Parses the file's bytes; vocab_size comes from the model, since the file does not store it.
+  static std::unique_ptr<Llama2cTokenizer> parse(const uint8_t* data, size_t size,
+                                                 int64_t vocab_size, const std::string& path);
+  static std::unique_ptr<Llama2cTokenizer> load(const std::string& path, int64_t vocab_size);
+
+  int64_t vocab_size() const override { return static_cast<int64_t>(pieces_.size()); }
+  int32_t bos_id() const override { return 1; }
+  int32_t eos_id() const override { return 2; }
+  std::vector<int32_t> encode(std::string_view text, bool add_bos) const override;
+  std::string decode_token(int32_t prev, int32_t id) const override;
+
+  const std::string& piece(int32_t id) const { return pieces_.at(id); }
+  float score(int32_t id) const { return scores_.at(id); }
+
+ private:
+  std::vector<std::string> pieces_;
+  std::vector<float> scores_;
+  std::vector<int> byte_value_;                   // -1, or the byte an <0xNN> piece stands for
+  std::unordered_map<std::string, int32_t> ids_;  // text pieces only (no specials, no bytes)
+};
+
+}  // namespace tf

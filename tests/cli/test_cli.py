@@ -1,0 +1,213 @@
+"""Integration tests of the tokenflow binary: real runs on stories260K, and every kind of bad
+input a user can hand it, each of which must end in one clear error line and a non-zero exit
+(never a crash, a hang or output that looks like success).
+
+Env: TOKENFLOW_BIN (the binary), TF_SHARED_DIR (../shared), TF_REFERENCE_DIR (tests/reference,
+for the checkpoint writer).
+"""
+
+import json
+import os
+import shutil
+import struct
+import subprocess
+import sys
+import tempfile
+import unittest
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+REPO = os.path.dirname(os.path.dirname(HERE))
+sys.path.insert(0, os.environ.get("TF_REFERENCE_DIR", os.path.join(REPO, "tests", "reference")))
+import make_checkpoints  # noqa: E402
+
+BIN = os.environ.get("TOKENFLOW_BIN", os.path.join(REPO, "build", "release", "tokenflow"))
+SHARED = os.environ.get("TF_SHARED_DIR", os.path.join(os.path.dirname(REPO), "shared"))
+STORIES = os.path.join(SHARED, "models", "stories260K")
+STORIES_BIN = os.path.join(STORIES, "stories260K.bin")
+
+# llama2.c's documented greedy output for stories260K (doc/stories260K.md).
+GREEDY_START = ("Once upon a time, there was a little girl named Lily. She loved to play "
+                "outside in the park.")
+
+
+def run(*args, timeout=60):
+    p = subprocess.run([BIN, *args], capture_output=True, text=True, timeout=timeout)
+    return p.returncode, p.stdout, p.stderr
+
+
+class GenerateTest(unittest.TestCase):
+    def test_greedy_story_matches_llama2c(self):
+        rc, out, err = run("generate", "--model", STORIES_BIN, "--prompt", "Once upon a time",
+                           "--temperature", "0", "--max-tokens", "40")
+        self.assertEqual(rc, 0, err)
+        self.assertTrue(out.startswith(GREEDY_START), out)
+
+    def test_verbose_reports_timings(self):
+        rc, out, err = run("generate", "-m", STORIES_BIN, "-p", "Once", "-t", "0", "-n", "8", "-v")
+        self.assertEqual(rc, 0, err)
+        for key in ("prompt tokens: 2", "time to first token:", "prefill:", "decode:"):
+            self.assertIn(key, err)
+
+    def test_seeded_sampling_is_reproducible(self):
+        args = ["generate", "-m", STORIES_BIN, "-p", "Once", "-t", "1.0", "--top-p", "0.9",
+                "--top-k", "40", "-n", "40"]
+        a = run(*args, "--seed", "7")
+        b = run(*args, "--seed", "7")
+        c = run(*args, "--seed", "8")
+        self.assertEqual(a[0], 0, a[2])
+        self.assertEqual(a[1], b[1])
+        self.assertNotEqual(a[1], c[1])
+
+    def test_prompt_ids_and_no_echo(self):
+        rc, out, err = run("generate", "-m", STORIES_BIN, "--prompt-ids", "1,403", "-t", "0",
+                           "-n", "3", "--no-echo")
+        self.assertEqual(rc, 0, err)
+        self.assertEqual(out.strip(), "upon a time")
+
+    def test_hf_model_without_tokenizer_takes_ids(self):
+        with tempfile.TemporaryDirectory() as d:
+            make_checkpoints.write_checkpoint(d, "llama_gqa")
+            rc, out, err = run("generate", "-m", d, "--prompt-ids", "5,6,7", "-t", "0", "-n", "5",
+                               "--no-echo", "--ignore-eos")
+            self.assertEqual(rc, 0, err)
+            self.assertEqual(len(out.split()), 5, out)
+            rc, out, err = run("generate", "-m", d, "--prompt", "hello")
+            self.assertNotEqual(rc, 0)
+            self.assertIn("no tokenizer", err)
+
+    def test_inspect(self):
+        rc, out, err = run("inspect", STORIES_BIN)
+        self.assertEqual(rc, 0, err)
+        self.assertIn("llama2c", out)
+        self.assertIn("260032", out)
+        with tempfile.TemporaryDirectory() as d:
+            make_checkpoints.write_checkpoint(d, "gpt2", dtype="F16")
+            rc, out, err = run("inspect", d)
+            self.assertEqual(rc, 0, err)
+            self.assertIn("GPT2LMHeadModel", out)
+            self.assertIn("F16", out)
+
+
+class BadInputTest(unittest.TestCase):
+    """Each case: non-zero exit, no signal, one 'error:' line naming the problem."""
+
+    def setUp(self):
+        self.tmp = tempfile.mkdtemp()
+
+    def tearDown(self):
+        shutil.rmtree(self.tmp)
+
+    def expect_error(self, args, *needles):
+        rc, out, err = run(*args)
+        self.assertGreater(rc, 0, f"rc={rc} (negative = killed by a signal)\n{err}")
+        lines = [l for l in err.splitlines() if l.strip()]
+        self.assertEqual(len(lines), 1, err)
+        self.assertTrue(lines[0].startswith("error: "), err)
+        for n in needles:
+            self.assertIn(n, lines[0])
+        return lines[0]
+
+    def checkpoint(self, kind="llama_gqa"):
+        d = os.path.join(self.tmp, kind)
+        make_checkpoints.write_checkpoint(d, kind)
+        return d
+
+    def rewrite_header(self, d, edit):
+        """Rewrites model.safetensors with edit(header_dict), keeping the data bytes."""
+        path = os.path.join(d, "model.safetensors")
+        with open(path, "rb") as f:
+            raw = f.read()
+        n = struct.unpack("<Q", raw[:8])[0]
+        header = json.loads(raw[8:8 + n])
+        edit(header)
+        text = json.dumps(header).encode()
+        with open(path, "wb") as f:
+            f.write(struct.pack("<Q", len(text)) + text + raw[8 + n:])
+
+    def test_missing_file(self):
+        self.expect_error(["generate", "-m", os.path.join(self.tmp, "nope.bin"), "-p", "x"],
+                          "nope.bin", "does not exist")
+
+    def test_truncated_llama2c(self):
+        path = os.path.join(self.tmp, "cut.bin")
+        with open(STORIES_BIN, "rb") as f:
+            data = f.read()
+        with open(path, "wb") as f:
+            f.write(data[:500000])
+        self.expect_error(["generate", "-m", path, "-p", "x"], "cut.bin", "500000")
+
+    def test_truncated_safetensors(self):
+        d = self.checkpoint()
+        path = os.path.join(d, "model.safetensors")
+        size = os.path.getsize(path)
+        with open(path, "r+b") as f:
+            f.truncate(size - 100)
+        self.expect_error(["inspect", d], "model.safetensors", "outside")
+
+    def test_header_larger_than_file(self):
+        d = self.checkpoint()
+        path = os.path.join(d, "model.safetensors")
+        with open(path, "r+b") as f:
+            f.write(struct.pack("<Q", os.path.getsize(path) + 10))
+        self.expect_error(["inspect", d], "larger than the file")
+
+    def test_offsets_past_end(self):
+        d = self.checkpoint()
+
+        def edit(h):
+            t = h["model.norm.weight"]
+            t["data_offsets"] = [t["data_offsets"][0] + 10**9, t["data_offsets"][1] + 10**9]
+        self.rewrite_header(d, edit)
+        self.expect_error(["inspect", d], "model.norm.weight", "outside")
+
+    def test_wrong_dtype_string(self):
+        d = self.checkpoint()
+        self.rewrite_header(d, lambda h: h["model.norm.weight"].update(dtype="F31"))
+        self.expect_error(["inspect", d], "model.norm.weight", "unknown dtype 'F31'")
+
+    def test_wrong_shape(self):
+        d = self.checkpoint()
+        # Same byte count, other shape: only the model's shape check can catch it.
+        self.rewrite_header(d, lambda h: h["model.layers.0.mlp.up_proj.weight"].update(shape=[72, 100]))
+        self.expect_error(["inspect", d], "model.layers.0.mlp.up_proj.weight", "[72, 100]",
+                          "expected [100, 72]")
+
+    def test_missing_tensor(self):
+        d = self.checkpoint()
+        self.rewrite_header(d, lambda h: h.pop("model.layers.2.self_attn.k_proj.weight"))
+        self.expect_error(["inspect", d], "missing tensor 'model.layers.2.self_attn.k_proj.weight'")
+
+    def test_unknown_architecture(self):
+        d = self.checkpoint()
+        cfg_path = os.path.join(d, "config.json")
+        with open(cfg_path) as f:
+            cfg = json.load(f)
+        cfg["architectures"] = ["FalconForCausalLM"]
+        cfg["model_type"] = "falcon"
+        with open(cfg_path, "w") as f:
+            json.dump(cfg, f)
+        self.expect_error(["inspect", d], "FalconForCausalLM")
+
+    def test_config_not_json(self):
+        d = self.checkpoint()
+        with open(os.path.join(d, "config.json"), "w") as f:
+            f.write('{"hidden_size": 72,')
+        self.expect_error(["inspect", d], "config.json", "not valid JSON")
+
+    def test_prompt_longer_than_context(self):
+        self.expect_error(["generate", "-m", STORIES_BIN, "-p", "dog " * 600],
+                          "context is 512 tokens")
+
+    def test_bad_sampling_parameters(self):
+        self.expect_error(["generate", "-m", STORIES_BIN, "-p", "x", "-t", "-1"], "temperature")
+        self.expect_error(["generate", "-m", STORIES_BIN, "-p", "x", "--top-p", "0"], "top_p")
+        self.expect_error(["generate", "-m", STORIES_BIN, "-p", "x", "--top-k", "-3"], "top_k")
+        self.expect_error(["generate", "-m", STORIES_BIN, "--prompt-ids", "1,99999"],
+                          "outside the vocabulary")
+
+    def test_gguf_is_named(self):
+        self.expect_error(["inspect", os.path.join(STORIES, "stories260K.gguf")], "GGUF")
+
+
+if __name__ == "__main__":
+    unittest.main()

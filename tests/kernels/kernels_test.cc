@@ -1,0 +1,618 @@
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <limits>
+#include <numeric>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "core/cpu_features.h"
+#include "core/thread_pool.h"
+#include "kernels/attention.h"
+#include "kernels/isa.h"
+#include "kernels/matmul.h"
+#include "kernels/ops.h"
+
+namespace tf::kernels {
+namespace {
+
+constexpr float kNaN = std::numeric_limits<float>::quiet_NaN();
+constexpr float kInf = std::numeric_limits<float>::infinity();
+
+std::vector<const IsaKernels*> supported_tables() {
+  std::vector<const IsaKernels*> out = {&kPortableKernels};
+#if defined(__x86_64__)
+  if (cpu_features().has_avx2_kernels()) out.push_back(&kAvx2Kernels);
+  if (cpu_features().has_avx512_kernels()) out.push_back(&kAvx512Kernels);
+#endif
+  return out;
+}
+
+std::vector<float> random_vector(size_t n, std::mt19937& rng, float lo = -1.0f, float hi = 1.0f) {
+  std::uniform_real_distribution<float> dist(lo, hi);
+  std::vector<float> v(n);
+  for (auto& x : v) x = dist(rng);
+  return v;
+}
+
+// |got - want| <= tol * scale, where scale is the sum of the magnitudes of the terms (so that
+// cancellation does not turn a tiny absolute error into a huge relative one).
+::testing::AssertionResult close(double got, double want, double scale, double tol = 1e-5) {
+  if (std::isnan(got) || std::fabs(got - want) > tol * std::max(scale, 1e-30)) {
+    return ::testing::AssertionFailure()
+           << "got " << got << ", want " << want << " (scale " << scale << ")";
+  }
+  return ::testing::AssertionSuccess();
+}
+
+TEST(Isa, DispatchPicksTheBestSupportedTable) {
+  const auto tables = supported_tables();
+  EXPECT_STREQ(isa().name, tables.back()->name) << cpu_features().to_string();
+  EXPECT_STREQ(kPortableKernels.name, "portable");
+#if defined(__x86_64__)
+  EXPECT_STREQ(kAvx2Kernels.name, "avx2");
+  EXPECT_STREQ(kAvx512Kernels.name, "avx512");
+#endif
+}
+
+// --- matmul_cols ------------------------------------------------------------------------------
+
+struct MatmulCase {
+  std::vector<float> x, w, bias;
+};
+
+// x and w are followed by NaNs: reading past the end of a row block poisons the result.
+MatmulCase make_case(int64_t m, int64_t k, int64_t n, std::mt19937& rng) {
+  MatmulCase c;
+  c.x = random_vector(m * k, rng);
+  c.w = random_vector(n * k, rng);
+  c.bias = random_vector(n, rng);
+  c.x.resize(m * k + 32, kNaN);
+  c.w.resize(n * k + 32, kNaN);
+  c.bias.resize(n + 32, kNaN);
+  return c;
+}
+
+// Returns {value, sum of |terms|}.
+std::pair<double, double> reference_dot(const float* x, const float* w, int64_t k,
+                                        const float* bias, int64_t j) {
+  double s = 0.0, mag = 0.0;
+  for (int64_t p = 0; p < k; ++p) {
+    s += static_cast<double>(x[p]) * w[p];
+    mag += std::fabs(static_cast<double>(x[p]) * w[p]);
+  }
+  if (bias != nullptr) {
+    s += bias[j];
+    mag += std::fabs(bias[j]);
+  }
+  return {s, mag};
+}
+
+TEST(IsaKernels, MatmulColsMatchesReference) {
+  std::mt19937 rng(1234);
+  for (const IsaKernels* t : supported_tables()) {
+    for (int64_t m : {1, 2, 3, 4, 5, 9}) {
+      for (int64_t k : {1, 3, 7, 8, 15, 16, 17, 64, 72, 100}) {
+        for (int64_t n : {1, 3, 4, 5, 17}) {
+          for (bool with_bias : {false, true}) {
+            SCOPED_TRACE(std::string(t->name) + " m=" + std::to_string(m) +
+                         " k=" + std::to_string(k) + " n=" + std::to_string(n) +
+                         (with_bias ? " bias" : ""));
+            const MatmulCase c = make_case(m, k, n, rng);
+            const float* bias = with_bias ? c.bias.data() : nullptr;
+            std::vector<float> y(m * n, kNaN);
+            t->matmul_cols(c.x.data(), m, k, c.w.data(), 0, n, bias, y.data(), n);
+            for (int64_t i = 0; i < m; ++i) {
+              for (int64_t j = 0; j < n; ++j) {
+                const auto [want, mag] = reference_dot(&c.x[i * k], &c.w[j * k], k, bias, j);
+                ASSERT_TRUE(close(y[i * n + j], want, mag)) << "y[" << i << ", " << j << "]";
+              }
+            }
+          }
+        }
+      }
+    }
+  }
+}
+
+TEST(IsaKernels, MatmulColsSubRangeLeavesOtherOutputsAlone) {
+  std::mt19937 rng(99);
+  constexpr float kSentinel = 12345.5f;
+  for (const IsaKernels* t : supported_tables()) {
+    for (int64_t m : {1, 3, 5}) {
+      for (int64_t k : {7, 16, 33}) {
+        const int64_t n = 17;
+        const int64_t ldy = n + 3;  // padded rows: the padding must not be written either
+        const MatmulCase c = make_case(m, k, n, rng);
+        for (auto [nb, ne] : {std::pair<int64_t, int64_t>{0, 4},
+                              {1, 6},
+                              {4, 8},
+                              {5, 17},
+                              {3, 16},
+                              {16, 17},
+                              {6, 6},
+                              {2, 15}}) {
+          for (bool with_bias : {false, true}) {
+            SCOPED_TRACE(std::string(t->name) + " m=" + std::to_string(m) +
+                         " k=" + std::to_string(k) + " range=[" + std::to_string(nb) + "," +
+                         std::to_string(ne) + ")" + (with_bias ? " bias" : ""));
+            const float* bias = with_bias ? c.bias.data() : nullptr;
+            std::vector<float> y(m * ldy, kSentinel);
+            t->matmul_cols(c.x.data(), m, k, c.w.data(), nb, ne, bias, y.data(), ldy);
+            for (int64_t i = 0; i < m; ++i) {
+              for (int64_t j = 0; j < ldy; ++j) {
+                const float got = y[i * ldy + j];
+                if (j >= nb && j < ne) {
+                  const auto [want, mag] = reference_dot(&c.x[i * k], &c.w[j * k], k, bias, j);
+                  ASSERT_TRUE(close(got, want, mag)) << "y[" << i << ", " << j << "]";
+                } else {
+                  ASSERT_EQ(got, kSentinel) << "y[" << i << ", " << j << "] was written";
+                }
+              }
+            }
+          }
+        }
+      }
+    }
+  }
+}
+
+TEST(IsaKernels, DotMatchesReference) {
+  std::mt19937 rng(7);
+  for (const IsaKernels* t : supported_tables()) {
+    for (int64_t n = 0; n <= 70; ++n) {
+      SCOPED_TRACE(std::string(t->name) + " n=" + std::to_string(n));
+      auto a = random_vector(n, rng);
+      auto b = random_vector(n, rng);
+      a.resize(n + 32, kNaN);  // reading past n would give NaN
+      b.resize(n + 32, kNaN);
+      const auto [want, mag] = reference_dot(a.data(), b.data(), n, nullptr, 0);
+      const float got = t->dot(a.data(), b.data(), n);
+      if (n == 0) {
+        EXPECT_EQ(got, 0.0f);
+      } else {
+        EXPECT_TRUE(close(got, want, mag));
+      }
+    }
+  }
+}
+
+TEST(IsaKernels, AxpyMatchesReference) {
+  std::mt19937 rng(8);
+  constexpr float kSentinel = -777.25f;
+  for (const IsaKernels* t : supported_tables()) {
+    for (int64_t n = 0; n <= 70; ++n) {
+      SCOPED_TRACE(std::string(t->name) + " n=" + std::to_string(n));
+      auto x = random_vector(n, rng);
+      auto y = random_vector(n, rng);
+      const auto y0 = y;
+      x.resize(n + 32, kNaN);
+      y.resize(n + 32, kSentinel);
+      const float a = 0.75f - static_cast<float>(n % 5);
+      t->axpy(a, x.data(), y.data(), n);
+      for (int64_t i = 0; i < n; ++i) {
+        const double ax = static_cast<double>(a) * x[i];
+        ASSERT_TRUE(close(y[i], y0[i] + ax, std::fabs(y0[i]) + std::fabs(ax))) << "i=" << i;
+      }
+      for (int64_t i = n; i < n + 32; ++i) ASSERT_EQ(y[i], kSentinel) << "wrote y[" << i << "]";
+    }
+  }
+}
+
+// --- threaded matmul --------------------------------------------------------------------------
+
+TEST(Matmul, ThreadedEqualsSingleThreadBitForBit) {
+  std::mt19937 rng(42);
+  ThreadPool one(1), two(2), three(3);
+  struct Shape {
+    int64_t m, k, n;
+  };
+  for (Shape s : {Shape{1, 4096, 64}, Shape{3, 100, 257}, Shape{1, 64, 1000}, Shape{5, 17, 130},
+                  Shape{2, 512, 333}, Shape{9, 72, 5}, Shape{1, 1, 1}}) {
+    for (bool with_bias : {false, true}) {
+      SCOPED_TRACE("m=" + std::to_string(s.m) + " k=" + std::to_string(s.k) +
+                   " n=" + std::to_string(s.n) + (with_bias ? " bias" : ""));
+      const MatmulCase c = make_case(s.m, s.k, s.n, rng);
+      const float* bias = with_bias ? c.bias.data() : nullptr;
+      std::vector<float> y1(s.m * s.n + 8, kNaN), y2(s.m * s.n + 8, kNaN), y3(s.m * s.n + 8, kNaN);
+      matmul(c.x.data(), s.m, s.k, c.w.data(), s.n, bias, y1.data(), one);
+      matmul(c.x.data(), s.m, s.k, c.w.data(), s.n, bias, y2.data(), two);
+      matmul(c.x.data(), s.m, s.k, c.w.data(), s.n, bias, y3.data(), three);
+      for (int64_t i = 0; i < s.m; ++i) {
+        for (int64_t j = 0; j < s.n; ++j) {
+          const auto [want, mag] = reference_dot(&c.x[i * s.k], &c.w[j * s.k], s.k, bias, j);
+          ASSERT_TRUE(close(y1[i * s.n + j], want, mag)) << "y[" << i << ", " << j << "]";
+        }
+      }
+      EXPECT_EQ(std::memcmp(y1.data(), y2.data(), s.m * s.n * sizeof(float)), 0);
+      EXPECT_EQ(std::memcmp(y1.data(), y3.data(), s.m * s.n * sizeof(float)), 0);
+      for (size_t i = s.m * s.n; i < y1.size(); ++i) {
+        EXPECT_TRUE(std::isnan(y2[i]) && std::isnan(y3[i])) << "wrote past y at " << i;
+      }
+    }
+  }
+}
+
+// --- ops --------------------------------------------------------------------------------------
+
+TEST(Ops, RmsNorm) {
+  std::mt19937 rng(3);
+  for (int64_t n : {1, 7, 64, 333}) {
+    const auto x = random_vector(n, rng, -3.0f, 3.0f);
+    const auto w = random_vector(n, rng, 0.5f, 1.5f);
+    const float eps = 1e-5f;
+    std::vector<float> y(n + 1, kNaN);
+    rms_norm(x.data(), w.data(), eps, n, y.data());
+    double ss = 0.0;
+    for (float v : x) ss += static_cast<double>(v) * v;
+    const double inv = 1.0 / std::sqrt(ss / n + eps);
+    for (int64_t i = 0; i < n; ++i) {
+      const double want = x[i] * inv * w[i];
+      ASSERT_TRUE(close(y[i], want, std::fabs(want))) << "n=" << n << " i=" << i;
+    }
+    EXPECT_TRUE(std::isnan(y[n]));
+  }
+  // eps matters for a zero input: no division by zero.
+  std::vector<float> zeros(8, 0.0f), ones(8, 1.0f), y(8, kNaN);
+  rms_norm(zeros.data(), ones.data(), 1e-6f, 8, y.data());
+  for (float v : y) EXPECT_EQ(v, 0.0f);
+  // In place (the model normalizes into the same buffer).
+  std::vector<float> v = {3.0f, 4.0f};
+  std::vector<float> w = {1.0f, 2.0f};
+  rms_norm(v.data(), w.data(), 0.0f, 2, v.data());
+  const double r = std::sqrt((9.0 + 16.0) / 2.0);
+  EXPECT_TRUE(close(v[0], 3.0 / r, 1.0));
+  EXPECT_TRUE(close(v[1], 8.0 / r, 1.0));
+}
+
+TEST(Ops, LayerNormWithAndWithoutBias) {
+  std::mt19937 rng(4);
+  for (int64_t n : {1, 5, 64, 768}) {
+    for (bool with_bias : {false, true}) {
+      SCOPED_TRACE("n=" + std::to_string(n) + (with_bias ? " bias" : ""));
+      const auto x = random_vector(n, rng, -2.0f, 4.0f);
+      const auto w = random_vector(n, rng, 0.5f, 1.5f);
+      const auto b = random_vector(n, rng);
+      const float eps = 1e-5f;
+      std::vector<float> y(n, kNaN);
+      layer_norm(x.data(), w.data(), with_bias ? b.data() : nullptr, eps, n, y.data());
+      double mean = 0.0;
+      for (float v : x) mean += v;
+      mean /= n;
+      double var = 0.0;
+      for (float v : x) var += (v - mean) * (v - mean);
+      var /= n;
+      for (int64_t i = 0; i < n; ++i) {
+        const double norm = (x[i] - mean) / std::sqrt(var + eps) * w[i];
+        const double want = norm + (with_bias ? b[i] : 0.0);
+        ASSERT_TRUE(close(y[i], want, std::fabs(norm) + (with_bias ? std::fabs(b[i]) : 0.0) + 1e-6))
+            << "i=" << i;
+      }
+    }
+  }
+  // A constant row normalizes to the bias.
+  std::vector<float> x(4, 5.0f), w(4, 2.0f), b = {1, 2, 3, 4}, y(4, kNaN);
+  layer_norm(x.data(), w.data(), b.data(), 1e-5f, 4, y.data());
+  for (int i = 0; i < 4; ++i) EXPECT_FLOAT_EQ(y[i], b[i]);
+}
+
+TEST(Ops, SiluMul) {
+  std::vector<float> gate = {-1000.0f, -20.0f, -2.0f, -0.5f, 0.0f, 0.5f, 1.0f, 3.0f, 20.0f, 80.0f};
+  std::mt19937 rng(5);
+  const auto up = random_vector(gate.size(), rng, -2.0f, 2.0f);
+  const auto g0 = gate;
+  silu_mul(gate.data(), up.data(), static_cast<int64_t>(gate.size()));
+  for (size_t i = 0; i < gate.size(); ++i) {
+    const double g = g0[i];
+    const double want = g / (1.0 + std::exp(-g)) * up[i];
+    ASSERT_FALSE(std::isnan(gate[i])) << "g=" << g;
+    ASSERT_TRUE(close(gate[i], want, std::fabs(want) + 1e-30)) << "g=" << g;
+  }
+}
+
+TEST(Ops, GeluTanh) {
+  const double kSqrt2OverPi = std::sqrt(2.0 / 3.14159265358979323846);
+  std::vector<float> x = {-1e20f, -50.0f, -6.0f, -3.0f, -1.0f, -0.1f, 0.0f,
+                          0.1f,   0.5f,   1.0f,  2.0f,  5.0f,  50.0f, 1e20f};
+  const auto x0 = x;
+  gelu_tanh(x.data(), static_cast<int64_t>(x.size()));
+  for (size_t i = 0; i < x.size(); ++i) {
+    const double v = x0[i];
+    const double want = 0.5 * v * (1.0 + std::tanh(kSqrt2OverPi * (v + 0.044715 * v * v * v)));
+    ASSERT_TRUE(std::isfinite(x[i])) << "x=" << v;
+    ASSERT_NEAR(x[i], want, 5e-7 * std::max(1.0, std::fabs(v))) << "x=" << v;
+  }
+  // A few exact anchors.
+  EXPECT_EQ(x[6], 0.0f);
+  EXPECT_EQ(x.back(), 1e20f);
+  EXPECT_NEAR(x[9], 0.8411920f, 1e-6);  // gelu_new(1)
+}
+
+void expect_probabilities(const std::vector<float>& p) {
+  double sum = 0.0;
+  for (float v : p) {
+    ASSERT_FALSE(std::isnan(v));
+    ASSERT_GE(v, 0.0f);
+    ASSERT_LE(v, 1.0f);
+    sum += v;
+  }
+  EXPECT_NEAR(sum, 1.0, 1e-6);
+}
+
+TEST(Ops, SoftmaxMatchesReference) {
+  std::mt19937 rng(6);
+  for (int64_t n : {1, 2, 5, 100, 1000}) {
+    auto x = random_vector(n, rng, -10.0f, 10.0f);
+    const auto x0 = x;
+    softmax(x.data(), n);
+    expect_probabilities(x);
+    double mx = *std::max_element(x0.begin(), x0.end());
+    double z = 0.0;
+    for (float v : x0) z += std::exp(v - mx);
+    for (int64_t i = 0; i < n; ++i) {
+      const double want = std::exp(x0[i] - mx) / z;
+      ASSERT_TRUE(close(x[i], want, want)) << "n=" << n << " i=" << i;
+    }
+  }
+}
+
+TEST(Ops, SoftmaxEdgeCases) {
+  {
+    std::vector<float> x = {-kInf, -kInf, -kInf, -kInf};
+    softmax(x.data(), 4);
+    expect_probabilities(x);
+  }
+  {
+    std::vector<float> x = {-kInf, 1.0f, -kInf, 1.0f};
+    softmax(x.data(), 4);
+    expect_probabilities(x);
+    EXPECT_EQ(x[0], 0.0f);
+    EXPECT_EQ(x[2], 0.0f);
+    EXPECT_FLOAT_EQ(x[1], 0.5f);
+    EXPECT_FLOAT_EQ(x[3], 0.5f);
+  }
+  {
+    const float big = std::numeric_limits<float>::max();
+    std::vector<float> x = {big, big, -big, 0.0f, 1e30f};
+    softmax(x.data(), 5);
+    expect_probabilities(x);
+    EXPECT_FLOAT_EQ(x[0], 0.5f);
+    EXPECT_FLOAT_EQ(x[1], 0.5f);
+    EXPECT_EQ(x[2], 0.0f);
+    EXPECT_EQ(x[3], 0.0f);
+    EXPECT_EQ(x[4], 0.0f);
+  }
+  {
+    std::vector<float> x = {1000.0f, 999.0f, 998.0f};
+    softmax(x.data(), 3);
+    expect_probabilities(x);
+    const double z = 1.0 + std::exp(-1.0) + std::exp(-2.0);
+    EXPECT_NEAR(x[0], 1.0 / z, 1e-6);
+    EXPECT_NEAR(x[2], std::exp(-2.0) / z, 1e-6);
+  }
+  {
+    std::vector<float> x = {-1e30f, -1e30f + 1e24f};
+    softmax(x.data(), 2);
+    expect_probabilities(x);
+  }
+  {
+    std::vector<float> x = {-123.0f};
+    softmax(x.data(), 1);
+    EXPECT_EQ(x[0], 1.0f);
+  }
+  {
+    float x = 5.0f;
+    softmax(&x, 0);  // nothing to do, nothing touched
+    EXPECT_EQ(x, 5.0f);
+  }
+}
+
+TEST(Ops, Add) {
+  std::vector<float> y = {1.0f, 2.0f, 3.0f, 4.0f, 99.0f};
+  const std::vector<float> x = {0.5f, -2.0f, 1e-3f, -4.0f, 1.0f};
+  add(y.data(), x.data(), 4);
+  EXPECT_EQ(y, (std::vector<float>{1.5f, 0.0f, 3.001f, 0.0f, 99.0f}));
+}
+
+// --- rope -------------------------------------------------------------------------------------
+
+std::vector<float> inv_freqs(int head_dim, double base = 10000.0) {
+  std::vector<float> f(head_dim / 2);
+  for (int i = 0; i < head_dim / 2; ++i) {
+    f[i] = static_cast<float>(std::pow(base, -2.0 * i / head_dim));
+  }
+  return f;
+}
+
+// Hand-written: the pairs each style rotates, by angle pos * inv_freq[i].
+std::vector<double> rope_reference(const std::vector<float>& x, int n_heads, int head_dim,
+                                   int64_t pos, const std::vector<float>& inv_freq,
+                                   RopeStyle style) {
+  std::vector<double> out(x.begin(), x.end());
+  for (int h = 0; h < n_heads; ++h) {
+    for (int i = 0; i < head_dim / 2; ++i) {
+      const int a = h * head_dim + (style == RopeStyle::kHalf ? i : 2 * i);
+      const int b = h * head_dim + (style == RopeStyle::kHalf ? i + head_dim / 2 : 2 * i + 1);
+      const double th = static_cast<double>(pos) * inv_freq[i];
+      out[a] = x[a] * std::cos(th) - x[b] * std::sin(th);
+      out[b] = x[a] * std::sin(th) + x[b] * std::cos(th);
+    }
+  }
+  return out;
+}
+
+TEST(Rope, MatchesReferenceForBothStyles) {
+  std::mt19937 rng(11);
+  for (RopeStyle style : {RopeStyle::kHalf, RopeStyle::kInterleaved}) {
+    for (int head_dim : {2, 8, 64}) {
+      for (int64_t pos : {1, 7, 100, 4095, 100000}) {
+        SCOPED_TRACE(std::string(style == RopeStyle::kHalf ? "half" : "interleaved") +
+                     " head_dim=" + std::to_string(head_dim) + " pos=" + std::to_string(pos));
+        const int n_heads = 3;
+        const auto inv_freq = inv_freqs(head_dim);
+        auto x = random_vector(n_heads * head_dim, rng);
+        const auto x0 = x;
+        rope(x.data(), n_heads, head_dim, pos, inv_freq.data(), style);
+        const auto want = rope_reference(x0, n_heads, head_dim, pos, inv_freq, style);
+        for (size_t i = 0; i < x.size(); ++i) {
+          // Each output mixes two inputs of magnitude <= 1.
+          ASSERT_NEAR(x[i], want[i], 2e-6) << "i=" << i;
+        }
+      }
+    }
+  }
+}
+
+TEST(Rope, RotatesTheRightPairs) {
+  const int head_dim = 8, n_heads = 2;
+  const auto inv_freq = inv_freqs(head_dim, 100.0);
+  for (RopeStyle style : {RopeStyle::kHalf, RopeStyle::kInterleaved}) {
+    for (int j = 0; j < head_dim; ++j) {
+      SCOPED_TRACE(std::string(style == RopeStyle::kHalf ? "half" : "interleaved") +
+                   " unit vector at " + std::to_string(j));
+      // A unit vector in head 1 only; it must stay within its pair.
+      std::vector<float> x(n_heads * head_dim, 0.0f);
+      x[head_dim + j] = 1.0f;
+      rope(x.data(), n_heads, head_dim, 3, inv_freq.data(), style);
+      const int half = head_dim / 2;
+      const int partner = style == RopeStyle::kHalf ? (j < half ? j + half : j - half) : (j ^ 1);
+      const int i = style == RopeStyle::kHalf ? j % half : j / 2;
+      const double th = 3.0 * inv_freq[i];
+      const bool first = style == RopeStyle::kHalf ? j < half : (j % 2 == 0);
+      for (int q = 0; q < n_heads * head_dim; ++q) {
+        double want = 0.0;
+        if (q == head_dim + j) want = std::cos(th);
+        if (q == head_dim + partner) want = first ? std::sin(th) : -std::sin(th);
+        ASSERT_NEAR(x[q], want, 1e-6) << "q=" << q;
+      }
+    }
+  }
+}
+
+TEST(Rope, PositionZeroIsTheIdentity) {
+  std::mt19937 rng(12);
+  const int head_dim = 16, n_heads = 4;
+  const auto inv_freq = inv_freqs(head_dim);
+  for (RopeStyle style : {RopeStyle::kHalf, RopeStyle::kInterleaved}) {
+    auto x = random_vector(n_heads * head_dim, rng, -100.0f, 100.0f);
+    const auto x0 = x;
+    rope(x.data(), n_heads, head_dim, 0, inv_freq.data(), style);
+    EXPECT_EQ(x, x0);
+  }
+}
+
+TEST(Rope, StylesDiffer) {
+  std::mt19937 rng(13);
+  const int head_dim = 8;
+  const auto inv_freq = inv_freqs(head_dim);
+  auto a = random_vector(head_dim, rng);
+  auto b = a;
+  rope(a.data(), 1, head_dim, 5, inv_freq.data(), RopeStyle::kHalf);
+  rope(b.data(), 1, head_dim, 5, inv_freq.data(), RopeStyle::kInterleaved);
+  EXPECT_NE(a, b);
+}
+
+// --- attention --------------------------------------------------------------------------------
+
+struct AttnCase {
+  int n_heads, n_kv_heads, head_dim;
+  int64_t n_ctx;
+};
+
+TEST(Attention, PagedMatchesContiguousReference) {
+  std::mt19937 rng(21);
+  for (AttnCase ac : {AttnCase{4, 2, 8, 13}, AttnCase{6, 2, 12, 1}, AttnCase{2, 1, 16, 4},
+                      AttnCase{8, 8, 5, 19}, AttnCase{4, 1, 64, 30}}) {
+    SCOPED_TRACE("heads=" + std::to_string(ac.n_heads) +
+                 " kv_heads=" + std::to_string(ac.n_kv_heads) +
+                 " head_dim=" + std::to_string(ac.head_dim) + " n_ctx=" + std::to_string(ac.n_ctx));
+    const int block_size = 4;
+    const int kv_dim = ac.n_kv_heads * ac.head_dim;
+    const int64_t blocks_used = (ac.n_ctx + block_size - 1) / block_size;
+    const int64_t num_blocks = blocks_used + 5;
+    // Contiguous K/V for the reference.
+    const auto k = random_vector(ac.n_ctx * kv_dim, rng, -2.0f, 2.0f);
+    const auto v = random_vector(ac.n_ctx * kv_dim, rng);
+    // Paged pool: every row not holding a position is NaN, so reading one shows up.
+    std::vector<float> kpool(num_blocks * block_size * kv_dim, kNaN);
+    std::vector<float> vpool(num_blocks * block_size * kv_dim, kNaN);
+    std::vector<int32_t> all(num_blocks);
+    std::iota(all.begin(), all.end(), 0);
+    std::shuffle(all.begin(), all.end(), rng);
+    std::vector<int32_t> table(all.begin(), all.begin() + blocks_used);
+    PagedKvLayer layer;
+    layer.k = kpool.data();
+    layer.v = vpool.data();
+    layer.block_size = block_size;
+    layer.kv_dim = kv_dim;
+    for (int64_t t = 0; t < ac.n_ctx; ++t) {
+      float* kr = layer.k_row(table.data(), t);
+      float* vr = layer.v_row(table.data(), t);
+      ASSERT_EQ(
+          kr - kpool.data(),
+          (static_cast<int64_t>(table[t / block_size]) * block_size + t % block_size) * kv_dim);
+      std::copy_n(&k[t * kv_dim], kv_dim, kr);
+      std::copy_n(&v[t * kv_dim], kv_dim, vr);
+    }
+
+    const float scale = 1.0f / std::sqrt(static_cast<float>(ac.head_dim));
+    const int group = ac.n_heads / ac.n_kv_heads;
+    for (int h = 0; h < ac.n_heads; ++h) {
+      const int kv_head = h / group;
+      const auto q = random_vector(ac.head_dim, rng, -2.0f, 2.0f);
+      std::vector<float> out(ac.head_dim + 4, -5.0f);
+      attend_head(q.data(), layer, table.data(), ac.n_ctx, kv_head, ac.head_dim, scale, out.data());
+      // Naive reference in double.
+      std::vector<double> s(ac.n_ctx);
+      double mx = -1e300;
+      for (int64_t t = 0; t < ac.n_ctx; ++t) {
+        double d = 0.0;
+        for (int e = 0; e < ac.head_dim; ++e) {
+          d += static_cast<double>(q[e]) * k[t * kv_dim + kv_head * ac.head_dim + e];
+        }
+        s[t] = d * scale;
+        mx = std::max(mx, s[t]);
+      }
+      double z = 0.0;
+      for (auto& x : s) z += (x = std::exp(x - mx));
+      for (int e = 0; e < ac.head_dim; ++e) {
+        double want = 0.0, mag = 0.0;
+        for (int64_t t = 0; t < ac.n_ctx; ++t) {
+          const double term = s[t] / z * v[t * kv_dim + kv_head * ac.head_dim + e];
+          want += term;
+          mag += std::fabs(term);
+        }
+        ASSERT_TRUE(close(out[e], want, mag, 1e-5)) << "head " << h << " e=" << e;
+      }
+      for (int e = ac.head_dim; e < ac.head_dim + 4; ++e) {
+        ASSERT_EQ(out[e], -5.0f) << "wrote past out";
+      }
+    }
+  }
+}
+
+TEST(Attention, GqaUsesTheGivenKvHead) {
+  // Two KV heads with different constant values: the output is exactly that head's value.
+  const int head_dim = 4, kv_dim = 8, block_size = 4;
+  std::vector<float> k(3 * block_size * kv_dim, 0.0f), v(3 * block_size * kv_dim, 0.0f);
+  PagedKvLayer layer{k.data(), v.data(), block_size, kv_dim};
+  const std::vector<int32_t> table = {2, 0};
+  for (int64_t t = 0; t < 6; ++t) {
+    float* vr = layer.v_row(table.data(), t);
+    std::fill(vr, vr + head_dim, 1.0f);
+    std::fill(vr + head_dim, vr + kv_dim, 7.0f);
+  }
+  const std::vector<float> q(head_dim, 0.3f);
+  std::vector<float> out(head_dim);
+  attend_head(q.data(), layer, table.data(), 6, 0, head_dim, 0.5f, out.data());
+  for (float o : out) EXPECT_NEAR(o, 1.0f, 1e-6);
+  attend_head(q.data(), layer, table.data(), 6, 1, head_dim, 0.5f, out.data());
+  for (float o : out) EXPECT_NEAR(o, 7.0f, 1e-5);
+}
+
+}  // namespace
+}  // namespace tf::kernels

@@ -1,0 +1,322 @@
+"""Write small random-weight Hugging Face model directories.
+
+    write_checkpoint(out_dir, kind, dtype="F32", sharded=False, seed=0,
+                     legacy_gpt2_names=False) -> out_dir
+
+kinds: gpt2, llama_gqa, llama_tied, qwen2, mistral (see KINDS).
+
+    convert_llama2c(bin_path, out_dir, dtype="F32") -> out_dir
+writes a llama2.c .bin (e.g. stories260K) as a HF LlamaForCausalLM directory.
+
+Each directory gets a config.json as transformers writes it and either
+model.safetensors or model-0000i-of-0000N.safetensors +
+model.safetensors.index.json. Weights come from a seeded numpy RNG and are
+scaled so the logits are O(1) and attention is far from uniform.
+
+Command line:
+    python3 make_checkpoints.py OUT_DIR KIND [--dtype F32|F16|BF16] [--sharded]
+        [--seed N] [--legacy-gpt2-names]
+"""
+
+import argparse
+import json
+import os
+import sys
+
+import numpy as np
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import safetensors_io  # noqa: E402
+
+TORCH_DTYPE = {"F32": "float32", "F16": "float16", "BF16": "bfloat16"}
+TRANSFORMERS_VERSION = "4.46.3"
+N_SHARDS = 3
+
+# ---------------------------------------------------------------- configs
+
+
+def _gpt2_config(dtype):
+    return {
+        "activation_function": "gelu_new",
+        "architectures": ["GPT2LMHeadModel"],
+        "attn_pdrop": 0.1,
+        "bos_token_id": 999,
+        "embd_pdrop": 0.1,
+        "eos_token_id": 999,
+        "initializer_range": 0.02,
+        "layer_norm_epsilon": 1e-05,
+        "model_type": "gpt2",
+        "n_ctx": 128,
+        "n_embd": 72,
+        "n_head": 6,
+        "n_inner": None,
+        "n_layer": 3,
+        "n_positions": 128,
+        "reorder_and_upcast_attn": False,
+        "resid_pdrop": 0.1,
+        "scale_attn_by_inverse_layer_idx": False,
+        "scale_attn_weights": True,
+        "summary_activation": None,
+        "summary_first_dropout": 0.1,
+        "summary_proj_to_labels": True,
+        "summary_type": "cls_index",
+        "summary_use_proj": True,
+        "torch_dtype": TORCH_DTYPE[dtype],
+        "transformers_version": TRANSFORMERS_VERSION,
+        "use_cache": True,
+        "vocab_size": 1000,
+    }
+
+
+def _llama_config(dtype, n_kv, tie, theta, head_dim=None):
+    cfg = {
+        "architectures": ["LlamaForCausalLM"],
+        "attention_bias": False,
+        "attention_dropout": 0.0,
+        "bos_token_id": 1,
+        "eos_token_id": 2,
+        "hidden_act": "silu",
+        "hidden_size": 72,
+        "initializer_range": 0.02,
+        "intermediate_size": 100,
+        "max_position_embeddings": 128,
+        "mlp_bias": False,
+        "model_type": "llama",
+        "num_attention_heads": 6,
+        "num_hidden_layers": 3,
+        "num_key_value_heads": n_kv,
+        "pretraining_tp": 1,
+        "rms_norm_eps": 1e-05,
+        "rope_scaling": None,
+        "rope_theta": float(theta),
+        "tie_word_embeddings": tie,
+        "torch_dtype": TORCH_DTYPE[dtype],
+        "transformers_version": TRANSFORMERS_VERSION,
+        "use_cache": True,
+        "vocab_size": 1000,
+    }
+    if head_dim is not None:  # newer transformers write head_dim explicitly
+        cfg["head_dim"] = head_dim
+    return dict(sorted(cfg.items()))
+
+
+def _mistral_config(dtype):
+    return {
+        "architectures": ["MistralForCausalLM"],
+        "attention_dropout": 0.0,
+        "bos_token_id": 1,
+        "eos_token_id": 2,
+        "head_dim": 16,
+        "hidden_act": "silu",
+        "hidden_size": 72,
+        "initializer_range": 0.02,
+        "intermediate_size": 100,
+        "max_position_embeddings": 128,
+        "model_type": "mistral",
+        "num_attention_heads": 6,
+        "num_hidden_layers": 3,
+        "num_key_value_heads": 2,
+        "rms_norm_eps": 1e-05,
+        "rope_theta": 10000.0,
+        "sliding_window": None,
+        "tie_word_embeddings": False,
+        "torch_dtype": TORCH_DTYPE[dtype],
+        "transformers_version": TRANSFORMERS_VERSION,
+        "use_cache": True,
+        "vocab_size": 1000,
+    }
+
+
+def _qwen2_config(dtype):
+    return {
+        "architectures": ["Qwen2ForCausalLM"],
+        "attention_dropout": 0.0,
+        "bos_token_id": 998,
+        "eos_token_id": 999,
+        "hidden_act": "silu",
+        "hidden_size": 72,
+        "initializer_range": 0.02,
+        "intermediate_size": 100,
+        "max_position_embeddings": 128,
+        "max_window_layers": 3,
+        "model_type": "qwen2",
+        "num_attention_heads": 6,
+        "num_hidden_layers": 3,
+        "num_key_value_heads": 2,
+        "rms_norm_eps": 1e-06,
+        "rope_scaling": None,
+        "rope_theta": 1000000.0,
+        "sliding_window": None,
+        "tie_word_embeddings": True,
+        "torch_dtype": TORCH_DTYPE[dtype],
+        "transformers_version": TRANSFORMERS_VERSION,
+        "use_cache": True,
+        "use_sliding_window": False,
+        "vocab_size": 1000,
+    }
+
+
+KINDS = {
+    "gpt2": lambda dt: _gpt2_config(dt),
+    "llama_gqa": lambda dt: _llama_config(dt, n_kv=2, tie=False, theta=10000.0),
+    "llama_tied": lambda dt: _llama_config(dt, n_kv=6, tie=True, theta=500000.0, head_dim=12),
+    "qwen2": lambda dt: _qwen2_config(dt),
+    "mistral": lambda dt: _mistral_config(dt),
+}
+
+# ---------------------------------------------------------------- weights
+
+
+def _normal(rng, shape, std):
+    return (rng.standard_normal(shape) * std).astype(np.float32)
+
+
+def _norm_weight(rng, n):
+    return (1.0 + rng.standard_normal(n) * 0.1).astype(np.float32)
+
+
+def _gpt2_weights(cfg, rng, legacy):
+    d, L, V, P = cfg["n_embd"], cfg["n_layer"], cfg["vocab_size"], cfg["n_positions"]
+    inner = cfg["n_inner"] or 4 * d
+    pre = "" if legacy else "transformer."
+    w = {
+        pre + "wte.weight": _normal(rng, (V, d), 0.2),
+        pre + "wpe.weight": _normal(rng, (P, d), 0.2),
+    }
+    for i in range(L):
+        p = "%sh.%d." % (pre, i)
+        w[p + "ln_1.weight"] = _norm_weight(rng, d)
+        w[p + "ln_1.bias"] = _normal(rng, d, 0.05)
+        if legacy:
+            # Old GPT-2 files (e.g. the original "gpt2" checkpoint) also store
+            # the causal-mask buffer; loaders must ignore it.
+            w[p + "attn.bias"] = np.tril(np.ones((P, P), np.float32)).reshape(1, 1, P, P)
+        w[p + "attn.c_attn.weight"] = _normal(rng, (d, 3 * d), 0.2)    # Conv1D [in, out]
+        w[p + "attn.c_attn.bias"] = _normal(rng, 3 * d, 0.05)
+        w[p + "attn.c_proj.weight"] = _normal(rng, (d, d), 0.3)
+        w[p + "attn.c_proj.bias"] = _normal(rng, d, 0.05)
+        w[p + "ln_2.weight"] = _norm_weight(rng, d)
+        w[p + "ln_2.bias"] = _normal(rng, d, 0.05)
+        w[p + "mlp.c_fc.weight"] = _normal(rng, (d, inner), 0.3)
+        w[p + "mlp.c_fc.bias"] = _normal(rng, inner, 0.05)
+        w[p + "mlp.c_proj.weight"] = _normal(rng, (inner, d), 0.3)
+        w[p + "mlp.c_proj.bias"] = _normal(rng, d, 0.05)
+    w[pre + "ln_f.weight"] = _norm_weight(rng, d)
+    w[pre + "ln_f.bias"] = _normal(rng, d, 0.05)
+    return w
+
+
+def _llama_weights(cfg, rng):
+    d, L, V = cfg["hidden_size"], cfg["num_hidden_layers"], cfg["vocab_size"]
+    H = cfg["num_attention_heads"]
+    KV = cfg.get("num_key_value_heads") or H
+    hd = cfg.get("head_dim") or d // H
+    ff = cfg["intermediate_size"]
+    qkv_bias = cfg["model_type"] == "qwen2" or cfg.get("attention_bias", False)
+    w = {"model.embed_tokens.weight": _normal(rng, (V, d), 0.2)}
+    for i in range(L):
+        p = "model.layers.%d." % i
+        w[p + "input_layernorm.weight"] = _norm_weight(rng, d)
+        # PyTorch Linear [out, in]
+        w[p + "self_attn.q_proj.weight"] = _normal(rng, (H * hd, d), 0.12)
+        w[p + "self_attn.k_proj.weight"] = _normal(rng, (KV * hd, d), 0.12)
+        w[p + "self_attn.v_proj.weight"] = _normal(rng, (KV * hd, d), 0.12)
+        if qkv_bias:
+            w[p + "self_attn.q_proj.bias"] = _normal(rng, H * hd, 0.1)
+            w[p + "self_attn.k_proj.bias"] = _normal(rng, KV * hd, 0.1)
+            w[p + "self_attn.v_proj.bias"] = _normal(rng, KV * hd, 0.1)
+        w[p + "self_attn.o_proj.weight"] = _normal(rng, (d, H * hd), 0.06)
+        w[p + "post_attention_layernorm.weight"] = _norm_weight(rng, d)
+        w[p + "mlp.gate_proj.weight"] = _normal(rng, (ff, d), 0.12)
+        w[p + "mlp.up_proj.weight"] = _normal(rng, (ff, d), 0.12)
+        w[p + "mlp.down_proj.weight"] = _normal(rng, (d, ff), 0.08)
+    w["model.norm.weight"] = _norm_weight(rng, d)
+    if not cfg.get("tie_word_embeddings", False):
+        w["lm_head.weight"] = _normal(rng, (V, d), 0.2)
+    return w
+
+
+# ---------------------------------------------------------------- writer
+
+
+def write_checkpoint(out_dir, kind, dtype="F32", sharded=False, seed=0, legacy_gpt2_names=False):
+    if kind not in KINDS:
+        raise ValueError("unknown kind %r (one of %s)" % (kind, ", ".join(KINDS)))
+    if dtype not in TORCH_DTYPE:
+        raise ValueError("dtype must be one of %s" % ", ".join(TORCH_DTYPE))
+    if legacy_gpt2_names and kind != "gpt2":
+        raise ValueError("legacy_gpt2_names only applies to gpt2")
+    os.makedirs(out_dir, exist_ok=True)
+    cfg = KINDS[kind](dtype)
+    rng = np.random.default_rng(seed)
+    if kind == "gpt2":
+        w = _gpt2_weights(cfg, rng, legacy_gpt2_names)
+    else:
+        w = _llama_weights(cfg, rng)
+    with open(os.path.join(out_dir, "config.json"), "w") as f:
+        json.dump(cfg, f, indent=2)
+        f.write("\n")
+    if sharded:
+        safetensors_io.save_sharded(out_dir, w, N_SHARDS, dtype)
+    else:
+        safetensors_io.save(os.path.join(out_dir, "model.safetensors"), w, dtype)
+    return out_dir
+
+
+def convert_llama2c(bin_path, out_dir, dtype="F32"):
+    """Write a llama2.c .bin checkpoint as a Hugging Face LlamaForCausalLM
+    directory. llama2.c rotates adjacent pairs (2j, 2j+1) of each head; HF
+    rotates (j, j + head_dim/2). Reordering the rows of wq and wk within each
+    head (even rows first, then odd rows) maps one onto the other, so the
+    two models compute the same logits."""
+    import np_model  # here only: the converter reuses the .bin reader
+    hdr, w = np_model.read_llama2c(bin_path)
+    dim, n_heads, n_kv = hdr["dim"], hdr["n_heads"], hdr["n_kv_heads"]
+    hd = dim // n_heads
+
+    def permute(m, heads):
+        order = np.concatenate([h * hd + np.r_[0:hd:2, 1:hd:2] for h in range(heads)])
+        return m[order]
+
+    t = {"model.embed_tokens.weight": w["token_embedding_table"]}
+    for i in range(hdr["n_layers"]):
+        p = "model.layers.%d." % i
+        t[p + "input_layernorm.weight"] = w["rms_att_weight"][i]
+        t[p + "self_attn.q_proj.weight"] = permute(w["wq"][i], n_heads)
+        t[p + "self_attn.k_proj.weight"] = permute(w["wk"][i], n_kv)
+        t[p + "self_attn.v_proj.weight"] = w["wv"][i]
+        t[p + "self_attn.o_proj.weight"] = w["wo"][i]
+        t[p + "post_attention_layernorm.weight"] = w["rms_ffn_weight"][i]
+        t[p + "mlp.gate_proj.weight"] = w["w1"][i]
+        t[p + "mlp.down_proj.weight"] = w["w2"][i]
+        t[p + "mlp.up_proj.weight"] = w["w3"][i]
+    t["model.norm.weight"] = w["rms_final_weight"]
+    if not hdr["shared_classifier"]:
+        t["lm_head.weight"] = w["wcls"]
+    cfg = _llama_config(dtype, n_kv=n_kv, tie=hdr["shared_classifier"], theta=10000.0)
+    cfg.update(hidden_size=dim, intermediate_size=hdr["hidden_dim"],
+               num_hidden_layers=hdr["n_layers"], num_attention_heads=n_heads,
+               max_position_embeddings=hdr["seq_len"], vocab_size=hdr["vocab_size"])
+    os.makedirs(out_dir, exist_ok=True)
+    with open(os.path.join(out_dir, "config.json"), "w") as f:
+        json.dump(cfg, f, indent=2)
+        f.write("\n")
+    safetensors_io.save(os.path.join(out_dir, "model.safetensors"), t, dtype)
+    return out_dir
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("out_dir")
+    ap.add_argument("kind", choices=sorted(KINDS))
+    ap.add_argument("--dtype", default="F32", choices=sorted(TORCH_DTYPE))
+    ap.add_argument("--sharded", action="store_true")
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--legacy-gpt2-names", action="store_true")
+    a = ap.parse_args(argv)
+    write_checkpoint(a.out_dir, a.kind, a.dtype, a.sharded, a.seed, a.legacy_gpt2_names)
+    print(a.out_dir)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,359 @@
+"""Independent numpy reference forward passes (float64, no KV cache).
+
+Each model computes the logits of every position of a whole sequence with
+plain causal attention. A cached implementation must produce the same
+logits, so this is the reference for prefill and for every decode step.
+
+API:
+    load_hf(model_dir) -> model       (GPT2LMHeadModel, LlamaForCausalLM,
+                                       MistralForCausalLM, Qwen2ForCausalLM)
+    load_llama2c(bin_path) -> model   (llama2.c legacy .bin)
+    model.logits(ids) -> float64 array [len(ids), vocab]
+    model.vocab_size
+    greedy(model, prompt_ids, n) -> list of n generated ids
+"""
+
+import json
+import math
+import os
+import struct
+
+import numpy as np
+
+import safetensors_io
+
+F = np.float64
+
+
+# ---------------------------------------------------------------- building blocks
+
+def layer_norm(x, w, b, eps):
+    mu = x.mean(axis=-1, keepdims=True)
+    var = ((x - mu) ** 2).mean(axis=-1, keepdims=True)
+    return (x - mu) / np.sqrt(var + eps) * w + b
+
+
+def rms_norm(x, w, eps):
+    return x / np.sqrt((x * x).mean(axis=-1, keepdims=True) + eps) * w
+
+
+def gelu_tanh(x):
+    return 0.5 * x * (1.0 + np.tanh(math.sqrt(2.0 / math.pi) * (x + 0.044715 * x ** 3)))
+
+
+def silu(x):
+    return x / (1.0 + np.exp(-x))
+
+
+def softmax(s):
+    s = s - s.max(axis=-1, keepdims=True)
+    e = np.exp(s)
+    return e / e.sum(axis=-1, keepdims=True)
+
+
+def causal_attention(q, k, v):
+    """q: [T, H, hd], k/v: [T, KV, hd] with H % KV == 0 -> [T, H*hd].
+    Query head h reads K/V head h // (H // KV)."""
+    T, H, hd = q.shape
+    KV = k.shape[1]
+    group = H // KV
+    mask = np.triu(np.ones((T, T), dtype=bool), k=1)  # True above the diagonal
+    out = np.empty((T, H, hd), dtype=F)
+    scale = 1.0 / math.sqrt(hd)
+    for h in range(H):
+        g = h // group
+        s = (q[:, h, :] @ k[:, g, :].T) * scale
+        s[mask] = -np.inf
+        out[:, h, :] = softmax(s) @ v[:, g, :]
+    return out.reshape(T, H * hd)
+
+
+def rope_rotate_half(x, pos, theta):
+    """HF Llama RoPE. x: [T, heads, hd]; pairs (i, i + hd/2)."""
+    hd = x.shape[-1]
+    half = hd // 2
+    inv_freq = 1.0 / (theta ** (np.arange(0, half, dtype=F) * 2.0 / hd))
+    ang = pos.astype(F)[:, None] * inv_freq[None, :]  # [T, half]
+    cos = np.concatenate([np.cos(ang), np.cos(ang)], axis=-1)[:, None, :]
+    sin = np.concatenate([np.sin(ang), np.sin(ang)], axis=-1)[:, None, :]
+    rot = np.concatenate([-x[..., half:], x[..., :half]], axis=-1)
+    return x * cos + rot * sin
+
+
+def rope_adjacent(x, pos, theta):
+    """llama2.c RoPE. x: [T, heads, hd]; pairs (2j, 2j+1),
+    freq_j = theta^(-2j/hd)."""
+    hd = x.shape[-1]
+    j = np.arange(hd // 2, dtype=F)
+    freq = theta ** (-(2.0 * j) / hd)
+    ang = pos.astype(F)[:, None] * freq[None, :]
+    cos = np.cos(ang)[:, None, :]
+    sin = np.sin(ang)[:, None, :]
+    a = x[..., 0::2]
+    b = x[..., 1::2]
+    out = np.empty_like(x)
+    out[..., 0::2] = a * cos - b * sin
+    out[..., 1::2] = a * sin + b * cos
+    return out
+
+
+def _f(a):
+    return np.asarray(a, dtype=F)
+
+
+# ---------------------------------------------------------------- GPT-2
+
+class GPT2:
+    """HF GPT2LMHeadModel. Conv1D weights are [in, out]: y = x @ W + b."""
+
+    def __init__(self, cfg, w):
+        self.cfg = cfg
+        self.d = cfg["n_embd"]
+        self.n_head = cfg["n_head"]
+        self.n_layer = cfg["n_layer"]
+        self.eps = cfg.get("layer_norm_epsilon", 1e-5)
+        act = cfg.get("activation_function", "gelu_new")
+        if act not in ("gelu_new", "gelu_pytorch_tanh"):
+            raise ValueError("reference implements only the tanh GELU, not %r" % act)
+        w = {(k[len("transformer."):] if k.startswith("transformer.") else k): v
+             for k, v in w.items()}
+        self.wte = _f(w["wte.weight"])
+        self.wpe = _f(w["wpe.weight"])
+        self.vocab_size = self.wte.shape[0]
+        if not cfg.get("tie_word_embeddings", True) and "lm_head.weight" in w:
+            self.head = _f(w["lm_head.weight"])
+        else:
+            self.head = self.wte
+        self.layers = []
+        for i in range(self.n_layer):
+            p = "h.%d." % i
+            self.layers.append({k: _f(w[p + k]) for k in (
+                "ln_1.weight", "ln_1.bias", "attn.c_attn.weight", "attn.c_attn.bias",
+                "attn.c_proj.weight", "attn.c_proj.bias", "ln_2.weight", "ln_2.bias",
+                "mlp.c_fc.weight", "mlp.c_fc.bias", "mlp.c_proj.weight", "mlp.c_proj.bias")})
+        self.ln_f_w = _f(w["ln_f.weight"])
+        self.ln_f_b = _f(w["ln_f.bias"])
+
+    def logits(self, ids):
+        ids = np.asarray(ids, dtype=np.int64)
+        T = len(ids)
+        if T > self.wpe.shape[0]:
+            raise ValueError("sequence longer than n_positions")
+        d, H = self.d, self.n_head
+        hd = d // H
+        x = self.wte[ids] + self.wpe[np.arange(T)]
+        for L in self.layers:
+            h = layer_norm(x, L["ln_1.weight"], L["ln_1.bias"], self.eps)
+            qkv = h @ L["attn.c_attn.weight"] + L["attn.c_attn.bias"]
+            q, k, v = (qkv[:, i * d:(i + 1) * d].reshape(T, H, hd) for i in range(3))
+            a = causal_attention(q, k, v)
+            x = x + (a @ L["attn.c_proj.weight"] + L["attn.c_proj.bias"])
+            h = layer_norm(x, L["ln_2.weight"], L["ln_2.bias"], self.eps)
+            m = gelu_tanh(h @ L["mlp.c_fc.weight"] + L["mlp.c_fc.bias"])
+            x = x + (m @ L["mlp.c_proj.weight"] + L["mlp.c_proj.bias"])
+        x = layer_norm(x, self.ln_f_w, self.ln_f_b, self.eps)
+        return x @ self.head.T
+
+
+# ---------------------------------------------------------------- Llama family
+
+class Llama:
+    """Llama / Mistral / Qwen2 (and llama2.c, with adjacent-pair RoPE).
+
+    Linear weights are PyTorch-style [out, in]: y = x @ W.T (+ b)."""
+
+    def __init__(self, n_heads, n_kv_heads, head_dim, eps, rope_theta, rope_style,
+                 embed, layers, norm, head):
+        self.n_heads = n_heads
+        self.n_kv_heads = n_kv_heads
+        self.head_dim = head_dim
+        self.eps = eps
+        self.rope_theta = float(rope_theta)
+        self.rope = {"rotate_half": rope_rotate_half, "adjacent": rope_adjacent}[rope_style]
+        self.embed = _f(embed)
+        self.layers = [{k: _f(v) for k, v in L.items() if v is not None} for L in layers]
+        self.norm = _f(norm)
+        self.head = _f(head)
+        self.vocab_size = self.head.shape[0]
+        if n_heads % n_kv_heads:
+            raise ValueError("n_heads must be a multiple of n_kv_heads")
+
+    @staticmethod
+    def _lin(x, L, name):
+        y = x @ L[name + ".weight"].T
+        b = L.get(name + ".bias")
+        return y if b is None else y + b
+
+    def logits(self, ids):
+        ids = np.asarray(ids, dtype=np.int64)
+        T = len(ids)
+        H, KV, hd = self.n_heads, self.n_kv_heads, self.head_dim
+        pos = np.arange(T)
+        x = self.embed[ids]
+        for L in self.layers:
+            h = rms_norm(x, L["input_layernorm.weight"], self.eps)
+            q = self._lin(h, L, "q_proj").reshape(T, H, hd)
+            k = self._lin(h, L, "k_proj").reshape(T, KV, hd)
+            v = self._lin(h, L, "v_proj").reshape(T, KV, hd)
+            q = self.rope(q, pos, self.rope_theta)
+            k = self.rope(k, pos, self.rope_theta)
+            x = x + self._lin(causal_attention(q, k, v), L, "o_proj")
+            h = rms_norm(x, L["post_attention_layernorm.weight"], self.eps)
+            m = silu(self._lin(h, L, "gate_proj")) * self._lin(h, L, "up_proj")
+            x = x + self._lin(m, L, "down_proj")
+        x = rms_norm(x, self.norm, self.eps)
+        return x @ self.head.T
+
+
+_LAYER_KEYS = {
+    "input_layernorm.weight": "input_layernorm.weight",
+    "q_proj.weight": "self_attn.q_proj.weight", "q_proj.bias": "self_attn.q_proj.bias",
+    "k_proj.weight": "self_attn.k_proj.weight", "k_proj.bias": "self_attn.k_proj.bias",
+    "v_proj.weight": "self_attn.v_proj.weight", "v_proj.bias": "self_attn.v_proj.bias",
+    "o_proj.weight": "self_attn.o_proj.weight", "o_proj.bias": "self_attn.o_proj.bias",
+    "post_attention_layernorm.weight": "post_attention_layernorm.weight",
+    "gate_proj.weight": "mlp.gate_proj.weight", "gate_proj.bias": "mlp.gate_proj.bias",
+    "up_proj.weight": "mlp.up_proj.weight", "up_proj.bias": "mlp.up_proj.bias",
+    "down_proj.weight": "mlp.down_proj.weight", "down_proj.bias": "mlp.down_proj.bias",
+}
+
+
+def _llama_from_hf(cfg, w, arch):
+    hidden = cfg["hidden_size"]
+    n_heads = cfg["num_attention_heads"]
+    n_kv = cfg.get("num_key_value_heads") or n_heads
+    head_dim = cfg.get("head_dim") or hidden // n_heads
+    # Which optional biases the architecture has (HF ignores others in a file).
+    qkv_bias = arch == "qwen2" or bool(cfg.get("attention_bias", False))
+    o_bias = arch != "qwen2" and bool(cfg.get("attention_bias", False))
+    mlp_bias = arch == "llama" and bool(cfg.get("mlp_bias", False))
+    want_bias = {"q_proj": qkv_bias, "k_proj": qkv_bias, "v_proj": qkv_bias,
+                 "o_proj": o_bias, "gate_proj": mlp_bias, "up_proj": mlp_bias,
+                 "down_proj": mlp_bias}
+    layers = []
+    for i in range(cfg["num_hidden_layers"]):
+        p = "model.layers.%d." % i
+        L = {}
+        for short, full in _LAYER_KEYS.items():
+            if short.endswith(".bias"):
+                if not want_bias[short.split(".")[0]]:
+                    continue
+            L[short] = w[p + full]  # KeyError = missing tensor
+        layers.append(L)
+    embed = w["model.embed_tokens.weight"]
+    # LlamaConfig, MistralConfig and Qwen2Config all default to untied.
+    head = embed if cfg.get("tie_word_embeddings", False) else w["lm_head.weight"]
+    theta = cfg.get("rope_theta", 10000.0)
+    if cfg.get("rope_scaling"):
+        raise ValueError("reference does not implement rope_scaling")
+    m = Llama(n_heads, n_kv, head_dim, cfg.get("rms_norm_eps", 1e-6), theta, "rotate_half",
+              embed, layers, w["model.norm.weight"], head)
+    m.cfg = cfg
+    return m
+
+
+_ARCHS = {
+    "GPT2LMHeadModel": "gpt2",
+    "LlamaForCausalLM": "llama",
+    "MistralForCausalLM": "mistral",
+    "Qwen2ForCausalLM": "qwen2",
+}
+
+
+def load_hf(model_dir):
+    with open(os.path.join(model_dir, "config.json")) as f:
+        cfg = json.load(f)
+    arch = None
+    for a in cfg.get("architectures") or []:
+        arch = _ARCHS.get(a, arch)
+    if arch is None:
+        arch = cfg.get("model_type")
+    w = safetensors_io.load_dir(model_dir)
+    if arch == "gpt2":
+        return GPT2(cfg, w)
+    if arch in ("llama", "mistral", "qwen2"):
+        return _llama_from_hf(cfg, w, arch)
+    raise ValueError("unsupported architecture %r" % (cfg.get("architectures"),))
+
+
+# ---------------------------------------------------------------- llama2.c .bin
+
+def read_llama2c(path):
+    """-> (header dict, dict of float32 arrays named as in llama2.c)."""
+    with open(path, "rb") as f:
+        raw = f.read()
+    dim, hidden, n_layers, n_heads, n_kv, vocab, seq_len = struct.unpack("<7i", raw[:28])
+    shared = vocab > 0
+    vocab = abs(vocab)
+    hs = dim // n_heads
+    kv_dim = n_kv * hs
+    data = np.frombuffer(raw, dtype="<f4", offset=28)
+    hdr = dict(dim=dim, hidden_dim=hidden, n_layers=n_layers, n_heads=n_heads,
+               n_kv_heads=n_kv, vocab_size=vocab, seq_len=seq_len, shared_classifier=shared)
+    shapes = [
+        ("token_embedding_table", (vocab, dim)),
+        ("rms_att_weight", (n_layers, dim)),
+        ("wq", (n_layers, n_heads * hs, dim)),
+        ("wk", (n_layers, kv_dim, dim)),
+        ("wv", (n_layers, kv_dim, dim)),
+        ("wo", (n_layers, dim, n_heads * hs)),
+        ("rms_ffn_weight", (n_layers, dim)),
+        ("w1", (n_layers, hidden, dim)),
+        ("w2", (n_layers, dim, hidden)),
+        ("w3", (n_layers, hidden, dim)),
+        ("rms_final_weight", (dim,)),
+        ("freq_cis_real", (seq_len, hs // 2)),
+        ("freq_cis_imag", (seq_len, hs // 2)),
+    ]
+    if not shared:
+        shapes.append(("wcls", (vocab, dim)))
+    w = {}
+    off = 0
+    for name, shape in shapes:
+        n = int(np.prod(shape))
+        if off + n > data.size:
+            raise ValueError("%s: file too short reading %s" % (path, name))
+        w[name] = data[off:off + n].reshape(shape).astype(np.float32)
+        off += n
+    if off != data.size:
+        raise ValueError("%s: %d trailing floats" % (path, data.size - off))
+    if shared:
+        w["wcls"] = w["token_embedding_table"]
+    return hdr, w
+
+
+def load_llama2c(path):
+    hdr, w = read_llama2c(path)
+    layers = []
+    for i in range(hdr["n_layers"]):
+        layers.append({
+            "input_layernorm.weight": w["rms_att_weight"][i],
+            "q_proj.weight": w["wq"][i], "k_proj.weight": w["wk"][i],
+            "v_proj.weight": w["wv"][i], "o_proj.weight": w["wo"][i],
+            "post_attention_layernorm.weight": w["rms_ffn_weight"][i],
+            "gate_proj.weight": w["w1"][i], "down_proj.weight": w["w2"][i],
+            "up_proj.weight": w["w3"][i],
+        })
+    m = Llama(hdr["n_heads"], hdr["n_kv_heads"], hdr["dim"] // hdr["n_heads"], 1e-5, 10000.0,
+              "adjacent", w["token_embedding_table"], layers, w["rms_final_weight"], w["wcls"])
+    m.cfg = hdr
+    return m
+
+
+# ---------------------------------------------------------------- decoding
+
+def greedy(model, prompt_ids, n, margins=None):
+    """Generate exactly n tokens by argmax (lowest id on ties), no EOS stop.
+    If `margins` is a list, the top-1 minus top-2 logit of each step is
+    appended to it (to tell a real mismatch from a near tie)."""
+    ids = [int(t) for t in prompt_ids]
+    out = []
+    for _ in range(n):
+        last = model.logits(ids)[-1]
+        t = int(np.argmax(last))
+        if margins is not None:
+            top2 = np.partition(last, -2)[-2:]
+            margins.append(float(top2[1] - top2[0]))
+        out.append(t)
+        ids.append(t)
+    return out

@@ -1,0 +1,388 @@
+"""Compare the C++ forward pass (through its dump-logits tool) with numpy.
+
+Run:
+    TF_DUMP_LOGITS=/path/to/tf_dump_logits python3 tests/reference/test_reference.py
+    (or: python3 -m unittest discover -s tests/reference -v)
+
+Environment:
+    TF_DUMP_LOGITS  path of the C++ tool (required; every C++ test fails
+                    without it)
+    TF_SHARED_DIR   the shared test-data folder (default: <repo>/../shared)
+
+The tool's interface:
+    $TF_DUMP_LOGITS --model PATH --prompts "1,2,3;4,5" [--decode "10,11;12,13"] --out FILE
+        one ragged batched prefill over all prompts, then one batched decode
+        step per decode column; FILE = little-endian float32 rows: every
+        prompt position of sequence 0, of sequence 1, ...; then for each
+        decode step j one row per sequence. stdout: {"vocab": V, "rows": R}
+    $TF_DUMP_LOGITS --model PATH --prompts "1,2,3;4,5" --greedy N
+        stdout: one line per sequence, N generated ids comma-separated.
+"""
+
+import json
+import os
+import re
+import subprocess
+import sys
+import tempfile
+import unittest
+
+os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")  # tiny matrices; stay light
+os.environ.setdefault("OMP_NUM_THREADS", "1")
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+
+import numpy as np  # noqa: E402
+
+import make_checkpoints  # noqa: E402
+import np_model  # noqa: E402
+import safetensors_io  # noqa: E402
+
+REPO = os.path.dirname(os.path.dirname(HERE))
+TOL = 1e-4          # max|ours - numpy| / max|numpy| over all rows
+N_DECODE = 4
+GREEDY_N = 40
+TOOL_TIMEOUT_S = 120
+
+# llama2.c's documented greedy output of stories260K from "<s> Once" begins
+# "Once upon a time, there was a little girl named Lily. She loved to play
+# outside in the park. One day, she saw a big, red". These are its ids.
+STORIES_GREEDY_FROM_1_403 = [
+    407, 261, 378, 432, 383, 286, 261, 376, 298, 315, 421, 395, 317, 426, 338, 401,
+    396, 267, 337, 410, 408, 419, 292, 411, 322, 265, 282, 295, 433, 426, 385, 328,
+    432, 358, 394, 261, 370, 432, 352, 266]
+
+
+def shared_dir():
+    return os.environ.get("TF_SHARED_DIR") or os.path.normpath(os.path.join(REPO, "..", "shared"))
+
+
+def stories_bin():
+    return os.path.join(shared_dir(), "models", "stories260K", "stories260K.bin")
+
+
+def _fmt(seqs):
+    return ";".join(",".join(str(int(t)) for t in s) for s in seqs)
+
+
+def _random_batch(seed, lengths, vocab, n_decode=N_DECODE):
+    rng = np.random.default_rng(seed)
+    prompts = [[int(t) for t in rng.integers(0, vocab, size=n)] for n in lengths]
+    decode = [[int(t) for t in rng.integers(0, vocab, size=n_decode)] for _ in lengths]
+    return prompts, decode
+
+
+class _Checkpoints:
+    """Random checkpoints written once per run, with their numpy models."""
+
+    def __init__(self):
+        self._tmp = tempfile.TemporaryDirectory(prefix="tf_ref_")
+        self._cache = {}
+
+    def get(self, kind, dtype="F32", sharded=False, legacy=False):
+        key = (kind, dtype, sharded, legacy)
+        if key not in self._cache:
+            name = "%s_%s%s%s" % (kind, dtype, "_sharded" if sharded else "",
+                                  "_legacy" if legacy else "")
+            path = make_checkpoints.write_checkpoint(
+                os.path.join(self._tmp.name, name), kind, dtype=dtype, sharded=sharded,
+                seed=0, legacy_gpt2_names=legacy)
+            # The reference loads the file back, so F16/BF16 rounding is shared.
+            self._cache[key] = (path, np_model.load_hf(path))
+        return self._cache[key]
+
+    def path(self, name):
+        return os.path.join(self._tmp.name, name)
+
+    def close(self):
+        self._tmp.cleanup()
+
+
+_CKPTS = None
+
+
+def setUpModule():
+    global _CKPTS
+    _CKPTS = _Checkpoints()
+
+
+def tearDownModule():
+    _CKPTS.close()
+
+
+class ToolCase(unittest.TestCase):
+    """Helpers that run the C++ tool and compare with numpy."""
+
+    maxDiff = None
+
+    def tool(self):
+        p = os.environ.get("TF_DUMP_LOGITS")
+        if not p:
+            self.fail("TF_DUMP_LOGITS is not set: it must be the path of the C++ dump-logits "
+                      "tool (e.g. TF_DUMP_LOGITS=build/tf_dump_logits). These tests compare "
+                      "its logits with the numpy reference and are never skipped.")
+        if not (os.path.isfile(p) and os.access(p, os.X_OK)):
+            self.fail("TF_DUMP_LOGITS=%r is not an executable file" % p)
+        return p
+
+    def run_tool(self, args):
+        cmd = [self.tool()] + args
+        try:
+            r = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                               universal_newlines=True, timeout=TOOL_TIMEOUT_S)
+        except subprocess.TimeoutExpired:
+            self.fail("timed out after %ds: %s" % (TOOL_TIMEOUT_S, " ".join(cmd)))
+        if r.returncode != 0:
+            self.fail("exit status %d: %s\nstderr:\n%s\nstdout:\n%s" % (
+                r.returncode, " ".join(cmd), r.stderr[-3000:], r.stdout[-2000:]))
+        return r.stdout
+
+    def dump_logits(self, model_path, prompts, decode):
+        with tempfile.TemporaryDirectory(prefix="tf_out_") as td:
+            out = os.path.join(td, "logits.f32")
+            args = ["--model", model_path, "--prompts", _fmt(prompts), "--out", out]
+            if decode and decode[0]:
+                args[4:4] = ["--decode", _fmt(decode)]
+            stdout = self.run_tool(args)
+            info = None
+            for line in reversed(stdout.splitlines()):
+                line = line.strip()
+                if line.startswith("{"):
+                    try:
+                        info = json.loads(line)
+                        break
+                    except ValueError:
+                        pass
+            if not isinstance(info, dict) or "vocab" not in info or "rows" not in info:
+                self.fail("no JSON line {\"vocab\": V, \"rows\": R} on stdout:\n%s" % stdout[-2000:])
+            V, R = int(info["vocab"]), int(info["rows"])
+            size = os.path.getsize(out) if os.path.exists(out) else -1
+            if size != R * V * 4:
+                self.fail("%s has %d bytes, expected rows*vocab*4 = %d*%d*4" % (out, size, R, V))
+            return np.fromfile(out, dtype="<f4").reshape(R, V)
+
+    def check_logits(self, model_path, model, prompts, decode):
+        """One batched prefill + len(decode[0]) batched decode steps in C++
+        vs. numpy full-sequence logits at the same positions."""
+        n_dec = len(decode[0]) if decode else 0
+        refs = [model.logits(list(p) + list(d)) for p, d in zip(prompts, decode)]
+        labels = []
+        rows = []
+        for s, p in enumerate(prompts):
+            for t in range(len(p)):
+                rows.append(refs[s][t])
+                labels.append("seq %d prefill pos %d" % (s, t))
+        for j in range(n_dec):
+            for s, p in enumerate(prompts):
+                rows.append(refs[s][len(p) + j])
+                labels.append("seq %d decode step %d (pos %d)" % (s, j, len(p) + j))
+        ref = np.stack(rows)
+
+        ours = self.dump_logits(model_path, prompts, decode)
+        self.assertEqual(ours.shape[1], model.vocab_size, "vocab size")
+        self.assertEqual(ours.shape[0], len(rows),
+                         "rows: expected sum of prompt lengths + n_seq * n_decode")
+        bad = ~np.isfinite(ours)
+        if bad.any():
+            r = int(np.argwhere(bad)[0][0])
+            self.fail("non-finite logits, first in row %d (%s)" % (r, labels[r]))
+        err = np.abs(ours.astype(np.float64) - ref)
+        scale = np.abs(ref).max()
+        rel = err.max() / scale
+        r, c = np.unravel_index(int(np.argmax(err)), err.shape)
+        per_row = err.max(axis=1) / scale
+        worst = ", ".join("%s: %.2e" % (labels[i], per_row[i])
+                          for i in np.argsort(-per_row)[:4])
+        self.assertLess(rel, TOL, "max|ours-numpy|/max|numpy| = %.3e at row %d (%s), token %d: "
+                        "ours %.6f numpy %.6f; worst rows: %s" % (
+                            rel, r, labels[r], c, ours[r, c], ref[r, c], worst))
+
+    def check_greedy(self, model_path, model, prompts, n=GREEDY_N):
+        stdout = self.run_tool(["--model", model_path, "--prompts", _fmt(prompts),
+                                "--greedy", str(n)])
+        lines = [ln.strip() for ln in stdout.splitlines()
+                 if re.fullmatch(r"\s*\d+(\s*,\s*\d+)*\s*", ln)]
+        self.assertEqual(len(lines), len(prompts),
+                         "expected one line of ids per sequence on stdout, got:\n%s" % stdout[-2000:])
+        for s, (p, line) in enumerate(zip(prompts, lines)):
+            ours = [int(t) for t in line.split(",")]
+            margins = []
+            want = np_model.greedy(model, p, n, margins)
+            if ours != want:
+                i = next((i for i, (a, b) in enumerate(zip(ours, want)) if a != b),
+                         min(len(ours), len(want)))
+                self.fail("seq %d (prompt %s): greedy differs at step %d (ours %d tokens, numpy %d); "
+                          "numpy top1-top2 margin there %.4g\nours:  %s\nnumpy: %s" % (
+                              s, p, i, len(ours), len(want),
+                              margins[i] if i < len(margins) else float("nan"), ours, want))
+
+
+class RandomCheckpoints(ToolCase):
+    """Random-weight HF checkpoints: 3 sequences (5, 11, 1 tokens) + 4 decode steps."""
+
+    LENGTHS = (5, 11, 1)
+
+    def _run(self, kind, dtype="F32", sharded=False, legacy=False, seed=1):
+        path, model = _CKPTS.get(kind, dtype, sharded, legacy)
+        prompts, decode = _random_batch(seed, self.LENGTHS, model.vocab_size)
+        self.check_logits(path, model, prompts, decode)
+
+    def test_gpt2(self):
+        self._run("gpt2")
+
+    def test_gpt2_legacy_names(self):
+        self._run("gpt2", legacy=True)
+
+    def test_gpt2_f16(self):
+        self._run("gpt2", dtype="F16")
+
+    def test_llama_gqa(self):
+        self._run("llama_gqa")
+
+    def test_llama_gqa_bf16(self):
+        self._run("llama_gqa", dtype="BF16")
+
+    def test_llama_gqa_sharded(self):
+        self._run("llama_gqa", sharded=True)
+
+    def test_llama_tied(self):
+        self._run("llama_tied")
+
+    def test_qwen2(self):
+        self._run("qwen2")
+
+    def test_mistral(self):
+        self._run("mistral")
+
+    def test_greedy_gpt2(self):
+        path, model = _CKPTS.get("gpt2")
+        self.check_greedy(path, model, [[5, 7, 11, 13, 17], [100]])
+
+    def test_greedy_llama_gqa(self):
+        path, model = _CKPTS.get("llama_gqa")
+        self.check_greedy(path, model, [[5, 7, 11, 13, 17], [100]])
+
+
+class Stories260K(ToolCase):
+    """The real trained llama2.c model."""
+
+    PROMPTS = [[1, 403, 407, 261],
+               [1, 403, 407, 261, 378, 432, 383, 286, 261],
+               [1]]
+    DECODE = [[378, 432, 383, 286],
+              [376, 298, 315, 421],
+              [403, 407, 261, 378]]
+
+    @classmethod
+    def setUpClass(cls):
+        cls.bin = stories_bin()
+        cls.model = np_model.load_llama2c(cls.bin) if os.path.exists(cls.bin) else None
+
+    def setUp(self):
+        if self.model is None:
+            self.fail("stories260K.bin not found at %s (set TF_SHARED_DIR)" % self.bin)
+
+    def test_logits_llama2c_bin(self):
+        self.check_logits(self.bin, self.model, self.PROMPTS, self.DECODE)
+
+    def test_greedy_llama2c_bin(self):
+        self.check_greedy(self.bin, self.model, [[1], [1, 403]])
+
+    def test_logits_converted_to_hf(self):
+        # The same weights as a HF LlamaForCausalLM directory (q/k rows
+        # permuted for rotate_half RoPE): the HF Llama path on trained weights.
+        path = _CKPTS.path("stories260K_hf")
+        if not os.path.exists(path):
+            make_checkpoints.convert_llama2c(self.bin, path)
+        self.check_logits(path, np_model.load_hf(path), self.PROMPTS, self.DECODE)
+
+
+class NumpySelfCheck(unittest.TestCase):
+    """The reference's own checks; these need no C++ tool."""
+
+    def test_safetensors_roundtrip(self):
+        rng = np.random.default_rng(0)
+        t = {"a": rng.standard_normal((3, 5)).astype(np.float32),
+             "b.weight": rng.standard_normal(7).astype(np.float32),
+             "scalar_like": np.array([1.5], np.float32)}
+        with tempfile.TemporaryDirectory() as td:
+            for dt in ("F32", "F16", "BF16"):
+                p = os.path.join(td, dt + ".safetensors")
+                safetensors_io.save(p, t, dt)
+                header, start = safetensors_io.read_header(p)
+                self.assertEqual(start % 8, 0)
+                self.assertEqual(header["__metadata__"], {"format": "pt"})
+                back = safetensors_io.load(p)
+                self.assertEqual(set(back), set(t))
+                for k in t:
+                    self.assertEqual(back[k].dtype, np.float32)
+                    np.testing.assert_array_equal(back[k], safetensors_io.round_to_dtype(t[k], dt))
+
+    def test_bf16_rounding(self):
+        x = np.array([1.0, -2.5, 1.0 + 2 ** -8, 1.0 + 3 * 2 ** -8, 1.0 + 2 ** -8 + 2 ** -20,
+                      np.inf, -np.inf, np.nan, 3.0e38], np.float32)
+        bits = safetensors_io.f32_to_bf16_bits(x)
+        self.assertEqual([int(b) for b in bits[:7]],
+                         [0x3F80, 0xC020, 0x3F80, 0x3F82, 0x3F81, 0x7F80, 0xFF80])
+        self.assertTrue(np.isnan(safetensors_io.bf16_bits_to_f32(bits[7:8]))[0])
+        self.assertEqual(int(bits[8]), 0x7F62)  # 3.0e38 rounds to a finite bf16
+
+    def test_sharded_equals_single(self):
+        with tempfile.TemporaryDirectory() as td:
+            a = make_checkpoints.write_checkpoint(os.path.join(td, "a"), "llama_gqa")
+            b = make_checkpoints.write_checkpoint(os.path.join(td, "b"), "llama_gqa", sharded=True)
+            with open(os.path.join(b, "model.safetensors.index.json")) as f:
+                index = json.load(f)
+            self.assertEqual(sorted(set(index["weight_map"].values())),
+                             [safetensors_io.shard_name(i, 3) for i in (1, 2, 3)])
+            wa, wb = safetensors_io.load_dir(a), safetensors_io.load_dir(b)
+            self.assertEqual(set(wa), set(wb))
+            for k in wa:
+                np.testing.assert_array_equal(wa[k], wb[k])
+
+    def test_gpt2_legacy_names_same_model(self):
+        with tempfile.TemporaryDirectory() as td:
+            a = np_model.load_hf(make_checkpoints.write_checkpoint(os.path.join(td, "a"), "gpt2"))
+            b = np_model.load_hf(make_checkpoints.write_checkpoint(
+                os.path.join(td, "b"), "gpt2", legacy_gpt2_names=True))
+            ids = [3, 1, 4, 1, 5, 9, 2, 6]
+            np.testing.assert_array_equal(a.logits(ids), b.logits(ids))
+
+    def test_configs_match_weights(self):
+        with tempfile.TemporaryDirectory() as td:
+            for kind in make_checkpoints.KINDS:
+                d = make_checkpoints.write_checkpoint(os.path.join(td, kind), kind)
+                with open(os.path.join(d, "config.json")) as f:
+                    cfg = json.load(f)
+                w = safetensors_io.load_dir(d)
+                if kind == "gpt2":
+                    self.assertEqual(w["transformer.h.0.attn.c_attn.weight"].shape, (72, 216))
+                    self.assertNotIn("lm_head.weight", w)
+                    continue
+                hd = cfg.get("head_dim") or cfg["hidden_size"] // cfg["num_attention_heads"]
+                self.assertEqual(w["model.layers.0.self_attn.q_proj.weight"].shape,
+                                 (cfg["num_attention_heads"] * hd, cfg["hidden_size"]))
+                self.assertEqual(w["model.layers.0.self_attn.k_proj.weight"].shape,
+                                 (cfg["num_key_value_heads"] * hd, cfg["hidden_size"]))
+                self.assertEqual("lm_head.weight" in w, not cfg["tie_word_embeddings"])
+                self.assertEqual("model.layers.0.self_attn.q_proj.bias" in w, kind == "qwen2")
+
+    def test_stories260k_documented_greedy(self):
+        if not os.path.exists(stories_bin()):
+            self.fail("stories260K.bin not found at %s (set TF_SHARED_DIR)" % stories_bin())
+        m = np_model.load_llama2c(stories_bin())
+        self.assertEqual(np_model.greedy(m, [1, 403], GREEDY_N), STORIES_GREEDY_FROM_1_403)
+
+    def test_rope_conventions_agree_on_stories260k(self):
+        if not os.path.exists(stories_bin()):
+            self.fail("stories260K.bin not found at %s (set TF_SHARED_DIR)" % stories_bin())
+        with tempfile.TemporaryDirectory() as td:
+            hf = np_model.load_hf(make_checkpoints.convert_llama2c(stories_bin(), td))
+            l2c = np_model.load_llama2c(stories_bin())
+            ids = [1, 403, 407, 261, 378, 432, 383, 286, 261, 376]
+            np.testing.assert_allclose(hf.logits(ids), l2c.logits(ids), rtol=0, atol=1e-9)
+
+
+if __name__ == "__main__":
+    unittest.main()

@@ -1,0 +1,126 @@
+// Test tool for tests/reference: runs prompts through the model as one ragged batch and writes
+// every logit row, or greedy continuations, so Python can compare them with numpy.
+//
+//   dump_logits --model PATH --prompts "1,2,3;4,5" [--decode "7,8;9,10"] --out FILE
+//   dump_logits --model PATH --prompts "1,2,3;4,5" --greedy N
+
+#include <cstdio>
+#include <cstring>
+#include <fstream>
+#include <numeric>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "core/error.h"
+#include "core/thread_pool.h"
+#include "model/model.h"
+#include "sampling/sampler.h"
+
+namespace {
+
+using Ids = std::vector<int32_t>;
+
+std::vector<Ids> parse_batch(const std::string& text) {
+  std::vector<Ids> out;
+  std::stringstream seqs(text);
+  std::string seq;
+  while (std::getline(seqs, seq, ';')) {
+    Ids ids;
+    std::stringstream items(seq);
+    std::string item;
+    while (std::getline(items, item, ',')) ids.push_back(std::stoi(item));
+    out.push_back(ids);
+  }
+  return out;
+}
+
+int run(int argc, char** argv) {
+  std::string model_path, prompts_arg, decode_arg, out_path;
+  int greedy = -1, threads = 0;
+  for (int i = 1; i + 1 < argc; i += 2) {
+    const std::string key = argv[i];
+    const std::string val = argv[i + 1];
+    if (key == "--model") model_path = val;
+    else if (key == "--prompts") prompts_arg = val;
+    else if (key == "--decode") decode_arg = val;
+    else if (key == "--out") out_path = val;
+    else if (key == "--greedy") greedy = std::stoi(val);
+    else if (key == "--threads") threads = std::stoi(val);
+    else tf::fail("unknown option {}", key);
+  }
+  auto model = tf::load_model(model_path);
+  const tf::ModelConfig& cfg = model->config();
+  const std::vector<Ids> prompts = parse_batch(prompts_arg);
+  const std::vector<Ids> decode = decode_arg.empty() ? std::vector<Ids>() : parse_batch(decode_arg);
+  const size_t B = prompts.size();
+  if (!decode.empty() && decode.size() != B) tf::fail("--decode needs one list per sequence");
+  const size_t steps = greedy >= 0 ? static_cast<size_t>(greedy) : (decode.empty() ? 0 : decode[0].size());
+
+  tf::ThreadPool pool(threads);
+  const int bs = 4;  // small blocks so that every test crosses block boundaries
+  int64_t max_len = 0;
+  for (const auto& p : prompts) max_len = std::max<int64_t>(max_len, static_cast<int64_t>(p.size()) + steps);
+  const int64_t per_seq = (max_len + bs - 1) / bs;
+  tf::KvCache kv(cfg, per_seq * static_cast<int64_t>(B), bs);
+  // Interleave the sequences' blocks so that a wrong block table reads another sequence's keys.
+  std::vector<Ids> tables(B, Ids(per_seq));
+  for (int64_t b = 0; b < per_seq; ++b) {
+    for (size_t s = 0; s < B; ++s) tables[s][b] = static_cast<int32_t>(b * B + (B - 1 - s));
+  }
+
+  std::vector<float> all;
+  std::vector<tf::SequenceChunk> batch(B);
+  for (size_t s = 0; s < B; ++s) batch[s] = {prompts[s], 0, tables[s], greedy < 0};
+  std::vector<float> logits(static_cast<size_t>(tf::Model::logit_rows(batch) * cfg.vocab_size));
+  model->forward(batch, kv, logits.data(), pool);
+  all.insert(all.end(), logits.begin(), logits.end());
+
+  std::vector<Ids> generated(B);
+  std::vector<Ids> inputs(B);
+  for (size_t step = 0; step < steps; ++step) {
+    for (size_t s = 0; s < B; ++s) {
+      if (greedy >= 0) {
+        const int64_t row = static_cast<int64_t>(s);
+        const int32_t next = tf::argmax(logits.data() + row * cfg.vocab_size, cfg.vocab_size);
+        generated[s].push_back(next);
+        inputs[s] = {next};
+      } else {
+        inputs[s] = {decode[s][step]};
+      }
+      batch[s] = {inputs[s], static_cast<int64_t>(prompts[s].size() + step), tables[s], false};
+    }
+    if (greedy >= 0 && step + 1 == steps) break;  // the last token needs no forward pass
+    logits.resize(B * cfg.vocab_size);
+    model->forward(batch, kv, logits.data(), pool);
+    if (greedy < 0) all.insert(all.end(), logits.begin(), logits.end());
+  }
+  if (greedy >= 0) {
+    for (const auto& g : generated) {
+      std::string line;
+      for (size_t i = 0; i < g.size(); ++i) {
+        if (i > 0) line += ',';
+        line += std::to_string(g[i]);
+      }
+      std::printf("%s\n", line.c_str());
+    }
+    return 0;
+  }
+  std::ofstream out(out_path, std::ios::binary);
+  out.write(reinterpret_cast<const char*>(all.data()), static_cast<std::streamsize>(all.size() * 4));
+  if (!out) tf::fail("cannot write '{}'", out_path);
+  std::printf("{\"vocab\": %lld, \"rows\": %lld}\n", static_cast<long long>(cfg.vocab_size),
+              static_cast<long long>(all.size() / cfg.vocab_size));
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  try {
+    return run(argc, argv);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "error: %s\n", e.what());
+    return 1;
+  }
+}
