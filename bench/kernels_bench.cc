@@ -1,5 +1,6 @@
 // Micro-benchmarks of the f32 matmul per ISA table, at decode (GEMV) and prefill (GEMM) shapes.
-// Run: build/release/bench/bench_kernels --benchmark_repetitions=5 --benchmark_report_aggregates_only
+// Run: build/release/bench/bench_kernels --benchmark_repetitions=5
+// --benchmark_report_aggregates_only
 
 #include <benchmark/benchmark.h>
 
@@ -25,10 +26,10 @@ void run_matmul(benchmark::State& state, const IsaKernels* isa) {
     isa->matmul_cols(x.data(), m, k, w.data(), 0, n, nullptr, y.data(), n);
     benchmark::DoNotOptimize(y.data());
   }
-  state.counters["GFLOP/s"] = benchmark::Counter(2.0 * m * n * k, benchmark::Counter::kIsIterationInvariantRate,
-                                                 benchmark::Counter::kIs1000);
-  state.counters["GB/s(w)"] = benchmark::Counter(4.0 * n * k, benchmark::Counter::kIsIterationInvariantRate,
-                                                 benchmark::Counter::kIs1000);
+  state.counters["GFLOP/s"] = benchmark::Counter(
+      2.0 * m * n * k, benchmark::Counter::kIsIterationInvariantRate, benchmark::Counter::kIs1000);
+  state.counters["GB/s(w)"] = benchmark::Counter(
+      4.0 * n * k, benchmark::Counter::kIsIterationInvariantRate, benchmark::Counter::kIs1000);
 }
 
 void register_all() {
@@ -37,7 +38,8 @@ void register_all() {
   if (f.has_avx2_kernels()) tables.push_back(&tf::kernels::kAvx2Kernels);
   if (f.has_avx512_kernels()) tables.push_back(&tf::kernels::kAvx512Kernels);
   for (const IsaKernels* t : tables) {
-    auto* b = benchmark::RegisterBenchmark((std::string("matmul/") + t->name).c_str(), run_matmul, t);
+    auto* b =
+        benchmark::RegisterBenchmark((std::string("matmul/") + t->name).c_str(), run_matmul, t);
     b->Args({1, 2048, 768})->Args({1, 768, 768})->Args({16, 2048, 768})->Args({128, 768, 768});
     b->Unit(benchmark::kMicrosecond);
   }

@@ -84,7 +84,8 @@ int run_generate(const GenerateOptions& o) {
   if (static_cast<int64_t>(prompt.size()) > ctx) {
     fail("the prompt has {} tokens but the model's context is {} tokens", prompt.size(), ctx);
   }
-  const int64_t max_new = std::min<int64_t>(o.max_tokens, ctx - static_cast<int64_t>(prompt.size()));
+  const int64_t max_new =
+      std::min<int64_t>(o.max_tokens, ctx - static_cast<int64_t>(prompt.size()));
 
   ThreadPool pool(o.threads);
   const int64_t total = static_cast<int64_t>(prompt.size()) + max_new;
@@ -140,15 +141,16 @@ int run_generate(const GenerateOptions& o) {
   if (o.verbose) {
     const double total_s = seconds_since(t_start);
     const double decode_s = total_s - ttft;
-    std::fprintf(stderr,
-                 "model: %s (%s, %s)\nload: %.3f s\nprompt tokens: %zu\ngenerated tokens: %lld\n"
-                 "time to first token: %.2f ms\nprefill: %.1f tok/s\ndecode: %.1f tok/s\n"
-                 "threads: %d\n",
-                 o.model.c_str(), cfg.architecture.c_str(), cfg.format.c_str(), load_s,
-                 prompt.size(), static_cast<long long>(generated), ttft * 1e3,
-                 ttft > 0 ? static_cast<double>(prompt.size()) / ttft : 0.0,
-                 generated > 1 && decode_s > 0 ? static_cast<double>(generated - 1) / decode_s : 0.0,
-                 pool.size());
+    std::fprintf(
+        stderr,
+        "model: %s (%s, %s)\nload: %.3f s\nprompt tokens: %zu\ngenerated tokens: %lld\n"
+        "time to first token: %.2f ms\nprefill: %.1f tok/s\ndecode: %.1f tok/s\n"
+        "threads: %d\n",
+        o.model.c_str(), cfg.architecture.c_str(), cfg.format.c_str(), load_s, prompt.size(),
+        static_cast<long long>(generated), ttft * 1e3,
+        ttft > 0 ? static_cast<double>(prompt.size()) / ttft : 0.0,
+        generated > 1 && decode_s > 0 ? static_cast<double>(generated - 1) / decode_s : 0.0,
+        pool.size());
   }
   return 0;
 }
@@ -162,8 +164,10 @@ Action add_generate(CLI::App& app) {
   app.add_option("--tokenizer", o->tokenizer, "tokenizer file (default: found beside the model)");
   app.add_option("--prompt,-p", o->prompt, "prompt text");
   app.add_option("--prompt-ids", o->prompt_ids, "prompt as comma-separated token ids");
-  app.add_option("--max-tokens,-n", o->max_tokens, "tokens to generate at most")->capture_default_str();
-  app.add_option("--temperature,-t", o->temperature, "0 for greedy decoding")->capture_default_str();
+  app.add_option("--max-tokens,-n", o->max_tokens, "tokens to generate at most")
+      ->capture_default_str();
+  app.add_option("--temperature,-t", o->temperature, "0 for greedy decoding")
+      ->capture_default_str();
   app.add_option("--top-k", o->top_k, "sample among the k most likely tokens (0: off)")
       ->capture_default_str();
   app.add_option("--top-p", o->top_p, "nucleus sampling mass (1: off)")->capture_default_str();

@@ -1,7 +1,7 @@
 // tokenflow inspect: what a model is, read from its files and checked by loading it.
 
-#include <cstdio>
 #include <fmt/format.h>
+#include <cstdio>
 
 #include <map>
 
@@ -37,7 +37,9 @@ int run_inspect(const std::string& path) {
     if (!dtypes.empty()) dtypes += ", ";
     dtypes += fmt::format("{} ({} tensors, {} elements)", name, counts.first, counts.second);
   }
-  const auto row = [](const char* k, const std::string& v) { std::printf("%-20s %s\n", k, v.c_str()); };
+  const auto row = [](const char* k, const std::string& v) {
+    std::printf("%-20s %s\n", k, v.c_str());
+  };
   row("path", path);
   row("format", c.format);
   row("architecture", fmt::format("{} ({})", c.architecture, arch_name(c.arch)));
@@ -53,17 +55,19 @@ int run_inspect(const std::string& path) {
   row("norm_eps", fmt::format("{}", c.norm_eps));
   if (c.arch == Arch::kLlama) {
     row("rope_theta", fmt::format("{}", c.rope_theta));
-    row("rope_style",
-        c.rope_style == kernels::RopeStyle::kHalf ? "half (Hugging Face)" : "interleaved (Meta/llama2.c)");
+    row("rope_style", c.rope_style == kernels::RopeStyle::kHalf ? "half (Hugging Face)"
+                                                                : "interleaved (Meta/llama2.c)");
     row("qkv_bias", c.qkv_bias ? "yes" : "no");
   }
   row("tied_embeddings", c.tied_embeddings ? "yes" : "no");
   row("bos_id / eos_id", fmt::format("{} / {}", c.bos_id, c.eos_id));
   row("tensors", fmt::format("{}", model->weights().size()));
   row("dtypes", dtypes);
-  row("stored bytes", fmt::format("{} ({})", model->weights().stored_bytes(),
-                                  human_bytes(static_cast<double>(model->weights().stored_bytes()))));
-  row("converted bytes", fmt::format("{} (f32 copies made at load)", model->weights().converted_bytes()));
+  row("stored bytes",
+      fmt::format("{} ({})", model->weights().stored_bytes(),
+                  human_bytes(static_cast<double>(model->weights().stored_bytes()))));
+  row("converted bytes",
+      fmt::format("{} (f32 copies made at load)", model->weights().converted_bytes()));
   row("kv bytes/token", fmt::format("{}", KvCache::bytes_per_block(c, 1)));
   row("cpu", cpu_features().to_string());
   return 0;

@@ -59,7 +59,9 @@ CpuFeatures detect() {
   return f;
 }
 #else
-CpuFeatures detect() { return CpuFeatures{}; }
+CpuFeatures detect() {
+  return CpuFeatures{};
+}
 #endif
 
 void apply_cap(CpuFeatures& f) {

@@ -25,7 +25,9 @@ struct CpuFeatures {
   bool amx_int8 = false;
 
   // The feature set the AVX-512 kernels are compiled for.
-  bool has_avx512_kernels() const { return avx512f && avx512bw && avx512vl && avx512dq && fma && f16c; }
+  bool has_avx512_kernels() const {
+    return avx512f && avx512bw && avx512vl && avx512dq && fma && f16c;
+  }
   bool has_avx2_kernels() const { return avx2 && fma && f16c; }
 
   std::string to_string() const;  // "avx2 fma f16c avx512f ..."

@@ -14,16 +14,20 @@ struct DTypeInfo {
 };
 
 constexpr DTypeInfo kInfos[] = {
-    {DType::kF64, "F64", 8},         {DType::kF32, "F32", 4},         {DType::kF16, "F16", 2},
-    {DType::kBF16, "BF16", 2},       {DType::kI64, "I64", 8},         {DType::kI32, "I32", 4},
-    {DType::kI16, "I16", 2},         {DType::kI8, "I8", 1},           {DType::kU8, "U8", 1},
-    {DType::kBool, "BOOL", 1},       {DType::kF8E4M3, "F8_E4M3", 1}, {DType::kF8E5M2, "F8_E5M2", 1},
+    {DType::kF64, "F64", 8},   {DType::kF32, "F32", 4},        {DType::kF16, "F16", 2},
+    {DType::kBF16, "BF16", 2}, {DType::kI64, "I64", 8},        {DType::kI32, "I32", 4},
+    {DType::kI16, "I16", 2},   {DType::kI8, "I8", 1},          {DType::kU8, "U8", 1},
+    {DType::kBool, "BOOL", 1}, {DType::kF8E4M3, "F8_E4M3", 1}, {DType::kF8E5M2, "F8_E5M2", 1},
 };
 
 }  // namespace
 
-size_t dtype_size(DType t) { return kInfos[static_cast<int>(t)].size; }
-std::string_view dtype_name(DType t) { return kInfos[static_cast<int>(t)].name; }
+size_t dtype_size(DType t) {
+  return kInfos[static_cast<int>(t)].size;
+}
+std::string_view dtype_name(DType t) {
+  return kInfos[static_cast<int>(t)].name;
+}
 
 std::optional<DType> parse_dtype(std::string_view name) {
   for (const auto& info : kInfos) {
@@ -64,9 +68,9 @@ uint16_t f32_to_f16(float f) {
   std::memcpy(&bits, &f, 4);
   const uint16_t sign = static_cast<uint16_t>((bits >> 16) & 0x8000u);
   const uint32_t abs = bits & 0x7fffffffu;
-  if (abs > 0x7f800000u) return sign | 0x7e00u;   // NaN
-  if (abs >= 0x477ff000u) return sign | 0x7c00u;  // rounds to inf
-  if (abs < 0x38800000u) {                        // subnormal or zero in f16
+  if (abs > 0x7f800000u) return sign | 0x7e00u;       // NaN
+  if (abs >= 0x477ff000u) return sign | 0x7c00u;      // rounds to inf
+  if (abs < 0x38800000u) {                            // subnormal or zero in f16
     const float scaled = std::fabs(f) * 16777216.0f;  // 2^24: units of the smallest subnormal
     return sign | static_cast<uint16_t>(std::nearbyint(scaled));
   }

@@ -11,7 +11,20 @@
 
 namespace tf {
 
-enum class DType : uint8_t { kF64, kF32, kF16, kBF16, kI64, kI32, kI16, kI8, kU8, kBool, kF8E4M3, kF8E5M2 };
+enum class DType : uint8_t {
+  kF64,
+  kF32,
+  kF16,
+  kBF16,
+  kI64,
+  kI32,
+  kI16,
+  kI8,
+  kU8,
+  kBool,
+  kF8E4M3,
+  kF8E5M2
+};
 
 size_t dtype_size(DType t);
 // The safetensors spelling: "F32", "BF16", ...

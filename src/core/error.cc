@@ -4,11 +4,16 @@ namespace tf {
 
 const char* error_kind_name(ErrorKind kind) {
   switch (kind) {
-    case ErrorKind::kInvalidArgument: return "invalid_argument";
-    case ErrorKind::kNotFound: return "not_found";
-    case ErrorKind::kUnsupported: return "unsupported";
-    case ErrorKind::kResourceExhausted: return "resource_exhausted";
-    case ErrorKind::kInternal: return "internal";
+    case ErrorKind::kInvalidArgument:
+      return "invalid_argument";
+    case ErrorKind::kNotFound:
+      return "not_found";
+    case ErrorKind::kUnsupported:
+      return "unsupported";
+    case ErrorKind::kResourceExhausted:
+      return "resource_exhausted";
+    case ErrorKind::kInternal:
+      return "internal";
   }
   return "unknown";
 }

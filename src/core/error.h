@@ -43,11 +43,11 @@ template <typename... Args>
 }
 
 // For conditions that only a bug can break; still an exception, never undefined behaviour.
-#define TF_CHECK(cond)                                                                    \
-  do {                                                                                    \
-    if (!(cond))                                                                          \
-      ::tf::fail(::tf::ErrorKind::kInternal, "internal check failed: {} ({}:{})", #cond, \
-                 __FILE__, __LINE__);                                                     \
+#define TF_CHECK(cond)                                                                             \
+  do {                                                                                             \
+    if (!(cond))                                                                                   \
+      ::tf::fail(::tf::ErrorKind::kInternal, "internal check failed: {} ({}:{})", #cond, __FILE__, \
+                 __LINE__);                                                                        \
   } while (0)
 
 }  // namespace tf

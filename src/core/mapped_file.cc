@@ -46,7 +46,9 @@ MappedFile MappedFile::open(const std::string& path) {
   return file;
 }
 
-MappedFile::~MappedFile() { reset(); }
+MappedFile::~MappedFile() {
+  reset();
+}
 
 MappedFile::MappedFile(MappedFile&& other) noexcept
     : data_(std::exchange(other.data_, nullptr)),

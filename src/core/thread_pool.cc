@@ -78,7 +78,7 @@ void ThreadPool::worker_loop(int index) {
   }
 }
 
-void ThreadPool::parallel_for(int64_t n, const RangeFn& fn, int64_t min_chunk) {
+void ThreadPool::parallel_for(int64_t n, RangeFn fn, int64_t min_chunk) {
   if (n <= 0) return;
   min_chunk = std::max<int64_t>(1, min_chunk);
   const int64_t max_chunks = std::max<int64_t>(1, n / min_chunk);

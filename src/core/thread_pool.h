@@ -8,16 +8,17 @@
 #include <condition_variable>
 #include <cstdint>
 #include <exception>
-#include <functional>
 #include <mutex>
 #include <thread>
 #include <vector>
+
+#include "core/function_ref.h"
 
 namespace tf {
 
 class ThreadPool {
  public:
-  using RangeFn = std::function<void(int64_t begin, int64_t end)>;
+  using RangeFn = FunctionRef<void(int64_t begin, int64_t end)>;
 
   // n_threads counts the calling thread; 0 means one per available core.
   explicit ThreadPool(int n_threads = 0);
@@ -30,7 +31,7 @@ class ThreadPool {
   // Runs fn over [0, n) in at most size() chunks of at least min_chunk items. Blocks until all
   // chunks are done; rethrows the first exception a chunk threw. Called from inside a chunk, it
   // runs inline.
-  void parallel_for(int64_t n, const RangeFn& fn, int64_t min_chunk = 1);
+  void parallel_for(int64_t n, RangeFn fn, int64_t min_chunk = 1);
 
   static int hardware_threads();
 

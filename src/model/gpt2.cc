@@ -20,10 +20,12 @@ struct Gpt2Layer {
 
 class Gpt2Model final : public Model {
  public:
-  Gpt2Model(ModelConfig config, WeightStore weights) : Model(std::move(config), std::move(weights)) {
+  Gpt2Model(ModelConfig config, WeightStore weights)
+      : Model(std::move(config), std::move(weights)) {
     const ModelConfig& c = config_;
     WeightStore& w = weights_;
-    // HF's GPT2LMHeadModel saves "transformer.h.0..."; OpenAI's original conversion drops the prefix.
+    // HF's GPT2LMHeadModel saves "transformer.h.0..."; OpenAI's original conversion drops the
+    // prefix.
     prefix_ = w.has("transformer.wte.weight") ? "transformer." : "";
     const std::string& P = prefix_;
     wte_ = w.f32(P + "wte.weight", {c.vocab_size, c.dim});
@@ -78,7 +80,8 @@ class Gpt2Model final : public Model {
       });
       // The fused QKV weight's rows are q, then k, then v: three matmuls on its thirds.
       kernels::matmul(a.xb.data(), T, dim, L.w_qkv, dim, L.b_qkv, a.q.data(), pool);
-      kernels::matmul(a.xb.data(), T, dim, L.w_qkv + dim * dim, dim, L.b_qkv + dim, a.k.data(), pool);
+      kernels::matmul(a.xb.data(), T, dim, L.w_qkv + dim * dim, dim, L.b_qkv + dim, a.k.data(),
+                      pool);
       kernels::matmul(a.xb.data(), T, dim, L.w_qkv + 2 * dim * dim, dim, L.b_qkv + 2 * dim,
                       a.v.data(), pool);
       transformer::store_kv(batch, tokens, cache, a.k.data(), a.v.data(), pool);
@@ -91,7 +94,8 @@ class Gpt2Model final : public Model {
                             a.xb.data() + i * dim);
       });
       kernels::matmul(a.xb.data(), T, dim, L.w_fc, ffn, L.b_fc, a.h1.data(), pool);
-      transformer::for_rows(pool, T, [&](int64_t i) { kernels::gelu_tanh(a.h1.data() + i * ffn, ffn); });
+      transformer::for_rows(pool, T,
+                            [&](int64_t i) { kernels::gelu_tanh(a.h1.data() + i * ffn, ffn); });
       kernels::matmul(a.h1.data(), T, ffn, L.w_out, dim, L.b_out, a.xb.data(), pool);
       kernels::add(a.x.data(), a.xb.data(), T * dim);
     }

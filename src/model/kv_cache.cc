@@ -10,7 +10,8 @@ KvCache::KvCache(const ModelConfig& config, int64_t num_blocks, int block_size)
       n_layers_(config.n_layers),
       kv_dim_(config.kv_dim()) {
   if (num_blocks <= 0) fail("KV cache needs at least one block, got {}", num_blocks);
-  if (block_size <= 0 || block_size > 1024) fail("KV block size {} is out of range (1..1024)", block_size);
+  if (block_size <= 0 || block_size > 1024)
+    fail("KV block size {} is out of range (1..1024)", block_size);
   const int64_t floats = n_layers_ * 2 * num_blocks_ * block_size_ * kv_dim_;
   try {
     storage_.assign(static_cast<size_t>(floats), 0.0f);

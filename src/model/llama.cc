@@ -1,5 +1,6 @@
 #include "model/llama.h"
 
+#include <algorithm>
 #include <cmath>
 #include <vector>
 
@@ -20,7 +21,8 @@ struct LlamaLayer {
 
 class LlamaModel final : public Model {
  public:
-  LlamaModel(ModelConfig config, WeightStore weights) : Model(std::move(config), std::move(weights)) {
+  LlamaModel(ModelConfig config, WeightStore weights)
+      : Model(std::move(config), std::move(weights)) {
     const ModelConfig& c = config_;
     WeightStore& w = weights_;
     embed_ = w.f32("model.embed_tokens.weight", {c.vocab_size, c.dim});
@@ -49,8 +51,9 @@ class LlamaModel final : public Model {
                    : w.f32("lm_head.weight", {c.vocab_size, c.dim});
     inv_freq_.resize(c.head_dim / 2);
     for (int64_t i = 0; i < c.head_dim / 2; ++i) {
-      inv_freq_[i] = static_cast<float>(
-          1.0 / std::pow(c.rope_theta, static_cast<double>(2 * i) / static_cast<double>(c.head_dim)));
+      inv_freq_[i] =
+          static_cast<float>(1.0 / std::pow(c.rope_theta, static_cast<double>(2 * i) /
+                                                              static_cast<double>(c.head_dim)));
     }
   }
 
@@ -74,14 +77,15 @@ class LlamaModel final : public Model {
       const LlamaLayer& L = layers_[l];
       const kernels::PagedKvLayer cache = kv.layer(l);
       transformer::for_rows(pool, T, [&](int64_t i) {
-        kernels::rms_norm(a.x.data() + i * dim, L.attn_norm, c.norm_eps, dim, a.xb.data() + i * dim);
+        kernels::rms_norm(a.x.data() + i * dim, L.attn_norm, c.norm_eps, dim,
+                          a.xb.data() + i * dim);
       });
       kernels::matmul(a.xb.data(), T, dim, L.wq, q_dim, L.bq, a.q.data(), pool);
       kernels::matmul(a.xb.data(), T, dim, L.wk, kv_dim, L.bk, a.k.data(), pool);
       kernels::matmul(a.xb.data(), T, dim, L.wv, kv_dim, L.bv, a.v.data(), pool);
       transformer::for_rows(pool, T, [&](int64_t i) {
-        kernels::rope(a.q.data() + i * q_dim, static_cast<int>(c.n_heads), static_cast<int>(c.head_dim),
-                      tokens[i].pos, inv_freq_.data(), c.rope_style);
+        kernels::rope(a.q.data() + i * q_dim, static_cast<int>(c.n_heads),
+                      static_cast<int>(c.head_dim), tokens[i].pos, inv_freq_.data(), c.rope_style);
         kernels::rope(a.k.data() + i * kv_dim, static_cast<int>(c.n_kv_heads),
                       static_cast<int>(c.head_dim), tokens[i].pos, inv_freq_.data(), c.rope_style);
       });
@@ -103,7 +107,8 @@ class LlamaModel final : public Model {
     }
     const int64_t rows = transformer::gather_logit_rows(batch, a.x.data(), dim, a.xb.data());
     transformer::for_rows(pool, rows, [&](int64_t i) {
-      kernels::rms_norm(a.xb.data() + i * dim, final_norm_, c.norm_eps, dim, a.head_in.data() + i * dim);
+      kernels::rms_norm(a.xb.data() + i * dim, final_norm_, c.norm_eps, dim,
+                        a.head_in.data() + i * dim);
     });
     kernels::matmul(a.head_in.data(), rows, dim, lm_head_, c.vocab_size, nullptr, logits, pool);
   }

@@ -74,10 +74,11 @@ Llama2cLayout parse_llama2c(const uint8_t* data, size_t size, const std::string&
   L.total_floats = off;
   const uint64_t expected = kHeaderBytes + 4 * L.total_floats;
   if (expected != size) {
-    fail("'{}': header (dim {}, hidden {}, layers {}, heads {}, kv heads {}, vocab {}, seq_len {}) "
-         "implies {} bytes, but the file has {}",
-         path, c.dim, c.ffn_dim, c.n_layers, c.n_heads, c.n_kv_heads, h[5], c.max_seq_len, expected,
-         size);
+    fail(
+        "'{}': header (dim {}, hidden {}, layers {}, heads {}, kv heads {}, vocab {}, seq_len {}) "
+        "implies {} bytes, but the file has {}",
+        path, c.dim, c.ffn_dim, c.n_layers, c.n_heads, c.n_kv_heads, h[5], c.max_seq_len, expected,
+        size);
   }
   return L;
 }

@@ -60,7 +60,8 @@ void Model::forward(std::span<const SequenceChunk> batch, KvCache& kv, float* lo
   size_t t = 0;
   for (size_t i = 0; i < batch.size(); ++i) {
     for (size_t j = 0; j < batch[i].tokens.size(); ++j) {
-      token_positions_[t++] = {batch[i].start_pos + static_cast<int64_t>(j), static_cast<int32_t>(i)};
+      token_positions_[t++] = {batch[i].start_pos + static_cast<int64_t>(j),
+                               static_cast<int32_t>(i)};
     }
   }
   run(batch, token_positions_, kv, logits, pool);
@@ -87,13 +88,16 @@ std::unique_ptr<Model> load_model(const std::string& path) {
   if (fs::is_directory(path, ec)) {
     const fs::path cfg = fs::path(path) / "config.json";
     if (!fs::exists(cfg)) {
-      fail(ErrorKind::kNotFound, "'{}' is a directory without config.json (expected a Hugging Face model directory)", path);
+      fail(ErrorKind::kNotFound,
+           "'{}' is a directory without config.json (expected a Hugging Face model directory)",
+           path);
     }
     config = parse_hf_config(read_text(cfg), cfg.string());
     load_safetensors_dir(path, weights);
   } else if (fs::path(path).extension() == ".safetensors") {
     fail(ErrorKind::kUnsupported,
-         "'{}': a bare .safetensors file has no config; pass its directory (with config.json)", path);
+         "'{}': a bare .safetensors file has no config; pass its directory (with config.json)",
+         path);
   } else if (fs::path(path).extension() == ".gguf") {
     fail(ErrorKind::kUnsupported, "'{}': GGUF files are not supported yet", path);
   } else {

@@ -6,7 +6,9 @@
 
 namespace tf {
 
-const char* arch_name(Arch arch) { return arch == Arch::kGpt2 ? "gpt2" : "llama"; }
+const char* arch_name(Arch arch) {
+  return arch == Arch::kGpt2 ? "gpt2" : "llama";
+}
 
 void ModelConfig::validate(const std::string& source) const {
   auto positive = [&](int64_t v, const char* name, int64_t max) {
@@ -30,12 +32,15 @@ void ModelConfig::validate(const std::string& source) const {
   if (arch == Arch::kGpt2 && n_heads * head_dim != dim) {
     fail("{}: n_embd {} is not divisible by n_head {}", source, dim, n_heads);
   }
-  if (!(norm_eps > 0.0f && norm_eps < 1.0f)) fail("{}: norm epsilon {} is out of range", source, norm_eps);
+  if (!(norm_eps > 0.0f && norm_eps < 1.0f))
+    fail("{}: norm epsilon {} is out of range", source, norm_eps);
   if (arch == Arch::kLlama && !(rope_theta > 1.0 && rope_theta < 1e12)) {
     fail("{}: rope_theta {} is out of range", source, rope_theta);
   }
-  if (bos_id >= vocab_size) fail("{}: bos_token_id {} >= vocab_size {}", source, bos_id, vocab_size);
-  if (eos_id >= vocab_size) fail("{}: eos_token_id {} >= vocab_size {}", source, eos_id, vocab_size);
+  if (bos_id >= vocab_size)
+    fail("{}: bos_token_id {} >= vocab_size {}", source, bos_id, vocab_size);
+  if (eos_id >= vocab_size)
+    fail("{}: eos_token_id {} >= vocab_size {}", source, eos_id, vocab_size);
 }
 
 namespace {
@@ -145,8 +150,8 @@ ModelConfig parse_hf_config(const std::string& json_text, const std::string& sou
   if (!j.is_object()) fail("{}: expected a JSON object", source);
 
   std::string architecture;
-  if (auto it = j.find("architectures"); it != j.end() && it->is_array() && !it->empty() &&
-                                         (*it)[0].is_string()) {
+  if (auto it = j.find("architectures");
+      it != j.end() && it->is_array() && !it->empty() && (*it)[0].is_string()) {
     architecture = (*it)[0].get<std::string>();
   }
   const std::string model_type = get_string_or(j, "model_type", "", source);
@@ -159,7 +164,8 @@ ModelConfig parse_hf_config(const std::string& json_text, const std::string& sou
              (architecture.empty() && (model_type == "llama" || model_type == "mistral"))) {
     c = parse_llama(j, source, false);
     if (architecture.empty()) architecture = "LlamaForCausalLM";
-  } else if (architecture == "Qwen2ForCausalLM" || (architecture.empty() && model_type == "qwen2")) {
+  } else if (architecture == "Qwen2ForCausalLM" ||
+             (architecture.empty() && model_type == "qwen2")) {
     c = parse_llama(j, source, true);
     if (architecture.empty()) architecture = "Qwen2ForCausalLM";
   } else {

@@ -75,18 +75,19 @@ SafetensorsHeader parse_safetensors(const uint8_t* data, size_t size, const std:
     Shape shape;
     for (const auto& d : *sh) {
       if (!d.is_number_unsigned()) fail("{}: shape entries must be non-negative integers", where);
-      shape.dims[shape.rank++] = static_cast<int64_t>(std::min<uint64_t>(d.get<uint64_t>(), 1ull << 62));
+      shape.dims[shape.rank++] =
+          static_cast<int64_t>(std::min<uint64_t>(d.get<uint64_t>(), 1ull << 62));
     }
     auto off = info.find("data_offsets");
-    if (off == info.end() || !off->is_array() || off->size() != 2 || !(*off)[0].is_number_unsigned() ||
-        !(*off)[1].is_number_unsigned()) {
+    if (off == info.end() || !off->is_array() || off->size() != 2 ||
+        !(*off)[0].is_number_unsigned() || !(*off)[1].is_number_unsigned()) {
       fail("{}: data_offsets must be two non-negative integers", where);
     }
     const uint64_t begin = (*off)[0].get<uint64_t>();
     const uint64_t end = (*off)[1].get<uint64_t>();
     if (begin > end || end > data_size) {
-      fail("{}: data_offsets [{}, {}] fall outside the {} data bytes of the file", where, begin, end,
-           data_size);
+      fail("{}: data_offsets [{}, {}] fall outside the {} data bytes of the file", where, begin,
+           end, data_size);
     }
     uint64_t expected = 0;
     if (__builtin_mul_overflow(checked_numel(shape, where), dtype_size(*dtype), &expected) ||
@@ -138,7 +139,8 @@ void load_safetensors_dir(const std::string& dir, WeightStore& store) {
   std::map<std::string, std::string> expected;  // tensor -> shard
   std::set<std::string> shards;
   for (const auto& [name, file] : wm->items()) {
-    if (!file.is_string()) fail("'{}': weight_map entry '{}' is not a file name", index.string(), name);
+    if (!file.is_string())
+      fail("'{}': weight_map entry '{}' is not a file name", index.string(), name);
     const std::string shard = file.get<std::string>();
     if (shard.empty() || shard.find('/') != std::string::npos || shard == "." || shard == "..") {
       fail("'{}': shard name '{}' must be a plain file name", index.string(), shard);

@@ -26,7 +26,7 @@ void Activations::ensure(int64_t n, const ModelConfig& c) {
   grow(head_in, n * c.dim);
 }
 
-void for_rows(ThreadPool& pool, int64_t n, const std::function<void(int64_t)>& fn) {
+void for_rows(ThreadPool& pool, int64_t n, FunctionRef<void(int64_t)> fn) {
   pool.parallel_for(n, [&](int64_t b, int64_t e) {
     for (int64_t t = b; t < e; ++t) fn(t);
   });

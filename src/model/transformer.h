@@ -3,7 +3,6 @@
 // K/V into the paged cache, attention over a ragged batch, and the LM head.
 
 #include <cstdint>
-#include <functional>
 #include <span>
 #include <vector>
 
@@ -19,12 +18,11 @@ struct Activations {
 };
 
 // fn(t) for t in [0, n), rows split over the pool.
-void for_rows(ThreadPool& pool, int64_t n, const std::function<void(int64_t)>& fn);
+void for_rows(ThreadPool& pool, int64_t n, FunctionRef<void(int64_t)> fn);
 
 // Writes each token's K and V rows into the cache at its position.
 void store_kv(std::span<const SequenceChunk> batch, std::span<const TokenPosition> tokens,
-              const kernels::PagedKvLayer& layer, const float* k, const float* v,
-              ThreadPool& pool);
+              const kernels::PagedKvLayer& layer, const float* k, const float* v, ThreadPool& pool);
 
 // Causal attention of every token over its own sequence's cache (positions <= its own).
 // q is [T, n_heads * head_dim]; out has the same shape.

@@ -14,18 +14,21 @@ int WeightStore::add_file(MappedFile file) {
 void WeightStore::add(const std::string& name, const TensorView& view, int file_index) {
   auto [it, inserted] = tensors_.emplace(name, Entry{view, file_index, nullptr});
   if (!inserted) {
-    fail("tensor '{}' appears twice (in '{}' and '{}')", name, files_.at(it->second.file_index).path(),
-         files_.at(file_index).path());
+    fail("tensor '{}' appears twice (in '{}' and '{}')", name,
+         files_.at(it->second.file_index).path(), files_.at(file_index).path());
   }
 }
 
 const WeightStore::Entry& WeightStore::entry(const std::string& name) const {
   auto it = tensors_.find(name);
-  if (it == tensors_.end()) fail(ErrorKind::kNotFound, "missing tensor '{}' in {}", name, sources());
+  if (it == tensors_.end())
+    fail(ErrorKind::kNotFound, "missing tensor '{}' in {}", name, sources());
   return it->second;
 }
 
-const TensorView& WeightStore::get(const std::string& name) const { return entry(name).view; }
+const TensorView& WeightStore::get(const std::string& name) const {
+  return entry(name).view;
+}
 
 void WeightStore::check_shape(const std::string& name, const Entry& e, const Shape& shape) const {
   if (!(e.view.shape == shape)) {
@@ -48,8 +51,8 @@ const float* WeightStore::f32(const std::string& name, const Shape& shape) {
   const bool aligned = reinterpret_cast<uintptr_t>(e.view.data) % alignof(float) == 0;
   if (e.view.dtype == DType::kF32 && aligned) return static_cast<const float*>(e.view.data);
   if (e.view.dtype != DType::kF32 && e.view.dtype != DType::kF16 && e.view.dtype != DType::kBF16) {
-    fail(ErrorKind::kUnsupported, "tensor '{}' in '{}' has dtype {}; F32, F16 or BF16 expected", name,
-         files_.at(e.file_index).path(), dtype_name(e.view.dtype));
+    fail(ErrorKind::kUnsupported, "tensor '{}' in '{}' has dtype {}; F32, F16 or BF16 expected",
+         name, files_.at(e.file_index).path(), dtype_name(e.view.dtype));
   }
   float* out = alloc(static_cast<size_t>(e.view.numel()));
   convert_to_f32(e.view.dtype, e.view.data, static_cast<size_t>(e.view.numel()), out);

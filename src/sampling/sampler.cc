@@ -23,7 +23,9 @@ uint64_t splitmix64(uint64_t& x) {
   z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
   return z ^ (z >> 31);
 }
-uint64_t rotl(uint64_t x, int k) { return (x << k) | (x >> (64 - k)); }
+uint64_t rotl(uint64_t x, int k) {
+  return (x << k) | (x >> (64 - k));
+}
 }  // namespace
 
 Rng::Rng(uint64_t seed) {
@@ -42,7 +44,9 @@ uint64_t Rng::next() {
   return result;
 }
 
-float Rng::uniform() { return static_cast<float>(next() >> 40) * (1.0f / 16777216.0f); }
+float Rng::uniform() {
+  return static_cast<float>(next() >> 40) * (1.0f / 16777216.0f);
+}
 
 int32_t argmax(const float* logits, int64_t n) {
   int64_t best = 0;
@@ -67,7 +71,8 @@ int32_t Sampler::sample(const float* logits, int64_t n) {
   int64_t keep = n;
   if (params_.top_k > 0 && params_.top_k < n) {
     keep = params_.top_k;
-    std::nth_element(candidates_.begin(), candidates_.begin() + keep - 1, candidates_.end(), by_logit);
+    std::nth_element(candidates_.begin(), candidates_.begin() + keep - 1, candidates_.end(),
+                     by_logit);
   }
   candidates_.resize(static_cast<size_t>(keep));
   std::sort(candidates_.begin(), candidates_.end(), by_logit);

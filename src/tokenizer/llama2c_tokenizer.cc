@@ -26,9 +26,10 @@ int parse_byte_piece(const std::string& p) {
 }  // namespace
 
 std::unique_ptr<Llama2cTokenizer> Llama2cTokenizer::parse(const uint8_t* data, size_t size,
-                                                           int64_t vocab_size,
-                                                           const std::string& path) {
-  if (vocab_size <= 0 || vocab_size > (1 << 24)) fail("'{}': vocab size {} is out of range", path, vocab_size);
+                                                          int64_t vocab_size,
+                                                          const std::string& path) {
+  if (vocab_size <= 0 || vocab_size > (1 << 24))
+    fail("'{}': vocab size {} is out of range", path, vocab_size);
   if (size < 4) fail("'{}': too short for a llama2.c tokenizer ({} bytes)", path, size);
   auto tok = std::unique_ptr<Llama2cTokenizer>(new Llama2cTokenizer());
   size_t off = 4;  // max_token_length: informative only
@@ -42,7 +43,8 @@ std::unique_ptr<Llama2cTokenizer> Llama2cTokenizer::parse(const uint8_t* data, s
     std::memcpy(&score, data + off, 4);
     std::memcpy(&len, data + off + 4, 4);
     off += 8;
-    if (len < 0 || static_cast<uint32_t>(len) > kMaxPieceBytes || static_cast<size_t>(len) > size - off) {
+    if (len < 0 || static_cast<uint32_t>(len) > kMaxPieceBytes ||
+        static_cast<size_t>(len) > size - off) {
       fail("'{}': token {} has an invalid length {}", path, id, len);
     }
     if (!std::isfinite(score)) fail("'{}': token {} has a non-finite score", path, id);
@@ -63,7 +65,8 @@ std::unique_ptr<Llama2cTokenizer> Llama2cTokenizer::parse(const uint8_t* data, s
   return tok;
 }
 
-std::unique_ptr<Llama2cTokenizer> Llama2cTokenizer::load(const std::string& path, int64_t vocab_size) {
+std::unique_ptr<Llama2cTokenizer> Llama2cTokenizer::load(const std::string& path,
+                                                         int64_t vocab_size) {
   MappedFile file = MappedFile::open(path);
   return parse(file.data(), file.size(), vocab_size, path);
 }

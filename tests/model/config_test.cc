@@ -15,7 +15,8 @@ std::string error_of(const std::string& json) {
   return "";
 }
 
-const char* kLlama = R"({"architectures":["LlamaForCausalLM"],"hidden_size":64,"intermediate_size":128,
+const char* kLlama =
+    R"({"architectures":["LlamaForCausalLM"],"hidden_size":64,"intermediate_size":128,
   "num_hidden_layers":2,"num_attention_heads":4,"num_key_value_heads":2,"vocab_size":100,
   "max_position_embeddings":256,"rms_norm_eps":1e-6,"rope_theta":500000.0,"bos_token_id":1,
   "eos_token_id":[2,3],"tie_word_embeddings":false})";
@@ -38,7 +39,8 @@ TEST(HfConfig, ParsesLlama) {
 
 TEST(HfConfig, ParsesGpt2AndQwen2) {
   ModelConfig g = parse_hf_config(R"({"architectures":["GPT2LMHeadModel"],"n_embd":72,"n_layer":3,
-    "n_head":6,"n_positions":128,"vocab_size":1000,"n_inner":null})", "config.json");
+    "n_head":6,"n_positions":128,"vocab_size":1000,"n_inner":null})",
+                                  "config.json");
   EXPECT_EQ(g.arch, Arch::kGpt2);
   EXPECT_EQ(g.ffn_dim, 288);
   EXPECT_EQ(g.head_dim, 12);
@@ -57,27 +59,36 @@ TEST(HfConfig, RejectsBadConfigsByName) {
   EXPECT_NE(error_of("[]").find("JSON object"), std::string::npos);
   EXPECT_NE(error_of(R"({"architectures":["BertModel"]})").find("unknown architecture 'BertModel'"),
             std::string::npos);
-  EXPECT_NE(error_of(R"({"architectures":["LlamaForCausalLM"]})").find("'vocab_size'"), std::string::npos);
+  EXPECT_NE(error_of(R"({"architectures":["LlamaForCausalLM"]})").find("'vocab_size'"),
+            std::string::npos);
   std::string s = kLlama;
   auto with = [&](const std::string& from, const std::string& to) {
     std::string t = s;
     t.replace(t.find(from), from.size(), to);
     return error_of(t);
   };
-  EXPECT_NE(with("\"hidden_size\":64", "\"hidden_size\":\"64\"").find("'hidden_size' must be an integer"),
-            std::string::npos);
+  EXPECT_NE(
+      with("\"hidden_size\":64", "\"hidden_size\":\"64\"").find("'hidden_size' must be an integer"),
+      std::string::npos);
   EXPECT_NE(with("\"num_key_value_heads\":2", "\"num_key_value_heads\":3").find("not a multiple"),
             std::string::npos);
-  EXPECT_NE(with("\"hidden_size\":64", "\"hidden_size\":-64").find("hidden size"), std::string::npos);
-  EXPECT_NE(with("\"rope_theta\":500000.0", "\"rope_theta\":0").find("rope_theta"), std::string::npos);
-  EXPECT_NE(with("\"bos_token_id\":1", "\"bos_token_id\":100").find("bos_token_id"), std::string::npos);
-  EXPECT_NE(with("\"rms_norm_eps\":1e-6", "\"rms_norm_eps\":-1").find("epsilon"), std::string::npos);
-  EXPECT_NE(with("\"tie_word_embeddings\":false", "\"tie_word_embeddings\":\"no\"").find("true or false"),
+  EXPECT_NE(with("\"hidden_size\":64", "\"hidden_size\":-64").find("hidden size"),
             std::string::npos);
-  EXPECT_NE(with("\"rope_theta\":500000.0", "\"rope_theta\":500000.0,\"rope_scaling\":{\"type\":\"yarn\"}")
+  EXPECT_NE(with("\"rope_theta\":500000.0", "\"rope_theta\":0").find("rope_theta"),
+            std::string::npos);
+  EXPECT_NE(with("\"bos_token_id\":1", "\"bos_token_id\":100").find("bos_token_id"),
+            std::string::npos);
+  EXPECT_NE(with("\"rms_norm_eps\":1e-6", "\"rms_norm_eps\":-1").find("epsilon"),
+            std::string::npos);
+  EXPECT_NE(
+      with("\"tie_word_embeddings\":false", "\"tie_word_embeddings\":\"no\"").find("true or false"),
+      std::string::npos);
+  EXPECT_NE(with("\"rope_theta\":500000.0",
+                 "\"rope_theta\":500000.0,\"rope_scaling\":{\"type\":\"yarn\"}")
                 .find("rope_scaling"),
             std::string::npos);
-  EXPECT_NE(with("\"rope_theta\":500000.0", "\"rope_theta\":500000.0,\"hidden_act\":\"gelu\"").find("hidden_act"),
+  EXPECT_NE(with("\"rope_theta\":500000.0", "\"rope_theta\":500000.0,\"hidden_act\":\"gelu\"")
+                .find("hidden_act"),
             std::string::npos);
 }
 

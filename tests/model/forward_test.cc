@@ -25,8 +25,8 @@ class ForwardTest : public ::testing::Test {
   int64_t vocab() const { return model_->config().vocab_size; }
 
   // Runs `tokens` through a fresh cache in chunks of the given sizes; returns all logits rows.
-  std::vector<float> run_chunked(const Ids& tokens, const std::vector<size_t>& chunks, ThreadPool& pool,
-                                 int block_size = 4) {
+  std::vector<float> run_chunked(const Ids& tokens, const std::vector<size_t>& chunks,
+                                 ThreadPool& pool, int block_size = 4) {
     KvCache kv(model_->config(), 64, block_size);
     Ids table(64);
     std::iota(table.rbegin(), table.rend(), 0);  // reversed: blocks are not in memory order
@@ -57,7 +57,8 @@ TEST_F(ForwardTest, ChunkedPrefillAndDecodeEqualOnePass) {
   ASSERT_EQ(whole.size(), chunked.size());
   float max_diff = 0, max_abs = 0;
   for (size_t i = 0; i < whole.size(); ++i) {
-    max_diff = std::max({max_diff, std::fabs(whole[i] - chunked[i]), std::fabs(whole[i] - decode[i])});
+    max_diff =
+        std::max({max_diff, std::fabs(whole[i] - chunked[i]), std::fabs(whole[i] - decode[i])});
     max_abs = std::max(max_abs, std::fabs(whole[i]));
   }
   EXPECT_LT(max_diff / max_abs, 1e-5f);

@@ -63,7 +63,8 @@ TEST(Llama2c, RejectsBadHeaders) {
   EXPECT_NE(error_of(header(4, 4, 1, 2, 3, 3, 2) + pad).find("not a multiple"), std::string::npos);
   EXPECT_NE(error_of(header(4, 4, -1, 2, 2, 3, 2) + pad).find("layers"), std::string::npos);
   EXPECT_NE(error_of(header(4, 4, 1, 2, 2, 0, 2) + pad).find("vocab_size"), std::string::npos);
-  EXPECT_NE(error_of(header(4, 4, 1, 2, 2, INT32_MIN, 2) + pad).find("vocab_size"), std::string::npos);
+  EXPECT_NE(error_of(header(4, 4, 1, 2, 2, INT32_MIN, 2) + pad).find("vocab_size"),
+            std::string::npos);
   EXPECT_NE(error_of(header(1 << 30, 1 << 30, 4000, 2, 2, 3, 2) + pad).find("out of range"),
             std::string::npos);
   // A plausible header whose file is far too short: never read past the end.

@@ -12,7 +12,8 @@ namespace {
 using testing::safetensors_bytes;
 
 SafetensorsHeader parse(const std::string& bytes) {
-  return parse_safetensors(reinterpret_cast<const uint8_t*>(bytes.data()), bytes.size(), "t.safetensors");
+  return parse_safetensors(reinterpret_cast<const uint8_t*>(bytes.data()), bytes.size(),
+                           "t.safetensors");
 }
 
 std::string error_of(const std::string& bytes) {
@@ -61,26 +62,54 @@ TEST(Safetensors, RejectsMalformedHeadersWithClearMessages) {
   auto one = [](const std::string& entry) { return std::string(R"({"w":)") + entry + "}"; };
   std::vector<BadCase> cases = {
       {"too short", "abc", "too short"},
-      {"header longer than file", [] {
+      {"header longer than file",
+       [] {
          std::string s(8, '\0');
          s[0] = 100;
          return s + "{}";
-       }(), "larger than the file"},
-      {"huge header length", std::string("\xff\xff\xff\xff\xff\xff\xff\x7f", 8) + "{}", "exceeds the limit"},
+       }(),
+       "larger than the file"},
+      {"huge header length", std::string("\xff\xff\xff\xff\xff\xff\xff\x7f", 8) + "{}",
+       "exceeds the limit"},
       {"not json", safetensors_bytes("{not json", ok_data), "not valid JSON"},
       {"not an object", safetensors_bytes("[1,2]", ok_data), "not a JSON object"},
       {"entry not object", safetensors_bytes(one("3"), ok_data), "not an object"},
-      {"unknown dtype", safetensors_bytes(one(R"({"dtype":"F33","shape":[6],"data_offsets":[0,24]})"), ok_data), "unknown dtype 'F33'"},
-      {"missing dtype", safetensors_bytes(one(R"({"shape":[6],"data_offsets":[0,24]})"), ok_data), "missing dtype"},
-      {"missing shape", safetensors_bytes(one(R"({"dtype":"F32","data_offsets":[0,24]})"), ok_data), "missing shape"},
-      {"negative dim", safetensors_bytes(one(R"({"dtype":"F32","shape":[-6],"data_offsets":[0,24]})"), ok_data), "non-negative"},
-      {"offsets past end", safetensors_bytes(one(R"({"dtype":"F32","shape":[6],"data_offsets":[0,2400]})"), ok_data), "outside"},
-      {"offsets reversed", safetensors_bytes(one(R"({"dtype":"F32","shape":[6],"data_offsets":[24,0]})"), ok_data), "outside"},
-      {"size mismatch", safetensors_bytes(one(R"({"dtype":"F32","shape":[5],"data_offsets":[0,24]})"), ok_data), "needs 20 bytes"},
-      {"bad offsets", safetensors_bytes(one(R"({"dtype":"F32","shape":[6],"data_offsets":[0]})"), ok_data), "data_offsets"},
-      {"overflowing shape", safetensors_bytes(one(R"({"dtype":"F32","shape":[4294967296,4294967296,16],"data_offsets":[0,24]})"), ok_data), "overflow"},
-      {"rank too high", safetensors_bytes(one(R"({"dtype":"F32","shape":[1,1,1,1,6],"data_offsets":[0,24]})"), ok_data), "rank"},
-      {"overlap", safetensors_bytes(R"({"a":{"dtype":"F32","shape":[4],"data_offsets":[0,16]},"b":{"dtype":"F32","shape":[4],"data_offsets":[8,24]}})", ok_data), "overlap"},
+      {"unknown dtype",
+       safetensors_bytes(one(R"({"dtype":"F33","shape":[6],"data_offsets":[0,24]})"), ok_data),
+       "unknown dtype 'F33'"},
+      {"missing dtype", safetensors_bytes(one(R"({"shape":[6],"data_offsets":[0,24]})"), ok_data),
+       "missing dtype"},
+      {"missing shape", safetensors_bytes(one(R"({"dtype":"F32","data_offsets":[0,24]})"), ok_data),
+       "missing shape"},
+      {"negative dim",
+       safetensors_bytes(one(R"({"dtype":"F32","shape":[-6],"data_offsets":[0,24]})"), ok_data),
+       "non-negative"},
+      {"offsets past end",
+       safetensors_bytes(one(R"({"dtype":"F32","shape":[6],"data_offsets":[0,2400]})"), ok_data),
+       "outside"},
+      {"offsets reversed",
+       safetensors_bytes(one(R"({"dtype":"F32","shape":[6],"data_offsets":[24,0]})"), ok_data),
+       "outside"},
+      {"size mismatch",
+       safetensors_bytes(one(R"({"dtype":"F32","shape":[5],"data_offsets":[0,24]})"), ok_data),
+       "needs 20 bytes"},
+      {"bad offsets",
+       safetensors_bytes(one(R"({"dtype":"F32","shape":[6],"data_offsets":[0]})"), ok_data),
+       "data_offsets"},
+      {"overflowing shape",
+       safetensors_bytes(
+           one(R"({"dtype":"F32","shape":[4294967296,4294967296,16],"data_offsets":[0,24]})"),
+           ok_data),
+       "overflow"},
+      {"rank too high",
+       safetensors_bytes(one(R"({"dtype":"F32","shape":[1,1,1,1,6],"data_offsets":[0,24]})"),
+                         ok_data),
+       "rank"},
+      {"overlap",
+       safetensors_bytes(
+           R"({"a":{"dtype":"F32","shape":[4],"data_offsets":[0,16]},"b":{"dtype":"F32","shape":[4],"data_offsets":[8,24]}})",
+           ok_data),
+       "overlap"},
   };
   for (const auto& c : cases) {
     const std::string msg = error_of(c.bytes);

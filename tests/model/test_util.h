@@ -12,9 +12,15 @@
 
 namespace tf::testing {
 
-inline std::string shared_dir() { return TF_SHARED_DIR; }
-inline std::string stories_bin() { return shared_dir() + "/models/stories260K/stories260K.bin"; }
-inline std::string stories_tok() { return shared_dir() + "/models/stories260K/tok512.bin"; }
+inline std::string shared_dir() {
+  return TF_SHARED_DIR;
+}
+inline std::string stories_bin() {
+  return shared_dir() + "/models/stories260K/stories260K.bin";
+}
+inline std::string stories_tok() {
+  return shared_dir() + "/models/stories260K/tok512.bin";
+}
 
 class TempDir {
  public:

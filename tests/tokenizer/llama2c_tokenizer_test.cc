@@ -11,7 +11,9 @@ namespace {
 
 using Ids = std::vector<int32_t>;
 
-std::unique_ptr<Llama2cTokenizer> stories() { return Llama2cTokenizer::load(testing::stories_tok(), 512); }
+std::unique_ptr<Llama2cTokenizer> stories() {
+  return Llama2cTokenizer::load(testing::stories_tok(), 512);
+}
 
 TEST(Llama2cTokenizer, StoriesPiecesAndIdsFromTheReadme) {
   auto tok = stories();
@@ -49,7 +51,8 @@ TEST(Llama2cTokenizer, DecodeDropsTheDummySpaceAfterBos) {
 
 TEST(Llama2cTokenizer, Llama2VocabMatchesSentencePiece) {
   // Llama 2's well-known ids: "Hello world" -> <s> ▁Hello ▁world.
-  auto tok = Llama2cTokenizer::load(testing::shared_dir() + "/tokenizers/llama2/tokenizer.bin", 32000);
+  auto tok =
+      Llama2cTokenizer::load(testing::shared_dir() + "/tokenizers/llama2/tokenizer.bin", 32000);
   EXPECT_EQ(tok->encode("Hello world", true), (Ids{1, 15043, 3186}));
   const std::string text = "The quick brown fox, 1234 émigrés 😀!";
   EXPECT_EQ(tok->decode(tok->encode(text, true)), text);
@@ -59,7 +62,8 @@ TEST(Llama2cTokenizer, RejectsMalformedFiles) {
   const std::string good = testing::read_bytes(testing::stories_tok());
   auto error_of = [](const std::string& bytes, int64_t vocab) {
     try {
-      Llama2cTokenizer::parse(reinterpret_cast<const uint8_t*>(bytes.data()), bytes.size(), vocab, "t.bin");
+      Llama2cTokenizer::parse(reinterpret_cast<const uint8_t*>(bytes.data()), bytes.size(), vocab,
+                              "t.bin");
     } catch (const Error& e) {
       return std::string(e.what());
     }
@@ -67,7 +71,8 @@ TEST(Llama2cTokenizer, RejectsMalformedFiles) {
   };
   EXPECT_EQ(error_of(good, 512), "");
   EXPECT_NE(error_of(good.substr(0, 2), 512).find("too short"), std::string::npos);
-  EXPECT_NE(error_of(good.substr(0, good.size() - 1), 512).find("invalid length"), std::string::npos);
+  EXPECT_NE(error_of(good.substr(0, good.size() - 1), 512).find("invalid length"),
+            std::string::npos);
   EXPECT_NE(error_of(good, 513).find("ends after 512"), std::string::npos);
   EXPECT_NE(error_of(good, 511).find("left after"), std::string::npos);
   std::string bad_len = good;

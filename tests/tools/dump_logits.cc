@@ -41,13 +41,20 @@ int run(int argc, char** argv) {
   for (int i = 1; i + 1 < argc; i += 2) {
     const std::string key = argv[i];
     const std::string val = argv[i + 1];
-    if (key == "--model") model_path = val;
-    else if (key == "--prompts") prompts_arg = val;
-    else if (key == "--decode") decode_arg = val;
-    else if (key == "--out") out_path = val;
-    else if (key == "--greedy") greedy = std::stoi(val);
-    else if (key == "--threads") threads = std::stoi(val);
-    else tf::fail("unknown option {}", key);
+    if (key == "--model")
+      model_path = val;
+    else if (key == "--prompts")
+      prompts_arg = val;
+    else if (key == "--decode")
+      decode_arg = val;
+    else if (key == "--out")
+      out_path = val;
+    else if (key == "--greedy")
+      greedy = std::stoi(val);
+    else if (key == "--threads")
+      threads = std::stoi(val);
+    else
+      tf::fail("unknown option {}", key);
   }
   auto model = tf::load_model(model_path);
   const tf::ModelConfig& cfg = model->config();
@@ -55,12 +62,14 @@ int run(int argc, char** argv) {
   const std::vector<Ids> decode = decode_arg.empty() ? std::vector<Ids>() : parse_batch(decode_arg);
   const size_t B = prompts.size();
   if (!decode.empty() && decode.size() != B) tf::fail("--decode needs one list per sequence");
-  const size_t steps = greedy >= 0 ? static_cast<size_t>(greedy) : (decode.empty() ? 0 : decode[0].size());
+  const size_t steps =
+      greedy >= 0 ? static_cast<size_t>(greedy) : (decode.empty() ? 0 : decode[0].size());
 
   tf::ThreadPool pool(threads);
   const int bs = 4;  // small blocks so that every test crosses block boundaries
   int64_t max_len = 0;
-  for (const auto& p : prompts) max_len = std::max<int64_t>(max_len, static_cast<int64_t>(p.size()) + steps);
+  for (const auto& p : prompts)
+    max_len = std::max<int64_t>(max_len, static_cast<int64_t>(p.size()) + steps);
   const int64_t per_seq = (max_len + bs - 1) / bs;
   tf::KvCache kv(cfg, per_seq * static_cast<int64_t>(B), bs);
   // Interleave the sequences' blocks so that a wrong block table reads another sequence's keys.
@@ -107,7 +116,8 @@ int run(int argc, char** argv) {
     return 0;
   }
   std::ofstream out(out_path, std::ios::binary);
-  out.write(reinterpret_cast<const char*>(all.data()), static_cast<std::streamsize>(all.size() * 4));
+  out.write(reinterpret_cast<const char*>(all.data()),
+            static_cast<std::streamsize>(all.size() * 4));
   if (!out) tf::fail("cannot write '{}'", out_path);
   std::printf("{\"vocab\": %lld, \"rows\": %lld}\n", static_cast<long long>(cfg.vocab_size),
               static_cast<long long>(all.size() / cfg.vocab_size));
