@@ -28,8 +28,10 @@ int parse_byte_piece(const std::string& p) {
 std::unique_ptr<Llama2cTokenizer> Llama2cTokenizer::parse(const uint8_t* data, size_t size,
                                                           int64_t vocab_size,
                                                           const std::string& path) {
-  if (vocab_size <= 0 || vocab_size > (1 << 24))
-    fail("'{}': vocab size {} is out of range", path, vocab_size);
+  // Every llama2.c vocabulary starts with <unk>, BOS and EOS.
+  if (vocab_size < 3 || vocab_size > (1 << 24)) {
+    fail("'{}': vocab size {} is out of range (3..{})", path, vocab_size, 1 << 24);
+  }
   if (size < 4) fail("'{}': too short for a llama2.c tokenizer ({} bytes)", path, size);
   auto tok = std::unique_ptr<Llama2cTokenizer>(new Llama2cTokenizer());
   size_t off = 4;  // max_token_length: informative only
