@@ -3,4 +3,6 @@
 #define TF_ISA_NAME "avx2"
 #define TF_ISA_TABLE kAvx2Kernels
 #define TF_VEC_WIDTH 8
+#define TF_TILE_M 2
+#define TF_TILE_N 4
 #include "kernels/isa_impl.inc"

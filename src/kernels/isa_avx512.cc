@@ -4,4 +4,6 @@
 #define TF_ISA_NAME "avx512"
 #define TF_ISA_TABLE kAvx512Kernels
 #define TF_VEC_WIDTH 16
+#define TF_TILE_M 4
+#define TF_TILE_N 4
 #include "kernels/isa_impl.inc"

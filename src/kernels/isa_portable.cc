@@ -3,4 +3,6 @@
 #define TF_ISA_NAME "portable"
 #define TF_ISA_TABLE kPortableKernels
 #define TF_VEC_WIDTH 4
+#define TF_TILE_M 2
+#define TF_TILE_N 4
 #include "kernels/isa_impl.inc"
