@@ -6,23 +6,37 @@ set -euo pipefail
 packages=(
   build-essential g++ cmake ninja-build pkg-config git
   libfmt-dev libspdlog-dev nlohmann-json3-dev libcli11-dev
+  libpcre2-dev libsentencepiece-dev libicu-dev
   libgtest-dev libgmock-dev libbenchmark-dev
-  python3 python3-numpy
+  python3 python3-numpy python3-jinja2 python3-sentencepiece
   clang-format
 )
+
+# node + npm run the independent JavaScript implementations the tests compare against.
+command -v node >/dev/null 2>&1 || packages+=(nodejs)
+command -v npm >/dev/null 2>&1 || packages+=(npm)
 
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
 done
-[ ${#missing[@]} -eq 0 ] && exit 0
-
 SUDO=""
 if [ "$(id -u)" -ne 0 ]; then SUDO="sudo"; fi
 log=$(mktemp)
 trap 'rm -f "$log"' EXIT
-if ! { $SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}"; } >"$log" 2>&1; then
+if [ ${#missing[@]} -gt 0 ] && ! { $SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}"; } >"$log" 2>&1; then
   cat "$log" >&2
   echo "setup.sh: installing ${missing[*]} failed" >&2
   exit 1
+fi
+
+# Test clients from the npm registry, pinned by tests/js/package-lock.json.
+js="$(cd "$(dirname "$0")/.." && pwd)/tests/js"
+if [ ! -d "$js/node_modules" ] || [ "$js/package-lock.json" -nt "$js/node_modules" ]; then
+  if ! (cd "$js" && npm ci --no-audit --no-fund --loglevel=error) >"$log" 2>&1; then
+    cat "$log" >&2
+    echo "setup.sh: npm ci in tests/js failed" >&2
+    exit 1
+  fi
+  touch "$js/node_modules"
 fi

@@ -1,5 +1,6 @@
 // tokenflow generate: one prompt, one sequence, tokens streamed to stdout as they are sampled.
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <numeric>
@@ -66,7 +67,8 @@ int run_generate(const GenerateOptions& o) {
   const auto t_load = std::chrono::steady_clock::now();
   std::unique_ptr<Model> model = load_model(o.model);
   const ModelConfig& cfg = model->config();
-  std::unique_ptr<Tokenizer> tokenizer = load_tokenizer_for(o.model, cfg.vocab_size, o.tokenizer);
+  LoadedTokenizer loaded = load_tokenizer(o.model, cfg.vocab_size, o.tokenizer);
+  const Tokenizer* tokenizer = loaded.tokenizer.get();
   const double load_s = seconds_since(t_load);
 
   std::vector<int32_t> prompt;
@@ -77,7 +79,7 @@ int run_generate(const GenerateOptions& o) {
       fail("no tokenizer found for '{}': pass --tokenizer FILE, or token ids with --prompt-ids",
            o.model);
     }
-    prompt = tokenizer->encode(o.prompt, /*add_bos=*/tokenizer->bos_id() >= 0);
+    prompt = tokenizer->encode(o.prompt, /*add_special_tokens=*/true);
   }
   if (prompt.empty()) fail("the prompt is empty and the model has no BOS token to start from");
   const int64_t ctx = cfg.max_seq_len;
@@ -96,30 +98,33 @@ int run_generate(const GenerateOptions& o) {
   std::vector<float> logits(static_cast<size_t>(cfg.vocab_size));
   Sampler sampler(params);
 
-  // Stop on EOS; llama2.c checkpoints also end a story with BOS, as its run.c does.
+  // Stop on any EOS id the model declares; llama2.c checkpoints also end a story with BOS, as
+  // its run.c does.
+  std::vector<int32_t> stop_ids = loaded.stop_ids;
+  if (cfg.eos_id >= 0) stop_ids.push_back(cfg.eos_id);
+  if (cfg.format == "llama2c" && cfg.bos_id >= 0) stop_ids.push_back(cfg.bos_id);
   auto is_stop = [&](int32_t id) {
-    if (o.ignore_eos) return false;
-    return id == cfg.eos_id || (cfg.format == "llama2c" && id == cfg.bos_id);
+    return !o.ignore_eos && std::find(stop_ids.begin(), stop_ids.end(), id) != stop_ids.end();
   };
 
-  StreamDecoder stream;
-  auto emit = [&](int32_t prev, int32_t id) {
-    if (!tokenizer) {
-      std::printf("%d ", id);
-    } else {
-      const std::string text = stream.push(tokenizer->decode_token(prev, id));
-      std::fwrite(text.data(), 1, text.size(), stdout);
-    }
+  auto write = [](const std::string& text) {
+    std::fwrite(text.data(), 1, text.size(), stdout);
     std::fflush(stdout);
   };
+  std::optional<IncrementalDetokenizer> detok;
+  if (tokenizer) detok.emplace(*tokenizer, prompt);
   if (!o.no_echo) {
-    for (size_t i = 0; i < prompt.size(); ++i) emit(i == 0 ? -1 : prompt[i - 1], prompt[i]);
+    if (tokenizer) {
+      write(tokenizer->decode(prompt));
+    } else {
+      for (int32_t id : prompt) write(std::to_string(id) + " ");
+    }
   }
+  auto emit = [&](int32_t id) { write(detok ? detok->push(id) : std::to_string(id) + " "); };
 
   const auto t_start = std::chrono::steady_clock::now();
   double ttft = 0.0;
   int64_t generated = 0;
-  int32_t prev = prompt.back();
   int64_t pos = 0;
   std::vector<int32_t> input = prompt;
   while (generated < max_new) {
@@ -130,12 +135,10 @@ int run_generate(const GenerateOptions& o) {
     if (generated == 0) ttft = seconds_since(t_start);
     ++generated;
     if (is_stop(next)) break;
-    emit(prev, next);
-    prev = next;
+    emit(next);
     input.assign(1, next);
   }
-  const std::string rest = stream.flush();
-  std::fwrite(rest.data(), 1, rest.size(), stdout);
+  if (detok) write(detok->flush());
   std::printf("\n");
   std::fflush(stdout);
   if (o.verbose) {

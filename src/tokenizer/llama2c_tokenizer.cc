@@ -33,7 +33,7 @@ std::unique_ptr<Llama2cTokenizer> Llama2cTokenizer::parse(const uint8_t* data, s
     fail("'{}': vocab size {} is out of range (3..{})", path, vocab_size, 1 << 24);
   }
   if (size < 4) fail("'{}': too short for a llama2.c tokenizer ({} bytes)", path, size);
-  auto tok = std::unique_ptr<Llama2cTokenizer>(new Llama2cTokenizer());
+  auto tok = std::make_unique<Llama2cTokenizer>();
   size_t off = 4;  // max_token_length: informative only
   tok->pieces_.reserve(vocab_size);
   for (int64_t id = 0; id < vocab_size; ++id) {
@@ -73,9 +73,10 @@ std::unique_ptr<Llama2cTokenizer> Llama2cTokenizer::load(const std::string& path
   return parse(file.data(), file.size(), vocab_size, path);
 }
 
-std::vector<int32_t> Llama2cTokenizer::encode(std::string_view text, bool add_bos) const {
+std::vector<int32_t> Llama2cTokenizer::encode(std::string_view text,
+                                              bool add_special_tokens) const {
   std::vector<int32_t> out;
-  if (add_bos) out.push_back(bos_id());
+  if (add_special_tokens) out.push_back(bos_id());
   std::vector<int32_t> ids;
   auto lookup = [&](const std::string& s) {
     auto it = ids_.find(s);
@@ -135,12 +136,39 @@ std::string Llama2cTokenizer::decode_token(int32_t prev, int32_t id) const {
   if (id < 0 || id >= static_cast<int32_t>(pieces_.size())) {
     fail("token id {} is outside the vocabulary (0..{})", id, pieces_.size() - 1);
   }
-  if (id == bos_id() || id == eos_id()) return "";
+  if (is_special(id)) return "";
   if (byte_value_[id] >= 0) return std::string(1, static_cast<char>(byte_value_[id]));
   const std::string& p = pieces_[id];
   // SentencePiece drops the dummy-prefix space of the first piece after BOS.
   if (prev == bos_id() && !p.empty() && p[0] == ' ') return p.substr(1);
   return p;
+}
+
+}  // namespace tf
+
+namespace tf {
+
+std::string Llama2cTokenizer::decode_bytes(std::span<const int32_t> ids, bool) const {
+  // BOS and EOS never print (run.c stops at them), so skip_special_tokens changes nothing.
+  std::string out;
+  int32_t prev = -1;
+  for (int32_t id : ids) {
+    out += decode_token(prev, id);
+    prev = id;
+  }
+  return out;
+}
+
+std::string Llama2cTokenizer::id_to_piece(int32_t id) const {
+  if (id < 0 || id >= vocab_size()) return "";
+  return pieces_[id];
+}
+
+std::optional<int32_t> Llama2cTokenizer::piece_to_id(std::string_view piece) const {
+  for (size_t i = 0; i < pieces_.size(); ++i) {
+    if (pieces_[i] == piece) return static_cast<int32_t>(i);
+  }
+  return std::nullopt;
 }
 
 }  // namespace tf

@@ -14,16 +14,25 @@ namespace tf {
 
 class Llama2cTokenizer final : public Tokenizer {
  public:
+  Llama2cTokenizer() {
+    bos_id_ = 1;
+    eos_id_ = 2;
+  }
   // Parses the file's bytes; vocab_size comes from the model, since the file does not store it.
   static std::unique_ptr<Llama2cTokenizer> parse(const uint8_t* data, size_t size,
                                                  int64_t vocab_size, const std::string& path);
   static std::unique_ptr<Llama2cTokenizer> load(const std::string& path, int64_t vocab_size);
 
   int64_t vocab_size() const override { return static_cast<int64_t>(pieces_.size()); }
-  int32_t bos_id() const override { return 1; }
-  int32_t eos_id() const override { return 2; }
-  std::vector<int32_t> encode(std::string_view text, bool add_bos) const override;
-  std::string decode_token(int32_t prev, int32_t id) const override;
+  // add_special_tokens adds BOS, as run.c does.
+  std::vector<int32_t> encode(std::string_view text, bool add_special_tokens) const override;
+  std::string decode_bytes(std::span<const int32_t> ids, bool skip_special_tokens) const override;
+  std::string id_to_piece(int32_t id) const override;
+  std::optional<int32_t> piece_to_id(std::string_view piece) const override;
+  bool is_special(int32_t id) const override { return id == 1 || id == 2; }
+
+  // The bytes token `id` contributes when it follows `prev` (-1 at the start): run.c's decode.
+  std::string decode_token(int32_t prev, int32_t id) const;
 
   const std::string& piece(int32_t id) const { return pieces_.at(id); }
   float score(int32_t id) const { return scores_.at(id); }

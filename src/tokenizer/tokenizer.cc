@@ -1,16 +1,13 @@
 #include "tokenizer/tokenizer.h"
 
+#include <algorithm>
+
+#include "tokenizer/unicode.h"
+
 namespace tf {
 
-std::string Tokenizer::decode(const std::vector<int32_t>& ids) const {
-  StreamDecoder stream;
-  std::string out;
-  int32_t prev = -1;
-  for (int32_t id : ids) {
-    out += stream.push(decode_token(prev, id));
-    prev = id;
-  }
-  return out + stream.flush();
+std::string Tokenizer::decode(std::span<const int32_t> ids, bool skip_special_tokens) const {
+  return unicode::sanitize_utf8(decode_bytes(ids, skip_special_tokens));
 }
 
 namespace {
@@ -80,6 +77,47 @@ std::string StreamDecoder::flush() {
     pending_.clear();
   }
   return out;
+}
+
+// A window that starts a few tokens back is enough context for every decoder we support.
+constexpr size_t kContextTokens = 5;
+
+IncrementalDetokenizer::IncrementalDetokenizer(const Tokenizer& tokenizer,
+                                               std::span<const int32_t> context,
+                                               bool skip_special_tokens)
+    : tokenizer_(tokenizer),
+      skip_special_(skip_special_tokens),
+      ids_(context.begin(), context.end()) {
+  read_offset_ = ids_.size();
+  prefix_offset_ = ids_.size() > kContextTokens ? ids_.size() - kContextTokens : 0;
+}
+
+std::string IncrementalDetokenizer::push(int32_t id) {
+  ids_.push_back(id);
+  const std::span<const int32_t> all(ids_);
+  const std::string prefix = tokenizer_.decode_bytes(
+      all.subspan(prefix_offset_, read_offset_ - prefix_offset_), skip_special_);
+  const std::string full = tokenizer_.decode_bytes(all.subspan(prefix_offset_), skip_special_);
+  if (full.size() <= prefix.size() || unicode::ends_with_incomplete_utf8(full)) return "";
+  // The window's text only grows at its end, except when a decoder rewrites the window's start;
+  // then fall back to the common prefix so nothing is emitted twice.
+  size_t common = 0;
+  while (common < prefix.size() && prefix[common] == full[common]) ++common;
+  std::string fresh = full.substr(common);
+  prefix_offset_ = read_offset_;
+  read_offset_ = ids_.size();
+  return unicode::sanitize_utf8(fresh);
+}
+
+std::string IncrementalDetokenizer::flush() {
+  if (read_offset_ == ids_.size()) return "";
+  const std::span<const int32_t> all(ids_);
+  const std::string prefix = tokenizer_.decode_bytes(
+      all.subspan(prefix_offset_, read_offset_ - prefix_offset_), skip_special_);
+  const std::string full = tokenizer_.decode_bytes(all.subspan(prefix_offset_), skip_special_);
+  read_offset_ = ids_.size();
+  if (full.size() <= prefix.size()) return "";
+  return unicode::sanitize_utf8(full.substr(prefix.size()));
 }
 
 }  // namespace tf

@@ -1,7 +1,10 @@
 #pragma once
-// What the rest of the system needs from a tokenizer: text to ids, ids to bytes, special ids.
+// What the rest of the system needs from a tokenizer: text to ids, ids to text, special ids, and
+// decoding a growing sequence one token at a time for streaming.
 
 #include <cstdint>
+#include <optional>
+#include <span>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -12,18 +15,32 @@ class Tokenizer {
  public:
   virtual ~Tokenizer() = default;
 
+  // One past the largest id the tokenizer can produce or decode.
   virtual int64_t vocab_size() const = 0;
-  virtual int32_t bos_id() const = 0;  // -1: none
-  virtual int32_t eos_id() const = 0;  // -1: none
-  virtual std::vector<int32_t> encode(std::string_view text, bool add_bos) const = 0;
-  // The bytes token `id` contributes to the output when it follows `prev` (-1 at the start).
-  // May be a partial UTF-8 sequence; StreamDecoder assembles those.
-  virtual std::string decode_token(int32_t prev, int32_t id) const = 0;
+  // add_special_tokens: what the tokenizer adds around a text (BOS for Llama, nothing for GPT-2).
+  virtual std::vector<int32_t> encode(std::string_view text, bool add_special_tokens) const = 0;
+  // The bytes of the decoded ids, exactly: may hold partial or invalid UTF-8 (byte tokens).
+  virtual std::string decode_bytes(std::span<const int32_t> ids,
+                                   bool skip_special_tokens) const = 0;
+  // The token's string in the vocabulary ("Ġthe", "▁the", "<0x0A>"); empty for an unknown id.
+  virtual std::string id_to_piece(int32_t id) const = 0;
+  virtual std::optional<int32_t> piece_to_id(std::string_view piece) const = 0;
+  virtual bool is_special(int32_t id) const = 0;
 
-  std::string decode(const std::vector<int32_t>& ids) const;
+  int32_t bos_id() const { return bos_id_; }  // -1: none
+  int32_t eos_id() const { return eos_id_; }  // -1: none
+  void set_bos_id(int32_t id) { bos_id_ = id; }
+  void set_eos_id(int32_t id) { eos_id_ = id; }
+
+  // Valid UTF-8 text (invalid bytes become U+FFFD).
+  std::string decode(std::span<const int32_t> ids, bool skip_special_tokens = true) const;
+
+ protected:
+  int32_t bos_id_ = -1;
+  int32_t eos_id_ = -1;
 };
 
-// Turns a stream of token bytes into text that never splits a UTF-8 character: bytes of an
+// Turns a stream of bytes into text that never splits a UTF-8 character: bytes of an
 // incomplete character are held back until the rest arrives. Invalid bytes become U+FFFD.
 class StreamDecoder {
  public:
@@ -34,6 +51,28 @@ class StreamDecoder {
 
  private:
   std::string pending_;
+};
+
+// Decodes a growing sequence token by token so that the concatenated pieces equal decoding the
+// whole sequence at once: each step decodes a short window that keeps a few earlier tokens as
+// context (SentencePiece drops the leading space of a decode's first token; byte-level tokens
+// complete each other's characters) and emits only what is new and complete.
+class IncrementalDetokenizer {
+ public:
+  // `context` are ids already shown to the user (the prompt); they are not emitted.
+  IncrementalDetokenizer(const Tokenizer& tokenizer, std::span<const int32_t> context,
+                         bool skip_special_tokens = true);
+  // Adds one id; returns the new text (possibly empty while a character is incomplete).
+  std::string push(int32_t id);
+  // Text still held back at the end of the sequence, with incomplete characters as U+FFFD.
+  std::string flush();
+
+ private:
+  const Tokenizer& tokenizer_;
+  bool skip_special_;
+  std::vector<int32_t> ids_;
+  size_t prefix_offset_ = 0;  // start of the decode window
+  size_t read_offset_ = 0;    // ids before this are emitted
 };
 
 }  // namespace tf

@@ -9,7 +9,9 @@
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (size < 2) return 0;
-  const int64_t vocab = data[0] % 64;  // below 3 must be rejected  // small vocabularies: the parse must check every entry
+  const int64_t vocab =
+      data[0] %
+      64;  // below 3 must be rejected  // small vocabularies: the parse must check every entry
   try {
     auto tok = tf::Llama2cTokenizer::parse(data + 1, size - 1, vocab, "fuzz.bin");
     const std::string text(reinterpret_cast<const char*>(data), std::min<size_t>(size, 64));

@@ -86,7 +86,9 @@ TEST(TokenizerLoader, FindsTheVocabBesideTheCheckpoint) {
   ASSERT_NE(tok, nullptr);
   EXPECT_EQ(tok->vocab_size(), 512);
   testing::TempDir empty;
+  testing::write_bytes(empty.file("model.bin"), "");
   EXPECT_EQ(load_tokenizer_for(empty.file("model.bin"), 512), nullptr);
+  EXPECT_THROW(load_tokenizer_for(empty.file("missing.bin"), 512), Error);
 }
 
 }  // namespace

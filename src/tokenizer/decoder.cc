@@ -1,0 +1,197 @@
+#include "tokenizer/decoder.h"
+
+#include <nlohmann/json.hpp>
+
+#include "core/error.h"
+#include "tokenizer/unicode.h"
+
+namespace tf {
+namespace {
+
+using nlohmann::json;
+
+class ByteLevelDec final : public Decoder {
+ public:
+  void decode(std::vector<std::string>& tokens) const override {
+    for (std::string& t : tokens) {
+      std::string bytes;
+      bool ok = true;
+      for (size_t i = 0; i < t.size() && ok;) {
+        const int b = unicode::unicode_to_byte(unicode::next_code_point(t, i));
+        if (b < 0) ok = false;
+        bytes += static_cast<char>(b);
+      }
+      // A token with characters outside the byte alphabet (an added token) stays as it is.
+      if (ok) t = std::move(bytes);
+    }
+  }
+};
+
+class ReplaceDec final : public Decoder {
+ public:
+  ReplaceDec(std::string from, std::string to) : from_(std::move(from)), to_(std::move(to)) {
+    if (from_.empty()) fail("tokenizer.json: Replace decoder with an empty pattern");
+  }
+  void decode(std::vector<std::string>& tokens) const override {
+    for (std::string& t : tokens) {
+      std::string out;
+      size_t last = 0;
+      for (size_t at = t.find(from_); at != std::string::npos; at = t.find(from_, last)) {
+        out.append(t, last, at - last);
+        out += to_;
+        last = at + from_.size();
+      }
+      out.append(t, last, std::string::npos);
+      t = std::move(out);
+    }
+  }
+
+ private:
+  std::string from_, to_;
+};
+
+int byte_token_value(const std::string& t) {
+  if (t.size() != 6 || t.compare(0, 3, "<0x") != 0 || t[5] != '>') return -1;
+  auto hex = [](char c) {
+    if (c >= '0' && c <= '9') return c - '0';
+    if (c >= 'A' && c <= 'F') return c - 'A' + 10;
+    if (c >= 'a' && c <= 'f') return c - 'a' + 10;
+    return -1;
+  };
+  const int hi = hex(t[3]), lo = hex(t[4]);
+  return (hi < 0 || lo < 0) ? -1 : hi * 16 + lo;
+}
+
+class ByteFallbackDec final : public Decoder {
+ public:
+  void decode(std::vector<std::string>& tokens) const override {
+    for (std::string& t : tokens) {
+      const int b = byte_token_value(t);
+      if (b >= 0) t = std::string(1, static_cast<char>(b));
+    }
+  }
+};
+
+class FuseDec final : public Decoder {
+ public:
+  void decode(std::vector<std::string>& tokens) const override {
+    std::string all;
+    for (const auto& t : tokens) all += t;
+    tokens.assign(1, std::move(all));
+  }
+};
+
+class StripDec final : public Decoder {
+ public:
+  StripDec(std::string content, int start, int stop)
+      : content_(std::move(content)), start_(start), stop_(stop) {}
+  void decode(std::vector<std::string>& tokens) const override {
+    for (std::string& t : tokens) {
+      size_t b = 0, e = t.size();
+      for (int i = 0; i < start_ && t.compare(b, content_.size(), content_) == 0 && b < e; ++i) {
+        b += content_.size();
+      }
+      for (int i = 0; i < stop_ && e >= b + content_.size() &&
+                      t.compare(e - content_.size(), content_.size(), content_) == 0;
+           ++i) {
+        e -= content_.size();
+      }
+      t = t.substr(b, e - b);
+    }
+  }
+
+ private:
+  std::string content_;
+  int start_, stop_;
+};
+
+class MetaspaceDec final : public Decoder {
+ public:
+  MetaspaceDec(std::string replacement, bool strip_first)
+      : replacement_(std::move(replacement)), strip_first_(strip_first) {}
+  void decode(std::vector<std::string>& tokens) const override {
+    for (size_t i = 0; i < tokens.size(); ++i) {
+      std::string out;
+      const std::string& t = tokens[i];
+      for (size_t k = 0; k < t.size();) {
+        if (t.compare(k, replacement_.size(), replacement_) == 0) {
+          if (!(i == 0 && strip_first_)) out += ' ';  // as the reference: all of token 0's
+          k += replacement_.size();
+        } else {
+          out += t[k++];
+        }
+      }
+      tokens[i] = std::move(out);
+    }
+  }
+
+ private:
+  std::string replacement_;
+  bool strip_first_;
+};
+
+class SequenceDec final : public Decoder {
+ public:
+  explicit SequenceDec(std::vector<std::unique_ptr<Decoder>> parts) : parts_(std::move(parts)) {}
+  void decode(std::vector<std::string>& tokens) const override {
+    for (const auto& p : parts_) p->decode(tokens);
+  }
+
+ private:
+  std::vector<std::unique_ptr<Decoder>> parts_;
+};
+
+std::string pattern_string(const json& spec) {
+  auto it = spec.find("pattern");
+  if (it == spec.end() || !it->is_object() || !it->contains("String") ||
+      !(*it)["String"].is_string()) {
+    fail(ErrorKind::kUnsupported, "tokenizer.json: Replace decoder supports only String patterns");
+  }
+  return (*it)["String"].get<std::string>();
+}
+
+}  // namespace
+
+std::unique_ptr<Decoder> make_byte_level_decoder() {
+  return std::make_unique<ByteLevelDec>();
+}
+
+std::unique_ptr<Decoder> make_decoder(const json& spec) {
+  if (spec.is_null()) return nullptr;
+  if (!spec.is_object() || !spec.contains("type") || !spec["type"].is_string()) {
+    fail("tokenizer.json: decoder must be an object with a type");
+  }
+  const std::string type = spec["type"].get<std::string>();
+  if (type == "ByteLevel") return std::make_unique<ByteLevelDec>();
+  if (type == "Replace")
+    return std::make_unique<ReplaceDec>(pattern_string(spec), spec.value("content", ""));
+  if (type == "ByteFallback") return std::make_unique<ByteFallbackDec>();
+  if (type == "Fuse") return std::make_unique<FuseDec>();
+  if (type == "Strip") {
+    return std::make_unique<StripDec>(spec.value("content", " "), spec.value("start", 0),
+                                      spec.value("stop", 0));
+  }
+  if (type == "Metaspace") {
+    std::string scheme = "always";
+    if (spec.contains("prepend_scheme") && spec["prepend_scheme"].is_string()) {
+      scheme = spec["prepend_scheme"].get<std::string>();
+    } else if (spec.contains("add_prefix_space") && spec["add_prefix_space"].is_boolean()) {
+      scheme = spec["add_prefix_space"].get<bool>() ? "always" : "never";
+    }
+    return std::make_unique<MetaspaceDec>(spec.value("replacement", "\xE2\x96\x81"),
+                                          scheme != "never");
+  }
+  if (type == "Sequence") {
+    auto it = spec.find("decoders");
+    if (it == spec.end() || !it->is_array())
+      fail("tokenizer.json: Sequence decoder without a list");
+    std::vector<std::unique_ptr<Decoder>> parts;
+    for (const auto& p : *it) {
+      if (auto d = make_decoder(p)) parts.push_back(std::move(d));
+    }
+    return std::make_unique<SequenceDec>(std::move(parts));
+  }
+  fail(ErrorKind::kUnsupported, "tokenizer.json: decoder type '{}' is not supported", type);
+}
+
+}  // namespace tf

@@ -1,0 +1,69 @@
+#pragma once
+// A Hugging Face `tokenizers` pipeline: added tokens split off first, then normalizer,
+// pre-tokenizer, BPE model, post-processor; and the decoder chain back. Built from tokenizer.json
+// or from GPT-2's vocab.json + merges.txt.
+
+#include <memory>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "tokenizer/bpe.h"
+#include "tokenizer/decoder.h"
+#include "tokenizer/normalizer.h"
+#include "tokenizer/pre_tokenizer.h"
+#include "tokenizer/tokenizer.h"
+
+namespace tf {
+
+class HfTokenizer final : public Tokenizer {
+ public:
+  struct AddedToken {
+    int32_t id;
+    std::string content;
+    bool special = false;
+    bool lstrip = false;
+    bool rstrip = false;
+    bool single_word = false;
+  };
+
+  // Parses tokenizer.json text. `source` names the file in errors.
+  static std::unique_ptr<HfTokenizer> from_json(std::string_view json_text,
+                                                const std::string& source);
+  // GPT-2's encoder.json/vocab.json + vocab.bpe/merges.txt (byte-level BPE, <|endoftext|>).
+  static std::unique_ptr<HfTokenizer> from_gpt2_files(const std::string& vocab_path,
+                                                      const std::string& merges_path);
+
+  int64_t vocab_size() const override { return vocab_size_; }
+  std::vector<int32_t> encode(std::string_view text, bool add_special_tokens) const override;
+  std::string decode_bytes(std::span<const int32_t> ids, bool skip_special_tokens) const override;
+  std::string id_to_piece(int32_t id) const override;
+  std::optional<int32_t> piece_to_id(std::string_view piece) const override;
+  bool is_special(int32_t id) const override;
+
+  const std::vector<AddedToken>& added_tokens() const { return added_; }
+  // Ids the post-processor puts before and after a single sequence.
+  const std::vector<int32_t>& prefix_ids() const { return prefix_ids_; }
+  const std::vector<int32_t>& suffix_ids() const { return suffix_ids_; }
+  void set_special_affixes(std::vector<int32_t> prefix, std::vector<int32_t> suffix) {
+    prefix_ids_ = std::move(prefix);
+    suffix_ids_ = std::move(suffix);
+  }
+
+ private:
+  HfTokenizer() = default;
+  void index_added_tokens();
+  void encode_text(std::string_view text, bool at_input_start, std::vector<int32_t>& out) const;
+
+  std::unique_ptr<Normalizer> normalizer_;
+  std::unique_ptr<PreTokenizer> pre_tokenizer_;
+  std::unique_ptr<BpeModel> model_;
+  std::unique_ptr<Decoder> decoder_;
+  std::vector<AddedToken> added_;
+  std::vector<std::vector<size_t>> added_by_first_byte_;  // longest first
+  std::unordered_map<int32_t, size_t> added_by_id_;
+  std::vector<int32_t> prefix_ids_, suffix_ids_;
+  int64_t vocab_size_ = 0;
+};
+
+}  // namespace tf

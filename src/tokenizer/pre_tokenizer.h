@@ -1,0 +1,32 @@
+#pragma once
+// Hugging Face tokenizers' pre-tokenizers: split normalized text into the words that the BPE
+// model encodes one by one (and, for byte-level models, map bytes to the byte alphabet).
+
+#include <memory>
+#include <nlohmann/json_fwd.hpp>
+#include <string>
+#include <vector>
+
+namespace tf {
+
+struct Word {
+  std::string text;
+  bool at_input_start = false;  // begins at offset 0 of the original input (Metaspace "first")
+};
+
+class PreTokenizer {
+ public:
+  virtual ~PreTokenizer() = default;
+  // Replaces each word with its parts, in order.
+  virtual void split(std::vector<Word>& words) const = 0;
+};
+
+// The GPT-2 pre-tokenization pattern (ByteLevel's use_regex).
+extern const char* const kGpt2SplitPattern;
+
+// Builds from the "pre_tokenizer" object of tokenizer.json (null gives nullptr).
+std::unique_ptr<PreTokenizer> make_pre_tokenizer(const nlohmann::json& spec);
+// ByteLevel with GPT-2's regex, as for vocab.json + merges.txt models.
+std::unique_ptr<PreTokenizer> make_byte_level_pre_tokenizer(bool add_prefix_space);
+
+}  // namespace tf

@@ -1,0 +1,41 @@
+#pragma once
+// SentencePiece .model files (Llama 2, Mistral, TinyLlama's tokenizer.model) through the
+// SentencePiece library itself, so ids match the reference by construction.
+
+#include <memory>
+#include <string>
+
+#include "tokenizer/tokenizer.h"
+
+namespace sentencepiece {
+class SentencePieceProcessor;
+}
+
+namespace tf {
+
+class SentencePieceTokenizer final : public Tokenizer {
+ public:
+  static std::unique_ptr<SentencePieceTokenizer> load(const std::string& path);
+  static std::unique_ptr<SentencePieceTokenizer> from_bytes(const std::string& bytes,
+                                                            const std::string& source);
+  ~SentencePieceTokenizer() override;
+
+  int64_t vocab_size() const override;
+  // add_special_tokens adds BOS (as LlamaTokenizer's add_bos_token does) and EOS if enabled.
+  std::vector<int32_t> encode(std::string_view text, bool add_special_tokens) const override;
+  std::string decode_bytes(std::span<const int32_t> ids, bool skip_special_tokens) const override;
+  std::string id_to_piece(int32_t id) const override;
+  std::optional<int32_t> piece_to_id(std::string_view piece) const override;
+  bool is_special(int32_t id) const override;
+
+  void set_add_bos(bool v) { add_bos_ = v; }
+  void set_add_eos(bool v) { add_eos_ = v; }
+
+ private:
+  SentencePieceTokenizer();
+  std::unique_ptr<sentencepiece::SentencePieceProcessor> sp_;
+  bool add_bos_ = true;
+  bool add_eos_ = false;
+};
+
+}  // namespace tf
