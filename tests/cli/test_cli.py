@@ -88,6 +88,45 @@ class GenerateTest(unittest.TestCase):
             self.assertIn("F16", out)
 
 
+class TokenizeTest(unittest.TestCase):
+    GPT2 = os.path.join(SHARED, "tokenizers", "gpt2")
+
+    def test_ids_then_pieces(self):
+        rc, out, err = run("tokenize", "--model", self.GPT2, "Hello world")
+        self.assertEqual(rc, 0, err)
+        lines = out.splitlines()
+        self.assertEqual(json.loads(lines[0]), [15496, 995])
+        self.assertEqual(lines[1:], ['15496\t"Hello"', '995\t"\u0120world"'])
+
+    def test_decode(self):
+        rc, out, err = run("tokenize", "--model", self.GPT2, "--decode", "15496,995")
+        self.assertEqual((rc, out), (0, "Hello world\n"), err)
+        rc, out, err = run("tokenize", "--model", self.GPT2, "--decode", "[15496, 50256]", "--skip-special")
+        self.assertEqual((rc, out), (0, "Hello\n"), err)
+
+    def test_llama_directories_and_llama2c_models(self):
+        rc, out, _ = run("tokenize", "-m", os.path.join(SHARED, "tokenizers", "llama2"), "Hello world")
+        self.assertEqual(json.loads(out.splitlines()[0]), [1, 15043, 3186])
+        rc, out, _ = run("tokenize", "-m", os.path.join(SHARED, "tokenizers", "llama2"), "--no-special", "Hello")
+        self.assertEqual(json.loads(out.splitlines()[0]), [15043])
+        rc, out, _ = run("tokenize", "-m", STORIES_BIN, "Once upon a time")
+        self.assertEqual(json.loads(out.splitlines()[0]), [1, 403, 407, 261, 378])
+
+    def test_errors(self):
+        rc, _, err = run("tokenize", "-m", self.GPT2, "--decode", "1,x")
+        self.assertEqual(rc, 1)
+        self.assertIn("'x' is not a token id", err)
+        rc, _, err = run("tokenize", "-m", self.GPT2, "--decode", "99999")
+        self.assertEqual(rc, 1)
+        self.assertIn("outside the vocabulary", err)
+        with tempfile.TemporaryDirectory() as d:
+            with open(os.path.join(d, "tokenizer.json"), "w") as f:
+                f.write('{"model": {"type": "Unigram", "vocab": []}}')
+            rc, _, err = run("tokenize", "-m", d, "hi")
+            self.assertEqual(rc, 1)
+            self.assertIn("'Unigram' is not supported", err)
+
+
 class BadInputTest(unittest.TestCase):
     """Each case: non-zero exit, no signal, one 'error:' line naming the problem."""
 

