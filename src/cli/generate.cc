@@ -1,4 +1,5 @@
-// tokenflow generate: one prompt, one sequence, tokens streamed to stdout as they are sampled.
+// tokenflow generate: one prompt; tokens streamed to stdout as they are sampled (or, for several
+// sequences and beam search, each result printed when it is complete).
 
 #include <algorithm>
 #include <chrono>
@@ -11,7 +12,8 @@
 #include "core/error.h"
 #include "core/thread_pool.h"
 #include "model/model.h"
-#include "sampling/sampler.h"
+#include "sampling/beam_search.h"
+#include "sampling/sequence_sampler.h"
 #include "tokenizer/tokenizer_loader.h"
 
 namespace tf::cli {
@@ -22,18 +24,17 @@ struct GenerateOptions {
   std::string tokenizer;
   std::string prompt;
   std::string prompt_ids;
-  int max_tokens = 256;
-  float temperature = 1.0f;
-  int top_k = 0;
-  float top_p = 1.0f;
+  SamplingParams params;
   std::optional<uint64_t> seed;
+  std::vector<std::string> logit_bias;
+  std::vector<std::string> ban;
+  std::string stop_token_ids;
   int threads = 0;
   bool no_echo = false;
-  bool ignore_eos = false;
   bool verbose = false;
 };
 
-std::vector<int32_t> parse_ids(const std::string& text) {
+std::vector<int32_t> parse_ids(const std::string& text, const char* what) {
   std::vector<int32_t> ids;
   std::stringstream ss(text);
   std::string item;
@@ -44,7 +45,7 @@ std::vector<int32_t> parse_ids(const std::string& text) {
       if (used != item.size() || v < INT32_MIN || v > INT32_MAX) throw std::invalid_argument(item);
       ids.push_back(static_cast<int32_t>(v));
     } catch (const std::exception&) {
-      fail("--prompt-ids: '{}' is not a token id", item);
+      fail("{}: '{}' is not a token id", what, item);
     }
   }
   return ids;
@@ -54,14 +55,37 @@ double seconds_since(std::chrono::steady_clock::time_point t0) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 }
 
-int run_generate(const GenerateOptions& o) {
-  SamplingParams params;
-  params.temperature = o.temperature;
-  params.top_k = o.top_k;
-  params.top_p = o.top_p;
-  params.seed = o.seed;
-  params.validate();
-  if (o.max_tokens < 0) fail("--max-tokens must be >= 0, got {}", o.max_tokens);
+void write(const std::string& text) {
+  std::fwrite(text.data(), 1, text.size(), stdout);
+  std::fflush(stdout);
+}
+
+void print_logprobs(const Tokenizer* tok, const std::vector<SampleResult>& steps) {
+  for (const auto& s : steps) {
+    auto piece = [&](int32_t id) { return tok ? tok->id_to_piece(id) : std::to_string(id); };
+    std::fprintf(stderr, "%6d %-16s %9.4f", s.token, piece(s.token).c_str(), s.logprob);
+    for (const auto& alt : s.top)
+      std::fprintf(stderr, "  %s:%.4f", piece(alt.token).c_str(), alt.logprob);
+    std::fprintf(stderr, "\n");
+  }
+}
+
+int run_generate(GenerateOptions& o) {
+  SamplingParams& params = o.params;
+  for (const auto& kv : o.logit_bias) {
+    const size_t eq = kv.find('=');
+    if (eq == std::string::npos) fail("--logit-bias takes ID=BIAS, got '{}'", kv);
+    const auto id = parse_ids(kv.substr(0, eq), "--logit-bias");
+    if (id.size() != 1) fail("--logit-bias takes ID=BIAS, got '{}'", kv);
+    try {
+      params.logit_bias.emplace_back(id[0], std::stof(kv.substr(eq + 1)));
+    } catch (const std::exception&) {
+      fail("--logit-bias: '{}' is not a number", kv.substr(eq + 1));
+    }
+  }
+  for (const auto& b : o.ban) params.bad_words_ids.push_back(parse_ids(b, "--ban"));
+  if (!o.stop_token_ids.empty())
+    params.stop_token_ids = parse_ids(o.stop_token_ids, "--stop-token-ids");
   if (!o.prompt.empty() && !o.prompt_ids.empty()) fail("give --prompt or --prompt-ids, not both");
 
   const auto t_load = std::chrono::steady_clock::now();
@@ -70,10 +94,12 @@ int run_generate(const GenerateOptions& o) {
   LoadedTokenizer loaded = load_tokenizer(o.model, cfg.vocab_size, o.tokenizer);
   const Tokenizer* tokenizer = loaded.tokenizer.get();
   const double load_s = seconds_since(t_load);
+  params.validate(cfg.vocab_size);
+  if (!params.stop.empty() && !tokenizer) fail("--stop needs a tokenizer to see text");
 
   std::vector<int32_t> prompt;
   if (!o.prompt_ids.empty()) {
-    prompt = parse_ids(o.prompt_ids);
+    prompt = parse_ids(o.prompt_ids, "--prompt-ids");
   } else {
     if (!tokenizer) {
       fail("no tokenizer found for '{}': pass --tokenizer FILE, or token ids with --prompt-ids",
@@ -82,77 +108,140 @@ int run_generate(const GenerateOptions& o) {
     prompt = tokenizer->encode(o.prompt, /*add_special_tokens=*/true);
   }
   if (prompt.empty()) fail("the prompt is empty and the model has no BOS token to start from");
+  for (int32_t id : prompt) {
+    if (id < 0 || id >= cfg.vocab_size)
+      fail("prompt token id {} is outside the vocabulary (0..{})", id, cfg.vocab_size - 1);
+  }
   const int64_t ctx = cfg.max_seq_len;
-  if (static_cast<int64_t>(prompt.size()) > ctx) {
+  if (static_cast<int64_t>(prompt.size()) >= ctx) {
     fail("the prompt has {} tokens but the model's context is {} tokens", prompt.size(), ctx);
   }
-  const int64_t max_new =
-      std::min<int64_t>(o.max_tokens, ctx - static_cast<int64_t>(prompt.size()));
-
-  ThreadPool pool(o.threads);
-  const int64_t total = static_cast<int64_t>(prompt.size()) + max_new;
-  const int64_t n_blocks = (total + KvCache::kDefaultBlockSize - 1) / KvCache::kDefaultBlockSize;
-  KvCache kv(cfg, std::max<int64_t>(n_blocks, 1));
-  std::vector<int32_t> table(static_cast<size_t>(kv.num_blocks()));
-  std::iota(table.begin(), table.end(), 0);
-  std::vector<float> logits(static_cast<size_t>(cfg.vocab_size));
-  Sampler sampler(params);
+  params.max_tokens = static_cast<int32_t>(
+      std::min<int64_t>(params.max_tokens, ctx - static_cast<int64_t>(prompt.size())));
+  params.min_tokens = std::min(params.min_tokens, params.max_tokens);
 
   // Stop on any EOS id the model declares; llama2.c checkpoints also end a story with BOS, as
   // its run.c does.
-  std::vector<int32_t> stop_ids = loaded.stop_ids;
-  if (cfg.eos_id >= 0) stop_ids.push_back(cfg.eos_id);
-  if (cfg.format == "llama2c" && cfg.bos_id >= 0) stop_ids.push_back(cfg.bos_id);
-  auto is_stop = [&](int32_t id) {
-    return !o.ignore_eos && std::find(stop_ids.begin(), stop_ids.end(), id) != stop_ids.end();
-  };
+  std::vector<int32_t> eos = loaded.stop_ids;
+  if (cfg.eos_id >= 0) eos.push_back(cfg.eos_id);
+  if (cfg.format == "llama2c" && cfg.bos_id >= 0) eos.push_back(cfg.bos_id);
 
-  auto write = [](const std::string& text) {
-    std::fwrite(text.data(), 1, text.size(), stdout);
-    std::fflush(stdout);
-  };
-  std::optional<IncrementalDetokenizer> detok;
-  if (tokenizer) detok.emplace(*tokenizer, prompt);
-  if (!o.no_echo) {
-    if (tokenizer) {
-      write(tokenizer->decode(prompt));
-    } else {
-      for (int32_t id : prompt) write(std::to_string(id) + " ");
-    }
+  ThreadPool pool(o.threads);
+  const uint64_t seed = o.seed ? *o.seed : random_seed();
+  params.seed = seed;
+  const int bs = KvCache::kDefaultBlockSize;
+  const int64_t per_seq = (static_cast<int64_t>(prompt.size()) + params.max_tokens + bs - 1) / bs;
+  if (!o.no_echo && (params.candidates() == 1 && !params.beam_search())) {
+    write(tokenizer ? tokenizer->decode(prompt) : "");
   }
-  auto emit = [&](int32_t id) { write(detok ? detok->push(id) : std::to_string(id) + " "); };
 
   const auto t_start = std::chrono::steady_clock::now();
-  double ttft = 0.0;
-  int64_t generated = 0;
-  int64_t pos = 0;
-  std::vector<int32_t> input = prompt;
-  while (generated < max_new) {
-    SequenceChunk chunk{input, pos, table, false};
-    model->forward(std::span<const SequenceChunk>(&chunk, 1), kv, logits.data(), pool);
-    pos += static_cast<int64_t>(input.size());
-    const int32_t next = sampler.sample(logits.data(), cfg.vocab_size);
-    if (generated == 0) ttft = seconds_since(t_start);
-    ++generated;
-    if (is_stop(next)) break;
-    emit(next);
-    input.assign(1, next);
+  if (params.beam_search()) {
+    KvCache kv(cfg, beam_search_blocks(static_cast<int64_t>(prompt.size()), params, bs), bs);
+    const auto hyps = beam_search(*model, kv, pool, prompt, params, eos);
+    for (size_t i = 0; i < hyps.size(); ++i) {
+      std::vector<int32_t> toks = hyps[i].tokens;
+      if (hyps[i].finished_by_eos) toks.pop_back();
+      std::printf("--- beam %zu (score %.4f, sum logprob %.4f, %s) ---\n", i, hyps[i].score,
+                  hyps[i].sum_logprob, hyps[i].finished_by_eos ? "stop" : "length");
+      if (tokenizer) {
+        write((o.no_echo ? "" : tokenizer->decode(prompt)) + tokenizer->decode(toks) + "\n");
+      } else {
+        for (int32_t t : toks) std::printf("%d ", t);
+        std::printf("\n");
+      }
+    }
+    if (o.verbose) std::fprintf(stderr, "beam search: %.3f s\n", seconds_since(t_start));
+    return 0;
   }
-  if (detok) write(detok->flush());
-  std::printf("\n");
-  std::fflush(stdout);
+
+  // n (or best_of) sequences, decoded together: the prompt is computed once and its KV blocks
+  // copied to every sequence.
+  const int32_t m = params.candidates();
+  KvCache kv(cfg, per_seq * m, bs);
+  std::vector<std::vector<int32_t>> tables(m, std::vector<int32_t>(per_seq));
+  for (int32_t s = 0; s < m; ++s)
+    std::iota(tables[s].begin(), tables[s].end(), static_cast<int32_t>(s * per_seq));
+  std::vector<SequenceSampler> seqs;
+  for (int32_t s = 0; s < m; ++s) seqs.emplace_back(params, seed, s, prompt, tokenizer, eos);
+  std::vector<std::vector<SampleResult>> steps(m);
+  const bool stream = m == 1;
+
+  std::vector<float> logits(static_cast<size_t>(cfg.vocab_size) * m);
+  SequenceChunk first{prompt, 0, tables[0], false};
+  model->forward(std::span<const SequenceChunk>(&first, 1), kv, logits.data(), pool);
+  const double ttft = seconds_since(t_start);
+  const int64_t prompt_blocks = (static_cast<int64_t>(prompt.size()) + bs - 1) / bs;
+  for (int32_t s = 1; s < m; ++s) {
+    for (int64_t b = 0; b < prompt_blocks; ++b) kv.copy_block(tables[0][b], tables[s][b]);
+    std::copy_n(logits.begin(), cfg.vocab_size, logits.begin() + s * cfg.vocab_size);
+  }
+  int64_t generated = 0;
+  std::vector<int32_t> rows(m);
+  std::iota(rows.begin(), rows.end(), 0);  // which logits row each live sequence reads
+  for (;;) {
+    std::vector<SequenceChunk> batch;
+    std::vector<int32_t> live;
+    std::vector<int32_t> last(m);
+    for (int32_t s = 0; s < m; ++s) {
+      if (seqs[s].finished()) continue;
+      StepOutput out =
+          seqs[s].step(std::span<float>(logits.data() + rows[s] * cfg.vocab_size, cfg.vocab_size));
+      ++generated;
+      if (params.logprobs) steps[s].push_back(out.sample);
+      if (stream) write(tokenizer ? out.text : std::to_string(out.sample.token) + " ");
+      if (seqs[s].finished()) continue;
+      live.push_back(s);
+    }
+    if (live.empty()) break;
+    for (int32_t s : live) {
+      last[s] = seqs[s].output().back();
+      batch.push_back({std::span<const int32_t>(&last[s], 1),
+                       static_cast<int64_t>(prompt.size() + seqs[s].output().size() - 1), tables[s],
+                       false});
+    }
+    model->forward(batch, kv, logits.data(), pool);
+    for (size_t i = 0; i < live.size(); ++i) rows[live[i]] = static_cast<int32_t>(i);
+  }
+  if (stream) {
+    write("\n");
+    if (params.logprobs) print_logprobs(tokenizer, steps[0]);
+  } else {
+    // best_of: keep the n candidates with the highest cumulative logprob.
+    std::vector<int32_t> order(m);
+    std::iota(order.begin(), order.end(), 0);
+    if (m > params.n) {
+      std::stable_sort(order.begin(), order.end(), [&](int32_t a, int32_t b) {
+        return seqs[a].cumulative_logprob() > seqs[b].cumulative_logprob();
+      });
+      order.resize(params.n);
+    }
+    for (int32_t s : order) {
+      std::printf("--- sequence %d (%s, %zu tokens, cumulative logprob %.4f) ---\n", s,
+                  finish_reason_name(seqs[s].finish_reason()), seqs[s].output().size(),
+                  seqs[s].cumulative_logprob());
+      if (tokenizer) {
+        write((o.no_echo ? "" : tokenizer->decode(prompt)) + seqs[s].text() + "\n");
+      } else {
+        for (int32_t t : seqs[s].output()) std::printf("%d ", t);
+        std::printf("\n");
+      }
+      if (params.logprobs) print_logprobs(tokenizer, steps[s]);
+    }
+  }
   if (o.verbose) {
     const double total_s = seconds_since(t_start);
     const double decode_s = total_s - ttft;
     std::fprintf(
         stderr,
         "model: %s (%s, %s)\nload: %.3f s\nprompt tokens: %zu\ngenerated tokens: %lld\n"
-        "time to first token: %.2f ms\nprefill: %.1f tok/s\ndecode: %.1f tok/s\n"
-        "threads: %d\n",
+        "time to first token: %.2f ms\nprefill: %.1f tok/s\ndecode: %.1f tok/s\nfinish: %s\n"
+        "seed: %llu\nthreads: %d\n",
         o.model.c_str(), cfg.architecture.c_str(), cfg.format.c_str(), load_s, prompt.size(),
         static_cast<long long>(generated), ttft * 1e3,
         ttft > 0 ? static_cast<double>(prompt.size()) / ttft : 0.0,
-        generated > 1 && decode_s > 0 ? static_cast<double>(generated - 1) / decode_s : 0.0,
+        generated > m && decode_s > 0 ? static_cast<double>(generated - m) / decode_s : 0.0,
+        finish_reason_name(seqs[0].finish_reason()), static_cast<unsigned long long>(seed),
         pool.size());
   }
   return 0;
@@ -162,22 +251,56 @@ int run_generate(const GenerateOptions& o) {
 
 Action add_generate(CLI::App& app) {
   auto o = std::make_shared<GenerateOptions>();
+  SamplingParams& p = o->params;
+  p.max_tokens = 256;
   app.add_option("--model,-m", o->model, "llama2.c .bin file or Hugging Face model directory")
       ->capture_default_str();
   app.add_option("--tokenizer", o->tokenizer, "tokenizer file (default: found beside the model)");
   app.add_option("--prompt,-p", o->prompt, "prompt text");
   app.add_option("--prompt-ids", o->prompt_ids, "prompt as comma-separated token ids");
-  app.add_option("--max-tokens,-n", o->max_tokens, "tokens to generate at most")
+  app.add_option("--max-tokens,-n", p.max_tokens, "tokens to generate at most")
       ->capture_default_str();
-  app.add_option("--temperature,-t", o->temperature, "0 for greedy decoding")
+  app.add_option("--min-tokens", p.min_tokens, "no EOS or stop token before this many")
       ->capture_default_str();
-  app.add_option("--top-k", o->top_k, "sample among the k most likely tokens (0: off)")
+  app.add_option("--temperature,-t", p.temperature, "0 for greedy decoding")->capture_default_str();
+  app.add_option("--top-k", p.top_k, "keep the k most likely tokens (0: off)")
       ->capture_default_str();
-  app.add_option("--top-p", o->top_p, "nucleus sampling mass (1: off)")->capture_default_str();
-  app.add_option("--seed", o->seed, "random seed (default: random)");
+  app.add_option("--top-p", p.top_p, "nucleus sampling mass (1: off)")->capture_default_str();
+  app.add_option("--min-p", p.min_p, "drop tokens below min_p x the top probability (0: off)")
+      ->capture_default_str();
+  app.add_option("--typical-p", p.typical_p, "locally typical sampling mass (1: off)")
+      ->capture_default_str();
+  app.add_option("--repetition-penalty", p.repetition_penalty,
+                 "> 1 discourages repeats (HF semantics)")
+      ->capture_default_str();
+  app.add_option("--presence-penalty", p.presence_penalty, "[-2, 2], OpenAI semantics")
+      ->capture_default_str();
+  app.add_option("--frequency-penalty", p.frequency_penalty, "[-2, 2], OpenAI semantics")
+      ->capture_default_str();
+  app.add_option("--logit-bias", o->logit_bias, "ID=BIAS added to a token's logit (repeatable)");
+  app.add_option("--no-repeat-ngram", p.no_repeat_ngram_size,
+                 "never repeat an n-gram of this size (0: off)");
+  app.add_option("--ban", o->ban, "token ids (a,b,c: a sequence) never to generate (repeatable)");
+  app.add_option("--stop", p.stop, "stop string, not included in the output (repeatable)");
+  app.add_option("--stop-token-ids", o->stop_token_ids,
+                 "comma-separated ids that end the sequence");
+  app.add_flag("--ignore-eos", p.ignore_eos, "keep generating past the end-of-sequence token");
+  app.add_option("--seed", o->seed,
+                 "random seed: the same seed gives the same text (default: random)");
+  app.add_option("--n", p.n, "sequences to return")->capture_default_str();
+  app.add_option("--best-of", p.best_of, "sample this many, return the n most likely");
+  app.add_option("--logprobs", p.logprobs,
+                 "print each token's logprob and this many alternatives (stderr)");
+  app.add_option("--num-beams", p.num_beams, "beam search with this many beams (1: off)")
+      ->capture_default_str();
+  app.add_option("--length-penalty", p.length_penalty, "beam score = sum logprob / length^this")
+      ->capture_default_str();
+  app.add_flag("--early-stopping", p.early_stopping,
+               "stop beam search once num_beams hypotheses are finished");
+  app.add_option("--num-return-sequences", p.num_return_sequences, "beams to print")
+      ->capture_default_str();
   app.add_option("--threads", o->threads, "compute threads (default: one per core)");
   app.add_flag("--no-echo", o->no_echo, "do not print the prompt before the generated text");
-  app.add_flag("--ignore-eos", o->ignore_eos, "keep generating past the end-of-sequence token");
   app.add_flag("--verbose,-v", o->verbose, "print timings to stderr");
   return [o] { return run_generate(*o); };
 }

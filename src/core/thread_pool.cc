@@ -54,7 +54,13 @@ void ThreadPool::worker_loop(int index) {
   for (;;) {
     uint64_t gen = generation_.load(std::memory_order_acquire);
     for (int i = 0; i < kSpinIterations && gen == seen; ++i) {
-      TF_CPU_RELAX();
+      // Yield now and then: with more threads than cores a pure spin starves the thread that
+      // would publish the next job.
+      if (i % 64 == 63) {
+        std::this_thread::yield();
+      } else {
+        TF_CPU_RELAX();
+      }
       gen = generation_.load(std::memory_order_acquire);
     }
     if (gen == seen) {
@@ -107,10 +113,10 @@ void ThreadPool::parallel_for(int64_t n, RangeFn fn, int64_t min_chunk) {
     caller_error = std::current_exception();
   }
   for (int spins = 0; pending_.load(std::memory_order_acquire) != 0; ++spins) {
-    if (spins < kSpinIterations) {
-      TF_CPU_RELAX();
-    } else {
+    if (spins % 64 == 63) {
       std::this_thread::yield();
+    } else {
+      TF_CPU_RELAX();
     }
   }
   fn_ = nullptr;

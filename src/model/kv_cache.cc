@@ -1,5 +1,7 @@
 #include "model/kv_cache.h"
 
+#include <algorithm>
+
 #include "core/error.h"
 
 namespace tf {
@@ -22,6 +24,20 @@ KvCache::KvCache(const ModelConfig& config, int64_t num_blocks, int block_size)
 
 int64_t KvCache::bytes_per_block(const ModelConfig& config, int block_size) {
   return config.n_layers * 2 * block_size * config.kv_dim() * static_cast<int64_t>(sizeof(float));
+}
+
+void KvCache::copy_block(int32_t src, int32_t dst) {
+  if (src < 0 || src >= num_blocks_ || dst < 0 || dst >= num_blocks_) {
+    fail(ErrorKind::kInternal, "copy_block({}, {}) outside the cache of {} blocks", src, dst,
+         num_blocks_);
+  }
+  if (src == dst) return;
+  const int64_t block_floats = static_cast<int64_t>(block_size_) * kv_dim_;
+  const int64_t per_array = num_blocks_ * block_floats;
+  for (int64_t a = 0; a < 2 * n_layers_; ++a) {
+    float* base = storage_.data() + a * per_array;
+    std::copy_n(base + src * block_floats, block_floats, base + dst * block_floats);
+  }
 }
 
 kernels::PagedKvLayer KvCache::layer(int64_t l) {

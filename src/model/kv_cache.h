@@ -23,6 +23,8 @@ class KvCache {
   int block_size() const { return block_size_; }
   int64_t bytes() const { return static_cast<int64_t>(storage_.size() * sizeof(float)); }
   kernels::PagedKvLayer layer(int64_t l);
+  // Copies block src's keys and values, in every layer, to block dst (forking a sequence).
+  void copy_block(int32_t src, int32_t dst);
 
  private:
   int64_t num_blocks_;

@@ -2,110 +2,216 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 #include <random>
 
-#include "core/error.h"
-
 namespace tf {
-
-void SamplingParams::validate() const {
-  if (!(temperature >= 0.0f) || !std::isfinite(temperature)) {
-    fail("temperature must be a finite number >= 0, got {}", temperature);
-  }
-  if (top_k < 0) fail("top_k must be >= 0 (0 disables it), got {}", top_k);
-  if (!(top_p > 0.0f && top_p <= 1.0f)) fail("top_p must be in (0, 1], got {}", top_p);
-}
-
 namespace {
-uint64_t splitmix64(uint64_t& x) {
-  uint64_t z = (x += 0x9e3779b97f4a7c15ull);
+
+uint64_t mix64(uint64_t z) {
   z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
   z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
   return z ^ (z >> 31);
 }
-uint64_t rotl(uint64_t x, int k) {
-  return (x << k) | (x >> (64 - k));
+
+constexpr float kNegInf = -std::numeric_limits<float>::infinity();
+
+// Best first; the lower id first among equal logits, so results never depend on sort stability.
+bool better(const std::pair<float, int32_t>& a, const std::pair<float, int32_t>& b) {
+  return a.first > b.first || (a.first == b.first && a.second < b.second);
 }
+
 }  // namespace
 
-Rng::Rng(uint64_t seed) {
-  for (auto& s : s_) s = splitmix64(seed);
+double sample_uniform(uint64_t seed, uint64_t stream, uint64_t step) {
+  uint64_t z = mix64(seed + 0x9e3779b97f4a7c15ull);
+  z = mix64(z ^ (stream * 0xd1b54a32d192ed03ull + 0x8cb92ba72f3d8dd7ull));
+  z = mix64(z ^ (step * 0xa0761d6478bd642full + 0xe7037ed1a0b428dbull));
+  return static_cast<double>(z >> 11) * 0x1.0p-53;
 }
 
-uint64_t Rng::next() {
-  const uint64_t result = rotl(s_[1] * 5, 7) * 9;
-  const uint64_t t = s_[1] << 17;
-  s_[2] ^= s_[0];
-  s_[3] ^= s_[1];
-  s_[1] ^= s_[2];
-  s_[0] ^= s_[3];
-  s_[2] ^= t;
-  s_[3] = rotl(s_[3], 45);
-  return result;
+uint64_t random_seed() {
+  std::random_device rd;
+  return (static_cast<uint64_t>(rd()) << 32) ^ rd();
 }
 
-float Rng::uniform() {
-  return static_cast<float>(next() >> 40) * (1.0f / 16777216.0f);
-}
-
-int32_t argmax(const float* logits, int64_t n) {
+int32_t argmax(std::span<const float> logits) {
   int64_t best = 0;
-  for (int64_t i = 1; i < n; ++i) {
+  for (int64_t i = 1; i < static_cast<int64_t>(logits.size()); ++i) {
     if (logits[i] > logits[best]) best = i;
   }
   return static_cast<int32_t>(best);
 }
 
-Sampler::Sampler(const SamplingParams& params)
-    : params_(params), rng_(params.seed ? *params.seed : std::random_device{}()) {
-  params_.validate();
+void Sampler::truncate(const SamplingParams& p, std::span<const float> logits) {
+  const int64_t vocab = static_cast<int64_t>(logits.size());
+  cand_.clear();
+  for (int64_t i = 0; i < vocab; ++i) {
+    if (logits[i] != kNegInf) cand_.emplace_back(logits[i], static_cast<int32_t>(i));
+  }
+  if (cand_.empty()) {  // everything masked: fall back to the first token rather than NaN
+    cand_.emplace_back(0.0f, 0);
+    return;
+  }
+  // A tiny temperature can push logits to +inf: those tokens share all the mass.
+  if (std::any_of(cand_.begin(), cand_.end(), [](const auto& c) { return std::isinf(c.first); })) {
+    cand_.erase(std::remove_if(cand_.begin(), cand_.end(),
+                               [](const auto& c) { return !std::isinf(c.first); }),
+                cand_.end());
+    for (auto& c : cand_) c.first = 0.0f;
+  }
+  // top_k by partial selection: only the k survivors get sorted.
+  int64_t keep = static_cast<int64_t>(cand_.size());
+  if (p.top_k > 0 && p.top_k < keep) {
+    keep = p.top_k;
+    std::nth_element(cand_.begin(), cand_.begin() + keep - 1, cand_.end(), better);
+    cand_.resize(keep);
+  }
+  const bool need_order = p.top_p < 1.0f || p.typical_p < 1.0f;
+  if (!need_order) {
+    if (p.min_p > 0.0f) {
+      const float mx = std::min_element(cand_.begin(), cand_.end(), better)->first;
+      // p_i >= min_p * p_max  <=>  l_i - l_max >= log(min_p)
+      const float cut = mx + std::log(p.min_p);
+      cand_.erase(
+          std::remove_if(cand_.begin(), cand_.end(), [&](const auto& c) { return c.first < cut; }),
+          cand_.end());
+    }
+    return;
+  }
+  // Sorted order is needed for top_p; without top_k, grow a sorted prefix until it holds the
+  // nucleus instead of sorting the whole vocabulary.
+  const float mx = std::min_element(cand_.begin(), cand_.end(), better)->first;
+  double total = 0.0;
+  for (const auto& c : cand_) total += std::exp(static_cast<double>(c.first - mx));
+  size_t sorted = std::min<size_t>(cand_.size(), p.typical_p < 1.0f ? cand_.size() : 256);
+  for (;;) {
+    std::partial_sort(cand_.begin(), cand_.begin() + sorted, cand_.end(), better);
+    if (sorted == cand_.size()) break;
+    double mass = 0.0;
+    for (size_t i = 0; i < sorted; ++i) mass += std::exp(static_cast<double>(cand_[i].first - mx));
+    // Strictly more than top_p inside the prefix: the cut falls inside it (with a margin for
+    // rounding); otherwise sort more.
+    if (mass / total > static_cast<double>(p.top_p) + 1e-9) break;
+    sorted = std::min(cand_.size(), sorted * 4);
+  }
+  probs_.resize(cand_.size());
+  auto renormalize = [&]() {
+    double t = 0.0;
+    for (size_t i = 0; i < cand_.size(); ++i) {
+      probs_[i] = std::exp(static_cast<double>(cand_[i].first - mx));
+      t += probs_[i];
+    }
+    for (size_t i = 0; i < cand_.size(); ++i) probs_[i] /= t;
+  };
+  if (p.top_p < 1.0f) {
+    renormalize();
+    // Keep token i while the probability mass from i to the end exceeds 1 - top_p (the
+    // reference removes tokens whose ascending cumulative sum is <= 1 - top_p); keep >= 1.
+    double tail = 0.0;
+    for (size_t i = 0; i < cand_.size(); ++i) tail += probs_[i];
+    size_t cut = cand_.size();
+    for (size_t i = 0; i < cand_.size(); ++i) {
+      if (i > 0 && tail <= 1.0 - static_cast<double>(p.top_p)) {
+        cut = i;
+        break;
+      }
+      tail -= probs_[i];
+    }
+    cand_.resize(cut);
+  }
+  if (p.min_p > 0.0f) {
+    const float cut = cand_.front().first + std::log(p.min_p);
+    size_t keep_n = 1;
+    while (keep_n < cand_.size() && cand_[keep_n].first >= cut) ++keep_n;
+    cand_.resize(keep_n);
+  }
+  if (p.typical_p < 1.0f && cand_.size() > 1) {
+    renormalize();
+    double entropy = 0.0;
+    for (size_t i = 0; i < cand_.size(); ++i) {
+      if (probs_[i] > 0.0) entropy -= probs_[i] * std::log(probs_[i]);
+    }
+    // Order by |surprisal - entropy|; keep the smallest set whose mass reaches typical_p.
+    std::vector<std::pair<double, size_t>> order(cand_.size());
+    for (size_t i = 0; i < cand_.size(); ++i)
+      order[i] = {std::fabs(-std::log(probs_[i]) - entropy), i};
+    std::stable_sort(order.begin(), order.end(),
+                     [](const auto& a, const auto& b) { return a.first < b.first; });
+    double cum = 0.0;
+    size_t last = 0;
+    for (size_t i = 0; i < order.size(); ++i) {
+      cum += probs_[order[i].second];
+      if (cum < static_cast<double>(p.typical_p)) last = i + 1;
+    }
+    last = std::min(last, order.size() - 1);
+    const double threshold = order[last].first;
+    std::vector<std::pair<float, int32_t>> kept;
+    for (size_t i = 0; i < cand_.size(); ++i) {
+      if (std::fabs(-std::log(probs_[i]) - entropy) <= threshold) kept.push_back(cand_[i]);
+    }
+    cand_ = std::move(kept);
+  }
 }
 
-int32_t Sampler::sample(const float* logits, int64_t n) {
-  if (params_.temperature == 0.0f) return argmax(logits, n);
-  candidates_.resize(static_cast<size_t>(n));
-  for (int64_t i = 0; i < n; ++i) candidates_[i] = {logits[i], static_cast<int32_t>(i)};
-  auto by_logit = [](const auto& a, const auto& b) {
-    return a.first > b.first || (a.first == b.first && a.second < b.second);
-  };
-  int64_t keep = n;
-  if (params_.top_k > 0 && params_.top_k < n) {
-    keep = params_.top_k;
-    std::nth_element(candidates_.begin(), candidates_.begin() + keep - 1, candidates_.end(),
-                     by_logit);
+std::vector<std::pair<int32_t, double>> Sampler::distribution(const SamplingParams& p,
+                                                              std::span<const float> logits) {
+  std::vector<std::pair<int32_t, double>> out;
+  if (p.greedy()) {
+    out.emplace_back(argmax(logits), 1.0);
+    return out;
   }
-  candidates_.resize(static_cast<size_t>(keep));
-  std::sort(candidates_.begin(), candidates_.end(), by_logit);
-  // In double, and dividing rather than multiplying by 1/T: a tiny temperature must behave like
-  // greedy, not overflow 1/T to infinity and turn the best token's weight into 0 * inf = NaN.
-  const double t = params_.temperature;
-  const float mx = candidates_[0].first;
+  truncate(p, logits);
+  const float mx = std::min_element(cand_.begin(), cand_.end(), better)->first;
   double total = 0.0;
-  for (auto& c : candidates_) {
-    c.first = static_cast<float>(std::exp(static_cast<double>(c.first - mx) / t));
-    total += c.first;
-  }
-  if (params_.top_p < 1.0f) {
-    double cum = 0.0;
-    size_t cut = candidates_.size();
-    for (size_t i = 0; i < candidates_.size(); ++i) {
-      cum += candidates_[i].first / total;
-      if (cum >= params_.top_p) {
-        cut = i + 1;
+  for (const auto& c : cand_) total += std::exp(static_cast<double>(c.first - mx));
+  for (const auto& c : cand_)
+    out.emplace_back(c.second, std::exp(static_cast<double>(c.first - mx)) / total);
+  return out;
+}
+
+SampleResult Sampler::sample(const SamplingParams& p, std::span<const float> logits,
+                             double uniform) {
+  SampleResult r;
+  if (p.greedy()) {
+    r.token = argmax(logits);
+  } else {
+    truncate(p, logits);
+    const float mx = std::min_element(cand_.begin(), cand_.end(), better)->first;
+    double total = 0.0;
+    for (const auto& c : cand_) total += std::exp(static_cast<double>(c.first - mx));
+    const double target = uniform * total;
+    double acc = 0.0;
+    r.token = cand_.back().second;
+    for (const auto& c : cand_) {
+      acc += std::exp(static_cast<double>(c.first - mx));
+      if (target < acc) {
+        r.token = c.second;
         break;
       }
     }
-    candidates_.resize(cut);
-    total = 0.0;
-    for (const auto& c : candidates_) total += c.first;
   }
-  const double r = static_cast<double>(rng_.uniform()) * total;
-  double acc = 0.0;
-  for (const auto& c : candidates_) {
-    acc += c.first;
-    if (r < acc) return c.second;
+  if (p.logprobs) {
+    // log_softmax over the processed logits (before truncation): one pass for the normalizer.
+    float mx = kNegInf;
+    for (float l : logits) mx = std::max(mx, l);
+    double sum = 0.0;
+    for (float l : logits) sum += std::exp(static_cast<double>(l - mx));
+    const double lse = static_cast<double>(mx) + std::log(sum);
+    r.logprob = static_cast<float>(static_cast<double>(logits[r.token]) - lse);
+    const int32_t k = std::min<int32_t>(*p.logprobs, static_cast<int32_t>(logits.size()));
+    if (k > 0) {
+      cand_.clear();
+      for (size_t i = 0; i < logits.size(); ++i)
+        cand_.emplace_back(logits[i], static_cast<int32_t>(i));
+      std::partial_sort(cand_.begin(), cand_.begin() + k, cand_.end(), better);
+      for (int32_t i = 0; i < k; ++i) {
+        r.top.push_back(
+            {cand_[i].second, static_cast<float>(static_cast<double>(cand_[i].first) - lse)});
+      }
+    }
   }
-  return candidates_.back().second;
+  return r;
 }
 
 }  // namespace tf

@@ -1,48 +1,52 @@
 #pragma once
-// Picks the next token from a row of logits: greedy, or temperature sampling truncated by top-k
-// and top-p, with a per-request seeded generator so the same seed gives the same tokens.
+// Step 7 of the pipeline (truncation) and the draw itself, plus log-probabilities. The draw takes
+// its uniform number from a counter-based generator keyed by (seed, sequence, step), so a
+// request's tokens depend on nothing but its own seed: not on batch mates, threads or order.
 
 #include <cstdint>
-#include <optional>
+#include <span>
+#include <utility>
 #include <vector>
+
+#include "sampling/sampling_params.h"
 
 namespace tf {
 
-struct SamplingParams {
-  float temperature = 1.0f;  // 0: greedy
-  int32_t top_k = 0;         // 0: off
-  float top_p = 1.0f;        // 1: off
-  std::optional<uint64_t> seed;
-
-  // Throws an Error naming the parameter when a value is out of range.
-  void validate() const;
+struct TokenLogprob {
+  int32_t token;
+  float logprob;
 };
 
-// A small counter-free generator (xoshiro256**) seeded through splitmix64: the sequence depends
-// only on the seed, on every platform and standard library.
-class Rng {
- public:
-  explicit Rng(uint64_t seed);
-  uint64_t next();
-  float uniform();  // [0, 1) with 24 random bits
-
- private:
-  uint64_t s_[4];
+struct SampleResult {
+  int32_t token = -1;
+  float logprob = 0.0f;           // of the chosen token (when logprobs were asked for)
+  std::vector<TokenLogprob> top;  // the most likely alternatives, best first
 };
+
+// A uniform number in [0, 1) for draw `step` of sequence `stream` of a request seeded `seed`.
+double sample_uniform(uint64_t seed, uint64_t stream, uint64_t step);
+
+// A fresh seed for requests that did not give one.
+uint64_t random_seed();
 
 // Index of the largest value; the lowest index wins ties.
-int32_t argmax(const float* logits, int64_t n);
+int32_t argmax(std::span<const float> logits);
 
 class Sampler {
  public:
-  explicit Sampler(const SamplingParams& params);
-  // May reorder nothing in logits; uses internal scratch that grows once to the vocab size.
-  int32_t sample(const float* logits, int64_t n);
+  // logits are processed (steps 1-6). Greedy when params.greedy(); else truncates and draws
+  // with `uniform`. Fills logprobs when params.logprobs is set. Scratch grows once to the vocab.
+  SampleResult sample(const SamplingParams& params, std::span<const float> logits, double uniform);
+
+  // The final distribution after truncation: (token, probability) pairs summing to 1, in the
+  // order the draw walks them. Exposed for tests against the reference.
+  std::vector<std::pair<int32_t, double>> distribution(const SamplingParams& params,
+                                                       std::span<const float> logits);
 
  private:
-  SamplingParams params_;
-  Rng rng_;
-  std::vector<std::pair<float, int32_t>> candidates_;
+  void truncate(const SamplingParams& params, std::span<const float> logits);
+  std::vector<std::pair<float, int32_t>> cand_;  // (logit, token), best first after truncate()
+  std::vector<double> probs_;
 };
 
 }  // namespace tf

@@ -88,6 +88,56 @@ class GenerateTest(unittest.TestCase):
             self.assertIn("F16", out)
 
 
+class DecodingFlagsTest(unittest.TestCase):
+    def gen(self, *args):
+        rc, out, err = run("generate", "-m", STORIES_BIN, "-p", "Once upon a time", *args)
+        self.assertEqual(rc, 0, err)
+        return out, err
+
+    def test_stop_string_ends_the_text_before_it(self):
+        out, err = self.gen("-t", "0", "-n", "60", "--stop", "named", "-v")
+        self.assertEqual(out.strip(), "Once upon a time, there was a little girl")
+        self.assertIn("finish: stop", err)
+
+    def test_n_and_best_of_print_each_sequence(self):
+        out, _ = self.gen("--seed", "3", "-n", "12", "--n", "2", "--best-of", "4")
+        headers = [l for l in out.splitlines() if l.startswith("--- sequence")]
+        self.assertEqual(len(headers), 2)
+        lps = [float(h.split("cumulative logprob ")[1].rstrip(" -)")) for h in headers]
+        self.assertGreaterEqual(lps[0], lps[1])
+
+    def test_beam_search(self):
+        out, _ = self.gen("--num-beams", "3", "--num-return-sequences", "2", "-n", "10")
+        self.assertEqual(len([l for l in out.splitlines() if l.startswith("--- beam")]), 2)
+        greedy, _ = self.gen("-t", "0", "-n", "10", "--num-beams", "1")
+        self.assertTrue(greedy.startswith("Once upon a time, there was"))
+
+    def test_logprobs_go_to_stderr(self):
+        out, err = self.gen("-t", "0", "-n", "3", "--logprobs", "2")
+        rows = [l for l in err.splitlines() if l.strip()]
+        self.assertEqual(len(rows), 3)
+        self.assertEqual(len(rows[0].split()), 5, rows[0])  # id, piece, logprob, 2 alternatives
+
+    def test_penalties_and_bias_change_greedy_text(self):
+        plain, _ = self.gen("-t", "0", "-n", "30", "--no-echo")
+        biased, _ = self.gen("-t", "0", "-n", "30", "--no-echo", "--logit-bias", "383=-100")  # " there"
+        self.assertIn("there", plain)
+        self.assertNotIn(" there", biased)
+        rep, _ = self.gen("-t", "0", "-n", "30", "--no-echo", "--repetition-penalty", "1.5")
+        self.assertNotEqual(plain, rep)
+
+    def test_bad_parameters_are_errors(self):
+        for args, needle in ((["--min-p", "2"], "min_p"), (["--typical-p", "0"], "typical_p"),
+                             (["--presence-penalty", "3"], "presence_penalty"), (["--n", "3", "--best-of", "2"], "best_of"),
+                             (["--logprobs", "50"], "logprobs"), (["--logit-bias", "5"], "ID=BIAS"),
+                             (["--logit-bias", "9999=1"], "logit_bias"), (["--num-beams", "2", "--num-return-sequences", "3"],
+                                                                          "num_return_sequences"),
+                             (["--ban", "1,x"], "not a token id"), (["--min-tokens", "-1"], "min_tokens")):
+            rc, out, err = run("generate", "-m", STORIES_BIN, "-p", "x", *args)
+            self.assertEqual(rc, 1, args)
+            self.assertIn(needle, err, args)
+
+
 class TokenizeTest(unittest.TestCase):
     GPT2 = os.path.join(SHARED, "tokenizers", "gpt2")
 

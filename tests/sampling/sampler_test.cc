@@ -1,287 +1,344 @@
-#include "sampling/sampler.h"
+// The sampling pieces that numpy does not see: determinism of the counter-based randomness,
+// greedy equivalences, stop strings held back across tokens, sequence ends, validation, beam
+// search against exhaustive search, and seeded output independent of the batch.
 
 #include <gtest/gtest.h>
 
 #include <cmath>
-#include <cstdint>
-#include <limits>
-#include <random>
-#include <string>
-#include <vector>
+#include <map>
+#include <numeric>
 
 #include "core/error.h"
+#include "core/thread_pool.h"
+#include "model/model.h"
+#include "model/test_util.h"
+#include "sampling/beam_search.h"
+#include "sampling/sampler.h"
+#include "sampling/sequence_sampler.h"
+#include "sampling/stop_checker.h"
+#include "tokenizer/tokenizer_loader.h"
 
 namespace tf {
 namespace {
 
-SamplingParams params(float temperature, int32_t top_k = 0, float top_p = 1.0f,
-                      std::optional<uint64_t> seed = 1) {
-  SamplingParams p;
-  p.temperature = temperature;
-  p.top_k = top_k;
-  p.top_p = top_p;
-  p.seed = seed;
-  return p;
+using Ids = std::vector<int32_t>;
+
+TEST(SampleUniform, IsACounterNotAStream) {
+  EXPECT_EQ(sample_uniform(1, 0, 5), sample_uniform(1, 0, 5));
+  EXPECT_NE(sample_uniform(1, 0, 5), sample_uniform(1, 0, 6));
+  EXPECT_NE(sample_uniform(1, 0, 5), sample_uniform(1, 1, 5));
+  EXPECT_NE(sample_uniform(1, 0, 5), sample_uniform(2, 0, 5));
+  double sum = 0;
+  for (int i = 0; i < 100000; ++i) {
+    const double u = sample_uniform(9, 0, i);
+    ASSERT_GE(u, 0.0);
+    ASSERT_LT(u, 1.0);
+    sum += u;
+  }
+  EXPECT_NEAR(sum / 100000, 0.5, 0.01);
+  EXPECT_NE(random_seed(), random_seed());
 }
 
-std::vector<float> random_logits(int64_t n, std::mt19937& rng) {
-  std::normal_distribution<float> dist(0.0f, 2.0f);
-  std::vector<float> v(n);
-  for (auto& x : v) x = dist(rng);
-  return v;
+TEST(Sampler, GreedyEquivalences) {
+  std::vector<float> logits = {0.1f, 2.0f, -1.0f, 2.0f, 1.5f};
+  EXPECT_EQ(argmax(logits), 1) << "lowest index wins ties";
+  Sampler s;
+  SamplingParams greedy;
+  greedy.temperature = 0.0f;
+  SamplingParams top1;
+  top1.top_k = 1;
+  top1.temperature = 1.5f;
+  SamplingParams tiny_t;
+  tiny_t.temperature = 1e-30f;
+  for (int i = 0; i < 50; ++i) {
+    const double u = sample_uniform(3, 0, i);
+    EXPECT_EQ(s.sample(greedy, logits, u).token, 1);
+    EXPECT_EQ(s.sample(top1, logits, u).token, 1);
+  }
+  std::vector<float> scaled = logits;
+  for (float& v : scaled) v /= tiny_t.temperature;  // what the processors do: +-inf
+  for (int i = 0; i < 50; ++i) {
+    const int32_t t = s.sample(tiny_t, scaled, sample_uniform(3, 0, i)).token;
+    EXPECT_TRUE(t == 1 || t == 3) << t;  // the two maxima share the mass; never a worse token
+  }
 }
 
-std::vector<int32_t> draw(Sampler& s, const std::vector<float>& logits, int count) {
-  std::vector<int32_t> out;
-  out.reserve(count);
-  for (int i = 0; i < count; ++i) out.push_back(s.sample(logits.data(), logits.size()));
+TEST(StopChecker, HoldsBackAStopStringSplitAcrossTokens) {
+  const std::vector<std::vector<std::string>> splits = {
+      {"Hello wor", "ld! END", "ING more"},       // stop "END" within one piece
+      {"Hello world! E", "N", "D"},               // across 3 pieces
+      {"Hello world! ", "E", "N", "D", " tail"},  // across 4
+      {"Hello world! EN", "Dx"},
+  };
+  for (const auto& pieces : splits) {
+    StopChecker c({"END", "STOP"});
+    std::string shown;
+    for (const auto& p : pieces) {
+      shown += c.push(p);
+      EXPECT_EQ(shown.find('E', 12), std::string::npos)
+          << "leaked part of the stop string: " << shown;
+      if (c.stopped()) break;
+    }
+    EXPECT_TRUE(c.stopped());
+    EXPECT_EQ(shown, "Hello world! ");
+    EXPECT_EQ(c.matched(), "END");
+  }
+  StopChecker partial({"END"});
+  EXPECT_EQ(partial.push("an E"), "an ");
+  EXPECT_EQ(partial.push("N"), "");
+  EXPECT_EQ(partial.push("x"), "ENx") << "a false start is released";
+  EXPECT_EQ(partial.push("E"), "");
+  EXPECT_EQ(partial.flush(), "E") << "held text comes out at the end";
+  StopChecker inc({"\n\n"}, true);
+  EXPECT_EQ(inc.push("a\n"), "a");
+  EXPECT_EQ(inc.push("\nb"), "\n\n");
+  EXPECT_TRUE(inc.stopped());
+  EXPECT_EQ(inc.push("more"), "");
+}
+
+TEST(SamplingParams, ValidationNamesTheParameter) {
+  auto error_of = [](auto mutate) {
+    SamplingParams p;
+    mutate(p);
+    try {
+      p.validate(100);
+    } catch (const Error& e) {
+      return std::string(e.what());
+    }
+    return std::string();
+  };
+  EXPECT_EQ(error_of([](SamplingParams&) {}), "");
+  EXPECT_NE(error_of([](SamplingParams& p) { p.temperature = -0.1f; }).find("temperature"),
+            std::string::npos);
+  EXPECT_NE(error_of([](SamplingParams& p) { p.temperature = NAN; }).find("temperature"),
+            std::string::npos);
+  EXPECT_NE(error_of([](SamplingParams& p) { p.top_p = 0.0f; }).find("top_p"), std::string::npos);
+  EXPECT_NE(error_of([](SamplingParams& p) { p.top_p = 1.5f; }).find("top_p"), std::string::npos);
+  EXPECT_NE(error_of([](SamplingParams& p) { p.top_k = -1; }).find("top_k"), std::string::npos);
+  EXPECT_NE(error_of([](SamplingParams& p) { p.min_p = 2.0f; }).find("min_p"), std::string::npos);
+  EXPECT_NE(error_of([](SamplingParams& p) { p.typical_p = 0.0f; }).find("typical_p"),
+            std::string::npos);
+  EXPECT_NE(
+      error_of([](SamplingParams& p) { p.repetition_penalty = 0.0f; }).find("repetition_penalty"),
+      std::string::npos);
+  EXPECT_NE(error_of([](SamplingParams& p) { p.presence_penalty = 2.5f; }).find("presence_penalty"),
+            std::string::npos);
+  EXPECT_NE(error_of([](SamplingParams& p) {
+              p.logit_bias = {{100, 1.0f}};
+            }).find("logit_bias"),
+            std::string::npos);
+  EXPECT_NE(error_of([](SamplingParams& p) {
+              p.logit_bias = {{1, 101.0f}};
+            }).find("[-100, 100]"),
+            std::string::npos);
+  EXPECT_NE(error_of([](SamplingParams& p) { p.n = 3, p.best_of = 2; }).find("best_of"),
+            std::string::npos);
+  EXPECT_NE(error_of([](SamplingParams& p) { p.max_tokens = 0; }).find("max_tokens"),
+            std::string::npos);
+  EXPECT_NE(error_of([](SamplingParams& p) { p.min_tokens = 20; }).find("min_tokens"),
+            std::string::npos);
+  EXPECT_NE(error_of([](SamplingParams& p) { p.logprobs = 21; }).find("logprobs"),
+            std::string::npos);
+  EXPECT_NE(error_of([](SamplingParams& p) { p.stop = {""}; }).find("stop"), std::string::npos);
+  EXPECT_NE(error_of([](SamplingParams& p) {
+              p.num_beams = 2, p.num_return_sequences = 3;
+            }).find("num_return_sequences"),
+            std::string::npos);
+  EXPECT_NE(error_of([](SamplingParams& p) { p.bad_words_ids = {{}}; }).find("bad_words_ids"),
+            std::string::npos);
+}
+
+class StoriesTest : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    model_ = load_model(testing::stories_bin()).release();
+    tok_ = load_tokenizer_for(testing::stories_bin(), 512).release();
+  }
+  static void TearDownTestSuite() {
+    delete model_;
+    delete tok_;
+  }
+  static Model* model_;
+  static Tokenizer* tok_;
+};
+Model* StoriesTest::model_ = nullptr;
+Tokenizer* StoriesTest::tok_ = nullptr;
+
+// Runs several requests together, each its own sequence, decoding them in one batch per step
+// (as the engine does); returns each request's tokens.
+std::vector<Ids> run_batch(Model& model, const std::vector<std::pair<Ids, SamplingParams>>& reqs,
+                           int threads) {
+  ThreadPool pool(threads);
+  const int bs = 16;
+  const int64_t per_seq = 512 / bs;
+  KvCache kv(model.config(), per_seq * static_cast<int64_t>(reqs.size()), bs);
+  std::vector<Ids> tables(reqs.size(), Ids(per_seq));
+  for (size_t s = 0; s < reqs.size(); ++s)
+    std::iota(tables[s].begin(), tables[s].end(), static_cast<int32_t>(s * per_seq));
+  std::vector<SequenceSampler> seqs;
+  for (size_t s = 0; s < reqs.size(); ++s) {
+    seqs.emplace_back(reqs[s].second, *reqs[s].second.seed, 0, reqs[s].first, nullptr, Ids{2});
+  }
+  const int64_t V = model.config().vocab_size;
+  std::vector<float> logits(V * reqs.size());
+  std::vector<SequenceChunk> batch;
+  for (size_t s = 0; s < reqs.size(); ++s) batch.push_back({reqs[s].first, 0, tables[s], false});
+  model.forward(batch, kv, logits.data(), pool);
+  std::vector<size_t> row(reqs.size());
+  std::iota(row.begin(), row.end(), 0);
+  for (;;) {
+    batch.clear();
+    std::vector<size_t> live;
+    Ids last(reqs.size());
+    for (size_t s = 0; s < reqs.size(); ++s) {
+      if (seqs[s].finished()) continue;
+      seqs[s].step(std::span<float>(logits.data() + row[s] * V, V));
+      if (!seqs[s].finished()) live.push_back(s);
+    }
+    if (live.empty()) break;
+    for (size_t s : live) {
+      last[s] = seqs[s].output().back();
+      batch.push_back({std::span<const int32_t>(&last[s], 1),
+                       static_cast<int64_t>(reqs[s].first.size() + seqs[s].output().size() - 1),
+                       tables[s], false});
+    }
+    model.forward(batch, kv, logits.data(), pool);
+    for (size_t i = 0; i < live.size(); ++i) row[live[i]] = i;
+  }
+  std::vector<Ids> out;
+  for (auto& s : seqs) out.push_back(s.output());
   return out;
 }
 
-TEST(Argmax, PicksTheLargest) {
-  const std::vector<float> a = {0.1f, -3.0f, 7.5f, 2.0f};
-  EXPECT_EQ(argmax(a.data(), 4), 2);
-  const std::vector<float> b = {9.0f, 1.0f};
-  EXPECT_EQ(argmax(b.data(), 2), 0);
-  const std::vector<float> c = {-5.0f, -4.0f};
-  EXPECT_EQ(argmax(c.data(), 2), 1);
-  const std::vector<float> d = {-std::numeric_limits<float>::infinity(), -1e30f};
-  EXPECT_EQ(argmax(d.data(), 2), 1);
-  const float one = 3.0f;
-  EXPECT_EQ(argmax(&one, 1), 0);
+TEST_F(StoriesTest, SeededOutputDoesNotDependOnTheBatch) {
+  SamplingParams p;
+  p.temperature = 1.0f;
+  p.top_p = 0.95f;
+  p.max_tokens = 40;
+  p.seed = 1234;
+  const Ids prompt = tok_->encode("Once upon a time", true);
+  const Ids alone = run_batch(*model_, {{prompt, p}}, 1)[0];
+  ASSERT_EQ(alone.size(), 40u);
+  SamplingParams other = p;
+  other.seed = 99;
+  other.temperature = 0.7f;
+  const Ids p2 = tok_->encode("The dog", true);
+  const Ids p3 = tok_->encode("Lily and Ben went to the park. They", true);
+  EXPECT_EQ(run_batch(*model_, {{p2, other}, {prompt, p}}, 2)[1], alone);
+  EXPECT_EQ(run_batch(*model_, {{p3, other}, {p2, other}, {prompt, p}, {p3, p}}, 3)[2], alone);
+  SamplingParams reseeded = p;
+  reseeded.seed = 1235;
+  EXPECT_NE(run_batch(*model_, {{prompt, reseeded}}, 1)[0], alone) << "another seed, other text";
 }
 
-TEST(Argmax, LowestIndexWinsTies) {
-  const std::vector<float> a = {1.0f, 5.0f, 2.0f, 5.0f, 5.0f};
-  EXPECT_EQ(argmax(a.data(), 5), 1);
-  const std::vector<float> b(10, 0.25f);
-  EXPECT_EQ(argmax(b.data(), 10), 0);
-  const std::vector<float> c = {-1.0f, 3.0f, 3.0f};
-  EXPECT_EQ(argmax(c.data(), 3), 1);
+TEST_F(StoriesTest, SequenceEndsByLengthEosAndMinTokens) {
+  ThreadPool pool(1);
+  const Ids prompt = tok_->encode("Once upon a time", true);
+  SamplingParams p;
+  p.temperature = 0.0f;
+  p.max_tokens = 5;
+  p.seed = 1;
+  auto out = run_batch(*model_, {{prompt, p}}, 1)[0];
+  EXPECT_EQ(out.size(), 5u);
+  // With a bias that forces EOS (id 2), the sequence stops at once, unless min_tokens holds it.
+  p.max_tokens = 10;
+  p.logit_bias = {{2, 100.0f}};
+  EXPECT_EQ(run_batch(*model_, {{prompt, p}}, 1)[0], (Ids{2}));
+  p.min_tokens = 4;
+  out = run_batch(*model_, {{prompt, p}}, 1)[0];
+  EXPECT_EQ(out.size(), 5u);
+  EXPECT_EQ(out.back(), 2);
+  p.ignore_eos = true;
+  EXPECT_EQ(run_batch(*model_, {{prompt, p}}, 1)[0].size(), 10u);
 }
 
-TEST(Sampler, TemperatureZeroIsGreedy) {
-  std::mt19937 rng(1);
-  Sampler s(params(0.0f, 0, 1.0f, std::nullopt));  // no seed: must not matter
-  for (int trial = 0; trial < 50; ++trial) {
-    const auto logits = random_logits(100, rng);
-    EXPECT_EQ(s.sample(logits.data(), 100), argmax(logits.data(), 100));
+TEST_F(StoriesTest, StopStringEndsWithoutLeaking) {
+  SamplingParams p;
+  p.temperature = 0.0f;
+  p.max_tokens = 60;
+  p.stop = {"girl named"};
+  const Ids prompt = tok_->encode("Once upon a time", true);
+  SequenceSampler seq(p, 1, 0, prompt, tok_, Ids{2});
+  ThreadPool pool(1);
+  KvCache kv(model_->config(), 8, 16);
+  Ids table = {0, 1, 2, 3, 4, 5, 6, 7};
+  std::vector<float> logits(512);
+  SequenceChunk c{prompt, 0, table, false};
+  model_->forward(std::span<const SequenceChunk>(&c, 1), kv, logits.data(), pool);
+  std::string shown;
+  int64_t pos = static_cast<int64_t>(prompt.size());
+  while (!seq.finished()) {
+    shown += seq.step(logits).text;
+    ASSERT_EQ(shown.find("girl"), std::string::npos) << shown;
+    if (seq.finished()) break;
+    const Ids next = {seq.output().back()};
+    SequenceChunk d{next, pos++, table, false};
+    model_->forward(std::span<const SequenceChunk>(&d, 1), kv, logits.data(), pool);
   }
-  const std::vector<float> tie = {0.0f, 4.0f, 4.0f, 1.0f};
-  for (int i = 0; i < 10; ++i) EXPECT_EQ(s.sample(tie.data(), 4), 1);
-  // Greedy ignores truncation settings.
-  Sampler t(params(0.0f, 3, 0.5f));
-  EXPECT_EQ(t.sample(tie.data(), 4), 1);
+  EXPECT_EQ(seq.finish_reason(), FinishReason::kStop);
+  EXPECT_EQ(shown, ", there was a little ");
 }
 
-TEST(Sampler, VerySmallTemperatureIsGreedy) {
-  // A positive temperature this small leaves all mass on the argmax; 1/T overflows to infinity
-  // for the last two.
-  const std::vector<float> logits = {1.0f, 3.0f, 2.0f, -1.0f};
-  for (float t : {1e-3f, 1e-20f, 1e-38f, 1e-40f, std::numeric_limits<float>::denorm_min()}) {
-    Sampler s(params(t));
-    for (int i = 0; i < 20; ++i) {
-      ASSERT_EQ(s.sample(logits.data(), 4), 1) << "temperature " << t;
-    }
-  }
+TEST_F(StoriesTest, BeamSearchWithOneBeamIsGreedy) {
+  ThreadPool pool(2);
+  SamplingParams p;
+  p.num_beams = 1;
+  p.max_tokens = 30;
+  p.temperature = 0.0f;
+  const Ids prompt = tok_->encode("Once upon a time", true);
+  KvCache kv(model_->config(), beam_search_blocks(static_cast<int64_t>(prompt.size()), p, 16), 16);
+  const auto hyps = beam_search(*model_, kv, pool, prompt, p, Ids{2});
+  p.seed = 5;
+  const Ids greedy = run_batch(*model_, {{prompt, p}}, 1)[0];
+  ASSERT_EQ(hyps.size(), 1u);
+  EXPECT_EQ(hyps[0].tokens, greedy);
 }
 
-TEST(Sampler, SameSeedSameSequenceDifferentSeedsDiffer) {
-  std::vector<float> flat(50, 0.0f);
-  Sampler a(params(1.0f, 0, 1.0f, 123)), b(params(1.0f, 0, 1.0f, 123)),
-      c(params(1.0f, 0, 1.0f, 124));
-  const auto sa = draw(a, flat, 200);
-  const auto sb = draw(b, flat, 200);
-  const auto sc = draw(c, flat, 200);
-  EXPECT_EQ(sa, sb);
-  EXPECT_NE(sa, sc);
-  // Not stuck on one token either.
-  int distinct = 0;
-  std::vector<bool> seen(50, false);
-  for (int32_t t : sa) {
-    ASSERT_GE(t, 0);
-    ASSERT_LT(t, 50);
-    if (!seen[t]) ++distinct;
-    seen[t] = true;
-  }
-  EXPECT_GT(distinct, 30);
-
-  // With truncation as well.
-  std::mt19937 rng(3);
-  const auto logits = random_logits(1000, rng);
-  Sampler d(params(0.8f, 40, 0.9f, 7)), e(params(0.8f, 40, 0.9f, 7));
-  EXPECT_EQ(draw(d, logits, 300), draw(e, logits, 300));
-}
-
-TEST(Rng, SameSeedSameStreamAndUniformInRange) {
-  Rng a(42), b(42), c(43);
-  bool differs = false;
-  for (int i = 0; i < 100; ++i) {
-    const uint64_t x = a.next();
-    EXPECT_EQ(x, b.next());
-    if (x != c.next()) differs = true;
-  }
-  EXPECT_TRUE(differs);
-
-  Rng r(7);
-  double sum = 0.0;
-  float lo = 1.0f, hi = 0.0f;
-  const int n = 1000000;
-  for (int i = 0; i < n; ++i) {
-    const float u = r.uniform();
-    ASSERT_GE(u, 0.0f);
-    ASSERT_LT(u, 1.0f);
-    lo = std::min(lo, u);
-    hi = std::max(hi, u);
-    sum += u;
-  }
-  EXPECT_NEAR(sum / n, 0.5, 0.005);
-  EXPECT_LT(lo, 1e-4f);
-  EXPECT_GT(hi, 1.0f - 1e-4f);
-}
-
-TEST(Rng, SeedZeroIsUsable) {
-  Rng r(0);
-  uint64_t acc = 0;
-  for (int i = 0; i < 10; ++i) acc |= r.next();
-  EXPECT_NE(acc, 0u);
-}
-
-TEST(Sampler, TopKOneIsArgmax) {
-  std::mt19937 rng(5);
-  Sampler s(params(1.5f, 1));
-  for (int trial = 0; trial < 200; ++trial) {
-    const auto logits = random_logits(64, rng);
-    ASSERT_EQ(s.sample(logits.data(), 64), argmax(logits.data(), 64));
-  }
-  const std::vector<float> tie = {2.0f, 0.0f, 2.0f};
-  for (int i = 0; i < 20; ++i) EXPECT_EQ(s.sample(tie.data(), 3), 0);
-}
-
-TEST(Sampler, TinyTopPIsArgmax) {
-  std::mt19937 rng(6);
-  Sampler s(params(1.0f, 0, 1e-6f));
-  for (int trial = 0; trial < 200; ++trial) {
-    const auto logits = random_logits(64, rng);
-    ASSERT_EQ(s.sample(logits.data(), 64), argmax(logits.data(), 64));
-  }
-}
-
-TEST(Sampler, FrequenciesMatchSoftmax) {
-  const std::vector<float> logits = {1.0f, 2.0f, 0.5f, -1.0f};
-  double z = 0.0;
-  for (float l : logits) z += std::exp(l);
-  Sampler s(params(1.0f, 0, 1.0f, 2024));
-  const int n = 20000;
-  std::vector<int> counts(4, 0);
-  for (int i = 0; i < n; ++i) {
-    const int32_t t = s.sample(logits.data(), 4);
-    ASSERT_GE(t, 0);
-    ASSERT_LT(t, 4);
-    ++counts[t];
-  }
-  for (int t = 0; t < 4; ++t) {
-    EXPECT_NEAR(static_cast<double>(counts[t]) / n, std::exp(logits[t]) / z, 0.02) << "token " << t;
-  }
-}
-
-TEST(Sampler, TemperatureSharpensAndFlattens) {
-  const std::vector<float> logits = {0.0f, 1.0f};
-  auto freq_of_1 = [&](float temperature) {
-    Sampler s(params(temperature, 0, 1.0f, 99));
-    int c = 0;
-    for (int i = 0; i < 20000; ++i) c += s.sample(logits.data(), 2) == 1;
-    return c / 20000.0;
-  };
-  // p(1) = 1 / (1 + exp(-1 / T))
-  EXPECT_NEAR(freq_of_1(0.5f), 1.0 / (1.0 + std::exp(-2.0)), 0.02);
-  EXPECT_NEAR(freq_of_1(2.0f), 1.0 / (1.0 + std::exp(-0.5)), 0.02);
-}
-
-TEST(Sampler, TopKTwoStaysInTheTopTwo) {
-  const std::vector<float> logits = {0.5f, 3.0f, -1.0f, 2.9f, 1.0f, 2.0f};
-  Sampler s(params(1.0f, 2, 1.0f, 77));
-  int c1 = 0, c3 = 0;
-  for (int i = 0; i < 5000; ++i) {
-    const int32_t t = s.sample(logits.data(), 6);
-    ASSERT_TRUE(t == 1 || t == 3) << "token " << t;
-    (t == 1 ? c1 : c3)++;
-  }
-  // Renormalized over the two: p(1) = 1 / (1 + exp(-0.1)).
-  EXPECT_NEAR(c1 / 5000.0, 1.0 / (1.0 + std::exp(-0.1)), 0.03);
-  EXPECT_GT(c3, 0);
-}
-
-TEST(Sampler, TopKLargerThanVocabIsNoTruncation) {
-  const std::vector<float> logits = {0.0f, 0.0f, 0.0f};
-  Sampler s(params(1.0f, 10, 1.0f, 5));
-  std::vector<int> counts(3, 0);
-  for (int i = 0; i < 3000; ++i) ++counts[s.sample(logits.data(), 3)];
-  for (int c : counts) EXPECT_GT(c, 800);
-}
-
-TEST(Sampler, TopPKeepsTheSmallestPrefixReachingP) {
-  // Probabilities 0.5, 0.3, 0.2 (in shuffled order): top_p 0.6 keeps 0.5 and 0.3.
-  const std::vector<float> logits = {std::log(0.2f), std::log(0.5f), std::log(0.3f)};
-  Sampler s(params(1.0f, 0, 0.6f, 11));
-  int c1 = 0;
-  for (int i = 0; i < 10000; ++i) {
-    const int32_t t = s.sample(logits.data(), 3);
-    ASSERT_NE(t, 0) << "token outside the nucleus";
-    c1 += t == 1;
-  }
-  EXPECT_NEAR(c1 / 10000.0, 0.5 / 0.8, 0.02);
-}
-
-TEST(Sampler, LogitsAreNotModified) {
-  std::mt19937 rng(9);
-  const auto logits = random_logits(100, rng);
-  auto copy = logits;
-  Sampler s(params(0.7f, 10, 0.9f));
-  for (int i = 0; i < 10; ++i) s.sample(copy.data(), 100);
-  EXPECT_EQ(copy, logits);
-}
-
-TEST(Sampler, NegativeInfinityLogitsAreNeverSampled) {
-  const float ninf = -std::numeric_limits<float>::infinity();
-  const std::vector<float> logits = {ninf, 0.0f, ninf, 0.0f};
-  Sampler s(params(1.0f, 0, 1.0f, 3));
-  for (int i = 0; i < 2000; ++i) {
-    const int32_t t = s.sample(logits.data(), 4);
-    ASSERT_TRUE(t == 1 || t == 3) << t;
-  }
-}
-
-TEST(SamplingParams, ValidateRejectsOutOfRange) {
-  const float nan = std::numeric_limits<float>::quiet_NaN();
-  const float inf = std::numeric_limits<float>::infinity();
-  struct Bad {
-    SamplingParams p;
-    const char* names;  // the parameter the message must name
-  };
-  for (const Bad& bad :
-       {Bad{params(-1.0f), "temperature"}, Bad{params(nan), "temperature"},
-        Bad{params(inf), "temperature"}, Bad{params(1.0f, -1), "top_k"},
-        Bad{params(1.0f, 0, 0.0f), "top_p"}, Bad{params(1.0f, 0, 1.5f), "top_p"},
-        Bad{params(1.0f, 0, -0.5f), "top_p"}, Bad{params(1.0f, 0, nan), "top_p"}}) {
-    SCOPED_TRACE(std::string("t=") + std::to_string(bad.p.temperature) +
-                 " k=" + std::to_string(bad.p.top_k) + " p=" + std::to_string(bad.p.top_p));
-    try {
-      bad.p.validate();
-      ADD_FAILURE() << "no exception";
-    } catch (const Error& e) {
-      EXPECT_NE(std::string(e.what()).find(bad.names), std::string::npos) << e.what();
-    }
-    EXPECT_THROW(Sampler{bad.p}, Error);
-  }
-}
-
-TEST(SamplingParams, ValidateAcceptsInRange) {
-  EXPECT_NO_THROW(SamplingParams{}.validate());
-  EXPECT_NO_THROW(params(0.0f).validate());
-  EXPECT_NO_THROW(params(2.0f, 50, 0.95f).validate());
-  EXPECT_NO_THROW(params(1.0f, 0, 1.0f).validate());
-  EXPECT_NO_THROW(params(1.0f, 0, 1e-6f).validate());
+TEST(BeamSearch, EqualsExhaustiveSearchOnATinyVocabulary) {
+  testing::TempDir dir;
+  const int V = 6;
+  testing::write_tiny_llama(dir.path(), V, 11);
+  auto model = load_model(dir.path());
+  ThreadPool pool(2);
+  const Ids prompt = {1, 4};
+  // Sum of log-probabilities of every continuation of length 3, by brute force.
+  double best = -1e300;
+  Ids best_seq;
+  for (int a = 0; a < V; ++a)
+    for (int b = 0; b < V; ++b)
+      for (int c = 0; c < V; ++c) {
+        Ids seq = prompt;
+        seq.insert(seq.end(), {a, b, c});
+        KvCache kv(model->config(), 4, 4);
+        Ids table = {0, 1};
+        SequenceChunk ch{seq, 0, table, true};
+        std::vector<float> logits(seq.size() * V);
+        model->forward(std::span<const SequenceChunk>(&ch, 1), kv, logits.data(), pool);
+        double sum = 0;
+        for (size_t i = prompt.size() - 1; i + 1 < seq.size(); ++i) {
+          const float* row = logits.data() + i * V;
+          double mx = *std::max_element(row, row + V), z = 0;
+          for (int t = 0; t < V; ++t) z += std::exp(row[t] - mx);
+          sum += row[seq[i + 1]] - mx - std::log(z);
+        }
+        if (sum > best) {
+          best = sum;
+          best_seq = {a, b, c};
+        }
+      }
+  SamplingParams p;
+  p.num_beams = V * V;  // wide enough to keep every prefix of length 2
+  p.max_tokens = 3;
+  p.length_penalty = 0.0f;
+  p.temperature = 0.0f;
+  KvCache kv(model->config(), beam_search_blocks(static_cast<int64_t>(prompt.size()), p, 4), 4);
+  const auto hyps = beam_search(*model, kv, pool, prompt, p, Ids{});
+  ASSERT_FALSE(hyps.empty());
+  EXPECT_EQ(hyps[0].tokens, best_seq);
+  EXPECT_NEAR(hyps[0].sum_logprob, best, 1e-4);
+  // A narrow beam may miss it; the test above is only meaningful if that can happen, so check
+  // that the search space is not trivially greedy: greedy differs from the optimum or not, the
+  // wide beam must find the optimum either way.
 }
 
 }  // namespace

@@ -1,0 +1,69 @@
+#pragma once
+// Everything that happens to one sequence between two forward passes: run the processors on its
+// logits row, draw the next token with its own counter-based randomness, extend its history,
+// turn the token into text, and decide whether it is finished (EOS, stop token, stop string,
+// max_tokens). The engine keeps one per running sequence; `tokenflow generate` uses it directly.
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "sampling/logits_processor.h"
+#include "sampling/sampler.h"
+#include "sampling/sampling_params.h"
+#include "sampling/stop_checker.h"
+#include "tokenizer/tokenizer.h"
+
+namespace tf {
+
+enum class FinishReason { kNone, kStop, kLength, kAbort };
+const char* finish_reason_name(FinishReason r);  // "stop", "length", "abort", ""
+
+struct StepOutput {
+  SampleResult sample;  // token, logprob, top alternatives
+  std::string text;     // text that became final with this step (may be empty)
+  FinishReason finish = FinishReason::kNone;
+};
+
+class SequenceSampler {
+ public:
+  // `stream` tells apart the sequences of one request (n > 1): each draws its own numbers from
+  // the request's seed. `tokenizer` may be null (no text, no stop strings). eos_ids end the
+  // sequence unless params.ignore_eos.
+  SequenceSampler(const SamplingParams& params, uint64_t seed, uint64_t stream,
+                  std::span<const int32_t> prompt, const Tokenizer* tokenizer,
+                  std::vector<int32_t> eos_ids);
+
+  // Processes `logits` in place, samples, and advances. Call only while !finished().
+  StepOutput step(std::span<float> logits);
+  // Ends the sequence from outside (client gone, deadline): releases held-back text.
+  StepOutput abort();
+
+  bool finished() const { return finish_ != FinishReason::kNone; }
+  FinishReason finish_reason() const { return finish_; }
+  const TokenHistory& history() const { return history_; }
+  const std::vector<int32_t>& output() const { return history_.output(); }
+  // Sum of the chosen tokens' logprobs (computed when logprobs or best_of > n ask for it).
+  double cumulative_logprob() const { return cumulative_logprob_; }
+  const std::string& text() const { return text_; }  // all final text so far
+
+ private:
+  std::string flush_text();
+
+  SamplingParams params_;
+  uint64_t seed_, stream_;
+  std::vector<int32_t> eos_ids_;
+  TokenHistory history_;
+  Sampler sampler_;
+  std::optional<IncrementalDetokenizer> detok_;
+  StopChecker stops_;
+  FinishReason finish_ = FinishReason::kNone;
+  double cumulative_logprob_ = 0.0;
+  std::string text_;
+  SamplingParams logprob_params_;  // params with logprobs forced on (for best_of ranking)
+};
+
+}  // namespace tf
