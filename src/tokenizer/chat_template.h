@@ -25,8 +25,8 @@ struct ChatMessage {
 // tf::Error of kind kResourceExhausted.
 struct ChatTemplateLimits {
   size_t max_output_bytes = size_t{64} << 20;  // the output, and any string built on the way
-  int64_t max_steps = 50'000'000;             // evaluations, statements, loop iterations
-  int max_depth = 500;                          // nested evaluation and macro calls
+  int64_t max_steps = 50'000'000;              // evaluations, statements, loop iterations
+  int max_depth = 500;                         // nested evaluation and macro calls
 };
 
 class ChatTemplate {

@@ -314,6 +314,9 @@ WHITESPACE = [
     "{% for m in messages -%}\n   {{ m.role }}\n{%- endfor %}",
     "  {#- c #}  x",
     "\u3000{%- if true %}x{% endif %}\u3000\u00a0 {{- 'y' -}} \u2028z",
+    "a\n\x0c{# lstrip_blocks strips any whitespace, as Python's \\s #}b",
+    "a\n\u3000\u00a0{% if true %}x{% endif %}\n\x85\x1c{% if true %}y{% endif %}",
+    "a\n\x0b {%+ if true %}kept{% endif %}",
     "{{ '{{' }} {{ '}}' }} {{ '{%' }}",
     "{{ {'a': {'b': 1}} }}",
     "{{ {'a': {'b': {'c': 1}}}['a'] }}",
@@ -451,6 +454,11 @@ FILTERS = [
     "{{ ['b', 'A', 'a']|unique(true)|list }} {{ ['b', 'A', 'c']|max }} {{ ['b', 'A', 'c']|min(true) }} "
     "{{ messages|max(attribute='role') }} {{ [[1], [1, 2]]|sum(start=[]) }} "
     "{{ messages|map(attribute='content')|map('length')|sum }}",
+    "{{ 'yes' if empty|select else 'no' }} {{ 'yes' if messages|selectattr('role', 'eq', 'x') else 'no' }} "
+    "{{ (messages|map(attribute='role')) is iterable }} {{ (messages|map(attribute='role')) is sequence }} "
+    "{{ items|reverse is sequence }} {{ nothing|map('upper')|list }} {{ 0|select|list }} "
+    "{{ missing|selectattr('x')|list }} {{ items|batch(2)|list }} {{ items|batch(2, 0)|list }} "
+    "{% set g = 5|items %}{{ 'lazy errors wait' }} {% set h = messages|map('nosuchfilter') %}ok",
     "{{ x|attr('y') is defined }} {{ d|attr('b') is defined }} {{ 'abc'|attr('upper') is defined }}",
     "{% set up = 'x'|upper %}{{ up }}{{ ('a' ~ 'b')|upper }}{{ 'a' ~ 'b'|upper }}{{ name|lower|upper }}",
 ]
@@ -494,6 +502,9 @@ STATEMENTS = [
     "{% for i in range(10) %}{% if i == 2 %}{% continue %}{% endif %}{% if i == 5 %}{% break %}"
     "{% endif %}{{ i }}{% endfor %} {% for i in range(3) %}{% for j in range(3) %}"
     "{% if j == 1 %}{% break %}{% endif %}{{ i }}{{ j }} {% endfor %}{% endfor %}",
+    "{% for i in [1, 2] %}{% break %}{% else %}else runs: no iteration reached its end{% endfor %} "
+    "{% for i in [1, 2] %}{% if i == 1 %}{% continue %}{% endif %}{{ i }}{% else %}E{% endfor %} "
+    "{% for i in [1, 2] %}{% continue %}{% else %}all continued{% endfor %}",
     "{% for n in [1, 2, 3, 4] %}{% if n == 1 %}one{% elif n == 2 %}two{% elif n == 3 %}three"
     "{% else %}other{% endif %} {% endfor %}{% if (1, 2) %}tuple is truthy{% endif %}",
     "{% set x = 1 %}{% set y, z = 2, 3 %}{{ x }}{{ y }}{{ z }}{% set x = x + 10 %}{{ x }}"
@@ -562,6 +573,9 @@ RAISES = [
     "{% macro m(a) %}{% endmacro %}{{ m(1, 2) }}", "{% macro m(a) %}{% endmacro %}{{ m(b=1) }}",
     "{{ range(1, 2, 0) }}", "{{ 'x'|round }}", "{{ items[::0] }}",
     "{{ d|dictsort(by='nope') }}", "{{ 'a'.join([1]) }}", "{{ 'x'.startswith(1) }}",
+    "{{ (messages|selectattr('role'))|length }}", "{{ messages|selectattr('role')|last }}",
+    "{{ 5|items|list }}", "{{ messages|map('nosuchfilter')|list }}",
+    "{{ items|map(attribute='a')|tojson }}", "{{ 1|indent }}", "{{ none|indent }}",
     "{{ n[1:] }}", "{{ items['a':] }}", "{{ missing[1:] }}", "{{ nothing[:1] }}", "{{ d[1:] }}",
     "{{ '%d' % 'x' }}", "{{ '%s %s' % 'x' }}", "{{ '%s' % (1, 2) }}",
 ]

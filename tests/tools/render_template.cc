@@ -41,9 +41,10 @@ int main(int argc, char** argv) {
       std::fprintf(stderr, "bad input: %s\n", e.what());
       return 2;
     }
-    const std::string source = request.contains("builtin")
-                                   ? tf::builtin_chat_template(request["builtin"].get<std::string>())
-                                   : request.at("template").get<std::string>();
+    const std::string source =
+        request.contains("builtin")
+            ? tf::builtin_chat_template(request["builtin"].get<std::string>())
+            : request.at("template").get<std::string>();
     const nlohmann::ordered_json context =
         request.contains("context") ? request["context"] : nlohmann::ordered_json::object();
     tf::ChatTemplateLimits limits;

@@ -1,9 +1,10 @@
-// jinja2's built-in filters and tests, as jinja2 3.1 defines them (tojson as transformers
-// redefines it: json.dumps without HTML escaping).
+// jinja2's built-in filters, as jinja2 3.1 defines them (tojson as transformers redefines it:
+// json.dumps without HTML escaping).
 
 #include <algorithm>
 #include <cmath>
 #include <map>
+#include <utility>
 
 #include "tokenizer/jinja/builtins.h"
 #include "tokenizer/jinja/interpreter.h"
@@ -16,34 +17,48 @@ namespace tf::jinja {
 namespace {
 
 using FilterFn = Value (*)(Interpreter&, const Value&, CallArgs&);
-using TestFn = bool (*)(Interpreter&, const Value&, CallArgs&);
 
 // jinja2 filters and tests this renderer does not implement: known (so templates that merely
 // contain them parse, as in jinja2) but refused when they run.
 constexpr std::string_view kUnimplementedFilters[] = {
-    "batch",  "center", "filesizeformat", "forceescape", "groupby",  "pprint",  "random",
-    "slice",  "striptags", "truncate",    "urlencode",   "urlize",   "wordcount", "wordwrap",
-    "xmlattr"};
+    "center",    "filesizeformat", "forceescape", "groupby", "pprint",    "random",   "slice",
+    "striptags", "truncate",       "urlencode",   "urlize",  "wordcount", "wordwrap", "xmlattr"};
 
 // item.a.b (or item[0] for "0"): jinja2's make_attrgetter, which looks up with getitem.
 Value attribute_path(Interpreter& in, Value item, const Value& attribute) {
   if (!attribute.is_string()) return in.get_item(item, attribute);
   for (const std::string& part : py_split(attribute.as_string(), std::string("."), -1)) {
-    const bool digits = !part.empty() && std::all_of(part.begin(), part.end(), [](char c) {
-      return c >= '0' && c <= '9';
-    });
+    const bool digits = !part.empty() && std::all_of(part.begin(), part.end(),
+                                                     [](char c) { return c >= '0' && c <= '9'; });
     item = in.get_item(item, digits ? Value(static_cast<int64_t>(std::stoll(part))) : Value(part));
   }
   return item;
 }
 
+// jinja2's generator filters run their body only when the result is iterated, so their errors
+// surface there; the result's own behavior is the Generator's.
+template <typename Compute>
+Value lazily(Compute compute) {
+  try {
+    return Value::generator(compute());
+  } catch (const TemplateError& e) {
+    if (e.kind() == ErrorKind::kResourceExhausted || e.verbatim()) throw;
+    return Value::generator({}, e.what());
+  }
+}
+
 int64_t length(const Value& v) {
   switch (v.kind()) {
-    case Value::Kind::kUndefined: return 0;
-    case Value::Kind::kString: return static_cast<int64_t>(code_point_count(v.as_string()));
-    case Value::Kind::kList: return static_cast<int64_t>(v.as_list().items.size());
-    case Value::Kind::kDict: return static_cast<int64_t>(v.as_dict().entries.size());
-    default: render_fail("object of type '{}' has no len()", type_name(v));
+    case Value::Kind::kUndefined:
+      return 0;
+    case Value::Kind::kString:
+      return static_cast<int64_t>(code_point_count(v.as_string()));
+    case Value::Kind::kList:
+      return static_cast<int64_t>(v.as_list().items.size());
+    case Value::Kind::kDict:
+      return static_cast<int64_t>(v.as_dict().entries.size());
+    default:
+      render_fail("object of type '{}' has no len()", type_name(v));
   }
 }
 
@@ -78,12 +93,23 @@ Value html_escape(const std::string& s) {
   std::string out;
   for (char c : s) {
     switch (c) {
-      case '&': out += "&amp;"; break;
-      case '<': out += "&lt;"; break;
-      case '>': out += "&gt;"; break;
-      case '\'': out += "&#39;"; break;
-      case '"': out += "&#34;"; break;
-      default: out += c;
+      case '&':
+        out += "&amp;";
+        break;
+      case '<':
+        out += "&lt;";
+        break;
+      case '>':
+        out += "&gt;";
+        break;
+      case '\'':
+        out += "&#39;";
+        break;
+      case '"':
+        out += "&#34;";
+        break;
+      default:
+        out += c;
     }
   }
   return Value(std::move(out));
@@ -96,7 +122,8 @@ std::optional<double> parse_py_float(std::string_view s) {
   std::string clean;
   for (size_t i = 0; i < t.size(); ++i) {
     if (t[i] == '_') {
-      const bool between = i > 0 && i + 1 < t.size() && std::isdigit(static_cast<unsigned char>(t[i - 1])) &&
+      const bool between = i > 0 && i + 1 < t.size() &&
+                           std::isdigit(static_cast<unsigned char>(t[i - 1])) &&
                            std::isdigit(static_cast<unsigned char>(t[i + 1]));
       if (!between) return std::nullopt;
       continue;
@@ -148,9 +175,9 @@ std::optional<int64_t> parse_py_int(std::string_view s, int64_t base) {
       last_underscore = true;
       continue;
     }
-    const int d = std::isdigit(static_cast<unsigned char>(c)) ? c - '0'
+    const int d = std::isdigit(static_cast<unsigned char>(c))   ? c - '0'
                   : std::isalpha(static_cast<unsigned char>(c)) ? std::tolower(c) - 'a' + 10
-                                                                 : 99;
+                                                                : 99;
     if (d >= base) return std::nullopt;
     v = v * base + d;
     if (v > INT64_MAX) render_fail("integer overflow (beyond 64 bits)");
@@ -243,6 +270,7 @@ Value f_first(Interpreter& in, const Value& v, CallArgs& args) {
 
 Value f_last(Interpreter& in, const Value& v, CallArgs& args) {
   Params("last", args, {});
+  if (v.is_generator()) render_fail("'generator' object is not reversible");
   if (v.is_list()) {
     const auto& items = v.as_list().items;
     return items.empty() ? Value::undefined("No last item, sequence was empty.") : items.back();
@@ -287,11 +315,13 @@ Value f_int(Interpreter&, const Value& v, CallArgs& args) {
 
 Value f_items(Interpreter&, const Value& v, CallArgs& args) {
   Params("items", args, {});
-  if (v.is_undefined()) return Value::list({});
-  if (!v.is_dict()) render_fail("Can only get item pairs from a mapping.");
-  std::vector<Value> out;
-  for (const auto& [k, val] : v.as_dict().entries) out.push_back(Value::list({k, val}, true));
-  return Value::list(std::move(out));
+  return lazily([&] {
+    std::vector<Value> out;
+    if (v.is_undefined()) return out;
+    if (!v.is_dict()) render_fail("Can only get item pairs from a mapping.");
+    for (const auto& [k, val] : v.as_dict().entries) out.push_back(Value::list({k, val}, true));
+    return out;
+  });
 }
 
 Value f_join(Interpreter& in, const Value& v, CallArgs& args) {
@@ -324,27 +354,30 @@ Value f_upper(Interpreter&, const Value& v, CallArgs& args) {
 }
 
 Value f_map(Interpreter& in, const Value& v, CallArgs& args) {
-  std::vector<Value> out;
-  if (args.positional.empty()) {
-    Params p("map", args, {"attribute", "default"});
-    const Value& attribute = p.get(0);
-    for (const Value& item : in.iterate(v)) {
-      Value mapped = attribute_path(in, item, attribute);
-      if (mapped.is_undefined() && p.given(1)) mapped = p.get(1);
-      out.push_back(std::move(mapped));
+  return lazily([&] {
+    std::vector<Value> out;
+    if (!truthy(v)) return out;  // jinja2 checks `if value:` before anything else
+    if (args.positional.empty()) {
+      Params p("map", args, {"attribute", "default"});
+      const Value& attribute = p.get(0);
+      for (const Value& item : in.iterate(v)) {
+        Value mapped = attribute_path(in, item, attribute);
+        if (mapped.is_undefined() && p.given(1)) mapped = p.get(1);
+        out.push_back(std::move(mapped));
+      }
+      return out;
     }
-    return Value::list(std::move(out));
-  }
-  if (!args.positional[0].is_string()) render_fail("map: the filter name must be a string");
-  const std::string name = args.positional[0].as_string();
-  CallArgs rest;
-  rest.positional.assign(args.positional.begin() + 1, args.positional.end());
-  rest.keyword = args.keyword;
-  for (const Value& item : in.iterate(v)) {
-    CallArgs each = rest;
-    out.push_back(apply_filter(in, name, item, each));
-  }
-  return Value::list(std::move(out));
+    if (!args.positional[0].is_string()) render_fail("map: the filter name must be a string");
+    const std::string name = args.positional[0].as_string();
+    CallArgs rest;
+    rest.positional.assign(args.positional.begin() + 1, args.positional.end());
+    rest.keyword = args.keyword;
+    for (const Value& item : in.iterate(v)) {
+      CallArgs each = rest;
+      out.push_back(apply_filter(in, name, item, each));
+    }
+    return out;
+  });
 }
 
 Value min_max(Interpreter& in, const Value& v, CallArgs& args, bool want_max) {
@@ -364,8 +397,12 @@ Value min_max(Interpreter& in, const Value& v, CallArgs& args, bool want_max) {
   return items[best];
 }
 
-Value f_max(Interpreter& in, const Value& v, CallArgs& args) { return min_max(in, v, args, true); }
-Value f_min(Interpreter& in, const Value& v, CallArgs& args) { return min_max(in, v, args, false); }
+Value f_max(Interpreter& in, const Value& v, CallArgs& args) {
+  return min_max(in, v, args, true);
+}
+Value f_min(Interpreter& in, const Value& v, CallArgs& args) {
+  return min_max(in, v, args, false);
+}
 
 Value f_replace(Interpreter& in, const Value& v, CallArgs& args) {
   Params p("replace", args, {"old", "new", "count"});
@@ -382,9 +419,11 @@ Value f_reverse(Interpreter& in, const Value& v, CallArgs& args) {
     for (auto it = cps.rbegin(); it != cps.rend(); ++it) out += *it;
     return Value(std::move(out));
   }
+  const bool reversible = v.is_list() || v.is_dict() || v.is_undefined();
   std::vector<Value> items = in.iterate(v);
   std::reverse(items.begin(), items.end());
-  return Value::list(std::move(items));
+  // reversed() gives an iterator; what is not reversible becomes a list first.
+  return reversible ? Value::generator(std::move(items)) : Value::list(std::move(items));
 }
 
 Value f_round(Interpreter&, const Value& v, CallArgs& args) {
@@ -471,7 +510,8 @@ Value f_tojson(Interpreter& in, const Value& v, CallArgs& args) {
     if (indent.is_string()) {
       options.indent = indent.as_string();
     } else if (indent.is_integral()) {
-      options.indent = std::string(static_cast<size_t>(std::clamp<int64_t>(indent.as_integral(), 0, 1024)), ' ');
+      options.indent =
+          std::string(static_cast<size_t>(std::clamp<int64_t>(indent.as_integral(), 0, 1024)), ' ');
     } else {
       render_fail("tojson: indent must be an integer or a string");
     }
@@ -493,19 +533,21 @@ Value f_tojson(Interpreter& in, const Value& v, CallArgs& args) {
 }
 
 Value f_unique(Interpreter& in, const Value& v, CallArgs& args) {
-  Params p("unique", args, {"case_sensitive", "attribute"});
-  const bool case_sensitive = p.get_bool(0, false);
-  std::vector<Value> out, seen;
-  for (const Value& item : in.iterate(v)) {
-    Value key = sort_key(in, item, p, 1, case_sensitive);
-    require_hashable(key);
-    in.charge(static_cast<int64_t>(seen.size()));
-    if (std::none_of(seen.begin(), seen.end(), [&](const Value& s) { return equal(s, key); })) {
-      seen.push_back(std::move(key));
-      out.push_back(item);
+  return lazily([&] {
+    Params p("unique", args, {"case_sensitive", "attribute"});
+    const bool case_sensitive = p.get_bool(0, false);
+    std::vector<Value> out, seen;
+    for (const Value& item : in.iterate(v)) {
+      Value key = sort_key(in, item, p, 1, case_sensitive);
+      require_hashable(key);
+      in.charge(static_cast<int64_t>(seen.size()));
+      if (std::none_of(seen.begin(), seen.end(), [&](const Value& s) { return equal(s, key); })) {
+        seen.push_back(std::move(key));
+        out.push_back(item);
+      }
     }
-  }
-  return Value::list(std::move(out));
+    return out;
+  });
 }
 
 Value f_indent(Interpreter& in, const Value& v, CallArgs& args) {
@@ -519,7 +561,11 @@ Value f_indent(Interpreter& in, const Value& v, CallArgs& args) {
   } else {
     render_fail("indent: width must be an integer or a string");
   }
-  const std::vector<std::string> lines = py_splitlines(to_str(v) + "\n", false);
+  if (!v.is_string()) {
+    if (v.is_undefined()) render_fail("{}", v.undefined_reason());
+    render_fail("unsupported operand type(s) for +=: '{}' and 'str'", type_name(v));
+  }
+  const std::vector<std::string> lines = py_splitlines(v.as_string() + "\n", false);
   std::string out;
   if (p.get_bool(2, false)) {
     for (size_t i = 0; i < lines.size(); ++i) {
@@ -547,158 +593,95 @@ Value f_format(Interpreter& in, const Value& v, CallArgs& args) {
 
 // select / reject / selectattr / rejectattr.
 Value select(Interpreter& in, const Value& v, CallArgs& args, bool by_attribute, bool keep) {
-  size_t next = 0;
-  Value attribute;
-  if (by_attribute) {
-    if (args.positional.empty()) render_fail("Missing parameter for attribute name");
-    attribute = args.positional[next++];
-  }
-  std::string test;
-  if (next < args.positional.size()) {
-    if (!args.positional[next].is_string()) render_fail("the test name must be a string");
-    test = args.positional[next++].as_string();
-  }
-  CallArgs test_args;
-  test_args.positional.assign(args.positional.begin() + static_cast<std::ptrdiff_t>(next),
-                              args.positional.end());
-  test_args.keyword = args.keyword;
-  std::vector<Value> out;
-  for (const Value& item : in.iterate(v)) {
-    const Value subject = by_attribute ? attribute_path(in, item, attribute) : item;
-    bool passed;
-    if (test.empty()) {
-      passed = truthy(subject);
-    } else {
-      CallArgs each = test_args;
-      passed = apply_test(in, test, subject, each);
+  return lazily([&] {
+    std::vector<Value> out;
+    if (!truthy(v)) return out;  // jinja2 checks `if value:` before anything else
+    size_t next = 0;
+    Value attribute;
+    if (by_attribute) {
+      if (args.positional.empty()) render_fail("Missing parameter for attribute name");
+      attribute = args.positional[next++];
     }
-    if (passed == keep) out.push_back(item);
-  }
-  return Value::list(std::move(out));
+    std::string test;
+    if (next < args.positional.size()) {
+      if (!args.positional[next].is_string()) render_fail("the test name must be a string");
+      test = args.positional[next++].as_string();
+    }
+    CallArgs test_args;
+    test_args.positional.assign(args.positional.begin() + static_cast<std::ptrdiff_t>(next),
+                                args.positional.end());
+    test_args.keyword = args.keyword;
+    for (const Value& item : in.iterate(v)) {
+      const Value subject = by_attribute ? attribute_path(in, item, attribute) : item;
+      bool passed;
+      if (test.empty()) {
+        passed = truthy(subject);
+      } else {
+        CallArgs each = test_args;
+        passed = apply_test(in, test, subject, each);
+      }
+      if (passed == keep) out.push_back(item);
+    }
+    return out;
+  });
 }
 
-Value f_select(Interpreter& in, const Value& v, CallArgs& a) { return select(in, v, a, false, true); }
-Value f_reject(Interpreter& in, const Value& v, CallArgs& a) { return select(in, v, a, false, false); }
-Value f_selectattr(Interpreter& in, const Value& v, CallArgs& a) { return select(in, v, a, true, true); }
-Value f_rejectattr(Interpreter& in, const Value& v, CallArgs& a) { return select(in, v, a, true, false); }
+// batch(n, fill_with): the items in lists of n, the last one padded.
+Value f_batch(Interpreter& in, const Value& v, CallArgs& args) {
+  return lazily([&] {
+    Params p("batch", args, {"linecount", "fill_with"});
+    const int64_t n = p.get_int(0, 0);
+    if (n <= 0) render_fail("batch: linecount must be positive");
+    std::vector<Value> out, row;
+    for (const Value& item : in.iterate(v)) {
+      row.push_back(item);
+      if (static_cast<int64_t>(row.size()) == n) out.push_back(Value::list(std::exchange(row, {})));
+    }
+    if (!row.empty()) {
+      if (p.given(1)) {
+        while (static_cast<int64_t>(row.size()) < n) row.push_back(p.get(1));
+      }
+      out.push_back(Value::list(std::move(row)));
+    }
+    return out;
+  });
+}
+
+Value f_select(Interpreter& in, const Value& v, CallArgs& a) {
+  return select(in, v, a, false, true);
+}
+Value f_reject(Interpreter& in, const Value& v, CallArgs& a) {
+  return select(in, v, a, false, false);
+}
+Value f_selectattr(Interpreter& in, const Value& v, CallArgs& a) {
+  return select(in, v, a, true, true);
+}
+Value f_rejectattr(Interpreter& in, const Value& v, CallArgs& a) {
+  return select(in, v, a, true, false);
+}
 
 const std::map<std::string_view, FilterFn>& filters() {
   static const std::map<std::string_view, FilterFn> table = {
-      {"abs", f_abs},         {"attr", f_attr},         {"capitalize", f_capitalize},
-      {"count", f_length},    {"d", f_default},         {"default", f_default},
-      {"dictsort", f_dictsort}, {"e", f_escape},        {"escape", f_escape},
-      {"first", f_first},     {"float", f_float},       {"format", f_format},
-      {"indent", f_indent},   {"int", f_int},           {"items", f_items},
-      {"join", f_join},       {"last", f_last},         {"length", f_length},
-      {"list", f_list},       {"lower", f_lower},       {"map", f_map},
-      {"max", f_max},         {"min", f_min},           {"reject", f_reject},
-      {"rejectattr", f_rejectattr}, {"replace", f_replace}, {"reverse", f_reverse},
-      {"round", f_round},     {"safe", f_safe},         {"select", f_select},
-      {"selectattr", f_selectattr}, {"sort", f_sort},   {"string", f_string},
-      {"sum", f_sum},         {"title", f_title},       {"tojson", f_tojson},
-      {"trim", f_trim},       {"unique", f_unique},     {"upper", f_upper},
-  };
-  return table;
-}
-
-// ---- tests ----------------------------------------------------------------------------------
-
-bool no_args(const CallArgs& args, const char* test) {
-  Params(test, args, {});
-  return true;
-}
-
-bool t_defined(Interpreter&, const Value& v, CallArgs& a) { return no_args(a, "defined") && !v.is_undefined(); }
-bool t_undefined(Interpreter&, const Value& v, CallArgs& a) { return no_args(a, "undefined") && v.is_undefined(); }
-bool t_none(Interpreter&, const Value& v, CallArgs& a) { return no_args(a, "none") && v.is_none(); }
-bool t_boolean(Interpreter&, const Value& v, CallArgs& a) { return no_args(a, "boolean") && v.is_bool(); }
-bool t_true(Interpreter&, const Value& v, CallArgs& a) { return no_args(a, "true") && v.is_bool() && v.as_bool(); }
-bool t_false(Interpreter&, const Value& v, CallArgs& a) { return no_args(a, "false") && v.is_bool() && !v.as_bool(); }
-bool t_integer(Interpreter&, const Value& v, CallArgs& a) { return no_args(a, "integer") && v.is_int(); }
-bool t_float(Interpreter&, const Value& v, CallArgs& a) { return no_args(a, "float") && v.is_float(); }
-bool t_number(Interpreter&, const Value& v, CallArgs& a) { return no_args(a, "number") && v.is_number(); }
-bool t_string(Interpreter&, const Value& v, CallArgs& a) { return no_args(a, "string") && v.is_string(); }
-bool t_mapping(Interpreter&, const Value& v, CallArgs& a) { return no_args(a, "mapping") && v.is_dict(); }
-bool t_callable(Interpreter&, const Value& v, CallArgs& a) {
-  return no_args(a, "callable") && (v.is_function() || v.is_undefined());
-}
-// Undefined iterates (as empty) and has a length, so jinja2 calls it iterable and a sequence.
-bool t_iterable(Interpreter&, const Value& v, CallArgs& a) {
-  return no_args(a, "iterable") && (v.is_string() || v.is_list() || v.is_dict() || v.is_undefined());
-}
-bool t_sequence(Interpreter& in, const Value& v, CallArgs& a) { return t_iterable(in, v, a); }
-bool t_escaped(Interpreter&, const Value&, CallArgs& a) {
-  no_args(a, "escaped");
-  return false;  // nothing here is markupsafe.Markup
-}
-
-bool is_remainder_zero(Interpreter& in, const Value& v, const Value& divisor, int64_t expected) {
-  return equal(binary_op(in, BinaryOp::kMod, v, divisor), Value(expected));
-}
-bool t_odd(Interpreter& in, const Value& v, CallArgs& a) {
-  return no_args(a, "odd") && is_remainder_zero(in, v, Value(int64_t{2}), 1);
-}
-bool t_even(Interpreter& in, const Value& v, CallArgs& a) {
-  return no_args(a, "even") && is_remainder_zero(in, v, Value(int64_t{2}), 0);
-}
-bool t_divisibleby(Interpreter& in, const Value& v, CallArgs& a) {
-  Params p("divisibleby", a, {"num"});
-  return is_remainder_zero(in, v, p.get(0), 0);
-}
-
-Value other(const CallArgs& a, const char* test) {
-  Params p(test, a, {"other"});
-  return p.get(0);
-}
-bool t_eq(Interpreter&, const Value& v, CallArgs& a) { return equal(v, other(a, "eq")); }
-bool t_ne(Interpreter&, const Value& v, CallArgs& a) { return !equal(v, other(a, "ne")); }
-bool t_lt(Interpreter&, const Value& v, CallArgs& a) { return less(v, other(a, "lt")); }
-bool t_gt(Interpreter&, const Value& v, CallArgs& a) { return less(other(a, "gt"), v); }
-bool t_le(Interpreter&, const Value& v, CallArgs& a) {
-  const Value o = other(a, "le");
-  return less(v, o) || equal(v, o);
-}
-bool t_ge(Interpreter&, const Value& v, CallArgs& a) {
-  const Value o = other(a, "ge");
-  return less(o, v) || equal(v, o);
-}
-bool t_in(Interpreter&, const Value& v, CallArgs& a) {
-  Params p("in", a, {"seq"});
-  return contains(p.get(0), v);
-}
-bool t_lower(Interpreter&, const Value& v, CallArgs& a) { return no_args(a, "lower") && py_islower(to_str(v)); }
-bool t_upper(Interpreter&, const Value& v, CallArgs& a) { return no_args(a, "upper") && py_isupper(to_str(v)); }
-bool t_sameas(Interpreter&, const Value& v, CallArgs& a) {
-  const Value o = other(a, "sameas");
-  if (v.is_none() || o.is_none()) return v.is_none() && o.is_none();
-  if (v.is_bool() || o.is_bool()) return v.is_bool() && o.is_bool() && v.as_bool() == o.as_bool();
-  // CPython caches the small ints; other equal scalars are distinct objects.
-  if (v.is_int() && o.is_int()) return v.as_int() == o.as_int() && v.as_int() >= -5 && v.as_int() <= 256;
-  if (v.is_undefined() || o.is_undefined()) return false;
-  return v.same_object(o);
-}
-bool t_filter(Interpreter&, const Value& v, CallArgs& a) {
-  return no_args(a, "filter") && v.is_string() && is_known_filter(v.as_string());
-}
-bool t_test(Interpreter&, const Value& v, CallArgs& a) {
-  return no_args(a, "test") && v.is_string() && is_known_test(v.as_string());
-}
-
-const std::map<std::string_view, TestFn>& tests() {
-  static const std::map<std::string_view, TestFn> table = {
-      {"boolean", t_boolean},   {"callable", t_callable}, {"defined", t_defined},
-      {"divisibleby", t_divisibleby}, {"eq", t_eq},       {"equalto", t_eq},
-      {"==", t_eq},             {"escaped", t_escaped},   {"even", t_even},
-      {"false", t_false},       {"filter", t_filter},     {"float", t_float},
-      {"ge", t_ge},             {">=", t_ge},             {"greaterthan", t_gt},
-      {"gt", t_gt},             {">", t_gt},              {"in", t_in},
-      {"integer", t_integer},   {"iterable", t_iterable}, {"le", t_le},
-      {"<=", t_le},             {"lessthan", t_lt},       {"lt", t_lt},
-      {"<", t_lt},              {"lower", t_lower},       {"mapping", t_mapping},
-      {"ne", t_ne},             {"!=", t_ne},             {"none", t_none},
-      {"number", t_number},     {"odd", t_odd},           {"sameas", t_sameas},
-      {"sequence", t_sequence}, {"string", t_string},     {"test", t_test},
-      {"true", t_true},         {"undefined", t_undefined}, {"upper", t_upper},
+      {"abs", f_abs},         {"attr", f_attr},
+      {"batch", f_batch},     {"capitalize", f_capitalize},
+      {"count", f_length},    {"d", f_default},
+      {"default", f_default}, {"dictsort", f_dictsort},
+      {"e", f_escape},        {"escape", f_escape},
+      {"first", f_first},     {"float", f_float},
+      {"format", f_format},   {"indent", f_indent},
+      {"int", f_int},         {"items", f_items},
+      {"join", f_join},       {"last", f_last},
+      {"length", f_length},   {"list", f_list},
+      {"lower", f_lower},     {"map", f_map},
+      {"max", f_max},         {"min", f_min},
+      {"reject", f_reject},   {"rejectattr", f_rejectattr},
+      {"replace", f_replace}, {"reverse", f_reverse},
+      {"round", f_round},     {"safe", f_safe},
+      {"select", f_select},   {"selectattr", f_selectattr},
+      {"sort", f_sort},       {"string", f_string},
+      {"sum", f_sum},         {"title", f_title},
+      {"tojson", f_tojson},   {"trim", f_trim},
+      {"unique", f_unique},   {"upper", f_upper},
   };
   return table;
 }
@@ -711,8 +694,6 @@ bool is_known_filter(std::string_view name) {
              std::end(kUnimplementedFilters);
 }
 
-bool is_known_test(std::string_view name) { return tests().count(name) != 0; }
-
 Value apply_filter(Interpreter& in, std::string_view name, const Value& input, CallArgs& args) {
   const auto it = filters().find(name);
   if (it != filters().end()) return it->second(in, input, args);
@@ -720,14 +701,6 @@ Value apply_filter(Interpreter& in, std::string_view name, const Value& input, C
     throw TemplateError(ErrorKind::kUnsupported, fmt::format("unsupported filter '{}'", name));
   }
   throw TemplateError(ErrorKind::kUnsupported, fmt::format("unknown filter '{}'", name));
-}
-
-bool apply_test(Interpreter& in, std::string_view name, const Value& input, CallArgs& args) {
-  const auto it = tests().find(name);
-  if (it == tests().end()) {
-    throw TemplateError(ErrorKind::kUnsupported, fmt::format("unknown test '{}'", name));
-  }
-  return it->second(in, input, args);
 }
 
 }  // namespace tf::jinja

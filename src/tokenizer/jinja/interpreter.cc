@@ -262,6 +262,7 @@ void Interpreter::exec_for(const Node& node) {
     items = std::move(kept);
   }
   const int64_t n = static_cast<int64_t>(items.size());
+  bool completed_an_iteration = false;
   for (int64_t i = 0; i < n; ++i) {
     charge(1);
     // A fresh scope per iteration: what the body sets is gone in the next one, as in jinja2.
@@ -269,7 +270,9 @@ void Interpreter::exec_for(const Node& node) {
     line_ = node.line;
     assign(node.targets[0], items[i]);
     Dict loop;
-    auto set = [&](const char* key, Value v) { loop.entries.emplace_back(Value(key), std::move(v)); };
+    auto set = [&](const char* key, Value v) {
+      loop.entries.emplace_back(Value(key), std::move(v));
+    };
     set("index", Value(i + 1));
     set("index0", Value(i));
     set("revindex", Value(n - i));
@@ -288,8 +291,11 @@ void Interpreter::exec_for(const Node& node) {
     scope_->set("loop", Value::dict(std::move(loop)));
     const Flow flow = exec(node.body);
     if (flow == Flow::kBreak) break;
+    if (flow == Flow::kNormal) completed_an_iteration = true;
   }
-  if (n == 0 && !node.else_body.empty()) {
+  // jinja2 marks an iteration done at the end of the body, so an else branch also runs when every
+  // iteration ended in break or continue.
+  if (!completed_an_iteration && !node.else_body.empty()) {
     ScopeSwap else_scope(*this, scope_);
     exec(node.else_body);
   }
@@ -298,8 +304,8 @@ void Interpreter::exec_for(const Node& node) {
 void Interpreter::define_macro(const Node& node) {
   std::weak_ptr<Scope> defined_in = scope_;
   const Node* macro = &node;
-  scope_->set(node.text, Value::function(node.text, [macro, defined_in](Interpreter& in,
-                                                                        CallArgs& args) {
+  scope_->set(node.text,
+              Value::function(node.text, [macro, defined_in](Interpreter& in, CallArgs& args) {
                 return in.call_macro(*macro, defined_in, args);
               }));
 }
@@ -314,7 +320,8 @@ Value Interpreter::call_macro(const Node& macro, const std::weak_ptr<Scope>& def
   }
   for (const auto& [key, v] : args.keyword) {
     const auto it = std::find(params.begin(), params.end(), key);
-    if (it == params.end()) render_fail("macro '{}' takes no keyword argument '{}'", macro.text, key);
+    if (it == params.end())
+      render_fail("macro '{}' takes no keyword argument '{}'", macro.text, key);
     if (static_cast<size_t>(it - params.begin()) < args.positional.size()) {
       render_fail("macro '{}' got multiple values for argument '{}'", macro.text, key);
     }
@@ -386,7 +393,8 @@ Value Interpreter::lookup(const std::string& name) const {
 
 CallArgs Interpreter::eval_args(const Expr& e, size_t first) {
   CallArgs args;
-  for (size_t i = first; i < e.operands.size(); ++i) args.positional.push_back(eval(*e.operands[i]));
+  for (size_t i = first; i < e.operands.size(); ++i)
+    args.positional.push_back(eval(*e.operands[i]));
   for (const auto& [k, v] : e.kwargs) args.keyword.emplace_back(k, eval(*v));
   return args;
 }
@@ -525,8 +533,8 @@ Value Interpreter::eval_slice(const Expr& e) {
   if (obj.is_string()) {
     const std::string& s = obj.as_string();
     const std::vector<size_t> off = code_point_offsets(s);
-    const auto pos = slice_positions(static_cast<int64_t>(off.size() - 1), parts[0], parts[1],
-                                     parts[2]);
+    const auto pos =
+        slice_positions(static_cast<int64_t>(off.size() - 1), parts[0], parts[1], parts[2]);
     std::string out;
     for (size_t p : pos) out.append(s, off[p], off[p + 1] - off[p]);
     charge(static_cast<int64_t>(pos.size() / 16));
@@ -549,14 +557,30 @@ Value Interpreter::eval_compare(const Expr& e) {
     line_ = e.line;
     bool ok = false;
     switch (e.compare_ops[i]) {
-      case CompareOp::kEq: ok = equal(left, right); break;
-      case CompareOp::kNe: ok = !equal(left, right); break;
-      case CompareOp::kLt: ok = less(left, right); break;
-      case CompareOp::kGt: ok = less(right, left); break;
-      case CompareOp::kLe: ok = less(left, right) || equal(left, right); break;
-      case CompareOp::kGe: ok = less(right, left) || equal(left, right); break;
-      case CompareOp::kIn: ok = contains(right, left); break;
-      case CompareOp::kNotIn: ok = !contains(right, left); break;
+      case CompareOp::kEq:
+        ok = equal(left, right);
+        break;
+      case CompareOp::kNe:
+        ok = !equal(left, right);
+        break;
+      case CompareOp::kLt:
+        ok = less(left, right);
+        break;
+      case CompareOp::kGt:
+        ok = less(right, left);
+        break;
+      case CompareOp::kLe:
+        ok = less(left, right) || equal(left, right);
+        break;
+      case CompareOp::kGe:
+        ok = less(right, left) || equal(left, right);
+        break;
+      case CompareOp::kIn:
+        ok = contains(right, left);
+        break;
+      case CompareOp::kNotIn:
+        ok = !contains(right, left);
+        break;
     }
     if (!ok) return Value(false);
     left = std::move(right);
@@ -656,6 +680,11 @@ std::vector<Value> Interpreter::iterate(const Value& v) {
       break;
     case Value::Kind::kString:
       for (std::string& c : code_points(v.as_string())) items.emplace_back(std::move(c));
+      break;
+    case Value::Kind::kGenerator:
+      if (!v.as_generator().deferred_error.empty())
+        render_fail("{}", v.as_generator().deferred_error);
+      items = v.as_generator().items;
       break;
     default:
       render_fail("'{}' object is not iterable", type_name(v));

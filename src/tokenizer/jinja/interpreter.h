@@ -17,8 +17,8 @@ namespace tf::jinja {
 
 struct Limits {
   size_t max_output_bytes = size_t{64} << 20;  // also caps every string a template builds
-  int64_t max_steps = 50'000'000;             // evaluations, statements, loop iterations, items
-  int max_depth = 500;                          // nested evaluations and macro calls
+  int64_t max_steps = 50'000'000;              // evaluations, statements, loop iterations, items
+  int max_depth = 500;                         // nested evaluations and macro calls
 };
 
 struct Scope;

@@ -18,10 +18,18 @@ int count_newlines(std::string_view s) {
   return static_cast<int>(std::count(s.begin(), s.end(), '\n'));
 }
 
-bool is_digit(char c) { return c >= '0' && c <= '9'; }
-bool is_hex(char c) { return is_digit(c) || (c >= 'a' && c <= 'f') || (c >= 'A' && c <= 'F'); }
-bool is_name_start(unsigned char c) { return c == '_' || std::isalpha(c) || c >= 0x80; }
-bool is_name_char(unsigned char c) { return is_name_start(c) || is_digit(static_cast<char>(c)); }
+bool is_digit(char c) {
+  return c >= '0' && c <= '9';
+}
+bool is_hex(char c) {
+  return is_digit(c) || (c >= 'a' && c <= 'f') || (c >= 'A' && c <= 'F');
+}
+bool is_name_start(unsigned char c) {
+  return c == '_' || std::isalpha(c) || c >= 0x80;
+}
+bool is_name_char(unsigned char c) {
+  return is_name_start(c) || is_digit(static_cast<char>(c));
+}
 
 // jinja2 normalizes every newline to \n and, without keep_trailing_newline, drops one trailing
 // newline before lexing.
@@ -64,19 +72,46 @@ std::string unescape(std::string_view body, int line) {
     const char c = body[i + 1];
     i += 2;
     switch (c) {
-      case '\n': break;
-      case '\\': out += '\\'; break;
-      case '\'': out += '\''; break;
-      case '"': out += '"'; break;
-      case 'a': out += '\a'; break;
-      case 'b': out += '\b'; break;
-      case 'f': out += '\f'; break;
-      case 'n': out += '\n'; break;
-      case 'r': out += '\r'; break;
-      case 't': out += '\t'; break;
-      case 'v': out += '\v'; break;
-      case 'x': append_utf8(out, hex_value(i, 2, "\\xXX")); i += 2; break;
-      case 'u': append_utf8(out, hex_value(i, 4, "\\uXXXX")); i += 4; break;
+      case '\n':
+        break;
+      case '\\':
+        out += '\\';
+        break;
+      case '\'':
+        out += '\'';
+        break;
+      case '"':
+        out += '"';
+        break;
+      case 'a':
+        out += '\a';
+        break;
+      case 'b':
+        out += '\b';
+        break;
+      case 'f':
+        out += '\f';
+        break;
+      case 'n':
+        out += '\n';
+        break;
+      case 'r':
+        out += '\r';
+        break;
+      case 't':
+        out += '\t';
+        break;
+      case 'v':
+        out += '\v';
+        break;
+      case 'x':
+        append_utf8(out, hex_value(i, 2, "\\xXX"));
+        i += 2;
+        break;
+      case 'u':
+        append_utf8(out, hex_value(i, 4, "\\uXXXX"));
+        i += 4;
+        break;
       case 'U': {
         const char32_t cp = hex_value(i, 8, "\\UXXXXXXXX");
         if (cp > 0x10FFFF) syntax_error(line, "illegal Unicode character in string literal");
@@ -84,7 +119,8 @@ std::string unescape(std::string_view body, int line) {
         i += 8;
         break;
       }
-      case 'N': syntax_error(line, "unsupported \\N{...} escape in string literal");
+      case 'N':
+        syntax_error(line, "unsupported \\N{...} escape in string literal");
       default:
         if (c >= '0' && c <= '7') {
           char32_t v = static_cast<char32_t>(c - '0');
@@ -137,8 +173,8 @@ class Lexer {
   }
 
   // Text before a tag, with the tag's whitespace control applied as jinja2's OptionalLStrip
-  // does: "-" strips all whitespace, otherwise lstrip_blocks strips spaces and tabs between the
-  // line start and a block or comment tag.
+  // does: "-" strips all whitespace, otherwise lstrip_blocks strips the whitespace (any, as
+  // Python's \s) between the line start and a block or comment tag.
   void emit_text(std::string text, char sign, bool lstrip_allowed) {
     int newlines_stripped = 0;
     if (sign == '-') {
@@ -149,7 +185,7 @@ class Lexer {
       const size_t nl = text.rfind('\n');
       const size_t line_start = nl == std::string::npos ? 0 : nl + 1;
       if ((line_start > 0 || line_starting_) &&
-          text.find_first_not_of(" \t", line_start) == std::string::npos) {
+          py_strip(std::string_view(text).substr(line_start), StripSide::kLeft).empty()) {
         text.resize(line_start);
       }
     }
@@ -201,9 +237,8 @@ class Lexer {
       }
       break;
     }
-    const char sign = (at + 2 < src_.size() && (src_[at + 2] == '-' || src_[at + 2] == '+'))
-                          ? src_[at + 2]
-                          : 0;
+    const char sign =
+        (at + 2 < src_.size() && (src_[at + 2] == '-' || src_[at + 2] == '+')) ? src_[at + 2] : 0;
     emit_text(src_.substr(pos_, at - pos_), sign, tag != Tag::kVariable);
     pos_ = at;
     switch (tag) {
@@ -242,8 +277,7 @@ class Lexer {
 
   void lex_raw() {
     const int start_line = line_;
-    for (size_t at = src_.find("{%", pos_); at != std::string::npos;
-         at = src_.find("{%", at + 1)) {
+    for (size_t at = src_.find("{%", pos_); at != std::string::npos; at = src_.find("{%", at + 1)) {
       size_t i = at + 2;
       const char sign = (i < src_.size() && (src_[i] == '-' || src_[i] == '+')) ? src_[i] : 0;
       if (sign) ++i;
@@ -351,7 +385,8 @@ class Lexer {
       if (end == std::string::npos) end = exponent(int_end);
       if (end == std::string::npos) end = frac_end;
       if (end != std::string::npos) {
-        const std::string text = without_underscores(std::string_view(src_).substr(pos_, end - pos_));
+        const std::string text =
+            without_underscores(std::string_view(src_).substr(pos_, end - pos_));
         emit(TokenKind::kFloat, text);
         tokens_.back().float_value = std::strtod(text.c_str(), nullptr);
         consume_to(end);
@@ -479,7 +514,9 @@ class Lexer {
 
 }  // namespace
 
-std::vector<Token> tokenize(std::string_view source) { return Lexer(source).run(); }
+std::vector<Token> tokenize(std::string_view source) {
+  return Lexer(source).run();
+}
 
 std::string describe(const Token& token) {
   switch (token.kind) {

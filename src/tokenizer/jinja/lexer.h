@@ -17,9 +17,9 @@ enum class TokenKind : uint8_t {
   kBlockBegin,     // {%
   kBlockEnd,       // %}
   kName,
-  kString,   // value holds the unescaped text
-  kInteger,  // int_value
-  kFloat,    // float_value
+  kString,    // value holds the unescaped text
+  kInteger,   // int_value
+  kFloat,     // float_value
   kOperator,  // value holds the operator: "==", "(", ...
   kEof,
 };

@@ -16,16 +16,16 @@ namespace tf::jinja {
 namespace {
 
 constexpr std::string_view kStrMethods[] = {
-    "capitalize", "center",  "count",      "endswith",     "find",    "format",  "index",
-    "isalnum",    "isalpha", "isdecimal",  "isdigit",      "islower", "isnumeric", "isspace",
-    "isupper",    "join",    "ljust",      "lower",        "lstrip",  "partition", "removeprefix",
-    "removesuffix", "replace", "rfind",    "rindex",       "rjust",   "rpartition", "rsplit",
-    "rstrip",     "split",   "splitlines", "startswith",   "strip",   "title",   "upper",
-    "zfill"};
+    "capitalize", "center",     "count",        "endswith",     "find",    "format",
+    "index",      "isalnum",    "isalpha",      "isdecimal",    "isdigit", "islower",
+    "isnumeric",  "isspace",    "isupper",      "join",         "ljust",   "lower",
+    "lstrip",     "partition",  "removeprefix", "removesuffix", "replace", "rfind",
+    "rindex",     "rjust",      "rpartition",   "rsplit",       "rstrip",  "split",
+    "splitlines", "startswith", "strip",        "title",        "upper",   "zfill"};
 constexpr std::string_view kDictMethods[] = {"copy", "get", "items", "keys", "values"};
 constexpr std::string_view kDictMutators[] = {"clear", "pop", "popitem", "setdefault", "update"};
 constexpr std::string_view kListMethods[] = {"copy", "count", "index"};
-constexpr std::string_view kListMutators[] = {"append", "clear", "extend", "insert",
+constexpr std::string_view kListMutators[] = {"append", "clear",  "extend",  "insert",
                                               "pop",    "remove", "reverse", "sort"};
 
 template <size_t N>
@@ -128,8 +128,10 @@ std::string format_string(Interpreter& in, const std::string& s, CallArgs& args)
   for (size_t i = 0; i < s.size(); ++i) {
     const char c = s[i];
     if (c == '}') {
-      if (i + 1 < s.size() && s[i + 1] == '}') ++i;
-      else render_fail("{}", "Single '}' encountered in format string");
+      if (i + 1 < s.size() && s[i + 1] == '}')
+        ++i;
+      else
+        render_fail("{}", "Single '}' encountered in format string");
       out += '}';
       continue;
     }
@@ -147,7 +149,8 @@ std::string format_string(Interpreter& in, const std::string& s, CallArgs& args)
     std::string field = s.substr(i + 1, close - i - 1);
     i = close;
     if (field.find('{') != std::string::npos) {
-      throw TemplateError(ErrorKind::kUnsupported, "nested fields in str.format() are not supported");
+      throw TemplateError(ErrorKind::kUnsupported,
+                          "nested fields in str.format() are not supported");
     }
     std::string spec, conversion;
     if (const size_t colon = field.find(':'); colon != std::string::npos) {
@@ -261,8 +264,8 @@ bool string_method(Interpreter& in, const Value& obj, std::string_view name, Cal
     out = Value(py_capitalize(s));
   } else if (name == "replace") {
     Params p(m, args, {"old", "new", "count"});
-    std::string r = py_replace(s, str_arg(p, 0, "replace"), str_arg(p, 1, "replace"),
-                               p.get_int(2, -1));
+    std::string r =
+        py_replace(s, str_arg(p, 0, "replace"), str_arg(p, 1, "replace"), p.get_int(2, -1));
     in.check_string_size(r.size());
     out = Value(std::move(r));
   } else if (name == "find" || name == "rfind" || name == "index" || name == "rindex" ||
@@ -328,14 +331,15 @@ bool string_method(Interpreter& in, const Value& obj, std::string_view name, Cal
     Params p(m, args, {"affix"});
     const std::string& a = str_arg(p, 0, m.c_str());
     const bool prefix = name == "removeprefix";
-    const bool has = s.size() >= a.size() &&
-                     (prefix ? s.compare(0, a.size(), a) == 0
-                             : s.compare(s.size() - a.size(), a.size(), a) == 0);
+    const bool has =
+        s.size() >= a.size() && (prefix ? s.compare(0, a.size(), a) == 0
+                                        : s.compare(s.size() - a.size(), a.size(), a) == 0);
     out = !has ? obj : Value(prefix ? s.substr(a.size()) : s.substr(0, s.size() - a.size()));
   } else if (name == "ljust" || name == "rjust" || name == "center") {
     Params p(m, args, {"width", "fillchar"});
     const std::string fill = p.get_str(1).value_or(" ");
-    if (code_point_count(fill) != 1) render_fail("The fill character must be exactly one character long");
+    if (code_point_count(fill) != 1)
+      render_fail("The fill character must be exactly one character long");
     out = Value(pad(s, p.get_int(0, 0), fill, name == "ljust" ? 'l' : name == "rjust" ? 'r' : 'c'));
   } else if (name == "zfill") {
     Params p(m, args, {"width"});
@@ -453,7 +457,8 @@ Value g_range(Interpreter& in, CallArgs& args) {
   const auto& a = args.positional;
   if (a.empty() || a.size() > 3) render_fail("range expected 1 to 3 arguments, got {}", a.size());
   for (const Value& v : a) {
-    if (!v.is_integral()) render_fail("'{}' object cannot be interpreted as an integer", type_name(v));
+    if (!v.is_integral())
+      render_fail("'{}' object cannot be interpreted as an integer", type_name(v));
   }
   const int64_t start = a.size() == 1 ? 0 : a[0].as_integral();
   const int64_t stop = a.size() == 1 ? a[0].as_integral() : a[1].as_integral();

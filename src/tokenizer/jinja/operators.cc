@@ -13,13 +13,20 @@ namespace {
 
 const char* symbol(BinaryOp op) {
   switch (op) {
-    case BinaryOp::kAdd: return "+";
-    case BinaryOp::kSub: return "-";
-    case BinaryOp::kMul: return "*";
-    case BinaryOp::kDiv: return "/";
-    case BinaryOp::kFloorDiv: return "//";
-    case BinaryOp::kMod: return "%";
-    case BinaryOp::kPow: return "**";
+    case BinaryOp::kAdd:
+      return "+";
+    case BinaryOp::kSub:
+      return "-";
+    case BinaryOp::kMul:
+      return "*";
+    case BinaryOp::kDiv:
+      return "/";
+    case BinaryOp::kFloorDiv:
+      return "//";
+    case BinaryOp::kMod:
+      return "%";
+    case BinaryOp::kPow:
+      return "**";
   }
   return "?";
 }
@@ -81,9 +88,12 @@ Value int_op(BinaryOp op, int64_t a, int64_t b) {
 
 Value float_op(BinaryOp op, double a, double b) {
   switch (op) {
-    case BinaryOp::kAdd: return Value(a + b);
-    case BinaryOp::kSub: return Value(a - b);
-    case BinaryOp::kMul: return Value(a * b);
+    case BinaryOp::kAdd:
+      return Value(a + b);
+    case BinaryOp::kSub:
+      return Value(a - b);
+    case BinaryOp::kMul:
+      return Value(a * b);
     case BinaryOp::kDiv:
       if (b == 0) render_fail("float division by zero");
       return Value(a / b);
@@ -128,16 +138,19 @@ Value repeat(Interpreter& in, const Value& seq, int64_t n) {
   if (n < 0) n = 0;
   if (seq.is_string()) {
     const std::string& s = seq.as_string();
-    if (!s.empty()) in.check_string_size(s.size() * static_cast<size_t>(std::min<int64_t>(n, 1 << 30)));
+    if (!s.empty())
+      in.check_string_size(s.size() * static_cast<size_t>(std::min<int64_t>(n, 1 << 30)));
     std::string out;
     for (int64_t i = 0; i < n && !s.empty(); ++i) out += s;
     in.charge(static_cast<int64_t>(out.size() / 64));
     return Value(std::move(out));
   }
   const auto& items = seq.as_list().items;
-  if (!items.empty()) in.check_list_size(items.size() * static_cast<size_t>(std::min<int64_t>(n, 1 << 30)));
+  if (!items.empty())
+    in.check_list_size(items.size() * static_cast<size_t>(std::min<int64_t>(n, 1 << 30)));
   std::vector<Value> out;
-  for (int64_t i = 0; i < n && !items.empty(); ++i) out.insert(out.end(), items.begin(), items.end());
+  for (int64_t i = 0; i < n && !items.empty(); ++i)
+    out.insert(out.end(), items.begin(), items.end());
   in.charge(static_cast<int64_t>(out.size()));
   return Value::list(std::move(out), seq.is_tuple());
 }
@@ -170,15 +183,18 @@ Value percent_format(Interpreter& in, const std::string& format, const Value& ar
       i = close + 1;
     }
     std::string flags;
-    while (i < format.size() && std::string_view("-+ #0").find(format[i]) != std::string_view::npos) {
+    while (i < format.size() &&
+           std::string_view("-+ #0").find(format[i]) != std::string_view::npos) {
       flags += format[i++];
     }
     std::string width, precision;
-    while (i < format.size() && std::isdigit(static_cast<unsigned char>(format[i]))) width += format[i++];
+    while (i < format.size() && std::isdigit(static_cast<unsigned char>(format[i])))
+      width += format[i++];
     const bool has_precision = i < format.size() && format[i] == '.';
     if (has_precision) {
       ++i;
-      while (i < format.size() && std::isdigit(static_cast<unsigned char>(format[i]))) precision += format[i++];
+      while (i < format.size() && std::isdigit(static_cast<unsigned char>(format[i])))
+        precision += format[i++];
       if (precision.empty()) precision = "0";
     }
     if (i >= format.size()) fail_incomplete();
@@ -248,15 +264,20 @@ Value percent_format(Interpreter& in, const std::string& format, const Value& ar
           break;
         }
         default:
-          throw TemplateError(ErrorKind::kUnsupported,
-                              fmt::format("unsupported format character '{}' in '%' formatting", conv));
+          throw TemplateError(
+              ErrorKind::kUnsupported,
+              fmt::format("unsupported format character '{}' in '%' formatting", conv));
       }
     } catch (const fmt::format_error& e) {
       render_fail("bad '%' format: {}", e.what());
     }
     in.check_string_size(out.size());
   }
-  if (next < values.size() && !args.is_dict()) {
+  // Python treats any subscriptable right operand (dict, list, jinja2's Undefined) as a mapping
+  // and then does not insist that every argument is used.
+  const bool mapping_like =
+      args.is_dict() || args.is_undefined() || (args.is_list() && !args.is_tuple());
+  if (next < values.size() && !mapping_like) {
     render_fail("not all arguments converted during string formatting");
   }
   return Value(std::move(out));
@@ -265,6 +286,8 @@ Value percent_format(Interpreter& in, const std::string& format, const Value& ar
 }  // namespace
 
 Value binary_op(Interpreter& in, BinaryOp op, const Value& a, const Value& b) {
+  // str % x formats whatever x is, before x's own operators (Undefined's raise) get a say.
+  if (op == BinaryOp::kMod && a.is_string()) return percent_format(in, a.as_string(), b);
   if (a.is_undefined()) render_fail("{}", a.undefined_reason());
   if (b.is_undefined()) render_fail("{}", b.undefined_reason());
   if (a.is_number() && b.is_number()) {
@@ -294,7 +317,6 @@ Value binary_op(Interpreter& in, BinaryOp op, const Value& a, const Value& b) {
     if ((a.is_string() || a.is_list()) && b.is_integral()) return repeat(in, a, b.as_integral());
     if ((b.is_string() || b.is_list()) && a.is_integral()) return repeat(in, b, a.as_integral());
   }
-  if (op == BinaryOp::kMod && a.is_string()) return percent_format(in, a.as_string(), b);
   unsupported(op, a, b);
 }
 
@@ -316,6 +338,14 @@ bool contains(const Value& container, const Value& item) {
     case Value::Kind::kDict:
       require_hashable(item);
       return container.as_dict().find(item) != nullptr;
+    case Value::Kind::kGenerator: {
+      const Generator& g = container.as_generator();
+      if (!g.deferred_error.empty()) render_fail("{}", g.deferred_error);
+      for (const Value& v : g.items) {
+        if (equal(v, item)) return true;
+      }
+      return false;
+    }
     default:
       render_fail("argument of type '{}' is not iterable", type_name(container));
   }

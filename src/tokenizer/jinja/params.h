@@ -28,7 +28,8 @@ class Params {
     for (const auto& [key, value] : args.keyword) {
       size_t i = 0;
       while (i < list.size() && list[i] != key) ++i;
-      if (i == list.size()) render_fail("{}() got an unexpected keyword argument '{}'", function, key);
+      if (i == list.size())
+        render_fail("{}() got an unexpected keyword argument '{}'", function, key);
       if (slots_[i]) render_fail("{}() got multiple values for argument '{}'", function, key);
       slots_[i] = value;
     }

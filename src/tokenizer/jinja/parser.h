@@ -9,11 +9,6 @@
 
 namespace tf::jinja {
 
-// Nesting limits that keep parsing and rendering off the end of the stack; jinja2 hits Python's
-// recursion limit at similar depths.
-inline constexpr int kMaxParseNesting = 100;
-inline constexpr int kMaxExprDepth = 256;
-
 // Throws TemplateError (message ends with the line) on a syntax error or unsupported construct.
 Body parse_template(std::string_view source);
 

@@ -61,6 +61,9 @@ void append_str(std::string& out, const Value& v, int depth) {
     case Value::Kind::kFunction:
       out += "<function " + v.as_function().name + ">";
       return;
+    case Value::Kind::kGenerator:
+      out += "<generator object>";
+      return;
     default:
       append_repr(out, v, depth);
   }
@@ -96,14 +99,29 @@ void append_json_string(std::string& out, std::string_view s, bool ensure_ascii)
   for (size_t i = 0; i < s.size();) {
     const char32_t cp = next_code_point(s, i);
     switch (cp) {
-      case '"': out += "\\\""; continue;
-      case '\\': out += "\\\\"; continue;
-      case '\n': out += "\\n"; continue;
-      case '\r': out += "\\r"; continue;
-      case '\t': out += "\\t"; continue;
-      case '\b': out += "\\b"; continue;
-      case '\f': out += "\\f"; continue;
-      default: break;
+      case '"':
+        out += "\\\"";
+        continue;
+      case '\\':
+        out += "\\\\";
+        continue;
+      case '\n':
+        out += "\\n";
+        continue;
+      case '\r':
+        out += "\\r";
+        continue;
+      case '\t':
+        out += "\\t";
+        continue;
+      case '\b':
+        out += "\\b";
+        continue;
+      case '\f':
+        out += "\\f";
+        continue;
+      default:
+        break;
     }
     if (cp < 0x20 || (ensure_ascii && cp >= 0x7F)) {
       if (cp >= 0x10000) {

@@ -20,7 +20,7 @@ struct AlternatingRange {
   bool upper_is_even;
 };
 constexpr AlternatingRange kAlternating[] = {
-    {0x0100, 0x012F, true}, {0x0132, 0x0137, true}, {0x0139, 0x0148, false},
+    {0x0100, 0x012F, true}, {0x0132, 0x0137, true},  {0x0139, 0x0148, false},
     {0x014A, 0x0177, true}, {0x0179, 0x017E, false}, {0x0460, 0x0481, true},
     {0x048A, 0x04BF, true}, {0x04C1, 0x04CE, false}, {0x04D0, 0x052F, true},
     {0x1E00, 0x1E95, true}, {0x1EA0, 0x1EFF, true},
@@ -32,10 +32,9 @@ struct ShiftedRange {
   char32_t delta;
 };
 constexpr ShiftedRange kShifted[] = {
-    {'A', 'Z', 32},         {0xC0, 0xD6, 32},       {0xD8, 0xDE, 32},
-    {0x0391, 0x03A1, 32},   {0x03A3, 0x03AB, 32},   {0x0388, 0x038A, 37},
-    {0x038E, 0x038F, 63},   {0x0410, 0x042F, 32},   {0x0400, 0x040F, 80},
-    {0x0531, 0x0556, 48},   {0xFF21, 0xFF3A, 32},
+    {'A', 'Z', 32},       {0xC0, 0xD6, 32},     {0xD8, 0xDE, 32},     {0x0391, 0x03A1, 32},
+    {0x03A3, 0x03AB, 32}, {0x0388, 0x038A, 37}, {0x038E, 0x038F, 63}, {0x0410, 0x042F, 32},
+    {0x0400, 0x040F, 80}, {0x0531, 0x0556, 48}, {0xFF21, 0xFF3A, 32},
 };
 
 char32_t to_lower_cp(char32_t cp) {
@@ -47,12 +46,18 @@ char32_t to_lower_cp(char32_t cp) {
     if (cp >= r.first && cp <= r.last) return ((cp % 2 == 0) == r.upper_is_even) ? cp + 1 : cp;
   }
   switch (cp) {
-    case 0x0178: return 0xFF;
-    case 0x0130: return 'i';
-    case 0x0386: return 0x03AC;
-    case 0x038C: return 0x03CC;
-    case 0x1E9E: return 0xDF;
-    default: return cp;
+    case 0x0178:
+      return 0xFF;
+    case 0x0130:
+      return 'i';
+    case 0x0386:
+      return 0x03AC;
+    case 0x038C:
+      return 0x03CC;
+    case 0x1E9E:
+      return 0xDF;
+    default:
+      return cp;
   }
 }
 
@@ -65,20 +70,34 @@ char32_t to_upper_cp(char32_t cp) {
     if (cp >= r.first && cp <= r.last) return ((cp % 2 == 0) == r.upper_is_even) ? cp : cp - 1;
   }
   switch (cp) {
-    case 0xB5: return 0x039C;
-    case 0xFF: return 0x0178;
-    case 0x0131: return 'I';
-    case 0x017F: return 'S';
-    case 0x03C2: return 0x03A3;
-    case 0x03AC: return 0x0386;
-    case 0x03CC: return 0x038C;
-    default: return cp;
+    case 0xB5:
+      return 0x039C;
+    case 0xFF:
+      return 0x0178;
+    case 0x0131:
+      return 'I';
+    case 0x017F:
+      return 'S';
+    case 0x03C2:
+      return 0x03A3;
+    case 0x03AC:
+      return 0x0386;
+    case 0x03CC:
+      return 0x038C;
+    default:
+      return cp;
   }
 }
 
-bool is_cased(char32_t cp) { return to_lower_cp(cp) != cp || to_upper_cp(cp) != cp || cp == 0xDF; }
-bool is_upper_cp(char32_t cp) { return to_lower_cp(cp) != cp; }
-bool is_lower_cp(char32_t cp) { return to_upper_cp(cp) != cp || cp == 0xDF; }
+bool is_cased(char32_t cp) {
+  return to_lower_cp(cp) != cp || to_upper_cp(cp) != cp || cp == 0xDF;
+}
+bool is_upper_cp(char32_t cp) {
+  return to_lower_cp(cp) != cp;
+}
+bool is_lower_cp(char32_t cp) {
+  return to_upper_cp(cp) != cp || cp == 0xDF;
+}
 
 // Appends Python's upper() of one code point (ß becomes SS, as in Python).
 void append_upper(std::string& out, char32_t cp) {
@@ -510,8 +529,7 @@ std::string py_repr_float(double f) {
   }
   while (digits.size() > 1 && digits.back() == '0') digits.pop_back();
   int exp10 = 0;
-  std::from_chars(sci.data() + e + 1 + (sci[e + 1] == '+' ? 1 : 0), sci.data() + sci.size(),
-                  exp10);
+  std::from_chars(sci.data() + e + 1 + (sci[e + 1] == '+' ? 1 : 0), sci.data() + sci.size(), exp10);
   const int decpt = exp10 + 1;  // position of the decimal point relative to the digits
   const int ndigits = static_cast<int>(digits.size());
   if (decpt <= -4 || decpt > 16) {

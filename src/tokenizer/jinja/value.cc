@@ -100,6 +100,15 @@ Value Value::ns(Namespace* ns) {
   return v;
 }
 
+Value Value::generator(std::vector<Value> items, std::string deferred_error) {
+  const int depth = max_depth(items) + 1;
+  check_depth(depth);
+  Value v;
+  v.data_ = std::make_shared<const Generator>(
+      Generator{std::move(items), std::move(deferred_error), depth});
+  return v;
+}
+
 Value Value::function(std::string name, std::function<Value(Interpreter&, CallArgs&)> call) {
   Value v;
   v.data_ = std::make_shared<const Function>(Function{std::move(name), std::move(call)});
@@ -123,6 +132,8 @@ int Value::depth() const {
       return as_list().depth;
     case Kind::kDict:
       return as_dict().depth;
+    case Kind::kGenerator:
+      return as_generator().depth;
     case Kind::kNamespace:
       return 1;  // a namespace's attributes are checked when assigned
     default:
@@ -141,6 +152,8 @@ bool Value::same_object(const Value& other) const {
       return std::get<NamespacePtr>(data_) == std::get<NamespacePtr>(other.data_);
     case Kind::kFunction:
       return std::get<FunctionPtr>(data_) == std::get<FunctionPtr>(other.data_);
+    case Kind::kGenerator:
+      return std::get<GeneratorPtr>(data_) == std::get<GeneratorPtr>(other.data_);
     default:
       return false;
   }
@@ -165,6 +178,7 @@ bool truthy(const Value& v) {
       return !v.as_dict().entries.empty();
     case Value::Kind::kNamespace:
     case Value::Kind::kFunction:
+    case Value::Kind::kGenerator:
       return true;
   }
   return false;
@@ -192,6 +206,8 @@ std::string type_name(const Value& v) {
       return "Namespace";
     case Value::Kind::kFunction:
       return "function";
+    case Value::Kind::kGenerator:
+      return "generator";
   }
   return "object";
 }
@@ -235,7 +251,8 @@ bool less(const Value& a, const Value& b, int depth) {
   if (a.is_undefined()) render_fail("{}", a.undefined_reason());
   if (b.is_undefined()) render_fail("{}", b.undefined_reason());
   if (a.is_number() && b.is_number()) return compare_numbers(a, b) == -1;
-  if (a.is_string() && b.is_string()) return a.as_string() < b.as_string();  // UTF-8 sorts by code point
+  if (a.is_string() && b.is_string())
+    return a.as_string() < b.as_string();  // UTF-8 sorts by code point
   if (a.is_list() && b.is_list() && a.is_tuple() == b.is_tuple()) {
     const auto& x = a.as_list().items;
     const auto& y = b.as_list().items;

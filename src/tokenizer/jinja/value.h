@@ -54,6 +54,15 @@ struct List {
   int depth = 1;
 };
 
+// What jinja2's generator filters (map, select, selectattr, unique, items, ...) return: iterable
+// once computed, but without a length, always truthy, not subscriptable, and raising an error of
+// the computation only when iterated, as a Python generator does.
+struct Generator {
+  std::vector<Value> items;
+  std::string deferred_error;  // non-empty: iterating raises this
+  int depth = 1;
+};
+
 // Insertion-ordered like a Python dict. Keys are scalars (jinja allows any hashable; lists and
 // dicts are refused as Python refuses them).
 struct Dict {
@@ -95,7 +104,8 @@ class Value {
     kList,
     kDict,
     kNamespace,
-    kFunction
+    kFunction,
+    kGenerator
   };
 
   Value() = default;  // undefined
@@ -114,6 +124,7 @@ class Value {
   static Value list(std::vector<Value> items, bool is_tuple = false);
   static Value dict(Dict dict);
   static Value ns(Namespace* ns);  // not owned
+  static Value generator(std::vector<Value> items, std::string deferred_error = {});
   static Value function(std::string name, std::function<Value(Interpreter&, CallArgs&)> call);
 
   template <typename Json>
@@ -135,6 +146,7 @@ class Value {
   bool is_dict() const { return kind() == Kind::kDict; }
   bool is_namespace() const { return kind() == Kind::kNamespace; }
   bool is_function() const { return kind() == Kind::kFunction; }
+  bool is_generator() const { return kind() == Kind::kGenerator; }
 
   bool as_bool() const { return std::get<bool>(data_); }
   int64_t as_int() const { return std::get<int64_t>(data_); }
@@ -148,6 +160,7 @@ class Value {
   const Dict& as_dict() const { return *std::get<DictPtr>(data_); }
   Namespace& as_namespace() const { return *std::get<NamespacePtr>(data_); }
   const Function& as_function() const { return *std::get<FunctionPtr>(data_); }
+  const Generator& as_generator() const { return *std::get<GeneratorPtr>(data_); }
   const std::string& undefined_reason() const;
   // Nesting depth: 0 for scalars.
   int depth() const;
@@ -164,9 +177,10 @@ class Value {
   using DictPtr = std::shared_ptr<const Dict>;
   using NamespacePtr = Namespace*;
   using FunctionPtr = std::shared_ptr<const Function>;
+  using GeneratorPtr = std::shared_ptr<const Generator>;
 
   std::variant<UndefinedData, NoneData, bool, int64_t, double, StringPtr, ListPtr, DictPtr,
-               NamespacePtr, FunctionPtr>
+               NamespacePtr, FunctionPtr, GeneratorPtr>
       data_;
 };
 

@@ -1,0 +1,309 @@
+#include "engine/engine.h"
+
+#include <algorithm>
+
+#include "core/error.h"
+#include "core/log.h"
+
+namespace tf {
+
+// ---- RequestStream ---------------------------------------------------------------------------
+
+void RequestStream::push(RequestOutput out) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (out.request_done) done_ = true;
+    queue_.push_back(std::move(out));
+  }
+  cv_.notify_all();
+}
+
+bool RequestStream::next(RequestOutput& out) {
+  std::unique_lock<std::mutex> lock(mu_);
+  cv_.wait(lock, [&] { return !queue_.empty() || done_; });
+  if (queue_.empty()) return false;
+  out = std::move(queue_.front());
+  queue_.pop_front();
+  return true;
+}
+
+bool RequestStream::next_for(RequestOutput& out, std::chrono::milliseconds timeout,
+                             bool& timed_out) {
+  std::unique_lock<std::mutex> lock(mu_);
+  timed_out = !cv_.wait_for(lock, timeout, [&] { return !queue_.empty() || done_; });
+  if (timed_out || queue_.empty()) return false;
+  out = std::move(queue_.front());
+  queue_.pop_front();
+  return true;
+}
+
+RequestTimings RequestStream::timings() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return timings_;
+}
+
+void RequestStream::set_timings(const RequestTimings& t) {
+  std::lock_guard<std::mutex> lock(mu_);
+  timings_ = t;
+}
+
+// ---- Engine ----------------------------------------------------------------------------------
+
+namespace {
+int64_t blocks_for_budget(const ModelConfig& c, const EngineConfig& e) {
+  const int64_t per_block = KvCache::bytes_per_block(c, e.block_size);
+  const int64_t n = e.kv_cache_bytes / per_block;
+  if (n < 1) {
+    fail(ErrorKind::kResourceExhausted,
+         "a KV cache budget of {} bytes holds no block ({} bytes each)", e.kv_cache_bytes,
+         per_block);
+  }
+  return n;
+}
+}  // namespace
+
+Engine::Engine(Model& model, const Tokenizer* tokenizer, std::vector<int32_t> eos_ids,
+               EngineConfig config)
+    : model_(model),
+      tokenizer_(tokenizer),
+      eos_ids_(std::move(eos_ids)),
+      config_(config),
+      pool_threads_(config.threads),
+      kv_(model.config(), blocks_for_budget(model.config(), config), config.block_size),
+      pool_(kv_.num_blocks(), config.block_size),
+      manager_(pool_, config.prefix_caching),
+      scheduler_(config.scheduler, manager_) {
+  if (config_.scheduler.max_num_batched_tokens < 1 || config_.scheduler.max_num_seqs < 1) {
+    fail("max_num_batched_tokens and max_num_seqs must be at least 1");
+  }
+  stats_.kv_blocks_total = pool_.num_blocks();
+  thread_ = std::thread([this] { loop(); });
+}
+
+Engine::~Engine() {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    stop_ = true;
+  }
+  cv_.notify_all();
+  thread_.join();
+  // Whoever still waits on a stream learns that the request ended.
+  for (auto& r : active_) {
+    RequestOutput out;
+    out.finish = FinishReason::kAbort;
+    out.request_done = true;
+    r->stream->push(std::move(out));
+  }
+  for (auto& r : incoming_) {
+    RequestOutput out;
+    out.finish = FinishReason::kAbort;
+    out.request_done = true;
+    r->stream->push(std::move(out));
+  }
+}
+
+std::shared_ptr<RequestStream> Engine::submit(GenerationRequest request) {
+  const ModelConfig& c = model_.config();
+  SamplingParams& p = request.params;
+  p.validate(c.vocab_size);
+  if (p.beam_search()) fail(ErrorKind::kUnsupported, "beam search is not served by the engine yet");
+  if (request.prompt.empty()) fail("the prompt is empty");
+  for (int32_t id : request.prompt) {
+    if (id < 0 || id >= c.vocab_size)
+      fail("prompt token id {} is outside the vocabulary (0..{})", id, c.vocab_size - 1);
+  }
+  const int64_t total = static_cast<int64_t>(request.prompt.size()) + p.max_tokens;
+  if (total > c.max_seq_len) {
+    fail("the prompt ({} tokens) plus max_tokens ({}) exceeds the model's context of {} tokens",
+         request.prompt.size(), p.max_tokens, c.max_seq_len);
+  }
+  if (manager_.blocks_for(total) > pool_.num_blocks()) {
+    fail(ErrorKind::kResourceExhausted,
+         "the prompt plus max_tokens needs {} KV blocks; the whole cache has {}",
+         manager_.blocks_for(total), pool_.num_blocks());
+  }
+  auto r = std::make_unique<EngineRequest>();
+  r->seed = p.seed ? *p.seed : random_seed();
+  r->stream = std::make_shared<RequestStream>();
+  r->timings.arrival = Clock::now();
+  r->timings.prompt_tokens = static_cast<int64_t>(request.prompt.size());
+  r->spec = std::move(request);
+  for (int32_t i = 0; i < r->spec.params.candidates(); ++i) {
+    auto seq = std::make_unique<Sequence>();
+    seq->request = r.get();
+    seq->index = i;
+    seq->tokens = r->spec.prompt;
+    seq->prompt_len = static_cast<int64_t>(r->spec.prompt.size());
+    seq->sampler.emplace(r->spec.params, r->seed, static_cast<uint64_t>(i), r->spec.prompt,
+                         tokenizer_, eos_ids_);
+    r->seqs.push_back(std::move(seq));
+  }
+  r->unfinished = static_cast<int32_t>(r->seqs.size());
+  auto stream = r->stream;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    r->arrival_order = next_arrival_++;
+    incoming_.push_back(std::move(r));
+  }
+  cv_.notify_all();
+  return stream;
+}
+
+EngineStats Engine::stats() const {
+  std::lock_guard<std::mutex> lock(stats_mu_);
+  return stats_;
+}
+
+void Engine::admit_new_requests() {
+  std::vector<std::unique_ptr<EngineRequest>> fresh;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    fresh.swap(incoming_);
+  }
+  for (auto& r : fresh) {
+    for (auto& s : r->seqs) scheduler_.add(s.get());
+    active_.push_back(std::move(r));
+  }
+}
+
+void Engine::loop() {
+  for (;;) {
+    {
+      std::unique_lock<std::mutex> lock(mu_);
+      if (scheduler_.idle() && active_.empty()) {
+        cv_.wait(lock, [&] { return stop_ || !incoming_.empty(); });
+        if (!stop_ && config_.batch_timeout_micros > 0) {
+          // TF Serving's batch_timeout_micros: let a batch gather before the first step.
+          cv_.wait_for(lock, std::chrono::microseconds(config_.batch_timeout_micros), [&] {
+            return stop_ ||
+                   static_cast<int64_t>(incoming_.size()) >= config_.scheduler.max_num_seqs;
+          });
+        }
+      }
+      if (stop_) return;
+    }
+    admit_new_requests();
+    try {
+      step();
+    } catch (const std::exception& e) {
+      // A bug must not leave clients hanging: end every active request with abort.
+      log::error("engine step failed: {}", e.what());
+      for (auto& r : active_) {
+        for (auto& s : r->seqs) {
+          if (s->status == SequenceStatus::kFinished) continue;
+          scheduler_.remove(s.get());
+          s->status = SequenceStatus::kFinished;
+        }
+        RequestOutput out;
+        out.finish = FinishReason::kAbort;
+        out.request_done = true;
+        r->stream->push(std::move(out));
+      }
+      active_.clear();
+    }
+  }
+}
+
+void Engine::finish_sequence(Sequence* seq, RequestOutput& out) {
+  EngineRequest* r = seq->request;
+  scheduler_.remove(seq);
+  seq->status = SequenceStatus::kFinished;
+  out.finish = seq->sampler->finish_reason();
+  if (--r->unfinished == 0) {
+    out.request_done = true;
+    r->timings.finished = Clock::now();
+  }
+}
+
+void Engine::step() {
+  // Cancelled requests leave first: their blocks are free for this step's schedule.
+  for (auto& r : active_) {
+    if (!r->stream->cancelled()) continue;
+    for (auto& s : r->seqs) {
+      if (s->status == SequenceStatus::kFinished) continue;
+      RequestOutput out;
+      out.index = s->index;
+      out.text = s->sampler->abort().text;
+      finish_sequence(s.get(), out);
+      r->stream->push(std::move(out));
+    }
+  }
+  const SchedulerOutput sched = scheduler_.schedule();
+  if (!sched.chunks.empty()) {
+    const int64_t vocab = model_.config().vocab_size;
+    batch_.clear();
+    for (const auto& c : sched.chunks) {
+      batch_.push_back({std::span<const int32_t>(c.seq->tokens.data() + c.start, c.count), c.start,
+                        c.seq->block_table, false});
+    }
+    logits_.resize(sched.chunks.size() * vocab);
+    model_.forward(batch_, kv_, logits_.data(), pool_threads_);
+
+    const auto now = Clock::now();
+    for (size_t i = 0; i < sched.chunks.size(); ++i) {
+      Sequence* seq = sched.chunks[i].seq;
+      EngineRequest* r = seq->request;
+      if (r->timings.first_scheduled == Clock::time_point{}) r->timings.first_scheduled = now;
+      seq->num_computed += sched.chunks[i].count;
+      manager_.cache_full_blocks(*seq, r->spec.cache_salt);
+      if (seq->num_computed < seq->num_tokens()) continue;  // a prompt chunk: nothing to sample yet
+      StepOutput so = seq->sampler->step(std::span<float>(logits_.data() + i * vocab, vocab));
+      seq->tokens.push_back(so.sample.token);
+      if (r->timings.first_token == Clock::time_point{}) r->timings.first_token = Clock::now();
+      ++r->timings.generated_tokens;
+      RequestOutput out;
+      out.index = seq->index;
+      out.token_ids.push_back(so.sample.token);
+      out.text = std::move(so.text);
+      if (r->spec.params.logprobs) out.logprobs.push_back(so.sample);
+      if (seq->sampler->finished()) finish_sequence(seq, out);
+      r->stream->push(std::move(out));
+    }
+  }
+  // Retire finished requests.
+  int64_t finished = 0;
+  for (auto& r : active_) {
+    if (r->unfinished == 0) {
+      r->stream->set_timings(r->timings);
+      ++finished;
+    }
+  }
+  int64_t prompt_tokens = 0, generated_tokens = 0;
+  for (auto& r : active_) {
+    if (r->unfinished == 0) {
+      prompt_tokens += r->timings.prompt_tokens;
+      generated_tokens += r->timings.generated_tokens;
+    }
+  }
+  active_.erase(std::remove_if(active_.begin(), active_.end(),
+                               [](const auto& r) { return r->unfinished == 0; }),
+                active_.end());
+  std::lock_guard<std::mutex> lock(stats_mu_);
+  ++stats_.steps;
+  stats_.running = static_cast<int64_t>(scheduler_.num_running());
+  stats_.waiting = static_cast<int64_t>(scheduler_.num_waiting());
+  stats_.kv_blocks_used = pool_.num_used();
+  stats_.prefix_queried_tokens = manager_.prefix_queries();
+  stats_.prefix_hit_tokens = manager_.prefix_hits();
+  stats_.preemptions = scheduler_.preemptions();
+  stats_.requests_finished += finished;
+  stats_.prompt_tokens += prompt_tokens;
+  stats_.generated_tokens += generated_tokens;
+}
+
+std::vector<CompletedSequence> run_to_completion(Engine& engine, GenerationRequest request) {
+  const int32_t n = request.params.candidates();
+  auto stream = engine.submit(std::move(request));
+  std::vector<CompletedSequence> out(static_cast<size_t>(n));
+  RequestOutput o;
+  while (stream->next(o)) {
+    auto& s = out.at(o.index);
+    s.tokens.insert(s.tokens.end(), o.token_ids.begin(), o.token_ids.end());
+    s.text += o.text;
+    s.logprobs.insert(s.logprobs.end(), o.logprobs.begin(), o.logprobs.end());
+    if (o.finish != FinishReason::kNone) s.finish = o.finish;
+  }
+  return out;
+}
+
+}  // namespace tf

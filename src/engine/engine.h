@@ -1,0 +1,100 @@
+#pragma once
+// One model instance served to many requests: a thread runs the step loop (schedule, one forward
+// pass over the ragged batch, sample every sequence that reached the end of its tokens, stream
+// the results), while any thread may submit or cancel. No lock is held across a forward pass.
+
+#include <atomic>
+#include <condition_variable>
+#include <memory>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+#include "core/thread_pool.h"
+#include "engine/engine_request.h"
+#include "engine/kv_block_pool.h"
+#include "engine/kv_cache_manager.h"
+#include "engine/scheduler.h"
+#include "model/model.h"
+#include "tokenizer/tokenizer.h"
+
+namespace tf {
+
+struct EngineConfig {
+  SchedulerConfig scheduler;
+  int64_t kv_cache_bytes = 256ll << 20;  // KV budget; the block count follows from the model
+  int block_size = KvCache::kDefaultBlockSize;
+  bool prefix_caching = true;
+  int64_t batch_timeout_micros = 0;  // an idle engine waits this long to gather a first batch
+  int threads = 0;                   // compute threads (0: one per core)
+};
+
+struct EngineStats {
+  int64_t steps = 0;
+  int64_t running = 0, waiting = 0;
+  int64_t kv_blocks_total = 0, kv_blocks_used = 0;
+  int64_t prefix_queried_tokens = 0, prefix_hit_tokens = 0;
+  int64_t preemptions = 0;
+  int64_t requests_finished = 0;
+  int64_t prompt_tokens = 0, generated_tokens = 0;
+};
+
+class Engine {
+ public:
+  // The engine does not own the model or tokenizer; they must outlive it. eos_ids end sequences.
+  Engine(Model& model, const Tokenizer* tokenizer, std::vector<int32_t> eos_ids,
+         EngineConfig config);
+  ~Engine();
+  Engine(const Engine&) = delete;
+  Engine& operator=(const Engine&) = delete;
+
+  // Validates and queues a request; throws Error (nothing queued) when it can never run:
+  // invalid parameters, token ids outside the vocabulary, prompt + max_tokens over the context
+  // or over the whole KV pool.
+  std::shared_ptr<RequestStream> submit(GenerationRequest request);
+
+  EngineStats stats() const;
+  const Model& model() const { return model_; }
+  int64_t kv_blocks() const { return pool_.num_blocks(); }
+
+ private:
+  void loop();
+  void step();
+  void admit_new_requests();
+  void finish_sequence(Sequence* seq, RequestOutput& out);
+
+  Model& model_;
+  const Tokenizer* tokenizer_;
+  std::vector<int32_t> eos_ids_;
+  EngineConfig config_;
+  ThreadPool pool_threads_;
+  KvCache kv_;
+  KvBlockPool pool_;
+  KvCacheManager manager_;
+  Scheduler scheduler_;
+
+  std::mutex mu_;  // guards incoming_ and stop_
+  std::condition_variable cv_;
+  std::vector<std::unique_ptr<EngineRequest>> incoming_;
+  bool stop_ = false;
+  uint64_t next_arrival_ = 0;
+
+  std::vector<std::unique_ptr<EngineRequest>> active_;  // engine thread only
+  std::vector<float> logits_;
+  std::vector<SequenceChunk> batch_;
+
+  mutable std::mutex stats_mu_;
+  EngineStats stats_;
+  std::thread thread_;
+};
+
+// Runs one request to completion through an engine and collects its sequences' tokens and text.
+struct CompletedSequence {
+  std::vector<int32_t> tokens;
+  std::string text;
+  FinishReason finish = FinishReason::kNone;
+  std::vector<SampleResult> logprobs;
+};
+std::vector<CompletedSequence> run_to_completion(Engine& engine, GenerationRequest request);
+
+}  // namespace tf

@@ -1,0 +1,81 @@
+#pragma once
+// A request inside the engine: what the client asked for, its sequences, and the stream its
+// results go to.
+
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "engine/sequence.h"
+#include "sampling/sampler.h"
+#include "sampling/sampling_params.h"
+
+namespace tf {
+
+using Clock = std::chrono::steady_clock;
+
+// What submit() takes.
+struct GenerationRequest {
+  std::string id;
+  std::vector<int32_t> prompt;
+  SamplingParams params;
+  int32_t priority = 0;     // lower runs first; FCFS within a priority
+  uint64_t cache_salt = 0;  // prefix-cache blocks are shared only within one salt
+};
+
+// One event of a request's stream.
+struct RequestOutput {
+  int32_t index = 0;                   // which of the request's sequences
+  std::vector<int32_t> token_ids;      // new tokens
+  std::string text;                    // new final text
+  std::vector<SampleResult> logprobs;  // per new token, when asked for
+  FinishReason finish = FinishReason::kNone;
+  bool request_done = false;  // the last event of the request
+};
+
+struct RequestTimings {
+  Clock::time_point arrival, first_scheduled, first_token, finished;
+  int64_t prompt_tokens = 0, cached_prompt_tokens = 0, generated_tokens = 0;
+};
+
+// The client's side: a thread-safe queue of outputs, and cancellation.
+class RequestStream {
+ public:
+  // Blocks until an output is available; false once the request is done and drained.
+  bool next(RequestOutput& out);
+  // As next(), but gives up after the timeout (returns false with timed_out set).
+  bool next_for(RequestOutput& out, std::chrono::milliseconds timeout, bool& timed_out);
+  void cancel() { cancelled_ = true; }
+  bool cancelled() const { return cancelled_; }
+  RequestTimings timings() const;
+
+  // Engine side.
+  void push(RequestOutput out);
+  void set_timings(const RequestTimings& t);
+
+ private:
+  mutable std::mutex mu_;
+  std::condition_variable cv_;
+  std::deque<RequestOutput> queue_;
+  bool done_ = false;
+  std::atomic<bool> cancelled_{false};
+  RequestTimings timings_;
+};
+
+struct EngineRequest {
+  GenerationRequest spec;
+  uint64_t seed = 0;
+  uint64_t arrival_order = 0;
+  std::vector<std::unique_ptr<Sequence>> seqs;
+  std::shared_ptr<RequestStream> stream;
+  RequestTimings timings;
+  int32_t unfinished = 0;
+};
+
+}  // namespace tf

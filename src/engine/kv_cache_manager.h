@@ -1,0 +1,44 @@
+#pragma once
+// Block tables of sequences over the KvBlockPool: the longest cached prefix of a new sequence,
+// slots for the tokens about to be computed, registering blocks that became full, and freeing.
+
+#include <cstdint>
+
+#include "engine/kv_block_pool.h"
+#include "engine/sequence.h"
+
+namespace tf {
+
+class KvCacheManager {
+ public:
+  KvCacheManager(KvBlockPool& pool, bool prefix_caching)
+      : pool_(pool), prefix_caching_(prefix_caching) {}
+
+  // For a sequence with nothing computed: retains the cached blocks of its longest cached prefix
+  // (never all of its tokens: the last one must be computed for its logits) and sets
+  // num_computed. Returns the tokens found. Counts lookups and hits.
+  int64_t match_prefix(Sequence& seq, uint64_t salt);
+  // Makes the block table cover positions [0, num_tokens); false (and no change) if the pool
+  // cannot supply the blocks.
+  bool allocate_slots(Sequence& seq, int64_t num_tokens);
+  // Registers the blocks that the computed tokens filled.
+  void cache_full_blocks(Sequence& seq, uint64_t salt);
+  // Releases every block (last block first, so a sequence's tail is evicted before its head).
+  void free(Sequence& seq);
+  // Blocks needed to hold num_tokens.
+  int64_t blocks_for(int64_t num_tokens) const {
+    return (num_tokens + pool_.block_size() - 1) / pool_.block_size();
+  }
+
+  int64_t prefix_queries() const { return queries_; }  // prompt tokens looked up
+  int64_t prefix_hits() const { return hits_; }        // of those, found in the cache
+  bool prefix_caching() const { return prefix_caching_; }
+  KvBlockPool& pool() { return pool_; }
+
+ private:
+  KvBlockPool& pool_;
+  bool prefix_caching_;
+  int64_t queries_ = 0, hits_ = 0;
+};
+
+}  // namespace tf

@@ -1,0 +1,103 @@
+#include "engine/scheduler.h"
+
+#include <algorithm>
+
+#include "core/error.h"
+#include "engine/engine_request.h"
+
+namespace tf {
+
+uint64_t Scheduler::salt(const Sequence* seq) const {
+  return seq->request->spec.cache_salt;
+}
+
+void Scheduler::add(Sequence* seq, bool front) {
+  seq->status = SequenceStatus::kWaiting;
+  if (front) {
+    waiting_.push_front(seq);
+    return;
+  }
+  // By priority (lower first), FCFS within a priority: insert after the last of equal priority.
+  auto it = std::find_if(waiting_.begin(), waiting_.end(), [&](const Sequence* s) {
+    return s->request->spec.priority > seq->request->spec.priority;
+  });
+  waiting_.insert(it, seq);
+}
+
+void Scheduler::remove(Sequence* seq) {
+  waiting_.erase(std::remove(waiting_.begin(), waiting_.end(), seq), waiting_.end());
+  running_.erase(std::remove(running_.begin(), running_.end(), seq), running_.end());
+  kv_.free(*seq);
+}
+
+void Scheduler::preempt(Sequence* victim, SchedulerOutput& out) {
+  running_.erase(std::remove(running_.begin(), running_.end(), victim), running_.end());
+  kv_.free(*victim);  // recomputed later; its blocks may still be found in the prefix cache
+  ++victim->preemptions;
+  ++preemptions_;
+  add(victim, /*front=*/true);
+  out.preempted.push_back(victim);
+}
+
+SchedulerOutput Scheduler::schedule() {
+  SchedulerOutput out;
+  int64_t budget = config_.max_num_batched_tokens;
+
+  // 1. Running sequences, oldest first. Each needs its remaining tokens (1 when decoding).
+  for (size_t i = 0; i < running_.size() && budget > 0;) {
+    Sequence* seq = running_[i];
+    const int64_t remaining = seq->num_tokens() - seq->num_computed;
+    const int64_t take = config_.chunked_prefill ? std::min(remaining, budget) : remaining;
+    if (take > budget || take <= 0) {
+      ++i;
+      continue;
+    }
+    bool ok = kv_.allocate_slots(*seq, seq->num_computed + take);
+    while (!ok) {
+      Sequence* victim = running_.back();
+      preempt(victim, out);
+      if (victim == seq) break;
+      ok = kv_.allocate_slots(*seq, seq->num_computed + take);
+    }
+    if (!ok) continue;  // seq itself was preempted (running_ shrank; i now points at the next)
+    out.chunks.push_back({seq, seq->num_computed, take});
+    budget -= take;
+    ++i;
+  }
+
+  // 2. Waiting sequences. Static batching admits a new batch only when nothing runs.
+  if (config_.static_batching && !running_.empty()) return out;
+  while (!waiting_.empty() && budget > 0 &&
+         static_cast<int64_t>(running_.size()) < config_.max_num_seqs) {
+    Sequence* seq = waiting_.front();
+    // The sequences of one request (n > 1) share its prompt: the first computes it, the others
+    // start a step later and find its blocks in the prefix cache.
+    const Sequence* lead = seq->request->seqs.front().get();
+    if (kv_.prefix_caching() && seq != lead && seq->num_computed == 0 &&
+        lead->status != SequenceStatus::kFinished && lead->num_computed < lead->prompt_len) {
+      break;
+    }
+    if (seq->num_computed == 0 && seq->block_table.empty()) kv_.match_prefix(*seq, salt(seq));
+    const int64_t remaining = seq->num_tokens() - seq->num_computed;
+    const int64_t take = config_.chunked_prefill ? std::min(remaining, budget) : remaining;
+    if (take > budget || !kv_.allocate_slots(*seq, seq->num_computed + take)) {
+      // Wait for memory, keeping FCFS (no overtaking). Hand back the prefix blocks it matched:
+      // a waiting sequence must not pin memory (it matches again when it is admitted).
+      kv_.free(*seq);
+      if (out.chunks.empty() && running_.empty() && take <= budget) {
+        fail(ErrorKind::kInternal, "a sequence of {} tokens does not fit the empty KV cache",
+             seq->num_tokens());
+      }
+      break;
+    }
+    waiting_.pop_front();
+    seq->status = SequenceStatus::kRunning;
+    running_.push_back(seq);
+    out.chunks.push_back({seq, seq->num_computed, take});
+    budget -= take;
+  }
+  for (const auto& c : out.chunks) out.num_tokens += c.count;
+  return out;
+}
+
+}  // namespace tf

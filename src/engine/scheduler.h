@@ -1,0 +1,64 @@
+#pragma once
+// Decides, every step, which sequences run and how many of their tokens: running sequences
+// first (decodes and unfinished prompt chunks, oldest first), then waiting ones (by priority,
+// then arrival), under a token budget and a sequence limit, so a long prompt is split into
+// chunks and never stalls the decodes of others. When blocks run out, the newest running
+// sequence is preempted: its blocks are freed and it waits to be recomputed.
+
+#include <cstdint>
+#include <deque>
+#include <vector>
+
+#include "engine/kv_cache_manager.h"
+#include "engine/sequence.h"
+
+namespace tf {
+
+struct SchedulerConfig {
+  int64_t max_num_batched_tokens = 2048;  // tokens per forward pass
+  int64_t max_num_seqs = 256;  // sequences per forward pass (TF Serving's max_batch_size)
+  bool chunked_prefill = true;
+  bool static_batching = false;  // request-level batching, only to measure what continuous gains
+};
+
+struct ScheduledChunk {
+  Sequence* seq;
+  int64_t start;  // first token index (== seq->num_computed when scheduled)
+  int64_t count;
+};
+
+// The plain record of one step.
+struct SchedulerOutput {
+  std::vector<ScheduledChunk> chunks;
+  std::vector<Sequence*> preempted;
+  int64_t num_tokens = 0;
+};
+
+class Scheduler {
+ public:
+  Scheduler(SchedulerConfig config, KvCacheManager& kv) : config_(config), kv_(kv) {}
+
+  // Queues a sequence (new, or preempted and to be recomputed: then at the front).
+  void add(Sequence* seq, bool front = false);
+  // Removes a sequence wherever it is (finished, cancelled) and frees its blocks.
+  void remove(Sequence* seq);
+
+  SchedulerOutput schedule();
+
+  size_t num_waiting() const { return waiting_.size(); }
+  size_t num_running() const { return running_.size(); }
+  int64_t preemptions() const { return preemptions_; }
+  bool idle() const { return waiting_.empty() && running_.empty(); }
+
+ private:
+  void preempt(Sequence* victim, SchedulerOutput& out);
+  uint64_t salt(const Sequence* seq) const;
+
+  SchedulerConfig config_;
+  KvCacheManager& kv_;
+  std::deque<Sequence*> waiting_;
+  std::vector<Sequence*> running_;  // in admission order: the last is the newest
+  int64_t preemptions_ = 0;
+};
+
+}  // namespace tf

@@ -1,0 +1,34 @@
+#pragma once
+// One sequence the engine schedules: its tokens (prompt, then what it generated), how many of
+// them have K/V in the cache, its block table, and the sampler that extends it. A request with
+// n > 1 owns n sequences; they share the prompt's blocks through the prefix cache.
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <vector>
+
+#include "sampling/sequence_sampler.h"
+
+namespace tf {
+
+struct EngineRequest;
+
+enum class SequenceStatus { kWaiting, kRunning, kFinished };
+
+struct Sequence {
+  EngineRequest* request = nullptr;
+  int32_t index = 0;            // among the request's sequences (the sampler's stream)
+  std::vector<int32_t> tokens;  // prompt + generated
+  int64_t prompt_len = 0;
+  int64_t num_computed = 0;  // tokens whose K/V are in the cache
+  std::vector<int32_t> block_table;
+  std::vector<uint64_t> block_hashes;  // hashes of the leading full blocks (prefix cache)
+  std::optional<SequenceSampler> sampler;
+  SequenceStatus status = SequenceStatus::kWaiting;
+  int64_t preemptions = 0;
+
+  int64_t num_tokens() const { return static_cast<int64_t>(tokens.size()); }
+};
+
+}  // namespace tf

@@ -1,0 +1,222 @@
+// The engine: block accounting under random events, and outputs that do not depend on what
+// else runs, on prefix caching, on chunking or on preemption.
+
+#include <gtest/gtest.h>
+
+#include <numeric>
+#include <random>
+
+#include "core/error.h"
+#include "engine/engine.h"
+#include "engine/kv_block_pool.h"
+#include "engine/kv_cache_manager.h"
+#include "engine/scheduler.h"
+#include "model/test_util.h"
+#include "tokenizer/tokenizer_loader.h"
+
+namespace tf {
+namespace {
+
+using Ids = std::vector<int32_t>;
+
+TEST(KvBlockPool, RandomEventsNeverLeakBlocks) {
+  std::mt19937 rng(42);
+  for (int trial = 0; trial < 20; ++trial) {
+    const int bs = 4;
+    KvBlockPool pool(64, bs);
+    KvCacheManager kv(pool, /*prefix_caching=*/true);
+    SchedulerConfig sc;
+    sc.max_num_batched_tokens = 1 + rng() % 64;
+    sc.max_num_seqs = 1 + rng() % 16;
+    Scheduler sched(sc, kv);
+    std::vector<std::unique_ptr<EngineRequest>> reqs;
+    std::vector<Sequence*> live;
+    // A few shared prefixes so that the prefix cache gets hits.
+    std::vector<Ids> prefixes(3);
+    for (auto& p : prefixes) {
+      p.resize(8 + rng() % 12);
+      for (auto& t : p) t = static_cast<int32_t>(rng() % 50);
+    }
+    for (int event = 0; event < 400; ++event) {
+      const int kind = rng() % 10;
+      if (kind < 3) {  // submit
+        auto r = std::make_unique<EngineRequest>();
+        r->spec.priority = static_cast<int32_t>(rng() % 3);
+        r->spec.cache_salt = rng() % 2;
+        auto s = std::make_unique<Sequence>();
+        s->request = r.get();
+        s->tokens = prefixes[rng() % prefixes.size()];
+        for (int i = 0, n = static_cast<int>(rng() % 20); i < n; ++i)
+          s->tokens.push_back(static_cast<int32_t>(rng() % 50));
+        s->prompt_len = s->num_tokens();
+        sched.add(s.get());
+        live.push_back(s.get());
+        r->seqs.push_back(std::move(s));
+        reqs.push_back(std::move(r));
+      } else if (kind < 8) {  // a step: computed chunks advance, ends of tokens grow by one
+        const SchedulerOutput out = sched.schedule();
+        for (const auto& c : out.chunks) {
+          ASSERT_EQ(c.start, c.seq->num_computed);
+          ASSERT_LE(static_cast<int64_t>(c.seq->block_table.size()) * bs,
+                    static_cast<int64_t>(64) * bs);
+          ASSERT_GE(static_cast<int64_t>(c.seq->block_table.size()) * bs, c.start + c.count);
+          c.seq->num_computed += c.count;
+          kv.cache_full_blocks(*c.seq, c.seq->request->spec.cache_salt);
+          if (c.seq->num_computed == c.seq->num_tokens() && c.seq->num_tokens() < 60) {
+            c.seq->tokens.push_back(static_cast<int32_t>(rng() % 50));
+          }
+        }
+        ASSERT_LE(out.num_tokens, sc.max_num_batched_tokens);
+      } else if (!live.empty()) {  // finish or cancel a random sequence
+        const size_t i = rng() % live.size();
+        sched.remove(live[i]);
+        live.erase(live.begin() + static_cast<std::ptrdiff_t>(i));
+      }
+      pool.check_invariants();
+      // Every block is referenced exactly by the tables that hold it.
+      std::vector<int32_t> refs(64, 0);
+      for (Sequence* s : live) {
+        for (int32_t b : s->block_table) ++refs[b];
+      }
+      for (int32_t b = 0; b < 64; ++b) ASSERT_EQ(pool.refcount(b), refs[b]) << "block " << b;
+    }
+    for (Sequence* s : live) sched.remove(s);
+    pool.check_invariants();
+    EXPECT_EQ(pool.num_available(), 64)
+        << "every block is free or cached once all sequences are gone";
+  }
+}
+
+class EngineTest : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    model_ = load_model(testing::stories_bin()).release();
+    tok_ = load_tokenizer_for(testing::stories_bin(), 512).release();
+  }
+  static void TearDownTestSuite() {
+    delete model_;
+    delete tok_;
+  }
+  static EngineConfig config(int64_t blocks, bool prefix, int64_t max_tokens_per_step = 2048) {
+    EngineConfig c;
+    c.kv_cache_bytes = blocks * KvCache::bytes_per_block(model_->config(), 16);
+    c.prefix_caching = prefix;
+    c.scheduler.max_num_batched_tokens = max_tokens_per_step;
+    c.threads = 2;
+    return c;
+  }
+  static GenerationRequest greedy(const std::string& text, int32_t max_tokens) {
+    GenerationRequest r;
+    r.prompt = tok_->encode(text, true);
+    r.params.temperature = 0.0f;
+    r.params.max_tokens = max_tokens;
+    r.params.ignore_eos = true;
+    return r;
+  }
+  static Model* model_;
+  static Tokenizer* tok_;
+};
+Model* EngineTest::model_ = nullptr;
+Tokenizer* EngineTest::tok_ = nullptr;
+
+// A shared preamble longer than a block, so that the prefix cache has something to share.
+#define PREAMBLE \
+  "Lily and Ben were friends. They liked to play in the park every day after school. "
+const char* kPrompts[] = {PREAMBLE "Once upon a time", PREAMBLE "The little dog ran",
+                          PREAMBLE "Lily and Ben went to the park. They saw",
+                          PREAMBLE "Tom had a red ball.", "One day, a bird"};
+
+TEST_F(EngineTest, GreedyOutputIsTheSameAloneAmongOthersCachedChunkedAndPreempted) {
+  std::vector<Ids> alone;
+  {
+    Engine e(*model_, tok_, {2}, config(256, false));
+    for (const char* p : kPrompts) alone.push_back(run_to_completion(e, greedy(p, 48))[0].tokens);
+  }
+  struct Setup {
+    const char* name;
+    int64_t blocks;
+    bool prefix;
+    int64_t step_tokens;
+  };
+  for (const Setup s : {Setup{"prefix cache", 256, true, 2048}, Setup{"small chunks", 256, true, 7},
+                        Setup{"tight memory (preemption)", 14, true, 2048},
+                        Setup{"tight, no cache", 14, false, 64}}) {
+    Engine e(*model_, tok_, {2}, config(s.blocks, s.prefix, s.step_tokens));
+    std::vector<std::shared_ptr<RequestStream>> streams;
+    std::vector<size_t> which;
+    for (int copy = 0; copy < 8; ++copy) {  // 40 requests at once, prompts repeated
+      for (size_t i = 0; i < std::size(kPrompts); ++i) {
+        streams.push_back(e.submit(greedy(kPrompts[i], 48)));
+        which.push_back(i);
+      }
+    }
+    for (size_t k = 0; k < streams.size(); ++k) {
+      Ids got;
+      RequestOutput o;
+      while (streams[k]->next(o)) got.insert(got.end(), o.token_ids.begin(), o.token_ids.end());
+      EXPECT_EQ(got, alone[which[k]]) << s.name << ", request " << k;
+    }
+    const EngineStats st = e.stats();
+    if (s.blocks == 14) {
+      EXPECT_GT(st.preemptions, 0) << s.name << ": the setup must force preemption";
+    }
+    if (s.prefix && (s.blocks == 14 || s.step_tokens < 64)) {
+      // Admission is staggered here, so later requests find the shared preamble cached.
+      EXPECT_GT(st.prefix_hit_tokens, 0) << s.name;
+    }
+  }
+}
+
+TEST_F(EngineTest, CancelFreesBlocksAndEndsTheStream) {
+  Engine e(*model_, tok_, {2}, config(64, true));
+  auto stream = e.submit(greedy("Once upon a time", 400));
+  RequestOutput o;
+  ASSERT_TRUE(stream->next(o));
+  stream->cancel();
+  FinishReason last = FinishReason::kNone;
+  while (stream->next(o)) last = o.finish;
+  EXPECT_EQ(last, FinishReason::kAbort);
+  for (int i = 0; i < 100 && e.stats().kv_blocks_used > 0; ++i)
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  EXPECT_EQ(e.stats().kv_blocks_used, 0);
+}
+
+TEST_F(EngineTest, RejectsWhatCanNeverRun) {
+  Engine e(*model_, tok_, {2}, config(8, true));
+  auto error_of = [&](GenerationRequest r) {
+    try {
+      e.submit(std::move(r));
+    } catch (const Error& err) {
+      return std::string(err.what());
+    }
+    return std::string();
+  };
+  EXPECT_NE(error_of(greedy("Once", 600)).find("context of 512"), std::string::npos);
+  EXPECT_NE(error_of(greedy("Once", 200)).find("KV blocks"),
+            std::string::npos);  // 8 blocks = 128 tokens
+  GenerationRequest bad = greedy("Once", 10);
+  bad.prompt.push_back(9999);
+  EXPECT_NE(error_of(bad).find("outside the vocabulary"), std::string::npos);
+  GenerationRequest t = greedy("Once", 10);
+  t.params.top_p = 0.0f;
+  EXPECT_NE(error_of(t).find("top_p"), std::string::npos);
+  EXPECT_EQ(e.stats().waiting, 0);
+}
+
+TEST_F(EngineTest, NSequencesShareThePromptAndFollowTheirSeeds) {
+  Engine e(*model_, tok_, {2}, config(128, true));
+  GenerationRequest r =
+      greedy("Once upon a time there was a very small cat who lived in a big house", 20);
+  r.params.temperature = 1.0f;
+  r.params.seed = 7;
+  r.params.n = 3;
+  const auto outs = run_to_completion(e, r);
+  ASSERT_EQ(outs.size(), 3u);
+  EXPECT_NE(outs[0].tokens, outs[1].tokens);
+  EXPECT_GT(e.stats().prefix_hit_tokens, 0) << "sequences 1 and 2 reuse sequence 0's prompt blocks";
+  const auto again = run_to_completion(e, r);
+  for (int i = 0; i < 3; ++i) EXPECT_EQ(again[i].tokens, outs[i].tokens);
+}
+
+}  // namespace
+}  // namespace tf
