@@ -13,5 +13,6 @@ using Action = std::function<int()>;
 Action add_generate(CLI::App& app);
 Action add_inspect(CLI::App& app);
 Action add_tokenize(CLI::App& app);
+Action add_bench(CLI::App& app);
 
 }  // namespace tf::cli

@@ -11,6 +11,7 @@
 #include "cli/commands.h"
 #include "core/error.h"
 #include "core/thread_pool.h"
+#include "engine/engine.h"
 #include "model/model.h"
 #include "sampling/beam_search.h"
 #include "sampling/sequence_sampler.h"
@@ -126,7 +127,6 @@ int run_generate(GenerateOptions& o) {
   if (cfg.eos_id >= 0) eos.push_back(cfg.eos_id);
   if (cfg.format == "llama2c" && cfg.bos_id >= 0) eos.push_back(cfg.bos_id);
 
-  ThreadPool pool(o.threads);
   const uint64_t seed = o.seed ? *o.seed : random_seed();
   params.seed = seed;
   const int bs = KvCache::kDefaultBlockSize;
@@ -137,6 +137,7 @@ int run_generate(GenerateOptions& o) {
 
   const auto t_start = std::chrono::steady_clock::now();
   if (params.beam_search()) {
+    ThreadPool pool(o.threads);
     KvCache kv(cfg, beam_search_blocks(static_cast<int64_t>(prompt.size()), params, bs), bs);
     const auto hyps = beam_search(*model, kv, pool, prompt, params, eos);
     for (size_t i = 0; i < hyps.size(); ++i) {
@@ -155,80 +156,66 @@ int run_generate(GenerateOptions& o) {
     return 0;
   }
 
-  // n (or best_of) sequences, decoded together: the prompt is computed once and its KV blocks
-  // copied to every sequence.
+  // Through the engine: n (or best_of) sequences decode together, sharing the prompt's blocks.
   const int32_t m = params.candidates();
-  KvCache kv(cfg, per_seq * m, bs);
-  std::vector<std::vector<int32_t>> tables(m, std::vector<int32_t>(per_seq));
-  for (int32_t s = 0; s < m; ++s)
-    std::iota(tables[s].begin(), tables[s].end(), static_cast<int32_t>(s * per_seq));
-  std::vector<SequenceSampler> seqs;
-  for (int32_t s = 0; s < m; ++s) seqs.emplace_back(params, seed, s, prompt, tokenizer, eos);
-  std::vector<std::vector<SampleResult>> steps(m);
-  const bool stream = m == 1;
-
-  std::vector<float> logits(static_cast<size_t>(cfg.vocab_size) * m);
-  SequenceChunk first{prompt, 0, tables[0], false};
-  model->forward(std::span<const SequenceChunk>(&first, 1), kv, logits.data(), pool);
-  const double ttft = seconds_since(t_start);
-  const int64_t prompt_blocks = (static_cast<int64_t>(prompt.size()) + bs - 1) / bs;
-  for (int32_t s = 1; s < m; ++s) {
-    for (int64_t b = 0; b < prompt_blocks; ++b) kv.copy_block(tables[0][b], tables[s][b]);
-    std::copy_n(logits.begin(), cfg.vocab_size, logits.begin() + s * cfg.vocab_size);
+  EngineConfig ec;
+  ec.threads = o.threads;
+  ec.kv_cache_bytes = (per_seq + 1) * m * KvCache::bytes_per_block(cfg, bs);
+  Engine engine(*model, tokenizer, eos, ec);
+  GenerationRequest req;
+  req.prompt = prompt;
+  req.params = params;
+  auto stream = engine.submit(req);
+  std::vector<CompletedSequence> seqs(m);
+  const bool live_output = m == 1;
+  RequestOutput ev;
+  while (stream->next(ev)) {
+    auto& s = seqs[ev.index];
+    s.tokens.insert(s.tokens.end(), ev.token_ids.begin(), ev.token_ids.end());
+    s.text += ev.text;
+    s.logprobs.insert(s.logprobs.end(), ev.logprobs.begin(), ev.logprobs.end());
+    if (ev.finish != FinishReason::kNone) {
+      s.finish = ev.finish;
+      s.cumulative_logprob = ev.cumulative_logprob;
+    }
+    if (live_output) {
+      if (tokenizer) {
+        write(ev.text);
+      } else {
+        for (int32_t t : ev.token_ids) write(std::to_string(t) + " ");
+      }
+    }
   }
+  const RequestTimings timings = stream->timings();
   int64_t generated = 0;
-  std::vector<int32_t> rows(m);
-  std::iota(rows.begin(), rows.end(), 0);  // which logits row each live sequence reads
-  for (;;) {
-    std::vector<SequenceChunk> batch;
-    std::vector<int32_t> live;
-    std::vector<int32_t> last(m);
-    for (int32_t s = 0; s < m; ++s) {
-      if (seqs[s].finished()) continue;
-      StepOutput out =
-          seqs[s].step(std::span<float>(logits.data() + rows[s] * cfg.vocab_size, cfg.vocab_size));
-      ++generated;
-      if (params.logprobs) steps[s].push_back(out.sample);
-      if (stream) write(tokenizer ? out.text : std::to_string(out.sample.token) + " ");
-      if (seqs[s].finished()) continue;
-      live.push_back(s);
-    }
-    if (live.empty()) break;
-    for (int32_t s : live) {
-      last[s] = seqs[s].output().back();
-      batch.push_back({std::span<const int32_t>(&last[s], 1),
-                       static_cast<int64_t>(prompt.size() + seqs[s].output().size() - 1), tables[s],
-                       false});
-    }
-    model->forward(batch, kv, logits.data(), pool);
-    for (size_t i = 0; i < live.size(); ++i) rows[live[i]] = static_cast<int32_t>(i);
-  }
-  if (stream) {
+  for (const auto& s : seqs) generated += static_cast<int64_t>(s.tokens.size());
+  if (live_output) {
     write("\n");
-    if (params.logprobs) print_logprobs(tokenizer, steps[0]);
+    if (params.logprobs) print_logprobs(tokenizer, seqs[0].logprobs);
   } else {
     // best_of: keep the n candidates with the highest cumulative logprob.
     std::vector<int32_t> order(m);
     std::iota(order.begin(), order.end(), 0);
     if (m > params.n) {
       std::stable_sort(order.begin(), order.end(), [&](int32_t a, int32_t b) {
-        return seqs[a].cumulative_logprob() > seqs[b].cumulative_logprob();
+        return seqs[a].cumulative_logprob > seqs[b].cumulative_logprob;
       });
       order.resize(params.n);
     }
     for (int32_t s : order) {
       std::printf("--- sequence %d (%s, %zu tokens, cumulative logprob %.4f) ---\n", s,
-                  finish_reason_name(seqs[s].finish_reason()), seqs[s].output().size(),
-                  seqs[s].cumulative_logprob());
+                  finish_reason_name(seqs[s].finish), seqs[s].tokens.size(),
+                  seqs[s].cumulative_logprob);
       if (tokenizer) {
-        write((o.no_echo ? "" : tokenizer->decode(prompt)) + seqs[s].text() + "\n");
+        write((o.no_echo ? "" : tokenizer->decode(prompt)) + seqs[s].text + "\n");
       } else {
-        for (int32_t t : seqs[s].output()) std::printf("%d ", t);
+        for (int32_t t : seqs[s].tokens) std::printf("%d ", t);
         std::printf("\n");
       }
-      if (params.logprobs) print_logprobs(tokenizer, steps[s]);
+      if (params.logprobs) print_logprobs(tokenizer, seqs[s].logprobs);
     }
   }
+  const double ttft = std::chrono::duration<double>(timings.first_token - timings.arrival).count();
   if (o.verbose) {
     const double total_s = seconds_since(t_start);
     const double decode_s = total_s - ttft;
@@ -241,8 +228,8 @@ int run_generate(GenerateOptions& o) {
         static_cast<long long>(generated), ttft * 1e3,
         ttft > 0 ? static_cast<double>(prompt.size()) / ttft : 0.0,
         generated > m && decode_s > 0 ? static_cast<double>(generated - m) / decode_s : 0.0,
-        finish_reason_name(seqs[0].finish_reason()), static_cast<unsigned long long>(seed),
-        pool.size());
+        finish_reason_name(seqs[0].finish), static_cast<unsigned long long>(seed),
+        o.threads > 0 ? o.threads : ThreadPool::hardware_threads());
   }
   return 0;
 }

@@ -23,6 +23,7 @@ int main(int argc, char** argv) {
   add("generate", "Generate text from a prompt, streamed to stdout", tf::cli::add_generate);
   add("inspect", "Describe a model file or directory", tf::cli::add_inspect);
   add("tokenize", "Turn text into token ids, or ids into text", tf::cli::add_tokenize);
+  add("bench", "Measure throughput and latency of many requests", tf::cli::add_bench);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

@@ -209,9 +209,12 @@ void Engine::finish_sequence(Sequence* seq, RequestOutput& out) {
   scheduler_.remove(seq);
   seq->status = SequenceStatus::kFinished;
   out.finish = seq->sampler->finish_reason();
+  out.cumulative_logprob = seq->sampler->cumulative_logprob();
   if (--r->unfinished == 0) {
     out.request_done = true;
     r->timings.finished = Clock::now();
+    r->stream->set_timings(
+        r->timings);  // before the last event, so a reader that saw it sees these
   }
 }
 
@@ -263,10 +266,7 @@ void Engine::step() {
   // Retire finished requests.
   int64_t finished = 0;
   for (auto& r : active_) {
-    if (r->unfinished == 0) {
-      r->stream->set_timings(r->timings);
-      ++finished;
-    }
+    if (r->unfinished == 0) ++finished;
   }
   int64_t prompt_tokens = 0, generated_tokens = 0;
   for (auto& r : active_) {
@@ -301,7 +301,10 @@ std::vector<CompletedSequence> run_to_completion(Engine& engine, GenerationReque
     s.tokens.insert(s.tokens.end(), o.token_ids.begin(), o.token_ids.end());
     s.text += o.text;
     s.logprobs.insert(s.logprobs.end(), o.logprobs.begin(), o.logprobs.end());
-    if (o.finish != FinishReason::kNone) s.finish = o.finish;
+    if (o.finish != FinishReason::kNone) {
+      s.finish = o.finish;
+      s.cumulative_logprob = o.cumulative_logprob;
+    }
   }
   return out;
 }

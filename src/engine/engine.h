@@ -93,6 +93,7 @@ struct CompletedSequence {
   std::vector<int32_t> tokens;
   std::string text;
   FinishReason finish = FinishReason::kNone;
+  double cumulative_logprob = 0.0;
   std::vector<SampleResult> logprobs;
 };
 std::vector<CompletedSequence> run_to_completion(Engine& engine, GenerationRequest request);

@@ -36,7 +36,8 @@ struct RequestOutput {
   std::string text;                    // new final text
   std::vector<SampleResult> logprobs;  // per new token, when asked for
   FinishReason finish = FinishReason::kNone;
-  bool request_done = false;  // the last event of the request
+  double cumulative_logprob = 0.0;  // set with finish (when logprobs or best_of ask for it)
+  bool request_done = false;        // the last event of the request
 };
 
 struct RequestTimings {

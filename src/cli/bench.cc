@@ -1,0 +1,213 @@
+// tokenflow bench --offline: many requests through one engine, as vLLM's benchmark does, and the
+// latency percentiles and throughput that come out.
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cstdio>
+#include <mutex>
+#include <random>
+#include <thread>
+
+#include "cli/commands.h"
+#include "core/error.h"
+#include "engine/engine.h"
+#include "model/model.h"
+
+namespace tf::cli {
+namespace {
+
+struct BenchOptions {
+  bool offline = false;
+  std::string model = "models/stories260K/stories260K.bin";
+  int num_prompts = 64;
+  int concurrency = 16;
+  int input_len = 128;
+  int output_len = 128;
+  std::string output_range;  // "16:256": output lengths drawn uniformly from this range
+  int prefix_len = 0;        // a shared prefix of this many tokens on every prompt
+  std::string batching = "continuous";
+  bool no_prefix_caching = false;
+  double kv_cache_gib = 0.5;
+  int64_t max_num_seqs = 256;
+  int64_t max_num_batched_tokens = 2048;
+  int threads = 0;
+  uint64_t seed = 0;
+};
+
+struct Sample {
+  double ttft = 0, e2e = 0;
+  std::vector<double> itl;
+  int64_t tokens = 0;
+};
+
+double percentile(std::vector<double> v, double p) {
+  if (v.empty()) return 0.0;
+  std::sort(v.begin(), v.end());
+  const double idx = p / 100.0 * static_cast<double>(v.size() - 1);
+  const size_t lo = static_cast<size_t>(idx);
+  const size_t hi = std::min(lo + 1, v.size() - 1);
+  return v[lo] + (v[hi] - v[lo]) * (idx - static_cast<double>(lo));
+}
+
+long peak_rss_mib() {
+  FILE* f = std::fopen("/proc/self/status", "r");
+  if (!f) return 0;
+  char line[256];
+  long kb = 0;
+  while (std::fgets(line, sizeof line, f)) {
+    if (std::sscanf(line, "VmHWM: %ld kB", &kb) == 1) break;
+  }
+  std::fclose(f);
+  return kb / 1024;
+}
+
+int run_bench(const BenchOptions& o) {
+  if (!o.offline)
+    fail("only --offline is available yet (the online benchmark arrives with the HTTP server)");
+  if (o.num_prompts < 1 || o.concurrency < 1 || o.input_len < 1 || o.output_len < 1 ||
+      o.prefix_len < 0) {
+    fail("--num-prompts, --concurrency, --input-len and --output-len must be >= 1");
+  }
+  if (o.batching != "continuous" && o.batching != "static")
+    fail("--batching is continuous or static");
+  int out_lo = o.output_len, out_hi = o.output_len;
+  if (!o.output_range.empty()) {
+    if (std::sscanf(o.output_range.c_str(), "%d:%d", &out_lo, &out_hi) != 2 || out_lo < 1 ||
+        out_hi < out_lo) {
+      fail("--output-range takes MIN:MAX, got '{}'", o.output_range);
+    }
+  }
+  auto model = load_model(o.model);
+  const ModelConfig& cfg = model->config();
+  if (o.prefix_len + o.input_len + out_hi > cfg.max_seq_len) {
+    fail("prefix + input + output ({}) exceeds the model's context of {}",
+         o.prefix_len + o.input_len + out_hi, cfg.max_seq_len);
+  }
+  const long rss_after_load = peak_rss_mib();
+  EngineConfig ec;
+  ec.threads = o.threads;
+  ec.kv_cache_bytes = static_cast<int64_t>(o.kv_cache_gib * (1ll << 30));
+  ec.prefix_caching = !o.no_prefix_caching;
+  ec.scheduler.max_num_seqs = o.max_num_seqs;
+  ec.scheduler.max_num_batched_tokens = o.max_num_batched_tokens;
+  ec.scheduler.static_batching = o.batching == "static";
+  Engine engine(*model, nullptr, {}, ec);
+
+  std::mt19937_64 rng(o.seed);
+  const int32_t lo_id = std::min<int32_t>(3, static_cast<int32_t>(cfg.vocab_size - 1));
+  std::uniform_int_distribution<int32_t> tok(lo_id, static_cast<int32_t>(cfg.vocab_size - 1));
+  std::vector<int32_t> prefix(static_cast<size_t>(o.prefix_len));
+  for (auto& t : prefix) t = tok(rng);
+  std::vector<GenerationRequest> reqs(static_cast<size_t>(o.num_prompts));
+  std::uniform_int_distribution<int> out_len(out_lo, out_hi);
+  for (auto& r : reqs) {
+    r.prompt = prefix;
+    for (int i = 0; i < o.input_len; ++i) r.prompt.push_back(tok(rng));
+    r.params.temperature = 0.0f;
+    r.params.ignore_eos = true;
+    r.params.max_tokens = out_len(rng);
+  }
+
+  std::vector<Sample> samples(reqs.size());
+  std::atomic<size_t> next{0};
+  const auto t0 = Clock::now();
+  auto client = [&] {
+    for (;;) {
+      const size_t i = next.fetch_add(1);
+      if (i >= reqs.size()) return;
+      const auto start = Clock::now();
+      auto stream = engine.submit(reqs[i]);
+      RequestOutput ev;
+      auto last = start;
+      bool first = true;
+      while (stream->next(ev)) {
+        if (ev.token_ids.empty()) continue;
+        const auto now = Clock::now();
+        if (first) {
+          samples[i].ttft = std::chrono::duration<double>(now - start).count();
+          first = false;
+        } else {
+          samples[i].itl.push_back(std::chrono::duration<double>(now - last).count());
+        }
+        last = now;
+        samples[i].tokens += static_cast<int64_t>(ev.token_ids.size());
+      }
+      samples[i].e2e = std::chrono::duration<double>(Clock::now() - start).count();
+    }
+  };
+  std::vector<std::thread> clients;
+  for (int c = 0; c < std::min(o.concurrency, o.num_prompts); ++c) clients.emplace_back(client);
+  for (auto& t : clients) t.join();
+  const double wall = std::chrono::duration<double>(Clock::now() - t0).count();
+
+  std::vector<double> ttft, itl, e2e;
+  int64_t out_tokens = 0;
+  for (const auto& s : samples) {
+    ttft.push_back(s.ttft * 1e3);
+    e2e.push_back(s.e2e * 1e3);
+    for (double v : s.itl) itl.push_back(v * 1e3);
+    out_tokens += s.tokens;
+  }
+  const EngineStats st = engine.stats();
+  std::printf("model            %s (%s)\n", o.model.c_str(), cfg.architecture.c_str());
+  std::printf(
+      "batching         %s, %d prompts, concurrency %d, input %d (+%d shared prefix), output "
+      "%d..%d\n",
+      o.batching.c_str(), o.num_prompts, o.concurrency, o.input_len, o.prefix_len, out_lo, out_hi);
+  std::printf("duration         %.2f s\n", wall);
+  std::printf("requests/s       %.2f\n", static_cast<double>(o.num_prompts) / wall);
+  std::printf("output tok/s     %.1f\n", static_cast<double>(out_tokens) / wall);
+  std::printf("total tok/s      %.1f\n",
+              static_cast<double>(out_tokens + static_cast<int64_t>(o.num_prompts) *
+                                                   (o.input_len + o.prefix_len)) /
+                  wall);
+  std::printf("ttft ms          p50 %.1f  p90 %.1f  p99 %.1f\n", percentile(ttft, 50),
+              percentile(ttft, 90), percentile(ttft, 99));
+  std::printf("itl ms           p50 %.2f  p90 %.2f  p99 %.2f\n", percentile(itl, 50),
+              percentile(itl, 90), percentile(itl, 99));
+  std::printf("e2e ms           p50 %.1f  p90 %.1f  p99 %.1f\n", percentile(e2e, 50),
+              percentile(e2e, 90), percentile(e2e, 99));
+  std::printf("prefix cache     %lld of %lld prompt tokens hit\n",
+              static_cast<long long>(st.prefix_hit_tokens),
+              static_cast<long long>(st.prefix_queried_tokens));
+  std::printf("preemptions      %lld\n", static_cast<long long>(st.preemptions));
+  std::printf("kv cache         %lld blocks of %d tokens (%.0f MiB)\n",
+              static_cast<long long>(st.kv_blocks_total), KvCache::kDefaultBlockSize,
+              static_cast<double>(ec.kv_cache_bytes) / (1 << 20));
+  std::printf("peak rss MiB     %ld (after load: %ld; weights %.0f MiB mapped)\n", peak_rss_mib(),
+              rss_after_load, static_cast<double>(model->weights().stored_bytes()) / (1 << 20));
+  return 0;
+}
+
+}  // namespace
+
+Action add_bench(CLI::App& app) {
+  auto o = std::make_shared<BenchOptions>();
+  app.add_flag("--offline", o->offline, "drive an in-process engine (no server)");
+  app.add_option("--model,-m", o->model, "model to load")->capture_default_str();
+  app.add_option("--num-prompts", o->num_prompts, "requests in all")->capture_default_str();
+  app.add_option("--concurrency", o->concurrency, "requests in flight at once")
+      ->capture_default_str();
+  app.add_option("--input-len", o->input_len, "random prompt tokens per request")
+      ->capture_default_str();
+  app.add_option("--output-len", o->output_len, "tokens generated per request")
+      ->capture_default_str();
+  app.add_option("--output-range", o->output_range,
+                 "MIN:MAX: mixed output lengths instead of --output-len");
+  app.add_option("--prefix-len", o->prefix_len, "shared prefix tokens on every prompt")
+      ->capture_default_str();
+  app.add_option("--batching", o->batching, "continuous, or static (request-level, for comparison)")
+      ->capture_default_str();
+  app.add_flag("--no-prefix-caching", o->no_prefix_caching, "turn the prefix cache off");
+  app.add_option("--kv-cache-gib", o->kv_cache_gib, "KV cache budget in GiB")
+      ->capture_default_str();
+  app.add_option("--max-num-seqs", o->max_num_seqs, "sequences per step")->capture_default_str();
+  app.add_option("--max-num-batched-tokens", o->max_num_batched_tokens, "tokens per step")
+      ->capture_default_str();
+  app.add_option("--threads", o->threads, "compute threads (default: one per core)");
+  app.add_option("--seed", o->seed, "seed of the random prompts")->capture_default_str();
+  return [o] { return run_bench(*o); };
+}
+
+}  // namespace tf::cli
