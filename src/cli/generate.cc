@@ -8,6 +8,7 @@
 #include <optional>
 #include <sstream>
 
+#include "cli/batch.h"
 #include "cli/commands.h"
 #include "core/error.h"
 #include "core/thread_pool.h"
@@ -31,6 +32,9 @@ struct GenerateOptions {
   std::vector<std::string> ban;
   std::string stop_token_ids;
   int threads = 0;
+  std::string input_file, output_file;
+  int concurrency = 64;
+  double kv_cache_gib = 0.5;
   bool no_echo = false;
   bool verbose = false;
 };
@@ -88,6 +92,23 @@ int run_generate(GenerateOptions& o) {
   if (!o.stop_token_ids.empty())
     params.stop_token_ids = parse_ids(o.stop_token_ids, "--stop-token-ids");
   if (!o.prompt.empty() && !o.prompt_ids.empty()) fail("give --prompt or --prompt-ids, not both");
+  if (!o.input_file.empty() || !o.output_file.empty()) {
+    if (o.input_file.empty() || o.output_file.empty())
+      fail("--input-file and --output-file go together");
+    auto model = load_model(o.model);
+    LoadedTokenizer loaded = load_tokenizer(o.model, model->config().vocab_size, o.tokenizer);
+    std::vector<int32_t> eos = loaded.stop_ids;
+    if (model->config().eos_id >= 0) eos.push_back(model->config().eos_id);
+    EngineConfig ec;
+    ec.threads = o.threads;
+    ec.kv_cache_bytes = static_cast<int64_t>(o.kv_cache_gib * (1ll << 30));
+    Engine engine(*model, loaded.tokenizer.get(), eos, ec);
+    BatchOptions bo;
+    bo.input_file = o.input_file;
+    bo.output_file = o.output_file;
+    bo.concurrency = o.concurrency;
+    return run_batch_file(engine, loaded, model->config(), bo);
+  }
 
   const auto t_load = std::chrono::steady_clock::now();
   std::unique_ptr<Model> model = load_model(o.model);
@@ -287,6 +308,14 @@ Action add_generate(CLI::App& app) {
   app.add_option("--num-return-sequences", p.num_return_sequences, "beams to print")
       ->capture_default_str();
   app.add_option("--threads", o->threads, "compute threads (default: one per core)");
+  app.add_option("--input-file", o->input_file,
+                 "batch job: one OpenAI-style request per line (jsonl)");
+  app.add_option("--output-file", o->output_file,
+                 "batch job: results, one line per input line, in order");
+  app.add_option("--concurrency", o->concurrency, "batch job: requests in flight")
+      ->capture_default_str();
+  app.add_option("--kv-cache-gib", o->kv_cache_gib, "batch job: KV cache budget in GiB")
+      ->capture_default_str();
   app.add_flag("--no-echo", o->no_echo, "do not print the prompt before the generated text");
   app.add_flag("--verbose,-v", o->verbose, "print timings to stderr");
   return [o] { return run_generate(*o); };

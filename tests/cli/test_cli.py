@@ -138,6 +138,61 @@ class DecodingFlagsTest(unittest.TestCase):
             self.assertIn(needle, err, args)
 
 
+class EngineCliTest(unittest.TestCase):
+    def test_batch_file_in_order_with_line_errors_and_resume(self):
+        with tempfile.TemporaryDirectory() as d:
+            inp, out = os.path.join(d, "in.jsonl"), os.path.join(d, "out.jsonl")
+            lines = [
+                {"custom_id": "a", "method": "POST", "url": "/v1/completions",
+                 "body": {"prompt": "Once upon a time", "max_tokens": 12, "temperature": 0}},
+                {"custom_id": "b", "url": "/v1/chat/completions",
+                 "body": {"messages": [{"role": "user", "content": "Hi"}], "max_tokens": 4, "seed": 1}},
+                {"custom_id": "c", "body": {"prompt": "x", "top_p": 7}},
+            ]
+            with open(inp, "w") as f:
+                for l in lines:
+                    f.write(json.dumps(l) + "\n")
+                f.write("not json\n")
+                for i in range(20):
+                    f.write(json.dumps({"custom_id": f"n{i}", "body": {"prompt": "Lily", "max_tokens": 8,
+                                                                        "temperature": 0.8, "seed": i}}) + "\n")
+            rc, _, err = run("generate", "-m", STORIES_BIN, "--input-file", inp, "--output-file", out)
+            self.assertEqual(rc, 0, err)
+            with open(out) as f:
+                res = [json.loads(l) for l in f]
+            self.assertEqual([r["custom_id"] for r in res][:3], ["a", "b", "c"])
+            self.assertEqual(len(res), 24)
+            self.assertTrue(res[0]["response"]["body"]["choices"][0]["text"].startswith(", there was a little girl"))
+            self.assertEqual(res[1]["response"]["body"]["object"], "chat.completion")
+            self.assertIn("top_p", res[2]["error"]["message"])
+            self.assertIsNotNone(res[3]["error"])
+            # Resume: cut the file after 10 lines (and half a line); only the rest is redone.
+            with open(out) as f:
+                kept = f.readlines()
+            with open(out, "w") as f:
+                f.writelines(kept[:10])
+                f.write(kept[10][:20])
+            rc, _, err = run("generate", "-m", STORIES_BIN, "--input-file", inp, "--output-file", out)
+            self.assertEqual(rc, 0, err)
+            self.assertIn("resumed: 10 lines", err)
+            with open(out) as f:
+                again = [json.loads(l) for l in f]
+            self.assertEqual(again, res)
+
+    def test_offline_bench_reports_latency_and_throughput(self):
+        rc, out, err = run("bench", "--offline", "-m", STORIES_BIN, "--num-prompts", "16", "--concurrency", "8",
+                           "--input-len", "32", "--output-range", "8:32", "--prefix-len", "64",
+                           "--kv-cache-gib", "0.05")
+        self.assertEqual(rc, 0, err)
+        for key in ("requests/s", "output tok/s", "ttft ms", "itl ms", "e2e ms", "peak rss MiB"):
+            self.assertIn(key, out)
+        hits = int(out.split("prefix cache")[1].split()[0])
+        self.assertGreater(hits, 0)
+        rc, out, err = run("bench", "--offline", "-m", STORIES_BIN, "--num-prompts", "8", "--batching", "static",
+                           "--kv-cache-gib", "0.05")
+        self.assertEqual(rc, 0, err)
+
+
 class TokenizeTest(unittest.TestCase):
     GPT2 = os.path.join(SHARED, "tokenizers", "gpt2")
 

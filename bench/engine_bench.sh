@@ -1,0 +1,30 @@
+#!/usr/bin/env bash
+# The engine's targets, measured side by side in one run (issue 5), each a median of RUNS:
+#  1. continuous vs static batching, 32 concurrent requests, output lengths mixed 16..256;
+#  2. total decode tok/s at 32 concurrent sequences vs one sequence alone;
+#  3. time to first token with a 512-token shared prefix, prefix caching on vs off;
+# plus peak RSS. Usage: bench/engine_bench.sh [RUNS] [SHAPE]   (SHAPE: llama110m, gpt2-124m)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+runs="${1:-3}"; shape="${2:-llama110m}"
+bin=build/release/tokenflow
+model=build/bench-models/$shape
+[ -f "$model/model.safetensors" ] || /usr/bin/python3 bench/make_bench_model.py "$model" "$shape"
+median() { sort -g | awk '{a[NR]=$1} END {print (NR%2 ? a[(NR+1)/2] : (a[NR/2]+a[NR/2+1])/2)}'; }
+field() { awk -v k="$1" -v n="$2" 'index($0, k) == 1 {print $n}'; }
+run() { $bin bench --offline -m "$model" "$@"; }
+
+for mode in continuous static; do
+  v=$(for ((r = 0; r < runs; r++)); do run --num-prompts 64 --concurrency 32 --input-len 64 --output-range 16:256 --batching $mode | field "output tok/s" 3; done | median)
+  echo "mixed 16..256, concurrency 32, $mode: output tok/s $v"
+done
+for c in 1 32; do
+  n=$(( c == 1 ? 4 : 64 ))
+  v=$(for ((r = 0; r < runs; r++)); do run --num-prompts $n --concurrency $c --input-len 16 --output-len 128 | field "output tok/s" 3; done | median)
+  echo "decode, concurrency $c: output tok/s $v"
+done
+for pc in "" "--no-prefix-caching"; do
+  v=$(for ((r = 0; r < runs; r++)); do run --num-prompts 16 --concurrency 1 --prefix-len 512 --input-len 16 --output-len 8 $pc | field "ttft ms" 4; done | median)
+  echo "ttft p50 ms, 512-token shared prefix, ${pc:-prefix caching on}: $v"
+done
+run --num-prompts 128 --concurrency 64 --input-len 128 --output-len 128 | grep -E "peak rss|kv cache|output tok/s"

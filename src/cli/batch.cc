@@ -1,0 +1,202 @@
+// tokenflow generate --input-file IN.jsonl --output-file OUT.jsonl: an offline batch job in the
+// shape of OpenAI's batch files. Each input line is {"custom_id", "method", "url", "body"} (url
+// /v1/completions or /v1/chat/completions) or just a body; each output line, in input order, is
+// {"id", "custom_id", "response": {"status_code", "body"}, "error"}. A bad line gets an error line;
+// the job goes on. Lines already in OUT are kept and skipped, so an interrupted job resumes.
+
+#include "cli/batch.h"
+
+#include <unistd.h>
+
+#include <atomic>
+#include <chrono>
+#include <cstdio>
+#include <fstream>
+#include <map>
+#include <mutex>
+#include <nlohmann/json.hpp>
+#include <thread>
+
+#include "core/error.h"
+#include "serving/openai_request.h"
+
+namespace tf::cli {
+namespace {
+
+using nlohmann::json;
+
+struct Job {
+  size_t line = 0;
+  std::string custom_id;
+  bool chat = false;
+  std::vector<int32_t> prompt;
+  SamplingParams params;
+  std::string model;
+  std::string error;  // set when the line could not be turned into a request
+};
+
+Job parse_line(const std::string& text, size_t line, const LoadedTokenizer& tok,
+               const ModelConfig& cfg, int32_t default_max_tokens) {
+  Job job;
+  job.line = line;
+  try {
+    json j = json::parse(text, nullptr, false);
+    if (j.is_discarded() || !j.is_object()) fail("line {} is not a JSON object", line + 1);
+    job.custom_id = j.value("custom_id", "line-" + std::to_string(line + 1));
+    const json body = j.contains("body") ? j["body"] : j;
+    const std::string url =
+        j.value("url", body.contains("messages") ? "/v1/chat/completions" : "/v1/completions");
+    if (url != "/v1/completions" && url != "/v1/chat/completions")
+      fail("unsupported url '{}'", url);
+    job.chat = url == "/v1/chat/completions";
+    job.model = body.value("model", "");
+    job.params = parse_sampling_params(body, job.chat, default_max_tokens);
+    job.prompt = job.chat ? parse_chat_prompt(body, tok, cfg)
+                          : parse_completion_prompt(body, tok.tokenizer.get());
+  } catch (const std::exception& e) {
+    job.error = e.what();
+  }
+  return job;
+}
+
+json result_line(const Job& job, const std::vector<CompletedSequence>& seqs,
+                 int64_t prompt_tokens) {
+  const std::string id = "batch_req_" + std::to_string(job.line + 1);
+  if (!job.error.empty()) {
+    return {{"id", id},
+            {"custom_id", job.custom_id},
+            {"response", nullptr},
+            {"error", {{"code", "invalid_request"}, {"message", job.error}}}};
+  }
+  json choices = json::array();
+  int64_t completion_tokens = 0;
+  for (size_t i = 0; i < seqs.size(); ++i) {
+    completion_tokens += static_cast<int64_t>(seqs[i].tokens.size());
+    json c = {{"index", i}, {"finish_reason", finish_reason_name(seqs[i].finish)}};
+    if (job.chat) {
+      c["message"] = {{"role", "assistant"}, {"content", seqs[i].text}};
+    } else {
+      c["text"] = seqs[i].text;
+    }
+    choices.push_back(std::move(c));
+  }
+  json body = {{"id", (job.chat ? "chatcmpl-" : "cmpl-") + std::to_string(job.line + 1)},
+               {"object", job.chat ? "chat.completion" : "text_completion"},
+               {"model", job.model},
+               {"choices", choices},
+               {"usage",
+                {{"prompt_tokens", prompt_tokens},
+                 {"completion_tokens", completion_tokens},
+                 {"total_tokens", prompt_tokens + completion_tokens}}}};
+  return {{"id", id},
+          {"custom_id", job.custom_id},
+          {"response", {{"status_code", 200}, {"body", body}}},
+          {"error", nullptr}};
+}
+
+// Complete lines already written (a partial last line from a crash is dropped).
+size_t resume_point(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return 0;
+  std::string content((std::istreambuf_iterator<char>(in)), {});
+  size_t lines = 0, keep = 0;
+  for (size_t i = 0; i < content.size(); ++i) {
+    if (content[i] == '\n') {
+      ++lines;
+      keep = i + 1;
+    }
+  }
+  if (keep != content.size()) {
+    std::ofstream out(path, std::ios::binary | std::ios::trunc);
+    out.write(content.data(), static_cast<std::streamsize>(keep));
+  }
+  return lines;
+}
+
+}  // namespace
+
+int run_batch_file(Engine& engine, const LoadedTokenizer& tok, const ModelConfig& cfg,
+                   const BatchOptions& o) {
+  std::ifstream in(o.input_file);
+  if (!in) fail(ErrorKind::kNotFound, "cannot open '{}'", o.input_file);
+  std::vector<std::string> lines;
+  for (std::string l; std::getline(in, l);) {
+    if (!l.empty() && l.find_first_not_of(" \t\r") != std::string::npos) lines.push_back(l);
+  }
+  const size_t done_before = resume_point(o.output_file);
+  if (done_before > lines.size()) {
+    fail("'{}' has {} lines but the input only {}: not the output of this input", o.output_file,
+         done_before, lines.size());
+  }
+  std::ofstream out(o.output_file, std::ios::binary | std::ios::app);
+  if (!out) fail("cannot write '{}'", o.output_file);
+
+  const size_t total = lines.size();
+  std::atomic<size_t> next{done_before};
+  std::mutex mu;  // guards the in-order writer below
+  std::map<size_t, std::string> ready;
+  size_t written = done_before;
+  std::atomic<int64_t> tokens{0};
+  const auto t0 = std::chrono::steady_clock::now();
+  const bool tty = isatty(STDERR_FILENO) != 0;
+
+  auto progress = [&](bool final) {
+    if (!tty && !final) return;
+    const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    const size_t done = written - done_before;
+    const size_t todo = total - done_before;
+    const double eta =
+        done > 0 ? s / static_cast<double>(done) * static_cast<double>(todo - done) : 0.0;
+    const int width = 30;
+    const int filled = todo ? static_cast<int>(width * done / todo) : width;
+    std::fprintf(stderr, "%s[%s%s] %zu/%zu lines, %.0f tok/s, ETA %dm%02ds%s", tty ? "\r" : "",
+                 std::string(filled, '#').c_str(), std::string(width - filled, ' ').c_str(),
+                 written, total, s > 0 ? static_cast<double>(tokens.load()) / s : 0.0,
+                 static_cast<int>(eta) / 60, static_cast<int>(eta) % 60, final ? "\n" : "");
+  };
+
+  auto worker = [&] {
+    for (;;) {
+      const size_t i = next.fetch_add(1);
+      if (i >= total) return;
+      Job job = parse_line(lines[i], i, tok, cfg, o.default_max_tokens);
+      std::vector<CompletedSequence> seqs;
+      if (job.error.empty()) {
+        try {
+          GenerationRequest r;
+          r.prompt = job.prompt;
+          r.params = job.params;
+          seqs = run_to_completion(engine, r);
+          if (job.params.candidates() > job.params.n) {  // best_of: the n most likely
+            std::stable_sort(seqs.begin(), seqs.end(), [](const auto& a, const auto& b) {
+              return a.cumulative_logprob > b.cumulative_logprob;
+            });
+            seqs.resize(job.params.n);
+          }
+        } catch (const std::exception& e) {
+          job.error = e.what();
+        }
+      }
+      for (const auto& s : seqs) tokens += static_cast<int64_t>(s.tokens.size());
+      const std::string line =
+          result_line(job, seqs, static_cast<int64_t>(job.prompt.size())).dump() + "\n";
+      std::lock_guard<std::mutex> lock(mu);
+      ready[i] = line;
+      while (!ready.empty() && ready.begin()->first == written) {
+        out << ready.begin()->second;
+        out.flush();  // a finished line survives an interruption
+        ready.erase(ready.begin());
+        ++written;
+      }
+      progress(false);
+    }
+  };
+  std::vector<std::thread> workers;
+  for (int w = 0; w < std::max(1, o.concurrency); ++w) workers.emplace_back(worker);
+  for (auto& t : workers) t.join();
+  progress(true);
+  if (done_before > 0) std::fprintf(stderr, "resumed: %zu lines were already done\n", done_before);
+  return 0;
+}
+
+}  // namespace tf::cli

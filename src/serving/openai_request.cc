@@ -1,0 +1,191 @@
+#include "serving/openai_request.h"
+
+#include <cmath>
+
+#include "core/error.h"
+#include "tokenizer/chat_template.h"
+
+namespace tf {
+namespace {
+
+using nlohmann::json;
+
+template <typename T>
+bool get_number(const json& body, const char* key, T& out) {
+  auto it = body.find(key);
+  if (it == body.end() || it->is_null()) return false;
+  if constexpr (std::is_integral_v<T>) {
+    if (!it->is_number_integer()) fail("'{}' must be an integer", key);
+    const int64_t v = it->get<int64_t>();
+    if (v < std::numeric_limits<T>::min() || v > std::numeric_limits<T>::max())
+      fail("'{}' is out of range", key);
+    out = static_cast<T>(v);
+  } else {
+    if (!it->is_number()) fail("'{}' must be a number", key);
+    out = static_cast<T>(it->get<double>());
+  }
+  return true;
+}
+
+bool get_bool(const json& body, const char* key, bool& out) {
+  auto it = body.find(key);
+  if (it == body.end() || it->is_null()) return false;
+  if (!it->is_boolean()) fail("'{}' must be true or false", key);
+  out = it->get<bool>();
+  return true;
+}
+
+std::vector<int32_t> int_list(const json& v, const char* key) {
+  if (!v.is_array()) fail("'{}' must be a list of token ids", key);
+  std::vector<int32_t> out;
+  for (const auto& x : v) {
+    if (!x.is_number_integer()) fail("'{}' must be a list of token ids", key);
+    out.push_back(static_cast<int32_t>(x.get<int64_t>()));
+  }
+  return out;
+}
+
+}  // namespace
+
+SamplingParams parse_sampling_params(const json& body, bool chat, int32_t default_max_tokens) {
+  if (!body.is_object()) fail("the request body must be a JSON object");
+  SamplingParams p;
+  p.max_tokens = default_max_tokens;
+  if (chat) get_number(body, "max_completion_tokens", p.max_tokens);
+  get_number(body, "max_tokens", p.max_tokens);
+  get_number(body, "min_tokens", p.min_tokens);
+  get_number(body, "temperature", p.temperature);
+  get_number(body, "top_p", p.top_p);
+  get_number(body, "top_k", p.top_k);
+  if (p.top_k == -1) p.top_k = 0;  // vLLM's "off"
+  get_number(body, "min_p", p.min_p);
+  get_number(body, "typical_p", p.typical_p);
+  get_number(body, "repetition_penalty", p.repetition_penalty);
+  get_number(body, "presence_penalty", p.presence_penalty);
+  get_number(body, "frequency_penalty", p.frequency_penalty);
+  get_number(body, "no_repeat_ngram_size", p.no_repeat_ngram_size);
+  get_number(body, "n", p.n);
+  int32_t best_of = 0;
+  if (get_number(body, "best_of", best_of)) p.best_of = best_of;
+  uint64_t seed = 0;
+  if (body.contains("seed") && !body["seed"].is_null()) {
+    if (!body["seed"].is_number_integer()) fail("'seed' must be an integer");
+    seed = static_cast<uint64_t>(body["seed"].get<int64_t>());
+    p.seed = seed;
+  }
+  get_bool(body, "ignore_eos", p.ignore_eos);
+  get_bool(body, "skip_special_tokens", p.skip_special_tokens);
+  get_bool(body, "include_stop_str_in_output", p.include_stop_str_in_output);
+  if (auto it = body.find("stop"); it != body.end() && !it->is_null()) {
+    if (it->is_string()) {
+      p.stop = {it->get<std::string>()};
+    } else if (it->is_array()) {
+      for (const auto& s : *it) {
+        if (!s.is_string()) fail("'stop' must be a string or a list of strings");
+        p.stop.push_back(s.get<std::string>());
+      }
+    } else {
+      fail("'stop' must be a string or a list of strings");
+    }
+  }
+  if (auto it = body.find("stop_token_ids"); it != body.end() && !it->is_null()) {
+    p.stop_token_ids = int_list(*it, "stop_token_ids");
+  }
+  if (auto it = body.find("bad_words_ids"); it != body.end() && !it->is_null()) {
+    if (!it->is_array()) fail("'bad_words_ids' must be a list of lists of token ids");
+    for (const auto& seq : *it) p.bad_words_ids.push_back(int_list(seq, "bad_words_ids"));
+  }
+  if (auto it = body.find("logit_bias"); it != body.end() && !it->is_null()) {
+    if (!it->is_object()) fail("'logit_bias' must map token ids to numbers");
+    for (const auto& [k, v] : it->items()) {
+      size_t used = 0;
+      int64_t id = -1;
+      try {
+        id = std::stoll(k, &used);
+      } catch (const std::exception&) {
+      }
+      if (used != k.size() || id < 0 || id > INT32_MAX)
+        fail("'logit_bias' key '{}' is not a token id", k);
+      if (!v.is_number()) fail("'logit_bias' values must be numbers");
+      p.logit_bias.emplace_back(static_cast<int32_t>(id), v.get<float>());
+    }
+  }
+  if (chat) {
+    bool want = false;
+    if (get_bool(body, "logprobs", want) && want) {
+      p.logprobs = 0;
+      get_number(body, "top_logprobs", *p.logprobs);
+    }
+  } else if (body.contains("logprobs") && !body["logprobs"].is_null()) {
+    int32_t k = 0;
+    get_number(body, "logprobs", k);
+    p.logprobs = k;
+  }
+  get_number(body, "length_penalty", p.length_penalty);
+  return p;
+}
+
+std::vector<int32_t> parse_completion_prompt(const json& body, const Tokenizer* tokenizer) {
+  auto it = body.find("prompt");
+  if (it == body.end() || it->is_null()) fail("'prompt' is required");
+  if (it->is_string()) {
+    if (!tokenizer) fail("this model has no tokenizer: send the prompt as token ids");
+    return tokenizer->encode(it->get<std::string>(), true);
+  }
+  if (it->is_array() && !it->empty() && (*it)[0].is_number_integer())
+    return int_list(*it, "prompt");
+  if (it->is_array() && it->size() == 1) {
+    const json one = {{"prompt", (*it)[0]}};
+    return parse_completion_prompt(one, tokenizer);
+  }
+  fail("'prompt' must be a string or a list of token ids (one prompt per request here)");
+}
+
+std::string chat_template_source(const LoadedTokenizer& tokenizer, const ModelConfig& config) {
+  if (!tokenizer.chat_template.empty()) return tokenizer.chat_template;
+  const std::string& a = config.architecture;
+  if (a == "Qwen2ForCausalLM" || a == "GPT2LMHeadModel") return builtin_chat_template("chatml");
+  if (a == "MistralForCausalLM") return builtin_chat_template("mistral");
+  if (config.vocab_size >= 128000) return builtin_chat_template("llama3");
+  return builtin_chat_template("llama2");
+}
+
+std::vector<int32_t> parse_chat_prompt(const json& body, const LoadedTokenizer& tokenizer,
+                                       const ModelConfig& config) {
+  if (!tokenizer.tokenizer) fail("this model has no tokenizer, so it cannot take chat messages");
+  auto it = body.find("messages");
+  if (it == body.end() || !it->is_array() || it->empty())
+    fail("'messages' must be a non-empty list");
+  nlohmann::ordered_json messages = nlohmann::ordered_json::array();
+  for (const auto& m : *it) {
+    if (!m.is_object() || !m.contains("role") || !m["role"].is_string()) {
+      fail("each message needs a string 'role'");
+    }
+    std::string content;
+    const json& c = m.value("content", json());
+    if (c.is_string()) {
+      content = c.get<std::string>();
+    } else if (c.is_array()) {  // [{"type": "text", "text": "..."}]
+      for (const auto& part : c) {
+        if (part.value("type", "") != "text" || !part.contains("text") ||
+            !part["text"].is_string()) {
+          fail("only text content parts are supported");
+        }
+        content += part["text"].get<std::string>();
+      }
+    } else if (!c.is_null()) {
+      fail("message 'content' must be a string or a list of text parts");
+    }
+    messages.push_back({{"role", m["role"].get<std::string>()}, {"content", content}});
+  }
+  const ChatTemplate tmpl = ChatTemplate::parse(chat_template_source(tokenizer, config));
+  nlohmann::ordered_json ctx = {
+      {"messages", messages},
+      {"add_generation_prompt", body.value("add_generation_prompt", true)},
+      {"bos_token", tokenizer.bos_token},
+      {"eos_token", tokenizer.eos_token}};
+  const std::string text = tmpl.render(ctx);
+  return tokenizer.tokenizer->encode(text, /*add_special_tokens=*/false);
+}
+
+}  // namespace tf

@@ -1,0 +1,35 @@
+#pragma once
+// OpenAI-style request bodies (/v1/completions, /v1/chat/completions) into what the engine runs:
+// the prompt's token ids and SamplingParams. Every parameter keeps its OpenAI name and meaning,
+// plus the extensions vLLM accepts (top_k, min_p, repetition_penalty, min_tokens, ignore_eos,
+// stop_token_ids, skip_special_tokens, ...). A wrong type or range throws Error naming the field.
+
+#include <nlohmann/json.hpp>
+
+#include <string>
+#include <vector>
+
+#include "model/model_config.h"
+#include "sampling/sampling_params.h"
+#include "tokenizer/tokenizer_loader.h"
+
+namespace tf {
+
+// The sampling parameters of a body. chat: max_completion_tokens, logprobs as a bool with
+// top_logprobs. default_max_tokens applies when the body gives none.
+SamplingParams parse_sampling_params(const nlohmann::json& body, bool chat,
+                                     int32_t default_max_tokens);
+
+// The prompt of a completions body: a string or a list of token ids (one prompt).
+std::vector<int32_t> parse_completion_prompt(const nlohmann::json& body,
+                                             const Tokenizer* tokenizer);
+
+// The prompt of a chat body: messages rendered with the model's chat template (or the built-in
+// one for its family), then tokenized without adding special tokens again.
+std::vector<int32_t> parse_chat_prompt(const nlohmann::json& body, const LoadedTokenizer& tokenizer,
+                                       const ModelConfig& config);
+
+// The chat template a model uses: its own, else the built-in one for its family.
+std::string chat_template_source(const LoadedTokenizer& tokenizer, const ModelConfig& config);
+
+}  // namespace tf
