@@ -16,7 +16,10 @@ KvCache::KvCache(const ModelConfig& config, int64_t num_blocks, int block_size)
     fail("KV block size {} is out of range (1..1024)", block_size);
   const int64_t floats = n_layers_ * 2 * num_blocks_ * block_size_ * kv_dim_;
   try {
-    storage_.assign(static_cast<size_t>(floats), 0.0f);
+    // Not value-initialized: the pages stay untouched (and out of the resident set) until a
+    // block is first written, and attention never reads a position before it is written.
+    storage_.reset(new float[static_cast<size_t>(floats)]);
+    floats_ = floats;
   } catch (const std::bad_alloc&) {
     fail(ErrorKind::kResourceExhausted, "cannot allocate a KV cache of {} bytes", floats * 4);
   }
@@ -35,14 +38,14 @@ void KvCache::copy_block(int32_t src, int32_t dst) {
   const int64_t block_floats = static_cast<int64_t>(block_size_) * kv_dim_;
   const int64_t per_array = num_blocks_ * block_floats;
   for (int64_t a = 0; a < 2 * n_layers_; ++a) {
-    float* base = storage_.data() + a * per_array;
+    float* base = storage_.get() + a * per_array;
     std::copy_n(base + src * block_floats, block_floats, base + dst * block_floats);
   }
 }
 
 kernels::PagedKvLayer KvCache::layer(int64_t l) {
   const int64_t per_array = num_blocks_ * block_size_ * kv_dim_;
-  float* base = storage_.data() + l * 2 * per_array;
+  float* base = storage_.get() + l * 2 * per_array;
   return kernels::PagedKvLayer{base, base + per_array, block_size_, static_cast<int>(kv_dim_)};
 }
 

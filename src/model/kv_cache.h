@@ -4,6 +4,7 @@
 // block pool); the model only reads and writes through block tables.
 
 #include <cstdint>
+#include <memory>
 #include <vector>
 
 #include "kernels/attention.h"
@@ -21,7 +22,7 @@ class KvCache {
 
   int64_t num_blocks() const { return num_blocks_; }
   int block_size() const { return block_size_; }
-  int64_t bytes() const { return static_cast<int64_t>(storage_.size() * sizeof(float)); }
+  int64_t bytes() const { return floats_ * static_cast<int64_t>(sizeof(float)); }
   kernels::PagedKvLayer layer(int64_t l);
   // Copies block src's keys and values, in every layer, to block dst (forking a sequence).
   void copy_block(int32_t src, int32_t dst);
@@ -31,7 +32,8 @@ class KvCache {
   int block_size_;
   int64_t n_layers_;
   int64_t kv_dim_;
-  std::vector<float> storage_;
+  std::unique_ptr<float[]> storage_;
+  int64_t floats_ = 0;
 };
 
 }  // namespace tf
