@@ -4,11 +4,19 @@
 
 #include <CLI/CLI.hpp>
 
+#include <cstdint>
 #include <functional>
+#include <string>
+#include <vector>
 
 namespace tf::cli {
 
 using Action = std::function<int()>;
+
+// Token ids given on the command line: "1,2,3" (or, with allow_json, "[1, 2, 3]"). `what`
+// names the option in errors.
+std::vector<int32_t> parse_id_list(const std::string& text, const char* what,
+                                   bool allow_json = false);
 
 Action add_generate(CLI::App& app);
 Action add_inspect(CLI::App& app);

@@ -39,23 +39,6 @@ struct GenerateOptions {
   bool verbose = false;
 };
 
-std::vector<int32_t> parse_ids(const std::string& text, const char* what) {
-  std::vector<int32_t> ids;
-  std::stringstream ss(text);
-  std::string item;
-  while (std::getline(ss, item, ',')) {
-    try {
-      size_t used = 0;
-      const long v = std::stol(item, &used);
-      if (used != item.size() || v < INT32_MIN || v > INT32_MAX) throw std::invalid_argument(item);
-      ids.push_back(static_cast<int32_t>(v));
-    } catch (const std::exception&) {
-      fail("{}: '{}' is not a token id", what, item);
-    }
-  }
-  return ids;
-}
-
 double seconds_since(std::chrono::steady_clock::time_point t0) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 }
@@ -80,7 +63,7 @@ int run_generate(GenerateOptions& o) {
   for (const auto& kv : o.logit_bias) {
     const size_t eq = kv.find('=');
     if (eq == std::string::npos) fail("--logit-bias takes ID=BIAS, got '{}'", kv);
-    const auto id = parse_ids(kv.substr(0, eq), "--logit-bias");
+    const auto id = parse_id_list(kv.substr(0, eq), "--logit-bias");
     if (id.size() != 1) fail("--logit-bias takes ID=BIAS, got '{}'", kv);
     try {
       params.logit_bias.emplace_back(id[0], std::stof(kv.substr(eq + 1)));
@@ -88,9 +71,9 @@ int run_generate(GenerateOptions& o) {
       fail("--logit-bias: '{}' is not a number", kv.substr(eq + 1));
     }
   }
-  for (const auto& b : o.ban) params.bad_words_ids.push_back(parse_ids(b, "--ban"));
+  for (const auto& b : o.ban) params.bad_words_ids.push_back(parse_id_list(b, "--ban"));
   if (!o.stop_token_ids.empty())
-    params.stop_token_ids = parse_ids(o.stop_token_ids, "--stop-token-ids");
+    params.stop_token_ids = parse_id_list(o.stop_token_ids, "--stop-token-ids");
   if (!o.prompt.empty() && !o.prompt_ids.empty()) fail("give --prompt or --prompt-ids, not both");
   if (!o.input_file.empty() || !o.output_file.empty()) {
     if (o.input_file.empty() || o.output_file.empty())
@@ -121,7 +104,7 @@ int run_generate(GenerateOptions& o) {
 
   std::vector<int32_t> prompt;
   if (!o.prompt_ids.empty()) {
-    prompt = parse_ids(o.prompt_ids, "--prompt-ids");
+    prompt = parse_id_list(o.prompt_ids, "--prompt-ids");
   } else {
     if (!tokenizer) {
       fail("no tokenizer found for '{}': pass --tokenizer FILE, or token ids with --prompt-ids",

@@ -48,38 +48,12 @@ int64_t model_vocab_size(const std::string& path) {
   return 0;
 }
 
-std::vector<int32_t> parse_id_list(const std::string& text) {
-  std::vector<int32_t> ids;
-  nlohmann::json j = nlohmann::json::parse(text, nullptr, false);
-  if (!j.is_discarded() && j.is_array()) {
-    for (const auto& v : j) {
-      if (!v.is_number_integer()) fail("--decode: '{}' is not a token id", v.dump());
-      ids.push_back(v.get<int32_t>());
-    }
-    return ids;
-  }
-  std::stringstream ss(text);
-  std::string item;
-  while (std::getline(ss, item, ',')) {
-    try {
-      size_t used = 0;
-      const long v = std::stol(item, &used);
-      while (used < item.size() && item[used] == ' ') ++used;
-      if (used != item.size()) throw std::invalid_argument(item);
-      ids.push_back(static_cast<int32_t>(v));
-    } catch (const std::exception&) {
-      fail("--decode: '{}' is not a token id", item);
-    }
-  }
-  return ids;
-}
-
 int run_tokenize(const TokenizeOptions& o) {
   LoadedTokenizer loaded = load_tokenizer(o.model, model_vocab_size(o.model), o.tokenizer);
   if (!loaded.tokenizer) fail("no tokenizer found in '{}'", o.model);
   const Tokenizer& tok = *loaded.tokenizer;
   if (!o.decode.empty()) {
-    const std::vector<int32_t> ids = parse_id_list(o.decode);
+    const std::vector<int32_t> ids = parse_id_list(o.decode, "--decode", /*allow_json=*/true);
     for (int32_t id : ids) {
       if (id < 0 || id >= tok.vocab_size()) {
         fail("token id {} is outside the vocabulary (0..{})", id, tok.vocab_size() - 1);
@@ -102,6 +76,34 @@ int run_tokenize(const TokenizeOptions& o) {
 }
 
 }  // namespace
+
+std::vector<int32_t> parse_id_list(const std::string& text, const char* what, bool allow_json) {
+  std::vector<int32_t> ids;
+  if (allow_json) {
+    nlohmann::json j = nlohmann::json::parse(text, nullptr, false);
+    if (!j.is_discarded() && j.is_array()) {
+      for (const auto& v : j) {
+        if (!v.is_number_integer()) fail("{}: '{}' is not a token id", what, v.dump());
+        ids.push_back(v.get<int32_t>());
+      }
+      return ids;
+    }
+  }
+  std::stringstream ss(text);
+  std::string item;
+  while (std::getline(ss, item, ',')) {
+    try {
+      size_t used = 0;
+      const long v = std::stol(item, &used);
+      while (used < item.size() && item[used] == ' ') ++used;
+      if (used != item.size() || v < INT32_MIN || v > INT32_MAX) throw std::invalid_argument(item);
+      ids.push_back(static_cast<int32_t>(v));
+    } catch (const std::exception&) {
+      fail("{}: '{}' is not a token id", what, item);
+    }
+  }
+  return ids;
+}
 
 Action add_tokenize(CLI::App& app) {
   auto o = std::make_shared<TokenizeOptions>();

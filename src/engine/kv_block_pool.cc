@@ -1,25 +1,18 @@
 #include "engine/kv_block_pool.h"
 
 #include "core/error.h"
+#include "core/hash.h"
 
 namespace tf {
 
-namespace {
-uint64_t mix(uint64_t z) {
-  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-  return z ^ (z >> 31);
-}
-}  // namespace
-
 uint64_t root_hash(uint64_t salt) {
-  return mix(salt ^ 0x6a09e667f3bcc909ull);
+  return mix64(salt ^ 0x6a09e667f3bcc909ull);
 }
 
 uint64_t block_hash(uint64_t parent, const int32_t* tokens, int block_size) {
-  uint64_t h = mix(parent + 0x9e3779b97f4a7c15ull);
+  uint64_t h = mix64(parent + 0x9e3779b97f4a7c15ull);
   for (int i = 0; i < block_size; ++i)
-    h = mix(h ^ (static_cast<uint64_t>(static_cast<uint32_t>(tokens[i])) + 0x9e37 * (i + 1)));
+    h = mix64(h ^ (static_cast<uint64_t>(static_cast<uint32_t>(tokens[i])) + 0x9e37 * (i + 1)));
   return h;
 }
 

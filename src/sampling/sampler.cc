@@ -5,14 +5,10 @@
 #include <limits>
 #include <random>
 
+#include "core/hash.h"
+
 namespace tf {
 namespace {
-
-uint64_t mix64(uint64_t z) {
-  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-  return z ^ (z >> 31);
-}
 
 constexpr float kNegInf = -std::numeric_limits<float>::infinity();
 

@@ -3,6 +3,7 @@
 #include <nlohmann/json.hpp>
 
 #include "core/error.h"
+#include "tokenizer/pre_tokenizer.h"
 #include "tokenizer/unicode.h"
 
 namespace tf {
@@ -172,12 +173,7 @@ std::unique_ptr<Decoder> make_decoder(const json& spec) {
                                       spec.value("stop", 0));
   }
   if (type == "Metaspace") {
-    std::string scheme = "always";
-    if (spec.contains("prepend_scheme") && spec["prepend_scheme"].is_string()) {
-      scheme = spec["prepend_scheme"].get<std::string>();
-    } else if (spec.contains("add_prefix_space") && spec["add_prefix_space"].is_boolean()) {
-      scheme = spec["add_prefix_space"].get<bool>() ? "always" : "never";
-    }
+    const std::string scheme = metaspace_prepend_scheme(spec);
     return std::make_unique<MetaspaceDec>(spec.value("replacement", "\xE2\x96\x81"),
                                           scheme != "never");
   }

@@ -276,6 +276,19 @@ std::unique_ptr<PreTokenizer> make_byte_level_pre_tokenizer(bool add_prefix_spac
   return std::make_unique<ByteLevelPre>(add_prefix_space, true);
 }
 
+std::string metaspace_prepend_scheme(const json& spec) {
+  std::string scheme = "always";
+  if (spec.contains("prepend_scheme") && spec["prepend_scheme"].is_string()) {
+    scheme = spec["prepend_scheme"].get<std::string>();
+  } else if (spec.contains("add_prefix_space") && spec["add_prefix_space"].is_boolean()) {
+    scheme = spec["add_prefix_space"].get<bool>() ? "always" : "never";
+  }
+  if (scheme != "always" && scheme != "first" && scheme != "never") {
+    fail("tokenizer.json: Metaspace prepend_scheme '{}' is not always, first or never", scheme);
+  }
+  return scheme;
+}
+
 std::unique_ptr<PreTokenizer> make_pre_tokenizer(const json& spec) {
   if (spec.is_null()) return nullptr;
   if (!spec.is_object() || !spec.contains("type") || !spec["type"].is_string()) {
@@ -293,15 +306,7 @@ std::unique_ptr<PreTokenizer> make_pre_tokenizer(const json& spec) {
                                       spec.value("invert", false));
   }
   if (type == "Metaspace") {
-    std::string scheme = "always";
-    if (spec.contains("prepend_scheme") && spec["prepend_scheme"].is_string()) {
-      scheme = spec["prepend_scheme"].get<std::string>();
-    } else if (spec.contains("add_prefix_space") && spec["add_prefix_space"].is_boolean()) {
-      scheme = spec["add_prefix_space"].get<bool>() ? "always" : "never";
-    }
-    if (scheme != "always" && scheme != "first" && scheme != "never") {
-      fail("tokenizer.json: Metaspace prepend_scheme '{}' is not always, first or never", scheme);
-    }
+    const std::string scheme = metaspace_prepend_scheme(spec);
     return std::make_unique<MetaspacePre>(spec.value("replacement", "\xE2\x96\x81"), scheme,
                                           spec.value("split", true));
   }

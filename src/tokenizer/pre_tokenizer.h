@@ -24,6 +24,10 @@ class PreTokenizer {
 // The GPT-2 pre-tokenization pattern (ByteLevel's use_regex).
 extern const char* const kGpt2SplitPattern;
 
+// Metaspace's prepend scheme ("always", "first", "never"), from prepend_scheme or the legacy
+// add_prefix_space flag; shared by the Metaspace pre-tokenizer and decoder.
+std::string metaspace_prepend_scheme(const nlohmann::json& spec);
+
 // Builds from the "pre_tokenizer" object of tokenizer.json (null gives nullptr).
 std::unique_ptr<PreTokenizer> make_pre_tokenizer(const nlohmann::json& spec);
 // ByteLevel with GPT-2's regex, as for vocab.json + merges.txt models.

@@ -1,4 +1,5 @@
 #include "core/mapped_file.h"
+#include "model/test_util.h"
 
 #include <gtest/gtest.h>
 
@@ -13,24 +14,7 @@
 namespace tf {
 namespace {
 
-class TempDir {
- public:
-  TempDir() {
-    std::random_device rd;
-    path_ = std::filesystem::temp_directory_path() /
-            ("tf_mapped_file_test_" + std::to_string(rd()) + std::to_string(rd()));
-    std::filesystem::create_directories(path_);
-  }
-  ~TempDir() {
-    std::error_code ec;
-    std::filesystem::remove_all(path_, ec);
-  }
-  std::string file(const std::string& name) const { return (path_ / name).string(); }
-  std::string path() const { return path_.string(); }
-
- private:
-  std::filesystem::path path_;
-};
+using testing::TempDir;
 
 std::string write_file(const std::string& path, const std::string& bytes) {
   std::ofstream out(path, std::ios::binary);

@@ -73,13 +73,14 @@ def run_tool(path, lines, *args):
     return out
 
 
-def npm_r50k(lines):
+def npm_encode(encoding, lines):
+    """Token ids of each line from the npm package gpt-tokenizer's `encoding`."""
     script = (
-        "const enc = require(process.argv[1] + '/gpt-tokenizer/cjs/encoding/r50k_base');"
+        "const enc = require(process.argv[1] + '/gpt-tokenizer/cjs/encoding/' + process.argv[2]);"
         "const lines = require('fs').readFileSync(0, 'utf8').split('\\n').filter(l => l.length);"
         "for (const l of lines) console.log(JSON.stringify(enc.encode(JSON.parse(l))));")
     data = "".join(json.dumps(s) + "\n" for s in lines)
-    p = subprocess.run(["node", "-e", script, NODE_MODULES], input=data, capture_output=True, text=True,
+    p = subprocess.run(["node", "-e", script, NODE_MODULES, encoding], input=data, capture_output=True, text=True,
                        timeout=300)
     if p.returncode != 0:
         raise AssertionError(f"node gpt-tokenizer failed (run scripts/setup.sh): {p.stderr}")
@@ -89,7 +90,7 @@ def npm_r50k(lines):
 class Gpt2Test(unittest.TestCase):
     @classmethod
     def setUpClass(cls):
-        cls.expected = npm_r50k(CORPUS)
+        cls.expected = npm_encode("r50k_base", CORPUS)
 
     def check(self, path):
         got = run_tool(path, CORPUS)
@@ -222,19 +223,6 @@ def tiktoken_to_tokenizer_json(tiktoken_path, out_path):
         json.dump(doc, f, ensure_ascii=False)
 
 
-def npm_cl100k(lines):
-    script = (
-        "const enc = require(process.argv[1] + '/gpt-tokenizer/cjs/encoding/cl100k_base');"
-        "const lines = require('fs').readFileSync(0, 'utf8').split('\\n').filter(l => l.length);"
-        "for (const l of lines) console.log(JSON.stringify(enc.encode(JSON.parse(l))));")
-    data = "".join(json.dumps(s) + "\n" for s in lines)
-    p = subprocess.run(["node", "-e", script, NODE_MODULES], input=data, capture_output=True, text=True,
-                       timeout=300)
-    if p.returncode != 0:
-        raise AssertionError(f"node gpt-tokenizer failed (run scripts/setup.sh): {p.stderr}")
-    return [json.loads(l) for l in p.stdout.splitlines()]
-
-
 class Llama3StyleTest(unittest.TestCase):
     @classmethod
     def setUpClass(cls):
@@ -248,7 +236,7 @@ class Llama3StyleTest(unittest.TestCase):
         shutil.rmtree(cls.tmp)
 
     def test_split_regex_byte_level_ignore_merges_matches_cl100k(self):
-        expected = npm_cl100k(CORPUS)
+        expected = npm_encode("cl100k_base", CORPUS)
         got = run_tool(self.json_path, CORPUS)
         mismatches = [(s, g, e) for s, g, e in zip(CORPUS, got, expected) if g != e]
         self.assertEqual(mismatches, [])
