@@ -12,6 +12,7 @@
 #include "cli/commands.h"
 #include "core/error.h"
 #include "engine/engine.h"
+#include "engine/memory_budget.h"
 #include "model/model.h"
 
 namespace tf::cli {
@@ -28,7 +29,7 @@ struct BenchOptions {
   int prefix_len = 0;        // a shared prefix of this many tokens on every prompt
   std::string batching = "continuous";
   bool no_prefix_caching = false;
-  double kv_cache_gib = 0.5;
+  std::string kv_cache_memory = "512MiB";
   int64_t max_num_seqs = 256;
   int64_t max_num_batched_tokens = 2048;
   int threads = 0;
@@ -87,7 +88,7 @@ int run_bench(const BenchOptions& o) {
   const long rss_after_load = peak_rss_mib();
   EngineConfig ec;
   ec.threads = o.threads;
-  ec.kv_cache_bytes = static_cast<int64_t>(o.kv_cache_gib * (1ll << 30));
+  ec.kv_cache_bytes = parse_memory_budget(o.kv_cache_memory);
   ec.prefix_caching = !o.no_prefix_caching;
   ec.scheduler.max_num_seqs = o.max_num_seqs;
   ec.scheduler.max_num_batched_tokens = o.max_num_batched_tokens;
@@ -200,7 +201,9 @@ Action add_bench(CLI::App& app) {
   app.add_option("--batching", o->batching, "continuous, or static (request-level, for comparison)")
       ->capture_default_str();
   app.add_flag("--no-prefix-caching", o->no_prefix_caching, "turn the prefix cache off");
-  app.add_option("--kv-cache-gib", o->kv_cache_gib, "KV cache budget in GiB")
+  app.add_option("--kv-cache-memory", o->kv_cache_memory,
+                 "KV cache budget: bytes, 512MiB, 2GiB, or a fraction of free memory (0.3)")
+      ->capture_default_str()
       ->capture_default_str();
   app.add_option("--max-num-seqs", o->max_num_seqs, "sequences per step")->capture_default_str();
   app.add_option("--max-num-batched-tokens", o->max_num_batched_tokens, "tokens per step")

@@ -13,6 +13,7 @@
 #include "core/error.h"
 #include "core/thread_pool.h"
 #include "engine/engine.h"
+#include "engine/memory_budget.h"
 #include "model/model.h"
 #include "sampling/beam_search.h"
 #include "sampling/sequence_sampler.h"
@@ -34,7 +35,7 @@ struct GenerateOptions {
   int threads = 0;
   std::string input_file, output_file;
   int concurrency = 64;
-  double kv_cache_gib = 0.5;
+  std::string kv_cache_memory = "512MiB";
   bool no_echo = false;
   bool verbose = false;
 };
@@ -84,7 +85,7 @@ int run_generate(GenerateOptions& o) {
     if (model->config().eos_id >= 0) eos.push_back(model->config().eos_id);
     EngineConfig ec;
     ec.threads = o.threads;
-    ec.kv_cache_bytes = static_cast<int64_t>(o.kv_cache_gib * (1ll << 30));
+    ec.kv_cache_bytes = parse_memory_budget(o.kv_cache_memory);
     Engine engine(*model, loaded.tokenizer.get(), eos, ec);
     BatchOptions bo;
     bo.input_file = o.input_file;
@@ -297,7 +298,9 @@ Action add_generate(CLI::App& app) {
                  "batch job: results, one line per input line, in order");
   app.add_option("--concurrency", o->concurrency, "batch job: requests in flight")
       ->capture_default_str();
-  app.add_option("--kv-cache-gib", o->kv_cache_gib, "batch job: KV cache budget in GiB")
+  app.add_option("--kv-cache-memory", o->kv_cache_memory,
+                 "KV cache budget: bytes, 512MiB, 2GiB, or a fraction of free memory (0.3)")
+      ->capture_default_str()
       ->capture_default_str();
   app.add_flag("--no-echo", o->no_echo, "do not print the prompt before the generated text");
   app.add_flag("--verbose,-v", o->verbose, "print timings to stderr");

@@ -182,15 +182,18 @@ class EngineCliTest(unittest.TestCase):
     def test_offline_bench_reports_latency_and_throughput(self):
         rc, out, err = run("bench", "--offline", "-m", STORIES_BIN, "--num-prompts", "16", "--concurrency", "8",
                            "--input-len", "32", "--output-range", "8:32", "--prefix-len", "64",
-                           "--kv-cache-gib", "0.05")
+                           "--kv-cache-memory", "50MiB")
         self.assertEqual(rc, 0, err)
         for key in ("requests/s", "output tok/s", "ttft ms", "itl ms", "e2e ms", "peak rss MiB"):
             self.assertIn(key, out)
         hits = int(out.split("prefix cache")[1].split()[0])
         self.assertGreater(hits, 0)
         rc, out, err = run("bench", "--offline", "-m", STORIES_BIN, "--num-prompts", "8", "--batching", "static",
-                           "--kv-cache-gib", "0.05")
+                           "--kv-cache-memory", "0.01")
         self.assertEqual(rc, 0, err)
+        rc, out, err = run("bench", "--offline", "-m", STORIES_BIN, "--kv-cache-memory", "12parsecs")
+        self.assertEqual(rc, 1)
+        self.assertIn("unknown unit", err)
 
 
 class TokenizeTest(unittest.TestCase):
