@@ -1,6 +1,5 @@
 #include "tokenizer/chat_template.h"
 
-
 #include "core/error.h"
 #include "tokenizer/jinja/builtins.h"
 #include "tokenizer/jinja/interpreter.h"

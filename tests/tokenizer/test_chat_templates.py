@@ -4,6 +4,15 @@ when configured as transformers configures it (apply_chat_template). Every case 
 jinja2 raises, tokenflow must raise too (a clean tf::Error, never a crash); the messages may differ
 except for raise_exception(), whose message tokenflow passes on verbatim.
 
+Fixtures (tests/tokenizer/chat_templates/*.jinja) are the chat_template strings of the models'
+tokenizer_config.json, byte for byte: Llama-2-7b-chat, Meta-Llama-3-8B-Instruct, Meta-Llama-3.1-8B-
+Instruct (the "26 Jul 2024" revision, with tools), Llama-3.2-Instruct, Mistral-7B-Instruct v0.1
+(as Mixtral-8x7B-Instruct ships it), v0.2 and v0.3 (with tools), Qwen1.5-Chat, Qwen2-Instruct,
+Qwen2.5-0.5B-Instruct (with tools), zephyr-7b-beta, TinyLlama-1.1B-Chat-v1.0, gemma-7b-it,
+Phi-3-mini, and templates of other models that exercise namespaces, macros-free tool calling and
+whitespace control (deepseek-coder, firefunction-v1, functionary-v2.2, CodeLlama-70b, openchat,
+SOLAR, DeciLM, Smaug, Synatra, PiVoT-MoE, falcon-rw-1b-chat).
+
 Env: TF_RENDER_TEMPLATE (the render_template tool).
 """
 
