@@ -17,6 +17,7 @@
 #include "model/model.h"
 #include "sampling/beam_search.h"
 #include "sampling/sequence_sampler.h"
+#include "serving/openai_request.h"
 #include "tokenizer/tokenizer_loader.h"
 
 namespace tf::cli {
@@ -27,6 +28,8 @@ struct GenerateOptions {
   std::string tokenizer;
   std::string prompt;
   std::string prompt_ids;
+  bool chat = false;
+  std::string system;
   SamplingParams params;
   std::optional<uint64_t> seed;
   std::vector<std::string> logit_bias;
@@ -111,7 +114,16 @@ int run_generate(GenerateOptions& o) {
       fail("no tokenizer found for '{}': pass --tokenizer FILE, or token ids with --prompt-ids",
            o.model);
     }
-    prompt = tokenizer->encode(o.prompt, /*add_special_tokens=*/true);
+    if (o.chat) {
+      // The prompt as a user message (after an optional system message), through the model's
+      // chat template, as /v1/chat/completions does.
+      nlohmann::json messages = nlohmann::json::array();
+      if (!o.system.empty()) messages.push_back({{"role", "system"}, {"content", o.system}});
+      messages.push_back({{"role", "user"}, {"content", o.prompt}});
+      prompt = parse_chat_prompt({{"messages", messages}}, loaded, cfg);
+    } else {
+      prompt = tokenizer->encode(o.prompt, /*add_special_tokens=*/true);
+    }
   }
   if (prompt.empty()) fail("the prompt is empty and the model has no BOS token to start from");
   for (int32_t id : prompt) {
@@ -250,6 +262,9 @@ Action add_generate(CLI::App& app) {
   app.add_option("--tokenizer", o->tokenizer, "tokenizer file (default: found beside the model)");
   app.add_option("--prompt,-p", o->prompt, "prompt text");
   app.add_option("--prompt-ids", o->prompt_ids, "prompt as comma-separated token ids");
+  app.add_flag("--chat", o->chat,
+               "send the prompt as a user message through the model's chat template");
+  app.add_option("--system", o->system, "with --chat: a system message first");
   app.add_option("--max-tokens,-n", p.max_tokens, "tokens to generate at most")
       ->capture_default_str();
   app.add_option("--min-tokens", p.min_tokens, "no EOS or stop token before this many")

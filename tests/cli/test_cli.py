@@ -106,6 +106,12 @@ class DecodingFlagsTest(unittest.TestCase):
         lps = [float(h.split("cumulative logprob ")[1].rstrip(" -)")) for h in headers]
         self.assertGreaterEqual(lps[0], lps[1])
 
+    def test_chat_goes_through_the_template(self):
+        out, err = self.gen("--chat", "--system", "Be brief.", "-t", "0", "-n", "5", "-v")
+        # stories260K ships no template: the Llama 2 family's built-in one wraps the messages.
+        self.assertIn("[INST]", out)
+        self.assertIn("<<SYS>>", out)
+
     def test_beam_search(self):
         out, _ = self.gen("--num-beams", "3", "--num-return-sequences", "2", "-n", "10")
         self.assertEqual(len([l for l in out.splitlines() if l.startswith("--- beam")]), 2)
