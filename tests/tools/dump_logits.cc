@@ -93,7 +93,8 @@ int run(int argc, char** argv) {
     for (size_t s = 0; s < B; ++s) {
       if (greedy >= 0) {
         const int64_t row = static_cast<int64_t>(s);
-        const int32_t next = tf::argmax(std::span<const float>(logits.data() + row * cfg.vocab_size, cfg.vocab_size));
+        const int32_t next = tf::argmax(
+            std::span<const float>(logits.data() + row * cfg.vocab_size, cfg.vocab_size));
         generated[s].push_back(next);
         inputs[s] = {next};
       } else {

@@ -6,6 +6,8 @@
 #include <charconv>
 #include <cmath>
 
+#include "tokenizer/unicode.h"
+
 namespace tf::jinja {
 
 namespace {
@@ -180,23 +182,12 @@ char32_t next_code_point(std::string_view s, size_t& i) {
 }
 
 void append_utf8(std::string& out, char32_t cp) {
-  if (cp < 0x80) {
-    out += static_cast<char>(cp);
-  } else if (cp < 0x800) {
-    out += static_cast<char>(0xC0 | (cp >> 6));
-    out += static_cast<char>(0x80 | (cp & 0x3F));
-  } else if (cp >= kEscapedByteBase + 0x80 && cp <= kEscapedByteBase + 0xFF) {
+  // An undecodable byte kept as a code point (as Python's surrogateescape) goes back as itself.
+  if (cp >= kEscapedByteBase + 0x80 && cp <= kEscapedByteBase + 0xFF) {
     out += static_cast<char>(cp - kEscapedByteBase);
-  } else if (cp < 0x10000) {
-    out += static_cast<char>(0xE0 | (cp >> 12));
-    out += static_cast<char>(0x80 | ((cp >> 6) & 0x3F));
-    out += static_cast<char>(0x80 | (cp & 0x3F));
-  } else {
-    out += static_cast<char>(0xF0 | (cp >> 18));
-    out += static_cast<char>(0x80 | ((cp >> 12) & 0x3F));
-    out += static_cast<char>(0x80 | ((cp >> 6) & 0x3F));
-    out += static_cast<char>(0x80 | (cp & 0x3F));
+    return;
   }
+  unicode::append_utf8(out, static_cast<uint32_t>(cp));
 }
 
 size_t code_point_count(std::string_view s) {
