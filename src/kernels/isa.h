@@ -4,6 +4,8 @@
 
 #include <cstdint>
 
+#include "kernels/attention.h"
+
 namespace tf::kernels {
 
 struct IsaKernels {
@@ -14,6 +16,11 @@ struct IsaKernels {
                       int64_t n_end, const float* bias, float* y, int64_t ldy);
   float (*dot)(const float* a, const float* b, int64_t n);
   void (*axpy)(float a, const float* x, float* y, int64_t n);  // y += a * x
+  // One query head over positions [0, n_ctx) of a paged cache (see attention.h); scores is
+  // scratch of n_ctx floats. In the ISA table so that the per-position dot products inline.
+  void (*attend_head)(const float* q, const PagedKvLayer& kv, const int32_t* block_table,
+                      int64_t n_ctx, int kv_head, int head_dim, float scale, float* scores,
+                      float* out);
 };
 
 extern const IsaKernels kPortableKernels;
