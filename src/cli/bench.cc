@@ -32,6 +32,7 @@ struct BenchOptions {
   std::string kv_cache_memory = "512MiB";
   int64_t max_num_seqs = 256;
   int64_t max_num_batched_tokens = 2048;
+  int64_t batch_timeout_micros = 0;
   int threads = 0;
   uint64_t seed = 0;
 };
@@ -93,6 +94,7 @@ int run_bench(const BenchOptions& o) {
   ec.scheduler.max_num_seqs = o.max_num_seqs;
   ec.scheduler.max_num_batched_tokens = o.max_num_batched_tokens;
   ec.scheduler.static_batching = o.batching == "static";
+  ec.batch_timeout_micros = o.batch_timeout_micros;
   Engine engine(*model, nullptr, {}, ec);
 
   std::mt19937_64 rng(o.seed);
@@ -205,7 +207,13 @@ Action add_bench(CLI::App& app) {
                  "KV cache budget: bytes, 512MiB, 2GiB, or a fraction of free memory (0.3)")
       ->capture_default_str()
       ->capture_default_str();
-  app.add_option("--max-num-seqs", o->max_num_seqs, "sequences per step")->capture_default_str();
+  app.add_option("--max-num-seqs,--max-batch-size", o->max_num_seqs,
+                 "sequences per step (TF Serving's max_batch_size)")
+      ->capture_default_str();
+  app.add_option(
+         "--batch-timeout-micros", o->batch_timeout_micros,
+         "an idle engine waits this long to gather a batch (TF Serving's batch_timeout_micros)")
+      ->capture_default_str();
   app.add_option("--max-num-batched-tokens", o->max_num_batched_tokens, "tokens per step")
       ->capture_default_str();
   app.add_option("--threads", o->threads, "compute threads (default: one per core)");

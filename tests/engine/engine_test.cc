@@ -218,5 +218,27 @@ TEST_F(EngineTest, NSequencesShareThePromptAndFollowTheirSeeds) {
   for (int i = 0; i < 3; ++i) EXPECT_EQ(again[i].tokens, outs[i].tokens);
 }
 
+TEST_F(EngineTest, BatchTimeoutGathersAFirstBatch) {
+  EngineConfig c = config(64, true);
+  c.batch_timeout_micros = 2'000'000;  // far longer than the test: the batch fills first
+  c.scheduler.max_num_seqs = 3;
+  Engine e(*model_, tok_, {2}, c);
+  auto first = e.submit(greedy("Once upon a time", 4));
+  std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  auto second = e.submit(greedy("The little dog ran", 4));
+  auto third = e.submit(greedy("One day, a bird", 4));
+  const auto submitted_last = Clock::now();
+  RequestOutput o;
+  while (first->next(o)) {
+  }
+  while (second->next(o)) {
+  }
+  while (third->next(o)) {
+  }
+  // The first request waited for the batch to fill (3 = max_num_seqs), not for the timeout.
+  EXPECT_GE(first->timings().first_scheduled, submitted_last - std::chrono::milliseconds(5));
+  EXPECT_LT(first->timings().finished - first->timings().arrival, std::chrono::milliseconds(1500));
+}
+
 }  // namespace
 }  // namespace tf
