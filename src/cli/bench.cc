@@ -113,6 +113,9 @@ int run_bench(const BenchOptions& o) {
   }
 
   std::vector<Sample> samples(reqs.size());
+  std::mutex errors_mu;
+  std::string errors;
+  std::atomic<int> failed{0};
   std::atomic<size_t> next{0};
   const auto t0 = Clock::now();
   auto client = [&] {
@@ -120,7 +123,15 @@ int run_bench(const BenchOptions& o) {
       const size_t i = next.fetch_add(1);
       if (i >= reqs.size()) return;
       const auto start = Clock::now();
-      auto stream = engine.submit(reqs[i]);
+      std::shared_ptr<RequestStream> stream;
+      try {
+        stream = engine.submit(reqs[i]);
+      } catch (const std::exception& e) {
+        std::lock_guard<std::mutex> lock(errors_mu);
+        if (errors.empty()) errors = e.what();
+        ++failed;
+        continue;
+      }
       RequestOutput ev;
       auto last = start;
       bool first = true;
@@ -143,6 +154,8 @@ int run_bench(const BenchOptions& o) {
   for (int c = 0; c < std::min(o.concurrency, o.num_prompts); ++c) clients.emplace_back(client);
   for (auto& t : clients) t.join();
   const double wall = std::chrono::duration<double>(Clock::now() - t0).count();
+  if (failed > 0)
+    fail("{} of {} requests were rejected, e.g.: {}", failed.load(), o.num_prompts, errors);
 
   std::vector<double> ttft, itl, e2e;
   int64_t out_tokens = 0;
