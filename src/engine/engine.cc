@@ -106,7 +106,6 @@ std::shared_ptr<RequestStream> Engine::submit(GenerationRequest request) {
   const ModelConfig& c = model_.config();
   SamplingParams& p = request.params;
   p.validate(c.vocab_size);
-  if (p.beam_search()) fail(ErrorKind::kUnsupported, "beam search is not served by the engine yet");
   if (request.prompt.empty()) fail("the prompt is empty");
   for (int32_t id : request.prompt) {
     if (id < 0 || id >= c.vocab_size)
@@ -117,10 +116,12 @@ std::shared_ptr<RequestStream> Engine::submit(GenerationRequest request) {
     fail("the prompt ({} tokens) plus max_tokens ({}) exceeds the model's context of {} tokens",
          request.prompt.size(), p.max_tokens, c.max_seq_len);
   }
-  if (manager_.blocks_for(total) > pool_.num_blocks()) {
+  // Beams may each end up with their own blocks: the request must fit num_beams of them.
+  const int64_t need = manager_.blocks_for(total) * (p.beam_search() ? p.num_beams : 1);
+  if (need > pool_.num_blocks()) {
     fail(ErrorKind::kResourceExhausted,
-         "the prompt plus max_tokens needs {} KV blocks; the whole cache has {}",
-         manager_.blocks_for(total), pool_.num_blocks());
+         "the prompt plus max_tokens needs {} KV blocks; the whole cache has {}", need,
+         pool_.num_blocks());
   }
   auto r = std::make_unique<EngineRequest>();
   r->seed = p.seed ? *p.seed : random_seed();
@@ -128,17 +129,21 @@ std::shared_ptr<RequestStream> Engine::submit(GenerationRequest request) {
   r->timings.arrival = Clock::now();
   r->timings.prompt_tokens = static_cast<int64_t>(request.prompt.size());
   r->spec = std::move(request);
-  for (int32_t i = 0; i < r->spec.params.candidates(); ++i) {
+  const bool beam = r->spec.params.beam_search();
+  const int32_t slots = beam ? r->spec.params.num_beams : r->spec.params.candidates();
+  for (int32_t i = 0; i < slots; ++i) {
     auto seq = std::make_unique<Sequence>();
     seq->request = r.get();
     seq->index = i;
     seq->tokens = r->spec.prompt;
     seq->prompt_len = static_cast<int64_t>(r->spec.prompt.size());
-    seq->sampler.emplace(r->spec.params, r->seed, static_cast<uint64_t>(i), r->spec.prompt,
-                         tokenizer_, eos_ids_);
+    if (!beam) {
+      seq->sampler.emplace(r->spec.params, r->seed, static_cast<uint64_t>(i), r->spec.prompt,
+                           tokenizer_, eos_ids_);
+    }
     r->seqs.push_back(std::move(seq));
   }
-  r->unfinished = static_cast<int32_t>(r->seqs.size());
+  r->unfinished = beam ? 1 : static_cast<int32_t>(r->seqs.size());
   auto stream = r->stream;
   {
     std::lock_guard<std::mutex> lock(mu_);
@@ -161,7 +166,9 @@ void Engine::admit_new_requests() {
     fresh.swap(incoming_);
   }
   for (auto& r : fresh) {
-    for (auto& s : r->seqs) scheduler_.add(s.get());
+    // Beam slots other than the first run only once a fork gives them tokens and blocks.
+    const size_t admit = r->spec.params.beam_search() ? 1 : r->seqs.size();
+    for (size_t i = 0; i < admit; ++i) scheduler_.add(r->seqs[i].get());
     active_.push_back(std::move(r));
   }
 }
@@ -221,7 +228,11 @@ void Engine::finish_sequence(Sequence* seq, RequestOutput& out) {
 void Engine::step() {
   // Cancelled requests leave first: their blocks are free for this step's schedule.
   for (auto& r : active_) {
-    if (!r->stream->cancelled()) continue;
+    if (!r->stream->cancelled() || r->unfinished == 0) continue;
+    if (r->spec.params.beam_search()) {
+      finish_beams(*r, /*aborted=*/true);
+      continue;
+    }
     for (auto& s : r->seqs) {
       if (s->status == SequenceStatus::kFinished) continue;
       RequestOutput out;
@@ -250,6 +261,10 @@ void Engine::step() {
       seq->num_computed += sched.chunks[i].count;
       manager_.cache_full_blocks(*seq, r->spec.cache_salt);
       if (seq->num_computed < seq->num_tokens()) continue;  // a prompt chunk: nothing to sample yet
+      if (r->spec.params.beam_search()) {
+        beam_rows_[seq] = static_cast<int64_t>(i);
+        continue;
+      }
       StepOutput so = seq->sampler->step(std::span<float>(logits_.data() + i * vocab, vocab));
       seq->tokens.push_back(so.sample.token);
       if (r->timings.first_token == Clock::time_point{}) r->timings.first_token = Clock::now();
@@ -263,6 +278,10 @@ void Engine::step() {
       r->stream->push(std::move(out));
     }
   }
+  for (auto& r : active_) {
+    if (r->spec.params.beam_search() && r->unfinished > 0) beam_step(*r);
+  }
+  beam_rows_.clear();
   // Retire finished requests.
   int64_t finished = 0;
   for (auto& r : active_) {
@@ -291,8 +310,141 @@ void Engine::step() {
   stats_.generated_tokens += generated_tokens;
 }
 
+void Engine::beam_step(EngineRequest& r) {
+  const SamplingParams& p = r.spec.params;
+  BeamState& beam = r.beam;
+  const int live = beam.started ? beam.live : 1;
+  std::vector<int64_t> rows(live, -1);
+  bool all_ready = true;
+  for (int b = 0; b < live; ++b) {
+    auto it = beam_rows_.find(r.seqs[b].get());
+    if (it == beam_rows_.end()) {
+      all_ready = false;
+    } else {
+      rows[b] = it->second;
+    }
+  }
+  if (!all_ready) {
+    // A beam is still being recomputed after a preemption: the others compute their last token
+    // again next step, so that every beam has its logits in the same step.
+    for (int b = 0; b < live; ++b) {
+      if (rows[b] >= 0) --r.seqs[b]->num_computed;
+    }
+    return;
+  }
+  if (!beam.started) beam.sums.assign(1, 0.0);
+  const int64_t vocab = model_.config().vocab_size;
+  std::vector<BeamCandidate> cands;
+  std::vector<std::vector<int32_t>> generated(live);
+  std::vector<float> row(static_cast<size_t>(vocab));
+  for (int b = 0; b < live; ++b) {
+    const Sequence& s = *r.seqs[b];
+    generated[b].assign(s.tokens.begin() + s.prompt_len, s.tokens.end());
+    TokenHistory h(std::span<const int32_t>(s.tokens.data(), s.prompt_len));
+    for (int32_t t : generated[b]) h.append(t);
+    std::copy_n(logits_.data() + rows[b] * vocab, vocab, row.data());
+    add_beam_candidates(row, p, h, eos_ids_, beam.sums[b], b, cands);
+  }
+  const std::vector<BeamCandidate> next =
+      select_beams(cands, p, eos_ids_, generated, beam.finished);
+  const size_t n_generated = generated[0].size() + 1;
+  if (r.timings.first_token == Clock::time_point{}) r.timings.first_token = Clock::now();
+  r.timings.generated_tokens += static_cast<int64_t>(next.size());
+  std::vector<std::vector<int32_t>> next_tokens;
+  std::vector<double> next_sums;
+  for (const auto& c : next) {
+    next_tokens.push_back(r.seqs[c.beam]->tokens);
+    next_tokens.back().push_back(c.token);
+    next_sums.push_back(c.score);
+  }
+  if (beams_done(beam.finished, next, n_generated, p)) {
+    for (auto& t : next_tokens) t.erase(t.begin(), t.begin() + r.seqs[0]->prompt_len);
+    beam.finished = finalize_beams(std::move(beam.finished), next_tokens, next_sums, p);
+    finish_beams(r, /*aborted=*/false);
+    return;
+  }
+  // Fork: each new beam shares its parent's full blocks (refcounts) and gets a copy of the
+  // parent's partial last block, the only one it will write into.
+  const int bsz = pool_.block_size();
+  std::vector<std::vector<int32_t>> tables(next.size());
+  std::vector<std::vector<uint64_t>> hashes(next.size());
+  std::vector<int64_t> computed(next.size());
+  for (size_t j = 0; j < next.size(); ++j) {
+    const Sequence& parent = *r.seqs[next[j].beam];
+    const int64_t n = parent.num_computed;
+    const int64_t full = n / bsz;
+    for (int64_t i = 0; i < full; ++i) {
+      pool_.retain(parent.block_table[i]);
+      tables[j].push_back(parent.block_table[i]);
+    }
+    hashes[j].assign(
+        parent.block_hashes.begin(),
+        parent.block_hashes.begin() + std::min<int64_t>(full, parent.block_hashes.size()));
+    if (n % bsz != 0) {
+      // Make room by preempting other requests' newest sequences, as schedule() would.
+      bool ok = pool_.allocate(1, tables[j]);
+      while (!ok && scheduler_.preempt_newest_other(&r)) ok = pool_.allocate(1, tables[j]);
+      if (!ok) {
+        for (size_t k = 0; k <= j; ++k) {
+          for (int32_t b : tables[k]) pool_.release(b);
+        }
+        log::warn("beam search request '{}' ran out of KV blocks while forking", r.spec.id);
+        finish_beams(r, /*aborted=*/true);
+        return;
+      }
+      kv_.copy_block(parent.block_table[full], tables[j].back());
+    }
+    computed[j] = n;
+  }
+  for (int b = 0; b < static_cast<int>(r.seqs.size()); ++b) {
+    if (b < live || b < static_cast<int>(next.size())) scheduler_.remove(r.seqs[b].get());
+  }
+  for (size_t j = 0; j < next.size(); ++j) {
+    Sequence& s = *r.seqs[j];
+    s.tokens = std::move(next_tokens[j]);
+    s.block_table = std::move(tables[j]);
+    s.block_hashes = std::move(hashes[j]);
+    s.num_computed = computed[j];
+    scheduler_.adopt_running(&s);
+  }
+  beam.sums = std::move(next_sums);
+  beam.live = static_cast<int32_t>(next.size());
+  beam.started = true;
+}
+
+void Engine::finish_beams(EngineRequest& r, bool aborted) {
+  for (auto& s : r.seqs) {
+    scheduler_.remove(s.get());
+    s->status = SequenceStatus::kFinished;
+  }
+  r.timings.finished = Clock::now();
+  r.stream->set_timings(r.timings);
+  r.unfinished = 0;
+  if (aborted || r.beam.finished.empty()) {
+    RequestOutput out;
+    out.finish = FinishReason::kAbort;
+    out.request_done = true;
+    r.stream->push(std::move(out));
+    return;
+  }
+  const auto& hyps = r.beam.finished;
+  for (size_t i = 0; i < hyps.size(); ++i) {
+    RequestOutput out;
+    out.index = static_cast<int32_t>(i);
+    out.token_ids = hyps[i].tokens;
+    std::vector<int32_t> shown = hyps[i].tokens;
+    if (hyps[i].finished_by_eos) shown.pop_back();
+    if (tokenizer_) out.text = tokenizer_->decode(shown, r.spec.params.skip_special_tokens);
+    out.finish = hyps[i].finished_by_eos ? FinishReason::kStop : FinishReason::kLength;
+    out.cumulative_logprob = hyps[i].sum_logprob;
+    out.request_done = i + 1 == hyps.size();
+    r.stream->push(std::move(out));
+  }
+}
+
 std::vector<CompletedSequence> run_to_completion(Engine& engine, GenerationRequest request) {
-  const int32_t n = request.params.candidates();
+  const int32_t n = request.params.beam_search() ? request.params.num_return_sequences
+                                                 : request.params.candidates();
   auto stream = engine.submit(std::move(request));
   std::vector<CompletedSequence> out(static_cast<size_t>(n));
   RequestOutput o;

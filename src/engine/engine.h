@@ -8,6 +8,7 @@
 #include <memory>
 #include <mutex>
 #include <thread>
+#include <unordered_map>
 #include <vector>
 
 #include "core/thread_pool.h"
@@ -62,6 +63,9 @@ class Engine {
   void step();
   void admit_new_requests();
   void finish_sequence(Sequence* seq, RequestOutput& out);
+  // Beam search requests: one selection over all beams once each has its logits this step.
+  void beam_step(EngineRequest& r);
+  void finish_beams(EngineRequest& r, bool aborted);
 
   Model& model_;
   const Tokenizer* tokenizer_;
@@ -82,6 +86,7 @@ class Engine {
   std::vector<std::unique_ptr<EngineRequest>> active_;  // engine thread only
   std::vector<float> logits_;
   std::vector<SequenceChunk> batch_;
+  std::unordered_map<const Sequence*, int64_t> beam_rows_;  // logits row of each ready beam
 
   mutable std::mutex stats_mu_;
   EngineStats stats_;

@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "engine/sequence.h"
+#include "sampling/beam_search.h"
 #include "sampling/sampler.h"
 #include "sampling/sampling_params.h"
 
@@ -69,6 +70,14 @@ class RequestStream {
   RequestTimings timings_;
 };
 
+// Beam search state of a request (num_beams > 1): running sums, finished hypotheses.
+struct BeamState {
+  bool started = false;  // the first expansion happened; all slots are beams now
+  int32_t live = 0;      // beam slots in use
+  std::vector<double> sums;
+  std::vector<BeamHypothesis> finished;
+};
+
 struct EngineRequest {
   GenerationRequest spec;
   uint64_t seed = 0;
@@ -77,6 +86,7 @@ struct EngineRequest {
   std::shared_ptr<RequestStream> stream;
   RequestTimings timings;
   int32_t unfinished = 0;
+  BeamState beam;
 };
 
 }  // namespace tf

@@ -30,6 +30,22 @@ void Scheduler::remove(Sequence* seq) {
   kv_.free(*seq);
 }
 
+void Scheduler::adopt_running(Sequence* seq) {
+  waiting_.erase(std::remove(waiting_.begin(), waiting_.end(), seq), waiting_.end());
+  if (std::find(running_.begin(), running_.end(), seq) == running_.end()) running_.push_back(seq);
+  seq->status = SequenceStatus::kRunning;
+}
+
+bool Scheduler::preempt_newest_other(const EngineRequest* keep) {
+  for (auto it = running_.rbegin(); it != running_.rend(); ++it) {
+    if ((*it)->request == keep) continue;
+    SchedulerOutput ignored;
+    preempt(*it, ignored);
+    return true;
+  }
+  return false;
+}
+
 void Scheduler::preempt(Sequence* victim, SchedulerOutput& out) {
   running_.erase(std::remove(running_.begin(), running_.end(), victim), running_.end());
   kv_.free(*victim);  // recomputed later; its blocks may still be found in the prefix cache

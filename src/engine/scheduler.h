@@ -42,6 +42,11 @@ class Scheduler {
   void add(Sequence* seq, bool front = false);
   // Removes a sequence wherever it is (finished, cancelled) and frees its blocks.
   void remove(Sequence* seq);
+  // Makes a sequence running as it is (a beam forked from another, its blocks already set).
+  void adopt_running(Sequence* seq);
+  // Frees memory for a request outside schedule() (a beam fork): preempts the newest running
+  // sequence of another request. False if there is none.
+  bool preempt_newest_other(const EngineRequest* keep);
 
   SchedulerOutput schedule();
 

@@ -12,6 +12,7 @@
 #include "engine/kv_cache_manager.h"
 #include "engine/scheduler.h"
 #include "model/test_util.h"
+#include "sampling/beam_search.h"
 #include "tokenizer/tokenizer_loader.h"
 
 namespace tf {
@@ -216,6 +217,43 @@ TEST_F(EngineTest, NSequencesShareThePromptAndFollowTheirSeeds) {
   EXPECT_GT(e.stats().prefix_hit_tokens, 0) << "sequences 1 and 2 reuse sequence 0's prompt blocks";
   const auto again = run_to_completion(e, r);
   for (int i = 0; i < 3; ++i) EXPECT_EQ(again[i].tokens, outs[i].tokens);
+}
+
+TEST_F(EngineTest, BeamSearchInTheEngineEqualsTheStandaloneSearch) {
+  GenerationRequest r = greedy(PREAMBLE "Once upon a time", 24);
+  r.params.ignore_eos = false;
+  r.params.num_beams = 4;
+  r.params.num_return_sequences = 3;
+  r.params.length_penalty = 0.8f;
+  ThreadPool pool(2);
+  KvCache kv(model_->config(),
+             beam_search_blocks(static_cast<int64_t>(r.prompt.size()), r.params, 16), 16);
+  const auto expected = beam_search(*model_, kv, pool, r.prompt, r.params, Ids{2});
+  ASSERT_EQ(expected.size(), 3u);
+  // Alone, beside other requests, and with memory so tight that beams get preempted.
+  for (int64_t blocks : {int64_t{256}, int64_t{20}}) {
+    Engine e(*model_, tok_, {2}, config(blocks, true));
+    std::vector<std::shared_ptr<RequestStream>> others;
+    for (const char* p : kPrompts) others.push_back(e.submit(greedy(p, 40)));
+    const auto got = run_to_completion(e, r);
+    ASSERT_EQ(got.size(), 3u) << blocks;
+    for (size_t i = 0; i < 3; ++i) {
+      EXPECT_EQ(got[i].tokens, expected[i].tokens) << "blocks " << blocks << ", hypothesis " << i;
+      EXPECT_NEAR(got[i].cumulative_logprob, expected[i].sum_logprob, 1e-3);
+    }
+    RequestOutput o;
+    for (auto& s : others) {
+      while (s->next(o)) {
+      }
+    }
+    for (int i = 0; i < 200 && e.stats().kv_blocks_used > 0; ++i) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    }
+    EXPECT_EQ(e.stats().kv_blocks_used, 0) << "beams released every block";
+    if (blocks == 20) {
+      EXPECT_GT(e.stats().preemptions, 0) << "the tight setup must preempt (beams included)";
+    }
+  }
 }
 
 TEST_F(EngineTest, BatchTimeoutGathersAFirstBatch) {
