@@ -1,5 +1,5 @@
-// tokenflow generate: one prompt; tokens streamed to stdout as they are sampled (or, for several
-// sequences and beam search, each result printed when it is complete).
+// tokenflow generate: one prompt through the engine; tokens streamed to stdout as they are
+// sampled (or, for several sequences and beam search, each result printed when it is complete).
 
 #include <algorithm>
 #include <chrono>
@@ -15,7 +15,6 @@
 #include "engine/engine.h"
 #include "engine/memory_budget.h"
 #include "model/model.h"
-#include "sampling/beam_search.h"
 #include "sampling/sequence_sampler.h"
 #include "serving/openai_request.h"
 #include "tokenizer/tokenizer_loader.h"
@@ -153,38 +152,20 @@ int run_generate(GenerateOptions& o) {
   }
 
   const auto t_start = std::chrono::steady_clock::now();
-  if (params.beam_search()) {
-    ThreadPool pool(o.threads);
-    KvCache kv(cfg, beam_search_blocks(static_cast<int64_t>(prompt.size()), params, bs), bs);
-    const auto hyps = beam_search(*model, kv, pool, prompt, params, eos);
-    for (size_t i = 0; i < hyps.size(); ++i) {
-      std::vector<int32_t> toks = hyps[i].tokens;
-      if (hyps[i].finished_by_eos) toks.pop_back();
-      std::printf("--- beam %zu (score %.4f, sum logprob %.4f, %s) ---\n", i, hyps[i].score,
-                  hyps[i].sum_logprob, hyps[i].finished_by_eos ? "stop" : "length");
-      if (tokenizer) {
-        write((o.no_echo ? "" : tokenizer->decode(prompt)) + tokenizer->decode(toks) + "\n");
-      } else {
-        for (int32_t t : toks) std::printf("%d ", t);
-        std::printf("\n");
-      }
-    }
-    if (o.verbose) std::fprintf(stderr, "beam search: %.3f s\n", seconds_since(t_start));
-    return 0;
-  }
-
   // Through the engine: n (or best_of) sequences decode together, sharing the prompt's blocks.
-  const int32_t m = params.candidates();
+  // Beam search returns num_return_sequences; its beams may each need their own blocks.
+  const int32_t m = params.beam_search() ? params.num_return_sequences : params.candidates();
+  const int32_t slots = params.beam_search() ? params.num_beams : m;
   EngineConfig ec;
   ec.threads = o.threads;
-  ec.kv_cache_bytes = (per_seq + 1) * m * KvCache::bytes_per_block(cfg, bs);
+  ec.kv_cache_bytes = (per_seq + 1) * slots * KvCache::bytes_per_block(cfg, bs);
   Engine engine(*model, tokenizer, eos, ec);
   GenerationRequest req;
   req.prompt = prompt;
   req.params = params;
   auto stream = engine.submit(req);
   std::vector<CompletedSequence> seqs(m);
-  const bool live_output = m == 1;
+  const bool live_output = m == 1 && !params.beam_search();
   RequestOutput ev;
   while (stream->next(ev)) {
     auto& s = seqs[ev.index];
@@ -213,7 +194,7 @@ int run_generate(GenerateOptions& o) {
     // best_of: keep the n candidates with the highest cumulative logprob.
     std::vector<int32_t> order(m);
     std::iota(order.begin(), order.end(), 0);
-    if (m > params.n) {
+    if (!params.beam_search() && m > params.n) {
       std::stable_sort(order.begin(), order.end(), [&](int32_t a, int32_t b) {
         return seqs[a].cumulative_logprob > seqs[b].cumulative_logprob;
       });

@@ -114,7 +114,10 @@ class DecodingFlagsTest(unittest.TestCase):
 
     def test_beam_search(self):
         out, _ = self.gen("--num-beams", "3", "--num-return-sequences", "2", "-n", "10")
-        self.assertEqual(len([l for l in out.splitlines() if l.startswith("--- beam")]), 2)
+        headers = [l for l in out.splitlines() if l.startswith("--- sequence")]
+        self.assertEqual(len(headers), 2)
+        lps = [float(h.split("cumulative logprob ")[1].rstrip(" -)")) for h in headers]
+        self.assertGreaterEqual(lps[0], lps[1])
         greedy, _ = self.gen("-t", "0", "-n", "10", "--num-beams", "1")
         self.assertTrue(greedy.startswith("Once upon a time, there was"))
 
