@@ -11,6 +11,7 @@
 #include "engine/kv_block_pool.h"
 #include "engine/kv_cache_manager.h"
 #include "engine/scheduler.h"
+#include "model/stories_fixture.h"
 #include "model/test_util.h"
 #include "sampling/beam_search.h"
 #include "tokenizer/tokenizer_loader.h"
@@ -88,16 +89,8 @@ TEST(KvBlockPool, RandomEventsNeverLeakBlocks) {
   }
 }
 
-class EngineTest : public ::testing::Test {
+class EngineTest : public testing::StoriesTest {
  protected:
-  static void SetUpTestSuite() {
-    model_ = load_model(testing::stories_bin()).release();
-    tok_ = load_tokenizer_for(testing::stories_bin(), 512).release();
-  }
-  static void TearDownTestSuite() {
-    delete model_;
-    delete tok_;
-  }
   static EngineConfig config(int64_t blocks, bool prefix, int64_t max_tokens_per_step = 2048) {
     EngineConfig c;
     c.kv_cache_bytes = blocks * KvCache::bytes_per_block(model_->config(), 16);
@@ -114,11 +107,7 @@ class EngineTest : public ::testing::Test {
     r.params.ignore_eos = true;
     return r;
   }
-  static Model* model_;
-  static Tokenizer* tok_;
 };
-Model* EngineTest::model_ = nullptr;
-Tokenizer* EngineTest::tok_ = nullptr;
 
 // A shared preamble longer than a block, so that the prefix cache has something to share.
 #define PREAMBLE \

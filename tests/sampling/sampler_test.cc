@@ -11,6 +11,7 @@
 #include "core/error.h"
 #include "core/thread_pool.h"
 #include "model/model.h"
+#include "model/stories_fixture.h"
 #include "model/test_util.h"
 #include "sampling/beam_search.h"
 #include "sampling/sampler.h"
@@ -148,21 +149,7 @@ TEST(SamplingParams, ValidationNamesTheParameter) {
             std::string::npos);
 }
 
-class StoriesTest : public ::testing::Test {
- protected:
-  static void SetUpTestSuite() {
-    model_ = load_model(testing::stories_bin()).release();
-    tok_ = load_tokenizer_for(testing::stories_bin(), 512).release();
-  }
-  static void TearDownTestSuite() {
-    delete model_;
-    delete tok_;
-  }
-  static Model* model_;
-  static Tokenizer* tok_;
-};
-Model* StoriesTest::model_ = nullptr;
-Tokenizer* StoriesTest::tok_ = nullptr;
+using testing::StoriesTest;
 
 // Runs several requests together, each its own sequence, decoding them in one batch per step
 // (as the engine does); returns each request's tokens.
