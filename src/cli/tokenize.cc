@@ -35,10 +35,7 @@ int64_t model_vocab_size(const std::string& path) {
   if (fs::is_directory(path, ec)) {
     const fs::path cfg = fs::path(path) / "config.json";
     if (!fs::exists(cfg, ec)) return 0;
-    std::ifstream in(cfg);
-    std::stringstream ss;
-    ss << in.rdbuf();
-    return parse_hf_config(ss.str(), cfg.string()).vocab_size;
+    return parse_hf_config(read_file(cfg.string()), cfg.string()).vocab_size;
   }
   const fs::path p(path);
   if (p.extension() == ".bin" && p.filename().string().rfind("tok", 0) != 0) {

@@ -8,6 +8,10 @@
 
 namespace tf {
 
+// The whole file as bytes, for small files (configs, tokenizers); throws Error (kNotFound for a
+// missing file) naming the path. Weights are mapped instead.
+std::string read_file(const std::string& path);
+
 class MappedFile {
  public:
   MappedFile() = default;

@@ -283,16 +283,12 @@ void Engine::step() {
   }
   beam_rows_.clear();
   // Retire finished requests.
-  int64_t finished = 0;
+  int64_t finished = 0, prompt_tokens = 0, generated_tokens = 0;
   for (auto& r : active_) {
-    if (r->unfinished == 0) ++finished;
-  }
-  int64_t prompt_tokens = 0, generated_tokens = 0;
-  for (auto& r : active_) {
-    if (r->unfinished == 0) {
-      prompt_tokens += r->timings.prompt_tokens;
-      generated_tokens += r->timings.generated_tokens;
-    }
+    if (r->unfinished != 0) continue;
+    ++finished;
+    prompt_tokens += r->timings.prompt_tokens;
+    generated_tokens += r->timings.generated_tokens;
   }
   active_.erase(std::remove_if(active_.begin(), active_.end(),
                                [](const auto& r) { return r->unfinished == 0; }),

@@ -5,6 +5,7 @@
 #include <sstream>
 
 #include "core/error.h"
+#include "core/mapped_file.h"
 #include "model/gpt2.h"
 #include "model/llama.h"
 #include "model/llama2c.h"
@@ -67,18 +68,6 @@ void Model::forward(std::span<const SequenceChunk> batch, KvCache& kv, float* lo
   run(batch, token_positions_, kv, logits, pool);
 }
 
-namespace {
-
-std::string read_text(const std::filesystem::path& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) fail(ErrorKind::kNotFound, "cannot open '{}'", path.string());
-  std::ostringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
-
-}  // namespace
-
 std::unique_ptr<Model> load_model(const std::string& path) {
   namespace fs = std::filesystem;
   std::error_code ec;
@@ -92,7 +81,7 @@ std::unique_ptr<Model> load_model(const std::string& path) {
            "'{}' is a directory without config.json (expected a Hugging Face model directory)",
            path);
     }
-    config = parse_hf_config(read_text(cfg), cfg.string());
+    config = parse_hf_config(read_file(cfg.string()), cfg.string());
     load_safetensors_dir(path, weights);
   } else if (fs::path(path).extension() == ".safetensors") {
     fail(ErrorKind::kUnsupported,

@@ -29,14 +29,6 @@ uint64_t checked_numel(const Shape& shape, const std::string& where) {
   return n;
 }
 
-std::string read_text_file(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) fail(ErrorKind::kNotFound, "cannot open '{}'", path);
-  std::ostringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
-
 }  // namespace
 
 SafetensorsHeader parse_safetensors(const uint8_t* data, size_t size, const std::string& path) {
@@ -130,7 +122,7 @@ void load_safetensors_dir(const std::string& dir, WeightStore& store) {
   if (!fs::exists(index)) {
     fail(ErrorKind::kNotFound, "'{}': no model.safetensors or model.safetensors.index.json", dir);
   }
-  json j = json::parse(read_text_file(index.string()), nullptr, false);
+  json j = json::parse(read_file(index.string()), nullptr, false);
   if (j.is_discarded() || !j.is_object()) fail("'{}': not a valid JSON object", index.string());
   auto wm = j.find("weight_map");
   if (wm == j.end() || !wm->is_object() || wm->empty()) {

@@ -7,20 +7,13 @@
 #include <unordered_map>
 
 #include "core/error.h"
+#include "core/mapped_file.h"
 #include "tokenizer/unicode.h"
 
 namespace tf {
 namespace {
 
 using nlohmann::json;
-
-std::string read_file(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) fail(ErrorKind::kNotFound, "cannot open '{}'", path);
-  std::ostringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
 
 bool is_space(char c) {
   return c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\f' || c == '\v';

@@ -6,6 +6,7 @@
 #include <sstream>
 
 #include "core/error.h"
+#include "core/mapped_file.h"
 
 namespace tf {
 
@@ -14,11 +15,7 @@ SentencePieceTokenizer::SentencePieceTokenizer()
 SentencePieceTokenizer::~SentencePieceTokenizer() = default;
 
 std::unique_ptr<SentencePieceTokenizer> SentencePieceTokenizer::load(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) fail(ErrorKind::kNotFound, "cannot open '{}'", path);
-  std::ostringstream ss;
-  ss << in.rdbuf();
-  return from_bytes(ss.str(), "'" + path + "'");
+  return from_bytes(read_file(path), "'" + path + "'");
 }
 
 std::unique_ptr<SentencePieceTokenizer> SentencePieceTokenizer::from_bytes(

@@ -9,6 +9,7 @@
 
 #include "core/error.h"
 #include "core/log.h"
+#include "core/mapped_file.h"
 #include "tokenizer/hf_tokenizer.h"
 #include "tokenizer/llama2c_tokenizer.h"
 #include "tokenizer/sentencepiece_tokenizer.h"
@@ -19,18 +20,10 @@ namespace {
 namespace fs = std::filesystem;
 using nlohmann::json;
 
-std::string read_file(const fs::path& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) fail(ErrorKind::kNotFound, "cannot open '{}'", path.string());
-  std::ostringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
-
 json read_json_if_present(const fs::path& path) {
   std::error_code ec;
   if (!fs::exists(path, ec)) return json();
-  json j = json::parse(read_file(path), nullptr, false);
+  json j = json::parse(read_file(path.string()), nullptr, false);
   if (j.is_discarded() || !j.is_object()) fail("'{}': not a valid JSON object", path.string());
   return j;
 }
@@ -86,7 +79,7 @@ std::unique_ptr<Tokenizer> load_file(const fs::path& file, int64_t model_vocab_s
           fs::exists(dir / "merges.txt") ? dir / "merges.txt" : dir / "vocab.bpe";
       return HfTokenizer::from_gpt2_files(file.string(), merges.string());
     }
-    return HfTokenizer::from_json(read_file(file), fmt::format("'{}'", file.string()));
+    return HfTokenizer::from_json(read_file(file.string()), fmt::format("'{}'", file.string()));
   }
   if (ext == ".model") return SentencePieceTokenizer::load(file.string());
   if (model_vocab_size <= 0) {
