@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # The engine's targets, measured side by side in one run (issue 5), each a median of RUNS:
-#  1. continuous vs static batching, 32 concurrent requests, output lengths mixed 16..256;
+#  1. continuous vs static batching (padded, as TF Serving, and ragged), 32 concurrent requests,
+#     output lengths mixed 16..256;
 #  2. total decode tok/s at 32 concurrent sequences vs one sequence alone;
 #  3. time to first token with a 512-token shared prefix, prefix caching on vs off;
 # plus peak RSS. Usage: bench/engine_bench.sh [RUNS] [SHAPE]   (SHAPE: llama110m, gpt2-124m)
@@ -14,7 +15,7 @@ median() { sort -g | awk '{a[NR]=$1} END {print (NR%2 ? a[(NR+1)/2] : (a[NR/2]+a
 field() { awk -v k="$1" -v n="$2" 'index($0, k) == 1 {print $n}'; }
 run() { $bin bench --offline -m "$model" "$@"; }
 
-for mode in continuous static; do
+for mode in continuous static static-ragged; do
   v=$(for ((r = 0; r < runs; r++)); do run --num-prompts 64 --concurrency 32 --input-len 64 --output-range 16:256 --batching $mode | field "output tok/s" 3; done | median)
   echo "mixed 16..256, concurrency 32, $mode: output tok/s $v"
 done

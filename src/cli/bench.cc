@@ -71,8 +71,8 @@ int run_bench(const BenchOptions& o) {
       o.prefix_len < 0) {
     fail("--num-prompts, --concurrency, --input-len and --output-len must be >= 1");
   }
-  if (o.batching != "continuous" && o.batching != "static")
-    fail("--batching is continuous or static");
+  if (o.batching != "continuous" && o.batching != "static" && o.batching != "static-ragged")
+    fail("--batching is continuous, static or static-ragged, got '{}'", o.batching);
   int out_lo = o.output_len, out_hi = o.output_len;
   if (!o.output_range.empty()) {
     if (std::sscanf(o.output_range.c_str(), "%d:%d", &out_lo, &out_hi) != 2 || out_lo < 1 ||
@@ -93,7 +93,8 @@ int run_bench(const BenchOptions& o) {
   ec.prefix_caching = !o.no_prefix_caching;
   ec.scheduler.max_num_seqs = o.max_num_seqs;
   ec.scheduler.max_num_batched_tokens = o.max_num_batched_tokens;
-  ec.scheduler.static_batching = o.batching == "static";
+  ec.scheduler.static_batching = o.batching != "continuous";
+  ec.scheduler.pad_finished = o.batching == "static";
   ec.batch_timeout_micros = o.batch_timeout_micros;
   Engine engine(*model, nullptr, {}, ec);
 
@@ -213,7 +214,10 @@ Action add_bench(CLI::App& app) {
                  "MIN:MAX: mixed output lengths instead of --output-len");
   app.add_option("--prefix-len", o->prefix_len, "shared prefix tokens on every prompt")
       ->capture_default_str();
-  app.add_option("--batching", o->batching, "continuous, or static (request-level, for comparison)")
+  app.add_option(
+         "--batching", o->batching,
+         "continuous; static (request-level as TF Serving: a batch runs until its longest member "
+         "ends, finished rows computed as padding); static-ragged (finished rows leave the batch)")
       ->capture_default_str();
   app.add_flag("--no-prefix-caching", o->no_prefix_caching, "turn the prefix cache off");
   app.add_option("--kv-cache-memory", o->kv_cache_memory,

@@ -10,12 +10,38 @@ namespace tf {
 // ---- RequestStream ---------------------------------------------------------------------------
 
 void RequestStream::push(RequestOutput out) {
+  std::function<void()> listener;
   {
     std::lock_guard<std::mutex> lock(mu_);
     if (out.request_done) done_ = true;
     queue_.push_back(std::move(out));
+    listener = listener_;
   }
   cv_.notify_all();
+  if (listener) listener();
+}
+
+bool RequestStream::try_next(RequestOutput& out) {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (queue_.empty()) return false;
+  out = std::move(queue_.front());
+  queue_.pop_front();
+  return true;
+}
+
+bool RequestStream::done() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return done_ && queue_.empty();
+}
+
+void RequestStream::set_listener(std::function<void()> listener) {
+  bool pending = false;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    listener_ = listener;
+    pending = !queue_.empty();
+  }
+  if (pending && listener) listener();
 }
 
 bool RequestStream::next(RequestOutput& out) {
@@ -77,7 +103,15 @@ Engine::Engine(Model& model, const Tokenizer* tokenizer, std::vector<int32_t> eo
     fail("max_num_batched_tokens and max_num_seqs must be at least 1");
   }
   stats_.kv_blocks_total = pool_.num_blocks();
+  last_progress_ns_ = Clock::now().time_since_epoch().count();
   thread_ = std::thread([this] { loop(); });
+}
+
+bool Engine::responsive(std::chrono::milliseconds max_step) const {
+  if (!thread_.joinable()) return false;
+  if (idle_) return true;
+  const auto last = Clock::time_point(Clock::duration(last_progress_ns_.load()));
+  return Clock::now() - last <= max_step;
 }
 
 Engine::~Engine() {
@@ -178,7 +212,10 @@ void Engine::loop() {
     {
       std::unique_lock<std::mutex> lock(mu_);
       if (scheduler_.idle() && active_.empty()) {
+        idle_ = true;
         cv_.wait(lock, [&] { return stop_ || !incoming_.empty(); });
+        last_progress_ns_ = Clock::now().time_since_epoch().count();
+        idle_ = false;
         if (!stop_ && config_.batch_timeout_micros > 0) {
           // TF Serving's batch_timeout_micros: let a batch gather before the first step.
           cv_.wait_for(lock, std::chrono::microseconds(config_.batch_timeout_micros), [&] {
@@ -197,7 +234,7 @@ void Engine::loop() {
       log::error("engine step failed: {}", e.what());
       for (auto& r : active_) {
         for (auto& s : r->seqs) {
-          if (s->status == SequenceStatus::kFinished) continue;
+          if (s->status == SequenceStatus::kFinished && !s->padding) continue;
           scheduler_.remove(s.get());
           s->status = SequenceStatus::kFinished;
         }
@@ -213,7 +250,11 @@ void Engine::loop() {
 
 void Engine::finish_sequence(Sequence* seq, RequestOutput& out) {
   EngineRequest* r = seq->request;
-  scheduler_.remove(seq);
+  if (config_.scheduler.static_batching && config_.scheduler.pad_finished) {
+    scheduler_.pad(seq);
+  } else {
+    scheduler_.remove(seq);
+  }
   seq->status = SequenceStatus::kFinished;
   out.finish = seq->sampler->finish_reason();
   out.cumulative_logprob = seq->sampler->cumulative_logprob();
@@ -256,6 +297,7 @@ void Engine::step() {
     const auto now = Clock::now();
     for (size_t i = 0; i < sched.chunks.size(); ++i) {
       Sequence* seq = sched.chunks[i].seq;
+      if (seq->padding) continue;  // a padded row's logits are thrown away
       EngineRequest* r = seq->request;
       if (r->timings.first_scheduled == Clock::time_point{}) r->timings.first_scheduled = now;
       seq->num_computed += sched.chunks[i].count;
@@ -284,17 +326,22 @@ void Engine::step() {
   beam_rows_.clear();
   // Retire finished requests.
   int64_t finished = 0, prompt_tokens = 0, generated_tokens = 0;
+  // A request is retired once every sequence is done and none still pads a static batch.
+  auto retired = [](const std::unique_ptr<EngineRequest>& r) {
+    return r->unfinished == 0 &&
+           std::none_of(r->seqs.begin(), r->seqs.end(), [](const auto& s) { return s->padding; });
+  };
   for (auto& r : active_) {
-    if (r->unfinished != 0) continue;
+    if (!retired(r)) continue;
     ++finished;
     prompt_tokens += r->timings.prompt_tokens;
     generated_tokens += r->timings.generated_tokens;
   }
-  active_.erase(std::remove_if(active_.begin(), active_.end(),
-                               [](const auto& r) { return r->unfinished == 0; }),
-                active_.end());
+  active_.erase(std::remove_if(active_.begin(), active_.end(), retired), active_.end());
   std::lock_guard<std::mutex> lock(stats_mu_);
   ++stats_.steps;
+  last_progress_ns_ = Clock::now().time_since_epoch().count();
+  stats_.batched_tokens += sched.num_tokens;
   stats_.running = static_cast<int64_t>(scheduler_.num_running());
   stats_.waiting = static_cast<int64_t>(scheduler_.num_waiting());
   stats_.kv_blocks_used = pool_.num_used();

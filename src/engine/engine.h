@@ -4,6 +4,7 @@
 // the results), while any thread may submit or cancel. No lock is held across a forward pass.
 
 #include <atomic>
+#include <chrono>
 #include <condition_variable>
 #include <memory>
 #include <mutex>
@@ -32,6 +33,7 @@ struct EngineConfig {
 
 struct EngineStats {
   int64_t steps = 0;
+  int64_t batched_tokens = 0;  // token rows forwarded, over all steps (padding rows included)
   int64_t running = 0, waiting = 0;
   int64_t kv_blocks_total = 0, kv_blocks_used = 0;
   int64_t prefix_queried_tokens = 0, prefix_hit_tokens = 0;
@@ -55,6 +57,9 @@ class Engine {
   std::shared_ptr<RequestStream> submit(GenerationRequest request);
 
   EngineStats stats() const;
+  // Liveness for a readiness probe: true when the loop is idle (waiting for work) or finished a
+  // step within max_step; false when one step has run longer (a wedged engine) or it stopped.
+  bool responsive(std::chrono::milliseconds max_step) const;
   const Model& model() const { return model_; }
   int64_t kv_blocks() const { return pool_.num_blocks(); }
 
@@ -87,6 +92,9 @@ class Engine {
   std::vector<float> logits_;
   std::vector<SequenceChunk> batch_;
   std::unordered_map<const Sequence*, int64_t> beam_rows_;  // logits row of each ready beam
+
+  std::atomic<bool> idle_{true};
+  std::atomic<int64_t> last_progress_ns_{0};  // steady clock, at the end of each step
 
   mutable std::mutex stats_mu_;
   EngineStats stats_;

@@ -7,6 +7,7 @@
 #include <condition_variable>
 #include <cstdint>
 #include <deque>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -53,6 +54,12 @@ class RequestStream {
   bool next(RequestOutput& out);
   // As next(), but gives up after the timeout (returns false with timed_out set).
   bool next_for(RequestOutput& out, std::chrono::milliseconds timeout, bool& timed_out);
+  // Never blocks: false when nothing is queued now (then done() says whether more will come).
+  bool try_next(RequestOutput& out);
+  bool done() const;
+  // Called after every push, on the engine's thread (so it must be quick: post work elsewhere),
+  // and once at once if outputs are already queued. For readers that do not block on next().
+  void set_listener(std::function<void()> listener);
   void cancel() { cancelled_ = true; }
   bool cancelled() const { return cancelled_; }
   RequestTimings timings() const;
@@ -66,6 +73,7 @@ class RequestStream {
   std::condition_variable cv_;
   std::deque<RequestOutput> queue_;
   bool done_ = false;
+  std::function<void()> listener_;
   std::atomic<bool> cancelled_{false};
   RequestTimings timings_;
 };

@@ -30,6 +30,16 @@ void Scheduler::remove(Sequence* seq) {
   kv_.free(*seq);
 }
 
+void Scheduler::pad(Sequence* seq) {
+  seq->padding = true;
+}
+
+void Scheduler::drop_padding(Sequence* seq) {
+  running_.erase(std::remove(running_.begin(), running_.end(), seq), running_.end());
+  kv_.free(*seq);
+  seq->padding = false;
+}
+
 void Scheduler::adopt_running(Sequence* seq) {
   waiting_.erase(std::remove(waiting_.begin(), waiting_.end(), seq), waiting_.end());
   if (std::find(running_.begin(), running_.end(), seq) == running_.end()) running_.push_back(seq);
@@ -47,6 +57,10 @@ bool Scheduler::preempt_newest_other(const EngineRequest* keep) {
 }
 
 void Scheduler::preempt(Sequence* victim, SchedulerOutput& out) {
+  if (victim->padding) {  // a padding row only costs; it has nothing to recompute
+    drop_padding(victim);
+    return;
+  }
   running_.erase(std::remove(running_.begin(), running_.end(), victim), running_.end());
   kv_.free(*victim);  // recomputed later; its blocks may still be found in the prefix cache
   ++victim->preemptions;
@@ -59,10 +73,16 @@ SchedulerOutput Scheduler::schedule() {
   SchedulerOutput out;
   int64_t budget = config_.max_num_batched_tokens;
 
-  // 1. Running sequences, oldest first. Each needs its remaining tokens (1 when decoding).
+  // A padded static batch ends when only padding rows are left.
+  if (std::all_of(running_.begin(), running_.end(), [](const Sequence* s) { return s->padding; })) {
+    while (!running_.empty()) drop_padding(running_.back());
+  }
+
+  // 1. Running sequences, oldest first. Each needs its remaining tokens (1 when decoding; a
+  // padding row recomputes its last token without advancing).
   for (size_t i = 0; i < running_.size() && budget > 0;) {
     Sequence* seq = running_[i];
-    const int64_t remaining = seq->num_tokens() - seq->num_computed;
+    const int64_t remaining = seq->padding ? 1 : seq->num_tokens() - seq->num_computed;
     const int64_t take = config_.chunked_prefill ? std::min(remaining, budget) : remaining;
     if (take > budget || take <= 0) {
       ++i;
@@ -82,8 +102,8 @@ SchedulerOutput Scheduler::schedule() {
   }
 
   // 2. Waiting sequences. Static batching admits a new batch only when nothing runs.
-  if (config_.static_batching && !running_.empty()) return out;
-  while (!waiting_.empty() && budget > 0 &&
+  const bool admit = !config_.static_batching || running_.empty();
+  while (admit && !waiting_.empty() && budget > 0 &&
          static_cast<int64_t>(running_.size()) < config_.max_num_seqs) {
     Sequence* seq = waiting_.front();
     // The sequences of one request (n > 1) share its prompt: the first computes it, the others

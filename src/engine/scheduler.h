@@ -18,7 +18,12 @@ struct SchedulerConfig {
   int64_t max_num_batched_tokens = 2048;  // tokens per forward pass
   int64_t max_num_seqs = 256;  // sequences per forward pass (TF Serving's max_batch_size)
   bool chunked_prefill = true;
-  bool static_batching = false;  // request-level batching, only to measure what continuous gains
+  // Request-level batching, only to measure what continuous batching gains: a new batch is
+  // admitted only when the previous one has ended.
+  bool static_batching = false;
+  // With static batching: finished rows keep computing (their last token, again) until the
+  // batch's longest member ends, as the rows of a padded batch tensor do in TF Serving.
+  bool pad_finished = false;
 };
 
 struct ScheduledChunk {
@@ -42,6 +47,9 @@ class Scheduler {
   void add(Sequence* seq, bool front = false);
   // Removes a sequence wherever it is (finished, cancelled) and frees its blocks.
   void remove(Sequence* seq);
+  // Static batching with padding: the finished sequence keeps its row (and its blocks) and
+  // recomputes its last token every step until the batch ends; then it is removed.
+  void pad(Sequence* seq);
   // Makes a sequence running as it is (a beam forked from another, its blocks already set).
   void adopt_running(Sequence* seq);
   // Frees memory for a request outside schedule() (a beam fork): preempts the newest running
@@ -57,6 +65,7 @@ class Scheduler {
 
  private:
   void preempt(Sequence* victim, SchedulerOutput& out);
+  void drop_padding(Sequence* seq);
   uint64_t salt(const Sequence* seq) const;
 
   SchedulerConfig config_;

@@ -27,6 +27,7 @@ struct Sequence {
   std::optional<SequenceSampler> sampler;
   SequenceStatus status = SequenceStatus::kWaiting;
   int64_t preemptions = 0;
+  bool padding = false;  // finished, holding its row in a padded static batch (Scheduler::pad)
 
   int64_t num_tokens() const { return static_cast<int64_t>(tokens.size()); }
 };

@@ -157,6 +157,51 @@ TEST_F(EngineTest, GreedyOutputIsTheSameAloneAmongOthersCachedChunkedAndPreempte
   }
 }
 
+TEST_F(EngineTest, StaticBatchingRunsWholeBatchesAndPaddedRowsKeepComputing) {
+  // Output lengths differ, so a static batch has rows that finish early.
+  const int32_t lengths[] = {40, 8, 24, 4, 16};
+  std::vector<Ids> alone;
+  {
+    Engine e(*model_, tok_, {2}, config(256, false));
+    for (size_t i = 0; i < std::size(kPrompts); ++i)
+      alone.push_back(run_to_completion(e, greedy(kPrompts[i], lengths[i]))[0].tokens);
+  }
+  int64_t batched[2] = {0, 0};
+  for (bool pad : {false, true}) {
+    EngineConfig c = config(256, true);
+    c.scheduler.static_batching = true;
+    c.scheduler.pad_finished = pad;
+    c.scheduler.max_num_seqs = 5;
+    c.batch_timeout_micros = 200000;  // the first batch gathers all five of the first round
+    Engine e(*model_, tok_, {2}, c);
+    std::vector<std::shared_ptr<RequestStream>> streams;
+    for (int round = 0; round < 2; ++round) {
+      for (size_t i = 0; i < std::size(kPrompts); ++i)
+        streams.push_back(e.submit(greedy(kPrompts[i], lengths[i])));
+    }
+    for (size_t k = 0; k < streams.size(); ++k) {
+      Ids got;
+      RequestOutput o;
+      FinishReason last = FinishReason::kNone;
+      while (streams[k]->next(o)) {
+        got.insert(got.end(), o.token_ids.begin(), o.token_ids.end());
+        if (o.finish != FinishReason::kNone) last = o.finish;
+      }
+      EXPECT_EQ(got, alone[k % 5]) << (pad ? "padded" : "ragged") << ", request " << k;
+      EXPECT_EQ(last, FinishReason::kLength);
+    }
+    for (int i = 0; i < 200 && (e.stats().kv_blocks_used > 0 || e.stats().running > 0); ++i)
+      std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    const EngineStats st = e.stats();
+    EXPECT_EQ(st.kv_blocks_used, 0) << "padding rows give their blocks back when the batch ends";
+    EXPECT_EQ(st.requests_finished, 10);
+    batched[pad] = st.batched_tokens;
+  }
+  // Padded: every row runs as long as the batch's longest (40 decode steps per batch of 5),
+  // ragged: rows leave as they finish.
+  EXPECT_GT(batched[1], batched[0] + 2 * (5 * 40 - (40 + 8 + 24 + 4 + 16)) - 20);
+}
+
 TEST_F(EngineTest, CancelFreesBlocksAndEndsTheStream) {
   Engine e(*model_, tok_, {2}, config(64, true));
   auto stream = e.submit(greedy("Once upon a time", 400));
