@@ -22,5 +22,6 @@ Action add_generate(CLI::App& app);
 Action add_inspect(CLI::App& app);
 Action add_tokenize(CLI::App& app);
 Action add_bench(CLI::App& app);
+Action add_serve(CLI::App& app);
 
 }  // namespace tf::cli

@@ -17,6 +17,7 @@
 #include "model/model.h"
 #include "sampling/sequence_sampler.h"
 #include "serving/openai_request.h"
+#include "serving/served_model.h"
 #include "tokenizer/tokenizer_loader.h"
 
 namespace tf::cli {
@@ -137,11 +138,7 @@ int run_generate(GenerateOptions& o) {
       std::min<int64_t>(params.max_tokens, ctx - static_cast<int64_t>(prompt.size())));
   params.min_tokens = std::min(params.min_tokens, params.max_tokens);
 
-  // Stop on any EOS id the model declares; llama2.c checkpoints also end a story with BOS, as
-  // its run.c does.
-  std::vector<int32_t> eos = loaded.stop_ids;
-  if (cfg.eos_id >= 0) eos.push_back(cfg.eos_id);
-  if (cfg.format == "llama2c" && cfg.bos_id >= 0) eos.push_back(cfg.bos_id);
+  const std::vector<int32_t> eos = model_stop_ids(cfg, loaded);
 
   const uint64_t seed = o.seed ? *o.seed : random_seed();
   params.seed = seed;

@@ -20,6 +20,7 @@ int main(int argc, char** argv) {
     CLI::App* sub = app.add_subcommand(name, help);
     actions[sub] = adder(*sub);
   };
+  add("serve", "Serve models over HTTP (OpenAI and TF Serving APIs)", tf::cli::add_serve);
   add("generate", "Generate text from a prompt, streamed to stdout", tf::cli::add_generate);
   add("inspect", "Describe a model file or directory", tf::cli::add_inspect);
   add("tokenize", "Turn text into token ids, or ids into text", tf::cli::add_tokenize);

@@ -125,20 +125,44 @@ SamplingParams parse_sampling_params(const json& body, bool chat, int32_t defaul
   return p;
 }
 
-std::vector<int32_t> parse_completion_prompt(const json& body, const Tokenizer* tokenizer) {
+std::vector<std::vector<int32_t>> parse_completion_prompts(const json& body,
+                                                           const Tokenizer* tokenizer,
+                                                           bool add_special_tokens) {
   auto it = body.find("prompt");
   if (it == body.end() || it->is_null()) fail("'prompt' is required");
-  if (it->is_string()) {
+  auto text = [&](const json& v) {
     if (!tokenizer) fail("this model has no tokenizer: send the prompt as token ids");
-    return tokenizer->encode(it->get<std::string>(), true);
+    return tokenizer->encode(v.get<std::string>(), add_special_tokens);
+  };
+  const char* shape =
+      "'prompt' must be a string, a list of strings, a list of token ids or a list of lists of "
+      "token ids";
+  if (it->is_string()) return {text(*it)};
+  if (!it->is_array() || it->empty()) fail("{}", shape);
+  const json& first = (*it)[0];
+  std::vector<std::vector<int32_t>> out;
+  if (first.is_number_integer()) {
+    out.push_back(int_list(*it, "prompt"));
+  } else if (first.is_string()) {
+    for (const auto& p : *it) {
+      if (!p.is_string()) fail("{}", shape);
+      out.push_back(text(p));
+    }
+  } else if (first.is_array()) {
+    for (const auto& p : *it) out.push_back(int_list(p, "prompt"));
+  } else {
+    fail("{}", shape);
   }
-  if (it->is_array() && !it->empty() && (*it)[0].is_number_integer())
-    return int_list(*it, "prompt");
-  if (it->is_array() && it->size() == 1) {
-    const json one = {{"prompt", (*it)[0]}};
-    return parse_completion_prompt(one, tokenizer);
+  for (const auto& p : out) {
+    if (p.empty()) fail("'prompt' must not be empty");
   }
-  fail("'prompt' must be a string or a list of token ids (one prompt per request here)");
+  return out;
+}
+
+std::vector<int32_t> parse_completion_prompt(const json& body, const Tokenizer* tokenizer) {
+  auto prompts = parse_completion_prompts(body, tokenizer);
+  if (prompts.size() != 1) fail("'prompt' must be one prompt here");
+  return std::move(prompts[0]);
 }
 
 std::string chat_template_source(const LoadedTokenizer& tokenizer, const ModelConfig& config) {

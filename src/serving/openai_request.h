@@ -24,6 +24,13 @@ SamplingParams parse_sampling_params(const nlohmann::json& body, bool chat,
 std::vector<int32_t> parse_completion_prompt(const nlohmann::json& body,
                                              const Tokenizer* tokenizer);
 
+// Every prompt of a completions body: a string, a list of strings, a list of token ids, or a
+// list of lists of token ids. Text is encoded with the tokenizer's special tokens (BOS) unless
+// add_special_tokens is false.
+std::vector<std::vector<int32_t>> parse_completion_prompts(const nlohmann::json& body,
+                                                           const Tokenizer* tokenizer,
+                                                           bool add_special_tokens = true);
+
 // The prompt of a chat body: messages rendered with the model's chat template (or the built-in
 // one for its family), then tokenized without adding special tokens again.
 std::vector<int32_t> parse_chat_prompt(const nlohmann::json& body, const LoadedTokenizer& tokenizer,

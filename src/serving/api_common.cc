@@ -1,0 +1,140 @@
+#include "serving/api_common.h"
+
+#include <fmt/format.h>
+
+#include <random>
+
+#include "core/log.h"
+
+namespace tf {
+
+int http_status_of(const std::exception& e) {
+  if (const auto* h = dynamic_cast<const HttpError*>(&e)) return h->status();
+  if (const auto* err = dynamic_cast<const Error*>(&e)) {
+    switch (err->kind()) {
+      case ErrorKind::kInvalidArgument:
+      case ErrorKind::kUnsupported:
+        return 400;
+      case ErrorKind::kNotFound:
+        return 404;
+      case ErrorKind::kResourceExhausted:
+        return 503;
+      case ErrorKind::kInternal:
+        return 500;
+    }
+  }
+  return 500;
+}
+
+namespace {
+
+const char* error_type(int status) {
+  switch (status) {
+    case 400:
+    case 404:
+    case 413:
+    case 422:
+    case 431:
+      return "invalid_request_error";
+    case 401:
+      return "authentication_error";
+    case 403:
+      return "permission_error";
+    case 429:
+      return "rate_limit_error";
+    case 503:
+      return "overloaded_error";
+    default:
+      return "server_error";
+  }
+}
+
+const char* default_code(int status) {
+  switch (status) {
+    case 400:
+      return "invalid_parameter";
+    case 404:
+      return "not_found";
+    case 405:
+      return "method_not_allowed";
+    case 413:
+      return "request_too_large";
+    case 431:
+      return "headers_too_large";
+    case 429:
+      return "rate_limit_exceeded";
+    case 503:
+      return "server_overloaded";
+    default:
+      return "internal_error";
+  }
+}
+
+}  // namespace
+
+std::string openai_error_body(int status, const std::string& message, std::string code,
+                              std::string param) {
+  if (param.empty() && status == 400 && message.size() > 2 && message[0] == '\'') {
+    const size_t end = message.find('\'', 1);
+    if (end != std::string::npos) param = message.substr(1, end - 1);
+  }
+  nlohmann::json err = {{"message", message},
+                        {"type", error_type(status)},
+                        {"param", param.empty() ? nlohmann::json() : nlohmann::json(param)},
+                        {"code", code.empty() ? default_code(status) : code}};
+  return dump_json(nlohmann::json{{"error", err}});
+}
+
+std::string openai_error_body(const std::exception& e) {
+  const int status = http_status_of(e);
+  const std::string message =
+      status == 500 ? fmt::format("internal error: {}", e.what()) : std::string(e.what());
+  if (const auto* h = dynamic_cast<const HttpError*>(&e))
+    return openai_error_body(status, message, h->code(), h->param());
+  return openai_error_body(status, message);
+}
+
+std::string tfserving_error_body(const std::string& message) {
+  return dump_json(nlohmann::json{{"error", message}});
+}
+
+std::string dump_json(const nlohmann::json& j) {
+  return j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+}
+
+std::string dump_json(const nlohmann::ordered_json& j) {
+  return j.dump(-1, ' ', false, nlohmann::ordered_json::error_handler_t::replace);
+}
+
+nlohmann::json parse_json_body(const std::string& body) {
+  try {
+    return nlohmann::json::parse(body);
+  } catch (const nlohmann::json::parse_error& e) {
+    throw HttpError(400, fmt::format("the body is not valid JSON (at byte {})", e.byte),
+                    "invalid_json");
+  }
+}
+
+int64_t unix_seconds() {
+  return std::chrono::duration_cast<std::chrono::seconds>(
+             std::chrono::system_clock::now().time_since_epoch())
+      .count();
+}
+
+std::string random_id(const std::string& prefix) {
+  thread_local std::mt19937_64 rng(std::random_device{}());
+  return fmt::format("{}{:016x}{:08x}", prefix, rng(), static_cast<uint32_t>(rng()));
+}
+
+void log_request(const RequestRecord& r, int status) {
+  const double ms =
+      std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - r.received)
+          .count();
+  log::info(
+      "request id={} remote={} {} {} model={} status={} prompt_tokens={} "
+      "completion_tokens={} finish={} duration_ms={:.1f}",
+      r.id, r.remote, r.method, r.path, r.model.empty() ? "-" : r.model, status, r.prompt_tokens,
+      r.completion_tokens, r.finish.empty() ? "-" : r.finish, ms);
+}
+
+}  // namespace tf

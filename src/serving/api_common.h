@@ -1,0 +1,65 @@
+#pragma once
+// What the HTTP routes share: the mapping from errors to status codes, the two error shapes
+// (OpenAI's and TF Serving's), JSON output that never throws on odd bytes, and the one log line
+// per request.
+
+#include <nlohmann/json.hpp>
+
+#include <chrono>
+#include <cstdint>
+#include <string>
+
+#include "core/error.h"
+
+namespace tf {
+
+// An error with the HTTP status it answers with.
+class HttpError : public Error {
+ public:
+  HttpError(int status, const std::string& message, std::string code = "", std::string param = "")
+      : Error(status >= 500 ? ErrorKind::kInternal : ErrorKind::kInvalidArgument, message),
+        status_(status),
+        code_(std::move(code)),
+        param_(std::move(param)) {}
+  int status() const { return status_; }
+  const std::string& code() const { return code_; }
+  const std::string& param() const { return param_; }
+
+ private:
+  int status_;
+  std::string code_, param_;
+};
+
+// The status an error answers with: HttpError's own; 400 for invalid or unsupported input, 404
+// for what does not exist, 503 for exhausted resources, 500 for internal errors.
+int http_status_of(const std::exception& e);
+
+// {"error": {"message", "type", "param", "code"}} as OpenAI sends it. param: the field at
+// fault (taken from a message that starts with a quoted name when not given).
+std::string openai_error_body(int status, const std::string& message, std::string code = "",
+                              std::string param = "");
+std::string openai_error_body(const std::exception& e);
+// {"error": "..."} as TF Serving sends it.
+std::string tfserving_error_body(const std::string& message);
+
+// JSON text; invalid UTF-8 (a token that is half a character) becomes U+FFFD instead of throwing.
+std::string dump_json(const nlohmann::json& j);
+std::string dump_json(const nlohmann::ordered_json& j);
+
+// Parses a request body; a syntax error is an HttpError 400 naming the position.
+nlohmann::json parse_json_body(const std::string& body);
+
+int64_t unix_seconds();
+// A fresh id such as "cmpl-3f2a..." (prefix + 24 hex digits).
+std::string random_id(const std::string& prefix);
+
+// The facts of one request, logged as one line when its response ends.
+struct RequestRecord {
+  std::string id, method, path, model, remote;
+  int64_t prompt_tokens = 0, completion_tokens = 0;
+  std::string finish;
+  std::chrono::steady_clock::time_point received;
+};
+void log_request(const RequestRecord& r, int status);
+
+}  // namespace tf

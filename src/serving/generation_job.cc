@@ -1,0 +1,121 @@
+#include "serving/generation_job.h"
+
+#include <algorithm>
+#include <numeric>
+
+#include "serving/api_common.h"
+
+namespace tf {
+
+void JobRegistry::add(std::shared_ptr<GenerationJob> job) {
+  std::lock_guard<std::mutex> lock(mu_);
+  jobs_.insert(std::move(job));
+}
+
+void JobRegistry::remove(const GenerationJob* job) {
+  std::shared_ptr<GenerationJob> keep;  // destroyed outside the lock
+  std::lock_guard<std::mutex> lock(mu_);
+  for (auto it = jobs_.begin(); it != jobs_.end(); ++it) {
+    if (it->get() == job) {
+      keep = *it;
+      jobs_.erase(it);
+      break;
+    }
+  }
+}
+
+void JobRegistry::clear() {
+  std::unordered_set<std::shared_ptr<GenerationJob>> jobs;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    jobs.swap(jobs_);
+  }
+}
+
+size_t JobRegistry::size() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return jobs_.size();
+}
+
+std::shared_ptr<GenerationJob> GenerationJob::start(Engine& engine,
+                                                    std::vector<GenerationRequest> reqs,
+                                                    std::shared_ptr<HttpResponder> responder,
+                                                    JobRegistry& registry, EventFn on_event,
+                                                    DoneFn on_done) {
+  auto job = std::make_shared<GenerationJob>(responder, registry);
+  job->on_event_ = std::move(on_event);
+  job->on_done_ = std::move(on_done);
+  for (auto& r : reqs) {
+    try {
+      job->streams_.push_back(engine.submit(std::move(r)));
+    } catch (const Error& e) {
+      job->cancel();
+      if (e.kind() == ErrorKind::kResourceExhausted) throw HttpError(400, e.what());
+      throw;
+    } catch (...) {
+      job->cancel();
+      throw;
+    }
+    job->results_.emplace_back();
+    job->ended_.push_back(false);
+    job->drain_posted_.push_back(std::make_unique<std::atomic<bool>>(false));
+  }
+  registry.add(job);
+  responder->on_disconnect([weak = std::weak_ptr<GenerationJob>(job)] {
+    if (auto j = weak.lock()) {
+      j->cancel();
+      // The engine still ends each request (abort); the job leaves the registry then.
+    }
+  });
+  for (size_t i = 0; i < job->streams_.size(); ++i) {
+    // The engine's thread only posts a drain to the connection's strand (at most one pending).
+    job->streams_[i]->set_listener([weak = std::weak_ptr<GenerationJob>(job), i] {
+      auto j = weak.lock();
+      if (!j || j->drain_posted_[i]->exchange(true)) return;
+      j->responder_->post([j, i] { j->drain(i); });
+    });
+  }
+  return job;
+}
+
+void GenerationJob::cancel() {
+  for (auto& s : streams_) s->cancel();
+}
+
+void GenerationJob::drain(size_t i) {
+  drain_posted_[i]->store(false);
+  RequestOutput out;
+  while (streams_[i]->try_next(out)) {
+    auto& seqs = results_[i];
+    if (static_cast<size_t>(out.index) >= seqs.size()) seqs.resize(out.index + 1);
+    GeneratedSequence& s = seqs[out.index];
+    s.tokens.insert(s.tokens.end(), out.token_ids.begin(), out.token_ids.end());
+    s.text += out.text;
+    s.logprobs.insert(s.logprobs.end(), out.logprobs.begin(), out.logprobs.end());
+    if (out.finish != FinishReason::kNone) {
+      s.finish = out.finish;
+      s.cumulative_logprob = out.cumulative_logprob;
+    }
+    if (!responder_->disconnected() && on_event_) on_event_(i, out);
+  }
+  if (ended_[i] || !streams_[i]->done()) return;
+  ended_[i] = true;
+  streams_[i]->set_listener(nullptr);
+  if (++num_ended_ < streams_.size()) return;
+  if (on_done_) on_done_(responder_->disconnected());
+  on_event_ = nullptr;
+  on_done_ = nullptr;
+  registry_.remove(this);
+}
+
+std::vector<size_t> best_sequences(const std::vector<GeneratedSequence>& seqs, size_t n) {
+  std::vector<size_t> order(seqs.size());
+  std::iota(order.begin(), order.end(), 0);
+  std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) {
+    return seqs[a].cumulative_logprob > seqs[b].cumulative_logprob;
+  });
+  order.resize(std::min(n, order.size()));
+  return order;
+}
+
+}  // namespace tf

@@ -1,0 +1,87 @@
+#pragma once
+// The generation behind one HTTP request: one engine request per prompt, each with its output
+// stream. The engine's thread only signals; the outputs are drained on the HTTP connection's
+// strand, where the route turns them into SSE events or gathers them for one response. A client
+// that disconnects cancels every request of the job in the engine (their KV blocks are freed at
+// the next step).
+
+#include <atomic>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <unordered_set>
+#include <vector>
+
+#include "engine/engine.h"
+#include "serving/http_server.h"
+
+namespace tf {
+
+// What one sequence (an OpenAI "choice") produced, gathered from its events.
+struct GeneratedSequence {
+  std::vector<int32_t> tokens;
+  std::string text;
+  std::vector<SampleResult> logprobs;
+  FinishReason finish = FinishReason::kNone;
+  double cumulative_logprob = 0.0;
+};
+
+class GenerationJob;
+
+// Owns the jobs in flight (their streams call back into them), so that none outlives the server
+// and none leaks when the engine or the connection goes away first.
+class JobRegistry {
+ public:
+  void add(std::shared_ptr<GenerationJob> job);
+  void remove(const GenerationJob* job);
+  void clear();
+  size_t size() const;
+
+ private:
+  mutable std::mutex mu_;
+  std::unordered_set<std::shared_ptr<GenerationJob>> jobs_;
+};
+
+class GenerationJob : public std::enable_shared_from_this<GenerationJob> {
+ public:
+  // Called on the responder's strand: each output as it is drained (prompt = which request).
+  using EventFn = std::function<void(size_t prompt, const RequestOutput& out)>;
+  // Called once, on the strand, when every request has ended; client_gone after a disconnect
+  // (then nothing can be sent).
+  using DoneFn = std::function<void(bool client_gone)>;
+
+  // Submits every request and registers the job until it ends. Throws (with the already
+  // submitted ones cancelled) if the engine rejects one; a request that can never fit the KV
+  // cache is the client's error (HttpError 400).
+  static std::shared_ptr<GenerationJob> start(Engine& engine, std::vector<GenerationRequest> reqs,
+                                              std::shared_ptr<HttpResponder> responder,
+                                              JobRegistry& registry, EventFn on_event,
+                                              DoneFn on_done);
+
+  // Per prompt, per sequence index: everything gathered so far.
+  const std::vector<std::vector<GeneratedSequence>>& results() const { return results_; }
+  RequestTimings timings(size_t prompt) const { return streams_[prompt]->timings(); }
+  size_t num_prompts() const { return streams_.size(); }
+  void cancel();
+
+  GenerationJob(std::shared_ptr<HttpResponder> responder, JobRegistry& registry)
+      : responder_(std::move(responder)), registry_(registry) {}
+
+ private:
+  void drain(size_t i);
+
+  std::shared_ptr<HttpResponder> responder_;
+  JobRegistry& registry_;
+  std::vector<std::shared_ptr<RequestStream>> streams_;
+  std::vector<std::unique_ptr<std::atomic<bool>>> drain_posted_;
+  std::vector<std::vector<GeneratedSequence>> results_;
+  std::vector<bool> ended_;
+  size_t num_ended_ = 0;
+  EventFn on_event_;
+  DoneFn on_done_;
+};
+
+// best_of > n: the n sequences with the highest cumulative logprob, best first (stable).
+std::vector<size_t> best_sequences(const std::vector<GeneratedSequence>& seqs, size_t n);
+
+}  // namespace tf

@@ -1,0 +1,430 @@
+#include "serving/openai_api.h"
+
+#include <fmt/format.h>
+
+#include <functional>
+#include <unordered_set>
+
+#include "serving/openai_request.h"
+
+namespace tf {
+namespace {
+
+using json = nlohmann::json;
+using ojson = nlohmann::ordered_json;
+
+// Every field a body may carry: OpenAI's, and the extensions vLLM accepts. Anything else is
+// rejected by name, as OpenAI does, so a typo never silently changes nothing.
+const std::unordered_set<std::string> kCommonFields = {
+    "model", "max_tokens", "temperature", "top_p", "n", "stream", "stream_options", "stop", "seed",
+    "presence_penalty", "frequency_penalty", "logit_bias", "logprobs", "user", "best_of",
+    // vLLM's sampling and extra parameters.
+    "top_k", "min_p", "typical_p", "repetition_penalty", "min_tokens", "ignore_eos",
+    "stop_token_ids", "skip_special_tokens", "include_stop_str_in_output", "length_penalty",
+    "use_beam_search", "early_stopping", "no_repeat_ngram_size", "bad_words_ids", "priority",
+    "request_id", "cache_salt", "spaces_between_special_tokens", "add_special_tokens",
+    "service_tier", "metadata", "store"};
+const std::unordered_set<std::string> kCompletionFields = {"prompt", "echo", "suffix"};
+const std::unordered_set<std::string> kChatFields = {
+    "messages", "max_completion_tokens", "top_logprobs",        "response_format",
+    "tools",    "tool_choice",           "parallel_tool_calls", "add_generation_prompt"};
+
+void check_fields(const json& body, bool chat) {
+  if (!body.is_object()) throw HttpError(400, "the request body must be a JSON object");
+  const auto& own = chat ? kChatFields : kCompletionFields;
+  for (const auto& [key, value] : body.items()) {
+    if (!kCommonFields.count(key) && !own.count(key)) {
+      throw HttpError(400, fmt::format("Unrecognized request argument supplied: {}", key),
+                      "unknown_parameter", key);
+    }
+  }
+  auto present = [&](const char* k) { return body.contains(k) && !body[k].is_null(); };
+  if (present("suffix") && body["suffix"] != "") {
+    throw HttpError(400, "'suffix' is not supported", "unsupported_parameter", "suffix");
+  }
+  if (present("tools") && !(body["tools"].is_array() && body["tools"].empty())) {
+    throw HttpError(400, "'tools' is not supported: this server does not call tools",
+                    "unsupported_parameter", "tools");
+  }
+  if (present("response_format")) {
+    const json& f = body["response_format"];
+    if (!f.is_object() || f.value("type", "") != "text") {
+      throw HttpError(400, "'response_format' supports only {\"type\": \"text\"}",
+                      "unsupported_parameter", "response_format");
+    }
+  }
+  for (const char* k : {"stream", "echo", "use_beam_search", "add_special_tokens"}) {
+    if (present(k) && !body[k].is_boolean())
+      throw HttpError(400, fmt::format("'{}' must be true or false", k), "", k);
+  }
+  if (present("stream_options") && !body["stream_options"].is_object())
+    throw HttpError(400, "'stream_options' must be an object", "", "stream_options");
+  if (present("user") && !body["user"].is_string())
+    throw HttpError(400, "'user' must be a string", "", "user");
+}
+
+std::string token_bytes(const Tokenizer* tok, int32_t id) {
+  if (!tok) return std::to_string(id);
+  const int32_t one[] = {id};
+  return tok->decode_bytes(one, /*skip_special_tokens=*/false);
+}
+
+json bytes_list(const std::string& s) {
+  json out = json::array();
+  for (unsigned char c : s) out.push_back(static_cast<int>(c));
+  return out;
+}
+
+// Completions shape: {"tokens", "token_logprobs", "top_logprobs", "text_offset"}.
+json completion_logprobs(const Tokenizer* tok, const std::vector<SampleResult>& lps,
+                         size_t offset) {
+  json tokens = json::array(), token_lps = json::array(), tops = json::array(),
+       offsets = json::array();
+  for (const auto& r : lps) {
+    const std::string t = token_bytes(tok, r.token);
+    tokens.push_back(t);
+    token_lps.push_back(r.logprob);
+    json top = json::object();
+    for (const auto& alt : r.top) top[token_bytes(tok, alt.token)] = alt.logprob;
+    tops.push_back(top);
+    offsets.push_back(offset);
+    offset += t.size();
+  }
+  return {{"tokens", tokens},
+          {"token_logprobs", token_lps},
+          {"top_logprobs", tops},
+          {"text_offset", offsets}};
+}
+
+// Chat shape: {"content": [{"token", "logprob", "bytes", "top_logprobs": [...]}], "refusal"}.
+json chat_logprobs(const Tokenizer* tok, const std::vector<SampleResult>& lps) {
+  json content = json::array();
+  for (const auto& r : lps) {
+    const std::string t = token_bytes(tok, r.token);
+    json top = json::array();
+    for (const auto& alt : r.top) {
+      const std::string a = token_bytes(tok, alt.token);
+      top.push_back({{"token", a}, {"logprob", alt.logprob}, {"bytes", bytes_list(a)}});
+    }
+    content.push_back(
+        {{"token", t}, {"logprob", r.logprob}, {"bytes", bytes_list(t)}, {"top_logprobs", top}});
+  }
+  return {{"content", content}, {"refusal", nullptr}};
+}
+
+json finish_json(FinishReason f) {
+  if (f == FinishReason::kNone) return nullptr;
+  return finish_reason_name(f);
+}
+
+// Everything parsed from a body, before anything runs.
+struct Parsed {
+  ServedModel* model = nullptr;
+  std::vector<std::vector<int32_t>> prompts;
+  SamplingParams params;
+  bool stream = false, include_usage = false, echo = false;
+  int32_t choices_per_prompt = 1;  // n (after best_of or beam search pick theirs)
+};
+
+// The body field an error message is about: a leading 'quoted' name or first word that the body
+// holds ("temperature must be >= 0" -> temperature).
+std::string field_of(const std::string& message, const json& body) {
+  size_t b = message[0] == '\'' ? 1 : 0, e = b;
+  while (e < message.size() &&
+         (std::islower(static_cast<unsigned char>(message[e])) || message[e] == '_'))
+    ++e;
+  const std::string word = message.substr(b, e - b);
+  return body.is_object() && body.contains(word) ? word : std::string();
+}
+
+Parsed parse_body(ServingState& state, const json& body, bool chat);
+
+Parsed parse(ServingState& state, const json& body, bool chat) {
+  try {
+    return parse_body(state, body, chat);
+  } catch (const HttpError&) {
+    throw;
+  } catch (const Error& e) {
+    if (e.kind() == ErrorKind::kInternal) throw;
+    throw HttpError(400, e.what(), "", field_of(e.what(), body));
+  }
+}
+
+Parsed parse_body(ServingState& state, const json& body, bool chat) {
+  check_fields(body, chat);
+  Parsed p;
+  std::string name;
+  if (body.contains("model") && !body["model"].is_null()) {
+    if (!body["model"].is_string()) throw HttpError(400, "'model' must be a string", "", "model");
+    name = body["model"].get<std::string>();
+  }
+  p.model = state.find(name);
+  if (!p.model) {
+    throw HttpError(404, fmt::format("The model '{}' does not exist", name), "model_not_found",
+                    "model");
+  }
+  const ModelConfig& cfg = p.model->config();
+  p.params = parse_sampling_params(body, chat, chat ? static_cast<int32_t>(cfg.max_seq_len) : 16);
+  p.stream = body.value("stream", false);
+  if (p.stream && body.contains("stream_options") && body["stream_options"].is_object()) {
+    p.include_usage = body["stream_options"].value("include_usage", false);
+  }
+  p.echo = !chat && body.value("echo", false);
+  if (body.value("use_beam_search", false)) {
+    // vLLM's beam search: best_of (or n) beams, the n best returned.
+    p.params.num_beams = std::max(p.params.best_of.value_or(p.params.n), 2);
+    p.params.num_return_sequences = p.params.n;
+    p.params.best_of.reset();
+  }
+  if (p.stream && p.params.best_of && *p.params.best_of > p.params.n) {
+    throw HttpError(400, "'best_of' greater than 'n' cannot stream: the best are known at the end",
+                    "", "best_of");
+  }
+  if (p.echo && p.params.logprobs) {
+    throw HttpError(400, "'echo' with 'logprobs' is not supported (no prompt logprobs yet)",
+                    "unsupported_parameter", "echo");
+  }
+  p.choices_per_prompt = p.params.n;
+  p.params.validate(cfg.vocab_size);
+  if (chat) {
+    p.prompts.push_back(parse_chat_prompt(body, p.model->tokenizer, cfg));
+  } else {
+    p.prompts =
+        parse_completion_prompts(body, p.model->tok(), body.value("add_special_tokens", true));
+  }
+  for (auto& prompt : p.prompts) {
+    if (static_cast<int64_t>(prompt.size()) >= cfg.max_seq_len) {
+      throw HttpError(400,
+                      fmt::format("This model's maximum context length is {} tokens, the prompt "
+                                  "has {} tokens",
+                                  cfg.max_seq_len, prompt.size()),
+                      "context_length_exceeded", chat ? "messages" : "prompt");
+    }
+  }
+  return p;
+}
+
+std::vector<GenerationRequest> engine_requests(const Parsed& p, const json& body,
+                                               const std::string& id, bool max_given) {
+  std::vector<GenerationRequest> out;
+  const int64_t ctx = p.model->config().max_seq_len;
+  int32_t priority = 0;
+  if (body.contains("priority") && !body["priority"].is_null()) {
+    if (!body["priority"].is_number_integer())
+      throw HttpError(400, "'priority' must be an integer", "", "priority");
+    priority = body["priority"].get<int32_t>();
+  }
+  uint64_t salt = 0;
+  if (body.contains("cache_salt") && !body["cache_salt"].is_null()) {
+    if (!body["cache_salt"].is_string())
+      throw HttpError(400, "'cache_salt' must be a string", "", "cache_salt");
+    salt = std::hash<std::string>{}(body["cache_salt"].get<std::string>()) | 1;
+  }
+  for (size_t i = 0; i < p.prompts.size(); ++i) {
+    GenerationRequest r;
+    r.id = p.prompts.size() == 1 ? id : fmt::format("{}-{}", id, i);
+    r.prompt = p.prompts[i];
+    r.params = p.params;
+    r.priority = priority;
+    r.cache_salt = salt;
+    const int64_t room = ctx - static_cast<int64_t>(r.prompt.size());
+    if (!max_given)
+      r.params.max_tokens = static_cast<int32_t>(std::min<int64_t>(r.params.max_tokens, room));
+    if (static_cast<int64_t>(r.params.max_tokens) > room) {
+      throw HttpError(400,
+                      fmt::format("This model's maximum context length is {} tokens; the prompt "
+                                  "({} tokens) and max_tokens ({}) exceed it",
+                                  ctx, r.prompt.size(), r.params.max_tokens),
+                      "context_length_exceeded", "max_tokens");
+    }
+    r.params.min_tokens = std::min(r.params.min_tokens, r.params.max_tokens);
+    out.push_back(std::move(r));
+  }
+  return out;
+}
+
+// The indices of the sequences a prompt returns, in choice order.
+std::vector<size_t> returned(const Parsed& p, const std::vector<GeneratedSequence>& seqs) {
+  if (!p.params.beam_search() && p.params.best_of && *p.params.best_of > p.params.n)
+    return best_sequences(seqs, static_cast<size_t>(p.params.n));
+  std::vector<size_t> all(std::min(seqs.size(), static_cast<size_t>(p.choices_per_prompt)));
+  for (size_t i = 0; i < all.size(); ++i) all[i] = i;
+  return all;
+}
+
+std::string sse(const ojson& j) {
+  return "data: " + dump_json(j) + "\n\n";
+}
+
+}  // namespace
+
+json openai_model_object(const ServedModel& m) {
+  return {{"id", m.name},
+          {"object", "model"},
+          {"created", m.created},
+          {"owned_by", "tokenflow"},
+          {"root", m.path},
+          {"parent", nullptr},
+          {"max_model_len", m.config().max_seq_len}};
+}
+
+json openai_model_list(const ServingState& state) {
+  json data = json::array();
+  for (const auto& m : state.models) data.push_back(openai_model_object(*m));
+  return {{"object", "list"}, {"data", data}};
+}
+
+void handle_openai_generation(ServingState& state, const HttpRequest& req,
+                              std::shared_ptr<HttpResponder> responder,
+                              std::shared_ptr<RequestRecord> record, bool chat) {
+  const json body = parse_json_body(req.body);
+  auto parsed = std::make_shared<Parsed>(parse(state, body, chat));
+  ServedModel& model = *parsed->model;
+  record->model = model.name;
+  if (model.engine->stats().waiting >= state.limits.max_waiting_requests) {
+    throw HttpError(503, "the server is overloaded; retry later", "server_overloaded");
+  }
+  const bool max_given =
+      (body.contains("max_tokens") && !body["max_tokens"].is_null()) ||
+      (chat && body.contains("max_completion_tokens") && !body["max_completion_tokens"].is_null());
+  const std::string id = random_id(chat ? "chatcmpl-" : "cmpl-");
+  std::vector<GenerationRequest> reqs = engine_requests(*parsed, body, id, max_given);
+  for (const auto& r : reqs) record->prompt_tokens += static_cast<int64_t>(r.prompt.size());
+  const int64_t created = unix_seconds();
+  const Tokenizer* tok = model.tok();
+  std::vector<std::string> prompt_text;
+  if (parsed->echo) {
+    for (const auto& pr : parsed->prompts)
+      prompt_text.push_back(tok ? tok->decode(pr, false) : std::string());
+  }
+  auto head = [id, created, name = model.name, chat] {
+    return ojson{{"id", id},
+                 {"object", chat ? "chat.completion.chunk" : "text_completion"},
+                 {"created", created},
+                 {"model", name}};
+  };
+  // Usage over the returned choices; cached prompt tokens from the engine's timings.
+  auto usage = [parsed](const GenerationJob& job) {
+    int64_t prompt = 0, completion = 0, cached = 0;
+    for (size_t i = 0; i < job.num_prompts(); ++i) {
+      prompt += static_cast<int64_t>(parsed->prompts[i].size());
+      cached += job.timings(i).cached_prompt_tokens;
+      const auto& seqs = job.results()[i];
+      for (size_t k : returned(*parsed, seqs))
+        completion += static_cast<int64_t>(seqs[k].tokens.size());
+    }
+    return ojson{{"prompt_tokens", prompt},
+                 {"completion_tokens", completion},
+                 {"total_tokens", prompt + completion},
+                 {"prompt_tokens_details", {{"cached_tokens", cached}}}};
+  };
+  auto job_ref = std::make_shared<std::weak_ptr<GenerationJob>>();
+  const std::string model_name = model.name;
+
+  if (parsed->stream) {
+    const int32_t n = parsed->choices_per_prompt;
+    auto echoed = std::make_shared<std::vector<bool>>(reqs.size() * n, false);
+    GenerationJob::EventFn on_event = [=](size_t i, const RequestOutput& out) {
+      const int64_t index = static_cast<int64_t>(i) * n + out.index;
+      if (out.index >= n) return;  // beams beyond the returned ones
+      ojson choice = {{"index", index}};
+      if (chat) {
+        ojson delta = ojson::object();
+        if (!out.text.empty()) delta["content"] = out.text;
+        if (delta.empty() && out.finish == FinishReason::kNone) return;
+        choice["delta"] = delta;
+        choice["logprobs"] =
+            parsed->params.logprobs ? ojson(chat_logprobs(tok, out.logprobs)) : ojson();
+      } else {
+        std::string text = out.text;
+        if (parsed->echo && !(*echoed)[index]) {
+          (*echoed)[index] = true;
+          text = prompt_text[i] + text;
+        }
+        if (text.empty() && out.finish == FinishReason::kNone) return;
+        choice["text"] = text;
+        choice["logprobs"] =
+            parsed->params.logprobs ? ojson(completion_logprobs(tok, out.logprobs, 0)) : ojson();
+      }
+      choice["finish_reason"] = ojson(finish_json(out.finish));
+      ojson chunk = head();
+      chunk["choices"] = ojson::array({choice});
+      responder->write(sse(chunk));
+    };
+    GenerationJob::DoneFn on_done = [=](bool client_gone) {
+      if (client_gone) return log_request(*record, 499);
+      auto job = job_ref->lock();
+      if (job && parsed->include_usage) {
+        ojson chunk = head();
+        chunk["choices"] = ojson::array();
+        chunk["usage"] = usage(*job);
+        responder->write(sse(chunk));
+      }
+      responder->write("data: [DONE]\n\n");
+      responder->end();
+      if (job) record->completion_tokens = usage(*job)["completion_tokens"].get<int64_t>();
+      log_request(*record, 200);
+    };
+    responder->start_stream(200, "text/event-stream");
+    if (chat) {  // the first chunk of every choice carries the role
+      for (size_t i = 0; i < reqs.size() * n; ++i) {
+        ojson chunk = head();
+        chunk["choices"] = ojson::array({ojson{{"index", i},
+                                               {"delta", {{"role", "assistant"}, {"content", ""}}},
+                                               {"logprobs", nullptr},
+                                               {"finish_reason", nullptr}}});
+        responder->write(sse(chunk));
+      }
+    }
+    try {
+      *job_ref = GenerationJob::start(*model.engine, std::move(reqs), responder, state.jobs,
+                                      on_event, on_done);
+    } catch (const std::exception& e) {
+      // The headers are out: the error travels in the stream, as vLLM sends it.
+      responder->write("data: " + openai_error_body(e) + "\n\n");
+      responder->write("data: [DONE]\n\n");
+      responder->end();
+      log_request(*record, http_status_of(e));
+    }
+    return;
+  }
+
+  GenerationJob::DoneFn on_done = [=](bool client_gone) {
+    if (client_gone) return log_request(*record, 499);
+    auto job = job_ref->lock();
+    if (!job) return;
+    ojson choices = ojson::array();
+    for (size_t i = 0; i < job->num_prompts(); ++i) {
+      const auto& seqs = job->results()[i];
+      const auto picks = returned(*parsed, seqs);
+      for (size_t k = 0; k < picks.size(); ++k) {
+        const GeneratedSequence& s = seqs[picks[k]];
+        ojson c = {{"index", i * parsed->choices_per_prompt + k}};
+        if (chat) {
+          c["message"] = {{"role", "assistant"}, {"content", s.text}};
+          c["logprobs"] = parsed->params.logprobs ? ojson(chat_logprobs(tok, s.logprobs)) : ojson();
+        } else {
+          const std::string prefix = parsed->echo ? prompt_text[i] : std::string();
+          c["text"] = prefix + s.text;
+          c["logprobs"] = parsed->params.logprobs
+                              ? ojson(completion_logprobs(tok, s.logprobs, prefix.size()))
+                              : ojson();
+        }
+        c["finish_reason"] = ojson(finish_json(s.finish));
+        c["stop_reason"] = nullptr;
+        if (k == 0 && i == 0) record->finish = finish_reason_name(s.finish);
+        choices.push_back(c);
+      }
+    }
+    ojson resp = {{"id", id},           {"object", chat ? "chat.completion" : "text_completion"},
+                  {"created", created}, {"model", model_name},
+                  {"choices", choices}, {"usage", usage(*job)}};
+    record->completion_tokens = resp["usage"]["completion_tokens"].get<int64_t>();
+    responder->send(200, dump_json(resp));
+    log_request(*record, 200);
+  };
+  *job_ref =
+      GenerationJob::start(*model.engine, std::move(reqs), responder, state.jobs, nullptr, on_done);
+}
+
+}  // namespace tf

@@ -1,0 +1,28 @@
+#pragma once
+// The OpenAI-compatible routes: POST /v1/completions and /v1/chat/completions (whole responses
+// or Server-Sent Events), GET /v1/models and /v1/models/{id}. Shapes follow OpenAI's API as vLLM
+// and llama.cpp's server implement it (docs/api.md).
+
+#include <memory>
+
+#include <nlohmann/json.hpp>
+
+#include "serving/api_common.h"
+#include "serving/http_server.h"
+#include "serving/serving_state.h"
+
+namespace tf {
+
+// Answers a completions (chat = false) or chat completions request. Throws HttpError / Error
+// for a request it rejects before answering (the caller sends the error); once a stream has
+// started, errors travel inside it.
+void handle_openai_generation(ServingState& state, const HttpRequest& req,
+                              std::shared_ptr<HttpResponder> responder,
+                              std::shared_ptr<RequestRecord> record, bool chat);
+
+// {"id", "object": "model", "created", "owned_by", ...} of one model.
+nlohmann::json openai_model_object(const ServedModel& model);
+// {"object": "list", "data": [...]}.
+nlohmann::json openai_model_list(const ServingState& state);
+
+}  // namespace tf

@@ -1,0 +1,44 @@
+#pragma once
+// A model as the server serves it: its weights, tokenizer (with chat template and stop ids),
+// and the engine that runs its requests, under the name clients address it by.
+
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "engine/engine.h"
+#include "model/model.h"
+#include "tokenizer/tokenizer_loader.h"
+
+namespace tf {
+
+struct ServedModel {
+  std::string name;     // what clients put in "model" and in TF Serving paths
+  std::string path;     // where it was loaded from
+  int64_t version = 1;  // TF Serving's version number (the registry issue adds more versions)
+  int64_t created = 0;  // unix seconds, when it became available
+  double load_seconds = 0.0;
+  std::unique_ptr<Model> model;
+  LoadedTokenizer tokenizer;
+  std::vector<int32_t> eos_ids;
+  std::unique_ptr<Engine> engine;
+
+  const ModelConfig& config() const { return model->config(); }
+  const Tokenizer* tok() const { return tokenizer.tokenizer.get(); }
+};
+
+// Every id that ends a sequence: the tokenizer's declared stop ids, the config's EOS and, for
+// llama2.c checkpoints, BOS (its run.c ends a story there).
+std::vector<int32_t> model_stop_ids(const ModelConfig& config, const LoadedTokenizer& tokenizer);
+
+// Loads a model directory or file, its tokenizer (or explicit_tokenizer), and starts its engine.
+std::unique_ptr<ServedModel> load_served_model(const std::string& name, const std::string& path,
+                                               const EngineConfig& engine_config,
+                                               const std::string& explicit_tokenizer = "");
+
+// The served name of a model path when none is given: the directory's (or file's stem) name.
+std::string default_served_name(const std::string& path);
+
+}  // namespace tf

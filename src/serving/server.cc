@@ -1,0 +1,172 @@
+#include "serving/server.h"
+
+#include <fmt/format.h>
+
+#include "core/log.h"
+#include "serving/api_common.h"
+#include "serving/openai_api.h"
+#include "serving/tfserving_api.h"
+
+namespace tf {
+namespace {
+
+// %XX escapes of a path segment (model names may hold '/' or ':' written as %2F, %3A).
+std::string url_decode(const std::string& s) {
+  std::string out;
+  for (size_t i = 0; i < s.size(); ++i) {
+    if (s[i] == '%' && i + 2 < s.size() && std::isxdigit(static_cast<unsigned char>(s[i + 1])) &&
+        std::isxdigit(static_cast<unsigned char>(s[i + 2]))) {
+      out += static_cast<char>(std::stoi(s.substr(i + 1, 2), nullptr, 16));
+      i += 2;
+    } else {
+      out += s[i];
+    }
+  }
+  return out;
+}
+
+bool valid_request_id(const std::string& id) {
+  if (id.empty() || id.size() > 128) return false;
+  for (char c : id) {
+    if (c < 0x21 || c > 0x7e) return false;
+  }
+  return true;
+}
+
+}  // namespace
+
+Server::Server(ServingState& state, HttpServerConfig config)
+    : state_(state),
+      http_(
+          std::move(config),
+          [this](HttpRequest req, std::shared_ptr<HttpResponder> r) {
+            handle(std::move(req), std::move(r));
+          },
+          [](int status, std::string message) {
+            return std::pair<std::string, std::string>{openai_error_body(status, message),
+                                                       "application/json"};
+          }) {}
+
+bool Server::shutdown(std::chrono::milliseconds grace) {
+  state_.draining = true;
+  http_.stop_accepting();
+  const bool clean = http_.drain(std::chrono::steady_clock::now() + grace);
+  if (!clean) {
+    log::warn("shutdown: {} responses still in progress after {} ms; closing them",
+              http_.responses_in_progress(), grace.count());
+  }
+  http_.stop();
+  return clean;
+}
+
+void Server::handle(HttpRequest req, std::shared_ptr<HttpResponder> responder) {
+  auto record = std::make_shared<RequestRecord>();
+  const std::string* given = req.header("x-request-id");
+  record->id = given && valid_request_id(*given) ? *given : random_id("req-");
+  record->method = req.method;
+  record->path = req.path;
+  record->remote = req.remote;
+  record->received = req.received;
+  responder->add_header("X-Request-Id", record->id);
+  bool tf_shape = false;
+  try {
+    route(req, responder, record, tf_shape);
+  } catch (const std::exception& e) {
+    const int status = http_status_of(e);
+    if (status >= 500) log::error("request {} failed: {}", record->id, e.what());
+    HttpHeaders headers;
+    if (status == 503 || status == 429) headers.emplace_back("Retry-After", "1");
+    const std::string body =
+        tf_shape ? tfserving_error_body(status == 500 ? fmt::format("internal error: {}", e.what())
+                                                      : std::string(e.what()))
+                 : openai_error_body(e);
+    responder->send(status, body, "application/json", std::move(headers));
+    log_request(*record, status);
+  }
+}
+
+void Server::route(const HttpRequest& req, std::shared_ptr<HttpResponder> responder,
+                   std::shared_ptr<RequestRecord> record, bool& tf_shape) {
+  const std::string& p = req.path;
+  auto only = [&](const char* method) {
+    if (req.method != method)
+      throw HttpError(405, fmt::format("{} takes {} requests", p, method), "method_not_allowed");
+  };
+  if (p == "/healthz") {
+    only("GET");
+    responder->send(200, R"({"status": "ok"})");
+    return;
+  }
+  if (p == "/readyz") {
+    only("GET");
+    // Ready when not draining and every model's engine is idle or stepping.
+    std::string why;
+    if (state_.draining) why = "draining";
+    for (const auto& m : state_.models) {
+      if (why.empty() && !m->engine->responsive(state_.limits.max_step_time))
+        why = fmt::format("model '{}' is not making progress", m->name);
+    }
+    if (state_.models.empty()) why = "no model loaded";
+    if (why.empty()) {
+      responder->send(200, R"({"status": "ready"})");
+    } else {
+      responder->send(503, dump_json(nlohmann::json{{"status", "not ready"}, {"reason", why}}),
+                      "application/json", {{"Retry-After", "1"}});
+    }
+    return;
+  }
+  if (p == "/v1/admin/stats") {
+    only("GET");
+    // The engines' counters (the metrics issue exports them to Prometheus).
+    nlohmann::json models = nlohmann::json::object();
+    for (const auto& m : state_.models) {
+      const EngineStats s = m->engine->stats();
+      models[m->name] = {{"steps", s.steps},
+                         {"running", s.running},
+                         {"waiting", s.waiting},
+                         {"kv_blocks_total", s.kv_blocks_total},
+                         {"kv_blocks_used", s.kv_blocks_used},
+                         {"prefix_queried_tokens", s.prefix_queried_tokens},
+                         {"prefix_hit_tokens", s.prefix_hit_tokens},
+                         {"preemptions", s.preemptions},
+                         {"requests_finished", s.requests_finished},
+                         {"prompt_tokens", s.prompt_tokens},
+                         {"generated_tokens", s.generated_tokens}};
+    }
+    responder->send(200, dump_json(nlohmann::json{{"models", models},
+                                                  {"open_connections", http_.open_connections()},
+                                                  {"jobs_in_flight", state_.jobs.size()}}));
+    return;
+  }
+  if (p == "/v1/completions" || p == "/v1/chat/completions") {
+    only("POST");
+    handle_openai_generation(state_, req, responder, record, p == "/v1/chat/completions");
+    return;
+  }
+  if (p == "/v1/models" || p == "/v1/models/") {
+    only("GET");
+    responder->send(200, dump_json(openai_model_list(state_)));
+    log_request(*record, 200);
+    return;
+  }
+  static const std::string kModels = "/v1/models/";
+  if (p.compare(0, kModels.size(), kModels) == 0) {
+    const std::string rest = url_decode(p.substr(kModels.size()));
+    tf_shape = true;
+    if (auto mp = parse_model_path(rest)) {
+      handle_tfserving(state_, *mp, req, responder, record);
+      return;
+    }
+    // An OpenAI model id with '/' or ':' in it.
+    if (req.method == "GET" && state_.find(rest) && rest != "") {
+      tf_shape = false;
+      responder->send(200, dump_json(openai_model_object(*state_.find(rest))));
+      log_request(*record, 200);
+      return;
+    }
+    throw HttpError(404, fmt::format("Malformed request: {} {}", req.method, p));
+  }
+  throw HttpError(404, fmt::format("no route for {} {}", req.method, p), "not_found");
+}
+
+}  // namespace tf

@@ -1,0 +1,33 @@
+#pragma once
+// The HTTP front door: routes every request (OpenAI, TF Serving REST, health) to its handler,
+// turns errors into the route's error shape, stamps X-Request-Id, and shuts down gracefully.
+
+#include <chrono>
+#include <memory>
+
+#include "serving/api_common.h"
+#include "serving/http_server.h"
+#include "serving/serving_state.h"
+
+namespace tf {
+
+class Server {
+ public:
+  Server(ServingState& state, HttpServerConfig config);
+  void start() { http_.start(); }
+  uint16_t port() const { return http_.port(); }
+  // Stops accepting, answers 503 to new requests and /readyz, lets responses in progress finish
+  // until the grace period ends, then closes every connection. True if nothing was cut off.
+  bool shutdown(std::chrono::milliseconds grace);
+  const HttpServer& http() const { return http_; }
+
+ private:
+  void handle(HttpRequest req, std::shared_ptr<HttpResponder> responder);
+  void route(const HttpRequest& req, std::shared_ptr<HttpResponder> responder,
+             std::shared_ptr<RequestRecord> record, bool& tf_shape);
+
+  ServingState& state_;
+  HttpServer http_;
+};
+
+}  // namespace tf

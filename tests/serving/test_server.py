@@ -1,0 +1,590 @@
+"""Integration tests of `tokenflow serve`: the real binary on 127.0.0.1 serving stories260K,
+driven with raw sockets (to check SSE framing byte for byte), Python's http.client, the official
+`openai` npm client, and TF Serving's documented REST shapes. Every test is bounded in time.
+
+Env: TOKENFLOW_BIN, TF_SHARED_DIR, TF_NODE_MODULES (tests/js/node_modules).
+"""
+
+import http.client
+import json
+import os
+import re
+import signal
+import socket
+import subprocess
+import threading
+import time
+import unittest
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+REPO = os.path.dirname(os.path.dirname(HERE))
+BIN = os.environ.get("TOKENFLOW_BIN", os.path.join(REPO, "build", "release", "tokenflow"))
+SHARED = os.environ.get("TF_SHARED_DIR", os.path.join(os.path.dirname(REPO), "shared"))
+STORIES_BIN = os.path.join(SHARED, "models", "stories260K", "stories260K.bin")
+NODE_MODULES = os.environ.get("TF_NODE_MODULES", os.path.join(REPO, "tests", "js", "node_modules"))
+MODEL = "stories260K"
+
+
+def start_server(*extra):
+    """Starts the server on a free port; returns (process, port)."""
+    proc = subprocess.Popen(
+        [BIN, "--log-level", "info", "serve", "--model", STORIES_BIN, "--port", "0",
+         "--kv-cache-memory", "32MiB", *extra],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    line = proc.stdout.readline()
+    m = re.search(r"http://127\.0\.0\.1:(\d+)", line)
+    if not m:
+        proc.kill()
+        raise RuntimeError("server did not start: %r %s" % (line, proc.stderr.read()))
+    return proc, int(m.group(1))
+
+
+def stop_server(proc, sig=signal.SIGTERM, timeout=30):
+    """Signals the server and waits; returns (exit code, its stderr)."""
+    proc.send_signal(sig)
+    try:
+        _, err = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.communicate()
+        raise
+    return proc.returncode, err
+
+
+class Client:
+    def __init__(self, port):
+        self.port = port
+
+    def request(self, method, path, body=None, headers=None, raw=None):
+        conn = http.client.HTTPConnection("127.0.0.1", self.port, timeout=60)
+        data = raw if raw is not None else (json.dumps(body) if body is not None else None)
+        h = {"Content-Type": "application/json"}
+        h.update(headers or {})
+        conn.request(method, path, body=data, headers=h)
+        r = conn.getresponse()
+        text = r.read().decode()
+        conn.close()
+        try:
+            parsed = json.loads(text)
+        except ValueError:
+            parsed = None
+        return r.status, parsed, text, dict(r.getheaders())
+
+    def post(self, path, body, **kw):
+        return self.request("POST", path, body, **kw)
+
+    def get(self, path, **kw):
+        return self.request("GET", path, **kw)
+
+    def raw_stream(self, path, body):
+        """POSTs over a raw socket; returns (status line + headers, decoded chunked body)."""
+        data = json.dumps(body).encode()
+        s = socket.create_connection(("127.0.0.1", self.port), timeout=60)
+        s.sendall(b"POST " + path.encode() + b" HTTP/1.1\r\nHost: x\r\nContent-Type: "
+                  b"application/json\r\nConnection: close\r\nContent-Length: " +
+                  str(len(data)).encode() + b"\r\n\r\n" + data)
+        buf = b""
+        while True:
+            got = s.recv(65536)
+            if not got:
+                break
+            buf += got
+        s.close()
+        head, _, rest = buf.partition(b"\r\n\r\n")
+        self.assert_chunked = b"transfer-encoding: chunked" in head.lower()
+        body_bytes = b""
+        while rest:
+            size_line, _, rest = rest.partition(b"\r\n")
+            size = int(size_line, 16)
+            if size == 0:
+                break
+            body_bytes += rest[:size]
+            rest = rest[size + 2:]
+        return head.decode(), body_bytes.decode()
+
+
+def sse_events(body):
+    """Splits an SSE body into its data payloads, checking the framing byte for byte."""
+    events = body.split("\n\n")
+    assert events[-1] == "", "the stream must end with a blank line: %r" % body[-40:]
+    payloads = []
+    for e in events[:-1]:
+        assert e.startswith("data: ") and "\n" not in e, "bad SSE event %r" % e
+        payloads.append(e[len("data: "):])
+    assert payloads[-1] == "[DONE]", "the stream must end with data: [DONE]"
+    return [json.loads(p) for p in payloads[:-1]]
+
+
+def cli_greedy(prompt, max_tokens):
+    """What `tokenflow generate` prints for a greedy run (an independent path: no server)."""
+    p = subprocess.run([BIN, "generate", "-m", STORIES_BIN, "-p", prompt, "-t", "0", "-n",
+                        str(max_tokens), "--no-echo"], capture_output=True, text=True, timeout=60)
+    assert p.returncode == 0, p.stderr
+    return p.stdout.rstrip("\n")
+
+
+class ServerTest(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        cls.proc, cls.port = start_server("--max-body-bytes", "65536")
+        cls.c = Client(cls.port)
+
+    @classmethod
+    def tearDownClass(cls):
+        rc, err = stop_server(cls.proc)
+        assert rc == 0, "server exited with %d: %s" % (rc, err[-2000:])
+
+    def stats(self):
+        return self.c.get("/v1/admin/stats")[1]["models"][MODEL]
+
+    # --- health and models ---------------------------------------------------------------
+
+    def test_health(self):
+        self.assertEqual(self.c.get("/healthz")[0], 200)
+        status, body, _, _ = self.c.get("/readyz")
+        self.assertEqual((status, body["status"]), (200, "ready"))
+
+    def test_models(self):
+        status, body, _, _ = self.c.get("/v1/models")
+        self.assertEqual(status, 200)
+        self.assertEqual(body["object"], "list")
+        self.assertEqual([m["id"] for m in body["data"]], [MODEL])
+        m = body["data"][0]
+        self.assertEqual(m["object"], "model")
+        self.assertIsInstance(m["created"], int)
+        self.assertEqual(m["owned_by"], "tokenflow")
+        # /v1/models/{id}: OpenAI's model object and TF Serving's status in one answer.
+        status, one, _, _ = self.c.get("/v1/models/" + MODEL)
+        self.assertEqual(status, 200)
+        self.assertEqual(one["id"], MODEL)
+        self.assertEqual(one["model_version_status"], [
+            {"version": "1", "state": "AVAILABLE",
+             "status": {"error_code": "OK", "error_message": ""}}])
+        status, body, _, _ = self.c.get("/v1/models/nope")
+        self.assertEqual(status, 404)
+        self.assertIn("Servable not found", body["error"])
+
+    def test_request_id(self):
+        _, _, _, h = self.c.get("/healthz", headers={"X-Request-Id": "abc-123"})
+        self.assertEqual(h.get("X-Request-Id"), "abc-123")
+        _, _, _, h = self.c.get("/healthz")
+        self.assertTrue(h.get("X-Request-Id", "").startswith("req-"))
+
+    def test_keep_alive(self):
+        conn = http.client.HTTPConnection("127.0.0.1", self.port, timeout=30)
+        for _ in range(3):
+            conn.request("POST", "/v1/completions", body=json.dumps(
+                {"prompt": "Once", "max_tokens": 4, "temperature": 0}))
+            r = conn.getresponse()
+            self.assertEqual(r.status, 200)
+            json.loads(r.read())
+        conn.close()
+
+    # --- completions ---------------------------------------------------------------------
+
+    def test_completion_greedy_equals_generate(self):
+        status, body, _, _ = self.c.post("/v1/completions", {
+            "model": MODEL, "prompt": "Once upon a time", "max_tokens": 40, "temperature": 0})
+        self.assertEqual(status, 200, body)
+        self.assertEqual(body["object"], "text_completion")
+        self.assertTrue(body["id"].startswith("cmpl-"))
+        self.assertEqual(body["model"], MODEL)
+        ch = body["choices"]
+        self.assertEqual(len(ch), 1)
+        self.assertEqual(ch[0]["index"], 0)
+        self.assertIn(ch[0]["finish_reason"], ("length", "stop"))
+        self.assertEqual(ch[0]["text"], cli_greedy("Once upon a time", 40))
+        u = body["usage"]
+        self.assertEqual(u["prompt_tokens"], 5)  # BOS + 4
+        self.assertEqual(u["total_tokens"], u["prompt_tokens"] + u["completion_tokens"])
+        self.assertLessEqual(u["completion_tokens"], 40)
+
+    def test_completion_stream_framing_and_usage(self):
+        req = {"model": MODEL, "prompt": "Once upon a time", "max_tokens": 30, "temperature": 0,
+               "ignore_eos": True}
+        _, whole, _, _ = self.c.post("/v1/completions", req)
+        head, body = self.c.raw_stream("/v1/completions", dict(req, stream=True,
+                                       stream_options={"include_usage": True}))
+        self.assertIn("200 OK", head.splitlines()[0])
+        self.assertIn("content-type: text/event-stream", head.lower())
+        self.assertTrue(self.c.assert_chunked)
+        events = sse_events(body)
+        text = "".join(e["choices"][0]["text"] for e in events if e["choices"])
+        self.assertEqual(text, whole["choices"][0]["text"])
+        for e in events:
+            self.assertEqual(e["object"], "text_completion")
+            self.assertEqual(e["id"], events[0]["id"])
+        finals = [e for e in events if e["choices"] and e["choices"][0]["finish_reason"]]
+        self.assertEqual(len(finals), 1)
+        self.assertEqual(finals[0]["choices"][0]["finish_reason"], "length")
+        self.assertEqual(events[-1]["choices"], [])
+        self.assertEqual(events[-1]["usage"]["completion_tokens"], 30)
+        self.assertGreater(len(events), 10, "one event per token, not one at the end")
+
+    def test_prompt_forms_and_n(self):
+        status, body, _, _ = self.c.post("/v1/completions", {
+            "prompt": ["Once upon a time", "The dog"], "max_tokens": 8, "n": 2,
+            "temperature": 1.0, "seed": 3})
+        self.assertEqual(status, 200, body)
+        self.assertEqual([c["index"] for c in body["choices"]], [0, 1, 2, 3])
+        # Token ids give the same as the text they encode.
+        _, by_text, _, _ = self.c.post("/v1/completions", {
+            "prompt": "Once upon a time", "max_tokens": 8, "temperature": 0})
+        ids = [1, 403, 407, 261, 378]  # BOS + "Once upon a time" in stories260K's vocabulary
+        _, by_ids, _, _ = self.c.post("/v1/completions", {
+            "prompt": ids, "max_tokens": 8, "temperature": 0})
+        self.assertEqual(by_ids["usage"]["prompt_tokens"], 5)
+        _, lists, _, _ = self.c.post("/v1/completions", {
+            "prompt": [ids, ids], "max_tokens": 8, "temperature": 0})
+        self.assertEqual(len(lists["choices"]), 2)
+        self.assertEqual(lists["choices"][0]["text"], lists["choices"][1]["text"])
+        self.assertEqual(by_ids["choices"][0]["text"], by_text["choices"][0]["text"])
+
+    def test_seed_reproducible_and_best_of(self):
+        req = {"prompt": "Once", "max_tokens": 16, "temperature": 1.0, "seed": 11}
+        a = self.c.post("/v1/completions", req)[1]["choices"][0]["text"]
+        b = self.c.post("/v1/completions", req)[1]["choices"][0]["text"]
+        self.assertEqual(a, b)
+        status, body, _, _ = self.c.post("/v1/completions", dict(req, best_of=3, n=1))
+        self.assertEqual(status, 200, body)
+        self.assertEqual(len(body["choices"]), 1)
+
+    def test_logprobs_stop_echo(self):
+        status, body, _, _ = self.c.post("/v1/completions", {
+            "prompt": "Once upon a time", "max_tokens": 6, "temperature": 0, "logprobs": 3})
+        self.assertEqual(status, 200, body)
+        lp = body["choices"][0]["logprobs"]
+        n = body["usage"]["completion_tokens"]
+        self.assertEqual(len(lp["tokens"]), n)
+        self.assertEqual(len(lp["token_logprobs"]), n)
+        self.assertEqual(len(lp["text_offset"]), n)
+        for top, chosen in zip(lp["top_logprobs"], lp["token_logprobs"]):
+            self.assertEqual(len(top), 3)
+            self.assertLessEqual(chosen, 0.0)
+            self.assertAlmostEqual(max(top.values()), chosen, places=4)  # greedy: the best
+        full = self.c.post("/v1/completions", {"prompt": "Once upon a time", "max_tokens": 40,
+                                               "temperature": 0})[1]["choices"][0]["text"]
+        word = full.split()[3]
+        cut = self.c.post("/v1/completions", {"prompt": "Once upon a time", "max_tokens": 40,
+                                              "temperature": 0, "stop": [word]})[1]
+        self.assertEqual(cut["choices"][0]["finish_reason"], "stop")
+        self.assertEqual(cut["choices"][0]["text"], full[:full.index(word)])
+        echo = self.c.post("/v1/completions", {"prompt": "Once upon a time", "max_tokens": 5,
+                                               "temperature": 0, "echo": True})[1]
+        self.assertTrue(echo["choices"][0]["text"].startswith("Once upon a time"))
+
+    # --- chat ----------------------------------------------------------------------------
+
+    def test_chat_whole_and_streamed(self):
+        req = {"model": MODEL, "messages": [{"role": "user", "content": "Tell me a story"}],
+               "max_completion_tokens": 20, "temperature": 0, "logprobs": True,
+               "top_logprobs": 2}
+        status, body, _, _ = self.c.post("/v1/chat/completions", req)
+        self.assertEqual(status, 200, body)
+        self.assertEqual(body["object"], "chat.completion")
+        self.assertTrue(body["id"].startswith("chatcmpl-"))
+        msg = body["choices"][0]["message"]
+        self.assertEqual(msg["role"], "assistant")
+        content = body["choices"][0]["logprobs"]["content"]
+        self.assertEqual(len(content), body["usage"]["completion_tokens"])
+        self.assertEqual(set(content[0]), {"token", "logprob", "bytes", "top_logprobs"})
+        self.assertEqual(len(content[0]["top_logprobs"]), 2)
+        _, raw = self.c.raw_stream("/v1/chat/completions", dict(req, stream=True))
+        events = sse_events(raw)
+        self.assertEqual(events[0]["object"], "chat.completion.chunk")
+        self.assertEqual(events[0]["choices"][0]["delta"]["role"], "assistant")
+        text = "".join(e["choices"][0]["delta"].get("content", "") for e in events)
+        self.assertEqual(text, msg["content"])
+        self.assertEqual(events[-1]["choices"][0]["finish_reason"],
+                         body["choices"][0]["finish_reason"])
+
+    # --- errors --------------------------------------------------------------------------
+
+    def assert_openai_error(self, status, body, want_status, param=None):
+        self.assertEqual(status, want_status, body)
+        self.assertEqual(set(body["error"]), {"message", "type", "param", "code"})
+        self.assertTrue(body["error"]["message"])
+        if param:
+            self.assertEqual(body["error"]["param"], param)
+
+    def test_bad_requests_get_errors_and_the_server_goes_on(self):
+        c = self.c
+        s, b, _, _ = c.request("POST", "/v1/completions", raw='{"prompt": "Once", ')
+        self.assert_openai_error(s, b, 400)
+        self.assertIn("JSON", b["error"]["message"])
+        s, b, _, _ = c.post("/v1/completions", {"prompt": "Once", "temperature": "hot"})
+        self.assert_openai_error(s, b, 400, "temperature")
+        s, b, _, _ = c.post("/v1/completions", {"prompt": "Once", "temprature": 0.5})
+        self.assert_openai_error(s, b, 400, "temprature")
+        s, b, _, _ = c.post("/v1/completions", {"prompt": "Once", "top_p": 1.5})
+        self.assert_openai_error(s, b, 400, "top_p")
+        s, b, _, _ = c.post("/v1/completions", {"model": "gpt-9", "prompt": "Once"})
+        self.assert_openai_error(s, b, 404, "model")
+        self.assertEqual(b["error"]["code"], "model_not_found")
+        s, b, _, _ = c.post("/v1/completions", {"prompt": "Once", "max_tokens": 100000})
+        self.assert_openai_error(s, b, 400, "max_tokens")
+        s, b, _, _ = c.post("/v1/completions", {"prompt": [99999], "max_tokens": 4})
+        self.assert_openai_error(s, b, 400)
+        s, b, _, _ = c.post("/v1/completions", {"max_tokens": 4})
+        self.assert_openai_error(s, b, 400, "prompt")
+        s, b, _, _ = c.post("/v1/chat/completions", {"messages": []})
+        self.assert_openai_error(s, b, 400, "messages")
+        s, b, _, _ = c.post("/v1/chat/completions", {"messages": [{"role": "user", "content": 5}]})
+        self.assert_openai_error(s, b, 400)
+        s, b, _, _ = c.post("/v1/completions", ["not", "an", "object"])
+        self.assert_openai_error(s, b, 400)
+        s, b, _, _ = c.post("/v1/completions", {"prompt": "x" * 70000})
+        self.assert_openai_error(s, b, 413)
+        s, b, _, _ = c.get("/v1/completions")
+        self.assert_openai_error(s, b, 405)
+        s, b, _, _ = c.get("/nowhere")
+        self.assert_openai_error(s, b, 404)
+        # Still serving, and nothing leaked.
+        s, b, _, _ = c.post("/v1/completions", {"prompt": "Once", "max_tokens": 4})
+        self.assertEqual(s, 200, b)
+        self.wait_idle()
+
+    def test_malformed_http(self):
+        s = socket.create_connection(("127.0.0.1", self.port), timeout=10)
+        s.sendall(b"GARBAGE\r\n\r\n")
+        reply = s.recv(4096)
+        s.close()
+        self.assertTrue(reply.startswith(b"HTTP/1.1 400"), reply)
+
+    def wait_idle(self, timeout=10):
+        deadline = time.time() + timeout
+        while time.time() < deadline:
+            st = self.stats()
+            if st["kv_blocks_used"] == 0 and st["running"] == 0 and st["waiting"] == 0:
+                return st
+            time.sleep(0.05)
+        self.fail("the engine did not become idle: %r" % self.stats())
+
+    # --- TF Serving REST -----------------------------------------------------------------
+
+    def test_tfserving_status_and_metadata(self):
+        s, b, _, _ = self.c.get("/v1/models/%s/versions/1" % MODEL)
+        self.assertEqual(s, 200)
+        self.assertEqual(b, {"model_version_status": [
+            {"version": "1", "state": "AVAILABLE",
+             "status": {"error_code": "OK", "error_message": ""}}]})
+        s, b, _, _ = self.c.get("/v1/models/%s/versions/7" % MODEL)
+        self.assertEqual(s, 404)
+        self.assertEqual(list(b), ["error"])
+        s, b, _, _ = self.c.get("/v1/models/%s/labels/stable" % MODEL)
+        self.assertEqual(s, 404)
+        s, b, _, _ = self.c.get("/v1/models/%s/metadata" % MODEL)
+        self.assertEqual(s, 200)
+        self.assertEqual(b["model_spec"], {"name": MODEL, "signature_name": "", "version": "1"})
+        sig = b["metadata"]["signature_def"]["signature_def"]["serving_default"]
+        self.assertEqual(sig["method_name"], "tensorflow/serving/predict")
+        self.assertEqual(sig["inputs"]["prompt"]["dtype"], "DT_STRING")
+        self.assertEqual(set(sig["outputs"]), {"text", "output_ids", "finish_reason", "logprobs"})
+
+    def test_tfserving_predict(self):
+        path = "/v1/models/%s:predict" % MODEL
+        greedy = cli_greedy("Once upon a time", 12)
+        s, b, _, _ = self.c.post(path, {"instances": [
+            "Once upon a time",
+            {"prompt": "Once upon a time", "max_tokens": 12, "temperature": 0},
+            {"input_ids": [1, 403, 407, 261, 378], "max_tokens": 3, "temperature": 0,
+             "logprobs": 0}]})
+        self.assertEqual(s, 200, b)
+        preds = b["predictions"]
+        self.assertEqual(len(preds), 3)
+        self.assertEqual(preds[1]["text"], greedy)
+        self.assertEqual(len(preds[2]["output_ids"]), 3)
+        self.assertEqual(len(preds[2]["logprobs"]), 3)
+        self.assertIn(preds[0]["finish_reason"], ("length", "stop"))
+        s, b, _, _ = self.c.post("/v1/models/%s/versions/1:predict" % MODEL, {
+            "inputs": {"prompt": ["Once upon a time", "Once upon a time"], "max_tokens": 12,
+                       "temperature": 0}})
+        self.assertEqual(s, 200, b)
+        self.assertEqual(b["outputs"]["text"], [greedy, greedy])
+        self.assertEqual(len(b["outputs"]["output_ids"]), 2)
+        for bad in ({}, {"instances": []}, {"instances": ["a"], "inputs": ["b"]},
+                    {"instances": [{"prompt": "a", "bogus": 1}]}, {"instances": [3.5]},
+                    {"signature_name": "other", "instances": ["a"]}):
+            s, b, _, _ = self.c.post(path, bad)
+            self.assertEqual(s, 400, bad)
+            self.assertIsInstance(b["error"], str)
+        s, b, _, _ = self.c.post("/v1/models/nope:predict", {"instances": ["a"]})
+        self.assertEqual(s, 404)
+        self.assertEqual(b, {"error": "Servable not found for request: Latest(nope)"})
+
+    # --- many clients, vanishing clients -------------------------------------------------
+
+    def test_64_concurrent_streams(self):
+        results = [None] * 64
+
+        def one(i):
+            _, body = self.c.raw_stream("/v1/completions", {
+                "prompt": "Once upon a time", "max_tokens": 24, "temperature": 0.8, "seed": i,
+                "ignore_eos": True, "stream": True, "stream_options": {"include_usage": True}})
+            events = sse_events(body)
+            results[i] = (events[-1]["usage"]["completion_tokens"],
+                          sum(1 for e in events if e["choices"] and e["choices"][0]["text"]))
+
+        threads = [threading.Thread(target=one, args=(i,)) for i in range(64)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(120)
+        self.assertTrue(all(r is not None for r in results), results)
+        for r in results:
+            self.assertEqual(r[0], 24)
+        self.wait_idle()
+
+    def test_client_killed_mid_stream_frees_its_blocks(self):
+        for kill_after in (1, 5):
+            data = json.dumps({"prompt": "Once upon a time", "max_tokens": 400,
+                               "ignore_eos": True, "stream": True}).encode()
+            s = socket.create_connection(("127.0.0.1", self.port), timeout=30)
+            s.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Length: " +
+                      str(len(data)).encode() + b"\r\n\r\n" + data)
+            got = b""
+            while got.count(b"data: ") < kill_after:
+                got += s.recv(4096)
+            self.assertGreater(self.stats()["kv_blocks_used"], 0)
+            s.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, b"\x01\x00\x00\x00\x00\x00\x00\x00")
+            s.close()  # RST: the client is gone
+            st = self.wait_idle()
+            self.assertEqual(st["kv_blocks_used"], 0)
+        # A non-streaming request whose client disconnects is cancelled too.
+        data = json.dumps({"prompt": "Once", "max_tokens": 400, "ignore_eos": True}).encode()
+        s = socket.create_connection(("127.0.0.1", self.port), timeout=30)
+        s.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Length: " +
+                  str(len(data)).encode() + b"\r\n\r\n" + data)
+        time.sleep(0.05)
+        s.close()
+        self.wait_idle()
+
+    # --- curl, as the docs show it -------------------------------------------------------
+
+    def curl(self, *args):
+        p = subprocess.run(["curl", "-sS", "--max-time", "60", "-w", "\n%{http_code}", *args],
+                           capture_output=True, text=True, timeout=90)
+        self.assertEqual(p.returncode, 0, p.stderr)
+        body, _, code = p.stdout.rpartition("\n")
+        return int(code), body
+
+    def test_curl_every_route(self):
+        base = "http://127.0.0.1:%d" % self.port
+        j = ["-H", "Content-Type: application/json", "-d"]
+        gets = ["/healthz", "/readyz", "/v1/models", "/v1/models/" + MODEL,
+                "/v1/models/%s/versions/1" % MODEL, "/v1/models/%s/metadata" % MODEL,
+                "/v1/admin/stats"]
+        for path in gets:
+            code, body = self.curl(base + path)
+            self.assertEqual(code, 200, path)
+            json.loads(body)
+        posts = [("/v1/completions", {"prompt": "Once", "max_tokens": 8}),
+                 ("/v1/chat/completions", {"messages": [{"role": "user", "content": "Hi"}],
+                                           "max_tokens": 8}),
+                 ("/v1/models/%s:predict" % MODEL, {"instances": ["Once"]}),
+                 ("/v1/models/%s/versions/1:predict" % MODEL, {"inputs": ["Once"]})]
+        for path, req in posts:
+            code, body = self.curl(base + path, *j, json.dumps(req))
+            self.assertEqual(code, 200, (path, body))
+            json.loads(body)
+        for path, req in posts[:2]:
+            code, body = self.curl("-N", base + path, *j, json.dumps(dict(req, stream=True)))
+            self.assertEqual(code, 200, path)
+            self.assertTrue(sse_events(body + ""))
+
+    # --- the official openai client ------------------------------------------------------
+
+    def test_openai_npm_client(self):
+        script = os.path.join(os.path.dirname(NODE_MODULES), "openai_client.mjs")
+        env = dict(os.environ, TF_BASE_URL="http://127.0.0.1:%d/v1" % self.port, TF_MODEL=MODEL)
+        p = subprocess.run(["node", script], capture_output=True, text=True, timeout=120,
+                           env=env, cwd=os.path.dirname(NODE_MODULES))
+        self.assertEqual(p.returncode, 0, p.stdout + p.stderr)
+        self.assertIn("all openai client checks passed", p.stdout)
+
+
+class OverloadTest(unittest.TestCase):
+    def test_queue_limit_answers_503_with_retry_after(self):
+        proc, port = start_server("--max-num-seqs", "1", "--max-waiting-requests", "1",
+                                  "--threads", "1")
+        try:
+            c = Client(port)
+            long = {"prompt": "Once", "max_tokens": 480, "ignore_eos": True, "temperature": 0}
+            threads = [threading.Thread(target=c.post, args=("/v1/completions", long))
+                       for _ in range(2)]
+            for t in threads:
+                t.start()
+            deadline = time.time() + 10
+            while time.time() < deadline:
+                st = c.get("/v1/admin/stats")[1]["models"][MODEL]
+                if st["waiting"] >= 1:
+                    break
+                time.sleep(0.002)
+            s, b, _, h = c.post("/v1/completions", {"prompt": "Once", "max_tokens": 4})
+            self.assertEqual(s, 503, b)
+            self.assertEqual(b["error"]["type"], "overloaded_error")
+            self.assertEqual(h.get("Retry-After"), "1")
+            for t in threads:
+                t.join(60)
+            s, b, _, _ = c.post("/v1/completions", {"prompt": "Once", "max_tokens": 4})
+            self.assertEqual(s, 200, b)
+        finally:
+            rc, err = stop_server(proc)
+        self.assertEqual(rc, 0, err[-2000:])
+
+
+class ShutdownTest(unittest.TestCase):
+    def test_sigterm_lets_requests_finish_then_exits_zero(self):
+        proc, port = start_server("--shutdown-timeout", "20", "--threads", "1")
+        c = Client(port)
+        out = {}
+
+        def whole_request():
+            out["whole"] = c.post("/v1/completions", {"prompt": "Once", "max_tokens": 400,
+                                                      "ignore_eos": True, "temperature": 0})
+
+        # A streamed request that has started, and a whole one in flight, when SIGTERM comes.
+        data = json.dumps({"prompt": "Once", "max_tokens": 450, "ignore_eos": True,
+                           "stream": True, "stream_options": {"include_usage": True}}).encode()
+        s = socket.create_connection(("127.0.0.1", port), timeout=30)
+        s.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Length: " +
+                  str(len(data)).encode() + b"\r\n\r\n" + data)
+        t = threading.Thread(target=whole_request)
+        t.start()
+        got = b""
+        while b"data: " not in got:
+            got += s.recv(4096)
+        proc.send_signal(signal.SIGTERM)
+        while True:
+            more = s.recv(65536)
+            if not more:
+                break
+            got += more
+        s.close()
+        t.join(60)
+        rc, err = stop_server(proc)
+        self.assertEqual(rc, 0, err[-2000:])
+        self.assertIn(b"data: [DONE]", got)
+        usage = [json.loads(line[6:]) for line in got.split(b"\r\n")
+                 if line.startswith(b"data: {") and b'"usage"' in line]
+        self.assertEqual(usage[-1]["usage"]["completion_tokens"], 450)
+        status, body, _, _ = out["whole"]
+        self.assertEqual(status, 200, body)
+        self.assertEqual(body["usage"]["completion_tokens"], 400)
+        with self.assertRaises(OSError):
+            socket.create_connection(("127.0.0.1", port), timeout=2).close()
+
+    def test_bad_flags(self):
+        for args in (["--port", "70000"], ["--served-model-name", "a", "--served-model-name", "b"]):
+            p = subprocess.run([BIN, "serve", "-m", STORIES_BIN, *args], capture_output=True,
+                               text=True, timeout=30)
+            self.assertNotEqual(p.returncode, 0)
+            self.assertIn("error", p.stderr.lower())
+        p = subprocess.run([BIN, "serve", "-m", "/nonexistent/model"], capture_output=True,
+                           text=True, timeout=30)
+        self.assertNotEqual(p.returncode, 0)
+        self.assertIn("nonexistent", p.stderr)
+
+
+if __name__ == "__main__":
+    unittest.main()
