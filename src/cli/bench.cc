@@ -10,6 +10,7 @@
 #include <thread>
 
 #include "cli/commands.h"
+#include "cli/engine_options.h"
 #include "core/error.h"
 #include "engine/engine.h"
 #include "engine/memory_budget.h"
@@ -28,12 +29,7 @@ struct BenchOptions {
   std::string output_range;  // "16:256": output lengths drawn uniformly from this range
   int prefix_len = 0;        // a shared prefix of this many tokens on every prompt
   std::string batching = "continuous";
-  bool no_prefix_caching = false;
-  std::string kv_cache_memory = "512MiB";
-  int64_t max_num_seqs = 256;
-  int64_t max_num_batched_tokens = 2048;
-  int64_t batch_timeout_micros = 0;
-  int threads = 0;
+  EngineOptions engine;
   uint64_t seed = 0;
 };
 
@@ -87,15 +83,9 @@ int run_bench(const BenchOptions& o) {
          o.prefix_len + o.input_len + out_hi, cfg.max_seq_len);
   }
   const long rss_after_load = peak_rss_mib();
-  EngineConfig ec;
-  ec.threads = o.threads;
-  ec.kv_cache_bytes = parse_memory_budget(o.kv_cache_memory);
-  ec.prefix_caching = !o.no_prefix_caching;
-  ec.scheduler.max_num_seqs = o.max_num_seqs;
-  ec.scheduler.max_num_batched_tokens = o.max_num_batched_tokens;
+  EngineConfig ec = o.engine.config();
   ec.scheduler.static_batching = o.batching != "continuous";
   ec.scheduler.pad_finished = o.batching == "static";
-  ec.batch_timeout_micros = o.batch_timeout_micros;
   Engine engine(*model, nullptr, {}, ec);
 
   std::mt19937_64 rng(o.seed);
@@ -219,21 +209,7 @@ Action add_bench(CLI::App& app) {
          "continuous; static (request-level as TF Serving: a batch runs until its longest member "
          "ends, finished rows computed as padding); static-ragged (finished rows leave the batch)")
       ->capture_default_str();
-  app.add_flag("--no-prefix-caching", o->no_prefix_caching, "turn the prefix cache off");
-  app.add_option("--kv-cache-memory", o->kv_cache_memory,
-                 "KV cache budget: bytes, 512MiB, 2GiB, or a fraction of free memory (0.3)")
-      ->capture_default_str()
-      ->capture_default_str();
-  app.add_option("--max-num-seqs,--max-batch-size", o->max_num_seqs,
-                 "sequences per step (TF Serving's max_batch_size)")
-      ->capture_default_str();
-  app.add_option(
-         "--batch-timeout-micros", o->batch_timeout_micros,
-         "an idle engine waits this long to gather a batch (TF Serving's batch_timeout_micros)")
-      ->capture_default_str();
-  app.add_option("--max-num-batched-tokens", o->max_num_batched_tokens, "tokens per step")
-      ->capture_default_str();
-  app.add_option("--threads", o->threads, "compute threads (default: one per core)");
+  add_engine_options(app, o->engine);
   app.add_option("--seed", o->seed, "seed of the random prompts")->capture_default_str();
   return [o] { return run_bench(*o); };
 }

@@ -165,14 +165,7 @@ int run_generate(GenerateOptions& o) {
   const bool live_output = m == 1 && !params.beam_search();
   RequestOutput ev;
   while (stream->next(ev)) {
-    auto& s = seqs[ev.index];
-    s.tokens.insert(s.tokens.end(), ev.token_ids.begin(), ev.token_ids.end());
-    s.text += ev.text;
-    s.logprobs.insert(s.logprobs.end(), ev.logprobs.begin(), ev.logprobs.end());
-    if (ev.finish != FinishReason::kNone) {
-      s.finish = ev.finish;
-      s.cumulative_logprob = ev.cumulative_logprob;
-    }
+    append_output(seqs.at(ev.index), ev);
     if (live_output) {
       if (tokenizer) {
         write(ev.text);

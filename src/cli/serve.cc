@@ -5,9 +5,9 @@
 #include <cstdio>
 
 #include "cli/commands.h"
+#include "cli/engine_options.h"
 #include "core/error.h"
 #include "core/log.h"
-#include "engine/memory_budget.h"
 #include "serving/server.h"
 
 namespace tf::cli {
@@ -20,12 +20,7 @@ struct ServeOptions {
   std::string host = "127.0.0.1";
   int port = 8080;
   int http_threads = 1;
-  std::string kv_cache_memory = "512MiB";
-  int64_t max_num_seqs = 256;
-  int64_t max_num_batched_tokens = 2048;
-  int64_t batch_timeout_micros = 0;
-  bool no_prefix_caching = false;
-  int threads = 0;
+  EngineOptions engine;
   int64_t max_body_bytes = 8 << 20;
   int64_t max_waiting_requests = 1024;
   double read_timeout_s = 30, idle_timeout_s = 60, shutdown_timeout_s = 30;
@@ -47,14 +42,8 @@ int run_serve(const ServeOptions& o) {
   std::signal(SIGPIPE, SIG_IGN);
 
   ServingState state;
-  state.limits.max_waiting_requests = o.max_waiting_requests;
-  EngineConfig ec;
-  ec.threads = o.threads;
-  ec.kv_cache_bytes = parse_memory_budget(o.kv_cache_memory);
-  ec.prefix_caching = !o.no_prefix_caching;
-  ec.scheduler.max_num_seqs = o.max_num_seqs;
-  ec.scheduler.max_num_batched_tokens = o.max_num_batched_tokens;
-  ec.batch_timeout_micros = o.batch_timeout_micros;
+  EngineConfig ec = o.engine.config();
+  ec.max_queued_requests = o.max_waiting_requests;
   for (size_t i = 0; i < o.models.size(); ++i) {
     const std::string name = o.names.empty() ? default_served_name(o.models[i]) : o.names[i];
     if (state.find(name)) fail("two models are served as '{}': give --served-model-name", name);
@@ -109,20 +98,7 @@ Action add_serve(CLI::App& app) {
   app.add_option("--port,-p", o->port, "port to listen on (0: any free port)")
       ->capture_default_str();
   app.add_option("--http-threads", o->http_threads, "I/O threads for HTTP")->capture_default_str();
-  app.add_option(
-         "--kv-cache-memory", o->kv_cache_memory,
-         "KV cache budget per model: bytes, 512MiB, 2GiB, or a fraction of free memory (0.3)")
-      ->capture_default_str();
-  app.add_option("--max-num-seqs,--max-batch-size", o->max_num_seqs,
-                 "sequences per step (TF Serving's max_batch_size)")
-      ->capture_default_str();
-  app.add_option("--max-num-batched-tokens", o->max_num_batched_tokens, "tokens per step")
-      ->capture_default_str();
-  app.add_option("--batch-timeout-micros", o->batch_timeout_micros,
-                 "an idle engine waits this long to gather a batch (TF Serving's)")
-      ->capture_default_str();
-  app.add_flag("--no-prefix-caching", o->no_prefix_caching, "turn the prefix cache off");
-  app.add_option("--threads", o->threads, "compute threads (default: one per core)");
+  add_engine_options(app, o->engine);
   app.add_option("--max-body-bytes", o->max_body_bytes, "largest request body (413 above)")
       ->capture_default_str();
   app.add_option("--max-waiting-requests", o->max_waiting_requests,

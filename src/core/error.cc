@@ -12,6 +12,8 @@ const char* error_kind_name(ErrorKind kind) {
       return "unsupported";
     case ErrorKind::kResourceExhausted:
       return "resource_exhausted";
+    case ErrorKind::kUnavailable:
+      return "unavailable";
     case ErrorKind::kInternal:
       return "internal";
   }

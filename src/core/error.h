@@ -15,7 +15,8 @@ enum class ErrorKind {
   kInvalidArgument,    // bad input from a user: a file, a request, a parameter
   kNotFound,           // a file, model or tensor that does not exist
   kUnsupported,        // well-formed input that we cannot run (yet)
-  kResourceExhausted,  // out of memory, KV blocks, queue slots
+  kResourceExhausted,  // a request or file too large for a limit (memory, KV blocks)
+  kUnavailable,        // overloaded (a full queue) or shutting down: retry later
   kInternal,           // a bug on our side
 };
 

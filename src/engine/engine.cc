@@ -107,6 +107,12 @@ Engine::Engine(Model& model, const Tokenizer* tokenizer, std::vector<int32_t> eo
   thread_ = std::thread([this] { loop(); });
 }
 
+void Engine::leave_queue(EngineRequest& r) {
+  if (!r.queued) return;
+  r.queued = false;
+  --queued_;
+}
+
 bool Engine::responsive(std::chrono::milliseconds max_step) const {
   if (!thread_.joinable()) return false;
   if (idle_) return true;
@@ -154,7 +160,7 @@ std::shared_ptr<RequestStream> Engine::submit(GenerationRequest request) {
   const int64_t need = manager_.blocks_for(total) * (p.beam_search() ? p.num_beams : 1);
   if (need > pool_.num_blocks()) {
     fail(ErrorKind::kResourceExhausted,
-         "the prompt plus max_tokens needs {} KV blocks; the whole cache has {}", need,
+         "the prompt plus max_tokens needs {} KV blocks; the whole KV cache has {}", need,
          pool_.num_blocks());
   }
   auto r = std::make_unique<EngineRequest>();
@@ -178,6 +184,14 @@ std::shared_ptr<RequestStream> Engine::submit(GenerationRequest request) {
     r->seqs.push_back(std::move(seq));
   }
   r->unfinished = beam ? 1 : static_cast<int32_t>(r->seqs.size());
+  // The queue limit: counted last, once nothing else can refuse the request.
+  int64_t queued = queued_.load();
+  do {
+    if (config_.max_queued_requests > 0 && queued >= config_.max_queued_requests) {
+      fail(ErrorKind::kUnavailable, "the server is overloaded ({} requests waiting); retry later",
+           queued);
+    }
+  } while (!queued_.compare_exchange_weak(queued, queued + 1));
   auto stream = r->stream;
   {
     std::lock_guard<std::mutex> lock(mu_);
@@ -200,9 +214,9 @@ void Engine::admit_new_requests() {
     fresh.swap(incoming_);
   }
   for (auto& r : fresh) {
-    // Beam slots other than the first run only once a fork gives them tokens and blocks.
-    const size_t admit = r->spec.params.beam_search() ? 1 : r->seqs.size();
-    for (size_t i = 0; i < admit; ++i) scheduler_.add(r->seqs[i].get());
+    // Only the first sequence computes the prompt: the other samples of an n > 1 request and
+    // the other beam slots run once a fork gives them the prompt's blocks.
+    scheduler_.add(r->seqs[0].get());
     active_.push_back(std::move(r));
   }
 }
@@ -242,6 +256,7 @@ void Engine::loop() {
         out.finish = FinishReason::kAbort;
         out.request_done = true;
         r->stream->push(std::move(out));
+        leave_queue(*r);
       }
       active_.clear();
     }
@@ -299,7 +314,10 @@ void Engine::step() {
       Sequence* seq = sched.chunks[i].seq;
       if (seq->padding) continue;  // a padded row's logits are thrown away
       EngineRequest* r = seq->request;
-      if (r->timings.first_scheduled == Clock::time_point{}) r->timings.first_scheduled = now;
+      if (r->timings.first_scheduled == Clock::time_point{}) {
+        r->timings.first_scheduled = now;
+        leave_queue(*r);
+      }
       seq->num_computed += sched.chunks[i].count;
       manager_.cache_full_blocks(*seq, r->spec.cache_salt);
       if (seq->num_computed < seq->num_tokens()) continue;  // a prompt chunk: nothing to sample yet
@@ -307,17 +325,12 @@ void Engine::step() {
         beam_rows_[seq] = static_cast<int64_t>(i);
         continue;
       }
-      StepOutput so = seq->sampler->step(std::span<float>(logits_.data() + i * vocab, vocab));
-      seq->tokens.push_back(so.sample.token);
-      if (r->timings.first_token == Clock::time_point{}) r->timings.first_token = Clock::now();
-      ++r->timings.generated_tokens;
-      RequestOutput out;
-      out.index = seq->index;
-      out.token_ids.push_back(so.sample.token);
-      out.text = std::move(so.text);
-      if (r->spec.params.logprobs) out.logprobs.push_back(so.sample);
-      if (seq->sampler->finished()) finish_sequence(seq, out);
-      r->stream->push(std::move(out));
+      const std::span<float> row(logits_.data() + i * vocab, vocab);
+      if (seq->index == 0 && !r->siblings_started && r->seqs.size() > 1) {
+        r->siblings_started = true;
+        fork_siblings(*r, row);  // before the lead's sampler changes the row
+      }
+      sample_and_stream(*seq, row);
     }
   }
   for (auto& r : active_) {
@@ -333,6 +346,7 @@ void Engine::step() {
   };
   for (auto& r : active_) {
     if (!retired(r)) continue;
+    leave_queue(*r);  // ended (cancelled) before it ever ran
     ++finished;
     prompt_tokens += r->timings.prompt_tokens;
     generated_tokens += r->timings.generated_tokens;
@@ -348,9 +362,70 @@ void Engine::step() {
   stats_.prefix_queried_tokens = manager_.prefix_queries();
   stats_.prefix_hit_tokens = manager_.prefix_hits();
   stats_.preemptions = scheduler_.preemptions();
+  stats_.queued = queued_.load();
   stats_.requests_finished += finished;
   stats_.prompt_tokens += prompt_tokens;
   stats_.generated_tokens += generated_tokens;
+}
+
+void Engine::sample_and_stream(Sequence& seq, std::span<float> logits) {
+  EngineRequest* r = seq.request;
+  StepOutput so = seq.sampler->step(logits);
+  seq.tokens.push_back(so.sample.token);
+  if (r->timings.first_token == Clock::time_point{}) r->timings.first_token = Clock::now();
+  ++r->timings.generated_tokens;
+  RequestOutput out;
+  out.index = seq.index;
+  out.token_ids.push_back(so.sample.token);
+  out.text = std::move(so.text);
+  if (r->spec.params.logprobs) out.logprobs.push_back(so.sample);
+  if (seq.sampler->finished()) finish_sequence(&seq, out);
+  r->stream->push(std::move(out));
+}
+
+bool Engine::fork_blocks(const Sequence& parent, Sequence& child, const EngineRequest* keep) {
+  const int bsz = pool_.block_size();
+  const int64_t n = parent.num_computed;
+  const int64_t full = n / bsz;
+  std::vector<int32_t> table;
+  for (int64_t i = 0; i < full; ++i) {
+    pool_.retain(parent.block_table[i]);
+    table.push_back(parent.block_table[i]);
+  }
+  if (n % bsz != 0) {
+    // Make room by preempting other requests' newest sequences, as schedule() would.
+    bool ok = pool_.allocate(1, table);
+    while (!ok && scheduler_.preempt_newest_other(keep)) ok = pool_.allocate(1, table);
+    if (!ok) {
+      for (int32_t b : table) pool_.release(b);
+      return false;
+    }
+    kv_.copy_block(parent.block_table[full], table.back());
+  }
+  child.block_table = std::move(table);
+  child.block_hashes.assign(
+      parent.block_hashes.begin(),
+      parent.block_hashes.begin() + std::min<int64_t>(full, parent.block_hashes.size()));
+  child.num_computed = n;
+  return true;
+}
+
+void Engine::fork_siblings(EngineRequest& r, std::span<const float> logits) {
+  // The other samples of an n > 1 request start from the lead's prompt: they share its full
+  // blocks, copy its partial last block, and sample their first token from the same logits.
+  const Sequence& lead = *r.seqs[0];
+  std::vector<float> row;
+  for (size_t k = 1; k < r.seqs.size(); ++k) {
+    Sequence& s = *r.seqs[k];
+    if (s.status == SequenceStatus::kFinished) continue;
+    if (!fork_blocks(lead, s, &r)) {
+      scheduler_.add(&s);  // no memory to fork: it computes the prompt itself, later
+      continue;
+    }
+    row.assign(logits.begin(), logits.end());
+    scheduler_.adopt_running(&s);
+    sample_and_stream(s, row);
+  }
 }
 
 void Engine::beam_step(EngineRequest& r) {
@@ -408,36 +483,16 @@ void Engine::beam_step(EngineRequest& r) {
   }
   // Fork: each new beam shares its parent's full blocks (refcounts) and gets a copy of the
   // parent's partial last block, the only one it will write into.
-  const int bsz = pool_.block_size();
-  std::vector<std::vector<int32_t>> tables(next.size());
-  std::vector<std::vector<uint64_t>> hashes(next.size());
-  std::vector<int64_t> computed(next.size());
+  std::vector<Sequence> forks(next.size());
   for (size_t j = 0; j < next.size(); ++j) {
-    const Sequence& parent = *r.seqs[next[j].beam];
-    const int64_t n = parent.num_computed;
-    const int64_t full = n / bsz;
-    for (int64_t i = 0; i < full; ++i) {
-      pool_.retain(parent.block_table[i]);
-      tables[j].push_back(parent.block_table[i]);
-    }
-    hashes[j].assign(
-        parent.block_hashes.begin(),
-        parent.block_hashes.begin() + std::min<int64_t>(full, parent.block_hashes.size()));
-    if (n % bsz != 0) {
-      // Make room by preempting other requests' newest sequences, as schedule() would.
-      bool ok = pool_.allocate(1, tables[j]);
-      while (!ok && scheduler_.preempt_newest_other(&r)) ok = pool_.allocate(1, tables[j]);
-      if (!ok) {
-        for (size_t k = 0; k <= j; ++k) {
-          for (int32_t b : tables[k]) pool_.release(b);
-        }
-        log::warn("beam search request '{}' ran out of KV blocks while forking", r.spec.id);
-        finish_beams(r, /*aborted=*/true);
-        return;
+    if (!fork_blocks(*r.seqs[next[j].beam], forks[j], &r)) {
+      for (size_t k = 0; k < j; ++k) {
+        for (int32_t b : forks[k].block_table) pool_.release(b);
       }
-      kv_.copy_block(parent.block_table[full], tables[j].back());
+      log::warn("beam search request '{}' ran out of KV blocks while forking", r.spec.id);
+      finish_beams(r, /*aborted=*/true);
+      return;
     }
-    computed[j] = n;
   }
   for (int b = 0; b < static_cast<int>(r.seqs.size()); ++b) {
     if (b < live || b < static_cast<int>(next.size())) scheduler_.remove(r.seqs[b].get());
@@ -445,9 +500,9 @@ void Engine::beam_step(EngineRequest& r) {
   for (size_t j = 0; j < next.size(); ++j) {
     Sequence& s = *r.seqs[j];
     s.tokens = std::move(next_tokens[j]);
-    s.block_table = std::move(tables[j]);
-    s.block_hashes = std::move(hashes[j]);
-    s.num_computed = computed[j];
+    s.block_table = std::move(forks[j].block_table);
+    s.block_hashes = std::move(forks[j].block_hashes);
+    s.num_computed = forks[j].num_computed;
     scheduler_.adopt_running(&s);
   }
   beam.sums = std::move(next_sums);
@@ -491,17 +546,18 @@ std::vector<CompletedSequence> run_to_completion(Engine& engine, GenerationReque
   auto stream = engine.submit(std::move(request));
   std::vector<CompletedSequence> out(static_cast<size_t>(n));
   RequestOutput o;
-  while (stream->next(o)) {
-    auto& s = out.at(o.index);
-    s.tokens.insert(s.tokens.end(), o.token_ids.begin(), o.token_ids.end());
-    s.text += o.text;
-    s.logprobs.insert(s.logprobs.end(), o.logprobs.begin(), o.logprobs.end());
-    if (o.finish != FinishReason::kNone) {
-      s.finish = o.finish;
-      s.cumulative_logprob = o.cumulative_logprob;
-    }
-  }
+  while (stream->next(o)) append_output(out.at(o.index), o);
   return out;
+}
+
+void append_output(CompletedSequence& s, const RequestOutput& o) {
+  s.tokens.insert(s.tokens.end(), o.token_ids.begin(), o.token_ids.end());
+  s.text += o.text;
+  s.logprobs.insert(s.logprobs.end(), o.logprobs.begin(), o.logprobs.end());
+  if (o.finish != FinishReason::kNone) {
+    s.finish = o.finish;
+    s.cumulative_logprob = o.cumulative_logprob;
+  }
 }
 
 }  // namespace tf

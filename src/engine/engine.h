@@ -29,6 +29,9 @@ struct EngineConfig {
   bool prefix_caching = true;
   int64_t batch_timeout_micros = 0;  // an idle engine waits this long to gather a first batch
   int threads = 0;                   // compute threads (0: one per core)
+  // Requests submitted and not yet scheduled at which submit() refuses more (kUnavailable); 0:
+  // no limit. Bounds memory under overload: the excess is shed instead of queued.
+  int64_t max_queued_requests = 0;
 };
 
 struct EngineStats {
@@ -39,6 +42,7 @@ struct EngineStats {
   int64_t prefix_queried_tokens = 0, prefix_hit_tokens = 0;
   int64_t preemptions = 0;
   int64_t requests_finished = 0;
+  int64_t queued = 0;  // submitted and not yet scheduled, now
   int64_t prompt_tokens = 0, generated_tokens = 0;
 };
 
@@ -53,7 +57,7 @@ class Engine {
 
   // Validates and queues a request; throws Error (nothing queued) when it can never run:
   // invalid parameters, token ids outside the vocabulary, prompt + max_tokens over the context
-  // or over the whole KV pool.
+  // or over the whole KV pool; or (kUnavailable) when max_queued_requests already wait.
   std::shared_ptr<RequestStream> submit(GenerationRequest request);
 
   EngineStats stats() const;
@@ -68,6 +72,13 @@ class Engine {
   void step();
   void admit_new_requests();
   void finish_sequence(Sequence* seq, RequestOutput& out);
+  // Samples a sequence's next token from its logits row and streams it.
+  void sample_and_stream(Sequence& seq, std::span<float> logits);
+  // Gives child the parent's computed tokens' blocks: the full ones shared (refcounts), the
+  // partial last one copied. False (nothing changed) when no block can be found for the copy.
+  bool fork_blocks(const Sequence& parent, Sequence& child, const EngineRequest* keep);
+  // n > 1: the lead finished the prompt; its siblings fork from it and sample their first token.
+  void fork_siblings(EngineRequest& r, std::span<const float> logits);
   // Beam search requests: one selection over all beams once each has its logits this step.
   void beam_step(EngineRequest& r);
   void finish_beams(EngineRequest& r, bool aborted);
@@ -93,6 +104,9 @@ class Engine {
   std::vector<SequenceChunk> batch_;
   std::unordered_map<const Sequence*, int64_t> beam_rows_;  // logits row of each ready beam
 
+  void leave_queue(EngineRequest& r);
+
+  std::atomic<int64_t> queued_{0};  // submitted, not yet scheduled (or ended first)
   std::atomic<bool> idle_{true};
   std::atomic<int64_t> last_progress_ns_{0};  // steady clock, at the end of each step
 
@@ -109,6 +123,8 @@ struct CompletedSequence {
   double cumulative_logprob = 0.0;
   std::vector<SampleResult> logprobs;
 };
+// Adds one output event to the sequence it belongs to.
+void append_output(CompletedSequence& seq, const RequestOutput& out);
 std::vector<CompletedSequence> run_to_completion(Engine& engine, GenerationRequest request);
 
 }  // namespace tf

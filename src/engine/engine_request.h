@@ -94,6 +94,8 @@ struct EngineRequest {
   std::shared_ptr<RequestStream> stream;
   RequestTimings timings;
   int32_t unfinished = 0;
+  bool queued = true;             // counted in the engine's queue until first scheduled
+  bool siblings_started = false;  // n > 1: the other samples forked from the first
   BeamState beam;
 };
 

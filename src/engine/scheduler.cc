@@ -106,13 +106,6 @@ SchedulerOutput Scheduler::schedule() {
   while (admit && !waiting_.empty() && budget > 0 &&
          static_cast<int64_t>(running_.size()) < config_.max_num_seqs) {
     Sequence* seq = waiting_.front();
-    // The sequences of one request (n > 1) share its prompt: the first computes it, the others
-    // start a step later and find its blocks in the prefix cache.
-    const Sequence* lead = seq->request->seqs.front().get();
-    if (kv_.prefix_caching() && seq != lead && seq->num_computed == 0 &&
-        lead->status != SequenceStatus::kFinished && lead->num_computed < lead->prompt_len) {
-      break;
-    }
     if (seq->num_computed == 0 && seq->block_table.empty()) kv_.match_prefix(*seq, salt(seq));
     const int64_t remaining = seq->num_tokens() - seq->num_computed;
     const int64_t take = config_.chunked_prefill ? std::min(remaining, budget) : remaining;

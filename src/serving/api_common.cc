@@ -14,10 +14,11 @@ int http_status_of(const std::exception& e) {
     switch (err->kind()) {
       case ErrorKind::kInvalidArgument:
       case ErrorKind::kUnsupported:
+      case ErrorKind::kResourceExhausted:  // too large for a limit: retrying will not help
         return 400;
       case ErrorKind::kNotFound:
         return 404;
-      case ErrorKind::kResourceExhausted:
+      case ErrorKind::kUnavailable:
         return 503;
       case ErrorKind::kInternal:
         return 500;

@@ -30,8 +30,8 @@ class HttpError : public Error {
   std::string code_, param_;
 };
 
-// The status an error answers with: HttpError's own; 400 for invalid or unsupported input, 404
-// for what does not exist, 503 for exhausted resources, 500 for internal errors.
+// The status an error answers with: HttpError's own; 400 for invalid, unsupported or too large
+// input, 404 for what does not exist, 503 when overloaded, 500 for internal errors.
 int http_status_of(const std::exception& e);
 
 // {"error": {"message", "type", "param", "code"}} as OpenAI sends it. param: the field at

@@ -48,10 +48,6 @@ std::shared_ptr<GenerationJob> GenerationJob::start(Engine& engine,
   for (auto& r : reqs) {
     try {
       job->streams_.push_back(engine.submit(std::move(r)));
-    } catch (const Error& e) {
-      job->cancel();
-      if (e.kind() == ErrorKind::kResourceExhausted) throw HttpError(400, e.what());
-      throw;
     } catch (...) {
       job->cancel();
       throw;
@@ -88,14 +84,7 @@ void GenerationJob::drain(size_t i) {
   while (streams_[i]->try_next(out)) {
     auto& seqs = results_[i];
     if (static_cast<size_t>(out.index) >= seqs.size()) seqs.resize(out.index + 1);
-    GeneratedSequence& s = seqs[out.index];
-    s.tokens.insert(s.tokens.end(), out.token_ids.begin(), out.token_ids.end());
-    s.text += out.text;
-    s.logprobs.insert(s.logprobs.end(), out.logprobs.begin(), out.logprobs.end());
-    if (out.finish != FinishReason::kNone) {
-      s.finish = out.finish;
-      s.cumulative_logprob = out.cumulative_logprob;
-    }
+    append_output(seqs[out.index], out);
     if (!responder_->disconnected() && on_event_) on_event_(i, out);
   }
   if (ended_[i] || !streams_[i]->done()) return;

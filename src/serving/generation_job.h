@@ -18,13 +18,7 @@
 namespace tf {
 
 // What one sequence (an OpenAI "choice") produced, gathered from its events.
-struct GeneratedSequence {
-  std::vector<int32_t> tokens;
-  std::string text;
-  std::vector<SampleResult> logprobs;
-  FinishReason finish = FinishReason::kNone;
-  double cumulative_logprob = 0.0;
-};
+using GeneratedSequence = CompletedSequence;
 
 class GenerationJob;
 
@@ -51,8 +45,7 @@ class GenerationJob : public std::enable_shared_from_this<GenerationJob> {
   using DoneFn = std::function<void(bool client_gone)>;
 
   // Submits every request and registers the job until it ends. Throws (with the already
-  // submitted ones cancelled) if the engine rejects one; a request that can never fit the KV
-  // cache is the client's error (HttpError 400).
+  // submitted ones cancelled) if the engine rejects one.
   static std::shared_ptr<GenerationJob> start(Engine& engine, std::vector<GenerationRequest> reqs,
                                               std::shared_ptr<HttpResponder> responder,
                                               JobRegistry& registry, EventFn on_event,

@@ -45,11 +45,13 @@ struct HttpServer::Impl {
   HttpServerConfig config;
   HttpHandler handler;
   HttpErrorFormatter errors;
-  net::io_context ioc;
-  tcp::acceptor acceptor;
+  // Before ioc: connections destroyed with the I/O context's pending handlers still count.
   std::atomic<bool> accepting{true};
+  std::atomic<bool> stopped{false};  // the I/O threads are gone: post nothing any more
   std::atomic<int64_t> connections{0};
   std::atomic<int64_t> in_progress{0};
+  net::io_context ioc;
+  tcp::acceptor acceptor;
 
   Impl(HttpServerConfig c, HttpHandler h, HttpErrorFormatter e)
       : config(std::move(c)),
@@ -79,6 +81,7 @@ class HttpConnection : public std::enable_shared_from_this<HttpConnection> {
     net::dispatch(stream_.get_executor(), [self = shared_from_this()] { self->read_request(); });
   }
   net::any_io_executor executor() { return stream_.get_executor(); }
+  bool server_stopped() const { return server_.stopped; }
 
   // Queues the bytes of a response; `last` ends it.
   void queue(std::string bytes, bool last) {
@@ -291,7 +294,7 @@ HttpResponder::HttpResponder(std::shared_ptr<HttpConnection> connection)
 
 HttpResponder::~HttpResponder() {
   // A handler that dropped its responder without answering: the client must not hang.
-  if (finished_ || disconnected_) return;
+  if (finished_ || disconnected_ || connection_->server_stopped()) return;
   auto conn = connection_;
   const bool streaming = started_;
   net::post(conn->executor(), [conn, streaming] {
@@ -309,6 +312,7 @@ void HttpResponder::add_header(std::string name, std::string value) {
 }
 
 void HttpResponder::post(std::function<void()> fn) {
+  if (connection_->server_stopped()) return;
   net::post(connection_->executor(), std::move(fn));
 }
 
@@ -424,6 +428,7 @@ void HttpServer::stop() {
   impl_->ioc.stop();
   for (auto& t : threads_) t.join();
   threads_.clear();
+  impl_->stopped = true;
 }
 
 int64_t HttpServer::open_connections() const {

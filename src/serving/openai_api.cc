@@ -281,9 +281,6 @@ void handle_openai_generation(ServingState& state, const HttpRequest& req,
   auto parsed = std::make_shared<Parsed>(parse(state, body, chat));
   ServedModel& model = *parsed->model;
   record->model = model.name;
-  if (model.engine->stats().waiting >= state.limits.max_waiting_requests) {
-    throw HttpError(503, "the server is overloaded; retry later", "server_overloaded");
-  }
   const bool max_given =
       (body.contains("max_tokens") && !body["max_tokens"].is_null()) ||
       (chat && body.contains("max_completion_tokens") && !body["max_completion_tokens"].is_null());

@@ -13,7 +13,6 @@
 namespace tf {
 
 struct ServingLimits {
-  int64_t max_waiting_requests = 1024;             // engine queue length at which new work gets 503
   std::chrono::milliseconds max_step_time{30000};  // a step longer than this: not ready
 };
 

@@ -214,8 +214,6 @@ void predict(ServingState& state, ServedModel& m, const HttpRequest& req,
     for (const auto& p : prompts) reqs.push_back(instance_request(m, p, shared));
   }
   record->model = m.name;
-  if (m.engine->stats().waiting >= state.limits.max_waiting_requests)
-    throw HttpError(503, "the server is overloaded; retry later");
   for (auto& r : reqs) {
     r.id = random_id("predict-");
     record->prompt_tokens += static_cast<int64_t>(r.prompt.size());

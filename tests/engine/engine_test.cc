@@ -238,19 +238,71 @@ TEST_F(EngineTest, RejectsWhatCanNeverRun) {
   EXPECT_EQ(e.stats().waiting, 0);
 }
 
+TEST_F(EngineTest, QueueLimitShedsLoadAndCountsOnlyWaitingRequests) {
+  EngineConfig c = config(64, true);
+  c.max_queued_requests = 2;
+  c.batch_timeout_micros = 1'000'000;  // nothing is scheduled while the first batch gathers
+  Engine e(*model_, tok_, {2}, c);
+  auto a = e.submit(greedy("Once", 4));
+  auto b = e.submit(greedy("Once", 4));
+  try {
+    e.submit(greedy("Once", 4));
+    FAIL() << "a third request must be refused";
+  } catch (const Error& err) {
+    EXPECT_EQ(err.kind(), ErrorKind::kUnavailable);
+    EXPECT_NE(std::string(err.what()).find("overloaded"), std::string::npos);
+  }
+  a->cancel();
+  b->cancel();
+  RequestOutput o;
+  while (a->next(o)) {
+  }
+  while (b->next(o)) {
+  }
+  for (int i = 0; i < 200 && e.stats().queued > 0; ++i)
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  EXPECT_EQ(e.stats().queued, 0) << "cancelled before running, they leave the queue";
+  EXPECT_NO_THROW(run_to_completion(e, greedy("Once", 4)));
+}
+
 TEST_F(EngineTest, NSequencesShareThePromptAndFollowTheirSeeds) {
-  Engine e(*model_, tok_, {2}, config(128, true));
   GenerationRequest r =
       greedy("Once upon a time there was a very small cat who lived in a big house", 20);
   r.params.temperature = 1.0f;
   r.params.seed = 7;
   r.params.n = 3;
-  const auto outs = run_to_completion(e, r);
-  ASSERT_EQ(outs.size(), 3u);
-  EXPECT_NE(outs[0].tokens, outs[1].tokens);
-  EXPECT_GT(e.stats().prefix_hit_tokens, 0) << "sequences 1 and 2 reuse sequence 0's prompt blocks";
-  const auto again = run_to_completion(e, r);
-  for (int i = 0; i < 3; ++i) EXPECT_EQ(again[i].tokens, outs[i].tokens);
+  const int64_t prompt = static_cast<int64_t>(r.prompt.size());
+  ASSERT_NE(prompt % 16, 0) << "the prompt must end in a partial block (copied on fork)";
+  std::vector<CompletedSequence> outs;
+  for (bool prefix : {false, true}) {
+    Engine e(*model_, tok_, {2}, config(128, prefix));
+    const auto got = run_to_completion(e, r);
+    ASSERT_EQ(got.size(), 3u);
+    EXPECT_NE(got[0].tokens, got[1].tokens);
+    // The prompt is computed once (the other samples fork its blocks), with or without the
+    // prefix cache; then each sequence computes its own tokens but the last. (The counters of
+    // the last step land just after its outputs.)
+    for (int i = 0; i < 200 && e.stats().requests_finished < 1; ++i)
+      std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    EXPECT_EQ(e.stats().batched_tokens, prompt + 3 * 19) << "prefix caching " << prefix;
+    for (int i = 0; i < 3; ++i) EXPECT_EQ(got[i].tokens.size(), 20u);
+    if (outs.empty()) {
+      outs = got;
+    } else {
+      for (int i = 0; i < 3; ++i) EXPECT_EQ(got[i].tokens, outs[i].tokens) << i;
+    }
+    const auto again = run_to_completion(e, r);
+    for (int i = 0; i < 3; ++i) EXPECT_EQ(again[i].tokens, outs[i].tokens);
+    for (int i = 0; i < 100 && e.stats().kv_blocks_used > 0; ++i)
+      std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    EXPECT_EQ(e.stats().kv_blocks_used, 0);
+  }
+  // Each sample equals the same request with n = 1 and that sample's stream: run sequence k
+  // alone is not expressible, but sequence 0 is the n = 1 request itself.
+  GenerationRequest one = r;
+  one.params.n = 1;
+  Engine e(*model_, tok_, {2}, config(128, false));
+  EXPECT_EQ(run_to_completion(e, one)[0].tokens, outs[0].tokens);
 }
 
 TEST_F(EngineTest, BeamSearchInTheEngineEqualsTheStandaloneSearch) {

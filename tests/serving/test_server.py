@@ -51,6 +51,27 @@ def stop_server(proc, sig=signal.SIGTERM, timeout=30):
     return proc.returncode, err
 
 
+def raw_post(port, path, body, timeout=60):
+    """Sends a POST over a raw socket and returns the open socket (to read or drop)."""
+    data = json.dumps(body).encode()
+    s = socket.create_connection(("127.0.0.1", port), timeout=timeout)
+    s.sendall(b"POST " + path.encode() + b" HTTP/1.1\r\nHost: x\r\nContent-Type: "
+              b"application/json\r\nConnection: close\r\nContent-Length: " +
+              str(len(data)).encode() + b"\r\n\r\n" + data)
+    return s
+
+
+def read_all(s):
+    buf = b""
+    while True:
+        got = s.recv(65536)
+        if not got:
+            break
+        buf += got
+    s.close()
+    return buf
+
+
 class Client:
     def __init__(self, port):
         self.port = port
@@ -78,18 +99,7 @@ class Client:
 
     def raw_stream(self, path, body):
         """POSTs over a raw socket; returns (status line + headers, decoded chunked body)."""
-        data = json.dumps(body).encode()
-        s = socket.create_connection(("127.0.0.1", self.port), timeout=60)
-        s.sendall(b"POST " + path.encode() + b" HTTP/1.1\r\nHost: x\r\nContent-Type: "
-                  b"application/json\r\nConnection: close\r\nContent-Length: " +
-                  str(len(data)).encode() + b"\r\n\r\n" + data)
-        buf = b""
-        while True:
-            got = s.recv(65536)
-            if not got:
-                break
-            buf += got
-        s.close()
+        buf = read_all(raw_post(self.port, path, body))
         head, _, rest = buf.partition(b"\r\n\r\n")
         self.assert_chunked = b"transfer-encoding: chunked" in head.lower()
         body_bytes = b""
@@ -437,11 +447,9 @@ class ServerTest(unittest.TestCase):
 
     def test_client_killed_mid_stream_frees_its_blocks(self):
         for kill_after in (1, 5):
-            data = json.dumps({"prompt": "Once upon a time", "max_tokens": 400,
-                               "ignore_eos": True, "stream": True}).encode()
-            s = socket.create_connection(("127.0.0.1", self.port), timeout=30)
-            s.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Length: " +
-                      str(len(data)).encode() + b"\r\n\r\n" + data)
+            s = raw_post(self.port, "/v1/completions", {
+                "prompt": "Once upon a time", "max_tokens": 400, "ignore_eos": True,
+                "stream": True})
             got = b""
             while got.count(b"data: ") < kill_after:
                 got += s.recv(4096)
@@ -451,10 +459,8 @@ class ServerTest(unittest.TestCase):
             st = self.wait_idle()
             self.assertEqual(st["kv_blocks_used"], 0)
         # A non-streaming request whose client disconnects is cancelled too.
-        data = json.dumps({"prompt": "Once", "max_tokens": 400, "ignore_eos": True}).encode()
-        s = socket.create_connection(("127.0.0.1", self.port), timeout=30)
-        s.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Length: " +
-                  str(len(data)).encode() + b"\r\n\r\n" + data)
+        s = raw_post(self.port, "/v1/completions",
+                     {"prompt": "Once", "max_tokens": 400, "ignore_eos": True})
         time.sleep(0.05)
         s.close()
         self.wait_idle()
@@ -505,27 +511,31 @@ class ServerTest(unittest.TestCase):
 
 class OverloadTest(unittest.TestCase):
     def test_queue_limit_answers_503_with_retry_after(self):
-        proc, port = start_server("--max-num-seqs", "1", "--max-waiting-requests", "1",
+        proc, port = start_server("--max-num-seqs", "1", "--max-waiting-requests", "2",
                                   "--threads", "1")
         try:
             c = Client(port)
             long = {"prompt": "Once", "max_tokens": 480, "ignore_eos": True, "temperature": 0}
-            threads = [threading.Thread(target=c.post, args=("/v1/completions", long))
-                       for _ in range(2)]
+            results = []
+
+            def one():
+                results.append(c.post("/v1/completions", long))
+
+            # One runs at a time and each takes a while: a burst of 8 overfills the queue.
+            threads = [threading.Thread(target=one) for _ in range(8)]
             for t in threads:
                 t.start()
-            deadline = time.time() + 10
-            while time.time() < deadline:
-                st = c.get("/v1/admin/stats")[1]["models"][MODEL]
-                if st["waiting"] >= 1:
-                    break
-                time.sleep(0.002)
-            s, b, _, h = c.post("/v1/completions", {"prompt": "Once", "max_tokens": 4})
-            self.assertEqual(s, 503, b)
-            self.assertEqual(b["error"]["type"], "overloaded_error")
-            self.assertEqual(h.get("Retry-After"), "1")
             for t in threads:
-                t.join(60)
+                t.join(120)
+            statuses = sorted(r[0] for r in results)
+            self.assertEqual(len(statuses), 8)
+            self.assertEqual(set(statuses), {200, 503}, statuses)
+            for status, body, _, headers in results:
+                if status == 503:
+                    self.assertEqual(body["error"]["type"], "overloaded_error")
+                    self.assertEqual(headers.get("Retry-After"), "1")
+                else:
+                    self.assertEqual(body["usage"]["completion_tokens"], 480)
             s, b, _, _ = c.post("/v1/completions", {"prompt": "Once", "max_tokens": 4})
             self.assertEqual(s, 200, b)
         finally:
@@ -544,23 +554,19 @@ class ShutdownTest(unittest.TestCase):
                                                       "ignore_eos": True, "temperature": 0})
 
         # A streamed request that has started, and a whole one in flight, when SIGTERM comes.
-        data = json.dumps({"prompt": "Once", "max_tokens": 450, "ignore_eos": True,
-                           "stream": True, "stream_options": {"include_usage": True}}).encode()
-        s = socket.create_connection(("127.0.0.1", port), timeout=30)
-        s.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Length: " +
-                  str(len(data)).encode() + b"\r\n\r\n" + data)
+        s = raw_post(port, "/v1/completions", {
+            "prompt": "Once", "max_tokens": 450, "ignore_eos": True, "stream": True,
+            "stream_options": {"include_usage": True}})
         t = threading.Thread(target=whole_request)
         t.start()
         got = b""
         while b"data: " not in got:
             got += s.recv(4096)
+        deadline = time.time() + 10  # both requests received (a later one would get 503)
+        while time.time() < deadline and c.get("/v1/admin/stats")[1]["models"][MODEL]["running"] < 2:
+            time.sleep(0.001)
         proc.send_signal(signal.SIGTERM)
-        while True:
-            more = s.recv(65536)
-            if not more:
-                break
-            got += more
-        s.close()
+        got += read_all(s)
         t.join(60)
         rc, err = stop_server(proc)
         self.assertEqual(rc, 0, err[-2000:])

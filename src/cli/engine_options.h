@@ -1,0 +1,53 @@
+#pragma once
+// The engine's command-line options, shared by `serve` and `bench`: the KV budget, batch limits,
+// TF Serving's batching knobs, the prefix cache and compute threads.
+
+#include <CLI/CLI.hpp>
+
+#include <cstdint>
+#include <string>
+
+#include "engine/engine.h"
+#include "engine/memory_budget.h"
+
+namespace tf::cli {
+
+struct EngineOptions {
+  std::string kv_cache_memory = "512MiB";
+  int64_t max_num_seqs = 256;
+  int64_t max_num_batched_tokens = 2048;
+  int64_t batch_timeout_micros = 0;
+  bool no_prefix_caching = false;
+  int threads = 0;
+
+  EngineConfig config() const {
+    EngineConfig ec;
+    ec.threads = threads;
+    ec.kv_cache_bytes = parse_memory_budget(kv_cache_memory);
+    ec.prefix_caching = !no_prefix_caching;
+    ec.scheduler.max_num_seqs = max_num_seqs;
+    ec.scheduler.max_num_batched_tokens = max_num_batched_tokens;
+    ec.batch_timeout_micros = batch_timeout_micros;
+    return ec;
+  }
+};
+
+inline void add_engine_options(CLI::App& app, EngineOptions& o) {
+  app.add_option("--kv-cache-memory", o.kv_cache_memory,
+                 "KV cache budget (per model): bytes, 512MiB, 2GiB, or a fraction of free memory "
+                 "(0.3)")
+      ->capture_default_str();
+  app.add_option("--max-num-seqs,--max-batch-size", o.max_num_seqs,
+                 "sequences per step (TF Serving's max_batch_size)")
+      ->capture_default_str();
+  app.add_option("--max-num-batched-tokens", o.max_num_batched_tokens, "tokens per step")
+      ->capture_default_str();
+  app.add_option(
+         "--batch-timeout-micros", o.batch_timeout_micros,
+         "an idle engine waits this long to gather a batch (TF Serving's batch_timeout_micros)")
+      ->capture_default_str();
+  app.add_flag("--no-prefix-caching", o.no_prefix_caching, "turn the prefix cache off");
+  app.add_option("--threads", o.threads, "compute threads (default: one per core)");
+}
+
+}  // namespace tf::cli
