@@ -22,8 +22,9 @@ void run_matmul(benchmark::State& state, const IsaKernels* isa) {
   std::vector<float> x(m * k), w(n * k), y(m * n);
   for (auto& v : x) v = dist(rng);
   for (auto& v : w) v = dist(rng);
+  const tf::kernels::WeightMatrix wm{tf::kernels::WeightType::kF32, w.data(), nullptr, n, k};
   for (auto _ : state) {
-    isa->matmul_cols(x.data(), m, k, w.data(), 0, n, nullptr, y.data(), n);
+    isa->matmul_cols(x.data(), m, k, wm, 0, n, nullptr, y.data(), n);
     benchmark::DoNotOptimize(y.data());
   }
   state.counters["GFLOP/s"] = benchmark::Counter(

@@ -30,6 +30,7 @@ struct BenchOptions {
   int prefix_len = 0;        // a shared prefix of this many tokens on every prompt
   std::string batching = "continuous";
   EngineOptions engine;
+  std::string dtype = "f32";
   uint64_t seed = 0;
 };
 
@@ -76,7 +77,7 @@ int run_bench(const BenchOptions& o) {
       fail("--output-range takes MIN:MAX, got '{}'", o.output_range);
     }
   }
-  auto model = load_model(o.model);
+  auto model = load_model(o.model, kernels::parse_weight_type(o.dtype));
   const ModelConfig& cfg = model->config();
   if (o.prefix_len + o.input_len + out_hi > cfg.max_seq_len) {
     fail("prefix + input + output ({}) exceeds the model's context of {}",
@@ -210,6 +211,8 @@ Action add_bench(CLI::App& app) {
          "ends, finished rows computed as padding); static-ragged (finished rows leave the batch)")
       ->capture_default_str();
   add_engine_options(app, o->engine);
+  app.add_option("--dtype", o->dtype, "weights in memory: f32, bf16, f16, int8 or q4")
+      ->capture_default_str();
   app.add_option("--seed", o->seed, "seed of the random prompts")->capture_default_str();
   return [o] { return run_bench(*o); };
 }

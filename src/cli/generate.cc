@@ -36,6 +36,7 @@ struct GenerateOptions {
   std::vector<std::string> ban;
   std::string stop_token_ids;
   int threads = 0;
+  std::string dtype = "f32";
   std::string input_file, output_file;
   int concurrency = 64;
   std::string kv_cache_memory = "512MiB";
@@ -82,10 +83,9 @@ int run_generate(GenerateOptions& o) {
   if (!o.input_file.empty() || !o.output_file.empty()) {
     if (o.input_file.empty() || o.output_file.empty())
       fail("--input-file and --output-file go together");
-    auto model = load_model(o.model);
+    auto model = load_model(o.model, kernels::parse_weight_type(o.dtype));
     LoadedTokenizer loaded = load_tokenizer(o.model, model->config().vocab_size, o.tokenizer);
-    std::vector<int32_t> eos = loaded.stop_ids;
-    if (model->config().eos_id >= 0) eos.push_back(model->config().eos_id);
+    const std::vector<int32_t> eos = model_stop_ids(model->config(), loaded);
     EngineConfig ec;
     ec.threads = o.threads;
     ec.kv_cache_bytes = parse_memory_budget(o.kv_cache_memory);
@@ -98,7 +98,7 @@ int run_generate(GenerateOptions& o) {
   }
 
   const auto t_load = std::chrono::steady_clock::now();
-  std::unique_ptr<Model> model = load_model(o.model);
+  std::unique_ptr<Model> model = load_model(o.model, kernels::parse_weight_type(o.dtype));
   const ModelConfig& cfg = model->config();
   LoadedTokenizer loaded = load_tokenizer(o.model, cfg.vocab_size, o.tokenizer);
   const Tokenizer* tokenizer = loaded.tokenizer.get();
@@ -278,6 +278,8 @@ Action add_generate(CLI::App& app) {
   app.add_option("--num-return-sequences", p.num_return_sequences, "beams to print")
       ->capture_default_str();
   app.add_option("--threads", o->threads, "compute threads (default: one per core)");
+  app.add_option("--dtype", o->dtype, "weights in memory: f32, bf16, f16, int8 or q4")
+      ->capture_default_str();
   app.add_option("--input-file", o->input_file,
                  "batch job: one OpenAI-style request per line (jsonl)");
   app.add_option("--output-file", o->output_file,

@@ -21,6 +21,7 @@ struct ServeOptions {
   int port = 8080;
   int http_threads = 1;
   EngineOptions engine;
+  std::string dtype = "f32";
   int64_t max_body_bytes = 8 << 20;
   int64_t max_waiting_requests = 1024;
   double read_timeout_s = 30, idle_timeout_s = 60, shutdown_timeout_s = 30;
@@ -47,7 +48,8 @@ int run_serve(const ServeOptions& o) {
   for (size_t i = 0; i < o.models.size(); ++i) {
     const std::string name = o.names.empty() ? default_served_name(o.models[i]) : o.names[i];
     if (state.find(name)) fail("two models are served as '{}': give --served-model-name", name);
-    state.models.push_back(load_served_model(name, o.models[i], ec, o.tokenizer));
+    state.models.push_back(
+        load_served_model(name, o.models[i], ec, o.tokenizer, kernels::parse_weight_type(o.dtype)));
     const ServedModel& m = *state.models.back();
     log::info("loaded '{}' from {} in {:.2f} s ({}, {} KV blocks)", m.name, m.path, m.load_seconds,
               m.config().architecture, m.engine->kv_blocks());
@@ -99,6 +101,8 @@ Action add_serve(CLI::App& app) {
       ->capture_default_str();
   app.add_option("--http-threads", o->http_threads, "I/O threads for HTTP")->capture_default_str();
   add_engine_options(app, o->engine);
+  app.add_option("--dtype", o->dtype, "weights in memory: f32, bf16, f16, int8 or q4")
+      ->capture_default_str();
   app.add_option("--max-body-bytes", o->max_body_bytes, "largest request body (413 above)")
       ->capture_default_str();
   app.add_option("--max-waiting-requests", o->max_waiting_requests,

@@ -57,6 +57,19 @@ MappedFile MappedFile::open(const std::string& path) {
   return file;
 }
 
+void MappedFile::release_pages(const void* p, size_t n) const {
+  const uintptr_t page = static_cast<uintptr_t>(::sysconf(_SC_PAGESIZE));
+  const uintptr_t begin = (reinterpret_cast<uintptr_t>(p) + page - 1) / page * page;
+  const uintptr_t end = (reinterpret_cast<uintptr_t>(p) + n) / page * page;
+  if (end > begin) ::madvise(reinterpret_cast<void*>(begin), end - begin, MADV_DONTNEED);
+}
+
+void MappedFile::release_pages() const {
+  if (data_ != nullptr && size_ > 0) {
+    ::madvise(const_cast<uint8_t*>(data_), size_, MADV_DONTNEED);
+  }
+}
+
 MappedFile::~MappedFile() {
   reset();
 }

@@ -26,6 +26,11 @@ class MappedFile {
   const uint8_t* data() const { return data_; }
   size_t size() const { return size_; }
   const std::string& path() const { return path_; }
+  // Drops the pages read so far from this process's resident set (they come back from the file
+  // on the next touch): after weights were copied into another format.
+  void release_pages() const;
+  // The same for the whole pages inside [p, p + n) (p within this mapping).
+  void release_pages(const void* p, size_t n) const;
 
  private:
   void reset();

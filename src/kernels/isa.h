@@ -5,14 +5,15 @@
 #include <cstdint>
 
 #include "kernels/attention.h"
+#include "kernels/weights.h"
 
 namespace tf::kernels {
 
 struct IsaKernels {
   const char* name;
   // y[i, j] = dot(x[i, :], w[j, :]) (+ bias[j]) for i < m and j in [n_begin, n_end).
-  // x is [m, k] with row stride k, w is [n, k], y has row stride ldy.
-  void (*matmul_cols)(const float* x, int64_t m, int64_t k, const float* w, int64_t n_begin,
+  // x is [m, k] with row stride k, w is [n, k] of any WeightType, y has row stride ldy.
+  void (*matmul_cols)(const float* x, int64_t m, int64_t k, const WeightMatrix& w, int64_t n_begin,
                       int64_t n_end, const float* bias, float* y, int64_t ldy);
   float (*dot)(const float* a, const float* b, int64_t n);
   void (*axpy)(float a, const float* x, float* y, int64_t n);  // y += a * x

@@ -2,6 +2,8 @@
 
 #include <cstdint>
 
+#include "kernels/weights.h"
+
 namespace tf {
 class ThreadPool;
 }
@@ -10,6 +12,11 @@ namespace tf::kernels {
 
 // y[m, n] = x[m, k] · w[n, k]ᵀ (+ bias[n]). Weights are stored [out][in] as in PyTorch's Linear,
 // so each output is a dot product of two contiguous rows. Split over n across the pool.
+// w may be any WeightType (weights.h); its rows widen to f32 in registers. Each output element's
+// reduction order is fixed by k alone: never by m, the thread count or the other rows.
+void matmul(const float* x, int64_t m, const WeightMatrix& w, const float* bias, float* y,
+            ThreadPool& pool);
+// f32 weights [n, k].
 void matmul(const float* x, int64_t m, int64_t k, const float* w, int64_t n, const float* bias,
             float* y, ThreadPool& pool);
 

@@ -11,11 +11,15 @@ namespace {
 
 struct Gpt2Layer {
   const float *ln1_w, *ln1_b;
-  const float *w_qkv, *b_qkv;  // [3 * dim, dim] after transposing Conv1D
-  const float *w_proj, *b_proj;
+  kernels::WeightMatrix w_q, w_k, w_v;  // rows of c_attn [3 * dim, dim] (Conv1D transposed)
+  const float* b_qkv;
+  kernels::WeightMatrix w_proj;
+  const float* b_proj;
   const float *ln2_w, *ln2_b;
-  const float *w_fc, *b_fc;
-  const float *w_out, *b_out;
+  kernels::WeightMatrix w_fc;
+  const float* b_fc;
+  kernels::WeightMatrix w_out;
+  const float* b_out;
 };
 
 class Gpt2Model final : public Model {
@@ -28,28 +32,31 @@ class Gpt2Model final : public Model {
     // prefix.
     prefix_ = w.has("transformer.wte.weight") ? "transformer." : "";
     const std::string& P = prefix_;
-    wte_ = w.f32(P + "wte.weight", {c.vocab_size, c.dim});
+    wte_ = w.matrix(P + "wte.weight", c.vocab_size, c.dim);
     wpe_ = w.f32(P + "wpe.weight", {c.max_seq_len, c.dim});
     for (int64_t l = 0; l < c.n_layers; ++l) {
       const std::string p = P + "h." + std::to_string(l) + ".";
       Gpt2Layer L;
       L.ln1_w = w.f32(p + "ln_1.weight", {c.dim});
       L.ln1_b = w.f32(p + "ln_1.bias", {c.dim});
-      L.w_qkv = w.f32_transposed(p + "attn.c_attn.weight", {c.dim, 3 * c.dim});
+      const kernels::WeightMatrix qkv = w.matrix(p + "attn.c_attn.weight", 3 * c.dim, c.dim, true);
+      L.w_q = qkv.rows(0, c.dim);
+      L.w_k = qkv.rows(c.dim, c.dim);
+      L.w_v = qkv.rows(2 * c.dim, c.dim);
       L.b_qkv = w.f32(p + "attn.c_attn.bias", {3 * c.dim});
-      L.w_proj = w.f32_transposed(p + "attn.c_proj.weight", {c.dim, c.dim});
+      L.w_proj = w.matrix(p + "attn.c_proj.weight", c.dim, c.dim, true);
       L.b_proj = w.f32(p + "attn.c_proj.bias", {c.dim});
       L.ln2_w = w.f32(p + "ln_2.weight", {c.dim});
       L.ln2_b = w.f32(p + "ln_2.bias", {c.dim});
-      L.w_fc = w.f32_transposed(p + "mlp.c_fc.weight", {c.dim, c.ffn_dim});
+      L.w_fc = w.matrix(p + "mlp.c_fc.weight", c.ffn_dim, c.dim, true);
       L.b_fc = w.f32(p + "mlp.c_fc.bias", {c.ffn_dim});
-      L.w_out = w.f32_transposed(p + "mlp.c_proj.weight", {c.ffn_dim, c.dim});
+      L.w_out = w.matrix(p + "mlp.c_proj.weight", c.dim, c.ffn_dim, true);
       L.b_out = w.f32(p + "mlp.c_proj.bias", {c.dim});
       layers_.push_back(L);
     }
     lnf_w_ = w.f32(P + "ln_f.weight", {c.dim});
     lnf_b_ = w.f32(P + "ln_f.bias", {c.dim});
-    lm_head_ = w.has("lm_head.weight") ? w.f32("lm_head.weight", {c.vocab_size, c.dim}) : wte_;
+    lm_head_ = w.has("lm_head.weight") ? w.matrix("lm_head.weight", c.vocab_size, c.dim) : wte_;
   }
 
  protected:
@@ -64,10 +71,10 @@ class Gpt2Model final : public Model {
     int64_t t = 0;
     for (const auto& s : batch) {
       for (int32_t id : s.tokens) {
-        const float* te = wte_ + static_cast<int64_t>(id) * dim;
         const float* pe = wpe_ + tokens[t].pos * dim;
         float* x = a.x.data() + t * dim;
-        for (int64_t i = 0; i < dim; ++i) x[i] = te[i] + pe[i];
+        wte_.dequantize_row(id, x);
+        for (int64_t i = 0; i < dim; ++i) x[i] += pe[i];
         ++t;
       }
     }
@@ -79,24 +86,22 @@ class Gpt2Model final : public Model {
                             a.xb.data() + i * dim);
       });
       // The fused QKV weight's rows are q, then k, then v: three matmuls on its thirds.
-      kernels::matmul(a.xb.data(), T, dim, L.w_qkv, dim, L.b_qkv, a.q.data(), pool);
-      kernels::matmul(a.xb.data(), T, dim, L.w_qkv + dim * dim, dim, L.b_qkv + dim, a.k.data(),
-                      pool);
-      kernels::matmul(a.xb.data(), T, dim, L.w_qkv + 2 * dim * dim, dim, L.b_qkv + 2 * dim,
-                      a.v.data(), pool);
+      kernels::matmul(a.xb.data(), T, L.w_q, L.b_qkv, a.q.data(), pool);
+      kernels::matmul(a.xb.data(), T, L.w_k, L.b_qkv + dim, a.k.data(), pool);
+      kernels::matmul(a.xb.data(), T, L.w_v, L.b_qkv + 2 * dim, a.v.data(), pool);
       transformer::store_kv(batch, tokens, cache, a.k.data(), a.v.data(), pool);
       transformer::attention(batch, tokens, cache, c, a.q.data(), a.att.data(), pool);
-      kernels::matmul(a.att.data(), T, dim, L.w_proj, dim, L.b_proj, a.xb.data(), pool);
+      kernels::matmul(a.att.data(), T, L.w_proj, L.b_proj, a.xb.data(), pool);
       kernels::add(a.x.data(), a.xb.data(), T * dim);
 
       transformer::for_rows(pool, T, [&](int64_t i) {
         kernels::layer_norm(a.x.data() + i * dim, L.ln2_w, L.ln2_b, c.norm_eps, dim,
                             a.xb.data() + i * dim);
       });
-      kernels::matmul(a.xb.data(), T, dim, L.w_fc, ffn, L.b_fc, a.h1.data(), pool);
+      kernels::matmul(a.xb.data(), T, L.w_fc, L.b_fc, a.h1.data(), pool);
       transformer::for_rows(pool, T,
                             [&](int64_t i) { kernels::gelu_tanh(a.h1.data() + i * ffn, ffn); });
-      kernels::matmul(a.h1.data(), T, ffn, L.w_out, dim, L.b_out, a.xb.data(), pool);
+      kernels::matmul(a.h1.data(), T, L.w_out, L.b_out, a.xb.data(), pool);
       kernels::add(a.x.data(), a.xb.data(), T * dim);
     }
     const int64_t rows = transformer::gather_logit_rows(batch, a.x.data(), dim, a.xb.data());
@@ -104,14 +109,15 @@ class Gpt2Model final : public Model {
       kernels::layer_norm(a.xb.data() + i * dim, lnf_w_, lnf_b_, c.norm_eps, dim,
                           a.head_in.data() + i * dim);
     });
-    kernels::matmul(a.head_in.data(), rows, dim, lm_head_, c.vocab_size, nullptr, logits, pool);
+    kernels::matmul(a.head_in.data(), rows, lm_head_, nullptr, logits, pool);
   }
 
  private:
   std::string prefix_;
-  const float *wte_ = nullptr, *wpe_ = nullptr;
+  kernels::WeightMatrix wte_;
+  const float* wpe_ = nullptr;
   const float *lnf_w_ = nullptr, *lnf_b_ = nullptr;
-  const float* lm_head_ = nullptr;
+  kernels::WeightMatrix lm_head_;
   std::vector<Gpt2Layer> layers_;
   transformer::Activations act_;
 };

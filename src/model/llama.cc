@@ -13,10 +13,10 @@ namespace {
 
 struct LlamaLayer {
   const float* attn_norm;
-  const float *wq, *wk, *wv, *wo;
+  kernels::WeightMatrix wq, wk, wv, wo;
   const float *bq = nullptr, *bk = nullptr, *bv = nullptr;
   const float* ffn_norm;
-  const float *w_gate, *w_up, *w_down;
+  kernels::WeightMatrix w_gate, w_up, w_down;
 };
 
 class LlamaModel final : public Model {
@@ -25,30 +25,30 @@ class LlamaModel final : public Model {
       : Model(std::move(config), std::move(weights)) {
     const ModelConfig& c = config_;
     WeightStore& w = weights_;
-    embed_ = w.f32("model.embed_tokens.weight", {c.vocab_size, c.dim});
+    embed_ = w.matrix("model.embed_tokens.weight", c.vocab_size, c.dim);
     for (int64_t l = 0; l < c.n_layers; ++l) {
       const std::string p = "model.layers." + std::to_string(l) + ".";
       LlamaLayer L;
       L.attn_norm = w.f32(p + "input_layernorm.weight", {c.dim});
-      L.wq = w.f32(p + "self_attn.q_proj.weight", {c.q_dim(), c.dim});
-      L.wk = w.f32(p + "self_attn.k_proj.weight", {c.kv_dim(), c.dim});
-      L.wv = w.f32(p + "self_attn.v_proj.weight", {c.kv_dim(), c.dim});
-      L.wo = w.f32(p + "self_attn.o_proj.weight", {c.dim, c.q_dim()});
+      L.wq = w.matrix(p + "self_attn.q_proj.weight", c.q_dim(), c.dim);
+      L.wk = w.matrix(p + "self_attn.k_proj.weight", c.kv_dim(), c.dim);
+      L.wv = w.matrix(p + "self_attn.v_proj.weight", c.kv_dim(), c.dim);
+      L.wo = w.matrix(p + "self_attn.o_proj.weight", c.dim, c.q_dim());
       if (c.qkv_bias) {
         L.bq = w.f32(p + "self_attn.q_proj.bias", {c.q_dim()});
         L.bk = w.f32(p + "self_attn.k_proj.bias", {c.kv_dim()});
         L.bv = w.f32(p + "self_attn.v_proj.bias", {c.kv_dim()});
       }
       L.ffn_norm = w.f32(p + "post_attention_layernorm.weight", {c.dim});
-      L.w_gate = w.f32(p + "mlp.gate_proj.weight", {c.ffn_dim, c.dim});
-      L.w_up = w.f32(p + "mlp.up_proj.weight", {c.ffn_dim, c.dim});
-      L.w_down = w.f32(p + "mlp.down_proj.weight", {c.dim, c.ffn_dim});
+      L.w_gate = w.matrix(p + "mlp.gate_proj.weight", c.ffn_dim, c.dim);
+      L.w_up = w.matrix(p + "mlp.up_proj.weight", c.ffn_dim, c.dim);
+      L.w_down = w.matrix(p + "mlp.down_proj.weight", c.dim, c.ffn_dim);
       layers_.push_back(L);
     }
     final_norm_ = w.f32("model.norm.weight", {c.dim});
     lm_head_ = (c.tied_embeddings && !w.has("lm_head.weight"))
                    ? embed_
-                   : w.f32("lm_head.weight", {c.vocab_size, c.dim});
+                   : w.matrix("lm_head.weight", c.vocab_size, c.dim);
     inv_freq_.resize(c.head_dim / 2);
     for (int64_t i = 0; i < c.head_dim / 2; ++i) {
       inv_freq_[i] =
@@ -69,7 +69,7 @@ class LlamaModel final : public Model {
     int64_t t = 0;
     for (const auto& s : batch) {
       for (int32_t id : s.tokens) {
-        std::copy_n(embed_ + static_cast<int64_t>(id) * dim, dim, a.x.data() + t * dim);
+        embed_.dequantize_row(id, a.x.data() + t * dim);
         ++t;
       }
     }
@@ -80,9 +80,9 @@ class LlamaModel final : public Model {
         kernels::rms_norm(a.x.data() + i * dim, L.attn_norm, c.norm_eps, dim,
                           a.xb.data() + i * dim);
       });
-      kernels::matmul(a.xb.data(), T, dim, L.wq, q_dim, L.bq, a.q.data(), pool);
-      kernels::matmul(a.xb.data(), T, dim, L.wk, kv_dim, L.bk, a.k.data(), pool);
-      kernels::matmul(a.xb.data(), T, dim, L.wv, kv_dim, L.bv, a.v.data(), pool);
+      kernels::matmul(a.xb.data(), T, L.wq, L.bq, a.q.data(), pool);
+      kernels::matmul(a.xb.data(), T, L.wk, L.bk, a.k.data(), pool);
+      kernels::matmul(a.xb.data(), T, L.wv, L.bv, a.v.data(), pool);
       transformer::for_rows(pool, T, [&](int64_t i) {
         kernels::rope(a.q.data() + i * q_dim, static_cast<int>(c.n_heads),
                       static_cast<int>(c.head_dim), tokens[i].pos, inv_freq_.data(), c.rope_style);
@@ -91,18 +91,18 @@ class LlamaModel final : public Model {
       });
       transformer::store_kv(batch, tokens, cache, a.k.data(), a.v.data(), pool);
       transformer::attention(batch, tokens, cache, c, a.q.data(), a.att.data(), pool);
-      kernels::matmul(a.att.data(), T, q_dim, L.wo, dim, nullptr, a.xb.data(), pool);
+      kernels::matmul(a.att.data(), T, L.wo, nullptr, a.xb.data(), pool);
       kernels::add(a.x.data(), a.xb.data(), T * dim);
 
       transformer::for_rows(pool, T, [&](int64_t i) {
         kernels::rms_norm(a.x.data() + i * dim, L.ffn_norm, c.norm_eps, dim, a.xb.data() + i * dim);
       });
-      kernels::matmul(a.xb.data(), T, dim, L.w_gate, ffn, nullptr, a.h1.data(), pool);
-      kernels::matmul(a.xb.data(), T, dim, L.w_up, ffn, nullptr, a.h2.data(), pool);
+      kernels::matmul(a.xb.data(), T, L.w_gate, nullptr, a.h1.data(), pool);
+      kernels::matmul(a.xb.data(), T, L.w_up, nullptr, a.h2.data(), pool);
       transformer::for_rows(pool, T, [&](int64_t i) {
         kernels::silu_mul(a.h1.data() + i * ffn, a.h2.data() + i * ffn, ffn);
       });
-      kernels::matmul(a.h1.data(), T, ffn, L.w_down, dim, nullptr, a.xb.data(), pool);
+      kernels::matmul(a.h1.data(), T, L.w_down, nullptr, a.xb.data(), pool);
       kernels::add(a.x.data(), a.xb.data(), T * dim);
     }
     const int64_t rows = transformer::gather_logit_rows(batch, a.x.data(), dim, a.xb.data());
@@ -110,13 +110,13 @@ class LlamaModel final : public Model {
       kernels::rms_norm(a.xb.data() + i * dim, final_norm_, c.norm_eps, dim,
                         a.head_in.data() + i * dim);
     });
-    kernels::matmul(a.head_in.data(), rows, dim, lm_head_, c.vocab_size, nullptr, logits, pool);
+    kernels::matmul(a.head_in.data(), rows, lm_head_, nullptr, logits, pool);
   }
 
  private:
-  const float* embed_ = nullptr;
+  kernels::WeightMatrix embed_;
   const float* final_norm_ = nullptr;
-  const float* lm_head_ = nullptr;
+  kernels::WeightMatrix lm_head_;
   std::vector<LlamaLayer> layers_;
   std::vector<float> inv_freq_;
   transformer::Activations act_;

@@ -63,7 +63,9 @@ class Model {
   std::vector<TokenPosition> token_positions_;
 };
 
-// Loads a model from a Hugging Face directory (config.json + safetensors) or a llama2.c .bin.
-std::unique_ptr<Model> load_model(const std::string& path);
+// Loads a model from a Hugging Face directory (config.json + safetensors) or a llama2.c .bin,
+// its linear layers and embeddings packed into weight_type (--dtype); norms and biases stay f32.
+std::unique_ptr<Model> load_model(const std::string& path,
+                                  kernels::WeightType weight_type = kernels::WeightType::kF32);
 
 }  // namespace tf

@@ -71,6 +71,73 @@ const float* WeightStore::f32_transposed(const std::string& name, const Shape& s
   return out;
 }
 
+kernels::WeightMatrix WeightStore::matrix(const std::string& name, int64_t n, int64_t k,
+                                          bool transposed) {
+  using kernels::WeightType;
+  // q4 groups need rows of a multiple of 32: other matrices (stories260K's 172-wide FFN) are
+  // kept in int8, the next narrowest type.
+  const WeightType t = compute_type_ == WeightType::kQ4 && k % kernels::kQ4Group != 0
+                           ? WeightType::kI8
+                           : compute_type_;
+  if (t == WeightType::kF32) {
+    const float* p = transposed ? f32_transposed(name, {k, n}) : f32(name, {n, k});
+    return {WeightType::kF32, p, nullptr, n, k};
+  }
+  if (auto it = packed_.find(name); it != packed_.end()) return it->second;
+  entry(name);  // throws a clear error when missing
+  Entry& e = tensors_.find(name)->second;
+  check_shape(name, e, transposed ? Shape{k, n} : Shape{n, k});
+  const bool in_place = !transposed && reinterpret_cast<uintptr_t>(e.view.data) % 2 == 0 &&
+                        ((t == WeightType::kBF16 && e.view.dtype == DType::kBF16) ||
+                         (t == WeightType::kF16 && e.view.dtype == DType::kF16));
+  kernels::WeightMatrix m{t, e.view.data, nullptr, n, k};
+  if (!in_place) {
+    // An f32 view of the source, temporary unless it is the mapped bytes themselves.
+    std::vector<float> tmp;
+    const float* src = nullptr;
+    const bool aligned_f32 = e.view.dtype == DType::kF32 &&
+                             reinterpret_cast<uintptr_t>(e.view.data) % alignof(float) == 0;
+    if (e.converted != nullptr) {
+      src = e.converted;
+    } else if (aligned_f32) {
+      src = static_cast<const float*>(e.view.data);
+    } else {
+      if (e.view.dtype != DType::kF32 && e.view.dtype != DType::kF16 &&
+          e.view.dtype != DType::kBF16) {
+        fail(ErrorKind::kUnsupported, "tensor '{}' in '{}' has dtype {}; F32, F16 or BF16 expected",
+             name, files_.at(e.file_index).path(), dtype_name(e.view.dtype));
+      }
+      tmp.resize(static_cast<size_t>(n * k));
+      convert_to_f32(e.view.dtype, e.view.data, tmp.size(), tmp.data());
+      src = tmp.data();
+    }
+    std::vector<float> transposed_rows;
+    if (transposed) {
+      transposed_rows.resize(static_cast<size_t>(n * k));
+      for (int64_t r = 0; r < k; ++r)
+        for (int64_t c = 0; c < n; ++c) transposed_rows[c * k + r] = src[r * n + c];
+      src = transposed_rows.data();
+    }
+    owned_bytes_.emplace_back();
+    std::vector<uint8_t>& data = owned_bytes_.back();
+    owned_bytes_.emplace_back();
+    std::vector<uint8_t>& scales = owned_bytes_.back();
+    kernels::quantize_rows(t, src, n, k, data, scales);
+    // The source pages are not needed any more (a tied embedding packs once): keep the peak
+    // resident memory near the packed size during the load.
+    files_.at(e.file_index).release_pages(e.view.data, e.view.nbytes());
+    converted_bytes_ += data.size() + scales.size();
+    m.data = data.data();
+    m.scales = scales.empty() ? nullptr : scales.data();
+  }
+  packed_[name] = m;
+  return m;
+}
+
+void WeightStore::release_mapped_pages() const {
+  for (const auto& f : files_) f.release_pages();
+}
+
 std::vector<std::string> WeightStore::names() const {
   std::vector<std::string> out;
   out.reserve(tensors_.size());

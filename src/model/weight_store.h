@@ -9,6 +9,7 @@
 
 #include "core/mapped_file.h"
 #include "core/tensor.h"
+#include "kernels/weights.h"
 
 namespace tf {
 
@@ -30,6 +31,20 @@ class WeightStore {
   // A 2-D tensor stored [rows, cols] returned as f32 [cols, rows].
   const float* f32_transposed(const std::string& name, const Shape& stored_shape);
 
+  // The dtype matrix() packs weights into (--dtype); f32 unless set before the model is built.
+  void set_compute_type(kernels::WeightType t) { compute_type_ = t; }
+  kernels::WeightType compute_type() const { return compute_type_; }
+  // A linear layer's weight [n, k] in the compute type (transposed: stored [k, n], as GPT-2's
+  // Conv1D). Packed once and kept; bf16/f16 tensors already in that type are used in place, and
+  // no f32 copy is kept of a tensor packed into a narrower type. With q4, a matrix whose rows
+  // are not a multiple of 32 is packed as int8.
+  kernels::WeightMatrix matrix(const std::string& name, int64_t n, int64_t k,
+                               bool transposed = false);
+
+  // After packing: drops the mapped files' pages from the resident set (what is still used, the
+  // f32 norms and biases, comes back from the file when touched).
+  void release_mapped_pages() const;
+
   std::vector<std::string> names() const;
   size_t size() const { return tensors_.size(); }
   // Bytes of all tensors as stored, and bytes of the f32 copies made so far.
@@ -50,6 +65,9 @@ class WeightStore {
   std::vector<MappedFile> files_;
   std::map<std::string, Entry> tensors_;
   std::deque<std::vector<float>> owned_;
+  std::deque<std::vector<uint8_t>> owned_bytes_;
+  std::map<std::string, kernels::WeightMatrix> packed_;
+  kernels::WeightType compute_type_ = kernels::WeightType::kF32;
   size_t converted_bytes_ = 0;
 };
 

@@ -13,12 +13,13 @@ std::vector<int32_t> model_stop_ids(const ModelConfig& config, const LoadedToken
 
 std::unique_ptr<ServedModel> load_served_model(const std::string& name, const std::string& path,
                                                const EngineConfig& engine_config,
-                                               const std::string& explicit_tokenizer) {
+                                               const std::string& explicit_tokenizer,
+                                               kernels::WeightType weight_type) {
   const auto t0 = std::chrono::steady_clock::now();
   auto m = std::make_unique<ServedModel>();
   m->name = name;
   m->path = path;
-  m->model = load_model(path);
+  m->model = load_model(path, weight_type);
   m->tokenizer = load_tokenizer(path, m->config().vocab_size, explicit_tokenizer);
   m->eos_ids = model_stop_ids(m->config(), m->tokenizer);
   m->engine = std::make_unique<Engine>(*m->model, m->tok(), m->eos_ids, engine_config);

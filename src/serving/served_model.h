@@ -34,9 +34,10 @@ struct ServedModel {
 std::vector<int32_t> model_stop_ids(const ModelConfig& config, const LoadedTokenizer& tokenizer);
 
 // Loads a model directory or file, its tokenizer (or explicit_tokenizer), and starts its engine.
-std::unique_ptr<ServedModel> load_served_model(const std::string& name, const std::string& path,
-                                               const EngineConfig& engine_config,
-                                               const std::string& explicit_tokenizer = "");
+std::unique_ptr<ServedModel> load_served_model(
+    const std::string& name, const std::string& path, const EngineConfig& engine_config,
+    const std::string& explicit_tokenizer = "",
+    kernels::WeightType weight_type = kernels::WeightType::kF32);
 
 // The served name of a model path when none is given: the directory's (or file's stem) name.
 std::string default_served_name(const std::string& path);

@@ -77,6 +77,10 @@ MatmulCase make_case(int64_t m, int64_t k, int64_t n, std::mt19937& rng) {
   return c;
 }
 
+tf::kernels::WeightMatrix f32_weights(const std::vector<float>& w, int64_t n, int64_t k) {
+  return {tf::kernels::WeightType::kF32, w.data(), nullptr, n, k};
+}
+
 // Returns {value, sum of |terms|}.
 std::pair<double, double> reference_dot(const float* x, const float* w, int64_t k,
                                         const float* bias, int64_t j) {
@@ -105,7 +109,7 @@ TEST(IsaKernels, MatmulColsMatchesReference) {
             const MatmulCase c = make_case(m, k, n, rng);
             const float* bias = with_bias ? c.bias.data() : nullptr;
             std::vector<float> y(m * n, kNaN);
-            t->matmul_cols(c.x.data(), m, k, c.w.data(), 0, n, bias, y.data(), n);
+            t->matmul_cols(c.x.data(), m, k, f32_weights(c.w, n, k), 0, n, bias, y.data(), n);
             for (int64_t i = 0; i < m; ++i) {
               for (int64_t j = 0; j < n; ++j) {
                 const auto [want, mag] = reference_dot(&c.x[i * k], &c.w[j * k], k, bias, j);
@@ -142,7 +146,7 @@ TEST(IsaKernels, MatmulColsSubRangeLeavesOtherOutputsAlone) {
                          std::to_string(ne) + ")" + (with_bias ? " bias" : ""));
             const float* bias = with_bias ? c.bias.data() : nullptr;
             std::vector<float> y(m * ldy, kSentinel);
-            t->matmul_cols(c.x.data(), m, k, c.w.data(), nb, ne, bias, y.data(), ldy);
+            t->matmul_cols(c.x.data(), m, k, f32_weights(c.w, n, k), nb, ne, bias, y.data(), ldy);
             for (int64_t i = 0; i < m; ++i) {
               for (int64_t j = 0; j < ldy; ++j) {
                 const float got = y[i * ldy + j];

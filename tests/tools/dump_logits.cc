@@ -38,7 +38,7 @@ std::vector<Ids> parse_batch(const std::string& text) {
 }
 
 int run(int argc, char** argv) {
-  std::string model_path, prompts_arg, decode_arg, out_path;
+  std::string model_path, prompts_arg, decode_arg, out_path, dtype = "f32";
   int greedy = -1, threads = 0;
   for (int i = 1; i + 1 < argc; i += 2) {
     const std::string key = argv[i];
@@ -55,10 +55,12 @@ int run(int argc, char** argv) {
       greedy = std::stoi(val);
     else if (key == "--threads")
       threads = std::stoi(val);
+    else if (key == "--dtype")
+      dtype = val;
     else
       tf::fail("unknown option {}", key);
   }
-  auto model = tf::load_model(model_path);
+  auto model = tf::load_model(model_path, tf::kernels::parse_weight_type(dtype));
   const tf::ModelConfig& cfg = model->config();
   const std::vector<Ids> prompts = parse_batch(prompts_arg);
   const std::vector<Ids> decode = decode_arg.empty() ? std::vector<Ids>() : parse_batch(decode_arg);

@@ -1,0 +1,168 @@
+#include "kernels/weights.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+
+#include "core/dtype.h"
+#include "core/error.h"
+
+namespace tf::kernels {
+
+std::string_view weight_type_name(WeightType t) {
+  switch (t) {
+    case WeightType::kF32:
+      return "f32";
+    case WeightType::kBF16:
+      return "bf16";
+    case WeightType::kF16:
+      return "f16";
+    case WeightType::kI8:
+      return "int8";
+    case WeightType::kQ4:
+      return "q4";
+  }
+  return "?";
+}
+
+WeightType parse_weight_type(std::string_view name) {
+  if (name == "f32") return WeightType::kF32;
+  if (name == "bf16") return WeightType::kBF16;
+  if (name == "f16") return WeightType::kF16;
+  if (name == "int8" || name == "i8") return WeightType::kI8;
+  if (name == "q4") return WeightType::kQ4;
+  fail("unknown weight dtype '{}': use f32, bf16, f16, int8 or q4", name);
+}
+
+int64_t WeightMatrix::row_bytes(WeightType t, int64_t k) {
+  switch (t) {
+    case WeightType::kF32:
+      return k * 4;
+    case WeightType::kBF16:
+    case WeightType::kF16:
+      return k * 2;
+    case WeightType::kI8:
+      return k;
+    case WeightType::kQ4:
+      return k / 2;
+  }
+  return 0;
+}
+
+int64_t WeightMatrix::bytes() const {
+  int64_t b = row_bytes(type, k) * n;
+  if (type == WeightType::kI8) b += n * 4;
+  if (type == WeightType::kQ4) b += n * (k / kQ4Group) * 2;
+  return b;
+}
+
+WeightMatrix WeightMatrix::rows(int64_t first, int64_t count) const {
+  TF_CHECK(first >= 0 && count >= 0 && first + count <= n);
+  WeightMatrix w = *this;
+  w.n = count;
+  w.data = static_cast<const uint8_t*>(data) + first * row_bytes(type, k);
+  if (type == WeightType::kI8) w.scales = static_cast<const float*>(scales) + first;
+  if (type == WeightType::kQ4)
+    w.scales = static_cast<const uint16_t*>(scales) + first * (k / kQ4Group);
+  return w;
+}
+
+void WeightMatrix::dequantize_row(int64_t r, float* out) const {
+  TF_CHECK(r >= 0 && r < n);
+  const uint8_t* row = static_cast<const uint8_t*>(data) + r * row_bytes(type, k);
+  switch (type) {
+    case WeightType::kF32:
+      std::memcpy(out, row, static_cast<size_t>(k) * 4);
+      return;
+    case WeightType::kBF16:
+      convert_to_f32(DType::kBF16, row, static_cast<size_t>(k), out);
+      return;
+    case WeightType::kF16:
+      convert_to_f32(DType::kF16, row, static_cast<size_t>(k), out);
+      return;
+    case WeightType::kI8: {
+      const float s = static_cast<const float*>(scales)[r];
+      for (int64_t i = 0; i < k; ++i) out[i] = static_cast<float>(static_cast<int8_t>(row[i])) * s;
+      return;
+    }
+    case WeightType::kQ4: {
+      const uint16_t* sc = static_cast<const uint16_t*>(scales) + r * (k / kQ4Group);
+      for (int64_t g = 0; g < k / kQ4Group; ++g) {
+        const float s = f16_to_f32(sc[g]);
+        const uint8_t* b = row + g * (kQ4Group / 2);
+        for (int i = 0; i < kQ4Group / 2; ++i) {
+          out[g * kQ4Group + i] = static_cast<float>((b[i] & 0xF) - 8) * s;
+          out[g * kQ4Group + i + 16] = static_cast<float>((b[i] >> 4) - 8) * s;
+        }
+      }
+      return;
+    }
+  }
+}
+
+void quantize_rows(WeightType t, const float* src, int64_t n, int64_t k, std::vector<uint8_t>& data,
+                   std::vector<uint8_t>& scales) {
+  if (t == WeightType::kQ4 && k % kQ4Group != 0)
+    fail("q4 needs rows of a multiple of {} elements, got {}", kQ4Group, k);
+  data.assign(static_cast<size_t>(WeightMatrix::row_bytes(t, k) * n), 0);
+  scales.clear();
+  switch (t) {
+    case WeightType::kF32:
+      std::memcpy(data.data(), src, data.size());
+      return;
+    case WeightType::kBF16:
+    case WeightType::kF16: {
+      auto* d = reinterpret_cast<uint16_t*>(data.data());
+      for (int64_t i = 0; i < n * k; ++i)
+        d[i] = t == WeightType::kBF16 ? f32_to_bf16(src[i]) : f32_to_f16(src[i]);
+      return;
+    }
+    case WeightType::kI8: {
+      scales.resize(static_cast<size_t>(n) * 4);
+      auto* d = reinterpret_cast<int8_t*>(data.data());
+      for (int64_t r = 0; r < n; ++r) {
+        const float* row = src + r * k;
+        float amax = 0.0f;
+        for (int64_t i = 0; i < k; ++i) amax = std::max(amax, std::fabs(row[i]));
+        const float s = amax / 127.0f;
+        const float inv = s > 0.0f ? 1.0f / s : 0.0f;
+        for (int64_t i = 0; i < k; ++i) {
+          d[r * k + i] = static_cast<int8_t>(std::clamp(std::lrint(row[i] * inv), -127l, 127l));
+        }
+        std::memcpy(scales.data() + r * 4, &s, 4);
+      }
+      return;
+    }
+    case WeightType::kQ4: {
+      const int64_t groups = k / kQ4Group;
+      scales.resize(static_cast<size_t>(n * groups) * 2);
+      auto* sc = reinterpret_cast<uint16_t*>(scales.data());
+      for (int64_t r = 0; r < n; ++r) {
+        for (int64_t g = 0; g < groups; ++g) {
+          const float* x = src + r * k + g * kQ4Group;
+          // As llama.cpp's Q4_0: the value of largest magnitude maps to -8 exactly.
+          float amax = 0.0f, max = 0.0f;
+          for (int i = 0; i < kQ4Group; ++i) {
+            if (std::fabs(x[i]) > amax) {
+              amax = std::fabs(x[i]);
+              max = x[i];
+            }
+          }
+          const uint16_t s16 = f32_to_f16(max / -8.0f);
+          const float s = f16_to_f32(s16);  // quantize against the scale as it is stored
+          const float inv = s != 0.0f ? 1.0f / s : 0.0f;
+          sc[r * groups + g] = s16;
+          uint8_t* b = data.data() + r * (k / 2) + g * (kQ4Group / 2);
+          for (int i = 0; i < kQ4Group / 2; ++i) {
+            const int lo = static_cast<int>(std::clamp(std::lrint(x[i] * inv) + 8, 0l, 15l));
+            const int hi = static_cast<int>(std::clamp(std::lrint(x[i + 16] * inv) + 8, 0l, 15l));
+            b[i] = static_cast<uint8_t>(lo | (hi << 4));
+          }
+        }
+      }
+      return;
+    }
+  }
+}
+
+}  // namespace tf::kernels

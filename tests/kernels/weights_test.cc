@@ -1,0 +1,164 @@
+// The weight dtypes: quantization round trips within their error bounds, and the matmul of every
+// ISA table over every dtype equals a double-precision reference over the dequantized weights,
+// for odd sizes; and results are bitwise independent of the batch around a row and of threads.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <limits>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "core/cpu_features.h"
+#include "core/dtype.h"
+#include "core/error.h"
+#include "core/thread_pool.h"
+#include "kernels/isa.h"
+#include "kernels/matmul.h"
+#include "kernels/weights.h"
+
+namespace tf::kernels {
+namespace {
+
+const WeightType kTypes[] = {WeightType::kF32, WeightType::kBF16, WeightType::kF16, WeightType::kI8,
+                             WeightType::kQ4};
+
+std::vector<const IsaKernels*> tables() {
+  std::vector<const IsaKernels*> out = {&kPortableKernels};
+#if defined(__x86_64__)
+  if (cpu_features().has_avx2_kernels()) out.push_back(&kAvx2Kernels);
+  if (cpu_features().has_avx512_kernels()) out.push_back(&kAvx512Kernels);
+#endif
+  return out;
+}
+
+std::vector<float> random_vector(size_t n, std::mt19937& rng) {
+  std::normal_distribution<float> dist(0.0f, 1.0f);
+  std::vector<float> v(n);
+  for (auto& x : v) x = dist(rng);
+  return v;
+}
+
+// A packed matrix that owns its bytes.
+struct Packed {
+  std::vector<uint8_t> data, scales;
+  WeightMatrix m;
+  Packed(WeightType t, const std::vector<float>& w, int64_t n, int64_t k) {
+    quantize_rows(t, w.data(), n, k, data, scales);
+    data.resize(data.size() + 64, 0xAB);  // reading past the end shows in the results
+    m = {t, data.data(), scales.empty() ? nullptr : scales.data(), n, k};
+  }
+};
+
+std::vector<int64_t> ks_for(WeightType t) {
+  if (t == WeightType::kQ4) return {32, 64, 96, 160};
+  return {1, 3, 7, 16, 17, 33, 64, 100};
+}
+
+TEST(Weights, QuantizationErrorIsWithinTheTypesBound) {
+  std::mt19937 rng(5);
+  const int64_t n = 7, k = 96;
+  const auto w = random_vector(n * k, rng);
+  for (WeightType t : kTypes) {
+    Packed p(t, w, n, k);
+    EXPECT_EQ(p.m.bytes(), static_cast<int64_t>(p.data.size() - 64 + p.scales.size()));
+    std::vector<float> row(k);
+    for (int64_t r = 0; r < n; ++r) {
+      p.m.dequantize_row(r, row.data());
+      float amax = 0.0f;
+      for (int64_t i = 0; i < k; ++i) amax = std::max(amax, std::fabs(w[r * k + i]));
+      for (int64_t i = 0; i < k; ++i) {
+        const float x = w[r * k + i], err = std::fabs(row[i] - x);
+        switch (t) {
+          case WeightType::kF32:
+            ASSERT_EQ(row[i], x);
+            break;
+          case WeightType::kBF16:
+            ASSERT_LE(err, std::fabs(x) * 0x1p-8f) << i;
+            break;
+          case WeightType::kF16:
+            ASSERT_LE(err, std::fabs(x) * 0x1p-11f + 1e-7f) << i;
+            break;
+          case WeightType::kI8:
+            ASSERT_LE(err, amax / 127.0f * 0.5001f) << i;
+            break;
+          case WeightType::kQ4: {
+            float gmax = 0.0f;
+            const int64_t g0 = i / 32 * 32;
+            for (int64_t q = g0; q < g0 + 32; ++q) gmax = std::max(gmax, std::fabs(w[r * k + q]));
+            // Half a step of max/8, or a whole one for the clamped end (as Q4_0).
+            ASSERT_LE(err, gmax / 8.0f * 1.001f + 1e-6f) << i;
+            break;
+          }
+        }
+      }
+    }
+  }
+  std::vector<uint8_t> d, sc;
+  EXPECT_THROW(quantize_rows(WeightType::kQ4, w.data(), 1, 33, d, sc), Error);
+  EXPECT_THROW(parse_weight_type("fp8"), Error);
+  EXPECT_EQ(parse_weight_type("int8"), WeightType::kI8);
+}
+
+TEST(Weights, MatmulOfEveryTypeAndIsaMatchesTheDequantizedReference) {
+  std::mt19937 rng(17);
+  for (WeightType t : kTypes) {
+    for (const IsaKernels* isa : tables()) {
+      for (int64_t k : ks_for(t)) {
+        for (int64_t m : {1, 3, 17}) {
+          const int64_t n = 9;
+          SCOPED_TRACE(std::string(weight_type_name(t)) + " " + isa->name +
+                       " m=" + std::to_string(m) + " k=" + std::to_string(k));
+          const auto w = random_vector(n * k, rng);
+          const auto x = random_vector(m * k, rng);
+          const auto bias = random_vector(n, rng);
+          Packed p(t, w, n, k);
+          std::vector<float> y(m * n, std::numeric_limits<float>::quiet_NaN());
+          isa->matmul_cols(x.data(), m, k, p.m, 0, n, bias.data(), y.data(), n);
+          std::vector<float> row(k);
+          for (int64_t j = 0; j < n; ++j) {
+            p.m.dequantize_row(j, row.data());
+            for (int64_t i = 0; i < m; ++i) {
+              double want = bias[j], mag = std::fabs(bias[j]);
+              for (int64_t q = 0; q < k; ++q) {
+                want += static_cast<double>(x[i * k + q]) * row[q];
+                mag += std::fabs(static_cast<double>(x[i * k + q]) * row[q]);
+              }
+              ASSERT_NEAR(y[i * n + j], want, 2e-6 * mag + 1e-6) << "y[" << i << "," << j << "]";
+            }
+          }
+        }
+      }
+    }
+  }
+}
+
+TEST(Weights, ARowsResultDoesNotDependOnTheBatchOrTheThreads) {
+  std::mt19937 rng(3);
+  const int64_t n = 37, k = 96, m = 21;
+  const auto w = random_vector(n * k, rng);
+  const auto x = random_vector(m * k, rng);
+  ThreadPool one(1), two(2);
+  for (WeightType t : kTypes) {
+    Packed p(t, w, n, k);
+    std::vector<float> all(m * n), all2(m * n), alone(n);
+    matmul(x.data(), m, p.m, nullptr, all.data(), one);
+    matmul(x.data(), m, p.m, nullptr, all2.data(), two);
+    for (int64_t i = 0; i < m; ++i) {
+      matmul(x.data() + i * k, 1, p.m, nullptr, alone.data(), two);
+      for (int64_t j = 0; j < n; ++j) {
+        ASSERT_EQ(alone[j], all[i * n + j]) << weight_type_name(t) << " row " << i << " col " << j;
+        ASSERT_EQ(all2[i * n + j], all[i * n + j]) << weight_type_name(t);
+      }
+    }
+    // A sub-matrix of rows reads the same weights.
+    const WeightMatrix tail = p.m.rows(5, 10);
+    std::vector<float> part(m * 10);
+    matmul(x.data(), m, tail, nullptr, part.data(), two);
+    for (int64_t i = 0; i < m; ++i)
+      for (int64_t j = 0; j < 10; ++j) ASSERT_EQ(part[i * 10 + j], all[i * n + 5 + j]);
+  }
+}
+
+}  // namespace
+}  // namespace tf::kernels
