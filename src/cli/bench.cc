@@ -183,6 +183,18 @@ int run_bench(const BenchOptions& o) {
   std::printf("kv cache         %lld blocks of %d tokens (%.0f MiB)\n",
               static_cast<long long>(st.kv_blocks_total), KvCache::kDefaultBlockSize,
               static_cast<double>(ec.kv_cache_bytes) / (1 << 20));
+  // What one step reads: the packed weights (or the mapped f32 file), so that decode can be
+  // judged against the machine's read bandwidth; prefill against its FLOP rate.
+  const double weight_bytes = static_cast<double>(o.dtype == "f32"
+                                                      ? model->weights().stored_bytes()
+                                                      : model->weights().converted_bytes());
+  const double params = static_cast<double>(model->parameter_count());
+  std::printf("weights          %.0f MiB as %s; %.1f GB/s read over %lld steps\n",
+              weight_bytes / (1 << 20), o.dtype.c_str(),
+              weight_bytes * static_cast<double>(st.steps) / wall / 1e9,
+              static_cast<long long>(st.steps));
+  std::printf("prefill GFLOP/s  %.1f (2 x params x prompt tokens / ttft p50)\n",
+              2.0 * params * (o.input_len + o.prefix_len) / (percentile(ttft, 50) * 1e-3) / 1e9);
   std::printf("peak rss MiB     %ld (after load: %ld; weights %.0f MiB mapped)\n", peak_rss_mib(),
               rss_after_load, static_cast<double>(model->weights().stored_bytes()) / (1 << 20));
   return 0;
