@@ -5,6 +5,7 @@
 #include <cstdint>
 
 #include "kernels/attention.h"
+#include "kernels/q8.h"
 #include "kernels/weights.h"
 
 namespace tf::kernels {
@@ -22,12 +23,17 @@ struct IsaKernels {
   void (*attend_head)(const float* q, const PagedKvLayer& kv, const int32_t* block_table,
                       int64_t n_ctx, int kv_head, int head_dim, float scale, float* scores,
                       float* out);
+  // int8 or q4 weights times activations quantized by quantize_activations (q8.h) with the
+  // offset q8_offset(w.type); nullptr where the ISA has no int8 dot product.
+  void (*matmul_cols_q8)(const QuantizedRows& x, const WeightMatrix& w, int64_t n_begin,
+                         int64_t n_end, const float* bias, float* y, int64_t ldy);
 };
 
 extern const IsaKernels kPortableKernels;
 #if defined(__x86_64__)
 extern const IsaKernels kAvx2Kernels;
 extern const IsaKernels kAvx512Kernels;
+extern const IsaKernels kAvx512VnniKernels;  // AVX-512 + VNNI: int8 dot products
 #endif
 
 // The best table this CPU supports (TOKENFLOW_ISA can cap it).

@@ -16,6 +16,27 @@ void matmul(const float* x, int64_t m, const WeightMatrix& w, const float* bias,
   const int64_t work_per_col = std::max<int64_t>(1, m * k);
   const int64_t min_cols = std::max<int64_t>(4, (1 << 14) / work_per_col);
   const int64_t n_groups = (n + 3) / 4;
+  if (impl.matmul_cols_q8 != nullptr && k % 64 == 0 &&
+      (w.type == WeightType::kI8 || w.type == WeightType::kQ4)) {
+    // int8 dot products: the activations are quantized once per call (row by row, so a row's
+    // result still does not depend on its batch).
+    thread_local QuantizedBuffer buf;
+    const QuantizedRows& xq = prepare_activations(m, k, buf);
+    QuantizedBuffer& b = buf;  // the workers see the caller's buffer, not their own
+    pool.parallel_for(
+        m,
+        [&](int64_t i0, int64_t i1) {
+          for (int64_t i = i0; i < i1; ++i) quantize_row(x, i, q8_offset(w.type), b);
+        },
+        16);
+    pool.parallel_for(
+        n_groups,
+        [&](int64_t g0, int64_t g1) {
+          impl.matmul_cols_q8(xq, w, g0 * 4, std::min(n, g1 * 4), bias, y, n);
+        },
+        (min_cols + 3) / 4);
+    return;
+  }
   pool.parallel_for(
       n_groups,
       [&](int64_t g0, int64_t g1) {

@@ -28,6 +28,8 @@ std::vector<const IsaKernels*> supported_tables() {
 #if defined(__x86_64__)
   if (cpu_features().has_avx2_kernels()) out.push_back(&kAvx2Kernels);
   if (cpu_features().has_avx512_kernels()) out.push_back(&kAvx512Kernels);
+  if (cpu_features().has_avx512_kernels() && cpu_features().avx512_vnni)
+    out.push_back(&kAvx512VnniKernels);
 #endif
   return out;
 }
@@ -56,6 +58,9 @@ TEST(Isa, DispatchPicksTheBestSupportedTable) {
 #if defined(__x86_64__)
   EXPECT_STREQ(kAvx2Kernels.name, "avx2");
   EXPECT_STREQ(kAvx512Kernels.name, "avx512");
+  EXPECT_STREQ(kAvx512VnniKernels.name, "avx512-vnni");
+  EXPECT_EQ(kAvx512Kernels.matmul_cols_q8, nullptr);
+  EXPECT_NE(kAvx512VnniKernels.matmul_cols_q8, nullptr);
 #endif
 }
 

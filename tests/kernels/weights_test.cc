@@ -15,6 +15,7 @@
 #include "core/thread_pool.h"
 #include "kernels/isa.h"
 #include "kernels/matmul.h"
+#include "kernels/q8.h"
 #include "kernels/weights.h"
 
 namespace tf::kernels {
@@ -28,6 +29,8 @@ std::vector<const IsaKernels*> tables() {
 #if defined(__x86_64__)
   if (cpu_features().has_avx2_kernels()) out.push_back(&kAvx2Kernels);
   if (cpu_features().has_avx512_kernels()) out.push_back(&kAvx512Kernels);
+  if (cpu_features().has_avx512_kernels() && cpu_features().avx512_vnni)
+    out.push_back(&kAvx512VnniKernels);
 #endif
   return out;
 }
@@ -135,28 +138,76 @@ TEST(Weights, MatmulOfEveryTypeAndIsaMatchesTheDequantizedReference) {
 
 TEST(Weights, ARowsResultDoesNotDependOnTheBatchOrTheThreads) {
   std::mt19937 rng(3);
-  const int64_t n = 37, k = 96, m = 21;
-  const auto w = random_vector(n * k, rng);
-  const auto x = random_vector(m * k, rng);
   ThreadPool one(1), two(2);
-  for (WeightType t : kTypes) {
-    Packed p(t, w, n, k);
-    std::vector<float> all(m * n), all2(m * n), alone(n);
-    matmul(x.data(), m, p.m, nullptr, all.data(), one);
-    matmul(x.data(), m, p.m, nullptr, all2.data(), two);
-    for (int64_t i = 0; i < m; ++i) {
-      matmul(x.data() + i * k, 1, p.m, nullptr, alone.data(), two);
-      for (int64_t j = 0; j < n; ++j) {
-        ASSERT_EQ(alone[j], all[i * n + j]) << weight_type_name(t) << " row " << i << " col " << j;
-        ASSERT_EQ(all2[i * n + j], all[i * n + j]) << weight_type_name(t);
+  // k = 128 takes the int8 dot-product path for int8 and q4 where the CPU has VNNI; 96 does not.
+  for (int64_t k : {96, 128})
+    for (WeightType t : kTypes) {
+      const int64_t n = 37, m = 21;
+      const auto w = random_vector(n * k, rng);
+      const auto x = random_vector(m * k, rng);
+      Packed p(t, w, n, k);
+      std::vector<float> all(m * n), all2(m * n), alone(n);
+      matmul(x.data(), m, p.m, nullptr, all.data(), one);
+      matmul(x.data(), m, p.m, nullptr, all2.data(), two);
+      for (int64_t i = 0; i < m; ++i) {
+        matmul(x.data() + i * k, 1, p.m, nullptr, alone.data(), two);
+        for (int64_t j = 0; j < n; ++j) {
+          ASSERT_EQ(alone[j], all[i * n + j])
+              << weight_type_name(t) << " row " << i << " col " << j;
+          ASSERT_EQ(all2[i * n + j], all[i * n + j]) << weight_type_name(t);
+        }
+      }
+      // A sub-matrix of rows reads the same weights.
+      const WeightMatrix tail = p.m.rows(5, 10);
+      std::vector<float> part(m * 10);
+      matmul(x.data(), m, tail, nullptr, part.data(), two);
+      for (int64_t i = 0; i < m; ++i)
+        for (int64_t j = 0; j < 10; ++j) ASSERT_EQ(part[i * 10 + j], all[i * n + 5 + j]);
+    }
+}
+
+TEST(Weights, Int8DotProductsMatchTheQuantizedReference) {
+  if (kAvx512VnniKernels.matmul_cols_q8 == nullptr || !cpu_features().has_avx512_kernels() ||
+      !cpu_features().avx512_vnni) {
+    GTEST_SKIP() << "no AVX-512 VNNI on this CPU";
+  }
+  std::mt19937 rng(29);
+  for (WeightType t : {WeightType::kI8, WeightType::kQ4}) {
+    for (int64_t k : {64, 128, 192}) {
+      for (int64_t m : {1, 3, 17}) {
+        SCOPED_TRACE(std::string(weight_type_name(t)) + " m=" + std::to_string(m) +
+                     " k=" + std::to_string(k));
+        const int64_t n = 9;
+        const auto w = random_vector(n * k, rng);
+        auto x = random_vector(m * k, rng);
+        x[5] = 40.0f;  // an outlier: its block gets a coarse scale, the others do not
+        const auto bias = random_vector(n, rng);
+        Packed p(t, w, n, k);
+        QuantizedBuffer buf;
+        const QuantizedRows& xq = quantize_activations(x.data(), m, k, q8_offset(t), buf);
+        std::vector<float> y(m * n), yf(m * n);
+        kAvx512VnniKernels.matmul_cols_q8(xq, p.m, 0, n, bias.data(), y.data(), n);
+        kAvx512Kernels.matmul_cols(x.data(), m, k, p.m, 0, n, bias.data(), yf.data(), n);
+        std::vector<float> row(k);
+        for (int64_t j = 0; j < n; ++j) {
+          p.m.dequantize_row(j, row.data());
+          for (int64_t i = 0; i < m; ++i) {
+            double want = bias[j], mag = std::fabs(bias[j]), rounding = 0.0;
+            for (int64_t q = 0; q < k; ++q) {
+              const double d = xq.lane_scale[(i * (k / 64) + q / 64) * 16 + (q % 64) / 4];
+              const double xd = xq.q[i * k + q] * d;
+              want += xd * row[q];
+              mag += std::fabs(xd * row[q]);
+              rounding += d / 2 * std::fabs(row[q]);  // |x - xd| <= d / 2
+            }
+            // Exact integer sums: only the f32 scaling rounds.
+            ASSERT_NEAR(y[i * n + j], want, 1e-5 * mag + 1e-6) << "y[" << i << "," << j << "]";
+            // And as close to the unquantized activations as rounding them allows.
+            ASSERT_NEAR(y[i * n + j], yf[i * n + j], rounding + 1e-5 * mag + 1e-5);
+          }
+        }
       }
     }
-    // A sub-matrix of rows reads the same weights.
-    const WeightMatrix tail = p.m.rows(5, 10);
-    std::vector<float> part(m * 10);
-    matmul(x.data(), m, tail, nullptr, part.data(), two);
-    for (int64_t i = 0; i < m; ++i)
-      for (int64_t j = 0; j < 10; ++j) ASSERT_EQ(part[i * 10 + j], all[i * n + 5 + j]);
   }
 }
 

@@ -1,0 +1,10 @@
+// AVX-512 + VNNI build of the kernel bodies (the int8 dot-product matmul of int8 and q4 weights);
+// compiled with the AVX-512 flags plus -mavx512vnni.
+#define TF_ISA_NAMESPACE avx512vnni
+#define TF_ISA_NAME "avx512-vnni"
+#define TF_ISA_TABLE kAvx512VnniKernels
+#define TF_ISA_VNNI 1
+#define TF_VEC_WIDTH 16
+#define TF_TILE_M 4
+#define TF_TILE_N 4
+#include "kernels/isa_impl.inc"

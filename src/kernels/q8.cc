@@ -1,0 +1,52 @@
+#include "kernels/q8.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include "core/error.h"
+
+namespace tf::kernels {
+
+const QuantizedRows& prepare_activations(int64_t m, int64_t k, QuantizedBuffer& buf) {
+  TF_CHECK(k % 64 == 0);
+  const int64_t chunks = k / 64;
+  buf.q.resize(static_cast<size_t>(m * k));
+  buf.scale.resize(static_cast<size_t>(m * chunks * 16));
+  buf.corr.resize(static_cast<size_t>(m * chunks * 16));
+  buf.rows = {m, k, buf.q.data(), buf.scale.data(), buf.corr.data()};
+  return buf.rows;
+}
+
+void quantize_row(const float* x, int64_t i, int32_t c, QuantizedBuffer& buf) {
+  const int64_t k = buf.rows.k, chunks = k / 64;
+  for (int64_t b = 0; b < k / 32; ++b) {
+    const float* xb = x + i * k + b * 32;
+    int8_t* qb = buf.q.data() + i * k + b * 32;
+    float amax = 0.0f;
+    for (int e = 0; e < 32; ++e) amax = std::max(amax, std::fabs(xb[e]));
+    const float d = amax / 127.0f;
+    const float inv = d > 0.0f ? 1.0f / d : 0.0f;
+    for (int e = 0; e < 32; ++e) {
+      // Round half away from zero; |v| <= 127.5 by construction of inv.
+      const float v = xb[e] * inv;
+      const int r = static_cast<int>(v + (v < 0.0f ? -0.5f : 0.5f));
+      qb[e] = static_cast<int8_t>(std::clamp(r, -127, 127));
+    }
+    // Block b is lanes 0-7 (even b) or 8-15 (odd b) of chunk b / 2.
+    float* sl = buf.scale.data() + (i * chunks + b / 2) * 16 + (b % 2) * 8;
+    int32_t* cl = buf.corr.data() + (i * chunks + b / 2) * 16 + (b % 2) * 8;
+    for (int l = 0; l < 8; ++l) {
+      sl[l] = d;
+      cl[l] = -c * (qb[4 * l] + qb[4 * l + 1] + qb[4 * l + 2] + qb[4 * l + 3]);
+    }
+  }
+}
+
+const QuantizedRows& quantize_activations(const float* x, int64_t m, int64_t k, int32_t c,
+                                          QuantizedBuffer& buf) {
+  prepare_activations(m, k, buf);
+  for (int64_t i = 0; i < m; ++i) quantize_row(x, i, c, buf);
+  return buf.rows;
+}
+
+}  // namespace tf::kernels
