@@ -25,8 +25,19 @@ struct PagedKvLayer {
   }
 };
 
-// One query head against positions [0, n_ctx) of one sequence:
-// out = softmax(scale * q·Kᵀ) · V, using KV head kv_head. out has head_dim floats.
+inline constexpr int kMaxAttentionQueries = 4;
+inline constexpr int kMaxAttentionHeadDim = 512;
+
+// n_q <= kMaxAttentionQueries queries of one sequence, each against positions [0, n_ctx[r]) of
+// its paged cache with KV head kv_head: out[r] = softmax(scale * q[r]·Kᵀ) · V (head_dim floats).
+// Keys are visited in fixed chunks of positions with an online softmax; the queries share the loads
+// of keys and values, and each query's arithmetic is the same whichever queries it is grouped
+// with (so a token's result does not depend on its batch or prefill chunk).
+void attend_queries(const float* const* q, const int64_t* n_ctx, int n_q, const PagedKvLayer& kv,
+                    const int32_t* block_table, int kv_head, int head_dim, float scale,
+                    float* const* out);
+
+// One query: attend_queries with n_q = 1.
 void attend_head(const float* q, const PagedKvLayer& kv, const int32_t* block_table, int64_t n_ctx,
                  int kv_head, int head_dim, float scale, float* out);
 

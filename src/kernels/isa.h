@@ -18,11 +18,10 @@ struct IsaKernels {
                       int64_t n_end, const float* bias, float* y, int64_t ldy);
   float (*dot)(const float* a, const float* b, int64_t n);
   void (*axpy)(float a, const float* x, float* y, int64_t n);  // y += a * x
-  // One query head over positions [0, n_ctx) of a paged cache (see attention.h); scores is
-  // scratch of n_ctx floats. In the ISA table so that the per-position dot products inline.
-  void (*attend_head)(const float* q, const PagedKvLayer& kv, const int32_t* block_table,
-                      int64_t n_ctx, int kv_head, int head_dim, float scale, float* scores,
-                      float* out);
+  // Up to kMaxAttentionQueries queries of one sequence (see attend_queries in attention.h).
+  void (*attend_queries)(const float* const* q, const int64_t* n_ctx, int n_q,
+                         const PagedKvLayer& kv, const int32_t* block_table, int kv_head,
+                         int head_dim, float scale, float* const* out);
   // int8 or q4 weights times activations quantized by quantize_activations (q8.h) with the
   // offset q8_offset(w.type); nullptr where the ISA has no int8 dot product.
   void (*matmul_cols_q8)(const QuantizedRows& x, const WeightMatrix& w, int64_t n_begin,

@@ -46,18 +46,49 @@ void store_kv(std::span<const SequenceChunk> batch, std::span<const TokenPositio
 void attention(std::span<const SequenceChunk> batch, std::span<const TokenPosition> tokens,
                const kernels::PagedKvLayer& layer, const ModelConfig& c, const float* q, float* out,
                ThreadPool& pool) {
-  const int64_t n_heads = c.n_heads;
   const int64_t group = c.n_heads / c.n_kv_heads;
   const int hd = static_cast<int>(c.head_dim);
   const float scale = 1.0f / std::sqrt(static_cast<float>(c.head_dim));
   const int64_t q_dim = c.q_dim();
-  // One task per (token, head): decode batches of one sequence still spread over the pool.
-  for_rows(pool, static_cast<int64_t>(tokens.size()) * n_heads, [&](int64_t i) {
-    const int64_t t = i / n_heads;
-    const int64_t h = i % n_heads;
-    const int32_t* table = batch[tokens[t].seq].block_table.data();
-    kernels::attend_head(q + t * q_dim + h * hd, layer, table, tokens[t].pos + 1,
-                         static_cast<int>(h / group), hd, scale, out + t * q_dim + h * hd);
+  // Tasks of up to kMaxAttentionQueries queries that share a sequence and a KV head (tokens of
+  // a prefill chunk, the heads of a GQA group), so that they share the loads of its keys and
+  // values. Grouping never changes a query's result (see attend_queries).
+  struct Task {
+    int64_t seq, kv_head, first, count;  // queries [first, first + count) of (seq, kv_head)
+  };
+  thread_local std::vector<Task> task_buffer;
+  thread_local std::vector<int64_t> start_buffer;
+  // References: inside the pool's lambda a thread_local name would be the worker's own.
+  std::vector<Task>& tasks = task_buffer;
+  std::vector<int64_t>& chunk_start = start_buffer;
+  tasks.clear();
+  chunk_start.assign(batch.size() + 1, 0);
+  for (size_t s = 0; s < batch.size(); ++s)
+    chunk_start[s + 1] = chunk_start[s] + static_cast<int64_t>(batch[s].tokens.size());
+  constexpr int64_t kQ = kernels::kMaxAttentionQueries;
+  for (size_t s = 0; s < batch.size(); ++s) {
+    const int64_t n_queries = static_cast<int64_t>(batch[s].tokens.size()) * group;
+    for (int64_t g = 0; g < c.n_kv_heads; ++g) {
+      for (int64_t f = 0; f < n_queries; f += kQ)
+        tasks.push_back({static_cast<int64_t>(s), g, f, std::min(kQ, n_queries - f)});
+    }
+  }
+  for_rows(pool, static_cast<int64_t>(tasks.size()), [&](int64_t i) {
+    const Task& task = tasks[i];
+    const float* qs[kQ];
+    float* outs[kQ];
+    int64_t n_ctx[kQ];
+    for (int64_t r = 0; r < task.count; ++r) {
+      // Query index within (seq, kv_head): token-major, then the heads of the group.
+      const int64_t t = chunk_start[task.seq] + (task.first + r) / group;
+      const int64_t h = task.kv_head * group + (task.first + r) % group;
+      qs[r] = q + t * q_dim + h * hd;
+      outs[r] = out + t * q_dim + h * hd;
+      n_ctx[r] = tokens[t].pos + 1;
+    }
+    kernels::attend_queries(qs, n_ctx, static_cast<int>(task.count), layer,
+                            batch[task.seq].block_table.data(), static_cast<int>(task.kv_head), hd,
+                            scale, outs);
   });
 }
 

@@ -575,6 +575,27 @@ TEST(Attention, PagedMatchesContiguousReference) {
       const auto q = random_vector(ac.head_dim, rng, -2.0f, 2.0f);
       std::vector<float> out(ac.head_dim + 4, -5.0f);
       attend_head(q.data(), layer, table.data(), ac.n_ctx, kv_head, ac.head_dim, scale, out.data());
+      // Grouped with other queries (shorter contexts, as a prefill chunk's earlier tokens have),
+      // in every ISA table: each query's result is bitwise its result alone.
+      for (const IsaKernels* t : supported_tables()) {
+        std::vector<float> alone(ac.head_dim);
+        const float* q1 = q.data();
+        float* o1 = alone.data();
+        t->attend_queries(&q1, &ac.n_ctx, 1, layer, table.data(), kv_head, ac.head_dim, scale, &o1);
+        const auto q_other = random_vector(3 * ac.head_dim, rng, -2.0f, 2.0f);
+        std::vector<float> grouped(4 * ac.head_dim);
+        const float* qs[4] = {q_other.data(), q.data(), q_other.data() + ac.head_dim,
+                              q_other.data() + 2 * ac.head_dim};
+        float* outs[4] = {grouped.data(), grouped.data() + ac.head_dim,
+                          grouped.data() + 2 * ac.head_dim, grouped.data() + 3 * ac.head_dim};
+        const int64_t ctx[4] = {std::max<int64_t>(1, ac.n_ctx - 3), ac.n_ctx, 1,
+                                std::max<int64_t>(1, ac.n_ctx / 2)};
+        for (int nq = 2; nq <= 4; ++nq) {
+          t->attend_queries(qs, ctx, nq, layer, table.data(), kv_head, ac.head_dim, scale, outs);
+          for (int e = 0; e < ac.head_dim; ++e)
+            ASSERT_EQ(grouped[ac.head_dim + e], alone[e]) << t->name << " nq=" << nq << " e=" << e;
+        }
+      }
       // Naive reference in double.
       std::vector<double> s(ac.n_ctx);
       double mx = -1e300;
