@@ -204,7 +204,9 @@ std::shared_ptr<RequestStream> Engine::submit(GenerationRequest request) {
 
 EngineStats Engine::stats() const {
   std::lock_guard<std::mutex> lock(stats_mu_);
-  return stats_;
+  EngineStats s = stats_;
+  s.queued = queued_.load();  // live, not as of the last step
+  return s;
 }
 
 void Engine::admit_new_requests() {
@@ -362,7 +364,6 @@ void Engine::step() {
   stats_.prefix_queried_tokens = manager_.prefix_queries();
   stats_.prefix_hit_tokens = manager_.prefix_hits();
   stats_.preemptions = scheduler_.preemptions();
-  stats_.queued = queued_.load();
   stats_.requests_finished += finished;
   stats_.prompt_tokens += prompt_tokens;
   stats_.generated_tokens += generated_tokens;

@@ -42,7 +42,7 @@ struct EngineStats {
   int64_t prefix_queried_tokens = 0, prefix_hit_tokens = 0;
   int64_t preemptions = 0;
   int64_t requests_finished = 0;
-  int64_t queued = 0;  // submitted and not yet scheduled, now
+  int64_t queued = 0;  // submitted and not yet scheduled (live, not as of the last step)
   int64_t prompt_tokens = 0, generated_tokens = 0;
 };
 

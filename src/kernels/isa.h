@@ -26,6 +26,11 @@ struct IsaKernels {
   // offset q8_offset(w.type); nullptr where the ISA has no int8 dot product.
   void (*matmul_cols_q8)(const QuantizedRows& x, const WeightMatrix& w, int64_t n_begin,
                          int64_t n_end, const float* bias, float* y, int64_t ldy);
+  // bf16 weights times activations rounded to bf16 (x: [m, k] bf16 bits); nullptr where the ISA
+  // has no bf16 dot product.
+  void (*matmul_cols_bf16)(const uint16_t* x, int64_t m, int64_t k, const WeightMatrix& w,
+                           int64_t n_begin, int64_t n_end, const float* bias, float* y,
+                           int64_t ldy);
 };
 
 extern const IsaKernels kPortableKernels;
@@ -33,6 +38,7 @@ extern const IsaKernels kPortableKernels;
 extern const IsaKernels kAvx2Kernels;
 extern const IsaKernels kAvx512Kernels;
 extern const IsaKernels kAvx512VnniKernels;  // AVX-512 + VNNI: int8 dot products
+extern const IsaKernels kAvx512Bf16Kernels;  // AVX-512 + VNNI + BF16: bf16 dot products too
 #endif
 
 // The best table this CPU supports (TOKENFLOW_ISA can cap it).

@@ -1,6 +1,9 @@
 #include "kernels/matmul.h"
 
 #include <algorithm>
+#include <vector>
+
+#include "core/dtype.h"
 
 #include "core/thread_pool.h"
 #include "kernels/isa.h"
@@ -33,6 +36,25 @@ void matmul(const float* x, int64_t m, const WeightMatrix& w, const float* bias,
         n_groups,
         [&](int64_t g0, int64_t g1) {
           impl.matmul_cols_q8(xq, w, g0 * 4, std::min(n, g1 * 4), bias, y, n);
+        },
+        (min_cols + 3) / 4);
+    return;
+  }
+  if (impl.matmul_cols_bf16 != nullptr && w.type == WeightType::kBF16) {
+    // bf16 dot products: the activations are rounded to bf16 once per call, row by row.
+    thread_local std::vector<uint16_t> xb_buffer;
+    std::vector<uint16_t>& xb = xb_buffer;  // the workers see the caller's buffer
+    xb.resize(static_cast<size_t>(m * k));
+    pool.parallel_for(
+        m,
+        [&](int64_t i0, int64_t i1) {
+          for (int64_t i = i0 * k; i < i1 * k; ++i) xb[i] = f32_to_bf16(x[i]);
+        },
+        16);
+    pool.parallel_for(
+        n_groups,
+        [&](int64_t g0, int64_t g1) {
+          impl.matmul_cols_bf16(xb.data(), m, k, w, g0 * 4, std::min(n, g1 * 4), bias, y, n);
         },
         (min_cols + 3) / 4);
     return;

@@ -30,6 +30,9 @@ std::vector<const IsaKernels*> supported_tables() {
   if (cpu_features().has_avx512_kernels()) out.push_back(&kAvx512Kernels);
   if (cpu_features().has_avx512_kernels() && cpu_features().avx512_vnni)
     out.push_back(&kAvx512VnniKernels);
+  if (cpu_features().has_avx512_kernels() && cpu_features().avx512_vnni &&
+      cpu_features().avx512_bf16)
+    out.push_back(&kAvx512Bf16Kernels);
 #endif
   return out;
 }
@@ -61,6 +64,9 @@ TEST(Isa, DispatchPicksTheBestSupportedTable) {
   EXPECT_STREQ(kAvx512VnniKernels.name, "avx512-vnni");
   EXPECT_EQ(kAvx512Kernels.matmul_cols_q8, nullptr);
   EXPECT_NE(kAvx512VnniKernels.matmul_cols_q8, nullptr);
+  EXPECT_EQ(kAvx512VnniKernels.matmul_cols_bf16, nullptr);
+  EXPECT_STREQ(kAvx512Bf16Kernels.name, "avx512-bf16");
+  EXPECT_NE(kAvx512Bf16Kernels.matmul_cols_bf16, nullptr);
 #endif
 }
 

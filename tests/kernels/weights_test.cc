@@ -31,6 +31,9 @@ std::vector<const IsaKernels*> tables() {
   if (cpu_features().has_avx512_kernels()) out.push_back(&kAvx512Kernels);
   if (cpu_features().has_avx512_kernels() && cpu_features().avx512_vnni)
     out.push_back(&kAvx512VnniKernels);
+  if (cpu_features().has_avx512_kernels() && cpu_features().avx512_vnni &&
+      cpu_features().avx512_bf16)
+    out.push_back(&kAvx512Bf16Kernels);
 #endif
   return out;
 }
@@ -164,6 +167,45 @@ TEST(Weights, ARowsResultDoesNotDependOnTheBatchOrTheThreads) {
       for (int64_t i = 0; i < m; ++i)
         for (int64_t j = 0; j < 10; ++j) ASSERT_EQ(part[i * 10 + j], all[i * n + 5 + j]);
     }
+}
+
+TEST(Weights, Bf16DotProductsMatchTheRoundedReference) {
+  if (!cpu_features().has_avx512_kernels() || !cpu_features().avx512_vnni ||
+      !cpu_features().avx512_bf16) {
+    GTEST_SKIP() << "no AVX512-BF16 on this CPU";
+  }
+  std::mt19937 rng(31);
+  for (int64_t k : {1, 7, 32, 33, 64, 100}) {
+    for (int64_t m : {1, 3, 17}) {
+      SCOPED_TRACE("m=" + std::to_string(m) + " k=" + std::to_string(k));
+      const int64_t n = 9;
+      const auto w = random_vector(n * k, rng);
+      const auto x = random_vector(m * k, rng);
+      const auto bias = random_vector(n, rng);
+      Packed p(WeightType::kBF16, w, n, k);
+      std::vector<uint16_t> xb(m * k);
+      for (int64_t i = 0; i < m * k; ++i) xb[i] = f32_to_bf16(x[i]);
+      std::vector<float> y(m * n);
+      kAvx512Bf16Kernels.matmul_cols_bf16(xb.data(), m, k, p.m, 0, n, bias.data(), y.data(), n);
+      std::vector<float> row(k);
+      for (int64_t j = 0; j < n; ++j) {
+        p.m.dequantize_row(j, row.data());
+        for (int64_t i = 0; i < m; ++i) {
+          double want = bias[j], mag = std::fabs(bias[j]), rounding = 0.0;
+          for (int64_t q = 0; q < k; ++q) {
+            const double xr = bf16_to_f32(xb[i * k + q]);
+            want += xr * row[q];
+            mag += std::fabs(xr * row[q]);
+            rounding += std::fabs(x[i * k + q] * 0x1p-8 * row[q]);
+          }
+          ASSERT_NEAR(y[i * n + j], want, 2e-6 * mag + 1e-6) << "y[" << i << "," << j << "]";
+          double exact = bias[j];
+          for (int64_t q = 0; q < k; ++q) exact += static_cast<double>(x[i * k + q]) * row[q];
+          ASSERT_NEAR(y[i * n + j], exact, rounding + 2e-6 * mag + 1e-6);
+        }
+      }
+    }
+  }
 }
 
 TEST(Weights, Int8DotProductsMatchTheQuantizedReference) {

@@ -1,0 +1,11 @@
+// AVX-512 + VNNI + BF16 build of the kernel bodies (int8 and bf16 dot products); compiled with
+// the AVX-512 flags plus -mavx512vnni -mavx512bf16.
+#define TF_ISA_NAMESPACE avx512bf16
+#define TF_ISA_NAME "avx512-bf16"
+#define TF_ISA_TABLE kAvx512Bf16Kernels
+#define TF_ISA_VNNI 1
+#define TF_ISA_BF16 1
+#define TF_VEC_WIDTH 16
+#define TF_TILE_M 4
+#define TF_TILE_N 4
+#include "kernels/isa_impl.inc"
