@@ -23,5 +23,6 @@ Action add_inspect(CLI::App& app);
 Action add_tokenize(CLI::App& app);
 Action add_bench(CLI::App& app);
 Action add_serve(CLI::App& app);
+Action add_quantize(CLI::App& app);
 
 }  // namespace tf::cli

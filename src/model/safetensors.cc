@@ -148,4 +148,40 @@ void load_safetensors_dir(const std::string& dir, WeightStore& store) {
   }
 }
 
+void write_safetensors(const std::string& path, const std::vector<SafetensorsOutput>& tensors) {
+  nlohmann::ordered_json header = nlohmann::ordered_json::object();
+  header["__metadata__"] = {{"format", "pt"}, {"writer", "tokenflow"}};
+  uint64_t offset = 0;
+  std::vector<uint64_t> begins;
+  for (const auto& t : tensors) {
+    const uint64_t bytes = static_cast<uint64_t>(t.shape.numel()) * dtype_size(t.dtype);
+    offset = (offset + 7) / 8 * 8;
+    begins.push_back(offset);
+    nlohmann::ordered_json shape = nlohmann::ordered_json::array();
+    for (int i = 0; i < t.shape.rank; ++i) shape.push_back(t.shape[i]);
+    header[t.name] = {{"dtype", std::string(dtype_name(t.dtype))},
+                      {"shape", shape},
+                      {"data_offsets", {offset, offset + bytes}}};
+    offset += bytes;
+  }
+  std::string text = header.dump();
+  text.resize((text.size() + 7) / 8 * 8, ' ');  // the data section starts 8-byte aligned
+  std::ofstream out(path, std::ios::binary | std::ios::trunc);
+  if (!out) fail(ErrorKind::kNotFound, "cannot write '{}'", path);
+  const uint64_t n = text.size();
+  out.write(reinterpret_cast<const char*>(&n), 8);
+  out.write(text.data(), static_cast<std::streamsize>(text.size()));
+  uint64_t written = 0;
+  const char zeros[8] = {};
+  for (size_t i = 0; i < tensors.size(); ++i) {
+    out.write(zeros, static_cast<std::streamsize>(begins[i] - written));
+    const uint64_t bytes =
+        static_cast<uint64_t>(tensors[i].shape.numel()) * dtype_size(tensors[i].dtype);
+    out.write(static_cast<const char*>(tensors[i].data), static_cast<std::streamsize>(bytes));
+    written = begins[i] + bytes;
+  }
+  out.flush();
+  if (!out) fail("writing '{}' failed (disk full?)", path);
+}
+
 }  // namespace tf

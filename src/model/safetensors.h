@@ -36,4 +36,16 @@ void load_safetensors_file(const std::string& path, WeightStore& store);
 // Loads `dir/model.safetensors`, or the shards listed in `dir/model.safetensors.index.json`.
 void load_safetensors_dir(const std::string& dir, WeightStore& store);
 
+// One tensor to write: its bytes (numel * dtype_size) stay owned by the caller.
+struct SafetensorsOutput {
+  std::string name;
+  DType dtype;
+  Shape shape;
+  const void* data;
+};
+
+// Writes a .safetensors file (tensors in the given order, each 8-byte aligned in the data
+// section). Throws Error naming the path if it cannot be written.
+void write_safetensors(const std::string& path, const std::vector<SafetensorsOutput>& tensors);
+
 }  // namespace tf

@@ -71,9 +71,47 @@ const float* WeightStore::f32_transposed(const std::string& name, const Shape& s
   return out;
 }
 
+const void* WeightStore::aligned_bytes(const std::string& name, DType dtype, const Shape& shape,
+                                       size_t align) {
+  const Entry& e = entry(name);
+  if (e.view.dtype != dtype) {
+    fail("tensor '{}' in '{}' has dtype {}, expected {}", name, files_.at(e.file_index).path(),
+         dtype_name(e.view.dtype), dtype_name(dtype));
+  }
+  check_shape(name, e, shape);
+  if (reinterpret_cast<uintptr_t>(e.view.data) % align == 0) return e.view.data;
+  owned_bytes_.emplace_back(static_cast<const uint8_t*>(e.view.data),
+                            static_cast<const uint8_t*>(e.view.data) + e.view.nbytes());
+  converted_bytes_ += e.view.nbytes();
+  return owned_bytes_.back().data();
+}
+
+kernels::WeightMatrix WeightStore::prepacked(const std::string& name, int64_t n, int64_t k) {
+  using kernels::WeightType;
+  kernels::WeightMatrix m;
+  m.n = n;
+  m.k = k;
+  if (has(name + ".tf_scale")) {
+    m.type = WeightType::kI8;
+    m.data = aligned_bytes(name, DType::kI8, {n, k}, 1);
+    m.scales = aligned_bytes(name + ".tf_scale", DType::kF32, {n}, 4);
+  } else {
+    if (k % kernels::kQ4Group != 0)
+      fail("tensor '{}' is stored as q4 but its rows of {} are not a multiple of {}", name, k,
+           kernels::kQ4Group);
+    m.type = WeightType::kQ4;
+    m.data = aligned_bytes(name, DType::kU8, {n, k / 2}, 1);
+    m.scales = aligned_bytes(name + ".tf_scales", DType::kF16, {n, k / kernels::kQ4Group}, 2);
+  }
+  packed_[name] = m;
+  return m;
+}
+
 kernels::WeightMatrix WeightStore::matrix(const std::string& name, int64_t n, int64_t k,
                                           bool transposed) {
   using kernels::WeightType;
+  if (auto it = packed_.find(name); it != packed_.end()) return it->second;
+  if (has(name + ".tf_scale") || has(name + ".tf_scales")) return prepacked(name, n, k);
   // q4 groups need rows of a multiple of 32: other matrices (stories260K's 172-wide FFN) are
   // kept in int8, the next narrowest type.
   const WeightType t = compute_type_ == WeightType::kQ4 && k % kernels::kQ4Group != 0

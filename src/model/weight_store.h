@@ -38,8 +38,15 @@ class WeightStore {
   // Conv1D). Packed once and kept; bf16/f16 tensors already in that type are used in place, and
   // no f32 copy is kept of a tensor packed into a narrower type. With q4, a matrix whose rows
   // are not a multiple of 32 is packed as int8.
+  // A matrix stored packed by `tokenflow quantize` (NAME + ".tf_scale" for int8, ".tf_scales"
+  // for q4, rows [out, in]) is used as stored, whatever the compute type.
   kernels::WeightMatrix matrix(const std::string& name, int64_t n, int64_t k,
                                bool transposed = false);
+  // What matrix() made of a tensor, or nullptr if it was not asked for.
+  const kernels::WeightMatrix* packed_matrix(const std::string& name) const {
+    auto it = packed_.find(name);
+    return it == packed_.end() ? nullptr : &it->second;
+  }
 
   // After packing: drops the mapped files' pages from the resident set (what is still used, the
   // f32 norms and biases, comes back from the file when touched).
@@ -61,6 +68,9 @@ class WeightStore {
   const Entry& entry(const std::string& name) const;
   void check_shape(const std::string& name, const Entry& e, const Shape& shape) const;
   float* alloc(size_t n);
+  kernels::WeightMatrix prepacked(const std::string& name, int64_t n, int64_t k);
+  // The bytes of a tensor with the given dtype and shape, aligned to `align` (copied if not).
+  const void* aligned_bytes(const std::string& name, DType dtype, const Shape& shape, size_t align);
 
   std::vector<MappedFile> files_;
   std::map<std::string, Entry> tensors_;

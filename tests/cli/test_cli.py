@@ -205,6 +205,58 @@ class EngineCliTest(unittest.TestCase):
         self.assertIn("unknown unit", err)
 
 
+class DtypeTest(unittest.TestCase):
+    """--dtype packs weights at load; `tokenflow quantize` writes them packed, and the written
+    directory loads without packing again: the same greedy tokens, bit for bit."""
+
+    @classmethod
+    def setUpClass(cls):
+        cls.tmp = tempfile.mkdtemp(prefix="tf_dtype_")
+        cls.model = os.path.join(cls.tmp, "llama")
+        make_checkpoints.write_checkpoint(cls.model, "llama_wide", seed=3)
+
+    @classmethod
+    def tearDownClass(cls):
+        shutil.rmtree(cls.tmp, ignore_errors=True)
+
+    def greedy(self, model, *extra):
+        rc, out, err = run("generate", "-m", model, "--prompt-ids", "1,5,9,200", "-t", "0",
+                           "-n", "24", *extra)
+        self.assertEqual(rc, 0, err)
+        return out
+
+    def test_quantized_directory_loads_as_packed(self):
+        for dtype in ("int8", "q4", "bf16", "f16"):
+            with self.subTest(dtype=dtype):
+                out_dir = os.path.join(self.tmp, "q_" + dtype)
+                rc, out, err = run("quantize", "--dtype", dtype, self.model, out_dir)
+                self.assertEqual(rc, 0, err)
+                self.assertIn("as " + dtype, out)
+                src = os.path.getsize(os.path.join(self.model, "model.safetensors"))
+                dst = os.path.getsize(os.path.join(out_dir, "model.safetensors"))
+                self.assertLess(dst, src * {"int8": 0.3, "q4": 0.2, "bf16": 0.55, "f16": 0.55}[dtype])
+                self.assertTrue(os.path.exists(os.path.join(out_dir, "config.json")))
+                # Packed on the fly or read packed: identical tokens.
+                self.assertEqual(self.greedy(self.model, "--dtype", dtype),
+                                 self.greedy(out_dir, "--dtype", dtype))
+                if dtype in ("int8", "q4"):  # packed matrices stay packed whatever --dtype says
+                    self.assertEqual(self.greedy(out_dir), self.greedy(out_dir, "--dtype", dtype))
+
+    def test_quantize_bad_input(self):
+        rc, _, err = run("quantize", "--dtype", "q4", STORIES_BIN, os.path.join(self.tmp, "x"))
+        self.assertNotEqual(rc, 0)
+        self.assertIn("Hugging Face model directory", err)
+        rc, _, err = run("quantize", "--dtype", "fp8", self.model, os.path.join(self.tmp, "y"))
+        self.assertNotEqual(rc, 0)
+        self.assertIn("f32, bf16, f16, int8 or q4", err)
+        rc, _, err = run("quantize", "--dtype", "int8", self.model, self.model)
+        self.assertNotEqual(rc, 0)
+        self.assertIn("not empty", err)
+        rc, _, err = run("generate", "-m", self.model, "--prompt-ids", "1", "--dtype", "int4")
+        self.assertNotEqual(rc, 0)
+        self.assertIn("unknown weight dtype", err)
+
+
 class TokenizeTest(unittest.TestCase):
     GPT2 = os.path.join(SHARED, "tokenizers", "gpt2")
 

@@ -162,6 +162,9 @@ KINDS = {
     "llama_tied": lambda dt: _llama_config(dt, n_kv=6, tie=True, theta=500000.0, head_dim=12),
     "qwen2": lambda dt: _qwen2_config(dt),
     "mistral": lambda dt: _mistral_config(dt),
+    # Rows of multiples of 64: the int8/q4 dot-product kernels take every matrix.
+    "llama_wide": lambda dt: dict(_llama_config(dt, n_kv=2, tie=False, theta=10000.0),
+                                  hidden_size=128, intermediate_size=256, num_attention_heads=4),
 }
 
 # ---------------------------------------------------------------- weights
