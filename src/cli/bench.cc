@@ -21,6 +21,7 @@ namespace {
 
 struct BenchOptions {
   bool offline = false;
+  bool roofline = false;
   std::string model = "models/stories260K/stories260K.bin";
   int num_prompts = 64;
   int concurrency = 16;
@@ -62,8 +63,12 @@ long peak_rss_mib() {
 }
 
 int run_bench(const BenchOptions& o) {
-  if (!o.offline)
-    fail("only --offline is available yet (the online benchmark arrives with the HTTP server)");
+  if (o.roofline) return run_roofline_bench(o.engine.threads);
+  if (!o.offline) {
+    fail(
+        "give --offline (an in-process engine) or --roofline; the benchmark of a running server "
+        "(--url) arrives with the observability issue");
+  }
   if (o.num_prompts < 1 || o.concurrency < 1 || o.input_len < 1 || o.output_len < 1 ||
       o.prefix_len < 0) {
     fail("--num-prompts, --concurrency, --input-len and --output-len must be >= 1");
@@ -185,9 +190,8 @@ int run_bench(const BenchOptions& o) {
               static_cast<double>(ec.kv_cache_bytes) / (1 << 20));
   // What one step reads: the packed weights (or the mapped f32 file), so that decode can be
   // judged against the machine's read bandwidth; prefill against its FLOP rate.
-  const double weight_bytes = static_cast<double>(o.dtype == "f32"
-                                                      ? model->weights().stored_bytes()
-                                                      : model->weights().converted_bytes());
+  const double weight_bytes = static_cast<double>(
+      o.dtype == "f32" ? model->weights().stored_bytes() : model->weights().converted_bytes());
   const double params = static_cast<double>(model->parameter_count());
   std::printf("weights          %.0f MiB as %s; %.1f GB/s read over %lld steps\n",
               weight_bytes / (1 << 20), o.dtype.c_str(),
@@ -205,6 +209,9 @@ int run_bench(const BenchOptions& o) {
 Action add_bench(CLI::App& app) {
   auto o = std::make_shared<BenchOptions>();
   app.add_flag("--offline", o->offline, "drive an in-process engine (no server)");
+  app.add_flag("--roofline", o->roofline,
+               "measure this machine's read bandwidth and FMA peak, and the matmul's share of "
+               "them per weight dtype");
   app.add_option("--model,-m", o->model, "model to load")->capture_default_str();
   app.add_option("--num-prompts", o->num_prompts, "requests in all")->capture_default_str();
   app.add_option("--concurrency", o->concurrency, "requests in flight at once")

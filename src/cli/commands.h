@@ -24,5 +24,7 @@ Action add_tokenize(CLI::App& app);
 Action add_bench(CLI::App& app);
 Action add_serve(CLI::App& app);
 Action add_quantize(CLI::App& app);
+// `bench --roofline`: this machine's limits and the matmul's fraction of them (roofline.cc).
+int run_roofline_bench(int threads);
 
 }  // namespace tf::cli

@@ -16,6 +16,9 @@ struct IsaKernels {
   // x is [m, k] with row stride k, w is [n, k] of any WeightType, y has row stride ldy.
   void (*matmul_cols)(const float* x, int64_t m, int64_t k, const WeightMatrix& w, int64_t n_begin,
                       int64_t n_end, const float* bias, float* y, int64_t ldy);
+  // iters x 8 vector multiply-adds from registers (for `tokenflow bench --roofline`).
+  float (*fma_peak)(int64_t iters);
+  int vec_width;  // floats per vector
   float (*dot)(const float* a, const float* b, int64_t n);
   void (*axpy)(float a, const float* x, float* y, int64_t n);  // y += a * x
   // Up to kMaxAttentionQueries queries of one sequence (see attend_queries in attention.h).

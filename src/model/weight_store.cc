@@ -68,6 +68,9 @@ const float* WeightStore::f32_transposed(const std::string& name, const Shape& s
   for (int64_t r = 0; r < rows; ++r) {
     for (int64_t c = 0; c < cols; ++c) out[c * rows + r] = src[r * cols + c];
   }
+  // The stored layout is not read again: drop its pages from the resident set.
+  const Entry& e = entry(name);
+  if (src == e.view.data) files_.at(e.file_index).release_pages(e.view.data, e.view.nbytes());
   return out;
 }
 

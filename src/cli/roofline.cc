@@ -1,0 +1,124 @@
+// `tokenflow bench --roofline`: what this machine can do at most (read bandwidth, multiply-add
+// peak) and what tokenflow's matmul reaches in each weight dtype, as a fraction of that limit:
+// decode (one row, bound by reading the weights) against bandwidth, prefill (many rows, bound by
+// arithmetic) against the peak.
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <random>
+#include <vector>
+
+#include "cli/commands.h"
+#include "core/cpu_features.h"
+#include "core/thread_pool.h"
+#include "kernels/isa.h"
+#include "kernels/matmul.h"
+
+namespace tf::cli {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+template <class Fn>
+double best_seconds(int reps, Fn&& fn) {
+  double best = 1e30;
+  for (int r = 0; r < reps; ++r) {
+    const auto t0 = Clock::now();
+    fn();
+    best = std::min(best, std::chrono::duration<double>(Clock::now() - t0).count());
+  }
+  return best;
+}
+
+double read_gbs(ThreadPool& pool, const std::vector<float>& buf) {
+  const kernels::IsaKernels& isa = kernels::isa();
+  const int64_t n = static_cast<int64_t>(buf.size());
+  std::vector<float> sink(static_cast<size_t>(pool.size()) * 16);
+  const double s = best_seconds(5, [&] {
+    pool.parallel_for(pool.size(), [&](int64_t t0, int64_t t1) {
+      for (int64_t t = t0; t < t1; ++t) {
+        const int64_t a = n * t / pool.size(), b = n * (t + 1) / pool.size();
+        sink[static_cast<size_t>(t) * 16] = isa.dot(buf.data() + a, buf.data() + a, b - a);
+      }
+    });
+  });
+  return static_cast<double>(n) * 4 / s / 1e9;
+}
+
+double fma_gflops(ThreadPool& pool) {
+  const kernels::IsaKernels& isa = kernels::isa();
+  const int64_t iters = 20'000'000;
+  std::vector<float> sink(static_cast<size_t>(pool.size()) * 16);
+  const double s = best_seconds(3, [&] {
+    pool.parallel_for(pool.size(), [&](int64_t t0, int64_t t1) {
+      for (int64_t t = t0; t < t1; ++t) sink[static_cast<size_t>(t) * 16] = isa.fma_peak(iters);
+    });
+  });
+  return 2.0 * 8 * isa.vec_width * static_cast<double>(iters) * pool.size() / s / 1e9;
+}
+
+struct Packed {
+  std::vector<uint8_t> data, scales;
+  kernels::WeightMatrix m;
+};
+
+Packed pack(kernels::WeightType t, int64_t n, int64_t k, std::mt19937& rng) {
+  std::normal_distribution<float> dist(0.0f, 0.02f);
+  std::vector<float> w(static_cast<size_t>(n * k));
+  for (auto& v : w) v = dist(rng);
+  Packed p;
+  kernels::quantize_rows(t, w.data(), n, k, p.data, p.scales);
+  p.m = {t, p.data.data(), p.scales.empty() ? nullptr : p.scales.data(), n, k};
+  return p;
+}
+
+int run_roofline(int threads) {
+  ThreadPool one(1), all(threads);
+  std::printf("cpu              %s\n", cpu_features().to_string().c_str());
+  std::printf("kernels          %s, %d threads\n", kernels::isa().name, all.size());
+  std::vector<float> buf(static_cast<size_t>(128) << 20, 1.0f);  // 512 MiB, past every cache
+  const double bw1 = read_gbs(one, buf), bw = read_gbs(all, buf);
+  buf.clear();
+  buf.shrink_to_fit();
+  const double fl1 = fma_gflops(one), fl = fma_gflops(all);
+  std::printf("read bandwidth   %.1f GB/s (1 thread %.1f)\n", bw, bw1);
+  std::printf("f32 FMA peak     %.0f GFLOP/s (1 thread %.0f)\n\n", fl, fl1);
+  std::printf(
+      "| dtype | decode GEMV 4096x4096 GB/s | of bandwidth | prefill GEMM 512x2048x2048 "
+      "GFLOP/s | of f32 FMA peak |\n|---|---|---|---|---|\n");
+  std::mt19937 rng(7);
+  for (kernels::WeightType t :
+       {kernels::WeightType::kF32, kernels::WeightType::kBF16, kernels::WeightType::kF16,
+        kernels::WeightType::kI8, kernels::WeightType::kQ4}) {
+    // Decode: copies of one matrix, together 512 MiB (past every cache), multiplied in turn.
+    const Packed gemv = pack(t, 4096, 4096, rng);
+    const int copies = static_cast<int>((int64_t{512} << 20) / gemv.m.bytes()) + 1;
+    std::vector<Packed> mats(static_cast<size_t>(copies), gemv);
+    for (auto& p : mats)
+      p.m = {t, p.data.data(), p.scales.empty() ? nullptr : p.scales.data(), 4096, 4096};
+    std::vector<float> x(4096, 0.5f), y(4096);
+    const double sv = best_seconds(3, [&] {
+      for (const auto& p : mats) kernels::matmul(x.data(), 1, p.m, nullptr, y.data(), all);
+    });
+    const double gbs = static_cast<double>(gemv.m.bytes()) * copies / sv / 1e9;
+    mats.clear();
+    const Packed gemm = pack(t, 2048, 2048, rng);
+    std::vector<float> xm(512 * 2048, 0.25f), ym(512 * 2048);
+    const double sm =
+        best_seconds(3, [&] { kernels::matmul(xm.data(), 512, gemm.m, nullptr, ym.data(), all); });
+    const double gflops = 2.0 * 512 * 2048 * 2048 / sm / 1e9;
+    std::printf("| %s | %.1f | %.0f %% | %.0f | %.0f %% |\n",
+                std::string(kernels::weight_type_name(t)).c_str(), gbs, 100 * gbs / bw, gflops,
+                100 * gflops / fl);
+  }
+  return 0;
+}
+
+}  // namespace
+
+int run_roofline_bench(int threads) {
+  return run_roofline(threads);
+}
+
+}  // namespace tf::cli
