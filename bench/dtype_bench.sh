@@ -6,10 +6,8 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 runs="${1:-3}"; shape="${2:-llama110m}"
-bin=build/release/tokenflow
-model=build/bench-models/$shape
-[ -f "$model/model.safetensors" ] || /usr/bin/python3 bench/make_bench_model.py "$model" "$shape"
-median() { sort -g | awk '{a[NR]=$1} END {print (NR%2 ? a[(NR+1)/2] : (a[NR/2]+a[NR/2+1])/2)}'; }
+. bench/common.sh
+model=$(bench_model "$shape")
 dtypes="f32 bf16 f16 int8 q4"
 declare -A dec gbs pre rss
 for ((r = 0; r < runs; r++)); do

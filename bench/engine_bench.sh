@@ -8,11 +8,8 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 runs="${1:-3}"; shape="${2:-llama110m}"
-bin=build/release/tokenflow
-model=build/bench-models/$shape
-[ -f "$model/model.safetensors" ] || /usr/bin/python3 bench/make_bench_model.py "$model" "$shape"
-median() { sort -g | awk '{a[NR]=$1} END {print (NR%2 ? a[(NR+1)/2] : (a[NR/2]+a[NR/2+1])/2)}'; }
-field() { awk -v k="$1" -v n="$2" 'index($0, k) == 1 {print $n}'; }
+. bench/common.sh
+model=$(bench_model "$shape")
 run() { $bin bench --offline -m "$model" "$@"; }
 
 for mode in continuous static static-ragged; do

@@ -7,11 +7,10 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 runs="${1:-5}"; shift || true
 shapes=("$@"); [ ${#shapes[@]} -gt 0 ] || shapes=(stories260K llama110m gpt2-124m)
-bin=build/release/tokenflow
+. bench/common.sh
 [ -x "$bin" ] || { echo "build first: scripts/build.sh release" >&2; exit 1; }
 threads="${THREADS:-$(nproc)}"
 
-median() { sort -g | awk '{a[NR]=$1} END {print (NR%2 ? a[(NR+1)/2] : (a[NR/2]+a[NR/2+1])/2)}'; }
 ids() { local n=$1; seq -s, 10 $((n + 9)); }
 
 printf "%-12s %8s %12s %12s\n" model threads "decode tok/s" "prefill tok/s"
@@ -19,8 +18,7 @@ for shape in "${shapes[@]}"; do
   if [ "$shape" = stories260K ]; then
     model=../shared/models/stories260K/stories260K.bin; plen=256
   else
-    model=build/bench-models/$shape
-    [ -f "$model/model.safetensors" ] || /usr/bin/python3 bench/make_bench_model.py "$model" "$shape"
+    model=$(bench_model "$shape")
     plen=512; [ "$shape" = tinyllama ] && plen=128
   fi
   dec=(); pre=()

@@ -3,18 +3,20 @@
 
 namespace tf::kernels {
 
-const IsaKernels& isa() {
-  static const IsaKernels* table = [] {
-    const CpuFeatures& f = cpu_features();
+std::vector<const IsaKernels*> supported_tables() {
+  std::vector<const IsaKernels*> out = {&kPortableKernels};
 #if defined(__x86_64__)
-    if (f.has_avx512_kernels() && f.avx512_vnni && f.avx512_bf16) return &kAvx512Bf16Kernels;
-    if (f.has_avx512_kernels() && f.avx512_vnni) return &kAvx512VnniKernels;
-    if (f.has_avx512_kernels()) return &kAvx512Kernels;
-    if (f.has_avx2_kernels()) return &kAvx2Kernels;
+  const CpuFeatures& f = cpu_features();
+  if (f.has_avx2_kernels()) out.push_back(&kAvx2Kernels);
+  if (f.has_avx512_kernels()) out.push_back(&kAvx512Kernels);
+  if (f.has_avx512_kernels() && f.avx512_vnni) out.push_back(&kAvx512VnniKernels);
+  if (f.has_avx512_kernels() && f.avx512_vnni && f.avx512_bf16) out.push_back(&kAvx512Bf16Kernels);
 #endif
-    (void)f;
-    return &kPortableKernels;
-  }();
+  return out;
+}
+
+const IsaKernels& isa() {
+  static const IsaKernels* table = supported_tables().back();
   return *table;
 }
 

@@ -3,6 +3,7 @@
 // (isa_impl.inc) with different target flags; dispatch picks one at run time from cpu_features().
 
 #include <cstdint>
+#include <vector>
 
 #include "kernels/attention.h"
 #include "kernels/q8.h"
@@ -44,7 +45,9 @@ extern const IsaKernels kAvx512VnniKernels;  // AVX-512 + VNNI: int8 dot product
 extern const IsaKernels kAvx512Bf16Kernels;  // AVX-512 + VNNI + BF16: bf16 dot products too
 #endif
 
-// The best table this CPU supports (TOKENFLOW_ISA can cap it).
+// Every table this CPU supports (TOKENFLOW_ISA can cap it), from portable to the best.
+std::vector<const IsaKernels*> supported_tables();
+// The best of them, chosen once.
 const IsaKernels& isa();
 
 }  // namespace tf::kernels

@@ -23,20 +23,6 @@ namespace {
 constexpr float kNaN = std::numeric_limits<float>::quiet_NaN();
 constexpr float kInf = std::numeric_limits<float>::infinity();
 
-std::vector<const IsaKernels*> supported_tables() {
-  std::vector<const IsaKernels*> out = {&kPortableKernels};
-#if defined(__x86_64__)
-  if (cpu_features().has_avx2_kernels()) out.push_back(&kAvx2Kernels);
-  if (cpu_features().has_avx512_kernels()) out.push_back(&kAvx512Kernels);
-  if (cpu_features().has_avx512_kernels() && cpu_features().avx512_vnni)
-    out.push_back(&kAvx512VnniKernels);
-  if (cpu_features().has_avx512_kernels() && cpu_features().avx512_vnni &&
-      cpu_features().avx512_bf16)
-    out.push_back(&kAvx512Bf16Kernels);
-#endif
-  return out;
-}
-
 std::vector<float> random_vector(size_t n, std::mt19937& rng, float lo = -1.0f, float hi = 1.0f) {
   std::uniform_real_distribution<float> dist(lo, hi);
   std::vector<float> v(n);

@@ -24,20 +24,6 @@ namespace {
 const WeightType kTypes[] = {WeightType::kF32, WeightType::kBF16, WeightType::kF16, WeightType::kI8,
                              WeightType::kQ4};
 
-std::vector<const IsaKernels*> tables() {
-  std::vector<const IsaKernels*> out = {&kPortableKernels};
-#if defined(__x86_64__)
-  if (cpu_features().has_avx2_kernels()) out.push_back(&kAvx2Kernels);
-  if (cpu_features().has_avx512_kernels()) out.push_back(&kAvx512Kernels);
-  if (cpu_features().has_avx512_kernels() && cpu_features().avx512_vnni)
-    out.push_back(&kAvx512VnniKernels);
-  if (cpu_features().has_avx512_kernels() && cpu_features().avx512_vnni &&
-      cpu_features().avx512_bf16)
-    out.push_back(&kAvx512Bf16Kernels);
-#endif
-  return out;
-}
-
 std::vector<float> random_vector(size_t n, std::mt19937& rng) {
   std::normal_distribution<float> dist(0.0f, 1.0f);
   std::vector<float> v(n);
@@ -109,7 +95,7 @@ TEST(Weights, QuantizationErrorIsWithinTheTypesBound) {
 TEST(Weights, MatmulOfEveryTypeAndIsaMatchesTheDequantizedReference) {
   std::mt19937 rng(17);
   for (WeightType t : kTypes) {
-    for (const IsaKernels* isa : tables()) {
+    for (const IsaKernels* isa : supported_tables()) {
       for (int64_t k : ks_for(t)) {
         for (int64_t m : {1, 3, 17}) {
           const int64_t n = 9;

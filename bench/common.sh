@@ -1,0 +1,10 @@
+# Shared by the benchmark scripts (sourced): the binary, the random-weight bench model of a
+# shape (written on first use), and median / field helpers over `tokenflow bench` output.
+bin=build/release/tokenflow
+bench_model() {  # bench_model SHAPE -> prints the model directory, writing it if missing
+  local model=build/bench-models/$1
+  [ -f "$model/model.safetensors" ] || /usr/bin/python3 bench/make_bench_model.py "$model" "$1" >&2
+  echo "$model"
+}
+median() { sort -g | awk '{a[NR]=$1} END {print (NR%2 ? a[(NR+1)/2] : (a[NR/2]+a[NR/2+1])/2)}'; }
+field() { awk -v k="$1" -v n="$2" 'index($0, k) == 1 {print $n}'; }
