@@ -19,6 +19,7 @@ struct EngineOptions {
   int64_t batch_timeout_micros = 0;
   bool no_prefix_caching = false;
   int threads = 0;
+  std::string kv_cache_dtype = "f32";
 
   EngineConfig config() const {
     EngineConfig ec;
@@ -28,6 +29,7 @@ struct EngineOptions {
     ec.scheduler.max_num_seqs = max_num_seqs;
     ec.scheduler.max_num_batched_tokens = max_num_batched_tokens;
     ec.batch_timeout_micros = batch_timeout_micros;
+    ec.kv_type = kernels::parse_kv_type(kv_cache_dtype.c_str());
     return ec;
   }
 };
@@ -47,6 +49,9 @@ inline void add_engine_options(CLI::App& app, EngineOptions& o) {
          "an idle engine waits this long to gather a batch (TF Serving's batch_timeout_micros)")
       ->capture_default_str();
   app.add_flag("--no-prefix-caching", o.no_prefix_caching, "turn the prefix cache off");
+  app.add_option("--kv-cache-dtype", o.kv_cache_dtype,
+                 "keys and values in the cache: f32, or bf16 / f16 (half the memory per token)")
+      ->capture_default_str();
   app.add_option("--threads", o.threads, "compute threads (default: one per core)");
 }
 

@@ -40,6 +40,7 @@ struct GenerateOptions {
   std::string input_file, output_file;
   int concurrency = 64;
   std::string kv_cache_memory = "512MiB";
+  std::string kv_cache_dtype = "f32";
   bool no_echo = false;
   bool verbose = false;
 };
@@ -89,6 +90,7 @@ int run_generate(GenerateOptions& o) {
     EngineConfig ec;
     ec.threads = o.threads;
     ec.kv_cache_bytes = parse_memory_budget(o.kv_cache_memory);
+    ec.kv_type = kernels::parse_kv_type(o.kv_cache_dtype.c_str());
     Engine engine(*model, loaded.tokenizer.get(), eos, ec);
     BatchOptions bo;
     bo.input_file = o.input_file;
@@ -104,6 +106,7 @@ int run_generate(GenerateOptions& o) {
   const Tokenizer* tokenizer = loaded.tokenizer.get();
   const double load_s = seconds_since(t_load);
   params.validate(cfg.vocab_size);
+  kernels::parse_kv_type(o.kv_cache_dtype.c_str());  // a bad name fails before any output
   if (!params.stop.empty() && !tokenizer) fail("--stop needs a tokenizer to see text");
 
   std::vector<int32_t> prompt;
@@ -155,7 +158,8 @@ int run_generate(GenerateOptions& o) {
   const int32_t slots = params.beam_search() ? params.num_beams : m;
   EngineConfig ec;
   ec.threads = o.threads;
-  ec.kv_cache_bytes = (per_seq + 1) * slots * KvCache::bytes_per_block(cfg, bs);
+  ec.kv_type = kernels::parse_kv_type(o.kv_cache_dtype.c_str());
+  ec.kv_cache_bytes = (per_seq + 1) * slots * KvCache::bytes_per_block(cfg, bs, ec.kv_type);
   Engine engine(*model, tokenizer, eos, ec);
   GenerationRequest req;
   req.prompt = prompt;
@@ -285,6 +289,8 @@ Action add_generate(CLI::App& app) {
   app.add_option("--output-file", o->output_file,
                  "batch job: results, one line per input line, in order");
   app.add_option("--concurrency", o->concurrency, "batch job: requests in flight")
+      ->capture_default_str();
+  app.add_option("--kv-cache-dtype", o->kv_cache_dtype, "keys and values: f32, bf16 or f16")
       ->capture_default_str();
   app.add_option("--kv-cache-memory", o->kv_cache_memory,
                  "KV cache budget: bytes, 512MiB, 2GiB, or a fraction of free memory (0.3)")

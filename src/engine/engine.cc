@@ -77,7 +77,7 @@ void RequestStream::set_timings(const RequestTimings& t) {
 
 namespace {
 int64_t blocks_for_budget(const ModelConfig& c, const EngineConfig& e) {
-  const int64_t per_block = KvCache::bytes_per_block(c, e.block_size);
+  const int64_t per_block = KvCache::bytes_per_block(c, e.block_size, e.kv_type);
   const int64_t n = e.kv_cache_bytes / per_block;
   if (n < 1) {
     fail(ErrorKind::kResourceExhausted,
@@ -95,7 +95,8 @@ Engine::Engine(Model& model, const Tokenizer* tokenizer, std::vector<int32_t> eo
       eos_ids_(std::move(eos_ids)),
       config_(config),
       pool_threads_(config.threads),
-      kv_(model.config(), blocks_for_budget(model.config(), config), config.block_size),
+      kv_(model.config(), blocks_for_budget(model.config(), config), config.block_size,
+          config.kv_type),
       pool_(kv_.num_blocks(), config.block_size),
       manager_(pool_, config.prefix_caching),
       scheduler_(config.scheduler, manager_) {

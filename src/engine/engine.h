@@ -26,6 +26,7 @@ struct EngineConfig {
   SchedulerConfig scheduler;
   int64_t kv_cache_bytes = 256ll << 20;  // KV budget; the block count follows from the model
   int block_size = KvCache::kDefaultBlockSize;
+  kernels::KvType kv_type = kernels::KvType::kF32;  // --kv-cache-dtype
   bool prefix_caching = true;
   int64_t batch_timeout_micros = 0;  // an idle engine waits this long to gather a first batch
   int threads = 0;                   // compute threads (0: one per core)

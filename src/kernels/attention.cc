@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <string_view>
 #include <vector>
 
 #include "core/error.h"
@@ -9,6 +10,14 @@
 #include "kernels/ops.h"
 
 namespace tf::kernels {
+
+KvType parse_kv_type(const char* name) {
+  const std::string_view n(name);
+  if (n == "f32") return KvType::kF32;
+  if (n == "bf16") return KvType::kBF16;
+  if (n == "f16") return KvType::kF16;
+  fail("unknown KV cache dtype '{}': use f32, bf16 or f16", n);
+}
 
 void attend_queries(const float* const* q, const int64_t* n_ctx, int n_q, const PagedKvLayer& kv,
                     const int32_t* block_table, int kv_head, int head_dim, float scale,

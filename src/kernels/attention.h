@@ -7,21 +7,41 @@
 
 namespace tf::kernels {
 
+// Element type of the cached keys and values (--kv-cache-dtype): bf16 and f16 halve the memory
+// per token; attention widens them to f32 as it reads.
+enum class KvType : uint8_t { kF32, kBF16, kF16 };
+inline int kv_type_size(KvType t) {
+  return t == KvType::kF32 ? 4 : 2;
+}
+// "f32", "bf16", "f16" (throws Error naming the choices otherwise).
+KvType parse_kv_type(const char* name);
+
 struct PagedKvLayer {
-  float* k = nullptr;  // [num_blocks, block_size, kv_dim]
-  float* v = nullptr;  // [num_blocks, block_size, kv_dim]
+  void* k = nullptr;  // [num_blocks, block_size, kv_dim] of `type`
+  void* v = nullptr;  // [num_blocks, block_size, kv_dim] of `type`
   int block_size = 0;
   int kv_dim = 0;  // n_kv_heads * head_dim
+  KvType type = KvType::kF32;
 
+  // Element index of position pos's row.
+  int64_t row(const int32_t* block_table, int64_t pos) const {
+    return (static_cast<int64_t>(block_table[pos / block_size]) * block_size + pos % block_size) *
+           kv_dim;
+  }
+  template <class T>
+  T* k_at(const int32_t* block_table, int64_t pos) const {
+    return static_cast<T*>(k) + row(block_table, pos);
+  }
+  template <class T>
+  T* v_at(const int32_t* block_table, int64_t pos) const {
+    return static_cast<T*>(v) + row(block_table, pos);
+  }
+  // f32 caches only.
   float* k_row(const int32_t* block_table, int64_t pos) const {
-    return k +
-           (static_cast<int64_t>(block_table[pos / block_size]) * block_size + pos % block_size) *
-               kv_dim;
+    return k_at<float>(block_table, pos);
   }
   float* v_row(const int32_t* block_table, int64_t pos) const {
-    return v +
-           (static_cast<int64_t>(block_table[pos / block_size]) * block_size + pos % block_size) *
-               kv_dim;
+    return v_at<float>(block_table, pos);
   }
 };
 

@@ -6,27 +6,30 @@
 
 namespace tf {
 
-KvCache::KvCache(const ModelConfig& config, int64_t num_blocks, int block_size)
+KvCache::KvCache(const ModelConfig& config, int64_t num_blocks, int block_size,
+                 kernels::KvType type)
     : num_blocks_(num_blocks),
       block_size_(block_size),
       n_layers_(config.n_layers),
-      kv_dim_(config.kv_dim()) {
+      kv_dim_(config.kv_dim()),
+      type_(type) {
   if (num_blocks <= 0) fail("KV cache needs at least one block, got {}", num_blocks);
   if (block_size <= 0 || block_size > 1024)
     fail("KV block size {} is out of range (1..1024)", block_size);
-  const int64_t floats = n_layers_ * 2 * num_blocks_ * block_size_ * kv_dim_;
+  const int64_t elements = n_layers_ * 2 * num_blocks_ * block_size_ * kv_dim_;
+  const int64_t bytes = elements * kernels::kv_type_size(type);
   try {
     // Not value-initialized: the pages stay untouched (and out of the resident set) until a
     // block is first written, and attention never reads a position before it is written.
-    storage_.reset(new float[static_cast<size_t>(floats)]);
-    floats_ = floats;
+    storage_.reset(new uint8_t[static_cast<size_t>(bytes)]);
+    elements_ = elements;
   } catch (const std::bad_alloc&) {
-    fail(ErrorKind::kResourceExhausted, "cannot allocate a KV cache of {} bytes", floats * 4);
+    fail(ErrorKind::kResourceExhausted, "cannot allocate a KV cache of {} bytes", bytes);
   }
 }
 
-int64_t KvCache::bytes_per_block(const ModelConfig& config, int block_size) {
-  return config.n_layers * 2 * block_size * config.kv_dim() * static_cast<int64_t>(sizeof(float));
+int64_t KvCache::bytes_per_block(const ModelConfig& config, int block_size, kernels::KvType type) {
+  return config.n_layers * 2 * block_size * config.kv_dim() * kernels::kv_type_size(type);
 }
 
 void KvCache::copy_block(int32_t src, int32_t dst) {
@@ -35,18 +38,20 @@ void KvCache::copy_block(int32_t src, int32_t dst) {
          num_blocks_);
   }
   if (src == dst) return;
-  const int64_t block_floats = static_cast<int64_t>(block_size_) * kv_dim_;
-  const int64_t per_array = num_blocks_ * block_floats;
+  const int64_t block_bytes =
+      static_cast<int64_t>(block_size_) * kv_dim_ * kernels::kv_type_size(type_);
+  const int64_t per_array = num_blocks_ * block_bytes;
   for (int64_t a = 0; a < 2 * n_layers_; ++a) {
-    float* base = storage_.get() + a * per_array;
-    std::copy_n(base + src * block_floats, block_floats, base + dst * block_floats);
+    uint8_t* base = storage_.get() + a * per_array;
+    std::copy_n(base + src * block_bytes, block_bytes, base + dst * block_bytes);
   }
 }
 
 kernels::PagedKvLayer KvCache::layer(int64_t l) {
-  const int64_t per_array = num_blocks_ * block_size_ * kv_dim_;
-  float* base = storage_.get() + l * 2 * per_array;
-  return kernels::PagedKvLayer{base, base + per_array, block_size_, static_cast<int>(kv_dim_)};
+  const int64_t per_array = num_blocks_ * block_size_ * kv_dim_ * kernels::kv_type_size(type_);
+  uint8_t* base = storage_.get() + l * 2 * per_array;
+  return kernels::PagedKvLayer{base, base + per_array, block_size_, static_cast<int>(kv_dim_),
+                               type_};
 }
 
 }  // namespace tf

@@ -16,13 +16,16 @@ class KvCache {
  public:
   static constexpr int kDefaultBlockSize = 16;
 
-  KvCache(const ModelConfig& config, int64_t num_blocks, int block_size = kDefaultBlockSize);
+  KvCache(const ModelConfig& config, int64_t num_blocks, int block_size = kDefaultBlockSize,
+          kernels::KvType type = kernels::KvType::kF32);
 
-  static int64_t bytes_per_block(const ModelConfig& config, int block_size = kDefaultBlockSize);
+  static int64_t bytes_per_block(const ModelConfig& config, int block_size = kDefaultBlockSize,
+                                 kernels::KvType type = kernels::KvType::kF32);
 
   int64_t num_blocks() const { return num_blocks_; }
   int block_size() const { return block_size_; }
-  int64_t bytes() const { return floats_ * static_cast<int64_t>(sizeof(float)); }
+  int64_t bytes() const { return elements_ * kernels::kv_type_size(type_); }
+  kernels::KvType type() const { return type_; }
   kernels::PagedKvLayer layer(int64_t l);
   // Copies block src's keys and values, in every layer, to block dst (forking a sequence).
   void copy_block(int32_t src, int32_t dst);
@@ -32,8 +35,9 @@ class KvCache {
   int block_size_;
   int64_t n_layers_;
   int64_t kv_dim_;
-  std::unique_ptr<float[]> storage_;
-  int64_t floats_ = 0;
+  kernels::KvType type_;
+  std::unique_ptr<uint8_t[]> storage_;
+  int64_t elements_ = 0;
 };
 
 }  // namespace tf

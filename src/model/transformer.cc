@@ -4,6 +4,7 @@
 #include <cmath>
 #include <cstring>
 
+#include "core/dtype.h"
 #include "kernels/attention.h"
 
 namespace tf::transformer {
@@ -38,8 +39,25 @@ void store_kv(std::span<const SequenceChunk> batch, std::span<const TokenPositio
   const int64_t kv_dim = layer.kv_dim;
   for_rows(pool, static_cast<int64_t>(tokens.size()), [&](int64_t t) {
     const int32_t* table = batch[tokens[t].seq].block_table.data();
-    std::memcpy(layer.k_row(table, tokens[t].pos), k + t * kv_dim, kv_dim * sizeof(float));
-    std::memcpy(layer.v_row(table, tokens[t].pos), v + t * kv_dim, kv_dim * sizeof(float));
+    const int64_t pos = tokens[t].pos;
+    const float *ks = k + t * kv_dim, *vs = v + t * kv_dim;
+    switch (layer.type) {
+      case kernels::KvType::kF32:
+        std::memcpy(layer.k_row(table, pos), ks, kv_dim * sizeof(float));
+        std::memcpy(layer.v_row(table, pos), vs, kv_dim * sizeof(float));
+        break;
+      case kernels::KvType::kBF16:
+      case kernels::KvType::kF16: {
+        uint16_t* kd = layer.k_at<uint16_t>(table, pos);
+        uint16_t* vd = layer.v_at<uint16_t>(table, pos);
+        const bool bf = layer.type == kernels::KvType::kBF16;
+        for (int64_t i = 0; i < kv_dim; ++i) {
+          kd[i] = bf ? f32_to_bf16(ks[i]) : f32_to_f16(ks[i]);
+          vd[i] = bf ? f32_to_bf16(vs[i]) : f32_to_f16(vs[i]);
+        }
+        break;
+      }
+    }
   });
 }
 

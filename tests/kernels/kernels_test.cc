@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "core/cpu_features.h"
+#include "core/dtype.h"
 #include "core/thread_pool.h"
 #include "kernels/attention.h"
 #include "kernels/isa.h"
@@ -613,6 +614,68 @@ TEST(Attention, PagedMatchesContiguousReference) {
       for (int e = ac.head_dim; e < ac.head_dim + 4; ++e) {
         ASSERT_EQ(out[e], -5.0f) << "wrote past out";
       }
+    }
+  }
+}
+
+TEST(Attention, Bf16AndF16CachesMatchTheRoundedReferenceAndStayGroupInvariant) {
+  std::mt19937 rng(77);
+  const int block_size = 4, head_dim = 40, kv_dim = 2 * head_dim;  // 40: a vector tail
+  const int64_t n_ctx = 23, blocks = (n_ctx + block_size - 1) / block_size;
+  for (KvType type : {KvType::kBF16, KvType::kF16}) {
+    const auto k = random_vector(n_ctx * kv_dim, rng, -2.0f, 2.0f);
+    const auto v = random_vector(n_ctx * kv_dim, rng);
+    std::vector<uint16_t> kpool(blocks * block_size * kv_dim), vpool(kpool.size());
+    std::vector<int32_t> table(blocks);
+    std::iota(table.begin(), table.end(), 0);
+    std::reverse(table.begin(), table.end());
+    PagedKvLayer layer{kpool.data(), vpool.data(), block_size, kv_dim, type};
+    std::vector<float> kr(k.size()), vr(v.size());  // the values as stored
+    for (int64_t t = 0; t < n_ctx; ++t) {
+      for (int e = 0; e < kv_dim; ++e) {
+        const uint16_t kb =
+            type == KvType::kBF16 ? f32_to_bf16(k[t * kv_dim + e]) : f32_to_f16(k[t * kv_dim + e]);
+        const uint16_t vb =
+            type == KvType::kBF16 ? f32_to_bf16(v[t * kv_dim + e]) : f32_to_f16(v[t * kv_dim + e]);
+        layer.k_at<uint16_t>(table.data(), t)[e] = kb;
+        layer.v_at<uint16_t>(table.data(), t)[e] = vb;
+        kr[t * kv_dim + e] = type == KvType::kBF16 ? bf16_to_f32(kb) : f16_to_f32(kb);
+        vr[t * kv_dim + e] = type == KvType::kBF16 ? bf16_to_f32(vb) : f16_to_f32(vb);
+      }
+    }
+    const auto q = random_vector(head_dim, rng, -2.0f, 2.0f);
+    for (const IsaKernels* t : supported_tables()) {
+      SCOPED_TRACE(std::string(t->name) + (type == KvType::kBF16 ? " bf16" : " f16"));
+      std::vector<float> out(head_dim);
+      const float* q1 = q.data();
+      float* o1 = out.data();
+      const float scale = 0.25f;
+      t->attend_queries(&q1, &n_ctx, 1, layer, table.data(), 1, head_dim, scale, &o1);
+      std::vector<double> s(n_ctx);
+      double mx = -1e300, z = 0.0;
+      for (int64_t p = 0; p < n_ctx; ++p) {
+        double d = 0.0;
+        for (int e = 0; e < head_dim; ++e)
+          d += q[e] * static_cast<double>(kr[p * kv_dim + head_dim + e]);
+        mx = std::max(mx, s[p] = d * scale);
+      }
+      for (auto& x : s) z += (x = std::exp(x - mx));
+      for (int e = 0; e < head_dim; ++e) {
+        double want = 0.0, mag = 0.0;
+        for (int64_t p = 0; p < n_ctx; ++p) {
+          want += s[p] / z * vr[p * kv_dim + head_dim + e];
+          mag += std::fabs(s[p] / z * vr[p * kv_dim + head_dim + e]);
+        }
+        ASSERT_TRUE(close(out[e], want, mag, 1e-5)) << "e=" << e;
+      }
+      // Grouped with another query: bitwise the same.
+      const auto q2 = random_vector(head_dim, rng);
+      std::vector<float> o2(head_dim), o_again(head_dim);
+      const float* qs[2] = {q2.data(), q.data()};
+      float* outs[2] = {o2.data(), o_again.data()};
+      const int64_t ctx[2] = {n_ctx - 5, n_ctx};
+      t->attend_queries(qs, ctx, 2, layer, table.data(), 1, head_dim, scale, outs);
+      for (int e = 0; e < head_dim; ++e) ASSERT_EQ(o_again[e], out[e]);
     }
   }
 }

@@ -138,11 +138,11 @@ class ToolCase(unittest.TestCase):
                 r.returncode, " ".join(cmd), r.stderr[-3000:], r.stdout[-2000:]))
         return r.stdout
 
-    def dump_logits(self, model_path, prompts, decode, dtype="f32"):
+    def dump_logits(self, model_path, prompts, decode, dtype="f32", kv_dtype="f32"):
         with tempfile.TemporaryDirectory(prefix="tf_out_") as td:
             out = os.path.join(td, "logits.f32")
             args = ["--model", model_path, "--prompts", _fmt(prompts), "--out", out,
-                    "--dtype", dtype]
+                    "--dtype", dtype, "--kv-dtype", kv_dtype]
             if decode and decode[0]:
                 args[4:4] = ["--decode", _fmt(decode)]
             stdout = self.run_tool(args)
@@ -163,7 +163,8 @@ class ToolCase(unittest.TestCase):
                 self.fail("%s has %d bytes, expected rows*vocab*4 = %d*%d*4" % (out, size, R, V))
             return np.fromfile(out, dtype="<f4").reshape(R, V)
 
-    def check_logits(self, model_path, model, prompts, decode, dtype="f32", tol=None):
+    def check_logits(self, model_path, model, prompts, decode, dtype="f32", tol=None,
+                     kv_dtype="f32"):
         """One batched prefill + len(decode[0]) batched decode steps in C++ (weights in
         `dtype`) vs. numpy full-sequence f32 logits at the same positions."""
         n_dec = len(decode[0]) if decode else 0
@@ -180,7 +181,7 @@ class ToolCase(unittest.TestCase):
                 labels.append("seq %d decode step %d (pos %d)" % (s, j, len(p) + j))
         ref = np.stack(rows)
 
-        ours = self.dump_logits(model_path, prompts, decode, dtype)
+        ours = self.dump_logits(model_path, prompts, decode, dtype, kv_dtype)
         self.assertEqual(ours.shape[1], model.vocab_size, "vocab size")
         self.assertEqual(ours.shape[0], len(rows),
                          "rows: expected sum of prompt lengths + n_seq * n_decode")
@@ -291,6 +292,14 @@ class Stories260K(ToolCase):
     # Weights packed into narrower types at load (--dtype) against the f32 numpy model: the
     # documented bounds of docs/architecture.md (max error over max |logit|).
     DTYPE_BOUNDS = {"bf16": 1e-2, "f16": 2e-3, "int8": 4e-2, "q4": 0.35}
+
+    KV_BOUNDS = {"bf16": 1e-2, "f16": 2e-3}
+
+    def test_logits_per_kv_cache_dtype(self):
+        for kv, bound in self.KV_BOUNDS.items():
+            with self.subTest(kv=kv):
+                self.check_logits(self.bin, self.model, self.PROMPTS, self.DECODE, "f32", bound,
+                                  kv_dtype=kv)
 
     def test_logits_per_dtype(self):
         for dtype, bound in self.DTYPE_BOUNDS.items():

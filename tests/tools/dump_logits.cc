@@ -38,7 +38,7 @@ std::vector<Ids> parse_batch(const std::string& text) {
 }
 
 int run(int argc, char** argv) {
-  std::string model_path, prompts_arg, decode_arg, out_path, dtype = "f32";
+  std::string model_path, prompts_arg, decode_arg, out_path, dtype = "f32", kv_dtype = "f32";
   int greedy = -1, threads = 0;
   for (int i = 1; i + 1 < argc; i += 2) {
     const std::string key = argv[i];
@@ -57,6 +57,8 @@ int run(int argc, char** argv) {
       threads = std::stoi(val);
     else if (key == "--dtype")
       dtype = val;
+    else if (key == "--kv-dtype")
+      kv_dtype = val;
     else
       tf::fail("unknown option {}", key);
   }
@@ -75,7 +77,8 @@ int run(int argc, char** argv) {
   for (const auto& p : prompts)
     max_len = std::max<int64_t>(max_len, static_cast<int64_t>(p.size()) + steps);
   const int64_t per_seq = (max_len + bs - 1) / bs;
-  tf::KvCache kv(cfg, per_seq * static_cast<int64_t>(B), bs);
+  tf::KvCache kv(cfg, per_seq * static_cast<int64_t>(B), bs,
+                 tf::kernels::parse_kv_type(kv_dtype.c_str()));
   // Interleave the sequences' blocks so that a wrong block table reads another sequence's keys.
   std::vector<Ids> tables(B, Ids(per_seq));
   for (int64_t b = 0; b < per_seq; ++b) {
