@@ -3,8 +3,6 @@
 #include <algorithm>
 #include <numeric>
 
-#include "serving/api_common.h"
-
 namespace tf {
 
 void JobRegistry::add(std::shared_ptr<GenerationJob> job) {

@@ -366,3 +366,62 @@ TEST_F(EngineTest, BatchTimeoutGathersAFirstBatch) {
 
 }  // namespace
 }  // namespace tf
+
+namespace tf {
+namespace {
+
+// A model whose forward pass takes as long as the test says: to see a wedged engine.
+class SlowModel final : public Model {
+ public:
+  explicit SlowModel(ModelConfig c) : Model(std::move(c), WeightStore()) {}
+  std::atomic<int> delay_ms{0};
+
+ protected:
+  void run(std::span<const SequenceChunk> batch, std::span<const TokenPosition>, KvCache&,
+           float* logits, ThreadPool&) override {
+    std::this_thread::sleep_for(std::chrono::milliseconds(delay_ms.load()));
+    const int64_t rows = Model::logit_rows(batch);
+    for (int64_t i = 0; i < rows * config_.vocab_size; ++i) logits[i] = 0.0f;
+  }
+};
+
+ModelConfig tiny_config() {
+  ModelConfig c;
+  c.architecture = "Slow";
+  c.vocab_size = 8;
+  c.dim = 8;
+  c.n_layers = 1;
+  c.n_heads = 1;
+  c.n_kv_heads = 1;
+  c.head_dim = 8;
+  c.ffn_dim = 8;
+  c.max_seq_len = 64;
+  return c;
+}
+
+TEST(EngineLiveness, AStepLongerThanTheLimitReadsAsNotResponsive) {
+  SlowModel model(tiny_config());
+  EngineConfig c;
+  c.kv_cache_bytes = 16 * KvCache::bytes_per_block(model.config(), 16);
+  c.threads = 1;
+  Engine e(model, nullptr, {}, c);
+  EXPECT_TRUE(e.responsive(std::chrono::milliseconds(50))) << "idle is responsive";
+  model.delay_ms = 400;
+  GenerationRequest r;
+  r.prompt = {1, 2, 3};
+  r.params.max_tokens = 1;
+  r.params.temperature = 0.0f;
+  auto stream = e.submit(r);
+  std::this_thread::sleep_for(std::chrono::milliseconds(200));  // inside the 400 ms step
+  EXPECT_FALSE(e.responsive(std::chrono::milliseconds(50))) << "a step running past the limit";
+  EXPECT_TRUE(e.responsive(std::chrono::milliseconds(5000))) << "but within a generous one";
+  RequestOutput o;
+  while (stream->next(o)) {
+  }
+  for (int i = 0; i < 200 && !e.responsive(std::chrono::milliseconds(50)); ++i)
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  EXPECT_TRUE(e.responsive(std::chrono::milliseconds(50))) << "idle again";
+}
+
+}  // namespace
+}  // namespace tf
