@@ -4,46 +4,46 @@
 #include <vector>
 
 #include "core/dtype.h"
-
 #include "core/thread_pool.h"
 #include "kernels/isa.h"
 
 namespace tf::kernels {
 
-void matmul(const float* x, int64_t m, const WeightMatrix& w, const float* bias, float* y,
-            ThreadPool& pool) {
+void matmul_many(const float* x, int64_t m, std::span<const MatmulOutput> outs, ThreadPool& pool) {
   const IsaKernels& impl = isa();
-  const int64_t k = w.k, n = w.n;
-  // Chunks are multiples of 4 output columns (the tile width) and big enough that dispatch
-  // overhead stays small against the work.
-  const int64_t work_per_col = std::max<int64_t>(1, m * k);
-  const int64_t min_cols = std::max<int64_t>(4, (1 << 14) / work_per_col);
-  const int64_t n_groups = (n + 3) / 4;
+  if (outs.empty()) return;
+  const WeightMatrix& w0 = outs[0].w;
+  const int64_t k = w0.k;
+  bool same = true;
+  for (const auto& o : outs) same = same && o.w.k == k && o.w.type == w0.type;
+  if (!same) {  // each on its own (a q4 model's int8 fallbacks, for one)
+    for (const auto& o : outs) matmul(x, m, o.w, o.bias, o.y, pool);
+    return;
+  }
+  // The activations in the form the kernels take, made once for all the matrices: quantized per
+  // block of 32 (int8 dot products), rounded to bf16 (bf16 dot products), or as they are. Row by
+  // row, so a row's result never depends on its batch.
+  enum class Path { kF32, kQ8, kBf16 } path = Path::kF32;
   if (impl.matmul_cols_q8 != nullptr && k % 64 == 0 &&
-      (w.type == WeightType::kI8 || w.type == WeightType::kQ4)) {
-    // int8 dot products: the activations are quantized once per call (row by row, so a row's
-    // result still does not depend on its batch).
-    thread_local QuantizedBuffer buf;
-    const QuantizedRows& xq = prepare_activations(m, k, buf);
-    QuantizedBuffer& b = buf;  // the workers see the caller's buffer, not their own
+      (w0.type == WeightType::kI8 || w0.type == WeightType::kQ4)) {
+    path = Path::kQ8;
+  } else if (impl.matmul_cols_bf16 != nullptr && w0.type == WeightType::kBF16) {
+    path = Path::kBf16;
+  }
+  thread_local QuantizedBuffer q8_buffer;
+  thread_local std::vector<uint16_t> bf16_buffer;
+  QuantizedBuffer& q8 = q8_buffer;  // references: the workers see the caller's buffers
+  std::vector<uint16_t>& xb = bf16_buffer;
+  const QuantizedRows* xq = nullptr;
+  if (path == Path::kQ8) {
+    xq = &prepare_activations(m, k, q8);
     pool.parallel_for(
         m,
         [&](int64_t i0, int64_t i1) {
-          for (int64_t i = i0; i < i1; ++i) quantize_row(x, i, q8_offset(w.type), b);
+          for (int64_t i = i0; i < i1; ++i) quantize_row(x, i, q8_offset(w0.type), q8);
         },
         16);
-    pool.parallel_for(
-        n_groups,
-        [&](int64_t g0, int64_t g1) {
-          impl.matmul_cols_q8(xq, w, g0 * 4, std::min(n, g1 * 4), bias, y, n);
-        },
-        (min_cols + 3) / 4);
-    return;
-  }
-  if (impl.matmul_cols_bf16 != nullptr && w.type == WeightType::kBF16) {
-    // bf16 dot products: the activations are rounded to bf16 once per call, row by row.
-    thread_local std::vector<uint16_t> xb_buffer;
-    std::vector<uint16_t>& xb = xb_buffer;  // the workers see the caller's buffer
+  } else if (path == Path::kBf16) {
     xb.resize(static_cast<size_t>(m * k));
     pool.parallel_for(
         m,
@@ -51,22 +51,43 @@ void matmul(const float* x, int64_t m, const WeightMatrix& w, const float* bias,
           for (int64_t i = i0 * k; i < i1 * k; ++i) xb[i] = f32_to_bf16(x[i]);
         },
         16);
-    pool.parallel_for(
-        n_groups,
-        [&](int64_t g0, int64_t g1) {
-          impl.matmul_cols_bf16(xb.data(), m, k, w, g0 * 4, std::min(n, g1 * 4), bias, y, n);
-        },
-        (min_cols + 3) / 4);
-    return;
   }
+  // One dispatch over the groups of 4 output columns of every matrix, in order.
+  int64_t total_groups = 0;
+  for (const auto& o : outs) total_groups += (o.w.n + 3) / 4;
+  const int64_t work_per_col = std::max<int64_t>(1, m * k);
+  const int64_t min_cols = std::max<int64_t>(4, (1 << 14) / work_per_col);
   pool.parallel_for(
-      n_groups,
+      total_groups,
       [&](int64_t g0, int64_t g1) {
-        const int64_t j0 = g0 * 4;
-        const int64_t j1 = std::min(n, g1 * 4);
-        impl.matmul_cols(x, m, k, w, j0, j1, bias, y, n);
+        int64_t base = 0;
+        for (const auto& o : outs) {
+          const int64_t groups = (o.w.n + 3) / 4;
+          const int64_t a = std::max(g0, base), b = std::min(g1, base + groups);
+          if (a < b) {
+            const int64_t j0 = (a - base) * 4, j1 = std::min(o.w.n, (b - base) * 4);
+            switch (path) {
+              case Path::kQ8:
+                impl.matmul_cols_q8(*xq, o.w, j0, j1, o.bias, o.y, o.w.n);
+                break;
+              case Path::kBf16:
+                impl.matmul_cols_bf16(xb.data(), m, k, o.w, j0, j1, o.bias, o.y, o.w.n);
+                break;
+              case Path::kF32:
+                impl.matmul_cols(x, m, k, o.w, j0, j1, o.bias, o.y, o.w.n);
+                break;
+            }
+          }
+          base += groups;
+        }
       },
       (min_cols + 3) / 4);
+}
+
+void matmul(const float* x, int64_t m, const WeightMatrix& w, const float* bias, float* y,
+            ThreadPool& pool) {
+  const MatmulOutput one{w, bias, y};
+  matmul_many(x, m, std::span<const MatmulOutput>(&one, 1), pool);
 }
 
 void matmul(const float* x, int64_t m, int64_t k, const float* w, int64_t n, const float* bias,

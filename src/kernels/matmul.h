@@ -1,6 +1,7 @@
 #pragma once
 
 #include <cstdint>
+#include <span>
 
 #include "kernels/weights.h"
 
@@ -16,6 +17,16 @@ namespace tf::kernels {
 // reduction order is fixed by k alone: never by m, the thread count or the other rows.
 void matmul(const float* x, int64_t m, const WeightMatrix& w, const float* bias, float* y,
             ThreadPool& pool);
+// Several matrices with the same input rows (q, k and v; gate and up): the activations are
+// prepared once and all the output columns go through one dispatch to the pool. Results are
+// those of separate matmul calls, bit for bit.
+struct MatmulOutput {
+  WeightMatrix w;
+  const float* bias;  // nullptr: none
+  float* y;           // [m, w.n]
+};
+void matmul_many(const float* x, int64_t m, std::span<const MatmulOutput> outs, ThreadPool& pool);
+
 // f32 weights [n, k].
 void matmul(const float* x, int64_t m, int64_t k, const float* w, int64_t n, const float* bias,
             float* y, ThreadPool& pool);

@@ -86,9 +86,10 @@ class Gpt2Model final : public Model {
                             a.xb.data() + i * dim);
       });
       // The fused QKV weight's rows are q, then k, then v: three matmuls on its thirds.
-      kernels::matmul(a.xb.data(), T, L.w_q, L.b_qkv, a.q.data(), pool);
-      kernels::matmul(a.xb.data(), T, L.w_k, L.b_qkv + dim, a.k.data(), pool);
-      kernels::matmul(a.xb.data(), T, L.w_v, L.b_qkv + 2 * dim, a.v.data(), pool);
+      const kernels::MatmulOutput qkv[] = {{L.w_q, L.b_qkv, a.q.data()},
+                                           {L.w_k, L.b_qkv + dim, a.k.data()},
+                                           {L.w_v, L.b_qkv + 2 * dim, a.v.data()}};
+      kernels::matmul_many(a.xb.data(), T, qkv, pool);
       transformer::store_kv(batch, tokens, cache, a.k.data(), a.v.data(), pool);
       transformer::attention(batch, tokens, cache, c, a.q.data(), a.att.data(), pool);
       kernels::matmul(a.att.data(), T, L.w_proj, L.b_proj, a.xb.data(), pool);

@@ -80,9 +80,9 @@ class LlamaModel final : public Model {
         kernels::rms_norm(a.x.data() + i * dim, L.attn_norm, c.norm_eps, dim,
                           a.xb.data() + i * dim);
       });
-      kernels::matmul(a.xb.data(), T, L.wq, L.bq, a.q.data(), pool);
-      kernels::matmul(a.xb.data(), T, L.wk, L.bk, a.k.data(), pool);
-      kernels::matmul(a.xb.data(), T, L.wv, L.bv, a.v.data(), pool);
+      const kernels::MatmulOutput qkv[] = {
+          {L.wq, L.bq, a.q.data()}, {L.wk, L.bk, a.k.data()}, {L.wv, L.bv, a.v.data()}};
+      kernels::matmul_many(a.xb.data(), T, qkv, pool);
       transformer::for_rows(pool, T, [&](int64_t i) {
         kernels::rope(a.q.data() + i * q_dim, static_cast<int>(c.n_heads),
                       static_cast<int>(c.head_dim), tokens[i].pos, inv_freq_.data(), c.rope_style);
@@ -97,8 +97,9 @@ class LlamaModel final : public Model {
       transformer::for_rows(pool, T, [&](int64_t i) {
         kernels::rms_norm(a.x.data() + i * dim, L.ffn_norm, c.norm_eps, dim, a.xb.data() + i * dim);
       });
-      kernels::matmul(a.xb.data(), T, L.w_gate, nullptr, a.h1.data(), pool);
-      kernels::matmul(a.xb.data(), T, L.w_up, nullptr, a.h2.data(), pool);
+      const kernels::MatmulOutput gate_up[] = {{L.w_gate, nullptr, a.h1.data()},
+                                               {L.w_up, nullptr, a.h2.data()}};
+      kernels::matmul_many(a.xb.data(), T, gate_up, pool);
       transformer::for_rows(pool, T, [&](int64_t i) {
         kernels::silu_mul(a.h1.data() + i * ffn, a.h2.data() + i * ffn, ffn);
       });

@@ -155,6 +155,33 @@ TEST(Weights, ARowsResultDoesNotDependOnTheBatchOrTheThreads) {
     }
 }
 
+TEST(Weights, ManyMatricesInOneDispatchEqualSeparateCalls) {
+  std::mt19937 rng(41);
+  ThreadPool two(2);
+  for (int64_t k : {96, 128}) {
+    for (WeightType t : kTypes) {
+      const int64_t m = 5, ns[3] = {13, 4, 7};
+      const auto x = random_vector(m * k, rng);
+      std::vector<Packed> ps;
+      std::vector<std::vector<float>> bias, apart(3), together(3);
+      std::vector<MatmulOutput> outs;
+      for (int i = 0; i < 3; ++i) {
+        ps.emplace_back(t, random_vector(ns[i] * k, rng), ns[i], k);
+        bias.push_back(random_vector(ns[i], rng));
+        apart[i].resize(m * ns[i]);
+        together[i].resize(m * ns[i]);
+      }
+      for (int i = 0; i < 3; ++i) {
+        matmul(x.data(), m, ps[i].m, bias[i].data(), apart[i].data(), two);
+        outs.push_back({ps[i].m, i == 1 ? nullptr : bias[i].data(), together[i].data()});
+      }
+      matmul(x.data(), m, ps[1].m, nullptr, apart[1].data(), two);
+      matmul_many(x.data(), m, outs, two);
+      for (int i = 0; i < 3; ++i) EXPECT_EQ(together[i], apart[i]) << weight_type_name(t) << i;
+    }
+  }
+}
+
 TEST(Weights, Bf16DotProductsMatchTheRoundedReference) {
   if (!cpu_features().has_avx512_kernels() || !cpu_features().avx512_vnni ||
       !cpu_features().avx512_bf16) {
