@@ -453,6 +453,10 @@ class ServerTest(unittest.TestCase):
             got = b""
             while got.count(b"data: ") < kill_after:
                 got += s.recv(4096)
+            # The counters land at the end of the step that streamed the first token.
+            deadline = time.time() + 10
+            while self.stats()["kv_blocks_used"] == 0 and time.time() < deadline:
+                time.sleep(0.002)
             self.assertGreater(self.stats()["kv_blocks_used"], 0)
             s.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, b"\x01\x00\x00\x00\x00\x00\x00\x00")
             s.close()  # RST: the client is gone
