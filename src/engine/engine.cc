@@ -319,6 +319,7 @@ void Engine::step() {
       EngineRequest* r = seq->request;
       if (r->timings.first_scheduled == Clock::time_point{}) {
         r->timings.first_scheduled = now;
+        r->timings.cached_prompt_tokens = sched.chunks[i].start;  // found in the prefix cache
         leave_queue(*r);
       }
       seq->num_computed += sched.chunks[i].count;

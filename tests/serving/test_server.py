@@ -250,6 +250,15 @@ class ServerTest(unittest.TestCase):
         self.assertEqual(lists["choices"][0]["text"], lists["choices"][1]["text"])
         self.assertEqual(by_ids["choices"][0]["text"], by_text["choices"][0]["text"])
 
+    def test_usage_counts_prompt_tokens_found_in_the_prefix_cache(self):
+        prompt = "Once upon a time, there was a little girl named Lily. She loved to play outside"
+        req = {"prompt": prompt, "max_tokens": 2, "temperature": 0}
+        first = self.c.post("/v1/completions", req)[1]["usage"]
+        again = self.c.post("/v1/completions", req)[1]["usage"]
+        self.assertGreaterEqual(first["prompt_tokens"], 17)
+        self.assertGreaterEqual(again["prompt_tokens_details"]["cached_tokens"], 16)
+        self.assertEqual(again["prompt_tokens_details"]["cached_tokens"] % 16, 0)
+
     def test_seed_reproducible_and_best_of(self):
         req = {"prompt": "Once", "max_tokens": 16, "temperature": 1.0, "seed": 11}
         a = self.c.post("/v1/completions", req)[1]["choices"][0]["text"]
