@@ -24,7 +24,7 @@ void run_matmul(benchmark::State& state, const IsaKernels* isa) {
   for (auto& v : w) v = dist(rng);
   const tf::kernels::WeightMatrix wm{tf::kernels::WeightType::kF32, w.data(), nullptr, n, k};
   for (auto _ : state) {
-    isa->matmul_cols(x.data(), m, k, wm, 0, n, nullptr, y.data(), n);
+    isa->matmul_cols(x.data(), m, k, wm, 0, n, nullptr, y.data(), n, false);
     benchmark::DoNotOptimize(y.data());
   }
   state.counters["GFLOP/s"] = benchmark::Counter(

@@ -13,10 +13,12 @@ namespace tf::kernels {
 
 struct IsaKernels {
   const char* name;
-  // y[i, j] = dot(x[i, :], w[j, :]) (+ bias[j]) for i < m and j in [n_begin, n_end).
-  // x is [m, k] with row stride k, w is [n, k] of any WeightType, y has row stride ldy.
+  // y[i, j] = dot(x[i, :], w[j, :]) (+ bias[j]) for i < m and j in [n_begin, n_end), or with
+  // accumulate y[i, j] += that sum (a residual add fused into the epilogue; the same arithmetic
+  // as a separate add). x is [m, k] with row stride k, w is [n, k] of any WeightType, y has row
+  // stride ldy.
   void (*matmul_cols)(const float* x, int64_t m, int64_t k, const WeightMatrix& w, int64_t n_begin,
-                      int64_t n_end, const float* bias, float* y, int64_t ldy);
+                      int64_t n_end, const float* bias, float* y, int64_t ldy, bool accumulate);
   // iters x 8 vector multiply-adds from registers (for `tokenflow bench --roofline`).
   float (*fma_peak)(int64_t iters);
   int vec_width;  // floats per vector
@@ -29,12 +31,12 @@ struct IsaKernels {
   // int8 or q4 weights times activations quantized by quantize_activations (q8.h) with the
   // offset q8_offset(w.type); nullptr where the ISA has no int8 dot product.
   void (*matmul_cols_q8)(const QuantizedRows& x, const WeightMatrix& w, int64_t n_begin,
-                         int64_t n_end, const float* bias, float* y, int64_t ldy);
+                         int64_t n_end, const float* bias, float* y, int64_t ldy, bool accumulate);
   // bf16 weights times activations rounded to bf16 (x: [m, k] bf16 bits); nullptr where the ISA
   // has no bf16 dot product.
   void (*matmul_cols_bf16)(const uint16_t* x, int64_t m, int64_t k, const WeightMatrix& w,
-                           int64_t n_begin, int64_t n_end, const float* bias, float* y,
-                           int64_t ldy);
+                           int64_t n_begin, int64_t n_end, const float* bias, float* y, int64_t ldy,
+                           bool accumulate);
 };
 
 extern const IsaKernels kPortableKernels;

@@ -17,7 +17,7 @@ void matmul_many(const float* x, int64_t m, std::span<const MatmulOutput> outs, 
   bool same = true;
   for (const auto& o : outs) same = same && o.w.k == k && o.w.type == w0.type;
   if (!same) {  // each on its own (a q4 model's int8 fallbacks, for one)
-    for (const auto& o : outs) matmul(x, m, o.w, o.bias, o.y, pool);
+    for (const auto& o : outs) matmul_many(x, m, std::span<const MatmulOutput>(&o, 1), pool);
     return;
   }
   // The activations in the form the kernels take, made once for all the matrices: quantized per
@@ -68,13 +68,14 @@ void matmul_many(const float* x, int64_t m, std::span<const MatmulOutput> outs, 
             const int64_t j0 = (a - base) * 4, j1 = std::min(o.w.n, (b - base) * 4);
             switch (path) {
               case Path::kQ8:
-                impl.matmul_cols_q8(*xq, o.w, j0, j1, o.bias, o.y, o.w.n);
+                impl.matmul_cols_q8(*xq, o.w, j0, j1, o.bias, o.y, o.w.n, o.accumulate);
                 break;
               case Path::kBf16:
-                impl.matmul_cols_bf16(xb.data(), m, k, o.w, j0, j1, o.bias, o.y, o.w.n);
+                impl.matmul_cols_bf16(xb.data(), m, k, o.w, j0, j1, o.bias, o.y, o.w.n,
+                                      o.accumulate);
                 break;
               case Path::kF32:
-                impl.matmul_cols(x, m, k, o.w, j0, j1, o.bias, o.y, o.w.n);
+                impl.matmul_cols(x, m, k, o.w, j0, j1, o.bias, o.y, o.w.n, o.accumulate);
                 break;
             }
           }
@@ -87,6 +88,12 @@ void matmul_many(const float* x, int64_t m, std::span<const MatmulOutput> outs, 
 void matmul(const float* x, int64_t m, const WeightMatrix& w, const float* bias, float* y,
             ThreadPool& pool) {
   const MatmulOutput one{w, bias, y};
+  matmul_many(x, m, std::span<const MatmulOutput>(&one, 1), pool);
+}
+
+void matmul_add(const float* x, int64_t m, const WeightMatrix& w, const float* bias, float* y,
+                ThreadPool& pool) {
+  const MatmulOutput one{w, bias, y, true};
   matmul_many(x, m, std::span<const MatmulOutput>(&one, 1), pool);
 }
 

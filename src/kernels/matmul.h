@@ -22,10 +22,16 @@ void matmul(const float* x, int64_t m, const WeightMatrix& w, const float* bias,
 // those of separate matmul calls, bit for bit.
 struct MatmulOutput {
   WeightMatrix w;
-  const float* bias;  // nullptr: none
-  float* y;           // [m, w.n]
+  const float* bias;        // nullptr: none
+  float* y;                 // [m, w.n]
+  bool accumulate = false;  // y += x · wᵀ (+ bias): a residual add in the epilogue
 };
 void matmul_many(const float* x, int64_t m, std::span<const MatmulOutput> outs, ThreadPool& pool);
+
+// y[m, n] += x[m, k] · w[n, k]ᵀ: the residual add fused into the matmul's epilogue (one pass
+// over y fewer; the same arithmetic as matmul into a scratch buffer and a separate add).
+void matmul_add(const float* x, int64_t m, const WeightMatrix& w, const float* bias, float* y,
+                ThreadPool& pool);
 
 // f32 weights [n, k].
 void matmul(const float* x, int64_t m, int64_t k, const float* w, int64_t n, const float* bias,

@@ -92,8 +92,7 @@ class Gpt2Model final : public Model {
       kernels::matmul_many(a.xb.data(), T, qkv, pool);
       transformer::store_kv(batch, tokens, cache, a.k.data(), a.v.data(), pool);
       transformer::attention(batch, tokens, cache, c, a.q.data(), a.att.data(), pool);
-      kernels::matmul(a.att.data(), T, L.w_proj, L.b_proj, a.xb.data(), pool);
-      kernels::add(a.x.data(), a.xb.data(), T * dim);
+      kernels::matmul_add(a.att.data(), T, L.w_proj, L.b_proj, a.x.data(), pool);  // x += ...
 
       transformer::for_rows(pool, T, [&](int64_t i) {
         kernels::layer_norm(a.x.data() + i * dim, L.ln2_w, L.ln2_b, c.norm_eps, dim,
@@ -102,8 +101,7 @@ class Gpt2Model final : public Model {
       kernels::matmul(a.xb.data(), T, L.w_fc, L.b_fc, a.h1.data(), pool);
       transformer::for_rows(pool, T,
                             [&](int64_t i) { kernels::gelu_tanh(a.h1.data() + i * ffn, ffn); });
-      kernels::matmul(a.h1.data(), T, L.w_out, L.b_out, a.xb.data(), pool);
-      kernels::add(a.x.data(), a.xb.data(), T * dim);
+      kernels::matmul_add(a.h1.data(), T, L.w_out, L.b_out, a.x.data(), pool);
     }
     const int64_t rows = transformer::gather_logit_rows(batch, a.x.data(), dim, a.xb.data());
     transformer::for_rows(pool, rows, [&](int64_t i) {

@@ -91,8 +91,7 @@ class LlamaModel final : public Model {
       });
       transformer::store_kv(batch, tokens, cache, a.k.data(), a.v.data(), pool);
       transformer::attention(batch, tokens, cache, c, a.q.data(), a.att.data(), pool);
-      kernels::matmul(a.att.data(), T, L.wo, nullptr, a.xb.data(), pool);
-      kernels::add(a.x.data(), a.xb.data(), T * dim);
+      kernels::matmul_add(a.att.data(), T, L.wo, nullptr, a.x.data(), pool);  // x += ...
 
       transformer::for_rows(pool, T, [&](int64_t i) {
         kernels::rms_norm(a.x.data() + i * dim, L.ffn_norm, c.norm_eps, dim, a.xb.data() + i * dim);
@@ -103,8 +102,7 @@ class LlamaModel final : public Model {
       transformer::for_rows(pool, T, [&](int64_t i) {
         kernels::silu_mul(a.h1.data() + i * ffn, a.h2.data() + i * ffn, ffn);
       });
-      kernels::matmul(a.h1.data(), T, L.w_down, nullptr, a.xb.data(), pool);
-      kernels::add(a.x.data(), a.xb.data(), T * dim);
+      kernels::matmul_add(a.h1.data(), T, L.w_down, nullptr, a.x.data(), pool);
     }
     const int64_t rows = transformer::gather_logit_rows(batch, a.x.data(), dim, a.xb.data());
     transformer::for_rows(pool, rows, [&](int64_t i) {

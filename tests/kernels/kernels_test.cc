@@ -107,7 +107,8 @@ TEST(IsaKernels, MatmulColsMatchesReference) {
             const MatmulCase c = make_case(m, k, n, rng);
             const float* bias = with_bias ? c.bias.data() : nullptr;
             std::vector<float> y(m * n, kNaN);
-            t->matmul_cols(c.x.data(), m, k, f32_weights(c.w, n, k), 0, n, bias, y.data(), n);
+            t->matmul_cols(c.x.data(), m, k, f32_weights(c.w, n, k), 0, n, bias, y.data(), n,
+                           false);
             for (int64_t i = 0; i < m; ++i) {
               for (int64_t j = 0; j < n; ++j) {
                 const auto [want, mag] = reference_dot(&c.x[i * k], &c.w[j * k], k, bias, j);
@@ -144,7 +145,8 @@ TEST(IsaKernels, MatmulColsSubRangeLeavesOtherOutputsAlone) {
                          std::to_string(ne) + ")" + (with_bias ? " bias" : ""));
             const float* bias = with_bias ? c.bias.data() : nullptr;
             std::vector<float> y(m * ldy, kSentinel);
-            t->matmul_cols(c.x.data(), m, k, f32_weights(c.w, n, k), nb, ne, bias, y.data(), ldy);
+            t->matmul_cols(c.x.data(), m, k, f32_weights(c.w, n, k), nb, ne, bias, y.data(), ldy,
+                           false);
             for (int64_t i = 0; i < m; ++i) {
               for (int64_t j = 0; j < ldy; ++j) {
                 const float got = y[i * ldy + j];

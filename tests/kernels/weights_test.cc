@@ -106,7 +106,7 @@ TEST(Weights, MatmulOfEveryTypeAndIsaMatchesTheDequantizedReference) {
           const auto bias = random_vector(n, rng);
           Packed p(t, w, n, k);
           std::vector<float> y(m * n, std::numeric_limits<float>::quiet_NaN());
-          isa->matmul_cols(x.data(), m, k, p.m, 0, n, bias.data(), y.data(), n);
+          isa->matmul_cols(x.data(), m, k, p.m, 0, n, bias.data(), y.data(), n, false);
           std::vector<float> row(k);
           for (int64_t j = 0; j < n; ++j) {
             p.m.dequantize_row(j, row.data());
@@ -182,6 +182,31 @@ TEST(Weights, ManyMatricesInOneDispatchEqualSeparateCalls) {
   }
 }
 
+// The residual add fused into the epilogue: bit for bit a matmul into scratch and a separate add
+// (y + s with s the finished dot product plus bias), for every dtype and path (f32, bf16 and int8
+// dot products), at M = 1 (row-by-row decode) and M = 6 (tiles).
+TEST(Weights, FusedResidualAddEqualsMatmulThenAdd) {
+  std::mt19937 rng(43);
+  ThreadPool two(2);
+  for (int64_t k : {96, 128}) {
+    for (WeightType t : kTypes) {
+      for (int64_t m : {1, 6}) {
+        const int64_t n = 19;
+        const auto x = random_vector(m * k, rng);
+        const Packed p(t, random_vector(n * k, rng), n, k);
+        const auto bias = random_vector(n, rng);
+        const auto residual = random_vector(m * n, rng);
+        std::vector<float> scratch(m * n), expect = residual, fused = residual;
+        matmul(x.data(), m, p.m, bias.data(), scratch.data(), two);
+        for (int64_t i = 0; i < m * n; ++i) expect[i] = expect[i] + scratch[i];
+        matmul_add(x.data(), m, p.m, bias.data(), fused.data(), two);
+        EXPECT_EQ(fused, expect) << weight_type_name(t) << " k=" << k << " m=" << m;
+        EXPECT_NE(fused, scratch);  // the residual was really added
+      }
+    }
+  }
+}
+
 TEST(Weights, Bf16DotProductsMatchTheRoundedReference) {
   if (!cpu_features().has_avx512_kernels() || !cpu_features().avx512_vnni ||
       !cpu_features().avx512_bf16) {
@@ -199,7 +224,8 @@ TEST(Weights, Bf16DotProductsMatchTheRoundedReference) {
       std::vector<uint16_t> xb(m * k);
       for (int64_t i = 0; i < m * k; ++i) xb[i] = f32_to_bf16(x[i]);
       std::vector<float> y(m * n);
-      kAvx512Bf16Kernels.matmul_cols_bf16(xb.data(), m, k, p.m, 0, n, bias.data(), y.data(), n);
+      kAvx512Bf16Kernels.matmul_cols_bf16(xb.data(), m, k, p.m, 0, n, bias.data(), y.data(), n,
+                                          false);
       std::vector<float> row(k);
       for (int64_t j = 0; j < n; ++j) {
         p.m.dequantize_row(j, row.data());
@@ -241,8 +267,8 @@ TEST(Weights, Int8DotProductsMatchTheQuantizedReference) {
         QuantizedBuffer buf;
         const QuantizedRows& xq = quantize_activations(x.data(), m, k, q8_offset(t), buf);
         std::vector<float> y(m * n), yf(m * n);
-        kAvx512VnniKernels.matmul_cols_q8(xq, p.m, 0, n, bias.data(), y.data(), n);
-        kAvx512Kernels.matmul_cols(x.data(), m, k, p.m, 0, n, bias.data(), yf.data(), n);
+        kAvx512VnniKernels.matmul_cols_q8(xq, p.m, 0, n, bias.data(), y.data(), n, false);
+        kAvx512Kernels.matmul_cols(x.data(), m, k, p.m, 0, n, bias.data(), yf.data(), n, false);
         std::vector<float> row(k);
         for (int64_t j = 0; j < n; ++j) {
           p.m.dequantize_row(j, row.data());
