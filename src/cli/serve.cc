@@ -1,14 +1,17 @@
-// `tokenflow serve`: loads a model, starts its engine and the HTTP server (OpenAI and TF Serving
-// REST APIs), and runs until SIGINT or SIGTERM, then shuts down gracefully.
+// `tokenflow serve`: loads the models (--model, or TF Serving's --model_config_file with versions
+// and labels), starts the version manager and the HTTP server (OpenAI and TF Serving REST APIs),
+// and runs until SIGINT or SIGTERM, then shuts down gracefully.
 
 #include <csignal>
 #include <cstdio>
+#include <filesystem>
 
 #include "cli/commands.h"
 #include "cli/engine_options.h"
 #include "core/error.h"
 #include "core/log.h"
 #include "serving/server.h"
+#include "serving/version_manager.h"
 
 namespace tf::cli {
 namespace {
@@ -25,14 +28,50 @@ struct ServeOptions {
   int64_t max_body_bytes = 8 << 20;
   int64_t max_waiting_requests = 1024;
   double read_timeout_s = 30, idle_timeout_s = 60, shutdown_timeout_s = 30;
+  std::string model_config_file;
+  double model_config_file_poll_s = 0;
+  double file_system_poll_s = 1;
+  std::string memory_budget;
 };
+
+// Bytes of the files under a version's path (a directory or one file).
+int64_t path_bytes(const std::string& path) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  if (fs::is_regular_file(path, ec)) return static_cast<int64_t>(fs::file_size(path, ec));
+  int64_t sum = 0;
+  for (const auto& e : fs::recursive_directory_iterator(path, ec)) {
+    if (e.is_regular_file(ec)) sum += static_cast<int64_t>(e.file_size(ec));
+  }
+  return sum;
+}
+
+// Bytes per weight of a dtype relative to the f32 most checkpoints hold (q4: 4.5 bits).
+double dtype_ratio(kernels::WeightType t) {
+  switch (t) {
+    case kernels::WeightType::kF32:
+      return 1.0;
+    case kernels::WeightType::kBF16:
+    case kernels::WeightType::kF16:
+      return 0.5;
+    case kernels::WeightType::kI8:
+      return 0.25;
+    case kernels::WeightType::kQ4:
+      return 4.5 / 32;
+  }
+  return 1.0;
+}
 
 int run_serve(const ServeOptions& o) {
   if (o.port < 0 || o.port > 65535) fail("--port must be in 0..65535, got {}", o.port);
   if (o.http_threads < 1) fail("--http-threads must be at least 1");
   if (o.max_body_bytes < 1024) fail("--max-body-bytes must be at least 1024");
-  if (!o.names.empty() && o.names.size() != o.models.size())
-    fail("give one --served-model-name per --model");
+  if (o.models.empty() == o.model_config_file.empty())
+    fail("give --model (repeatable) or --model_config_file, not both");
+  // Checked before anything loads: a bad config file or --model value ends here.
+  std::vector<ModelEntryConfig> entries;
+  if (o.model_config_file.empty()) entries = model_entries_from_flags(o.models, o.names);
+  if (!o.model_config_file.empty()) load_model_server_config(o.model_config_file);
   // The signals are taken by this thread only (sigwait below): block them before any thread
   // (engine, compute pool, I/O) starts, so that every thread inherits the mask.
   sigset_t signals;
@@ -42,17 +81,51 @@ int run_serve(const ServeOptions& o) {
   pthread_sigmask(SIG_BLOCK, &signals, nullptr);
   std::signal(SIGPIPE, SIG_IGN);
 
-  ServingState state;
   EngineConfig ec = o.engine.config();
   ec.max_queued_requests = o.max_waiting_requests;
-  for (size_t i = 0; i < o.models.size(); ++i) {
-    const std::string name = o.names.empty() ? default_served_name(o.models[i]) : o.names[i];
-    if (state.find(name)) fail("two models are served as '{}': give --served-model-name", name);
-    state.models.push_back(
-        load_served_model(name, o.models[i], ec, o.tokenizer, kernels::parse_weight_type(o.dtype)));
-    const ServedModel& m = *state.models.back();
-    log::info("loaded '{}' from {} in {:.2f} s ({}, {} KV blocks)", m.name, m.path, m.load_seconds,
-              m.config().architecture, m.engine->kv_blocks());
+  const kernels::WeightType dtype = kernels::parse_weight_type(o.dtype);
+  ModelRegistry::Options ro;
+  if (!o.memory_budget.empty()) ro.memory_budget = parse_memory_budget(o.memory_budget);
+  ro.estimate = [ec, dtype](const std::string& path) {
+    return static_cast<int64_t>(static_cast<double>(path_bytes(path)) * dtype_ratio(dtype)) +
+           ec.kv_cache_bytes;
+  };
+  ro.measure = [ec, dtype](const ServedModel& m) {
+    const auto& w = m.model->weights();
+    const size_t weights = dtype == kernels::WeightType::kF32
+                               ? w.stored_bytes() + w.converted_bytes()
+                               : w.converted_bytes();
+    return static_cast<int64_t>(weights) + ec.kv_cache_bytes;
+  };
+  const std::string tokenizer = o.tokenizer;
+  ServingState state(
+      [ec, tokenizer, dtype](const std::string& name, int64_t version, const std::string& path) {
+        std::shared_ptr<ServedModel> m = load_served_model(name, path, ec, tokenizer, dtype);
+        m->version = version;
+        log::info("loaded '{}' version {} from {} in {:.2f} s ({}, {} KV blocks)", m->name, version,
+                  m->path, m->load_seconds, m->config().architecture, m->engine->kv_blocks());
+        return m;
+      },
+      std::move(ro));
+  VersionManager manager(state.registry,
+                         {o.model_config_file, o.model_config_file_poll_s, o.file_system_poll_s});
+  manager.start(std::move(entries));
+  state.reload = [&manager](std::optional<tfs::ModelServerConfig> config,
+                            std::function<void(const std::string&)> done) {
+    manager.reload(std::move(config), std::move(done));
+  };
+  if (o.model_config_file.empty()) {
+    // --model names models that exist now: one that does not load ends the command, as before
+    // there was a registry. (With a config file, versions may appear later, and one bad model
+    // must not stop the others.)
+    for (const std::string& name : state.registry.names()) {
+      std::string why = state.registry.model_error(name);
+      for (const auto& v : state.registry.status(name).value_or(std::vector<VersionStatus>{}))
+        if (!v.error.empty()) why = v.error;
+      if (!why.empty()) fail("model '{}': {}", name, why);
+    }
+  } else if (state.registry.available().empty()) {
+    log::warn("no model version is available yet: requests get 404 until one loads");
   }
   {
     HttpServerConfig hc;
@@ -65,7 +138,9 @@ int run_serve(const ServeOptions& o) {
     Server server(state, hc);
     server.start();
     // One line on stdout, for people and scripts (a test reads the port from it).
-    std::printf("tokenflow serving %s on http://%s:%u\n", state.models.front()->name.c_str(),
+    const auto names = state.registry.names();
+    std::printf("tokenflow serving %s on http://%s:%u\n",
+                names.empty() ? "-" : fmt::format("{}", fmt::join(names, ", ")).c_str(),
                 o.host.c_str(), server.port());
     std::printf(
         "try: curl -s http://%s:%u/v1/completions -H 'Content-Type: application/json' -d "
@@ -78,8 +153,10 @@ int run_serve(const ServeOptions& o) {
               sig == SIGINT ? "SIGINT" : "SIGTERM", o.shutdown_timeout_s);
     server.shutdown(std::chrono::milliseconds(static_cast<int64_t>(o.shutdown_timeout_s * 1000)));
     // Jobs and engines go before the server's I/O context (their responders hold connections).
+    manager.stop();
     state.jobs.clear();
-    state.models.clear();
+    state.registry.apply({});
+    state.registry.sync();
   }
   std::printf("tokenflow stopped\n");
   return 0;
@@ -90,10 +167,26 @@ int run_serve(const ServeOptions& o) {
 Action add_serve(CLI::App& app) {
   auto o = std::make_shared<ServeOptions>();
   app.add_option("--model,-m", o->models,
-                 "model directory or file to serve (repeatable; the first is the default)")
-      ->required();
+                 "NAME=PATH or PATH: a model directory or file, or a base path of integer-named "
+                 "version directories (latest served); repeatable, the first is the default");
   app.add_option("--served-model-name", o->names,
                  "the name clients use (default: the directory's name); one per --model");
+  app.add_option("--model_config_file,--model-config-file", o->model_config_file,
+                 "TF Serving model config (text ModelServerConfig): models, base paths, version "
+                 "policies, labels, tokenflow's traffic_split");
+  app.add_option("--model_config_file_poll_wait_seconds,--model-config-file-poll-wait-seconds",
+                 o->model_config_file_poll_s,
+                 "re-read the model config file this often (0: at start and on "
+                 "POST /v1/admin/reload only)")
+      ->capture_default_str();
+  app.add_option("--file_system_poll_wait_seconds,--file-system-poll-wait-seconds",
+                 o->file_system_poll_s,
+                 "scan base paths for new and removed versions this often (0: at start and on "
+                 "reload only)")
+      ->capture_default_str();
+  app.add_option("--memory-budget", o->memory_budget,
+                 "versions that would take more memory (weights + KV cache) in all are not "
+                 "loaded: bytes, 8GiB, or a fraction of available memory");
   app.add_option("--tokenizer", o->tokenizer,
                  "tokenizer file or directory (default: found beside the model)");
   app.add_option("--host", o->host, "address to listen on")->capture_default_str();

@@ -132,9 +132,10 @@ void log_request(const RequestRecord& r, int status) {
       std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - r.received)
           .count();
   log::info(
-      "request id={} remote={} {} {} model={} status={} prompt_tokens={} "
+      "request id={} remote={} {} {} model={} version={} status={} prompt_tokens={} "
       "completion_tokens={} finish={} duration_ms={:.1f}",
-      r.id, r.remote, r.method, r.path, r.model.empty() ? "-" : r.model, status, r.prompt_tokens,
+      r.id, r.remote, r.method, r.path, r.model.empty() ? "-" : r.model,
+      r.version >= 0 ? std::to_string(r.version) : "-", status, r.prompt_tokens,
       r.completion_tokens, r.finish.empty() ? "-" : r.finish, ms);
 }
 

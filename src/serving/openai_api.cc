@@ -119,7 +119,9 @@ json finish_json(FinishReason f) {
 
 // Everything parsed from a body, before anything runs.
 struct Parsed {
-  ServedModel* model = nullptr;
+  // The version this request runs on; held until the request ends, so that an unloading
+  // version finishes it.
+  std::shared_ptr<ServedModel> model;
   std::vector<std::vector<int32_t>> prompts;
   SamplingParams params;
   bool stream = false, include_usage = false, echo = false;
@@ -137,11 +139,11 @@ std::string field_of(const std::string& message, const json& body) {
   return body.is_object() && body.contains(word) ? word : std::string();
 }
 
-Parsed parse_body(ServingState& state, const json& body, bool chat);
+Parsed parse_body(ServingState& state, const json& body, bool chat, const HttpRequest& req);
 
-Parsed parse(ServingState& state, const json& body, bool chat) {
+Parsed parse(ServingState& state, const json& body, bool chat, const HttpRequest& req) {
   try {
-    return parse_body(state, body, chat);
+    return parse_body(state, body, chat, req);
   } catch (const HttpError&) {
     throw;
   } catch (const Error& e) {
@@ -150,7 +152,7 @@ Parsed parse(ServingState& state, const json& body, bool chat) {
   }
 }
 
-Parsed parse_body(ServingState& state, const json& body, bool chat) {
+Parsed parse_body(ServingState& state, const json& body, bool chat, const HttpRequest& req) {
   check_fields(body, chat);
   Parsed p;
   std::string name;
@@ -158,10 +160,16 @@ Parsed parse_body(ServingState& state, const json& body, bool chat) {
     if (!body["model"].is_string()) throw HttpError(400, "'model' must be a string", "", "model");
     name = body["model"].get<std::string>();
   }
-  p.model = state.find(name);
+  // "name", "name:version" or "name@label"; a traffic split keeps one "user" on one version.
+  const ModelRequestSpec spec = state.registry.parse_model_field(name);
+  std::string user;
+  if (body.contains("user") && body["user"].is_string()) user = body["user"].get<std::string>();
+  p.model = state.registry.resolve(spec, user, [&](const std::string& h) {
+    const std::string* v = req.header(h);
+    return v ? *v : std::string();
+  });
   if (!p.model) {
-    throw HttpError(404, fmt::format("The model '{}' does not exist", name), "model_not_found",
-                    "model");
+    throw HttpError(404, state.registry.unavailable_reason(spec), "model_not_found", "model");
   }
   const ModelConfig& cfg = p.model->config();
   p.params = parse_sampling_params(body, chat, chat ? static_cast<int32_t>(cfg.max_seq_len) : 16);
@@ -258,19 +266,38 @@ std::string sse(const ojson& j) {
 
 }  // namespace
 
-json openai_model_object(const ServedModel& m) {
-  return {{"id", m.name},
+json openai_model_object(const ServedModel& m, const std::string& id, const std::string& parent) {
+  return {{"id", id.empty() ? m.name : id},
           {"object", "model"},
           {"created", m.created},
           {"owned_by", "tokenflow"},
           {"root", m.path},
-          {"parent", nullptr},
+          {"parent", parent.empty() ? json() : json(parent)},
+          {"version", m.version},
           {"max_model_len", m.config().max_seq_len}};
 }
 
 json openai_model_list(const ServingState& state) {
+  // Each model by name (the version a request naming only it would get), then, where a model
+  // has several versions or labels, each as "name:version" and "name@label" with the name as
+  // parent.
   json data = json::array();
-  for (const auto& m : state.models) data.push_back(openai_model_object(*m));
+  const auto available = state.registry.available();
+  for (const std::string& name : state.registry.names()) {
+    std::vector<std::shared_ptr<ServedModel>> versions;  // ascending: the latest is last
+    for (const auto& m : available)
+      if (m->name == name) versions.push_back(m);
+    if (versions.empty()) continue;
+    data.push_back(openai_model_object(*versions.back()));
+    if (versions.size() > 1) {
+      for (const auto& m : versions)
+        data.push_back(openai_model_object(*m, fmt::format("{}:{}", name, m->version), name));
+    }
+    for (const auto& [label, v] : state.registry.labels(name)) {
+      if (auto m = state.registry.resolve({name, v, {}}))
+        data.push_back(openai_model_object(*m, fmt::format("{}@{}", name, label), name));
+    }
+  }
   return {{"object", "list"}, {"data", data}};
 }
 
@@ -278,9 +305,11 @@ void handle_openai_generation(ServingState& state, const HttpRequest& req,
                               std::shared_ptr<HttpResponder> responder,
                               std::shared_ptr<RequestRecord> record, bool chat) {
   const json body = parse_json_body(req.body);
-  auto parsed = std::make_shared<Parsed>(parse(state, body, chat));
+  auto parsed = std::make_shared<Parsed>(parse(state, body, chat, req));
   ServedModel& model = *parsed->model;
   record->model = model.name;
+  record->version = model.version;
+  responder->add_header("X-Model-Version", std::to_string(model.version));
   const bool max_given =
       (body.contains("max_tokens") && !body["max_tokens"].is_null()) ||
       (chat && body.contains("max_completion_tokens") && !body["max_completion_tokens"].is_null());

@@ -20,8 +20,10 @@ void handle_openai_generation(ServingState& state, const HttpRequest& req,
                               std::shared_ptr<HttpResponder> responder,
                               std::shared_ptr<RequestRecord> record, bool chat);
 
-// {"id", "object": "model", "created", "owned_by", ...} of one model.
-nlohmann::json openai_model_object(const ServedModel& model);
+// {"id", "object": "model", "created", "owned_by", ...} of one model version; id defaults to
+// the model's name, parent (for "name:version" and "name@label" entries) to null.
+nlohmann::json openai_model_object(const ServedModel& model, const std::string& id = "",
+                                   const std::string& parent = "");
 // {"object": "list", "data": [...]}.
 nlohmann::json openai_model_list(const ServingState& state);
 

@@ -102,11 +102,12 @@ void Server::route(const HttpRequest& req, std::shared_ptr<HttpResponder> respon
     // Ready when not draining and every model's engine is idle or stepping.
     std::string why;
     if (state_.draining) why = "draining";
-    for (const auto& m : state_.models) {
+    const auto versions = state_.registry.available();
+    for (const auto& m : versions) {
       if (why.empty() && !m->engine->responsive(state_.limits.max_step_time))
-        why = fmt::format("model '{}' is not making progress", m->name);
+        why = fmt::format("model '{}' version {} is not making progress", m->name, m->version);
     }
-    if (state_.models.empty()) why = "no model loaded";
+    if (versions.empty()) why = "no model loaded";
     if (why.empty()) {
       responder->send(200, R"({"status": "ready"})");
     } else {
@@ -117,25 +118,38 @@ void Server::route(const HttpRequest& req, std::shared_ptr<HttpResponder> respon
   }
   if (p == "/v1/admin/stats") {
     only("GET");
-    // The engines' counters (the metrics issue exports them to Prometheus).
+    // The engines' counters per model (summed over its versions) and per version (the metrics
+    // issue exports them to Prometheus).
     nlohmann::json models = nlohmann::json::object();
-    for (const auto& m : state_.models) {
+    for (const auto& m : state_.registry.available()) {
       const EngineStats s = m->engine->stats();
-      models[m->name] = {{"steps", s.steps},
-                         {"running", s.running},
-                         {"waiting", s.waiting},
-                         {"kv_blocks_total", s.kv_blocks_total},
-                         {"kv_blocks_used", s.kv_blocks_used},
-                         {"prefix_queried_tokens", s.prefix_queried_tokens},
-                         {"prefix_hit_tokens", s.prefix_hit_tokens},
-                         {"preemptions", s.preemptions},
-                         {"requests_finished", s.requests_finished},
-                         {"prompt_tokens", s.prompt_tokens},
-                         {"generated_tokens", s.generated_tokens}};
+      const nlohmann::json v = {{"steps", s.steps},
+                                {"running", s.running},
+                                {"waiting", s.waiting},
+                                {"kv_blocks_total", s.kv_blocks_total},
+                                {"kv_blocks_used", s.kv_blocks_used},
+                                {"prefix_queried_tokens", s.prefix_queried_tokens},
+                                {"prefix_hit_tokens", s.prefix_hit_tokens},
+                                {"preemptions", s.preemptions},
+                                {"requests_finished", s.requests_finished},
+                                {"prompt_tokens", s.prompt_tokens},
+                                {"generated_tokens", s.generated_tokens}};
+      nlohmann::json& total = models[m->name];
+      if (total.is_null()) total = nlohmann::json::object();
+      for (auto it = v.begin(); it != v.end(); ++it)
+        total[it.key()] = total.value(it.key(), int64_t{0}) + it->get<int64_t>();
+      total["versions"][std::to_string(m->version)] = v;
     }
-    responder->send(200, dump_json(nlohmann::json{{"models", models},
-                                                  {"open_connections", http_.open_connections()},
-                                                  {"jobs_in_flight", state_.jobs.size()}}));
+    responder->send(200,
+                    dump_json(nlohmann::json{{"models", models},
+                                             {"memory_in_use", state_.registry.memory_in_use()},
+                                             {"open_connections", http_.open_connections()},
+                                             {"jobs_in_flight", state_.jobs.size()}}));
+    return;
+  }
+  if (p == "/v1/admin/reload") {
+    only("POST");
+    handle_reload(req, responder, record);
     return;
   }
   if (p == "/v1/completions" || p == "/v1/chat/completions") {
@@ -152,21 +166,59 @@ void Server::route(const HttpRequest& req, std::shared_ptr<HttpResponder> respon
   static const std::string kModels = "/v1/models/";
   if (p.compare(0, kModels.size(), kModels) == 0) {
     const std::string rest = url_decode(p.substr(kModels.size()));
+    // OpenAI's "retrieve model" for ids TF Serving paths cannot hold ("name:3", "name@stable")
+    // or that are not TF Serving paths at all ("org/model").
+    auto openai_retrieve = [&] {
+      if (req.method != "GET" || rest.empty()) return false;
+      auto m = state_.registry.resolve(state_.registry.parse_model_field(rest), "listing");
+      if (!m) return false;
+      responder->send(200, dump_json(openai_model_object(*m, rest)));
+      log_request(*record, 200);
+      return true;
+    };
+    if (rest.find_first_of(":@") != std::string::npos && req.method == "GET" && openai_retrieve())
+      return;
     tf_shape = true;
     if (auto mp = parse_model_path(rest)) {
       handle_tfserving(state_, *mp, req, responder, record);
       return;
     }
-    // An OpenAI model id with '/' or ':' in it.
-    if (req.method == "GET" && state_.find(rest) && rest != "") {
-      tf_shape = false;
-      responder->send(200, dump_json(openai_model_object(*state_.find(rest))));
-      log_request(*record, 200);
-      return;
-    }
+    tf_shape = false;
+    if (openai_retrieve()) return;
+    tf_shape = true;
     throw HttpError(404, fmt::format("Malformed request: {} {}", req.method, p));
   }
   throw HttpError(404, fmt::format("no route for {} {}", req.method, p), "not_found");
+}
+
+void Server::handle_reload(const HttpRequest& req, std::shared_ptr<HttpResponder> responder,
+                           std::shared_ptr<RequestRecord> record) {
+  if (!state_.reload) throw HttpError(400, "this server takes no reloads", "reload_unsupported");
+  // An empty body re-reads --model_config_file; a body is a ModelServerConfig in text format
+  // (the message of TF Serving's HandleReloadConfigRequest). A bad one is refused here, before
+  // anything changes.
+  std::optional<tfs::ModelServerConfig> config;
+  if (req.body.find_first_not_of(" \t\r\n") != std::string::npos)
+    config = parse_model_server_config(req.body, "request body");
+  // Answered from the manager thread once the new config is loaded (or refused).
+  state_.reload(std::move(config), [this, responder, record](const std::string& error) {
+    if (!error.empty()) {
+      responder->send(400, openai_error_body(400, error, "invalid_config"));
+      log_request(*record, 400);
+      return;
+    }
+    nlohmann::json models = nlohmann::json::object();
+    for (const std::string& name : state_.registry.names()) {
+      nlohmann::json versions = nlohmann::json::array();
+      for (const auto& v : state_.registry.status(name).value_or(std::vector<VersionStatus>{})) {
+        versions.push_back(
+            {{"version", v.version}, {"state", version_state_name(v.state)}, {"error", v.error}});
+      }
+      models[name] = {{"versions", versions}, {"error", state_.registry.model_error(name)}};
+    }
+    responder->send(200, dump_json(nlohmann::json{{"status", "ok"}, {"models", models}}));
+    log_request(*record, 200);
+  });
 }
 
 }  // namespace tf

@@ -1,14 +1,16 @@
 #pragma once
-// What every route of one server shares: the models it serves (the registry issue replaces this
-// list with versions and labels), the generation jobs in flight, and the server-wide limits.
+// What every route of one server shares: the model registry (models, versions, labels), the
+// generation jobs in flight, the server-wide limits, and the way to ask for a config reload.
 
 #include <atomic>
+#include <chrono>
+#include <functional>
 #include <memory>
+#include <optional>
 #include <string>
-#include <vector>
 
 #include "serving/generation_job.h"
-#include "serving/served_model.h"
+#include "serving/model_registry.h"
 
 namespace tf {
 
@@ -17,20 +19,18 @@ struct ServingLimits {
 };
 
 struct ServingState {
-  std::vector<std::unique_ptr<ServedModel>> models;  // the first is the default
+  explicit ServingState(ModelRegistry::Loader loader, ModelRegistry::Options options = {})
+      : registry(std::move(loader), std::move(options)) {}
+
+  ModelRegistry registry;
   JobRegistry jobs;
   ServingLimits limits;
   std::atomic<bool> draining{false};
-
-  // The model of that name; "" (a request that names none) is the default one. nullptr if none.
-  ServedModel* find(const std::string& name) const {
-    if (models.empty()) return nullptr;
-    if (name.empty()) return models.front().get();
-    for (const auto& m : models) {
-      if (m->name == name) return m.get();
-    }
-    return nullptr;
-  }
+  // Reloads the config (nullopt: the config file) and calls done with "" once the new state is
+  // loaded, or with the reason it was refused. Unset: the server takes no reloads.
+  std::function<void(std::optional<tfs::ModelServerConfig>,
+                     std::function<void(const std::string&)>)>
+      reload;
 };
 
 }  // namespace tf

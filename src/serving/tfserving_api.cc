@@ -40,21 +40,57 @@ std::string servable(const ModelPath& p) {
   return fmt::format("Latest({})", p.name);
 }
 
-ServedModel& resolve(ServingState& state, const ModelPath& p) {
-  ServedModel* m = p.name.empty() ? nullptr : state.find(p.name);
-  if (!m || (p.version && *p.version != m->version)) {
+// The version a predict or metadata request addresses, held for the request's duration.
+std::shared_ptr<ServedModel> resolve(ServingState& state, const ModelPath& p,
+                                     const HttpRequest& req) {
+  auto m = p.name.empty() ? nullptr
+                          : state.registry.resolve({p.name, p.version, p.label}, {},
+                                                   [&](const std::string& h) {
+                                                     const std::string* v = req.header(h);
+                                                     return v ? *v : std::string();
+                                                   });
+  if (!m) {
+    if (p.label && state.registry.status(p.name))
+      throw HttpError(404, fmt::format("Unrecognized servable version label: {}", *p.label));
     throw HttpError(404, fmt::format("Servable not found for request: {}", servable(p)));
   }
-  if (p.label) {
-    throw HttpError(404, fmt::format("Unrecognized servable version label: {}", *p.label));
-  }
-  return *m;
+  return m;
 }
 
-json version_status(const ServedModel& m) {
-  return {{"version", std::to_string(m.version)},
-          {"state", "AVAILABLE"},
-          {"status", {{"error_code", "OK"}, {"error_message", ""}}}};
+json version_status(const VersionStatus& v) {
+  return {
+      {"version", std::to_string(v.version)},
+      {"state", version_state_name(v.state)},
+      {"status", {{"error_code", v.error.empty() ? "OK" : "UNKNOWN"}, {"error_message", v.error}}}};
+}
+
+// TF Serving's GetModelStatus: every version the manager knows, or the one asked for.
+json model_status(ServingState& state, const ModelPath& p) {
+  const auto versions = state.registry.status(p.name);
+  if (!versions) {
+    throw HttpError(404, fmt::format("Could not find any versions of model {}", p.name));
+  }
+  std::optional<int64_t> want = p.version;
+  if (p.label) {
+    const auto labels = state.registry.labels(p.name);
+    auto it = labels.find(*p.label);
+    if (it == labels.end())
+      throw HttpError(404, fmt::format("Unrecognized servable version label: {}", *p.label));
+    want = it->second;
+  }
+  json list = json::array();
+  for (const auto& v : *versions)
+    if (!want || v.version == *want) list.push_back(version_status(v));
+  if (want && list.empty()) {
+    throw HttpError(404, fmt::format("Could not find version {} of model {}", *want, p.name));
+  }
+  if (!want && list.empty()) {
+    // Nothing found to load (no version directories, an unsupported platform): say why.
+    const std::string why = state.registry.model_error(p.name);
+    throw HttpError(404, fmt::format("Could not find any versions of model {}{}", p.name,
+                                     why.empty() ? "" : ": " + why));
+  }
+  return {{"model_version_status", list}};
 }
 
 json tensor_info(const char* name, const char* dtype, int rank) {
@@ -163,8 +199,9 @@ json prediction(const GeneratedSequence& s, bool logprobs) {
   return p;
 }
 
-void predict(ServingState& state, ServedModel& m, const HttpRequest& req,
+void predict(ServingState& state, std::shared_ptr<ServedModel> model, const HttpRequest& req,
              std::shared_ptr<HttpResponder> responder, std::shared_ptr<RequestRecord> record) {
+  const ServedModel& m = *model;
   const json body = parse_json_body(req.body);
   if (!body.is_object()) throw HttpError(400, "the request body must be a JSON object");
   if (body.contains("signature_name") && body["signature_name"] != "serving_default" &&
@@ -221,7 +258,9 @@ void predict(ServingState& state, ServedModel& m, const HttpRequest& req,
   std::vector<bool> want_lp;
   for (const auto& r : reqs) want_lp.push_back(r.params.logprobs.has_value());
   auto job_ref = std::make_shared<std::weak_ptr<GenerationJob>>();
-  auto on_done = [=](bool client_gone) {
+  // The job holds the version (through on_done) until it ends: an unloading version finishes it.
+  auto on_done = [=, keep = model](bool client_gone) {
+    (void)keep;
     if (client_gone) return log_request(*record, 499);
     auto job = job_ref->lock();
     if (!job) return;
@@ -254,8 +293,8 @@ void predict(ServingState& state, ServedModel& m, const HttpRequest& req,
     responder->send(200, dump_json(out));
     log_request(*record, 200);
   };
-  *job_ref =
-      GenerationJob::start(*m.engine, std::move(reqs), responder, state.jobs, nullptr, on_done);
+  *job_ref = GenerationJob::start(*model->engine, std::move(reqs), responder, state.jobs, nullptr,
+                                  on_done);
 }
 
 }  // namespace
@@ -309,22 +348,29 @@ void handle_tfserving(ServingState& state, const ModelPath& path, const HttpRequ
       throw HttpError(400, fmt::format("':{}' is not supported: generation models serve ':predict'",
                                        path.verb));
     }
-    ServedModel& m = resolve(state, path);
+    auto m = resolve(state, path, req);
+    record->version = m->version;
+    responder->add_header("X-Model-Version", std::to_string(m->version));
     predict(state, m, req, std::move(responder), std::move(record));
     return;
   }
   if (req.method != "GET") throw HttpError(405, "use GET for model status and metadata");
-  ServedModel& m = resolve(state, path);
-  record->model = m.name;
+  record->model = path.name;
   json body;
   if (path.metadata) {
-    body = metadata(m);
+    const auto m = resolve(state, path, req);
+    body = metadata(*m);
   } else {
-    body = {{"model_version_status", json::array({version_status(m)})}};
+    body = model_status(state, path);
     if (!path.version && !path.label) {
-      // Also OpenAI's "retrieve model" on the same path.
-      const json model_object = openai_model_object(m);
-      for (auto it = model_object.begin(); it != model_object.end(); ++it) body[it.key()] = *it;
+      // Also OpenAI's "retrieve model" on the same path (the latest available version).
+      const auto versions = state.registry.available();
+      for (auto it = versions.rbegin(); it != versions.rend(); ++it) {
+        if ((*it)->name != path.name) continue;
+        const json model_object = openai_model_object(**it);
+        for (auto f = model_object.begin(); f != model_object.end(); ++f) body[f.key()] = *f;
+        break;
+      }
     }
   }
   responder->send(200, dump_json(body));

@@ -1,15 +1,16 @@
 #pragma once
 // SentencePiece .model files (Llama 2, Mistral, TinyLlama's tokenizer.model) through the
-// SentencePiece library itself, so ids match the reference by construction.
+// SentencePiece library itself, so ids match the reference by construction. The library is
+// reached through libtf_spm_shim.so, loaded in isolation (see spm_shim.cc for why); pieces and
+// their kinds are copied out at load, so only encoding calls into it.
 
 #include <memory>
 #include <string>
 
 #include "tokenizer/tokenizer.h"
 
-namespace sentencepiece {
-class SentencePieceProcessor;
-}
+#include <unordered_map>
+#include <vector>
 
 namespace tf {
 
@@ -32,8 +33,12 @@ class SentencePieceTokenizer final : public Tokenizer {
   void set_add_eos(bool v) { add_eos_ = v; }
 
  private:
-  SentencePieceTokenizer();
-  std::unique_ptr<sentencepiece::SentencePieceProcessor> sp_;
+  SentencePieceTokenizer() = default;
+  void* handle_ = nullptr;  // the shim's processor
+  std::vector<std::string> pieces_;
+  std::vector<uint8_t> flags_;  // bit 0 control, bit 1 byte, bit 2 unknown
+  std::unordered_map<std::string, int32_t> piece_ids_;
+  int32_t unk_id_ = -1;
   bool add_bos_ = true;
   bool add_eos_ = false;
 };

@@ -172,7 +172,7 @@ class ServerTest(unittest.TestCase):
              "status": {"error_code": "OK", "error_message": ""}}])
         status, body, _, _ = self.c.get("/v1/models/nope")
         self.assertEqual(status, 404)
-        self.assertIn("Servable not found", body["error"])
+        self.assertEqual(body["error"], "Could not find any versions of model nope")
 
     def test_request_id(self):
         _, _, _, h = self.c.get("/healthz", headers={"X-Request-Id": "abc-123"})

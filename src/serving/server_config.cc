@@ -1,0 +1,184 @@
+#include "serving/server_config.h"
+
+#include <google/protobuf/io/tokenizer.h>
+#include <google/protobuf/text_format.h>
+
+#include <algorithm>
+#include <charconv>
+#include <filesystem>
+#include <fstream>
+#include <set>
+#include <sstream>
+
+#include "core/error.h"
+#include "serving/served_model.h"
+
+namespace tf {
+namespace {
+
+namespace fs = std::filesystem;
+
+// Collects the parser's first error with its position (the parser reports 0-based lines and
+// columns).
+class FirstError : public google::protobuf::io::ErrorCollector {
+ public:
+  explicit FirstError(std::string source) : source_(std::move(source)) {}
+  void AddError(int line, google::protobuf::io::ColumnNumber column,
+                const std::string& message) override {
+    if (message_.empty())
+      message_ = fmt::format("{}:{}:{}: {}", source_, line + 1, column + 1, message);
+  }
+  void AddWarning(int, google::protobuf::io::ColumnNumber, const std::string&) override {}
+  const std::string& message() const { return message_; }
+
+ private:
+  std::string source_;
+  std::string message_;
+};
+
+bool is_word(const std::string& s) {
+  return !s.empty() && std::all_of(s.begin(), s.end(), [](char c) {
+    return std::isalnum(static_cast<unsigned char>(c)) || c == '_';
+  });
+}
+
+}  // namespace
+
+bool platform_supported(const std::string& platform) {
+  return platform.empty() || platform == "tokenflow";
+}
+
+tfs::ModelServerConfig parse_model_server_config(std::string_view text, const std::string& source) {
+  tfs::ModelServerConfig config;
+  google::protobuf::TextFormat::Parser parser;
+  FirstError errors(source);
+  parser.RecordErrorsTo(&errors);
+  if (!parser.ParseFromString(std::string(text), &config)) {
+    fail(ErrorKind::kInvalidArgument, "{}",
+         errors.message().empty() ? source + ": not a ModelServerConfig" : errors.message());
+  }
+  validate_model_server_config(config);
+  return config;
+}
+
+tfs::ModelServerConfig load_model_server_config(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) fail(ErrorKind::kNotFound, "cannot read model config file {}", path);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  if (in.bad()) fail(ErrorKind::kInvalidArgument, "cannot read model config file {}", path);
+  return parse_model_server_config(ss.str(), path);
+}
+
+void validate_model_server_config(const tfs::ModelServerConfig& config) {
+  if (config.has_custom_model_config()) {
+    fail(ErrorKind::kInvalidArgument,
+         "custom_model_config is not supported: give a model_config_list");
+  }
+  std::set<std::string> names;
+  for (const auto& m : config.model_config_list().config()) {
+    const std::string& name = m.name();
+    if (name.empty()) fail(ErrorKind::kInvalidArgument, "a model config has no name");
+    for (char c : name) {
+      if (c == ':' || c == '@' || std::isspace(static_cast<unsigned char>(c)) ||
+          static_cast<unsigned char>(c) < 0x20) {
+        fail(ErrorKind::kInvalidArgument,
+             "model name '{}' may not contain ':', '@' or white space (they address versions "
+             "and labels)",
+             name);
+      }
+    }
+    if (!names.insert(name).second)
+      fail(ErrorKind::kInvalidArgument, "model '{}' is configured twice", name);
+    if (m.base_path().empty())
+      fail(ErrorKind::kInvalidArgument, "model '{}' has no base_path", name);
+    const auto& policy = m.model_version_policy();
+    if (policy.has_specific() && policy.specific().versions().empty()) {
+      fail(ErrorKind::kInvalidArgument,
+           "model '{}': model_version_policy specific lists no versions", name);
+    }
+    if (policy.has_specific()) {
+      for (int64_t v : policy.specific().versions())
+        if (v < 0) fail(ErrorKind::kInvalidArgument, "model '{}': version {} is negative", name, v);
+    }
+    for (const auto& [label, version] : m.version_labels()) {
+      if (!is_word(label)) {
+        fail(ErrorKind::kInvalidArgument, "model '{}': label '{}' must be letters, digits and '_'",
+             name, label);
+      }
+      if (version < 0) {
+        fail(ErrorKind::kInvalidArgument, "model '{}': label '{}' names version {}", name, label,
+             version);
+      }
+    }
+    if (m.has_traffic_split()) {
+      const auto& split = m.traffic_split();
+      if (split.route().empty())
+        fail(ErrorKind::kInvalidArgument, "model '{}': traffic_split has no route", name);
+      for (const auto& r : split.route()) {
+        if (r.target_case() == tfs::TrafficSplit::Route::TARGET_NOT_SET) {
+          fail(ErrorKind::kInvalidArgument,
+               "model '{}': a traffic_split route names neither a label nor a version", name);
+        }
+        if (r.weight() == 0) {
+          fail(ErrorKind::kInvalidArgument, "model '{}': traffic_split route weights must be > 0",
+               name);
+        }
+        if (r.has_label() && !m.version_labels().contains(r.label())) {
+          fail(ErrorKind::kInvalidArgument,
+               "model '{}': traffic_split routes to label '{}', which version_labels does not "
+               "define",
+               name, r.label());
+        }
+      }
+    }
+  }
+}
+
+std::vector<ModelEntryConfig> model_entries(const tfs::ModelServerConfig& config) {
+  std::vector<ModelEntryConfig> out;
+  for (const auto& m : config.model_config_list().config()) out.push_back({m, false});
+  return out;
+}
+
+std::vector<int64_t> list_versions(const std::string& dir) {
+  std::vector<int64_t> out;
+  std::error_code ec;
+  for (const auto& e : fs::directory_iterator(dir, ec)) {
+    const std::string n = e.path().filename().string();
+    int64_t v = 0;
+    const auto r = std::from_chars(n.data(), n.data() + n.size(), v);
+    if (r.ec == std::errc() && r.ptr == n.data() + n.size() && v >= 0 && e.is_directory(ec))
+      out.push_back(v);
+  }
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
+std::vector<ModelEntryConfig> model_entries_from_flags(const std::vector<std::string>& models,
+                                                       const std::vector<std::string>& names) {
+  if (!names.empty() && names.size() != models.size())
+    fail(ErrorKind::kInvalidArgument, "give one --served-model-name per --model");
+  tfs::ModelServerConfig config;
+  std::vector<bool> unversioned;
+  for (size_t i = 0; i < models.size(); ++i) {
+    std::string name, path = models[i];
+    // NAME=PATH, unless the whole value is an existing path (which may contain '=').
+    if (const size_t eq = path.find('='); eq != std::string::npos && !fs::exists(path)) {
+      name = path.substr(0, eq);
+      path = path.substr(eq + 1);
+    }
+    if (!names.empty()) name = names[i];
+    if (name.empty()) name = default_served_name(path);
+    auto* m = config.mutable_model_config_list()->add_config();
+    m->set_name(name);
+    m->set_base_path(path);
+    unversioned.push_back(list_versions(path).empty());
+  }
+  validate_model_server_config(config);
+  std::vector<ModelEntryConfig> out = model_entries(config);
+  for (size_t i = 0; i < out.size(); ++i) out[i].unversioned = unversioned[i];
+  return out;
+}
+
+}  // namespace tf

@@ -1,0 +1,52 @@
+#pragma once
+// The models a server runs, as TF Serving's `--model_config_file` gives them (protobuf text
+// format of tensorflow.serving.ModelServerConfig, parsed by protobuf's TextFormat against
+// proto/tensorflow_serving/config/model_server_config.proto) or as the `--model NAME=PATH`
+// shorthand. Parsing and validation happen before anything is applied: a bad file changes
+// nothing and its error names the line and column, or the model and field.
+
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "tensorflow_serving/config/model_server_config.pb.h"
+
+namespace tf {
+
+namespace tfs = tensorflow::serving;
+
+// One model as the registry manages it. unversioned: base_path is itself the model (the
+// shorthand for a plain model directory or file), served as version 1.
+struct ModelEntryConfig {
+  tfs::ModelConfig config;
+  bool unversioned = false;
+};
+
+// Parses the text format (source names the file in errors: "models.config:3:7: ..."), then
+// validates. Throws Error (kInvalidArgument) on the first problem.
+tfs::ModelServerConfig parse_model_server_config(std::string_view text, const std::string& source);
+// Reads and parses a file; a missing or unreadable file is an Error too.
+tfs::ModelServerConfig load_model_server_config(const std::string& path);
+
+// What the text format cannot check: a model_config_list (custom_model_config is refused), names
+// unique and usable in every API (non-empty, no ':' or '@', no spaces), base_path present,
+// version policy and labels well-formed (labels are word characters, as TF Serving's REST paths
+// take them), traffic-split routes with a target, weights > 0 and known labels.
+void validate_model_server_config(const tfs::ModelServerConfig& config);
+
+// The entries of a validated config, in file order.
+std::vector<ModelEntryConfig> model_entries(const tfs::ModelServerConfig& config);
+
+// `--model` values: "NAME=PATH" or "PATH" (named by --served-model-name when given, else after
+// the directory). A PATH whose children are integer-named directories is a versioned base path
+// (latest version served); any other PATH is one model, version 1.
+std::vector<ModelEntryConfig> model_entries_from_flags(const std::vector<std::string>& models,
+                                                       const std::vector<std::string>& names);
+
+// model_platform values tokenflow runs: "" and "tokenflow".
+bool platform_supported(const std::string& platform);
+
+// Integer-named subdirectories of dir, ascending (the versions of a base path).
+std::vector<int64_t> list_versions(const std::string& dir);
+
+}  // namespace tf
