@@ -74,13 +74,24 @@ std::unique_ptr<Model> load_model(const std::string& path, kernels::WeightType w
   if (!fs::exists(path, ec)) fail(ErrorKind::kNotFound, "model path '{}' does not exist", path);
   WeightStore weights;
   ModelConfig config;
-  if (fs::is_directory(path, ec)) {
-    const fs::path cfg = fs::path(path) / "config.json";
-    if (!fs::exists(cfg)) {
+  if (fs::is_directory(path, ec) && !fs::exists(fs::path(path) / "config.json")) {
+    // A directory holding one llama2c checkpoint (and its tok*.bin tokenizer), as a version
+    // directory of a TF Serving-style base path does.
+    std::vector<fs::path> checkpoints;
+    for (const auto& e : fs::directory_iterator(path, ec)) {
+      const std::string name = e.path().filename().string();
+      if (e.path().extension() == ".bin" && name.rfind("tok", 0) != 0) checkpoints.push_back(e);
+    }
+    if (checkpoints.size() != 1) {
       fail(ErrorKind::kNotFound,
-           "'{}' is a directory without config.json (expected a Hugging Face model directory)",
+           "'{}' is a directory without config.json (expected a Hugging Face model directory, or "
+           "one llama2c .bin checkpoint)",
            path);
     }
+    return load_model(checkpoints[0].string(), weight_type);
+  }
+  if (fs::is_directory(path, ec)) {
+    const fs::path cfg = fs::path(path) / "config.json";
     config = parse_hf_config(read_file(cfg.string()), cfg.string());
     load_safetensors_dir(path, weights);
   } else if (fs::path(path).extension() == ".safetensors") {

@@ -170,9 +170,11 @@ void Server::route(const HttpRequest& req, std::shared_ptr<HttpResponder> respon
     // or that are not TF Serving paths at all ("org/model").
     auto openai_retrieve = [&] {
       if (req.method != "GET" || rest.empty()) return false;
-      auto m = state_.registry.resolve(state_.registry.parse_model_field(rest), "listing");
+      const ModelRequestSpec spec = state_.registry.parse_model_field(rest);
+      auto m = state_.registry.resolve(spec, "listing");
       if (!m) return false;
-      responder->send(200, dump_json(openai_model_object(*m, rest)));
+      responder->send(200,
+                      dump_json(openai_model_object(*m, rest, rest == spec.name ? "" : spec.name)));
       log_request(*record, 200);
       return true;
     };

@@ -1,0 +1,18 @@
+// Fuzz target: TF Serving's model config text format (--model_config_file, and the body of
+// POST /v1/admin/reload). Any input must end in a config or an Error, never a crash or a hang.
+#include <cstddef>
+#include <cstdint>
+#include <string_view>
+
+#include "core/error.h"
+#include "serving/server_config.h"
+
+extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
+  try {
+    const auto config = tf::parse_model_server_config(
+        std::string_view(reinterpret_cast<const char*>(data), size), "fuzz");
+    (void)tf::model_entries(config);
+  } catch (const tf::Error&) {
+  }
+  return 0;
+}
