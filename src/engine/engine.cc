@@ -360,6 +360,12 @@ void Engine::step() {
   ++stats_.steps;
   last_progress_ns_ = Clock::now().time_since_epoch().count();
   stats_.batched_tokens += sched.num_tokens;
+  const auto seqs = static_cast<int64_t>(sched.chunks.size());
+  size_t bucket = 0;
+  while (bucket < EngineStats::kBatchBuckets.size() && seqs > EngineStats::kBatchBuckets[bucket])
+    ++bucket;
+  ++stats_.batch_size_steps[bucket];
+  stats_.batch_seqs += seqs;
   stats_.running = static_cast<int64_t>(scheduler_.num_running());
   stats_.waiting = static_cast<int64_t>(scheduler_.num_waiting());
   stats_.kv_blocks_used = pool_.num_used();

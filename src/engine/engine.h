@@ -3,6 +3,7 @@
 // pass over the ragged batch, sample every sequence that reached the end of its tokens, stream
 // the results), while any thread may submit or cancel. No lock is held across a forward pass.
 
+#include <array>
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
@@ -45,6 +46,11 @@ struct EngineStats {
   int64_t requests_finished = 0;
   int64_t queued = 0;  // submitted and not yet scheduled (live, not as of the last step)
   int64_t prompt_tokens = 0, generated_tokens = 0;
+  // Sequences per step: steps with at most kBatchBuckets[i] sequences (not cumulative), for a
+  // histogram; batch_seqs is their sum.
+  static constexpr std::array<int64_t, 10> kBatchBuckets = {1, 2, 4, 8, 16, 32, 64, 128, 256, 512};
+  std::array<int64_t, kBatchBuckets.size() + 1> batch_size_steps{};  // the last: above 512
+  int64_t batch_seqs = 0;
 };
 
 class Engine {

@@ -5,6 +5,7 @@
 #include <random>
 
 #include "core/log.h"
+#include "serving/metrics.h"
 
 namespace tf {
 
@@ -131,6 +132,18 @@ void log_request(const RequestRecord& r, int status) {
   const double ms =
       std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - r.received)
           .count();
+  if (r.metrics) {
+    const std::string version = r.version >= 0 ? std::to_string(r.version) : "";
+    const char* outcome = status == 499   ? "client_gone"
+                          : status >= 500 ? "server_error"
+                          : status >= 400 ? "client_error"
+                                          : "success";
+    r.metrics->requests.add({{"model", r.model},
+                             {"version", version},
+                             {"code", std::to_string(status)},
+                             {"outcome", outcome}});
+    r.metrics->request_duration.observe({{"model", r.model}, {"version", version}}, ms / 1000);
+  }
   log::info(
       "request id={} remote={} {} {} model={} version={} status={} prompt_tokens={} "
       "completion_tokens={} finish={} duration_ms={:.1f}",

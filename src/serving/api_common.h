@@ -13,6 +13,8 @@
 
 namespace tf {
 
+struct ServerMetrics;
+
 // An error with the HTTP status it answers with.
 class HttpError : public Error {
  public:
@@ -56,7 +58,8 @@ std::string random_id(const std::string& prefix);
 // The facts of one request, logged as one line when its response ends.
 struct RequestRecord {
   std::string id, method, path, model, remote;
-  int64_t version = -1;  // of the model; -1 when none served the request
+  int64_t version = -1;              // of the model; -1 when none served the request
+  ServerMetrics* metrics = nullptr;  // where log_request counts it (nullptr: not counted)
   int64_t prompt_tokens = 0, completion_tokens = 0;
   std::string finish;
   std::chrono::steady_clock::time_point received;

@@ -39,10 +39,11 @@ std::shared_ptr<GenerationJob> GenerationJob::start(Engine& engine,
                                                     std::vector<GenerationRequest> reqs,
                                                     std::shared_ptr<HttpResponder> responder,
                                                     JobRegistry& registry, EventFn on_event,
-                                                    DoneFn on_done) {
+                                                    DoneFn on_done, JobObserver observer) {
   auto job = std::make_shared<GenerationJob>(responder, registry);
   job->on_event_ = std::move(on_event);
   job->on_done_ = std::move(on_done);
+  job->observer_ = std::move(observer);
   for (auto& r : reqs) {
     try {
       job->streams_.push_back(engine.submit(std::move(r)));
@@ -51,6 +52,7 @@ std::shared_ptr<GenerationJob> GenerationJob::start(Engine& engine,
       throw;
     }
     job->results_.emplace_back();
+    job->last_token_.emplace_back();
     job->ended_.push_back(false);
     job->drain_posted_.push_back(std::make_unique<std::atomic<bool>>(false));
   }
@@ -83,16 +85,42 @@ void GenerationJob::drain(size_t i) {
     auto& seqs = results_[i];
     if (static_cast<size_t>(out.index) >= seqs.size()) seqs.resize(out.index + 1);
     append_output(seqs[out.index], out);
+    if (observer_.metrics && !out.token_ids.empty()) {
+      // The gap since this sequence's previous tokens, as the server sends them; the first
+      // tokens' latency is the time to first token (observed at the end from the engine).
+      auto& last = last_token_[i];
+      if (last.size() <= static_cast<size_t>(out.index)) last.resize(out.index + 1);
+      const auto now = std::chrono::steady_clock::now();
+      if (last[out.index] != std::chrono::steady_clock::time_point{}) {
+        observer_.metrics->itl.observe(
+            observer_.labels, std::chrono::duration<double>(now - last[out.index]).count());
+      }
+      last[out.index] = now;
+    }
     if (!responder_->disconnected() && on_event_) on_event_(i, out);
   }
   if (ended_[i] || !streams_[i]->done()) return;
   ended_[i] = true;
+  observe_end(i);
   streams_[i]->set_listener(nullptr);
   if (++num_ended_ < streams_.size()) return;
   if (on_done_) on_done_(responder_->disconnected());
   on_event_ = nullptr;
   on_done_ = nullptr;
   registry_.remove(this);
+}
+
+void GenerationJob::observe_end(size_t i) {
+  if (!observer_.metrics) return;
+  const RequestTimings t = streams_[i]->timings();
+  ServerMetrics& m = *observer_.metrics;
+  using Seconds = std::chrono::duration<double>;
+  if (t.first_scheduled != Clock::time_point{})
+    m.queue_time.observe(observer_.labels, Seconds(t.first_scheduled - t.arrival).count());
+  if (t.first_token != Clock::time_point{})
+    m.ttft.observe(observer_.labels, Seconds(t.first_token - t.arrival).count());
+  m.prompt_tokens.add(observer_.labels, static_cast<double>(t.prompt_tokens));
+  m.generation_tokens.add(observer_.labels, static_cast<double>(t.generated_tokens));
 }
 
 std::vector<size_t> best_sequences(const std::vector<GeneratedSequence>& seqs, size_t n) {

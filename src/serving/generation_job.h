@@ -14,6 +14,7 @@
 
 #include "engine/engine.h"
 #include "serving/http_server.h"
+#include "serving/metrics.h"
 
 namespace tf {
 
@@ -21,6 +22,12 @@ namespace tf {
 using GeneratedSequence = CompletedSequence;
 
 class GenerationJob;
+
+// Where a job reports its sequences' latencies and tokens (nullptr metrics: nowhere).
+struct JobObserver {
+  ServerMetrics* metrics = nullptr;
+  Labels labels;  // model, version
+};
 
 // Owns the jobs in flight (their streams call back into them), so that none outlives the server
 // and none leaks when the engine or the connection goes away first.
@@ -49,7 +56,7 @@ class GenerationJob : public std::enable_shared_from_this<GenerationJob> {
   static std::shared_ptr<GenerationJob> start(Engine& engine, std::vector<GenerationRequest> reqs,
                                               std::shared_ptr<HttpResponder> responder,
                                               JobRegistry& registry, EventFn on_event,
-                                              DoneFn on_done);
+                                              DoneFn on_done, JobObserver observer = {});
 
   // Per prompt, per sequence index: everything gathered so far.
   const std::vector<std::vector<GeneratedSequence>>& results() const { return results_; }
@@ -62,6 +69,7 @@ class GenerationJob : public std::enable_shared_from_this<GenerationJob> {
 
  private:
   void drain(size_t i);
+  void observe_end(size_t i);
 
   std::shared_ptr<HttpResponder> responder_;
   JobRegistry& registry_;
@@ -72,6 +80,9 @@ class GenerationJob : public std::enable_shared_from_this<GenerationJob> {
   size_t num_ended_ = 0;
   EventFn on_event_;
   DoneFn on_done_;
+  JobObserver observer_;
+  // Per prompt, per sequence: when its last tokens were drained (for inter-token latency).
+  std::vector<std::vector<std::chrono::steady_clock::time_point>> last_token_;
 };
 
 // best_of > n: the n sequences with the highest cumulative logprob, best first (stable).

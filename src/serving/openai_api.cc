@@ -310,6 +310,8 @@ void handle_openai_generation(ServingState& state, const HttpRequest& req,
   record->model = model.name;
   record->version = model.version;
   responder->add_header("X-Model-Version", std::to_string(model.version));
+  const JobObserver observer{&state.metrics,
+                             {{"model", model.name}, {"version", std::to_string(model.version)}}};
   const bool max_given =
       (body.contains("max_tokens") && !body["max_tokens"].is_null()) ||
       (chat && body.contains("max_completion_tokens") && !body["max_completion_tokens"].is_null());
@@ -404,7 +406,7 @@ void handle_openai_generation(ServingState& state, const HttpRequest& req,
     }
     try {
       *job_ref = GenerationJob::start(*model.engine, std::move(reqs), responder, state.jobs,
-                                      on_event, on_done);
+                                      on_event, on_done, observer);
     } catch (const std::exception& e) {
       // The headers are out: the error travels in the stream, as vLLM sends it.
       responder->write("data: " + openai_error_body(e) + "\n\n");
@@ -449,8 +451,8 @@ void handle_openai_generation(ServingState& state, const HttpRequest& req,
     responder->send(200, dump_json(resp));
     log_request(*record, 200);
   };
-  *job_ref =
-      GenerationJob::start(*model.engine, std::move(reqs), responder, state.jobs, nullptr, on_done);
+  *job_ref = GenerationJob::start(*model.engine, std::move(reqs), responder, state.jobs, nullptr,
+                                  on_done, observer);
 }
 
 }  // namespace tf

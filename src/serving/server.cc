@@ -68,6 +68,9 @@ void Server::handle(HttpRequest req, std::shared_ptr<HttpResponder> responder) {
   record->remote = req.remote;
   record->received = req.received;
   responder->add_header("X-Request-Id", record->id);
+  // Probes and scrapes are not requests of the service.
+  if (req.path != "/metrics" && req.path != "/healthz" && req.path != "/readyz")
+    record->metrics = &state_.metrics;
   bool tf_shape = false;
   try {
     route(req, responder, record, tf_shape);
@@ -147,6 +150,11 @@ void Server::route(const HttpRequest& req, std::shared_ptr<HttpResponder> respon
                                              {"jobs_in_flight", state_.jobs.size()}}));
     return;
   }
+  if (p == "/metrics") {
+    only("GET");
+    responder->send(200, render_metrics(), "text/plain; version=0.0.4; charset=utf-8");
+    return;
+  }
   if (p == "/v1/admin/reload") {
     only("POST");
     handle_reload(req, responder, record);
@@ -191,6 +199,94 @@ void Server::route(const HttpRequest& req, std::shared_ptr<HttpResponder> respon
     throw HttpError(404, fmt::format("Malformed request: {} {}", req.method, p));
   }
   throw HttpError(404, fmt::format("no route for {} {}", req.method, p), "not_found");
+}
+
+std::string Server::render_metrics() const {
+  std::string out;
+  const ServerMetrics& m = state_.metrics;
+  m.requests.render(out);
+  m.request_duration.render(out);
+  m.ttft.render(out);
+  m.itl.render(out);
+  m.queue_time.render(out);
+  m.prompt_tokens.render(out);
+  m.generation_tokens.render(out);
+
+  // The engines' figures, per available version, read now.
+  struct Row {
+    Labels labels;
+    EngineStats s;
+    double load_seconds;
+  };
+  std::vector<Row> rows;
+  for (const auto& v : state_.registry.available()) {
+    rows.push_back({{{"model", v->name}, {"version", std::to_string(v->version)}},
+                    v->engine->stats(),
+                    v->load_seconds});
+  }
+  auto family = [&](const char* name, const char* help, const char* type, auto value) {
+    append_header(out, name, help, type);
+    for (const auto& r : rows) append_sample(out, name, r.labels, value(r));
+  };
+  using D = double;
+  family("tokenflow_num_requests_running", "Sequences in the running batch", "gauge",
+         [](const Row& r) { return D(r.s.running); });
+  family("tokenflow_num_requests_waiting", "Sequences waiting to be scheduled", "gauge",
+         [](const Row& r) { return D(r.s.waiting); });
+  family("tokenflow_kv_cache_blocks_used", "KV cache blocks in use", "gauge",
+         [](const Row& r) { return D(r.s.kv_blocks_used); });
+  family("tokenflow_kv_cache_capacity_blocks", "KV cache blocks in the pool", "gauge",
+         [](const Row& r) { return D(r.s.kv_blocks_total); });
+  family("tokenflow_kv_cache_usage_ratio", "Fraction of the KV cache blocks in use (0-1)", "gauge",
+         [](const Row& r) {
+           return r.s.kv_blocks_total ? D(r.s.kv_blocks_used) / D(r.s.kv_blocks_total) : 0.0;
+         });
+  family("tokenflow_prefix_cache_queries_total",
+         "Prompt tokens looked up in the prefix cache (hit rate: rate(hits) / rate(queries))",
+         "counter", [](const Row& r) { return D(r.s.prefix_queried_tokens); });
+  family("tokenflow_prefix_cache_hits_total", "Prompt tokens found in the prefix cache", "counter",
+         [](const Row& r) { return D(r.s.prefix_hit_tokens); });
+  family("tokenflow_preemptions_total",
+         "Sequences preempted because the KV cache ran out (recomputed later): the OOM count",
+         "counter", [](const Row& r) { return D(r.s.preemptions); });
+  family("tokenflow_engine_steps_total", "Forward passes (engine steps)", "counter",
+         [](const Row& r) { return D(r.s.steps); });
+  family("tokenflow_model_load_duration_seconds", "Seconds the version took to load", "gauge",
+         [](const Row& r) { return r.load_seconds; });
+  const char* batch = "tokenflow_batch_size";
+  append_header(out, batch, "Sequences per engine step", "histogram");
+  for (const auto& r : rows) {
+    int64_t cumulative = 0;
+    for (size_t i = 0; i < EngineStats::kBatchBuckets.size(); ++i) {
+      cumulative += r.s.batch_size_steps[i];
+      Labels l = r.labels;
+      l.emplace_back("le", std::to_string(EngineStats::kBatchBuckets[i]));
+      append_sample(out, std::string(batch) + "_bucket", l, D(cumulative));
+    }
+    Labels l = r.labels;
+    l.emplace_back("le", "+Inf");
+    append_sample(out, std::string(batch) + "_bucket", l, D(r.s.steps));
+    append_sample(out, std::string(batch) + "_sum", r.labels, D(r.s.batch_seqs));
+    append_sample(out, std::string(batch) + "_count", r.labels, D(r.s.steps));
+  }
+
+  // Every version the registry knows, one series per state (1 for the current one).
+  append_header(out, "tokenflow_model_version_state",
+                "1 for the version's current state (START, LOADING, AVAILABLE, UNLOADING, END)",
+                "gauge");
+  for (const std::string& name : state_.registry.names()) {
+    for (const auto& v : state_.registry.status(name).value_or(std::vector<VersionStatus>{})) {
+      append_sample(out, "tokenflow_model_version_state",
+                    {{"model", name},
+                     {"version", std::to_string(v.version)},
+                     {"state", version_state_name(v.state)}},
+                    1);
+    }
+  }
+  append_header(out, "tokenflow_open_connections", "HTTP connections open now", "gauge");
+  append_sample(out, "tokenflow_open_connections", {}, D(http_.open_connections()));
+  append_process_metrics(out);
+  return out;
 }
 
 void Server::handle_reload(const HttpRequest& req, std::shared_ptr<HttpResponder> responder,

@@ -25,6 +25,8 @@ class Server {
   void handle(HttpRequest req, std::shared_ptr<HttpResponder> responder);
   void route(const HttpRequest& req, std::shared_ptr<HttpResponder> responder,
              std::shared_ptr<RequestRecord> record, bool& tf_shape);
+  // GET /metrics: Prometheus text format.
+  std::string render_metrics() const;
   // POST /v1/admin/reload: applies a new model config (the body, or the config file).
   void handle_reload(const HttpRequest& req, std::shared_ptr<HttpResponder> responder,
                      std::shared_ptr<RequestRecord> record);

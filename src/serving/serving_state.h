@@ -10,6 +10,7 @@
 #include <string>
 
 #include "serving/generation_job.h"
+#include "serving/metrics.h"
 #include "serving/model_registry.h"
 
 namespace tf {
@@ -24,6 +25,7 @@ struct ServingState {
 
   ModelRegistry registry;
   JobRegistry jobs;
+  ServerMetrics metrics;
   ServingLimits limits;
   std::atomic<bool> draining{false};
   // Reloads the config (nullopt: the config file) and calls done with "" once the new state is

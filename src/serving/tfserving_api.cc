@@ -293,8 +293,9 @@ void predict(ServingState& state, std::shared_ptr<ServedModel> model, const Http
     responder->send(200, dump_json(out));
     log_request(*record, 200);
   };
-  *job_ref = GenerationJob::start(*model->engine, std::move(reqs), responder, state.jobs, nullptr,
-                                  on_done);
+  *job_ref = GenerationJob::start(
+      *model->engine, std::move(reqs), responder, state.jobs, nullptr, on_done,
+      JobObserver{&state.metrics, {{"model", m.name}, {"version", std::to_string(m.version)}}});
 }
 
 }  // namespace

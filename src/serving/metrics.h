@@ -1,0 +1,85 @@
+#pragma once
+// Prometheus metrics in the text exposition format (0.0.4): counters, gauges and histograms with
+// labels, thread-safe, rendered on GET /metrics. The server records per-request series here (by
+// model and version); engine gauges and process figures are read at scrape time (metrics.cc).
+// This is the one piece of global-ish mutable state DESIGN.md allows: one registry per server.
+
+#include <cstdint>
+#include <map>
+#include <mutex>
+#include <string>
+#include <vector>
+
+namespace tf {
+
+using Labels = std::vector<std::pair<std::string, std::string>>;
+
+// Appends one sample line: name{k="v",...} value (label values escaped).
+void append_sample(std::string& out, const std::string& name, const Labels& labels, double value);
+// Appends "# HELP" and "# TYPE" lines.
+void append_header(std::string& out, const std::string& name, const std::string& help,
+                   const char* type);
+
+class CounterFamily {
+ public:
+  CounterFamily(std::string name, std::string help);
+  void add(const Labels& labels, double v = 1.0);
+  double value(const Labels& labels) const;
+  void render(std::string& out) const;
+
+ private:
+  std::string name_, help_;
+  mutable std::mutex mu_;
+  std::map<Labels, double> series_;
+};
+
+class HistogramFamily {
+ public:
+  HistogramFamily(std::string name, std::string help, std::vector<double> bounds);
+  void observe(const Labels& labels, double v);
+  void render(std::string& out) const;
+  uint64_t count(const Labels& labels) const;
+
+ private:
+  struct Series {
+    std::vector<uint64_t> buckets;  // per bound, not cumulative
+    uint64_t count = 0;
+    double sum = 0;
+  };
+  std::string name_, help_;
+  std::vector<double> bounds_;
+  mutable std::mutex mu_;
+  std::map<Labels, Series> series_;
+};
+
+// process_cpu_seconds_total, process_resident_memory_bytes, process_virtual_memory_bytes,
+// process_open_fds, process_start_time_seconds (Prometheus' standard process metrics, Linux).
+void append_process_metrics(std::string& out);
+
+// Latency buckets from 1 ms to 10 minutes: a P99 resolves from milliseconds to minutes.
+std::vector<double> latency_buckets();
+
+// The per-request series of one server.
+struct ServerMetrics {
+  CounterFamily requests{"tokenflow_requests_total",
+                         "Requests answered, by model, version, HTTP status code and outcome "
+                         "(success, client_error, server_error, client_gone)"};
+  HistogramFamily request_duration{"tokenflow_request_duration_seconds",
+                                   "End-to-end request latency, from the request's arrival to "
+                                   "its last byte",
+                                   latency_buckets()};
+  HistogramFamily ttft{"tokenflow_time_to_first_token_seconds",
+                       "Time from a sequence's arrival to its first generated token",
+                       latency_buckets()};
+  HistogramFamily itl{"tokenflow_inter_token_latency_seconds",
+                      "Time between consecutive tokens of a sequence, as the server sends them",
+                      latency_buckets()};
+  HistogramFamily queue_time{"tokenflow_request_queue_time_seconds",
+                             "Time a sequence waited before its first step", latency_buckets()};
+  CounterFamily prompt_tokens{"tokenflow_prompt_tokens_total",
+                              "Prompt tokens of finished requests"};
+  CounterFamily generation_tokens{"tokenflow_generation_tokens_total",
+                                  "Tokens generated for finished requests"};
+};
+
+}  // namespace tf

@@ -1,0 +1,178 @@
+"""Integration tests of GET /metrics: the Prometheus text format checked by Debian's `promtool`,
+counters that agree with what the test sent (requests by code, tokens, sequences), the KV gauge
+back at zero after the requests, and a real Prometheus server on 127.0.0.1 scraping the server:
+its HTTP API returns the request count and a finite P99 from histogram_quantile.
+Env: TOKENFLOW_BIN, TF_SHARED_DIR.
+"""
+import json
+import os
+import re
+import shutil
+import socket
+import subprocess
+import tempfile
+import time
+import unittest
+import urllib.parse
+import urllib.request
+
+from test_server import STORIES_BIN, Client, sse_events, start_server, stop_server
+
+PROMTOOL = shutil.which("promtool")
+PROMETHEUS = shutil.which("prometheus")
+SERIES = re.compile(r'^([a-zA-Z_:][a-zA-Z0-9_:]*)(\{[^}]*\})? (\S+)$')
+
+
+def parse_metrics(text):
+    """{(name, frozenset(labels)): value} and the set of names with HELP and TYPE."""
+    samples, typed, helped = {}, set(), set()
+    for line in text.splitlines():
+        if line.startswith("# TYPE "):
+            typed.add(line.split()[2])
+        elif line.startswith("# HELP "):
+            helped.add(line.split()[2])
+        elif line:
+            m = SERIES.match(line)
+            assert m, "bad sample line %r" % line
+            labels = frozenset(re.findall(r'(\w+)="((?:[^"\\]|\\.)*)"', m.group(2) or ""))
+            samples[(m.group(1), labels)] = float(m.group(3))
+    return samples, typed, helped
+
+
+def value(samples, name, **labels):
+    want = set(labels.items())
+    return sum(v for (n, l), v in samples.items() if n == name and want <= set(l))
+
+
+def free_port():
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    port = s.getsockname()[1]
+    s.close()
+    return port
+
+
+class MetricsTest(unittest.TestCase):
+    def setUp(self):
+        self.proc, self.port = start_server()
+        self.c = Client(self.port)
+
+    def tearDown(self):
+        stop_server(self.proc)
+
+    def send_mix(self):
+        """Requests of every kind; returns what the test expects the counters to say."""
+        ok, prompt, gen, seqs = 0, 0, 0, 0
+        for i in range(6):
+            status, body, _, _ = self.c.post("/v1/completions", {
+                "prompt": "Once upon a time", "max_tokens": 5 + i, "n": 1 + i % 2})
+            self.assertEqual(status, 200)
+            ok += 1
+            prompt += body["usage"]["prompt_tokens"]
+            gen += body["usage"]["completion_tokens"]
+            seqs += 1
+        head, text = self.c.raw_stream("/v1/chat/completions", {
+            "messages": [{"role": "user", "content": "Hi"}], "max_tokens": 7, "stream": True,
+            "stream_options": {"include_usage": True}})
+        usage = sse_events(text)[-1]["usage"]
+        ok += 1
+        prompt += usage["prompt_tokens"]
+        gen += usage["completion_tokens"]
+        seqs += 1
+        bad = sum(self.c.post("/v1/completions", b, raw=r)[0] == 400 for b, r in (
+            (None, "{not json"), ({"prompt": "x", "temperature": -1}, None),
+            ({"prompt": "x", "max_tokens": "many"}, None)))
+        missing = sum(self.c.post("/v1/completions", {"model": "nope", "prompt": "x"})[0] == 404
+                      for _ in range(2))
+        return ok, bad, missing, prompt, gen
+
+    def test_counters_agree_with_what_was_sent_and_promtool_accepts_them(self):
+        ok, bad, missing, prompt, gen = self.send_mix()
+        self.assertEqual((bad, missing), (3, 2))
+        status, _, text, headers = self.c.get("/metrics")
+        self.assertEqual(status, 200)
+        self.assertTrue(headers["Content-Type"].startswith("text/plain; version=0.0.4"))
+        samples, typed, helped = parse_metrics(text)
+        # Every series has HELP and TYPE.
+        for (name, _) in samples:
+            base = re.sub(r"_(bucket|sum|count)$", "", name)
+            self.assertTrue(name in typed or base in typed, name)
+            self.assertTrue(name in helped or base in helped, name)
+        m = {"model": "stories260K", "version": "1"}
+        self.assertEqual(value(samples, "tokenflow_requests_total", code="200", **m), ok)
+        self.assertEqual(value(samples, "tokenflow_requests_total", code="400"), bad)
+        self.assertEqual(value(samples, "tokenflow_requests_total", code="404"), missing)
+        self.assertEqual(value(samples, "tokenflow_requests_total", outcome="client_error"),
+                         bad + missing)
+        self.assertEqual(value(samples, "tokenflow_prompt_tokens_total", **m), prompt)
+        self.assertEqual(value(samples, "tokenflow_generation_tokens_total", **m), gen)
+        self.assertEqual(value(samples, "tokenflow_request_duration_seconds_count", **m), ok)
+        # One time to first token per request (n > 1 shares its prompt: one engine request).
+        self.assertEqual(value(samples, "tokenflow_time_to_first_token_seconds_count", **m), ok)
+        self.assertGreater(value(samples, "tokenflow_inter_token_latency_seconds_count", **m), 0)
+        self.assertEqual(value(samples, "tokenflow_kv_cache_blocks_used", **m), 0)
+        self.assertGreater(value(samples, "tokenflow_kv_cache_capacity_blocks", **m), 0)
+        self.assertEqual(value(samples, "tokenflow_model_version_state", state="AVAILABLE", **m), 1)
+        self.assertGreater(value(samples, "process_resident_memory_bytes"), 1 << 20)
+        # Scrapes and probes are not counted as requests.
+        self.c.get("/healthz")
+        samples2, _, _ = parse_metrics(self.c.get("/metrics")[2])
+        self.assertEqual(value(samples2, "tokenflow_requests_total"),
+                         value(samples, "tokenflow_requests_total"))
+        self.assertIsNotNone(PROMTOOL, "promtool (Debian's prometheus package) is needed: "
+                                       "run scripts/setup.sh")
+        p = subprocess.run([PROMTOOL, "check", "metrics"], input=text, capture_output=True,
+                           text=True, timeout=60)
+        self.assertEqual(p.returncode, 0, p.stdout + p.stderr)
+
+    def test_a_real_prometheus_scrapes_qps_and_p99(self):
+        self.assertIsNotNone(PROMETHEUS, "prometheus (Debian's package) is needed: run "
+                                         "scripts/setup.sh")
+        d = tempfile.mkdtemp(prefix="tf_prom_")
+        try:
+            port = free_port()
+            with open(os.path.join(d, "prometheus.yml"), "w") as f:
+                f.write("global:\n  scrape_interval: 1s\nscrape_configs:\n"
+                        "  - job_name: tokenflow\n    static_configs:\n"
+                        "      - targets: ['127.0.0.1:%d']\n" % self.port)
+            prom = subprocess.Popen(
+                [PROMETHEUS, "--config.file", os.path.join(d, "prometheus.yml"),
+                 "--storage.tsdb.path", os.path.join(d, "data"),
+                 "--web.listen-address", "127.0.0.1:%d" % port],
+                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+            try:
+                ok, _, _, _, _ = self.send_mix()
+
+                def query(q):
+                    url = "http://127.0.0.1:%d/api/v1/query?%s" % (
+                        port, urllib.parse.urlencode({"query": q}))
+                    with urllib.request.urlopen(url, timeout=10) as r:
+                        body = json.load(r)
+                    assert body["status"] == "success", body
+                    return body["data"]["result"]
+
+                count, p99 = None, None
+                deadline = time.time() + 60
+                while time.time() < deadline:
+                    try:
+                        res = query('sum(tokenflow_requests_total{code="200"})')
+                        count = float(res[0]["value"][1]) if res else None
+                        res = query("histogram_quantile(0.99, sum by (le) "
+                                    "(tokenflow_request_duration_seconds_bucket))")
+                        p99 = float(res[0]["value"][1]) if res else None
+                    except OSError:
+                        pass  # still starting
+                    if count == ok and p99 is not None:
+                        break
+                    time.sleep(0.5)
+                self.assertEqual(count, ok)
+                self.assertTrue(p99 is not None and 0 < p99 < 600, p99)
+            finally:
+                prom.terminate()
+                prom.wait(30)
+        finally:
+            shutil.rmtree(d, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    unittest.main()
