@@ -32,6 +32,8 @@ struct ServeOptions {
   double model_config_file_poll_s = 0;
   double file_system_poll_s = 1;
   std::string memory_budget;
+  std::string access_log = "-";
+  bool log_prompts = false;
 };
 
 // Bytes of the files under a version's path (a directory or one file).
@@ -107,6 +109,8 @@ int run_serve(const ServeOptions& o) {
         return m;
       },
       std::move(ro));
+  if (o.access_log != "off")
+    state.access_log = std::make_unique<AccessLog>(o.access_log, o.log_prompts);
   VersionManager manager(state.registry,
                          {o.model_config_file, o.model_config_file_poll_s, o.file_system_poll_s});
   manager.start(std::move(entries));
@@ -184,6 +188,11 @@ Action add_serve(CLI::App& app) {
                  "scan base paths for new and removed versions this often (0: at start and on "
                  "reload only)")
       ->capture_default_str();
+  app.add_option("--access-log", o->access_log,
+                 "one JSON line per request (id, model, version, tokens, time to first token, "
+                 "duration, status, finish reason): a file, '-' for stderr, or 'off'")
+      ->capture_default_str();
+  app.add_flag("--log-prompts", o->log_prompts, "write each request's prompt in the access log");
   app.add_option("--memory-budget", o->memory_budget,
                  "versions that would take more memory (weights + KV cache) in all are not "
                  "loaded: bytes, 8GiB, or a fraction of available memory");

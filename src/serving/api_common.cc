@@ -1,7 +1,10 @@
 #include "serving/api_common.h"
 
+#include <fmt/chrono.h>
 #include <fmt/format.h>
 
+#include <cmath>
+#include <ctime>
 #include <random>
 
 #include "core/log.h"
@@ -144,12 +147,50 @@ void log_request(const RequestRecord& r, int status) {
                              {"outcome", outcome}});
     r.metrics->request_duration.observe({{"model", r.model}, {"version", version}}, ms / 1000);
   }
-  log::info(
-      "request id={} remote={} {} {} model={} version={} status={} prompt_tokens={} "
-      "completion_tokens={} finish={} duration_ms={:.1f}",
-      r.id, r.remote, r.method, r.path, r.model.empty() ? "-" : r.model,
-      r.version >= 0 ? std::to_string(r.version) : "-", status, r.prompt_tokens,
-      r.completion_tokens, r.finish.empty() ? "-" : r.finish, ms);
+  nlohmann::ordered_json j = {
+      {"time", fmt::format("{:%Y-%m-%dT%H:%M:%S}Z", fmt::gmtime(std::time(nullptr)))},
+      {"request_id", r.id},
+      {"remote", r.remote},
+      {"method", r.method},
+      {"path", r.path},
+      {"model", r.model.empty() ? nlohmann::ordered_json() : nlohmann::ordered_json(r.model)},
+      {"version", r.version >= 0 ? nlohmann::ordered_json(r.version) : nlohmann::ordered_json()},
+      {"status", status},
+      {"prompt_tokens", r.prompt_tokens},
+      {"completion_tokens", r.completion_tokens},
+      {"ttft_ms", r.ttft_ms >= 0 ? nlohmann::ordered_json(std::round(r.ttft_ms * 10) / 10)
+                                 : nlohmann::ordered_json()},
+      {"duration_ms", std::round(ms * 10) / 10},
+      {"finish_reason",
+       r.finish.empty() ? nlohmann::ordered_json() : nlohmann::ordered_json(r.finish)}};
+  if (r.access_log && r.access_log->log_prompts() && !r.prompt.empty()) j["prompt"] = r.prompt;
+  const std::string line = dump_json(j);
+  if (r.access_log) {
+    r.access_log->write(line);
+  } else {
+    log::debug("request {}", line);
+  }
+}
+
+AccessLog::AccessLog(const std::string& path, bool log_prompts) : log_prompts_(log_prompts) {
+  if (path == "-") {
+    f_ = stderr;
+  } else {
+    f_ = std::fopen(path.c_str(), "a");
+    if (!f_) fail(ErrorKind::kInvalidArgument, "cannot open access log {}", path);
+    owned_ = true;
+  }
+}
+
+AccessLog::~AccessLog() {
+  if (owned_) std::fclose(f_);
+}
+
+void AccessLog::write(const std::string& line) {
+  std::lock_guard lock(mu_);
+  std::fwrite(line.data(), 1, line.size(), f_);
+  std::fputc('\n', f_);
+  std::fflush(f_);
 }
 
 }  // namespace tf

@@ -7,6 +7,8 @@
 
 #include <chrono>
 #include <cstdint>
+#include <cstdio>
+#include <mutex>
 #include <string>
 
 #include "core/error.h"
@@ -55,13 +57,34 @@ int64_t unix_seconds();
 // A fresh id such as "cmpl-3f2a..." (prefix + 24 hex digits).
 std::string random_id(const std::string& prefix);
 
+// The access log: one JSON object per line per request, to a file or stderr. Prompts are written
+// only with log_prompts (--log-prompts); API keys never.
+class AccessLog {
+ public:
+  // path: a file (appended to), "-" for stderr; throws Error if it cannot be opened.
+  explicit AccessLog(const std::string& path, bool log_prompts = false);
+  ~AccessLog();
+  AccessLog(const AccessLog&) = delete;
+  AccessLog& operator=(const AccessLog&) = delete;
+  bool log_prompts() const { return log_prompts_; }
+  void write(const std::string& line);
+
+ private:
+  std::FILE* f_ = nullptr;
+  bool owned_ = false, log_prompts_ = false;
+  std::mutex mu_;
+};
+
 // The facts of one request, logged as one line when its response ends.
 struct RequestRecord {
   std::string id, method, path, model, remote;
   int64_t version = -1;              // of the model; -1 when none served the request
   ServerMetrics* metrics = nullptr;  // where log_request counts it (nullptr: not counted)
+  AccessLog* access_log = nullptr;   // where log_request writes it (nullptr: the debug log)
   int64_t prompt_tokens = 0, completion_tokens = 0;
+  double ttft_ms = -1;  // the first token of the first sequence, from the request's arrival
   std::string finish;
+  std::string prompt;  // kept only when the access log takes prompts
   std::chrono::steady_clock::time_point received;
 };
 void log_request(const RequestRecord& r, int status);

@@ -110,6 +110,16 @@ void GenerationJob::drain(size_t i) {
   registry_.remove(this);
 }
 
+double GenerationJob::first_token_ms(std::chrono::steady_clock::time_point since) const {
+  Clock::time_point first{};
+  for (const auto& s : streams_) {
+    const auto t = s->timings().first_token;
+    if (t != Clock::time_point{} && (first == Clock::time_point{} || t < first)) first = t;
+  }
+  if (first == Clock::time_point{}) return -1;
+  return std::chrono::duration<double, std::milli>(first - since).count();
+}
+
 void GenerationJob::observe_end(size_t i) {
   if (!observer_.metrics) return;
   const RequestTimings t = streams_[i]->timings();

@@ -62,6 +62,8 @@ class GenerationJob : public std::enable_shared_from_this<GenerationJob> {
   const std::vector<std::vector<GeneratedSequence>>& results() const { return results_; }
   RequestTimings timings(size_t prompt) const { return streams_[prompt]->timings(); }
   size_t num_prompts() const { return streams_.size(); }
+  // Milliseconds from since to the job's first generated token; -1 before there is one.
+  double first_token_ms(std::chrono::steady_clock::time_point since) const;
   void cancel();
 
   GenerationJob(std::shared_ptr<HttpResponder> responder, JobRegistry& registry)

@@ -310,6 +310,12 @@ void handle_openai_generation(ServingState& state, const HttpRequest& req,
   record->model = model.name;
   record->version = model.version;
   responder->add_header("X-Model-Version", std::to_string(model.version));
+  if (record->access_log && record->access_log->log_prompts()) {
+    const char* field = chat ? "messages" : "prompt";
+    if (body.contains(field))
+      record->prompt =
+          body[field].is_string() ? body[field].get<std::string>() : dump_json(body[field]);
+  }
   const JobObserver observer{&state.metrics,
                              {{"model", model.name}, {"version", std::to_string(model.version)}}};
   const bool max_given =
@@ -390,7 +396,10 @@ void handle_openai_generation(ServingState& state, const HttpRequest& req,
       }
       responder->write("data: [DONE]\n\n");
       responder->end();
-      if (job) record->completion_tokens = usage(*job)["completion_tokens"].get<int64_t>();
+      if (job) {
+        record->completion_tokens = usage(*job)["completion_tokens"].get<int64_t>();
+        record->ttft_ms = job->first_token_ms(record->received);
+      }
       log_request(*record, 200);
     };
     responder->start_stream(200, "text/event-stream");
@@ -448,6 +457,7 @@ void handle_openai_generation(ServingState& state, const HttpRequest& req,
                   {"created", created}, {"model", model_name},
                   {"choices", choices}, {"usage", usage(*job)}};
     record->completion_tokens = resp["usage"]["completion_tokens"].get<int64_t>();
+    record->ttft_ms = job->first_token_ms(record->received);
     responder->send(200, dump_json(resp));
     log_request(*record, 200);
   };

@@ -69,8 +69,10 @@ void Server::handle(HttpRequest req, std::shared_ptr<HttpResponder> responder) {
   record->received = req.received;
   responder->add_header("X-Request-Id", record->id);
   // Probes and scrapes are not requests of the service.
-  if (req.path != "/metrics" && req.path != "/healthz" && req.path != "/readyz")
+  if (req.path != "/metrics" && req.path != "/healthz" && req.path != "/readyz") {
     record->metrics = &state_.metrics;
+    record->access_log = state_.access_log.get();
+  }
   bool tf_shape = false;
   try {
     route(req, responder, record, tf_shape);

@@ -26,6 +26,7 @@ struct ServingState {
   ModelRegistry registry;
   JobRegistry jobs;
   ServerMetrics metrics;
+  std::unique_ptr<AccessLog> access_log;  // nullptr: requests go to the debug log only
   ServingLimits limits;
   std::atomic<bool> draining{false};
   // Reloads the config (nullopt: the config file) and calls done with "" once the new state is

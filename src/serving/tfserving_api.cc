@@ -251,6 +251,8 @@ void predict(ServingState& state, std::shared_ptr<ServedModel> model, const Http
     for (const auto& p : prompts) reqs.push_back(instance_request(m, p, shared));
   }
   record->model = m.name;
+  if (record->access_log && record->access_log->log_prompts())
+    record->prompt = dump_json(rows ? body["instances"] : body["inputs"]);
   for (auto& r : reqs) {
     r.id = random_id("predict-");
     record->prompt_tokens += static_cast<int64_t>(r.prompt.size());
@@ -290,6 +292,7 @@ void predict(ServingState& state, std::shared_ptr<ServedModel> model, const Http
       out = {{"outputs", o}};
     }
     record->completion_tokens = completion;
+    record->ttft_ms = job->first_token_ms(record->received);
     responder->send(200, dump_json(out));
     log_request(*record, 200);
   };

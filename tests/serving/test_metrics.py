@@ -174,5 +174,45 @@ class MetricsTest(unittest.TestCase):
             shutil.rmtree(d, ignore_errors=True)
 
 
+class AccessLogTest(unittest.TestCase):
+    def run_server(self, *flags):
+        d = tempfile.mkdtemp(prefix="tf_access_")
+        self.addCleanup(shutil.rmtree, d, True)
+        path = os.path.join(d, "access.log")
+        proc, port = start_server("--access-log", path, *flags)
+        c = Client(port)
+        status, body, _, _ = c.post("/v1/completions", {"prompt": "Once upon a time",
+                                                        "max_tokens": 6},
+                                    headers={"X-Request-Id": "trace-42"})
+        self.assertEqual(status, 200)
+        self.assertEqual(c.post("/v1/completions", {"prompt": "x", "top_p": 7})[0], 400)
+        c.get("/metrics")  # not logged
+        stop_server(proc)
+        with open(path) as f:
+            lines = [json.loads(line) for line in f]
+        return body, lines
+
+    def test_one_json_line_per_request_without_prompts(self):
+        body, lines = self.run_server()
+        self.assertEqual(len(lines), 2)
+        ok, bad = lines
+        self.assertEqual(list(ok), ["time", "request_id", "remote", "method", "path", "model",
+                                    "version", "status", "prompt_tokens", "completion_tokens",
+                                    "ttft_ms", "duration_ms", "finish_reason"])
+        self.assertEqual((ok["request_id"], ok["model"], ok["version"], ok["status"]),
+                         ("trace-42", "stories260K", 1, 200))
+        self.assertEqual(ok["prompt_tokens"], body["usage"]["prompt_tokens"])
+        self.assertEqual(ok["completion_tokens"], body["usage"]["completion_tokens"])
+        self.assertEqual(ok["finish_reason"], body["choices"][0]["finish_reason"])
+        self.assertTrue(0 <= ok["ttft_ms"] <= ok["duration_ms"], ok)
+        self.assertEqual((bad["status"], bad["ttft_ms"]), (400, None))
+        self.assertTrue(bad["request_id"].startswith("req-"))
+        self.assertNotIn("prompt", ok)
+
+    def test_prompts_only_with_the_flag(self):
+        _, lines = self.run_server("--log-prompts")
+        self.assertEqual(lines[0]["prompt"], "Once upon a time")
+
+
 if __name__ == "__main__":
     unittest.main()

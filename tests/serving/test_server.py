@@ -12,6 +12,7 @@ import re
 import signal
 import socket
 import subprocess
+import tempfile
 import threading
 import time
 import unittest
@@ -26,16 +27,21 @@ MODEL = "stories260K"
 
 
 def start_server(*extra):
-    """Starts the server on a free port; returns (process, port)."""
+    """Starts the server on a free port; returns (process, port). Its stderr goes to a temporary
+    file (a pipe nobody reads would fill up with the access log and stall the server)."""
+    err = tempfile.TemporaryFile(mode="w+")
     proc = subprocess.Popen(
         [BIN, "--log-level", "info", "serve", "--model", STORIES_BIN, "--port", "0",
          "--kv-cache-memory", "32MiB", *extra],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        stdout=subprocess.PIPE, stderr=err, text=True)
+    proc.err_file = err
     line = proc.stdout.readline()
     m = re.search(r"http://127\.0\.0\.1:(\d+)", line)
     if not m:
         proc.kill()
-        raise RuntimeError("server did not start: %r %s" % (line, proc.stderr.read()))
+        proc.wait()
+        err.seek(0)
+        raise RuntimeError("server did not start: %r %s" % (line, err.read()))
     return proc, int(m.group(1))
 
 
@@ -43,11 +49,16 @@ def stop_server(proc, sig=signal.SIGTERM, timeout=30):
     """Signals the server and waits; returns (exit code, its stderr)."""
     proc.send_signal(sig)
     try:
-        _, err = proc.communicate(timeout=timeout)
+        proc.communicate(timeout=timeout)
     except subprocess.TimeoutExpired:
         proc.kill()
         proc.communicate()
         raise
+    err = ""
+    if getattr(proc, "err_file", None) is not None:
+        proc.err_file.seek(0)
+        err = proc.err_file.read()
+        proc.err_file.close()
     return proc.returncode, err
 
 
