@@ -16,7 +16,7 @@ import unittest
 import urllib.parse
 import urllib.request
 
-from test_server import STORIES_BIN, Client, sse_events, start_server, stop_server
+from test_server import REPO, STORIES_BIN, Client, sse_events, start_server, stop_server
 
 PROMTOOL = shutil.which("promtool")
 PROMETHEUS = shutil.which("prometheus")
@@ -167,11 +167,32 @@ class MetricsTest(unittest.TestCase):
                     time.sleep(0.5)
                 self.assertEqual(count, ok)
                 self.assertTrue(p99 is not None and 0 < p99 < 600, p99)
+                # Every query of the Grafana dashboard is valid PromQL over series that exist.
+                with open(os.path.join(REPO, "deploy", "grafana", "tokenflow.json")) as f:
+                    dash = json.load(f)
+                names = set(parse_metrics(self.c.get("/metrics")[2])[0].keys())
+                names = {n for n, _ in names}
+                for panel in dash["panels"]:
+                    for target in panel["targets"]:
+                        expr = (target["expr"].replace("$__rate_interval", "1m")
+                                .replace('"$model"', '".*"'))
+                        for metric in re.findall(r"\b((?:tokenflow|process)_[a-z_]+)", expr):
+                            self.assertIn(metric, names, panel["title"])
+                        query(expr)  # raises on a syntax error
             finally:
                 prom.terminate()
                 prom.wait(30)
         finally:
             shutil.rmtree(d, ignore_errors=True)
+
+
+class DeployFilesTest(unittest.TestCase):
+    def test_prometheus_config_is_valid(self):
+        self.assertIsNotNone(PROMTOOL, "promtool is needed: run scripts/setup.sh")
+        p = subprocess.run([PROMTOOL, "check", "config",
+                            os.path.join(REPO, "deploy", "prometheus.yml")],
+                           capture_output=True, text=True, timeout=60)
+        self.assertEqual(p.returncode, 0, p.stdout + p.stderr)
 
 
 class AccessLogTest(unittest.TestCase):
