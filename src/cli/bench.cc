@@ -33,6 +33,8 @@ struct BenchOptions {
   EngineOptions engine;
   std::string dtype = "f32";
   uint64_t seed = 0;
+  // --url
+  std::string url, served_model, concurrency_list, request_rate, dataset, json_out;
 };
 
 struct Sample {
@@ -64,10 +66,23 @@ long peak_rss_mib() {
 
 int run_bench(const BenchOptions& o) {
   if (o.roofline) return run_roofline_bench(o.engine.threads);
+  if (!o.url.empty()) {
+    UrlBenchOptions u;
+    u.url = o.url;
+    u.model = o.served_model;
+    u.concurrencies =
+        o.concurrency_list.empty() ? std::to_string(o.concurrency) : o.concurrency_list;
+    u.request_rates = o.request_rate;
+    u.dataset = o.dataset;
+    u.num_prompts = o.num_prompts;
+    u.input_len = o.input_len;
+    u.output_len = o.output_len;
+    u.seed = o.seed;
+    u.json_out = o.json_out;
+    return run_url_bench(u);
+  }
   if (!o.offline) {
-    fail(
-        "give --offline (an in-process engine) or --roofline; the benchmark of a running server "
-        "(--url) arrives with the observability issue");
+    fail("give --offline (an in-process engine), --url URL (a running server) or --roofline");
   }
   if (o.num_prompts < 1 || o.concurrency < 1 || o.input_len < 1 || o.output_len < 1 ||
       o.prefix_len < 0) {
@@ -212,6 +227,20 @@ Action add_bench(CLI::App& app) {
   app.add_flag("--roofline", o->roofline,
                "measure this machine's read bandwidth and FMA peak, and the matmul's share of "
                "them per weight dtype");
+  app.add_option("--url", o->url,
+                 "benchmark a running OpenAI-compatible server at this address "
+                 "(http://127.0.0.1:8080)");
+  app.add_option("--served-model", o->served_model,
+                 "with --url: the \"model\" of the requests (default: the server's)");
+  app.add_option("--sweep", o->concurrency_list,
+                 "with --url: concurrency levels to run in turn, e.g. 1,4,16,64");
+  app.add_option("--request-rate", o->request_rate,
+                 "with --url: request rates (per second, Poisson arrivals) to run in turn, "
+                 "instead of concurrency levels");
+  app.add_option("--dataset", o->dataset,
+                 "with --url: prompts as JSON lines {\"prompt\": ..., \"max_tokens\": N} "
+                 "(default: random token ids of --input-len)");
+  app.add_option("--json-out", o->json_out, "with --url: write the results as JSON here");
   app.add_option("--model,-m", o->model, "model to load")->capture_default_str();
   app.add_option("--num-prompts", o->num_prompts, "requests in all")->capture_default_str();
   app.add_option("--concurrency", o->concurrency, "requests in flight at once")

@@ -27,4 +27,18 @@ Action add_quantize(CLI::App& app);
 // `bench --roofline`: this machine's limits and the matmul's fraction of them (roofline.cc).
 int run_roofline_bench(int threads);
 
+// `bench --url`: a running server under a sweep of load (bench_url.cc).
+struct UrlBenchOptions {
+  std::string url;            // http://host:port
+  std::string model;          // the "model" field ("" : the server's default)
+  std::string concurrencies;  // "1,4,16,64": closed-loop levels
+  std::string request_rates;  // "2,4,8": Poisson arrivals per second (instead of concurrency)
+  std::string dataset;        // JSON lines {"prompt": ..., "max_tokens"?: N}; else random ids
+  int num_prompts = 64;       // requests per level
+  int input_len = 128, output_len = 128;
+  uint64_t seed = 0;
+  std::string json_out;
+};
+int run_url_bench(const UrlBenchOptions& options);
+
 }  // namespace tf::cli

@@ -373,7 +373,13 @@ void HttpResponder::end() {
 void HttpServer::Impl::do_accept() {
   acceptor.async_accept(net::make_strand(ioc), [this](beast::error_code ec, tcp::socket socket) {
     if (!accepting || !acceptor.is_open()) return;
-    if (!ec) std::make_shared<HttpConnection>(std::move(socket), *this)->start();
+    if (!ec) {
+      // Streamed tokens are small writes: without TCP_NODELAY, Nagle's algorithm holds each
+      // one until the previous is acknowledged, and a client's delayed ACK makes that ~40 ms.
+      beast::error_code nodelay_ec;
+      socket.set_option(tcp::no_delay(true), nodelay_ec);
+      std::make_shared<HttpConnection>(std::move(socket), *this)->start();
+    }
     do_accept();
   });
 }
