@@ -10,7 +10,7 @@ packages=(
   libprotobuf-dev protobuf-compiler
   prometheus
   libgtest-dev libgmock-dev libbenchmark-dev
-  python3 python3-numpy python3-jinja2 python3-sentencepiece
+  python3 python3-numpy python3-jinja2 python3-sentencepiece python3-matplotlib
   clang-format
 )
 

@@ -327,6 +327,7 @@ int run_url_bench(const UrlBenchOptions& o) {
   }
   const std::vector<Prompt> prompts = make_prompts(o);
   json all = json::array();
+  int failed = 0;
   std::printf("%-12s %8s %9s %10s %12s %22s %22s %22s\n", levels[0].kind.c_str(), "ok", "req/s",
               "out tok/s", "errors", "ttft ms p50/p90/p99", "itl ms p50/p90/p99",
               "e2e ms p50/p90/p99");
@@ -343,6 +344,7 @@ int run_url_bench(const UrlBenchOptions& o) {
                 r["output_throughput"].get<double>(), errors, three("ttft_ms").c_str(),
                 three("itl_ms").c_str(), three("e2e_ms").c_str());
     std::fflush(stdout);
+    failed += errors;
     if (errors > 0) {
       for (const auto& [k, v] : r["errors"].items())
         std::fprintf(stderr, "  %d x %s\n", v.get<int>(), k.c_str());
@@ -362,7 +364,8 @@ int run_url_bench(const UrlBenchOptions& o) {
                .dump(2)
         << "\n";
   }
-  return 0;
+  if (failed > 0) std::fprintf(stderr, "%d requests failed\n", failed);
+  return failed > 0 ? 1 : 0;
 }
 
 }  // namespace tf::cli

@@ -16,7 +16,7 @@ import unittest
 import urllib.parse
 import urllib.request
 
-from test_server import REPO, STORIES_BIN, Client, sse_events, start_server, stop_server
+from test_server import BIN, REPO, STORIES_BIN, Client, sse_events, start_server, stop_server
 
 PROMTOOL = shutil.which("promtool")
 PROMETHEUS = shutil.which("prometheus")
@@ -184,6 +184,69 @@ class MetricsTest(unittest.TestCase):
                 prom.wait(30)
         finally:
             shutil.rmtree(d, ignore_errors=True)
+
+
+class BenchUrlTest(unittest.TestCase):
+    """`tokenflow bench --url` against the real server: its counts agree with the server's."""
+
+    def setUp(self):
+        self.proc, self.port = start_server("--access-log", "off")
+        self.dir = tempfile.mkdtemp(prefix="tf_bench_")
+
+    def tearDown(self):
+        stop_server(self.proc)
+        shutil.rmtree(self.dir, ignore_errors=True)
+
+    def bench(self, *args):
+        out = os.path.join(self.dir, "out.json")
+        p = subprocess.run([BIN, "bench", "--url", "http://127.0.0.1:%d" % self.port,
+                            "--json-out", out, *args], capture_output=True, text=True,
+                           timeout=120)
+        self.assertEqual(p.returncode, 0, p.stderr)
+        with open(out) as f:
+            return json.load(f), p.stdout
+
+    def test_sweep_counts_and_percentiles(self):
+        res, text = self.bench("--sweep", "1,4", "--num-prompts", "8", "--input-len", "16",
+                               "--output-len", "8")
+        self.assertEqual([lv["concurrency"] for lv in res["levels"]], [1, 4])
+        for lv in res["levels"]:
+            self.assertEqual((lv["completed"], lv["output_tokens"], lv["errors"]), (8, 64, {}))
+            for key in ("ttft_ms", "itl_ms", "e2e_ms"):
+                self.assertTrue(0 <= lv[key]["p50"] <= lv[key]["p90"] <= lv[key]["p99"], lv)
+            self.assertLessEqual(lv["ttft_ms"]["p99"], lv["e2e_ms"]["p99"])
+            self.assertGreater(lv["output_throughput"], 0)
+        self.assertIn("out tok/s", text)
+        samples, _, _ = parse_metrics(Client(self.port).get("/metrics")[2])
+        self.assertEqual(value(samples, "tokenflow_generation_tokens_total"), 128)
+        self.assertEqual(value(samples, "tokenflow_requests_total", code="200"), 16)
+        # The chart, where Debian's matplotlib is installed.
+        png = os.path.join(self.dir, "chart.png")
+        p = subprocess.run(["/usr/bin/python3", os.path.join(REPO, "scripts", "plot-bench"),
+                            os.path.join(self.dir, "out.json"), "-o", png],
+                           capture_output=True, text=True, timeout=120)
+        self.assertEqual(p.returncode, 0, p.stderr)
+        with open(png, "rb") as f:
+            self.assertEqual(f.read(8), b"\x89PNG\r\n\x1a\n")
+
+    def test_poisson_rates_and_a_dataset(self):
+        data = os.path.join(self.dir, "prompts.jsonl")
+        with open(data, "w") as f:
+            f.write('{"prompt": "Once upon a time", "max_tokens": 5}\n\n'
+                    '{"prompt": "The little dog", "max_tokens": 7}\n')
+        res, _ = self.bench("--request-rate", "40", "--num-prompts", "6", "--dataset", data)
+        lv = res["levels"][0]
+        self.assertEqual((lv["rate"], lv["completed"], lv["output_tokens"]), (40, 6, 36))
+
+    def test_failures_are_reported(self):
+        p = subprocess.run([BIN, "bench", "--url", "http://127.0.0.1:1", "--num-prompts", "2"],
+                           capture_output=True, text=True, timeout=60)
+        self.assertEqual(p.returncode, 1)
+        self.assertIn("2 requests failed", p.stderr)
+        p = subprocess.run([BIN, "bench", "--url", "ftp://x"], capture_output=True, text=True,
+                           timeout=60)
+        self.assertNotEqual(p.returncode, 0)
+        self.assertIn("http://", p.stderr)
 
 
 class DeployFilesTest(unittest.TestCase):
