@@ -34,6 +34,8 @@ struct ServeOptions {
   std::string memory_budget;
   std::string access_log = "-";
   bool log_prompts = false;
+  std::string api_keys_file;
+  bool metrics_require_key = false;
 };
 
 // Bytes of the files under a version's path (a directory or one file).
@@ -109,6 +111,11 @@ int run_serve(const ServeOptions& o) {
         return m;
       },
       std::move(ro));
+  if (!o.api_keys_file.empty()) {
+    state.api_keys = std::make_unique<ApiKeys>(ApiKeys::load(o.api_keys_file));
+    state.metrics_need_key = o.metrics_require_key;
+    log::info("API keys required ({} keys from {})", state.api_keys->size(), o.api_keys_file);
+  }
   if (o.access_log != "off")
     state.access_log = std::make_unique<AccessLog>(o.access_log, o.log_prompts);
   VersionManager manager(state.registry,
@@ -193,6 +200,12 @@ Action add_serve(CLI::App& app) {
                  "duration, status, finish reason): a file, '-' for stderr, or 'off'")
       ->capture_default_str();
   app.add_flag("--log-prompts", o->log_prompts, "write each request's prompt in the access log");
+  app.add_option("--api-keys-file", o->api_keys_file,
+                 "require 'Authorization: Bearer KEY' on every route but /healthz, /readyz and "
+                 "/metrics; one key (or sha256:HEX) per line with optional name=, models=, rpm=, "
+                 "tpm=, concurrency= (docs/api.md)");
+  app.add_flag("--metrics-require-key", o->metrics_require_key,
+               "with --api-keys-file: /metrics needs a key too");
   app.add_option("--memory-budget", o->memory_budget,
                  "versions that would take more memory (weights + KV cache) in all are not "
                  "loaded: bytes, 8GiB, or a fraction of available memory");

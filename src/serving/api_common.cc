@@ -8,6 +8,7 @@
 #include <random>
 
 #include "core/log.h"
+#include "serving/auth.h"
 #include "serving/metrics.h"
 
 namespace tf {
@@ -163,6 +164,7 @@ void log_request(const RequestRecord& r, int status) {
       {"duration_ms", std::round(ms * 10) / 10},
       {"finish_reason",
        r.finish.empty() ? nlohmann::ordered_json() : nlohmann::ordered_json(r.finish)}};
+  if (r.key) j["key"] = r.key->name;  // the key's name, never the key
   if (r.access_log && r.access_log->log_prompts() && !r.prompt.empty()) j["prompt"] = r.prompt;
   const std::string line = dump_json(j);
   if (r.access_log) {

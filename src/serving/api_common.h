@@ -16,6 +16,7 @@
 namespace tf {
 
 struct ServerMetrics;
+struct KeyPolicy;
 
 // An error with the HTTP status it answers with.
 class HttpError : public Error {
@@ -26,11 +27,18 @@ class HttpError : public Error {
         code_(std::move(code)),
         param_(std::move(param)) {}
   int status() const { return status_; }
+  // Seconds for a Retry-After header (429, 503); 0: the default of 1.
+  HttpError& retry_after(int seconds) {
+    retry_after_ = seconds;
+    return *this;
+  }
+  int retry_after_seconds() const { return retry_after_; }
   const std::string& code() const { return code_; }
   const std::string& param() const { return param_; }
 
  private:
   int status_;
+  int retry_after_ = 0;
   std::string code_, param_;
 };
 
@@ -81,6 +89,7 @@ struct RequestRecord {
   int64_t version = -1;              // of the model; -1 when none served the request
   ServerMetrics* metrics = nullptr;  // where log_request counts it (nullptr: not counted)
   AccessLog* access_log = nullptr;   // where log_request writes it (nullptr: the debug log)
+  const KeyPolicy* key = nullptr;    // the API key that authenticated it (nullptr: keys are off)
   int64_t prompt_tokens = 0, completion_tokens = 0;
   double ttft_ms = -1;  // the first token of the first sequence, from the request's arrival
   std::string finish;

@@ -212,8 +212,12 @@ Parsed parse_body(ServingState& state, const json& body, bool chat, const HttpRe
   return p;
 }
 
+// tenant: the API key's name ("" without keys): prefix-cache blocks are shared only between
+// requests of one tenant and one cache_salt, so no tenant is served (or can time) another's
+// cached prompt.
 std::vector<GenerationRequest> engine_requests(const Parsed& p, const json& body,
-                                               const std::string& id, bool max_given) {
+                                               const std::string& id, bool max_given,
+                                               const std::string& tenant) {
   std::vector<GenerationRequest> out;
   const int64_t ctx = p.model->config().max_seq_len;
   int32_t priority = 0;
@@ -222,12 +226,15 @@ std::vector<GenerationRequest> engine_requests(const Parsed& p, const json& body
       throw HttpError(400, "'priority' must be an integer", "", "priority");
     priority = body["priority"].get<int32_t>();
   }
-  uint64_t salt = 0;
+  std::string cache_salt;
   if (body.contains("cache_salt") && !body["cache_salt"].is_null()) {
     if (!body["cache_salt"].is_string())
       throw HttpError(400, "'cache_salt' must be a string", "", "cache_salt");
-    salt = std::hash<std::string>{}(body["cache_salt"].get<std::string>()) | 1;
+    cache_salt = body["cache_salt"].get<std::string>();
   }
+  uint64_t salt = 0;
+  if (!tenant.empty() || !cache_salt.empty())
+    salt = std::hash<std::string>{}(tenant + '\0' + cache_salt) | 1;
   for (size_t i = 0; i < p.prompts.size(); ++i) {
     GenerationRequest r;
     r.id = p.prompts.size() == 1 ? id : fmt::format("{}-{}", id, i);
@@ -322,7 +329,21 @@ void handle_openai_generation(ServingState& state, const HttpRequest& req,
       (body.contains("max_tokens") && !body["max_tokens"].is_null()) ||
       (chat && body.contains("max_completion_tokens") && !body["max_completion_tokens"].is_null());
   const std::string id = random_id(chat ? "chatcmpl-" : "cmpl-");
-  std::vector<GenerationRequest> reqs = engine_requests(*parsed, body, id, max_given);
+  std::vector<GenerationRequest> reqs =
+      engine_requests(*parsed, body, id, max_given, record->key ? record->key->name : "");
+  // The key's limits: prompt tokens plus the most the sequences may generate, corrected to
+  // what they did generate when the request ends.
+  double estimate = 0;
+  for (const auto& r : reqs) {
+    const int32_t seqs = std::max({r.params.n, r.params.best_of.value_or(1), r.params.num_beams});
+    estimate += static_cast<double>(r.prompt.size()) +
+                static_cast<double>(r.params.max_tokens) * static_cast<double>(seqs);
+  }
+  const std::shared_ptr<Admission> admission = state.admit(*record, model.name, estimate);
+  auto used = [admission, record] {
+    if (admission)
+      admission->set_used(static_cast<double>(record->prompt_tokens + record->completion_tokens));
+  };
   for (const auto& r : reqs) record->prompt_tokens += static_cast<int64_t>(r.prompt.size());
   const int64_t created = unix_seconds();
   const Tokenizer* tok = model.tok();
@@ -398,6 +419,7 @@ void handle_openai_generation(ServingState& state, const HttpRequest& req,
       responder->end();
       if (job) {
         record->completion_tokens = usage(*job)["completion_tokens"].get<int64_t>();
+        used();
         record->ttft_ms = job->first_token_ms(record->received);
       }
       log_request(*record, 200);
@@ -457,6 +479,7 @@ void handle_openai_generation(ServingState& state, const HttpRequest& req,
                   {"created", created}, {"model", model_name},
                   {"choices", choices}, {"usage", usage(*job)}};
     record->completion_tokens = resp["usage"]["completion_tokens"].get<int64_t>();
+    used();
     record->ttft_ms = job->first_token_ms(record->received);
     responder->send(200, dump_json(resp));
     log_request(*record, 200);

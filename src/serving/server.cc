@@ -75,18 +75,45 @@ void Server::handle(HttpRequest req, std::shared_ptr<HttpResponder> responder) {
   }
   bool tf_shape = false;
   try {
+    authenticate(req, *record);
     route(req, responder, record, tf_shape);
   } catch (const std::exception& e) {
     const int status = http_status_of(e);
     if (status >= 500) log::error("request {} failed: {}", record->id, e.what());
     HttpHeaders headers;
-    if (status == 503 || status == 429) headers.emplace_back("Retry-After", "1");
+    if (status == 503 || status == 429) {
+      const auto* he = dynamic_cast<const HttpError*>(&e);
+      const int retry = he && he->retry_after_seconds() > 0 ? he->retry_after_seconds() : 1;
+      headers.emplace_back("Retry-After", std::to_string(retry));
+    }
+    if (status == 401) headers.emplace_back("WWW-Authenticate", "Bearer");
     const std::string body =
         tf_shape ? tfserving_error_body(status == 500 ? fmt::format("internal error: {}", e.what())
                                                       : std::string(e.what()))
                  : openai_error_body(e);
     responder->send(status, body, "application/json", std::move(headers));
     log_request(*record, status);
+  }
+}
+
+void Server::authenticate(const HttpRequest& req, RequestRecord& record) const {
+  if (!state_.api_keys) return;
+  const std::string& p = req.path;
+  if (p == "/healthz" || p == "/readyz" || (p == "/metrics" && !state_.metrics_need_key)) return;
+  const std::string* auth = req.header("authorization");
+  std::string_view token;
+  if (auth && auth->size() > 7 &&
+      (auth->compare(0, 7, "Bearer ") == 0 || auth->compare(0, 7, "bearer ") == 0)) {
+    token = std::string_view(*auth).substr(7);
+    while (!token.empty() && token.front() == ' ') token.remove_prefix(1);
+    while (!token.empty() && token.back() == ' ') token.remove_suffix(1);
+  }
+  record.key = token.empty() ? nullptr : state_.api_keys->find(token);
+  if (!record.key) {
+    throw HttpError(401,
+                    auth ? "Incorrect API key provided"
+                         : "An API key is required: send 'Authorization: Bearer KEY'",
+                    "invalid_api_key");
   }
 }
 

@@ -23,6 +23,9 @@ class Server {
 
  private:
   void handle(HttpRequest req, std::shared_ptr<HttpResponder> responder);
+  // Throws HttpError 401 when keys are on and the request's key is missing or unknown; sets
+  // record.key otherwise.
+  void authenticate(const HttpRequest& req, RequestRecord& record) const;
   void route(const HttpRequest& req, std::shared_ptr<HttpResponder> responder,
              std::shared_ptr<RequestRecord> record, bool& tf_shape);
   // GET /metrics: Prometheus text format.

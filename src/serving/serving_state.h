@@ -9,6 +9,8 @@
 #include <optional>
 #include <string>
 
+#include "serving/api_common.h"
+#include "serving/auth.h"
 #include "serving/generation_job.h"
 #include "serving/metrics.h"
 #include "serving/model_registry.h"
@@ -27,6 +29,16 @@ struct ServingState {
   JobRegistry jobs;
   ServerMetrics metrics;
   std::unique_ptr<AccessLog> access_log;  // nullptr: requests go to the debug log only
+  std::unique_ptr<ApiKeys> api_keys;      // nullptr: no authentication
+  bool metrics_need_key = false;          // GET /metrics behind the keys too
+  KeyLimiter limiter;
+
+  // Checks the request's key may use model and admits it under the key's limits (HttpError 403
+  // or 429 otherwise). The returned handle releases the admission when the last copy goes (keep
+  // it in the job's callbacks); record the tokens really used with set_used. nullptr when the
+  // request has no key.
+  std::shared_ptr<Admission> admit(const RequestRecord& record, const std::string& model,
+                                   double tokens);
   ServingLimits limits;
   std::atomic<bool> draining{false};
   // Reloads the config (nullopt: the config file) and calls done with "" once the new state is

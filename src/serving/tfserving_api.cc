@@ -257,12 +257,19 @@ void predict(ServingState& state, std::shared_ptr<ServedModel> model, const Http
     r.id = random_id("predict-");
     record->prompt_tokens += static_cast<int64_t>(r.prompt.size());
   }
+  if (record->key) {  // one tenant's prefix-cache blocks, as in the OpenAI routes
+    for (auto& r : reqs) r.cache_salt = std::hash<std::string>{}(record->key->name + '\0') | 1;
+  }
+  double estimate = 0;
+  for (const auto& r : reqs)
+    estimate += static_cast<double>(r.prompt.size()) + static_cast<double>(r.params.max_tokens);
+  const std::shared_ptr<Admission> admission = state.admit(*record, m.name, estimate);
   std::vector<bool> want_lp;
   for (const auto& r : reqs) want_lp.push_back(r.params.logprobs.has_value());
   auto job_ref = std::make_shared<std::weak_ptr<GenerationJob>>();
   // The job holds the version (through on_done) until it ends: an unloading version finishes it.
   auto on_done = [=, keep = model](bool client_gone) {
-    (void)keep;
+    (void)keep;  // the version and the key's admission stay held until the job ends
     if (client_gone) return log_request(*record, 499);
     auto job = job_ref->lock();
     if (!job) return;
@@ -292,6 +299,7 @@ void predict(ServingState& state, std::shared_ptr<ServedModel> model, const Http
       out = {{"outputs", o}};
     }
     record->completion_tokens = completion;
+    if (admission) admission->set_used(static_cast<double>(record->prompt_tokens + completion));
     record->ttft_ms = job->first_token_ms(record->received);
     responder->send(200, dump_json(out));
     log_request(*record, 200);

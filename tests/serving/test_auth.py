@@ -1,0 +1,137 @@
+"""Integration tests of API keys and per-key limits (`tokenflow serve --api-keys-file`): 401
+without or with a wrong key on every route but health, 403 for a model the key may not use, 429
+with Retry-After over a key's request rate or concurrency, keys never in the logs, and prefix-
+cache blocks shared only within one key (or one cache_salt).
+Env: TOKENFLOW_BIN, TF_SHARED_DIR.
+"""
+import hashlib
+import os
+import shutil
+import tempfile
+import threading
+import time
+import unittest
+
+from test_server import Client, start_server, stop_server
+
+PROMPT = "Once upon a time there was a little girl who liked to play in the park with her dog"
+
+
+class AuthTest(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        cls.dir = tempfile.mkdtemp(prefix="tf_auth_")
+        cls.keys = os.path.join(cls.dir, "keys")
+        with open(cls.keys, "w") as f:
+            f.write("sk-admin name=admin\n"
+                    "sha256:%s name=limited models=stories260K rpm=3\n"
+                    "sk-other name=other models=someothermodel\n"
+                    "sk-one name=one concurrency=1\n" % hashlib.sha256(b"sk-limited").hexdigest())
+        cls.log = os.path.join(cls.dir, "access.log")
+        cls.proc, cls.port = start_server("--api-keys-file", cls.keys, "--access-log", cls.log)
+        cls.c = Client(cls.port)
+
+    @classmethod
+    def tearDownClass(cls):
+        _, err = stop_server(cls.proc)
+        with open(cls.log) as f:
+            logs = f.read() + err
+        for secret in ("sk-admin", "sk-limited", "sk-other", "sk-one"):
+            assert secret not in logs, "a key reached the logs"
+        shutil.rmtree(cls.dir, ignore_errors=True)
+
+    def post(self, key, body=None, path="/v1/completions"):
+        headers = {"Authorization": "Bearer " + key} if key is not None else {}
+        return self.c.post(path, body or {"prompt": "Hi", "max_tokens": 2}, headers=headers)
+
+    def test_keys_are_required_except_for_health(self):
+        for key in (None, "sk-wrong", "", "sk-admi"):
+            status, body, _, headers = self.post(key)
+            self.assertEqual(status, 401, key)
+            self.assertEqual(body["error"]["code"], "invalid_api_key")
+            self.assertEqual(headers.get("WWW-Authenticate"), "Bearer")
+        status, _, _, _ = self.c.get("/v1/models", headers={"Authorization": "Basic eDp5"})
+        self.assertEqual(status, 401)
+        self.assertEqual(self.c.get("/v1/models/stories260K")[0], 401)  # TF Serving routes too
+        self.assertEqual(self.c.get("/healthz")[0], 200)
+        self.assertEqual(self.c.get("/readyz")[0], 200)
+        self.assertEqual(self.post("sk-admin")[0], 200)
+        self.assertEqual(self.c.get("/v1/models",
+                                    headers={"Authorization": "Bearer sk-admin"})[0], 200)
+
+    def test_models_outside_the_key_are_forbidden(self):
+        status, body, _, _ = self.post("sk-other")
+        self.assertEqual(status, 403)
+        self.assertIn("may not use model 'stories260K'", body["error"]["message"])
+        status, body, _, _ = self.c.post("/v1/models/stories260K:predict",
+                                         {"instances": ["Hi"]},
+                                         headers={"Authorization": "Bearer sk-other"})
+        self.assertEqual(status, 403)
+        self.assertIn("error", body)
+
+    def test_request_rate_gives_429_with_retry_after(self):
+        codes = [self.post("sk-limited")[0] for _ in range(3)]
+        self.assertEqual(codes, [200, 200, 200])
+        status, body, _, headers = self.post("sk-limited")
+        self.assertEqual(status, 429)
+        self.assertEqual(body["error"]["code"], "rate_limit_exceeded")
+        self.assertGreaterEqual(int(headers["Retry-After"]), 1)
+        self.assertEqual(self.post("sk-admin")[0], 200)  # other keys are not limited
+
+    def test_concurrency_per_key(self):
+        results = []
+        slow = threading.Thread(target=lambda: results.append(self.post(
+            "sk-one", {"prompt": "Hi", "max_tokens": 480, "n": 8, "ignore_eos": True})[0]))
+        slow.start()
+        admin = {"Authorization": "Bearer sk-admin"}
+
+        def running():
+            return self.c.get("/v1/admin/stats", headers=admin)[1]["models"].get(
+                "stories260K", {}).get("running", 0)
+
+        deadline = time.time() + 10
+        while time.time() < deadline and slow.is_alive() and running() == 0:
+            time.sleep(0.002)
+        status = self.post("sk-one")[0]  # while the slow one runs
+        slow.join(60)
+        self.assertEqual(status, 429)
+        self.assertEqual(results, [200])
+        self.assertEqual(self.post("sk-one")[0], 200)  # released when it ended
+
+    def cached(self, key, salt=None):
+        body = {"prompt": PROMPT, "max_tokens": 1}
+        if salt:
+            body["cache_salt"] = salt
+        status, resp, _, _ = self.post(key, body)
+        self.assertEqual(status, 200, resp)
+        return resp["usage"]["prompt_tokens_details"]["cached_tokens"]
+
+    def test_prefix_cache_is_shared_only_within_a_key_or_salt(self):
+        self.cached("sk-admin")
+        self.assertGreater(self.cached("sk-admin"), 0)   # same key: hit
+        self.assertEqual(self.cached("sk-one"), 0)       # another key: never
+        self.cached("sk-admin", salt="tenant-a")
+        self.assertEqual(self.cached("sk-admin", salt="tenant-b"), 0)
+        self.assertGreater(self.cached("sk-admin", salt="tenant-a"), 0)
+
+
+class NoKeysTest(unittest.TestCase):
+    def test_bad_keys_file_is_refused(self):
+        d = tempfile.mkdtemp(prefix="tf_auth_")
+        try:
+            path = os.path.join(d, "keys")
+            with open(path, "w") as f:
+                f.write("sk-a rpm=lots\n")
+            import subprocess
+            from test_server import BIN, STORIES_BIN
+            p = subprocess.run([BIN, "serve", "-m", STORIES_BIN, "--port", "0",
+                                "--api-keys-file", path], capture_output=True, text=True,
+                               timeout=60)
+            self.assertEqual(p.returncode, 1)
+            self.assertIn(path + ":1: 'lots' is not a number", p.stderr)
+        finally:
+            shutil.rmtree(d, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    unittest.main()
