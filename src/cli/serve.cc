@@ -35,6 +35,7 @@ struct ServeOptions {
   std::string access_log = "-";
   bool log_prompts = false;
   std::string api_keys_file;
+  double request_timeout_s = 600;
   bool metrics_require_key = false;
 };
 
@@ -111,6 +112,9 @@ int run_serve(const ServeOptions& o) {
         return m;
       },
       std::move(ro));
+  if (!(o.request_timeout_s > 0)) fail("--request-timeout must be > 0");
+  state.limits.max_request_time =
+      std::chrono::milliseconds(static_cast<int64_t>(o.request_timeout_s * 1000));
   if (!o.api_keys_file.empty()) {
     state.api_keys = std::make_unique<ApiKeys>(ApiKeys::load(o.api_keys_file));
     state.metrics_need_key = o.metrics_require_key;
@@ -204,6 +208,10 @@ Action add_serve(CLI::App& app) {
                  "require 'Authorization: Bearer KEY' on every route but /healthz, /readyz and "
                  "/metrics; one key (or sha256:HEX) per line with optional name=, models=, rpm=, "
                  "tpm=, concurrency= (docs/api.md)");
+  app.add_option("--request-timeout", o->request_timeout_s,
+                 "longest a request may take, queue time included, in seconds (a request's "
+                 "\"timeout\" may ask for less); then it ends with finish_reason abort, or 504")
+      ->capture_default_str();
   app.add_flag("--metrics-require-key", o->metrics_require_key,
                "with --api-keys-file: /metrics needs a key too");
   app.add_option("--memory-budget", o->memory_budget,

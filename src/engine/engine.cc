@@ -285,6 +285,11 @@ void Engine::finish_sequence(Sequence* seq, RequestOutput& out) {
 }
 
 void Engine::step() {
+  // Requests past their deadline end as cancelled ones do.
+  const auto now = Clock::now();
+  for (auto& r : active_) {
+    if (r->spec.deadline != Clock::time_point{} && now >= r->spec.deadline) r->stream->cancel();
+  }
   // Cancelled requests leave first: their blocks are free for this step's schedule.
   for (auto& r : active_) {
     if (!r->stream->cancelled() || r->unfinished == 0) continue;

@@ -29,6 +29,9 @@ struct GenerationRequest {
   SamplingParams params;
   int32_t priority = 0;     // lower runs first; FCFS within a priority
   uint64_t cache_salt = 0;  // prefix-cache blocks are shared only within one salt
+  // Past this moment the request ends as if cancelled (finish reason abort, blocks freed),
+  // waiting or running; the epoch (default) means none.
+  std::chrono::steady_clock::time_point deadline{};
 };
 
 // One event of a request's stream.

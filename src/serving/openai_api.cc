@@ -22,7 +22,7 @@ const std::unordered_set<std::string> kCommonFields = {
     "top_k", "min_p", "typical_p", "repetition_penalty", "min_tokens", "ignore_eos",
     "stop_token_ids", "skip_special_tokens", "include_stop_str_in_output", "length_penalty",
     "use_beam_search", "early_stopping", "no_repeat_ngram_size", "bad_words_ids", "priority",
-    "request_id", "cache_salt", "spaces_between_special_tokens", "add_special_tokens",
+    "request_id", "cache_salt", "spaces_between_special_tokens", "add_special_tokens", "timeout",
     "service_tier", "metadata", "store"};
 const std::unordered_set<std::string> kCompletionFields = {"prompt", "echo", "suffix"};
 const std::unordered_set<std::string> kChatFields = {
@@ -339,6 +339,16 @@ void handle_openai_generation(ServingState& state, const HttpRequest& req,
     estimate += static_cast<double>(r.prompt.size()) +
                 static_cast<double>(r.params.max_tokens) * static_cast<double>(seqs);
   }
+  // The deadline: the request's "timeout" (seconds) within the server's maximum.
+  auto limit = state.limits.max_request_time;
+  if (body.contains("timeout") && !body["timeout"].is_null()) {
+    if (!body["timeout"].is_number() || !(body["timeout"].get<double>() > 0))
+      throw HttpError(400, "'timeout' must be a number of seconds > 0", "", "timeout");
+    limit = std::min(limit, std::chrono::milliseconds(
+                                static_cast<int64_t>(body["timeout"].get<double>() * 1000)));
+  }
+  const auto deadline = record->received + limit;
+  for (auto& r : reqs) r.deadline = deadline;
   const std::shared_ptr<Admission> admission = state.admit(*record, model.name, estimate);
   auto used = [admission, record] {
     if (admission)
@@ -452,6 +462,21 @@ void handle_openai_generation(ServingState& state, const HttpRequest& req,
     if (client_gone) return log_request(*record, 499);
     auto job = job_ref->lock();
     if (!job) return;
+    if (std::chrono::steady_clock::now() >= deadline) {
+      bool aborted = false;
+      for (const auto& seqs : job->results())
+        for (const auto& s : seqs) aborted = aborted || s.finish == FinishReason::kAbort;
+      if (aborted) {
+        used();
+        responder->send(504,
+                        openai_error_body(504,
+                                          fmt::format("the request ran past its deadline "
+                                                      "({:.3g} s) and was stopped",
+                                                      std::chrono::duration<double>(limit).count()),
+                                          "timeout"));
+        return log_request(*record, 504);
+      }
+    }
     ojson choices = ojson::array();
     for (size_t i = 0; i < job->num_prompts(); ++i) {
       const auto& seqs = job->results()[i];

@@ -19,6 +19,9 @@ namespace tf {
 
 struct ServingLimits {
   std::chrono::milliseconds max_step_time{30000};  // a step longer than this: not ready
+  // Longest a request may take, queue time included (a request's "timeout" may be shorter);
+  // past it, it ends with finish_reason "abort" (504 when nothing was sent yet).
+  std::chrono::milliseconds max_request_time{600000};
 };
 
 struct ServingState {

@@ -257,6 +257,8 @@ void predict(ServingState& state, std::shared_ptr<ServedModel> model, const Http
     r.id = random_id("predict-");
     record->prompt_tokens += static_cast<int64_t>(r.prompt.size());
   }
+  const auto deadline = record->received + state.limits.max_request_time;
+  for (auto& r : reqs) r.deadline = deadline;
   if (record->key) {  // one tenant's prefix-cache blocks, as in the OpenAI routes
     for (auto& r : reqs) r.cache_salt = std::hash<std::string>{}(record->key->name + '\0') | 1;
   }

@@ -115,6 +115,50 @@ class AuthTest(unittest.TestCase):
         self.assertGreater(self.cached("sk-admin", salt="tenant-a"), 0)
 
 
+class DeadlineTest(unittest.TestCase):
+    LONG = {"prompt": "Hi", "max_tokens": 480, "n": 8, "ignore_eos": True}
+
+    def kv_used(self, c):
+        deadline = time.time() + 10
+        while time.time() < deadline:
+            used = c.get("/v1/admin/stats")[1]["models"]["stories260K"]["kv_blocks_used"]
+            if used == 0:
+                return 0
+            time.sleep(0.02)
+        return used
+
+    def test_request_timeout_and_server_maximum(self):
+        from test_server import sse_events
+        proc, port = start_server("--threads", "1")
+        try:
+            c = Client(port)
+            t0 = time.time()
+            status, body, _, _ = c.post("/v1/completions", dict(self.LONG, timeout=0.05))
+            self.assertEqual(status, 504, body)
+            self.assertEqual(body["error"]["code"], "timeout")
+            self.assertLess(time.time() - t0, 5)
+            self.assertEqual(self.kv_used(c), 0)
+            head, text = c.raw_stream("/v1/completions", dict(self.LONG, timeout=0.05,
+                                                              stream=True))
+            self.assertTrue(head.startswith("HTTP/1.1 200"))
+            finishes = {ch["finish_reason"] for e in sse_events(text) for ch in e["choices"]}
+            self.assertIn("abort", finishes)
+            self.assertEqual(self.kv_used(c), 0)
+            for bad in (-1, 0, "soon"):
+                status, body, _, _ = c.post("/v1/completions", {"prompt": "Hi", "timeout": bad})
+                self.assertEqual((status, body["error"]["param"]), (400, "timeout"), bad)
+            self.assertEqual(c.post("/v1/completions", {"prompt": "Hi", "max_tokens": 4,
+                                                        "timeout": 30})[0], 200)
+        finally:
+            stop_server(proc)
+        proc, port = start_server("--threads", "1", "--request-timeout", "0.05")
+        try:
+            status, body, _, _ = Client(port).post("/v1/completions", self.LONG)
+            self.assertEqual(status, 504, body)
+        finally:
+            stop_server(proc)
+
+
 class NoKeysTest(unittest.TestCase):
     def test_bad_keys_file_is_refused(self):
         d = tempfile.mkdtemp(prefix="tf_auth_")
