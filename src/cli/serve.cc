@@ -36,6 +36,7 @@ struct ServeOptions {
   bool log_prompts = false;
   std::string api_keys_file;
   double request_timeout_s = 600;
+  std::string tls_cert, tls_key;
   bool metrics_require_key = false;
 };
 
@@ -150,17 +151,20 @@ int run_serve(const ServeOptions& o) {
     hc.max_body_bytes = static_cast<size_t>(o.max_body_bytes);
     hc.read_timeout = std::chrono::milliseconds(static_cast<int64_t>(o.read_timeout_s * 1000));
     hc.idle_timeout = std::chrono::milliseconds(static_cast<int64_t>(o.idle_timeout_s * 1000));
+    hc.tls_cert = o.tls_cert;
+    hc.tls_key = o.tls_key;
     Server server(state, hc);
     server.start();
     // One line on stdout, for people and scripts (a test reads the port from it).
     const auto names = state.registry.names();
-    std::printf("tokenflow serving %s on http://%s:%u\n",
-                names.empty() ? "-" : fmt::format("{}", fmt::join(names, ", ")).c_str(),
+    const char* scheme = o.tls_cert.empty() ? "http" : "https";
+    std::printf("tokenflow serving %s on %s://%s:%u\n",
+                names.empty() ? "-" : fmt::format("{}", fmt::join(names, ", ")).c_str(), scheme,
                 o.host.c_str(), server.port());
     std::printf(
-        "try: curl -s http://%s:%u/v1/completions -H 'Content-Type: application/json' -d "
+        "try: curl -s%s %s://%s:%u/v1/completions -H 'Content-Type: application/json' -d "
         "'{\"prompt\": \"Once upon a time\", \"max_tokens\": 64}'\n",
-        o.host.c_str(), server.port());
+        o.tls_cert.empty() ? "" : "k", scheme, o.host.c_str(), server.port());
     std::fflush(stdout);
     int sig = 0;
     sigwait(&signals, &sig);
@@ -208,6 +212,8 @@ Action add_serve(CLI::App& app) {
                  "require 'Authorization: Bearer KEY' on every route but /healthz, /readyz and "
                  "/metrics; one key (or sha256:HEX) per line with optional name=, models=, rpm=, "
                  "tpm=, concurrency= (docs/api.md)");
+  app.add_option("--tls-cert", o->tls_cert, "serve HTTPS: PEM certificate (chain) file");
+  app.add_option("--tls-key", o->tls_key, "serve HTTPS: PEM private key file");
   app.add_option("--request-timeout", o->request_timeout_s,
                  "longest a request may take, queue time included, in seconds (a request's "
                  "\"timeout\" may ask for less); then it ends with finish_reason abort, or 504")

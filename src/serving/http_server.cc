@@ -5,19 +5,24 @@
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/ip/tcp.hpp>
 #include <boost/asio/post.hpp>
+#include <boost/asio/ssl/context.hpp>
+#include <boost/asio/ssl/stream.hpp>
 #include <boost/asio/strand.hpp>
 #include <boost/asio/write.hpp>
 #include <boost/beast/core/flat_buffer.hpp>
+#include <boost/beast/core/stream_traits.hpp>
 #include <boost/beast/core/tcp_stream.hpp>
 #include <boost/beast/http/error.hpp>
 #include <boost/beast/http/read.hpp>
 #include <boost/beast/http/status.hpp>
 #include <boost/beast/http/string_body.hpp>
+#include <boost/beast/ssl/ssl_stream.hpp>
 #include <nlohmann/json.hpp>
 
 #include <deque>
 #include <mutex>
 #include <optional>
+#include <variant>
 
 #include "core/error.h"
 #include "core/log.h"
@@ -52,6 +57,7 @@ struct HttpServer::Impl {
   std::atomic<int64_t> in_progress{0};
   net::io_context ioc;
   tcp::acceptor acceptor;
+  std::unique_ptr<net::ssl::context> tls;  // set with --tls-cert / --tls-key
 
   Impl(HttpServerConfig c, HttpHandler h, HttpErrorFormatter e)
       : config(std::move(c)),
@@ -68,19 +74,28 @@ struct HttpServer::Impl {
 class HttpConnection : public std::enable_shared_from_this<HttpConnection> {
  public:
   HttpConnection(tcp::socket socket, HttpServer::Impl& server)
-      : stream_(std::move(socket)), server_(server) {
+      : stream_(make_stream(std::move(socket), server)), server_(server) {
     ++server_.connections;
     beast::error_code ec;
-    const auto ep = stream_.socket().remote_endpoint(ec);
+    const auto ep = lowest().socket().remote_endpoint(ec);
     if (!ec) remote_ = fmt::format("{}:{}", ep.address().to_string(), ep.port());
-    stream_.socket().non_blocking(true, ec);  // the disconnect watch peeks without blocking
+    lowest().socket().non_blocking(true, ec);  // the disconnect watch peeks without blocking
   }
   ~HttpConnection() { --server_.connections; }
 
   void start() {
-    net::dispatch(stream_.get_executor(), [self = shared_from_this()] { self->read_request(); });
+    net::dispatch(executor(), [self = shared_from_this()] {
+      auto* tls = std::get_if<TlsStream>(&self->stream_);
+      if (!tls) return self->read_request();
+      // TLS: the handshake first, within the time allowed to read a request.
+      self->lowest().expires_after(self->server_.config.read_timeout);
+      tls->async_handshake(net::ssl::stream_base::server, [self](beast::error_code ec) {
+        if (ec) return self->fail_connection();
+        self->read_request();
+      });
+    });
   }
-  net::any_io_executor executor() { return stream_.get_executor(); }
+  net::any_io_executor executor() { return lowest().get_executor(); }
   bool server_stopped() const { return server_.stopped; }
 
   // Queues the bytes of a response; `last` ends it.
@@ -127,8 +142,8 @@ class HttpConnection : public std::enable_shared_from_this<HttpConnection> {
       }
     }
     beast::error_code ec;
-    stream_.socket().shutdown(tcp::socket::shutdown_both, ec);
-    stream_.close();
+    lowest().socket().shutdown(tcp::socket::shutdown_both, ec);
+    lowest().close();
   }
 
  private:
@@ -139,11 +154,15 @@ class HttpConnection : public std::enable_shared_from_this<HttpConnection> {
     parser_.emplace();
     parser_->header_limit(static_cast<uint32_t>(server_.config.max_header_bytes));
     parser_->body_limit(server_.config.max_body_bytes);
-    stream_.expires_after(first_request_ ? server_.config.read_timeout
-                                         : server_.config.idle_timeout);
-    http::async_read(
-        stream_, buffer_, *parser_,
-        [self = shared_from_this()](beast::error_code ec, size_t) { self->on_read(ec); });
+    lowest().expires_after(first_request_ ? server_.config.read_timeout
+                                          : server_.config.idle_timeout);
+    std::visit(
+        [&](auto& s) {
+          http::async_read(
+              s, buffer_, *parser_,
+              [self = shared_from_this()](beast::error_code ec, size_t) { self->on_read(ec); });
+        },
+        stream_);
   }
 
   void error_response(int status, std::string message) {
@@ -213,34 +232,38 @@ class HttpConnection : public std::enable_shared_from_this<HttpConnection> {
   void watch_disconnect() {
     if (watching_ || !responding_ || closed_) return;
     watching_ = true;
-    stream_.socket().async_wait(tcp::socket::wait_read,
-                                [self = shared_from_this()](beast::error_code ec) {
-                                  self->watching_ = false;
-                                  if (!self->responding_ || self->closed_) return;
-                                  if (ec) {
-                                    if (ec != net::error::operation_aborted)
-                                      self->fail_connection();
-                                    return;
-                                  }
-                                  char c;
-                                  beast::error_code peek_ec;
-                                  const size_t n = self->stream_.socket().receive(
-                                      net::buffer(&c, 1), tcp::socket::message_peek, peek_ec);
-                                  if (peek_ec == net::error::would_block) {
-                                    self->watch_disconnect();  // the data was read meanwhile
-                                  } else if (peek_ec || n == 0) {
-                                    self->fail_connection();
-                                  }
-                                  // Otherwise a pipelined request waits; it is read later.
-                                });
+    lowest().socket().async_wait(tcp::socket::wait_read,
+                                 [self = shared_from_this()](beast::error_code ec) {
+                                   self->watching_ = false;
+                                   if (!self->responding_ || self->closed_) return;
+                                   if (ec) {
+                                     if (ec != net::error::operation_aborted)
+                                       self->fail_connection();
+                                     return;
+                                   }
+                                   char c;
+                                   beast::error_code peek_ec;
+                                   const size_t n = self->lowest().socket().receive(
+                                       net::buffer(&c, 1), tcp::socket::message_peek, peek_ec);
+                                   if (peek_ec == net::error::would_block) {
+                                     self->watch_disconnect();  // the data was read meanwhile
+                                   } else if (peek_ec || n == 0) {
+                                     self->fail_connection();
+                                   }
+                                   // Otherwise a pipelined request waits; it is read later.
+                                 });
   }
 
   void write_next() {
     writing_ = true;
-    stream_.expires_after(server_.config.write_timeout);
-    net::async_write(
-        stream_, net::buffer(out_.front()),
-        [self = shared_from_this()](beast::error_code ec, size_t) { self->on_write(ec); });
+    lowest().expires_after(server_.config.write_timeout);
+    std::visit(
+        [&](auto& s) {
+          net::async_write(
+              s, net::buffer(out_.front()),
+              [self = shared_from_this()](beast::error_code ec, size_t) { self->on_write(ec); });
+        },
+        stream_);
   }
 
   void on_write(beast::error_code ec) {
@@ -263,15 +286,27 @@ class HttpConnection : public std::enable_shared_from_this<HttpConnection> {
     first_request_ = false;
     if (!keep_alive_) {
       beast::error_code ignored;
-      stream_.socket().shutdown(tcp::socket::shutdown_send, ignored);
+      lowest().socket().shutdown(tcp::socket::shutdown_send, ignored);
       closed_ = true;
-      stream_.close();
+      lowest().close();
       return;
     }
     read_request();
   }
 
-  beast::tcp_stream stream_;
+  using TlsStream = beast::ssl_stream<beast::tcp_stream>;
+  using Stream = std::variant<beast::tcp_stream, TlsStream>;
+  static Stream make_stream(tcp::socket socket, HttpServer::Impl& server) {
+    if (server.tls) return Stream(std::in_place_type<TlsStream>, std::move(socket), *server.tls);
+    return Stream(std::in_place_type<beast::tcp_stream>, std::move(socket));
+  }
+  // The TCP stream under TLS or not: timeouts, the socket, closing.
+  beast::tcp_stream& lowest() {
+    return std::visit([](auto& s) -> beast::tcp_stream& { return beast::get_lowest_layer(s); },
+                      stream_);
+  }
+
+  Stream stream_;
   HttpServer::Impl& server_;
   beast::flat_buffer buffer_;
   std::optional<http::request_parser<http::string_body>> parser_;
@@ -390,6 +425,19 @@ HttpServer::HttpServer(HttpServerConfig config, HttpHandler handler, HttpErrorFo
   const auto address = net::ip::make_address(impl_->config.host, ec);
   if (ec) fail("--host '{}' is not an IP address", impl_->config.host);
   const tcp::endpoint ep(address, impl_->config.port);
+  if (impl_->config.tls_cert.empty() != impl_->config.tls_key.empty())
+    fail("give both --tls-cert and --tls-key");
+  if (!impl_->config.tls_cert.empty()) {
+    auto ctx = std::make_unique<net::ssl::context>(net::ssl::context::tls_server);
+    ctx->set_options(net::ssl::context::default_workarounds | net::ssl::context::no_sslv2 |
+                     net::ssl::context::no_sslv3 | net::ssl::context::no_tlsv1 |
+                     net::ssl::context::no_tlsv1_1 | net::ssl::context::single_dh_use);
+    ctx->use_certificate_chain_file(impl_->config.tls_cert, ec);
+    if (ec) fail("--tls-cert {}: {}", impl_->config.tls_cert, ec.message());
+    ctx->use_private_key_file(impl_->config.tls_key, net::ssl::context::pem, ec);
+    if (ec) fail("--tls-key {}: {}", impl_->config.tls_key, ec.message());
+    impl_->tls = std::move(ctx);
+  }
   auto& a = impl_->acceptor;
   a.open(ep.protocol(), ec);
   if (!ec) a.set_option(net::socket_base::reuse_address(true), ec);

@@ -7,6 +7,7 @@ Env: TOKENFLOW_BIN, TF_SHARED_DIR.
 import hashlib
 import os
 import shutil
+import socket
 import tempfile
 import threading
 import time
@@ -157,6 +158,73 @@ class DeadlineTest(unittest.TestCase):
             self.assertEqual(status, 504, body)
         finally:
             stop_server(proc)
+
+
+class TlsTest(unittest.TestCase):
+    def test_https_with_a_self_signed_certificate(self):
+        import http.client
+        import json as js
+        import re
+        import ssl
+        import subprocess
+        from test_server import BIN, STORIES_BIN
+        d = tempfile.mkdtemp(prefix="tf_tls_")
+        self.addCleanup(shutil.rmtree, d, True)
+        cert, key = os.path.join(d, "cert.pem"), os.path.join(d, "key.pem")
+        subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", key,
+                        "-out", cert, "-days", "1", "-subj", "/CN=127.0.0.1", "-addext",
+                        "subjectAltName=IP:127.0.0.1"], check=True, capture_output=True,
+                       timeout=60)
+        err = tempfile.TemporaryFile(mode="w+")
+        proc = subprocess.Popen([BIN, "serve", "-m", STORIES_BIN, "--port", "0", "--tls-cert",
+                                 cert, "--tls-key", key, "--kv-cache-memory", "16MiB"],
+                                stdout=subprocess.PIPE, stderr=err, text=True)
+        proc.err_file = err
+        try:
+            line = proc.stdout.readline()
+            port = int(re.search(r"https://127\.0\.0\.1:(\d+)", line).group(1))
+            ctx = ssl.create_default_context(cafile=cert)
+
+            def request(method, path, body=None):
+                conn = http.client.HTTPSConnection("127.0.0.1", port, context=ctx, timeout=30)
+                conn.request(method, path, body=js.dumps(body) if body else None,
+                             headers={"Content-Type": "application/json"})
+                r = conn.getresponse()
+                data = r.read().decode()
+                version = conn.sock.version()
+                conn.close()
+                return r.status, data, version
+
+            status, _, version = request("GET", "/healthz")
+            self.assertEqual(status, 200)
+            self.assertIn(version, ("TLSv1.2", "TLSv1.3"))
+            status, data, _ = request("POST", "/v1/completions",
+                                      {"prompt": "Once upon a time", "max_tokens": 8})
+            self.assertEqual(status, 200, data)
+            self.assertEqual(js.loads(data)["usage"]["completion_tokens"], 8)
+            status, data, _ = request("POST", "/v1/completions",
+                                      {"prompt": "Hi", "max_tokens": 4, "stream": True})
+            self.assertEqual(status, 200)
+            self.assertTrue(data.rstrip().endswith("data: [DONE]"), data[-80:])
+            # Plain HTTP to the TLS port gets no HTTP answer, and the server goes on.
+            with socket.create_connection(("127.0.0.1", port), timeout=10) as s:
+                s.sendall(b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
+                try:
+                    got = s.recv(100)
+                except OSError:
+                    got = b""
+            self.assertFalse(got.startswith(b"HTTP/1.1 200"))
+            self.assertEqual(request("GET", "/healthz")[0], 200)
+        finally:
+            stop_server(proc)
+        for args, want in (((cert,), "give both --tls-cert and --tls-key"),
+                           ((cert, os.path.join(d, "missing.pem")), "--tls-key")):
+            cmd = [BIN, "serve", "-m", STORIES_BIN, "--port", "0", "--tls-cert", args[0]]
+            if len(args) > 1:
+                cmd += ["--tls-key", args[1]]
+            p = subprocess.run(cmd, capture_output=True, text=True, timeout=60)
+            self.assertEqual(p.returncode, 1)
+            self.assertIn(want, p.stderr)
 
 
 class NoKeysTest(unittest.TestCase):
