@@ -36,6 +36,7 @@ struct ServeOptions {
   bool log_prompts = false;
   std::string api_keys_file;
   double request_timeout_s = 600;
+  int64_t max_prompt_tokens = 0, max_tokens_cap = 0;
   std::string tls_cert, tls_key;
   bool metrics_require_key = false;
 };
@@ -116,6 +117,10 @@ int run_serve(const ServeOptions& o) {
   if (!(o.request_timeout_s > 0)) fail("--request-timeout must be > 0");
   state.limits.max_request_time =
       std::chrono::milliseconds(static_cast<int64_t>(o.request_timeout_s * 1000));
+  if (o.max_prompt_tokens < 0 || o.max_tokens_cap < 0)
+    fail("--max-prompt-tokens and --max-tokens-cap must be >= 0");
+  state.limits.max_prompt_tokens = o.max_prompt_tokens;
+  state.limits.max_tokens_cap = o.max_tokens_cap;
   if (!o.api_keys_file.empty()) {
     state.api_keys = std::make_unique<ApiKeys>(ApiKeys::load(o.api_keys_file));
     state.metrics_need_key = o.metrics_require_key;
@@ -212,6 +217,12 @@ Action add_serve(CLI::App& app) {
                  "require 'Authorization: Bearer KEY' on every route but /healthz, /readyz and "
                  "/metrics; one key (or sha256:HEX) per line with optional name=, models=, rpm=, "
                  "tpm=, concurrency= (docs/api.md)");
+  app.add_option("--max-prompt-tokens", o->max_prompt_tokens,
+                 "longest prompt in tokens (0: the model's context)")
+      ->capture_default_str();
+  app.add_option("--max-tokens-cap", o->max_tokens_cap,
+                 "largest max_tokens a request may ask for (0: up to the context)")
+      ->capture_default_str();
   app.add_option("--tls-cert", o->tls_cert, "serve HTTPS: PEM certificate (chain) file");
   app.add_option("--tls-key", o->tls_key, "serve HTTPS: PEM private key file");
   app.add_option("--request-timeout", o->request_timeout_s,

@@ -6,6 +6,22 @@
 
 namespace tf {
 
+void check_request_limits(const ServingLimits& limits, const GenerationRequest& r) {
+  if (limits.max_prompt_tokens > 0 &&
+      static_cast<int64_t>(r.prompt.size()) > limits.max_prompt_tokens) {
+    throw HttpError(400,
+                    fmt::format("the prompt has {} tokens; this server takes at most {}",
+                                r.prompt.size(), limits.max_prompt_tokens),
+                    "prompt_too_long", "prompt");
+  }
+  if (limits.max_tokens_cap > 0 && r.params.max_tokens > limits.max_tokens_cap) {
+    throw HttpError(400,
+                    fmt::format("'max_tokens' is {}; this server allows at most {}",
+                                r.params.max_tokens, limits.max_tokens_cap),
+                    "", "max_tokens");
+  }
+}
+
 std::shared_ptr<Admission> ServingState::admit(const RequestRecord& record,
                                                const std::string& model, double tokens) {
   if (!record.key) return nullptr;

@@ -22,7 +22,12 @@ struct ServingLimits {
   // Longest a request may take, queue time included (a request's "timeout" may be shorter);
   // past it, it ends with finish_reason "abort" (504 when nothing was sent yet).
   std::chrono::milliseconds max_request_time{600000};
+  int64_t max_prompt_tokens = 0;  // 0: the model's context
+  int64_t max_tokens_cap = 0;     // largest max_tokens a request may ask for; 0: the context
 };
+
+// 400 for a request over the server's prompt or max_tokens limits.
+void check_request_limits(const ServingLimits& limits, const GenerationRequest& request);
 
 struct ServingState {
   explicit ServingState(ModelRegistry::Loader loader, ModelRegistry::Options options = {})

@@ -257,6 +257,7 @@ void predict(ServingState& state, std::shared_ptr<ServedModel> model, const Http
     r.id = random_id("predict-");
     record->prompt_tokens += static_cast<int64_t>(r.prompt.size());
   }
+  for (const auto& r : reqs) check_request_limits(state.limits, r);
   const auto deadline = record->received + state.limits.max_request_time;
   for (auto& r : reqs) r.deadline = deadline;
   if (record->key) {  // one tenant's prefix-cache blocks, as in the OpenAI routes

@@ -160,6 +160,31 @@ class DeadlineTest(unittest.TestCase):
             stop_server(proc)
 
 
+class RequestLimitsTest(unittest.TestCase):
+    def test_prompt_and_max_tokens_limits(self):
+        proc, port = start_server("--max-prompt-tokens", "30", "--max-tokens-cap", "10")
+        try:
+            c = Client(port)
+            status, body, _, _ = c.post("/v1/completions", {"prompt": list(range(10, 41)),
+                                                            "max_tokens": 2})
+            self.assertEqual((status, body["error"]["param"]), (400, "prompt"))
+            self.assertIn("31 tokens; this server takes at most 30", body["error"]["message"])
+            self.assertEqual(c.post("/v1/completions", {"prompt": list(range(10, 40)),
+                                                        "max_tokens": 2})[0], 200)
+            status, body, _, _ = c.post("/v1/completions", {"prompt": "Hi", "max_tokens": 11})
+            self.assertEqual((status, body["error"]["param"]), (400, "max_tokens"))
+            status, body, _, _ = c.post("/v1/chat/completions", {
+                "messages": [{"role": "user", "content": "Hi"}], "ignore_eos": True})
+            self.assertEqual(status, 200, body)
+            self.assertEqual(body["usage"]["completion_tokens"], 10)  # the default, capped
+            status, body, _, _ = c.post("/v1/models/stories260K:predict",
+                                        {"instances": [{"prompt": "Hi", "max_tokens": 50}]})
+            self.assertEqual(status, 400)
+            self.assertIn("at most 10", body["error"])
+        finally:
+            stop_server(proc)
+
+
 class TlsTest(unittest.TestCase):
     def test_https_with_a_self_signed_certificate(self):
         import http.client
