@@ -43,15 +43,6 @@ struct Sample {
   int64_t tokens = 0;
 };
 
-double percentile(std::vector<double> v, double p) {
-  if (v.empty()) return 0.0;
-  std::sort(v.begin(), v.end());
-  const double idx = p / 100.0 * static_cast<double>(v.size() - 1);
-  const size_t lo = static_cast<size_t>(idx);
-  const size_t hi = std::min(lo + 1, v.size() - 1);
-  return v[lo] + (v[hi] - v[lo]) * (idx - static_cast<double>(lo));
-}
-
 long peak_rss_mib() {
   FILE* f = std::fopen("/proc/self/status", "r");
   if (!f) return 0;
@@ -220,6 +211,15 @@ int run_bench(const BenchOptions& o) {
 }
 
 }  // namespace
+
+double percentile(std::vector<double> v, double p) {
+  if (v.empty()) return 0.0;
+  std::sort(v.begin(), v.end());
+  const double idx = p / 100.0 * static_cast<double>(v.size() - 1);
+  const size_t lo = static_cast<size_t>(idx);
+  const size_t hi = std::min(lo + 1, v.size() - 1);
+  return v[lo] + (v[hi] - v[lo]) * (idx - static_cast<double>(lo));
+}
 
 Action add_bench(CLI::App& app) {
   auto o = std::make_shared<BenchOptions>();

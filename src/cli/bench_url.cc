@@ -172,15 +172,6 @@ class Connection {
   beast::flat_buffer buffer_;
 };
 
-double percentile(std::vector<double> v, double p) {
-  if (v.empty()) return 0.0;
-  std::sort(v.begin(), v.end());
-  const double idx = p / 100.0 * static_cast<double>(v.size() - 1);
-  const size_t lo = static_cast<size_t>(idx);
-  const size_t hi = std::min(lo + 1, v.size() - 1);
-  return v[lo] + (v[hi] - v[lo]) * (idx - static_cast<double>(lo));
-}
-
 std::vector<Prompt> make_prompts(const UrlBenchOptions& o) {
   std::vector<Prompt> out;
   if (!o.dataset.empty()) {

@@ -27,6 +27,9 @@ Action add_quantize(CLI::App& app);
 // `bench --roofline`: this machine's limits and the matmul's fraction of them (roofline.cc).
 int run_roofline_bench(int threads);
 
+// The p-th percentile (0-100) of v with linear interpolation; 0 for an empty v (bench.cc).
+double percentile(std::vector<double> v, double p);
+
 // `bench --url`: a running server under a sweep of load (bench_url.cc).
 struct UrlBenchOptions {
   std::string url;            // http://host:port
