@@ -333,8 +333,8 @@ void handle_openai_generation(ServingState& state, const HttpRequest& req,
       engine_requests(*parsed, body, id, max_given, record->key ? record->key->name : "");
   for (auto& r : reqs) {
     if (!max_given && state.limits.max_tokens_cap > 0)  // the default stays within the cap
-      r.params.max_tokens = static_cast<int32_t>(
-          std::min<int64_t>(r.params.max_tokens, state.limits.max_tokens_cap));
+      r.params.max_tokens =
+          static_cast<int32_t>(std::min<int64_t>(r.params.max_tokens, state.limits.max_tokens_cap));
     check_request_limits(state.limits, r);
   }
   // The key's limits: prompt tokens plus the most the sequences may generate, corrected to
