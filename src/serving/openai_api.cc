@@ -212,12 +212,8 @@ Parsed parse_body(ServingState& state, const json& body, bool chat, const HttpRe
   return p;
 }
 
-// tenant: the API key's name ("" without keys): prefix-cache blocks are shared only between
-// requests of one tenant and one cache_salt, so no tenant is served (or can time) another's
-// cached prompt.
 std::vector<GenerationRequest> engine_requests(const Parsed& p, const json& body,
-                                               const std::string& id, bool max_given,
-                                               const std::string& tenant) {
+                                               const std::string& id, bool max_given) {
   std::vector<GenerationRequest> out;
   const int64_t ctx = p.model->config().max_seq_len;
   int32_t priority = 0;
@@ -226,22 +222,12 @@ std::vector<GenerationRequest> engine_requests(const Parsed& p, const json& body
       throw HttpError(400, "'priority' must be an integer", "", "priority");
     priority = body["priority"].get<int32_t>();
   }
-  std::string cache_salt;
-  if (body.contains("cache_salt") && !body["cache_salt"].is_null()) {
-    if (!body["cache_salt"].is_string())
-      throw HttpError(400, "'cache_salt' must be a string", "", "cache_salt");
-    cache_salt = body["cache_salt"].get<std::string>();
-  }
-  uint64_t salt = 0;
-  if (!tenant.empty() || !cache_salt.empty())
-    salt = std::hash<std::string>{}(tenant + '\0' + cache_salt) | 1;
   for (size_t i = 0; i < p.prompts.size(); ++i) {
     GenerationRequest r;
     r.id = p.prompts.size() == 1 ? id : fmt::format("{}-{}", id, i);
     r.prompt = p.prompts[i];
     r.params = p.params;
     r.priority = priority;
-    r.cache_salt = salt;
     const int64_t room = ctx - static_cast<int64_t>(r.prompt.size());
     if (!max_given)
       r.params.max_tokens = static_cast<int32_t>(std::min<int64_t>(r.params.max_tokens, room));
@@ -329,33 +315,24 @@ void handle_openai_generation(ServingState& state, const HttpRequest& req,
       (body.contains("max_tokens") && !body["max_tokens"].is_null()) ||
       (chat && body.contains("max_completion_tokens") && !body["max_completion_tokens"].is_null());
   const std::string id = random_id(chat ? "chatcmpl-" : "cmpl-");
-  std::vector<GenerationRequest> reqs =
-      engine_requests(*parsed, body, id, max_given, record->key ? record->key->name : "");
-  for (auto& r : reqs) {
-    if (!max_given && state.limits.max_tokens_cap > 0)  // the default stays within the cap
-      r.params.max_tokens =
-          static_cast<int32_t>(std::min<int64_t>(r.params.max_tokens, state.limits.max_tokens_cap));
-    check_request_limits(state.limits, r);
-  }
-  // The key's limits: prompt tokens plus the most the sequences may generate, corrected to
-  // what they did generate when the request ends.
-  double estimate = 0;
-  for (const auto& r : reqs) {
-    const int32_t seqs = std::max({r.params.n, r.params.best_of.value_or(1), r.params.num_beams});
-    estimate += static_cast<double>(r.prompt.size()) +
-                static_cast<double>(r.params.max_tokens) * static_cast<double>(seqs);
+  std::vector<GenerationRequest> reqs = engine_requests(*parsed, body, id, max_given);
+  std::string cache_salt;  // prefix-cache blocks are shared within one key and cache_salt
+  if (body.contains("cache_salt") && !body["cache_salt"].is_null()) {
+    if (!body["cache_salt"].is_string())
+      throw HttpError(400, "'cache_salt' must be a string", "", "cache_salt");
+    cache_salt = body["cache_salt"].get<std::string>();
   }
   // The deadline: the request's "timeout" (seconds) within the server's maximum.
   auto limit = state.limits.max_request_time;
   if (body.contains("timeout") && !body["timeout"].is_null()) {
     if (!body["timeout"].is_number() || !(body["timeout"].get<double>() > 0))
       throw HttpError(400, "'timeout' must be a number of seconds > 0", "", "timeout");
-    limit = std::min(limit, std::chrono::milliseconds(
-                                static_cast<int64_t>(body["timeout"].get<double>() * 1000)));
+    limit = std::chrono::milliseconds(static_cast<int64_t>(body["timeout"].get<double>() * 1000));
   }
+  const std::shared_ptr<Admission> admission =
+      state.prepare(*record, model.name, reqs, max_given, limit, cache_salt);
+  limit = std::min(limit, state.limits.max_request_time);
   const auto deadline = record->received + limit;
-  for (auto& r : reqs) r.deadline = deadline;
-  const std::shared_ptr<Admission> admission = state.admit(*record, model.name, estimate);
   auto used = [admission, record] {
     if (admission)
       admission->set_used(static_cast<double>(record->prompt_tokens + record->completion_tokens));

@@ -17,7 +17,7 @@ namespace tf {
 struct ServedModel {
   std::string name;     // what clients put in "model" and in TF Serving paths
   std::string path;     // where it was loaded from
-  int64_t version = 1;  // TF Serving's version number (the registry issue adds more versions)
+  int64_t version = 1;  // TF Serving's version number
   int64_t created = 0;  // unix seconds, when it became available
   double load_seconds = 0.0;
   std::unique_ptr<Model> model;

@@ -208,6 +208,7 @@ void Server::route(const HttpRequest& req, std::shared_ptr<HttpResponder> respon
     auto openai_retrieve = [&] {
       if (req.method != "GET" || rest.empty()) return false;
       const ModelRequestSpec spec = state_.registry.parse_model_field(rest);
+      // A fixed sticky key: a model with a traffic split answers the same version every time.
       auto m = state_.registry.resolve(spec, "listing");
       if (!m) return false;
       responder->send(200,

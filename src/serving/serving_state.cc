@@ -2,9 +2,13 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cmath>
+#include <functional>
 
 namespace tf {
+
+namespace {
 
 void check_request_limits(const ServingLimits& limits, const GenerationRequest& r) {
   if (limits.max_prompt_tokens > 0 &&
@@ -22,8 +26,29 @@ void check_request_limits(const ServingLimits& limits, const GenerationRequest& 
   }
 }
 
-std::shared_ptr<Admission> ServingState::admit(const RequestRecord& record,
-                                               const std::string& model, double tokens) {
+}  // namespace
+
+std::shared_ptr<Admission> ServingState::prepare(
+    const RequestRecord& record, const std::string& model, std::vector<GenerationRequest>& requests,
+    bool max_tokens_given, std::chrono::milliseconds time_limit, const std::string& cache_salt) {
+  const auto deadline = record.received + std::min(time_limit, limits.max_request_time);
+  const std::string tenant = record.key ? record.key->name : "";
+  const uint64_t salt = tenant.empty() && cache_salt.empty()
+                            ? 0
+                            : std::hash<std::string>{}(tenant + '\0' + cache_salt) | 1;
+  // For the key's token rate: prompt tokens plus the most the sequences may generate.
+  double tokens = 0;
+  for (auto& r : requests) {
+    if (!max_tokens_given && limits.max_tokens_cap > 0)
+      r.params.max_tokens =
+          static_cast<int32_t>(std::min<int64_t>(r.params.max_tokens, limits.max_tokens_cap));
+    check_request_limits(limits, r);
+    r.deadline = deadline;
+    r.cache_salt = salt;
+    const int32_t seqs = std::max({r.params.n, r.params.best_of.value_or(1), r.params.num_beams});
+    tokens += static_cast<double>(r.prompt.size()) +
+              static_cast<double>(r.params.max_tokens) * static_cast<double>(seqs);
+  }
   if (!record.key) return nullptr;
   const KeyPolicy& key = *record.key;
   if (!key.allows(model)) {

@@ -26,9 +26,6 @@ struct ServingLimits {
   int64_t max_tokens_cap = 0;     // largest max_tokens a request may ask for; 0: the context
 };
 
-// 400 for a request over the server's prompt or max_tokens limits.
-void check_request_limits(const ServingLimits& limits, const GenerationRequest& request);
-
 struct ServingState {
   explicit ServingState(ModelRegistry::Loader loader, ModelRegistry::Options options = {})
       : registry(std::move(loader), std::move(options)) {}
@@ -41,12 +38,16 @@ struct ServingState {
   bool metrics_need_key = false;          // GET /metrics behind the keys too
   KeyLimiter limiter;
 
-  // Checks the request's key may use model and admits it under the key's limits (HttpError 403
-  // or 429 otherwise). The returned handle releases the admission when the last copy goes (keep
-  // it in the job's callbacks); record the tokens really used with set_used. nullptr when the
-  // request has no key.
-  std::shared_ptr<Admission> admit(const RequestRecord& record, const std::string& model,
-                                   double tokens);
+  // The server's rules, applied alike by every API to a request's engine requests: the prompt
+  // and max_tokens limits (400; a max_tokens the client did not give is lowered to the cap),
+  // the deadline (arrival + time_limit, within max_request_time), the prefix-cache salt of the
+  // tenant (the API key's name) and cache_salt, and admission under the key's model list and
+  // rates (403, 429). The returned handle releases the admission when the last copy goes (keep
+  // it in the job's callbacks; set_used records the tokens really used); nullptr without keys.
+  std::shared_ptr<Admission> prepare(const RequestRecord& record, const std::string& model,
+                                     std::vector<GenerationRequest>& requests,
+                                     bool max_tokens_given, std::chrono::milliseconds time_limit,
+                                     const std::string& cache_salt = "");
   ServingLimits limits;
   std::atomic<bool> draining{false};
   // Reloads the config (nullopt: the config file) and calls done with "" once the new state is

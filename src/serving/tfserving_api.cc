@@ -257,16 +257,9 @@ void predict(ServingState& state, std::shared_ptr<ServedModel> model, const Http
     r.id = random_id("predict-");
     record->prompt_tokens += static_cast<int64_t>(r.prompt.size());
   }
-  for (const auto& r : reqs) check_request_limits(state.limits, r);
-  const auto deadline = record->received + state.limits.max_request_time;
-  for (auto& r : reqs) r.deadline = deadline;
-  if (record->key) {  // one tenant's prefix-cache blocks, as in the OpenAI routes
-    for (auto& r : reqs) r.cache_salt = std::hash<std::string>{}(record->key->name + '\0') | 1;
-  }
-  double estimate = 0;
-  for (const auto& r : reqs)
-    estimate += static_cast<double>(r.prompt.size()) + static_cast<double>(r.params.max_tokens);
-  const std::shared_ptr<Admission> admission = state.admit(*record, m.name, estimate);
+  // max_tokens counts as given: an instance's default is the completions default, not the context.
+  const std::shared_ptr<Admission> admission =
+      state.prepare(*record, m.name, reqs, true, state.limits.max_request_time);
   std::vector<bool> want_lp;
   for (const auto& r : reqs) want_lp.push_back(r.params.logprobs.has_value());
   auto job_ref = std::make_shared<std::weak_ptr<GenerationJob>>();
