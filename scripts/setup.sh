@@ -7,10 +7,11 @@ packages=(
   build-essential g++ cmake ninja-build pkg-config git
   libfmt-dev libspdlog-dev nlohmann-json3-dev libcli11-dev
   libpcre2-dev libsentencepiece-dev libicu-dev libboost-dev curl
-  libprotobuf-dev protobuf-compiler libssl-dev openssl
+  libprotobuf-dev protobuf-compiler libgrpc++-dev protobuf-compiler-grpc libssl-dev openssl
   prometheus
   libgtest-dev libgmock-dev libbenchmark-dev
   python3 python3-numpy python3-jinja2 python3-sentencepiece python3-matplotlib
+  python3-grpcio python3-grpc-tools
   clang-format
 )
 

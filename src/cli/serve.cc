@@ -1,15 +1,19 @@
 // `tokenflow serve`: loads the models (--model, or TF Serving's --model_config_file with versions
-// and labels), starts the version manager and the HTTP server (OpenAI and TF Serving REST APIs),
-// and runs until SIGINT or SIGTERM, then shuts down gracefully.
+// and labels), starts the version manager, the HTTP server (OpenAI and TF Serving REST APIs) and,
+// with --grpc-port, the gRPC server, and runs until SIGINT or SIGTERM, then shuts down
+// gracefully.
 
 #include <csignal>
 #include <cstdio>
 #include <filesystem>
+#include <optional>
+#include <thread>
 
 #include "cli/commands.h"
 #include "cli/engine_options.h"
 #include "core/error.h"
 #include "core/log.h"
+#include "serving/grpc_server.h"
 #include "serving/server.h"
 #include "serving/version_manager.h"
 
@@ -22,6 +26,7 @@ struct ServeOptions {
   std::string tokenizer;
   std::string host = "127.0.0.1";
   int port = 8080;
+  int grpc_port = -1;  // -1: no gRPC server
   int http_threads = 1;
   EngineOptions engine;
   std::string dtype = "f32";
@@ -71,6 +76,8 @@ double dtype_ratio(kernels::WeightType t) {
 
 int run_serve(const ServeOptions& o) {
   if (o.port < 0 || o.port > 65535) fail("--port must be in 0..65535, got {}", o.port);
+  if (o.grpc_port < -1 || o.grpc_port > 65535)
+    fail("--grpc-port must be in 0..65535 (or -1 for none), got {}", o.grpc_port);
   if (o.http_threads < 1) fail("--http-threads must be at least 1");
   if (o.max_body_bytes < 1024) fail("--max-body-bytes must be at least 1024");
   if (o.models.empty() == o.model_config_file.empty())
@@ -160,6 +167,16 @@ int run_serve(const ServeOptions& o) {
     hc.tls_key = o.tls_key;
     Server server(state, hc);
     server.start();
+    std::optional<GrpcServer> grpc;
+    if (o.grpc_port >= 0) {
+      GrpcServerConfig gc;
+      gc.host = o.host;
+      gc.port = static_cast<uint16_t>(o.grpc_port);
+      gc.max_message_bytes = static_cast<int>(o.max_body_bytes);
+      gc.tls_cert = o.tls_cert;
+      gc.tls_key = o.tls_key;
+      grpc.emplace(state, gc);
+    }
     // One line on stdout, for people and scripts (a test reads the port from it).
     const auto names = state.registry.names();
     const char* scheme = o.tls_cert.empty() ? "http" : "https";
@@ -170,12 +187,28 @@ int run_serve(const ServeOptions& o) {
         "try: curl -s%s %s://%s:%u/v1/completions -H 'Content-Type: application/json' -d "
         "'{\"prompt\": \"Once upon a time\", \"max_tokens\": 64}'\n",
         o.tls_cert.empty() ? "" : "k", scheme, o.host.c_str(), server.port());
+    if (grpc) {
+      std::printf(
+          "tokenflow gRPC on %s:%u (tokenflow.v1.GenerationService, "
+          "tensorflow.serving.ModelService, health, reflection)%s\n",
+          o.host.c_str(), grpc->port(), o.tls_cert.empty() ? "" : " with TLS");
+    }
     std::fflush(stdout);
     int sig = 0;
     sigwait(&signals, &sig);
     log::warn("{}: shutting down (up to {:.0f} s for requests in progress)",
               sig == SIGINT ? "SIGINT" : "SIGTERM", o.shutdown_timeout_s);
-    server.shutdown(std::chrono::milliseconds(static_cast<int64_t>(o.shutdown_timeout_s * 1000)));
+    const auto grace = std::chrono::milliseconds(static_cast<int64_t>(o.shutdown_timeout_s * 1000));
+    // Both front doors drain at once; calls still running at the deadline are cancelled while
+    // the engines still run, so that they end.
+    std::thread grpc_drain;
+    if (grpc) {
+      state.draining = true;
+      grpc_drain =
+          std::thread([&grpc, grace] { grpc->shutdown(std::chrono::steady_clock::now() + grace); });
+    }
+    server.shutdown(grace);
+    if (grpc_drain.joinable()) grpc_drain.join();
     // Jobs and engines go before the server's I/O context (their responders hold connections).
     manager.stop();
     state.jobs.clear();
@@ -238,6 +271,10 @@ Action add_serve(CLI::App& app) {
                  "tokenizer file or directory (default: found beside the model)");
   app.add_option("--host", o->host, "address to listen on")->capture_default_str();
   app.add_option("--port,-p", o->port, "port to listen on (0: any free port)")
+      ->capture_default_str();
+  app.add_option("--grpc-port", o->grpc_port,
+                 "also serve gRPC on this port (tokenflow.v1.GenerationService, TF Serving's "
+                 "ModelService, health, reflection; 0: any free port; -1: no gRPC)")
       ->capture_default_str();
   app.add_option("--http-threads", o->http_threads, "I/O threads for HTTP")->capture_default_str();
   add_engine_options(app, o->engine);

@@ -37,10 +37,10 @@ size_t JobRegistry::size() const {
 
 std::shared_ptr<GenerationJob> GenerationJob::start(Engine& engine,
                                                     std::vector<GenerationRequest> reqs,
-                                                    std::shared_ptr<HttpResponder> responder,
+                                                    std::shared_ptr<JobHost> host,
                                                     JobRegistry& registry, EventFn on_event,
                                                     DoneFn on_done, JobObserver observer) {
-  auto job = std::make_shared<GenerationJob>(responder, registry);
+  auto job = std::make_shared<GenerationJob>(host, registry);
   job->on_event_ = std::move(on_event);
   job->on_done_ = std::move(on_done);
   job->observer_ = std::move(observer);
@@ -57,18 +57,18 @@ std::shared_ptr<GenerationJob> GenerationJob::start(Engine& engine,
     job->drain_posted_.push_back(std::make_unique<std::atomic<bool>>(false));
   }
   registry.add(job);
-  responder->on_disconnect([weak = std::weak_ptr<GenerationJob>(job)] {
+  host->on_disconnect([weak = std::weak_ptr<GenerationJob>(job)] {
     if (auto j = weak.lock()) {
       j->cancel();
       // The engine still ends each request (abort); the job leaves the registry then.
     }
   });
   for (size_t i = 0; i < job->streams_.size(); ++i) {
-    // The engine's thread only posts a drain to the connection's strand (at most one pending).
+    // The engine's thread only posts a drain to the host (at most one pending).
     job->streams_[i]->set_listener([weak = std::weak_ptr<GenerationJob>(job), i] {
       auto j = weak.lock();
       if (!j || j->drain_posted_[i]->exchange(true)) return;
-      j->responder_->post([j, i] { j->drain(i); });
+      j->host_->post([j, i] { j->drain(i); });
     });
   }
   return job;
@@ -97,14 +97,14 @@ void GenerationJob::drain(size_t i) {
       }
       last[out.index] = now;
     }
-    if (!responder_->disconnected() && on_event_) on_event_(i, out);
+    if (!host_->disconnected() && on_event_) on_event_(i, out);
   }
   if (ended_[i] || !streams_[i]->done()) return;
   ended_[i] = true;
   observe_end(i);
   streams_[i]->set_listener(nullptr);
   if (++num_ended_ < streams_.size()) return;
-  if (on_done_) on_done_(responder_->disconnected());
+  if (on_done_) on_done_(host_->disconnected());
   on_event_ = nullptr;
   on_done_ = nullptr;
   registry_.remove(this);

@@ -1,9 +1,9 @@
 #pragma once
-// The generation behind one HTTP request: one engine request per prompt, each with its output
-// stream. The engine's thread only signals; the outputs are drained on the HTTP connection's
-// strand, where the route turns them into SSE events or gathers them for one response. A client
-// that disconnects cancels every request of the job in the engine (their KV blocks are freed at
-// the next step).
+// The generation behind one HTTP request or gRPC call: one engine request per prompt, each with
+// its output stream. The engine's thread only signals; the outputs are drained on the job's host
+// (the HTTP connection's strand, the gRPC call's), where the API turns them into SSE events or
+// stream messages or gathers them for one response. A client that disconnects (or cancels)
+// cancels every request of the job in the engine (their KV blocks are freed at the next step).
 
 #include <atomic>
 #include <functional>
@@ -13,7 +13,7 @@
 #include <vector>
 
 #include "engine/engine.h"
-#include "serving/http_server.h"
+#include "serving/job_host.h"
 #include "serving/metrics.h"
 
 namespace tf {
@@ -45,18 +45,18 @@ class JobRegistry {
 
 class GenerationJob : public std::enable_shared_from_this<GenerationJob> {
  public:
-  // Called on the responder's strand: each output as it is drained (prompt = which request).
+  // Called on the host: each output as it is drained (prompt = which request).
   using EventFn = std::function<void(size_t prompt, const RequestOutput& out)>;
-  // Called once, on the strand, when every request has ended; client_gone after a disconnect
+  // Called once, on the host, when every request has ended; client_gone after a disconnect
   // (then nothing can be sent).
   using DoneFn = std::function<void(bool client_gone)>;
 
   // Submits every request and registers the job until it ends. Throws (with the already
   // submitted ones cancelled) if the engine rejects one.
   static std::shared_ptr<GenerationJob> start(Engine& engine, std::vector<GenerationRequest> reqs,
-                                              std::shared_ptr<HttpResponder> responder,
-                                              JobRegistry& registry, EventFn on_event,
-                                              DoneFn on_done, JobObserver observer = {});
+                                              std::shared_ptr<JobHost> host, JobRegistry& registry,
+                                              EventFn on_event, DoneFn on_done,
+                                              JobObserver observer = {});
 
   // Per prompt, per sequence index: everything gathered so far.
   const std::vector<std::vector<GeneratedSequence>>& results() const { return results_; }
@@ -66,14 +66,14 @@ class GenerationJob : public std::enable_shared_from_this<GenerationJob> {
   double first_token_ms(std::chrono::steady_clock::time_point since) const;
   void cancel();
 
-  GenerationJob(std::shared_ptr<HttpResponder> responder, JobRegistry& registry)
-      : responder_(std::move(responder)), registry_(registry) {}
+  GenerationJob(std::shared_ptr<JobHost> host, JobRegistry& registry)
+      : host_(std::move(host)), registry_(registry) {}
 
  private:
   void drain(size_t i);
   void observe_end(size_t i);
 
-  std::shared_ptr<HttpResponder> responder_;
+  std::shared_ptr<JobHost> host_;
   JobRegistry& registry_;
   std::vector<std::shared_ptr<RequestStream>> streams_;
   std::vector<std::unique_ptr<std::atomic<bool>>> drain_posted_;

@@ -18,6 +18,8 @@
 #include <utility>
 #include <vector>
 
+#include "serving/job_host.h"
+
 namespace tf {
 
 struct HttpServerConfig {
@@ -52,10 +54,10 @@ class HttpConnection;
 
 // The answer to one request. Thread-safe: every call is carried out on the connection's I/O
 // strand, in call order. Exactly one of send() or start_stream() ... end() is used.
-class HttpResponder : public std::enable_shared_from_this<HttpResponder> {
+class HttpResponder : public JobHost, public std::enable_shared_from_this<HttpResponder> {
  public:
   explicit HttpResponder(std::shared_ptr<HttpConnection> connection);
-  ~HttpResponder();
+  ~HttpResponder() override;
 
   // A whole response (Content-Length).
   void send(int status, std::string body, std::string content_type = "application/json",
@@ -66,11 +68,11 @@ class HttpResponder : public std::enable_shared_from_this<HttpResponder> {
   void end();
 
   // Runs fn on the connection's strand (so it is serialized with this responder's writes).
-  void post(std::function<void()> fn);
+  void post(std::function<void()> fn) override;
   // Called once, on the strand, if the client disconnects (or a write fails or times out)
   // before the response ended. Set it before the work it cancels can finish.
-  void on_disconnect(std::function<void()> fn);
-  bool disconnected() const { return disconnected_; }
+  void on_disconnect(std::function<void()> fn) override;
+  bool disconnected() const override { return disconnected_; }
   // Extra headers every response of this request carries (the request id).
   void add_header(std::string name, std::string value);
 

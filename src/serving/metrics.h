@@ -62,8 +62,9 @@ std::vector<double> latency_buckets();
 // The per-request series of one server.
 struct ServerMetrics {
   CounterFamily requests{"tokenflow_requests_total",
-                         "Requests answered, by model, version, HTTP status code and outcome "
-                         "(success, client_error, server_error, client_gone)"};
+                         "Requests answered (REST and gRPC), by model, version, HTTP status code "
+                         "(gRPC calls: the equivalent code) and outcome (success, client_error, "
+                         "server_error, client_gone)"};
   HistogramFamily request_duration{"tokenflow_request_duration_seconds",
                                    "End-to-end request latency, from the request's arrival to "
                                    "its last byte",
@@ -80,6 +81,11 @@ struct ServerMetrics {
                               "Prompt tokens of finished requests"};
   CounterFamily generation_tokens{"tokenflow_generation_tokens_total",
                                   "Tokens generated for finished requests"};
+  // gRPC calls, with the names and labels of go-grpc-prometheus (grpc_service, grpc_method,
+  // grpc_type, and grpc_code for handled calls).
+  CounterFamily grpc_started{"grpc_server_started_total", "gRPC calls started on the server"};
+  CounterFamily grpc_handled{"grpc_server_handled_total",
+                             "gRPC calls completed on the server, by status code"};
 };
 
 }  // namespace tf

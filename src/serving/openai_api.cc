@@ -117,17 +117,6 @@ json finish_json(FinishReason f) {
   return finish_reason_name(f);
 }
 
-// Everything parsed from a body, before anything runs.
-struct Parsed {
-  // The version this request runs on; held until the request ends, so that an unloading
-  // version finishes it.
-  std::shared_ptr<ServedModel> model;
-  std::vector<std::vector<int32_t>> prompts;
-  SamplingParams params;
-  bool stream = false, include_usage = false, echo = false;
-  int32_t choices_per_prompt = 1;  // n (after best_of or beam search pick theirs)
-};
-
 // The body field an error message is about: a leading 'quoted' name or first word that the body
 // holds ("temperature must be >= 0" -> temperature).
 std::string field_of(const std::string& message, const json& body) {
@@ -139,11 +128,13 @@ std::string field_of(const std::string& message, const json& body) {
   return body.is_object() && body.contains(word) ? word : std::string();
 }
 
-Parsed parse_body(ServingState& state, const json& body, bool chat, const HttpRequest& req);
+void parse_body(ServingState& state, const json& body, bool chat,
+                const ModelRegistry::HeaderFn& header, GenerationPlan& p);
 
-Parsed parse(ServingState& state, const json& body, bool chat, const HttpRequest& req) {
+void parse(ServingState& state, const json& body, bool chat, const ModelRegistry::HeaderFn& header,
+           GenerationPlan& p) {
   try {
-    return parse_body(state, body, chat, req);
+    parse_body(state, body, chat, header, p);
   } catch (const HttpError&) {
     throw;
   } catch (const Error& e) {
@@ -152,9 +143,9 @@ Parsed parse(ServingState& state, const json& body, bool chat, const HttpRequest
   }
 }
 
-Parsed parse_body(ServingState& state, const json& body, bool chat, const HttpRequest& req) {
+void parse_body(ServingState& state, const json& body, bool chat,
+                const ModelRegistry::HeaderFn& header, GenerationPlan& p) {
   check_fields(body, chat);
-  Parsed p;
   std::string name;
   if (body.contains("model") && !body["model"].is_null()) {
     if (!body["model"].is_string()) throw HttpError(400, "'model' must be a string", "", "model");
@@ -164,10 +155,7 @@ Parsed parse_body(ServingState& state, const json& body, bool chat, const HttpRe
   const ModelRequestSpec spec = state.registry.parse_model_field(name);
   std::string user;
   if (body.contains("user") && body["user"].is_string()) user = body["user"].get<std::string>();
-  p.model = state.registry.resolve(spec, user, [&](const std::string& h) {
-    const std::string* v = req.header(h);
-    return v ? *v : std::string();
-  });
+  p.model = state.registry.resolve(spec, user, header);
   if (!p.model) {
     throw HttpError(404, state.registry.unavailable_reason(spec), "model_not_found", "model");
   }
@@ -209,10 +197,9 @@ Parsed parse_body(ServingState& state, const json& body, bool chat, const HttpRe
                       "context_length_exceeded", chat ? "messages" : "prompt");
     }
   }
-  return p;
 }
 
-std::vector<GenerationRequest> engine_requests(const Parsed& p, const json& body,
+std::vector<GenerationRequest> engine_requests(const GenerationPlan& p, const json& body,
                                                const std::string& id, bool max_given) {
   std::vector<GenerationRequest> out;
   const int64_t ctx = p.model->config().max_seq_len;
@@ -244,8 +231,13 @@ std::vector<GenerationRequest> engine_requests(const Parsed& p, const json& body
   return out;
 }
 
-// The indices of the sequences a prompt returns, in choice order.
-std::vector<size_t> returned(const Parsed& p, const std::vector<GeneratedSequence>& seqs) {
+std::string sse(const ojson& j) {
+  return "data: " + dump_json(j) + "\n\n";
+}
+
+}  // namespace
+
+std::vector<size_t> returned(const GenerationPlan& p, const std::vector<GeneratedSequence>& seqs) {
   if (!p.params.beam_search() && p.params.best_of && *p.params.best_of > p.params.n)
     return best_sequences(seqs, static_cast<size_t>(p.params.n));
   std::vector<size_t> all(std::min(seqs.size(), static_cast<size_t>(p.choices_per_prompt)));
@@ -253,11 +245,44 @@ std::vector<size_t> returned(const Parsed& p, const std::vector<GeneratedSequenc
   return all;
 }
 
-std::string sse(const ojson& j) {
-  return "data: " + dump_json(j) + "\n\n";
+GenerationPlan plan_generation(ServingState& state, const json& body, bool chat,
+                               const ModelRegistry::HeaderFn& header, RequestRecord& record,
+                               const std::string& id,
+                               std::optional<std::chrono::milliseconds> time_limit) {
+  GenerationPlan p;
+  parse(state, body, chat, header, p);
+  const ServedModel& model = *p.model;
+  record.model = model.name;
+  record.version = model.version;
+  if (record.access_log && record.access_log->log_prompts()) {
+    const char* field = chat ? "messages" : "prompt";
+    if (body.contains(field))
+      record.prompt =
+          body[field].is_string() ? body[field].get<std::string>() : dump_json(body[field]);
+  }
+  p.max_tokens_given =
+      (body.contains("max_tokens") && !body["max_tokens"].is_null()) ||
+      (chat && body.contains("max_completion_tokens") && !body["max_completion_tokens"].is_null());
+  p.requests = engine_requests(p, body, id, p.max_tokens_given);
+  std::string cache_salt;  // prefix-cache blocks are shared within one key and cache_salt
+  if (body.contains("cache_salt") && !body["cache_salt"].is_null()) {
+    if (!body["cache_salt"].is_string())
+      throw HttpError(400, "'cache_salt' must be a string", "", "cache_salt");
+    cache_salt = body["cache_salt"].get<std::string>();
+  }
+  // The deadline: the request's "timeout" (seconds), else the caller's, within the server's.
+  auto limit = time_limit.value_or(state.limits.max_request_time);
+  if (body.contains("timeout") && !body["timeout"].is_null()) {
+    if (!body["timeout"].is_number() || !(body["timeout"].get<double>() > 0))
+      throw HttpError(400, "'timeout' must be a number of seconds > 0", "", "timeout");
+    limit = std::chrono::milliseconds(static_cast<int64_t>(body["timeout"].get<double>() * 1000));
+  }
+  p.admission =
+      state.prepare(record, model.name, p.requests, p.max_tokens_given, limit, cache_salt);
+  p.time_limit = std::min(limit, state.limits.max_request_time);
+  for (const auto& r : p.requests) record.prompt_tokens += static_cast<int64_t>(r.prompt.size());
+  return p;
 }
-
-}  // namespace
 
 json openai_model_object(const ServedModel& m, const std::string& id, const std::string& parent) {
   return {{"id", id.empty() ? m.name : id},
@@ -298,46 +323,25 @@ void handle_openai_generation(ServingState& state, const HttpRequest& req,
                               std::shared_ptr<HttpResponder> responder,
                               std::shared_ptr<RequestRecord> record, bool chat) {
   const json body = parse_json_body(req.body);
-  auto parsed = std::make_shared<Parsed>(parse(state, body, chat, req));
+  const std::string id = random_id(chat ? "chatcmpl-" : "cmpl-");
+  auto parsed = std::make_shared<GenerationPlan>(plan_generation(
+      state, body, chat,
+      [&](const std::string& h) {
+        const std::string* v = req.header(h);
+        return v ? *v : std::string();
+      },
+      *record, id));
   ServedModel& model = *parsed->model;
-  record->model = model.name;
-  record->version = model.version;
   responder->add_header("X-Model-Version", std::to_string(model.version));
-  if (record->access_log && record->access_log->log_prompts()) {
-    const char* field = chat ? "messages" : "prompt";
-    if (body.contains(field))
-      record->prompt =
-          body[field].is_string() ? body[field].get<std::string>() : dump_json(body[field]);
-  }
   const JobObserver observer{&state.metrics,
                              {{"model", model.name}, {"version", std::to_string(model.version)}}};
-  const bool max_given =
-      (body.contains("max_tokens") && !body["max_tokens"].is_null()) ||
-      (chat && body.contains("max_completion_tokens") && !body["max_completion_tokens"].is_null());
-  const std::string id = random_id(chat ? "chatcmpl-" : "cmpl-");
-  std::vector<GenerationRequest> reqs = engine_requests(*parsed, body, id, max_given);
-  std::string cache_salt;  // prefix-cache blocks are shared within one key and cache_salt
-  if (body.contains("cache_salt") && !body["cache_salt"].is_null()) {
-    if (!body["cache_salt"].is_string())
-      throw HttpError(400, "'cache_salt' must be a string", "", "cache_salt");
-    cache_salt = body["cache_salt"].get<std::string>();
-  }
-  // The deadline: the request's "timeout" (seconds) within the server's maximum.
-  auto limit = state.limits.max_request_time;
-  if (body.contains("timeout") && !body["timeout"].is_null()) {
-    if (!body["timeout"].is_number() || !(body["timeout"].get<double>() > 0))
-      throw HttpError(400, "'timeout' must be a number of seconds > 0", "", "timeout");
-    limit = std::chrono::milliseconds(static_cast<int64_t>(body["timeout"].get<double>() * 1000));
-  }
-  const std::shared_ptr<Admission> admission =
-      state.prepare(*record, model.name, reqs, max_given, limit, cache_salt);
-  limit = std::min(limit, state.limits.max_request_time);
+  std::vector<GenerationRequest> reqs = std::move(parsed->requests);
+  const auto limit = parsed->time_limit;
   const auto deadline = record->received + limit;
-  auto used = [admission, record] {
+  auto used = [admission = parsed->admission, record] {
     if (admission)
       admission->set_used(static_cast<double>(record->prompt_tokens + record->completion_tokens));
   };
-  for (const auto& r : reqs) record->prompt_tokens += static_cast<int64_t>(r.prompt.size());
   const int64_t created = unix_seconds();
   const Tokenizer* tok = model.tok();
   std::vector<std::string> prompt_text;

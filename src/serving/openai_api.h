@@ -3,7 +3,10 @@
 // or Server-Sent Events), GET /v1/models and /v1/models/{id}. Shapes follow OpenAI's API as vLLM
 // and llama.cpp's server implement it (docs/api.md).
 
+#include <chrono>
 #include <memory>
+#include <optional>
+#include <vector>
 
 #include <nlohmann/json.hpp>
 
@@ -12,6 +15,38 @@
 #include "serving/serving_state.h"
 
 namespace tf {
+
+// A generation request checked and ready to run. The OpenAI body is the one form every API's
+// generation request takes (the gRPC API converts its messages to it), so that parameters,
+// defaults, validation and the server's rules are the same whichever way a request comes.
+struct GenerationPlan {
+  // The version the request runs on; held until the request ends, so that an unloading version
+  // finishes it.
+  std::shared_ptr<ServedModel> model;
+  std::vector<std::vector<int32_t>> prompts;
+  SamplingParams params;
+  bool stream = false, include_usage = false, echo = false;
+  int32_t choices_per_prompt = 1;  // n (after best_of or beam search pick theirs)
+  bool max_tokens_given = false;
+  std::vector<GenerationRequest> requests;  // one per prompt, limits and deadline applied
+  std::shared_ptr<Admission> admission;     // the API key's admission (nullptr: keys are off)
+  std::chrono::milliseconds time_limit{0};  // from arrival to the deadline
+};
+
+// Resolves the model of an OpenAI completions (chat = false) or chat completions body (header:
+// the sticky header lookup of a traffic split), parses and checks every parameter, builds the
+// engine requests (ids from id) and applies the server's rules (ServingState::prepare). Fills
+// record's model, version, prompt tokens (and prompt, when the access log takes prompts).
+// time_limit: the caller's limit (a gRPC deadline) when the body has no "timeout". Throws
+// HttpError for what it rejects; nothing has run then.
+GenerationPlan plan_generation(ServingState& state, const nlohmann::json& body, bool chat,
+                               const ModelRegistry::HeaderFn& header, RequestRecord& record,
+                               const std::string& id,
+                               std::optional<std::chrono::milliseconds> time_limit = std::nullopt);
+
+// The indices of the sequences a prompt returns, in order (best_of > n: the n best).
+std::vector<size_t> returned(const GenerationPlan& plan,
+                             const std::vector<GeneratedSequence>& seqs);
 
 // Answers a completions (chat = false) or chat completions request. Throws HttpError / Error
 // for a request it rejects before answering (the caller sends the error); once a stream has

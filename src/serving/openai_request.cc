@@ -137,11 +137,12 @@ std::vector<std::vector<int32_t>> parse_completion_prompts(const json& body,
   const char* shape =
       "'prompt' must be a string, a list of strings, a list of token ids or a list of lists of "
       "token ids";
-  if (it->is_string()) return {text(*it)};
-  if (!it->is_array() || it->empty()) fail("{}", shape);
-  const json& first = (*it)[0];
   std::vector<std::vector<int32_t>> out;
-  if (first.is_number_integer()) {
+  if (it->is_string()) {
+    out.push_back(text(*it));
+  } else if (!it->is_array() || it->empty()) {
+    fail("{}", shape);
+  } else if (const json& first = (*it)[0]; first.is_number_integer()) {
     out.push_back(int_list(*it, "prompt"));
   } else if (first.is_string()) {
     for (const auto& p : *it) {

@@ -100,21 +100,7 @@ void Server::authenticate(const HttpRequest& req, RequestRecord& record) const {
   if (!state_.api_keys) return;
   const std::string& p = req.path;
   if (p == "/healthz" || p == "/readyz" || (p == "/metrics" && !state_.metrics_need_key)) return;
-  const std::string* auth = req.header("authorization");
-  std::string_view token;
-  if (auth && auth->size() > 7 &&
-      (auth->compare(0, 7, "Bearer ") == 0 || auth->compare(0, 7, "bearer ") == 0)) {
-    token = std::string_view(*auth).substr(7);
-    while (!token.empty() && token.front() == ' ') token.remove_prefix(1);
-    while (!token.empty() && token.back() == ' ') token.remove_suffix(1);
-  }
-  record.key = token.empty() ? nullptr : state_.api_keys->find(token);
-  if (!record.key) {
-    throw HttpError(401,
-                    auth ? "Incorrect API key provided"
-                         : "An API key is required: send 'Authorization: Bearer KEY'",
-                    "invalid_api_key");
-  }
+  record.key = state_.authenticate(req.header("authorization"));
 }
 
 void Server::route(const HttpRequest& req, std::shared_ptr<HttpResponder> responder,
@@ -241,6 +227,8 @@ std::string Server::render_metrics() const {
   m.queue_time.render(out);
   m.prompt_tokens.render(out);
   m.generation_tokens.render(out);
+  m.grpc_started.render(out);
+  m.grpc_handled.render(out);
 
   // The engines' figures, per available version, read now.
   struct Row {

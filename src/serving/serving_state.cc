@@ -28,6 +28,25 @@ void check_request_limits(const ServingLimits& limits, const GenerationRequest& 
 
 }  // namespace
 
+const KeyPolicy* ServingState::authenticate(const std::string* auth) const {
+  if (!api_keys) return nullptr;
+  std::string_view token;
+  if (auth && auth->size() > 7 &&
+      (auth->compare(0, 7, "Bearer ") == 0 || auth->compare(0, 7, "bearer ") == 0)) {
+    token = std::string_view(*auth).substr(7);
+    while (!token.empty() && token.front() == ' ') token.remove_prefix(1);
+    while (!token.empty() && token.back() == ' ') token.remove_suffix(1);
+  }
+  const KeyPolicy* key = token.empty() ? nullptr : api_keys->find(token);
+  if (!key) {
+    throw HttpError(401,
+                    auth ? "Incorrect API key provided"
+                         : "An API key is required: send 'Authorization: Bearer KEY'",
+                    "invalid_api_key");
+  }
+  return key;
+}
+
 std::shared_ptr<Admission> ServingState::prepare(
     const RequestRecord& record, const std::string& model, std::vector<GenerationRequest>& requests,
     bool max_tokens_given, std::chrono::milliseconds time_limit, const std::string& cache_salt) {

@@ -38,6 +38,11 @@ struct ServingState {
   bool metrics_need_key = false;          // GET /metrics behind the keys too
   KeyLimiter limiter;
 
+  // The API key of a request from its authorization value ("Bearer KEY", an HTTP header or gRPC
+  // metadata; nullptr when absent): nullptr when keys are off; throws HttpError 401 when the
+  // key is missing or unknown.
+  const KeyPolicy* authenticate(const std::string* authorization) const;
+
   // The server's rules, applied alike by every API to a request's engine requests: the prompt
   // and max_tokens limits (400; a max_tokens the client did not give is lowered to the cap),
   // the deadline (arrival + time_limit, within max_request_time), the prefix-cache salt of the

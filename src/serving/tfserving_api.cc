@@ -64,32 +64,10 @@ json version_status(const VersionStatus& v) {
       {"status", {{"error_code", v.error.empty() ? "OK" : "UNKNOWN"}, {"error_message", v.error}}}};
 }
 
-// TF Serving's GetModelStatus: every version the manager knows, or the one asked for.
 json model_status(ServingState& state, const ModelPath& p) {
-  const auto versions = state.registry.status(p.name);
-  if (!versions) {
-    throw HttpError(404, fmt::format("Could not find any versions of model {}", p.name));
-  }
-  std::optional<int64_t> want = p.version;
-  if (p.label) {
-    const auto labels = state.registry.labels(p.name);
-    auto it = labels.find(*p.label);
-    if (it == labels.end())
-      throw HttpError(404, fmt::format("Unrecognized servable version label: {}", *p.label));
-    want = it->second;
-  }
   json list = json::array();
-  for (const auto& v : *versions)
-    if (!want || v.version == *want) list.push_back(version_status(v));
-  if (want && list.empty()) {
-    throw HttpError(404, fmt::format("Could not find version {} of model {}", *want, p.name));
-  }
-  if (!want && list.empty()) {
-    // Nothing found to load (no version directories, an unsupported platform): say why.
-    const std::string why = state.registry.model_error(p.name);
-    throw HttpError(404, fmt::format("Could not find any versions of model {}{}", p.name,
-                                     why.empty() ? "" : ": " + why));
-  }
+  for (const auto& v : model_version_statuses(state, p.name, p.version, p.label))
+    list.push_back(version_status(v));
   return {{"model_version_status", list}};
 }
 
@@ -306,6 +284,36 @@ void predict(ServingState& state, std::shared_ptr<ServedModel> model, const Http
 }
 
 }  // namespace
+
+std::vector<VersionStatus> model_version_statuses(ServingState& state, const std::string& name,
+                                                  std::optional<int64_t> version,
+                                                  const std::optional<std::string>& label) {
+  const auto versions = state.registry.status(name);
+  if (!versions) {
+    throw HttpError(404, fmt::format("Could not find any versions of model {}", name));
+  }
+  std::optional<int64_t> want = version;
+  if (label) {
+    const auto labels = state.registry.labels(name);
+    auto it = labels.find(*label);
+    if (it == labels.end())
+      throw HttpError(404, fmt::format("Unrecognized servable version label: {}", *label));
+    want = it->second;
+  }
+  std::vector<VersionStatus> list;
+  for (const auto& v : *versions)
+    if (!want || v.version == *want) list.push_back(v);
+  if (want && list.empty()) {
+    throw HttpError(404, fmt::format("Could not find version {} of model {}", *want, name));
+  }
+  if (!want && list.empty()) {
+    // Nothing found to load (no version directories, an unsupported platform): say why.
+    const std::string why = state.registry.model_error(name);
+    throw HttpError(404, fmt::format("Could not find any versions of model {}{}", name,
+                                     why.empty() ? "" : ": " + why));
+  }
+  return list;
+}
 
 std::optional<ModelPath> parse_model_path(const std::string& rest) {
   ModelPath p;

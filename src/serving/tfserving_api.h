@@ -7,6 +7,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "serving/api_common.h"
 #include "serving/http_server.h"
@@ -25,6 +26,13 @@ struct ModelPath {
 
 // Parses what follows "/v1/models/". nullopt when it is not a TF Serving model path.
 std::optional<ModelPath> parse_model_path(const std::string& rest);
+
+// TF Serving's GetModelStatus for both APIs: every version of the model the manager knows, or
+// the one a version or label names. Throws HttpError 404 (TF Serving's messages) when there is
+// none.
+std::vector<VersionStatus> model_version_statuses(ServingState& state, const std::string& name,
+                                                  std::optional<int64_t> version,
+                                                  const std::optional<std::string>& label);
 
 // Answers one TF Serving route (status, metadata or predict). Throws HttpError / Error when it
 // rejects the request before answering (the caller sends {"error": ...}).

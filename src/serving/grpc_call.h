@@ -1,0 +1,91 @@
+#pragma once
+// What every gRPC method shares: the request record (id from x-request-id metadata, the API key
+// from `authorization` metadata, the access log line and the metrics at the end), the mapping
+// of the server's errors to gRPC status codes, and the strand a call's generation job runs on.
+
+#include <grpcpp/grpcpp.h>
+
+#include <boost/asio/strand.hpp>
+#include <boost/asio/thread_pool.hpp>
+
+#include <atomic>
+#include <chrono>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+
+#include "serving/api_common.h"
+#include "serving/job_host.h"
+#include "serving/model_registry.h"
+#include "serving/serving_state.h"
+
+namespace tf {
+
+// What the gRPC services of one server share.
+struct GrpcContext {
+  ServingState& state;
+  boost::asio::thread_pool& pool;  // runs the calls' strands (generation output, callbacks)
+};
+
+// The gRPC status an error answers with: HttpError's status mapped (400 INVALID_ARGUMENT, 401
+// UNAUTHENTICATED, 403 PERMISSION_DENIED, 404 NOT_FOUND, 429 RESOURCE_EXHAUSTED, 503
+// UNAVAILABLE, 504 DEADLINE_EXCEEDED, ...), other errors by their kind.
+grpc::Status grpc_status_of(const std::exception& e);
+// The HTTP status a gRPC code stands for in logs and tokenflow_requests_total (TF Serving's
+// table: CANCELLED 499, INVALID_ARGUMENT 400, ...).
+int http_status_of(grpc::StatusCode code);
+const char* grpc_code_name(grpc::StatusCode code);  // "OK", "INVALID_ARGUMENT", ...
+
+// One call's record: created when the call starts, logged once when it finishes.
+class GrpcCall {
+ public:
+  // service: "tokenflow.v1.GenerationService"; type: "unary" or "server_stream".
+  GrpcCall(GrpcContext& ctx, grpc::CallbackServerContext* server_ctx, const char* service,
+           const char* method, const char* type);
+  // Authenticates (keys on: the `authorization` metadata, "Bearer KEY") and refuses calls while
+  // the server drains; throws HttpError.
+  void admit();
+  // The first value of a client metadata key (lower case), or nullopt.
+  std::optional<std::string> metadata(const std::string& key) const;
+  // A traffic split's sticky header, read from the metadata of that name.
+  ModelRegistry::HeaderFn header_fn() const;
+  // The call's deadline as a time limit from its arrival; nullopt without one.
+  std::optional<std::chrono::milliseconds> time_limit() const;
+  // The status an error ends this call with (grpc_status_of); the REST error's code, field and
+  // retry time go with it as trailing metadata: error-code, error-param, retry-after.
+  grpc::Status error_status(const std::exception& e);
+  // Logs the call (access log, tokenflow_requests_total, grpc_server_handled_total) with the
+  // status it ends with. Once.
+  void finish(const grpc::Status& status);
+
+  std::shared_ptr<RequestRecord> record;
+
+ private:
+  GrpcContext& ctx_;
+  grpc::CallbackServerContext* server_ctx_;
+  const char* service_;
+  const char* method_;
+  const char* type_;
+  std::atomic<bool> finished_{false};
+};
+
+// The JobHost of one call: a strand on the gRPC context's pool, and the client's cancellation
+// (OnCancel: a cancelled call or a passed deadline) as the disconnect.
+class GrpcCallHost : public JobHost, public std::enable_shared_from_this<GrpcCallHost> {
+ public:
+  explicit GrpcCallHost(boost::asio::thread_pool& pool) : strand_(pool.get_executor()) {}
+  void post(std::function<void()> fn) override;
+  void on_disconnect(std::function<void()> fn) override;
+  bool disconnected() const override { return gone_; }
+  // The client cancelled: runs the disconnect callback on the strand.
+  void cancelled();
+
+ private:
+  boost::asio::strand<boost::asio::thread_pool::executor_type> strand_;
+  std::atomic<bool> gone_{false};
+  std::function<void()> on_gone_;  // used on the strand only
+};
+
+}  // namespace tf

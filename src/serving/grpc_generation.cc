@@ -1,0 +1,527 @@
+#include "serving/grpc_generation.h"
+
+#include <fmt/format.h>
+
+#include <deque>
+
+#include "serving/generation_job.h"
+#include "serving/openai_api.h"
+#include "serving/openai_request.h"
+#include "tokenizer/unicode.h"
+
+namespace tf {
+namespace {
+
+using json = nlohmann::json;
+constexpr const char* kService = "tokenflow.v1.GenerationService";
+
+v1::FinishReason finish_of(FinishReason f) {
+  switch (f) {
+    case FinishReason::kStop:
+      return v1::FINISH_REASON_STOP;
+    case FinishReason::kLength:
+      return v1::FINISH_REASON_LENGTH;
+    case FinishReason::kAbort:
+      return v1::FINISH_REASON_ABORT;
+    default:
+      return v1::FINISH_REASON_UNSPECIFIED;
+  }
+}
+
+std::string token_bytes(const Tokenizer* tok, int32_t id) {
+  if (!tok) return std::to_string(id);
+  const int32_t one[] = {id};
+  return tok->decode_bytes(one, /*skip_special_tokens=*/false);
+}
+
+void add_logprobs(const Tokenizer* tok, const std::vector<SampleResult>& lps,
+                  google::protobuf::RepeatedPtrField<v1::TokenLogprob>* out) {
+  for (const auto& r : lps) {
+    v1::TokenLogprob* lp = out->Add();
+    lp->set_token_id(r.token);
+    lp->set_token(token_bytes(tok, r.token));
+    lp->set_logprob(r.logprob);
+    for (const auto& alt : r.top) {
+      v1::TopLogprob* t = lp->add_top_logprobs();
+      t->set_token_id(alt.token);
+      t->set_token(token_bytes(tok, alt.token));
+      t->set_logprob(alt.logprob);
+    }
+  }
+}
+
+json ids_json(const google::protobuf::RepeatedField<int32_t>& ids) {
+  return json(std::vector<int32_t>(ids.begin(), ids.end()));
+}
+
+// Usage over the returned sequences; cached prompt tokens from the engine's timings.
+void fill_usage(const GenerationPlan& plan, const GenerationJob& job, v1::Usage* u) {
+  int64_t prompt = 0, completion = 0, cached = 0;
+  for (size_t i = 0; i < job.num_prompts(); ++i) {
+    prompt += static_cast<int64_t>(plan.prompts[i].size());
+    cached += job.timings(i).cached_prompt_tokens;
+    const auto& seqs = job.results()[i];
+    for (size_t k : returned(plan, seqs)) completion += static_cast<int64_t>(seqs[k].tokens.size());
+  }
+  u->set_prompt_tokens(prompt);
+  u->set_completion_tokens(completion);
+  u->set_total_tokens(prompt + completion);
+  u->set_cached_prompt_tokens(cached);
+}
+
+// The model a tokenize / detokenize request names (nullptr: throws 404).
+std::shared_ptr<ServedModel> resolve_model(GrpcCall& call, ServingState& state,
+                                           const std::string& field) {
+  const ModelRequestSpec spec = state.registry.parse_model_field(field);
+  auto m = state.registry.resolve(spec, {}, call.header_fn());
+  if (!m) throw HttpError(404, state.registry.unavailable_reason(spec), "model_not_found", "model");
+  call.record->model = m->name;
+  call.record->version = m->version;
+  if (call.record->key && !call.record->key->allows(m->name))
+    throw HttpError(403, fmt::format("this API key may not use model '{}'", m->name),
+                    "model_not_allowed");
+  return m;
+}
+
+json chat_json(const v1::Chat& chat) {
+  json messages = json::array();
+  for (const auto& m : chat.messages())
+    messages.push_back({{"role", m.role()}, {"content", m.content()}});
+  json body = {{"messages", messages}};
+  if (chat.has_add_generation_prompt())
+    body["add_generation_prompt"] = chat.add_generation_prompt();
+  return body;
+}
+
+// What a finished job ends with: DEADLINE_EXCEEDED when it ran past its deadline and a sequence
+// was stopped for it, else OK.
+grpc::Status end_status(const GenerationJob& job, const RequestRecord& record,
+                        std::chrono::milliseconds limit) {
+  if (std::chrono::steady_clock::now() < record.received + limit) return grpc::Status::OK;
+  for (const auto& seqs : job.results())
+    for (const auto& s : seqs)
+      if (s.finish == FinishReason::kAbort)
+        return grpc::Status(grpc::StatusCode::DEADLINE_EXCEEDED,
+                            fmt::format("the request ran past its deadline ({:.3g} s) and was "
+                                        "stopped",
+                                        std::chrono::duration<double>(limit).count()));
+  return grpc::Status::OK;
+}
+
+// The status a call whose client left is logged with: its own deadline, or a cancellation.
+grpc::Status gone_status(grpc::CallbackServerContext* ctx) {
+  if (ctx->deadline() <= std::chrono::system_clock::now())
+    return grpc::Status(grpc::StatusCode::DEADLINE_EXCEEDED, "deadline exceeded");
+  return grpc::Status(grpc::StatusCode::CANCELLED, "cancelled by the client");
+}
+
+// Starts the plan's job on host; records what REST records when it ends (tokens, TTFT, the
+// first sequence's finish, the key's usage), then calls done(job, client_gone); failed(error)
+// if the engine refuses it. The job starts on the host's strand, so that its outputs, drained
+// there too, cannot end it before it is known here.
+void start_job(GrpcContext& ctx, std::shared_ptr<GenerationPlan> plan,
+               std::shared_ptr<RequestRecord> record, std::shared_ptr<GrpcCallHost> host,
+               GenerationJob::EventFn on_event,
+               std::function<void(const GenerationJob*, bool)> done,
+               std::function<void(const std::exception&)> failed) {
+  host->post([&ctx, plan, record, host, on_event = std::move(on_event), done = std::move(done),
+              failed = std::move(failed)]() mutable {
+    const ServedModel& model = *plan->model;
+    const JobObserver observer{&ctx.state.metrics,
+                               {{"model", model.name}, {"version", std::to_string(model.version)}}};
+    auto job_ref = std::make_shared<std::weak_ptr<GenerationJob>>();
+    GenerationJob::DoneFn on_done = [plan, record, job_ref, done](bool client_gone) {
+      auto job = job_ref->lock();
+      if (job) {
+        int64_t completion = 0;
+        for (size_t i = 0; i < job->num_prompts(); ++i) {
+          const auto& seqs = job->results()[i];
+          const auto picks = returned(*plan, seqs);
+          for (size_t k : picks) completion += static_cast<int64_t>(seqs[k].tokens.size());
+          if (i == 0 && !picks.empty()) record->finish = finish_reason_name(seqs[picks[0]].finish);
+        }
+        record->completion_tokens = completion;
+        record->ttft_ms = job->first_token_ms(record->received);
+      }
+      if (plan->admission)
+        plan->admission->set_used(
+            static_cast<double>(record->prompt_tokens + record->completion_tokens));
+      done(job.get(), client_gone);
+    };
+    try {
+      *job_ref =
+          GenerationJob::start(*model.engine, std::move(plan->requests), host, ctx.state.jobs,
+                               std::move(on_event), std::move(on_done), observer);
+    } catch (const std::exception& e) {
+      failed(e);
+    }
+  });
+}
+
+// --- Generate (unary) ---------------------------------------------------------------------
+
+class GenerateReactor final : public grpc::ServerUnaryReactor {
+ public:
+  GenerateReactor(GrpcContext& ctx, grpc::CallbackServerContext* sctx,
+                  const v1::GenerateRequest* req, v1::GenerateResponse* resp)
+      : ctx_(ctx),
+        sctx_(sctx),
+        call_(ctx, sctx, kService, "Generate", "unary"),
+        host_(std::make_shared<GrpcCallHost>(ctx.pool)) {
+    try {
+      start(*req, resp);
+    } catch (const std::exception& e) {
+      finish(call_.error_status(e));
+    }
+  }
+  void OnCancel() override { host_->cancelled(); }
+  void OnDone() override { delete this; }
+
+ private:
+  void start(const v1::GenerateRequest& req, v1::GenerateResponse* resp) {
+    call_.admit();
+    bool chat = false;
+    const json body = openai_body_of(req, /*stream=*/false, chat);
+    const std::string id = random_id(chat ? "chatcmpl-" : "cmpl-");
+    auto plan = std::make_shared<GenerationPlan>(plan_generation(
+        ctx_.state, body, chat, call_.header_fn(), *call_.record, id, call_.time_limit()));
+    sctx_->AddInitialMetadata("x-model-version", std::to_string(plan->model->version));
+    const Tokenizer* tok = plan->model->tok();
+    resp->set_id(id);
+    resp->set_model(plan->model->name);
+    resp->set_model_version(plan->model->version);
+    auto record = call_.record;
+    start_job(
+        ctx_, plan, record, host_, nullptr,
+        [this, plan, tok, resp, record](const GenerationJob* job, bool client_gone) {
+          if (client_gone || !job) return finish(gone_status(sctx_));
+          const grpc::Status status = end_status(*job, *record, plan->time_limit);
+          if (!status.ok()) return finish(status);
+          for (size_t i = 0; i < job->num_prompts(); ++i) {
+            const auto& seqs = job->results()[i];
+            const auto picks = returned(*plan, seqs);
+            for (size_t k = 0; k < picks.size(); ++k) {
+              const GeneratedSequence& s = seqs[picks[k]];
+              v1::Sequence* out = resp->add_sequences();
+              out->set_index(static_cast<int32_t>(k));
+              out->set_text(unicode::sanitize_utf8(s.text));
+              out->mutable_token_ids()->Add(s.tokens.begin(), s.tokens.end());
+              out->set_finish_reason(finish_of(s.finish));
+              out->set_cumulative_logprob(s.cumulative_logprob);
+              if (plan->params.logprobs) add_logprobs(tok, s.logprobs, out->mutable_logprobs());
+            }
+          }
+          fill_usage(*plan, *job, resp->mutable_usage());
+          finish(grpc::Status::OK);
+        },
+        [this](const std::exception& e) { finish(call_.error_status(e)); });
+  }
+
+  void finish(const grpc::Status& status) {
+    call_.finish(status);
+    Finish(status);
+  }
+
+  GrpcContext& ctx_;
+  grpc::CallbackServerContext* sctx_;
+  GrpcCall call_;
+  std::shared_ptr<GrpcCallHost> host_;
+};
+
+// --- GenerateStream ---------------------------------------------------------------------------
+
+// Writes a call's messages one at a time, in order, and finishes after the last.
+class StreamReactor final : public grpc::ServerWriteReactor<v1::GenerateStreamResponse> {
+ public:
+  StreamReactor(GrpcContext& ctx, grpc::CallbackServerContext* sctx, const v1::GenerateRequest* req)
+      : ctx_(ctx),
+        sctx_(sctx),
+        call_(ctx, sctx, kService, "GenerateStream", "server_stream"),
+        host_(std::make_shared<GrpcCallHost>(ctx.pool)) {
+    try {
+      start(*req);
+    } catch (const std::exception& e) {
+      end(call_.error_status(e));
+    }
+  }
+
+  void OnWriteDone(bool ok) override {
+    std::unique_lock lock(mu_);
+    writing_ = false;
+    if (!ok) {  // the client is gone: nothing more can be written
+      broken_ = true;
+      queue_.clear();
+    }
+    next(lock);
+  }
+  void OnCancel() override { host_->cancelled(); }
+  void OnDone() override { delete this; }
+
+ private:
+  void start(const v1::GenerateRequest& req) {
+    call_.admit();
+    bool chat = false;
+    const json body = openai_body_of(req, /*stream=*/true, chat);
+    const std::string id = random_id(chat ? "chatcmpl-" : "cmpl-");
+    auto plan = std::make_shared<GenerationPlan>(plan_generation(
+        ctx_.state, body, chat, call_.header_fn(), *call_.record, id, call_.time_limit()));
+    sctx_->AddInitialMetadata("x-model-version", std::to_string(plan->model->version));
+    const Tokenizer* tok = plan->model->tok();
+    const int32_t n = plan->choices_per_prompt;
+    const bool logprobs = plan->params.logprobs.has_value();
+    GenerationJob::EventFn on_event = [this, tok, n, logprobs](size_t, const RequestOutput& out) {
+      if (out.index >= n) return;  // beams beyond the returned ones
+      if (out.token_ids.empty() && out.text.empty() && out.finish == FinishReason::kNone) return;
+      v1::GenerateStreamResponse msg;
+      v1::GenerationStep* step = msg.mutable_step();
+      step->set_index(out.index);
+      step->mutable_token_ids()->Add(out.token_ids.begin(), out.token_ids.end());
+      step->set_text(unicode::sanitize_utf8(out.text));
+      if (logprobs) add_logprobs(tok, out.logprobs, step->mutable_logprobs());
+      step->set_finish_reason(finish_of(out.finish));
+      send(std::move(msg));
+    };
+    auto record = call_.record;
+    start_job(
+        ctx_, plan, record, host_, std::move(on_event),
+        [this, plan, id, record](const GenerationJob* job, bool client_gone) {
+          if (client_gone || !job) return end(gone_status(sctx_));
+          v1::GenerateStreamResponse msg;
+          v1::GenerationEnd* e = msg.mutable_end();
+          e->set_id(id);
+          e->set_model(plan->model->name);
+          e->set_model_version(plan->model->version);
+          for (size_t i = 0; i < job->num_prompts(); ++i) {
+            const auto& seqs = job->results()[i];
+            for (size_t k : returned(*plan, seqs)) e->add_finish_reasons(finish_of(seqs[k].finish));
+          }
+          fill_usage(*plan, *job, e->mutable_usage());
+          send(std::move(msg));
+          end(end_status(*job, *record, plan->time_limit));
+        },
+        [this](const std::exception& e) { end(call_.error_status(e)); });
+  }
+
+  void send(v1::GenerateStreamResponse msg) {
+    std::unique_lock lock(mu_);
+    if (broken_ || finishing_) return;
+    queue_.push_back(std::move(msg));
+    next(lock);
+  }
+
+  // Finishes with status once the queued messages are written.
+  void end(grpc::Status status) {
+    std::unique_lock lock(mu_);
+    if (finishing_) return;
+    finishing_ = true;
+    status_ = std::move(status);
+    next(lock);
+  }
+
+  // Starts the next write, or the finish after the last; called with mu_ held (released here,
+  // so that a reaction run inline by gRPC cannot deadlock on it).
+  void next(std::unique_lock<std::mutex>& lock) {
+    if (writing_ || finished_) return;
+    if (!queue_.empty()) {
+      current_ = std::move(queue_.front());
+      queue_.pop_front();
+      writing_ = true;
+      lock.unlock();
+      StartWrite(&current_);
+      return;
+    }
+    if (!finishing_) return;
+    finished_ = true;
+    const grpc::Status status = status_;
+    lock.unlock();
+    call_.finish(status);
+    Finish(status);
+  }
+
+  GrpcContext& ctx_;
+  grpc::CallbackServerContext* sctx_;
+  GrpcCall call_;
+  std::shared_ptr<GrpcCallHost> host_;
+  std::mutex mu_;
+  std::deque<v1::GenerateStreamResponse> queue_;
+  v1::GenerateStreamResponse current_;  // the message being written
+  bool writing_ = false, broken_ = false, finishing_ = false, finished_ = false;
+  grpc::Status status_;
+};
+
+// Unary calls answered at once: runs fn, finishes with OK or the error it throws.
+template <typename Fn>
+grpc::ServerUnaryReactor* answer(GrpcContext& ctx, grpc::CallbackServerContext* sctx,
+                                 const char* method, Fn fn) {
+  auto* reactor = sctx->DefaultReactor();
+  GrpcCall call(ctx, sctx, kService, method, "unary");
+  grpc::Status status = grpc::Status::OK;
+  try {
+    call.admit();
+    fn(call);
+  } catch (const std::exception& e) {
+    status = call.error_status(e);
+  }
+  call.finish(status);
+  reactor->Finish(status);
+  return reactor;
+}
+
+}  // namespace
+
+json openai_body_of(const v1::GenerateRequest& req, bool stream, bool& chat) {
+  json body = json::object();
+  if (!req.model().empty()) body["model"] = req.model();
+  chat = false;
+  switch (req.prompt_case()) {
+    case v1::GenerateRequest::kText:
+      body["prompt"] = req.text();
+      break;
+    case v1::GenerateRequest::kTokenIds:
+      if (req.token_ids().ids().empty())
+        throw HttpError(400, "'token_ids' must not be empty", "", "token_ids");
+      body["prompt"] = ids_json(req.token_ids().ids());
+      break;
+    case v1::GenerateRequest::kChat:
+      chat = true;
+      body.update(chat_json(req.chat()));
+      break;
+    default:
+      throw HttpError(400, "a prompt is required: set 'text', 'token_ids' or 'chat'", "", "prompt");
+  }
+  if (stream) body["stream"] = true;
+  const v1::SamplingParameters& s = req.sampling();
+#define TF_OPTIONAL(field) \
+  if (s.has_##field()) body[#field] = s.field()
+  TF_OPTIONAL(max_tokens);
+  TF_OPTIONAL(min_tokens);
+  TF_OPTIONAL(temperature);
+  TF_OPTIONAL(top_k);
+  TF_OPTIONAL(top_p);
+  TF_OPTIONAL(min_p);
+  TF_OPTIONAL(typical_p);
+  TF_OPTIONAL(seed);
+  TF_OPTIONAL(repetition_penalty);
+  TF_OPTIONAL(presence_penalty);
+  TF_OPTIONAL(frequency_penalty);
+  TF_OPTIONAL(no_repeat_ngram_size);
+  TF_OPTIONAL(n);
+  TF_OPTIONAL(best_of);
+  TF_OPTIONAL(length_penalty);
+  TF_OPTIONAL(skip_special_tokens);
+#undef TF_OPTIONAL
+  if (s.has_logprobs()) {
+    if (chat) {  // the chat body's shape: a flag and a count
+      body["logprobs"] = true;
+      body["top_logprobs"] = s.logprobs();
+    } else {
+      body["logprobs"] = s.logprobs();
+    }
+  }
+  if (!s.logit_bias().empty()) {
+    json bias = json::object();
+    for (const auto& [id, v] : s.logit_bias()) bias[std::to_string(id)] = v;
+    body["logit_bias"] = bias;
+  }
+  if (!s.bad_words_ids().empty()) {
+    json words = json::array();
+    for (const auto& w : s.bad_words_ids()) words.push_back(ids_json(w.ids()));
+    body["bad_words_ids"] = words;
+  }
+  if (!s.stop().empty()) body["stop"] = std::vector<std::string>(s.stop().begin(), s.stop().end());
+  if (!s.stop_token_ids().empty()) body["stop_token_ids"] = ids_json(s.stop_token_ids());
+  if (s.ignore_eos()) body["ignore_eos"] = true;
+  if (s.include_stop_str_in_output()) body["include_stop_str_in_output"] = true;
+  if (s.use_beam_search()) body["use_beam_search"] = true;
+  if (s.early_stopping()) body["early_stopping"] = true;
+  if (req.has_add_special_tokens()) body["add_special_tokens"] = req.add_special_tokens();
+  if (!req.user().empty()) body["user"] = req.user();
+  if (req.priority() != 0) body["priority"] = req.priority();
+  if (!req.cache_salt().empty()) body["cache_salt"] = req.cache_salt();
+  return body;
+}
+
+grpc::ServerUnaryReactor* GenerationServiceImpl::Generate(grpc::CallbackServerContext* context,
+                                                          const v1::GenerateRequest* request,
+                                                          v1::GenerateResponse* response) {
+  return new GenerateReactor(ctx_, context, request, response);
+}
+
+grpc::ServerWriteReactor<v1::GenerateStreamResponse>* GenerationServiceImpl::GenerateStream(
+    grpc::CallbackServerContext* context, const v1::GenerateRequest* request) {
+  return new StreamReactor(ctx_, context, request);
+}
+
+grpc::ServerUnaryReactor* GenerationServiceImpl::Tokenize(grpc::CallbackServerContext* context,
+                                                          const v1::TokenizeRequest* request,
+                                                          v1::TokenizeResponse* response) {
+  return answer(ctx_, context, "Tokenize", [&](GrpcCall& call) {
+    auto m = resolve_model(call, ctx_.state, request->model());
+    const Tokenizer* tok = m->tok();
+    if (!tok) throw HttpError(400, "this model has no tokenizer");
+    std::vector<int32_t> ids;
+    try {
+      if (request->has_chat()) {
+        ids = parse_chat_prompt(chat_json(request->chat()), m->tokenizer, m->config());
+      } else if (request->has_text()) {
+        ids = tok->encode(request->text(),
+                          request->has_add_special_tokens() ? request->add_special_tokens() : true);
+      } else {
+        throw HttpError(400, "set 'text' or 'chat'", "", "text");
+      }
+    } catch (const HttpError&) {
+      throw;
+    } catch (const Error& e) {
+      if (e.kind() == ErrorKind::kInternal) throw;
+      throw HttpError(400, e.what());
+    }
+    response->mutable_token_ids()->Add(ids.begin(), ids.end());
+    if (request->return_tokens())
+      for (int32_t id : ids) response->add_tokens(token_bytes(tok, id));
+    response->set_count(static_cast<int32_t>(ids.size()));
+    response->set_max_model_len(m->config().max_seq_len);
+    call.record->prompt_tokens = static_cast<int64_t>(ids.size());
+  });
+}
+
+grpc::ServerUnaryReactor* GenerationServiceImpl::Detokenize(grpc::CallbackServerContext* context,
+                                                            const v1::DetokenizeRequest* request,
+                                                            v1::DetokenizeResponse* response) {
+  return answer(ctx_, context, "Detokenize", [&](GrpcCall& call) {
+    auto m = resolve_model(call, ctx_.state, request->model());
+    const Tokenizer* tok = m->tok();
+    if (!tok) throw HttpError(400, "this model has no tokenizer");
+    const int64_t vocab = m->config().vocab_size;
+    for (int32_t id : request->token_ids()) {
+      if (id < 0 || id >= vocab)
+        throw HttpError(400,
+                        fmt::format("token id {} is outside the vocabulary (0..{})", id, vocab - 1),
+                        "", "token_ids");
+    }
+    const std::vector<int32_t> ids(request->token_ids().begin(), request->token_ids().end());
+    const bool skip = request->has_skip_special_tokens() ? request->skip_special_tokens() : true;
+    response->set_text(unicode::sanitize_utf8(tok->decode(ids, skip)));
+  });
+}
+
+grpc::ServerUnaryReactor* GenerationServiceImpl::ListModels(grpc::CallbackServerContext* context,
+                                                            const v1::ListModelsRequest*,
+                                                            v1::ListModelsResponse* response) {
+  return answer(ctx_, context, "ListModels", [&](GrpcCall&) {
+    // The REST listing, typed: every id a request can use.
+    const json list = openai_model_list(ctx_.state);
+    for (const auto& m : list["data"]) {
+      v1::ModelInfo* info = response->add_models();
+      info->set_id(m["id"].get<std::string>());
+      const bool child = m["parent"].is_string();
+      info->set_parent(child ? m["parent"].get<std::string>() : "");
+      info->set_name(child ? info->parent() : info->id());
+      info->set_version(m["version"].get<int64_t>());
+      info->set_created(m["created"].get<int64_t>());
+      info->set_max_model_len(m["max_model_len"].get<int64_t>());
+      info->set_root(m["root"].get<std::string>());
+    }
+  });
+}
+
+}  // namespace tf

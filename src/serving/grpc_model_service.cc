@@ -1,0 +1,90 @@
+#include "serving/grpc_model_service.h"
+
+#include <fmt/format.h>
+
+#include "serving/tfserving_api.h"
+
+namespace tf {
+namespace {
+
+constexpr const char* kService = "tensorflow.serving.ModelService";
+
+// TF Serving's error code of a status message (tensorflow.error.Code has gRPC's numbers).
+void set_status(tfs::StatusProto* out, const grpc::Status& status) {
+  out->set_error_code(static_cast<tensorflow::error::Code>(status.error_code()));
+  out->set_error_message(status.error_message());
+}
+
+}  // namespace
+
+grpc::ServerUnaryReactor* ModelServiceImpl::GetModelStatus(
+    grpc::CallbackServerContext* context, const tfs::GetModelStatusRequest* request,
+    tfs::GetModelStatusResponse* response) {
+  auto* reactor = context->DefaultReactor();
+  GrpcCall call(ctx_, context, kService, "GetModelStatus", "unary");
+  grpc::Status status = grpc::Status::OK;
+  try {
+    call.admit();
+    const tfs::ModelSpec& spec = request->model_spec();
+    if (spec.name().empty())
+      throw HttpError(400, "Missing model name in request.", "", "model_spec.name");
+    call.record->model = spec.name();
+    std::optional<int64_t> version;
+    std::optional<std::string> label;
+    if (spec.has_version()) version = spec.version().value();
+    if (spec.version_choice_case() == tfs::ModelSpec::kVersionLabel) label = spec.version_label();
+    for (const VersionStatus& v : model_version_statuses(ctx_.state, spec.name(), version, label)) {
+      tfs::ModelVersionStatus* out = response->add_model_version_status();
+      out->set_version(v.version);
+      out->set_state(static_cast<tfs::ModelVersionStatus::State>(static_cast<int>(v.state)));
+      // A version that failed carries its reason, as TF Serving reports a load error.
+      set_status(out->mutable_status(), v.error.empty()
+                                            ? grpc::Status::OK
+                                            : grpc::Status(grpc::StatusCode::UNKNOWN, v.error));
+    }
+  } catch (const std::exception& e) {
+    status = call.error_status(e);
+  }
+  call.finish(status);
+  reactor->Finish(status);
+  return reactor;
+}
+
+grpc::ServerUnaryReactor* ModelServiceImpl::HandleReloadConfigRequest(
+    grpc::CallbackServerContext* context, const tfs::ReloadConfigRequest* request,
+    tfs::ReloadConfigResponse* response) {
+  auto* reactor = context->DefaultReactor();
+  auto call =
+      std::make_shared<GrpcCall>(ctx_, context, kService, "HandleReloadConfigRequest", "unary");
+  auto finish = [call, reactor, response](const grpc::Status& status) {
+    set_status(response->mutable_status(), status);
+    call->finish(status);
+    reactor->Finish(status);
+  };
+  try {
+    call->admit();
+    if (!ctx_.state.reload)
+      throw HttpError(400, "this server takes no reloads", "reload_unsupported");
+    // A request without a config re-reads --model_config_file (as an empty POST
+    // /v1/admin/reload does); a config is validated before anything changes.
+    std::optional<tfs::ModelServerConfig> config;
+    if (request->has_config()) {
+      try {
+        validate_model_server_config(request->config());
+      } catch (const Error& e) {
+        throw HttpError(400, e.what(), "invalid_config");
+      }
+      config = request->config();
+    }
+    // Answered from the version manager's thread once the new state is loaded (or refused).
+    ctx_.state.reload(std::move(config), [finish](const std::string& error) {
+      finish(error.empty() ? grpc::Status::OK
+                           : grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, error));
+    });
+  } catch (const std::exception& e) {
+    finish(call->error_status(e));
+  }
+  return reactor;
+}
+
+}  // namespace tf

@@ -1,0 +1,119 @@
+#include "serving/grpc_server.h"
+
+#include <grpcpp/ext/proto_server_reflection_plugin.h>
+#include <grpcpp/grpcpp.h>
+#include <grpcpp/health_check_service_interface.h>
+
+#include <fmt/format.h>
+
+#include "core/error.h"
+#include "core/log.h"
+#include "core/mapped_file.h"
+#include "serving/grpc_generation.h"
+#include "serving/grpc_model_service.h"
+#include "tensorflow_serving/apis/model_service.pb.h"
+
+namespace tf {
+
+struct GrpcServer::Impl {
+  explicit Impl(ServingState& state) : pool(1), ctx{state, pool}, generation(ctx), models(ctx) {}
+  boost::asio::thread_pool pool;
+  GrpcContext ctx;
+  GenerationServiceImpl generation;
+  ModelServiceImpl models;
+  std::unique_ptr<grpc::Server> server;
+};
+
+GrpcServer::GrpcServer(ServingState& state, GrpcServerConfig config)
+    : state_(state), config_(std::move(config)), impl_(std::make_unique<Impl>(state)) {
+  // model_service.pb.cc holds only the service's descriptor, which no code references: a
+  // reference keeps the linker from dropping it, so that reflection can describe ModelService.
+  [[maybe_unused]] static const void* volatile model_service_file =
+      &descriptor_table_tensorflow_5fserving_2fapis_2fmodel_5fservice_2eproto;
+  grpc::EnableDefaultHealthCheckService(true);
+  grpc::reflection::InitProtoReflectionServerBuilderPlugin();
+  grpc::ServerBuilder builder;
+  std::shared_ptr<grpc::ServerCredentials> creds;
+  if (!config_.tls_cert.empty() || !config_.tls_key.empty()) {
+    if (config_.tls_cert.empty() || config_.tls_key.empty())
+      fail(ErrorKind::kInvalidArgument, "TLS needs both a certificate and a key");
+    grpc::SslServerCredentialsOptions ssl;
+    grpc::SslServerCredentialsOptions::PemKeyCertPair pair;
+    pair.private_key = read_file(config_.tls_key);
+    pair.cert_chain = read_file(config_.tls_cert);
+    ssl.pem_key_cert_pairs.push_back(pair);
+    creds = grpc::SslServerCredentials(ssl);
+  } else {
+    creds = grpc::InsecureServerCredentials();
+  }
+  const std::string host = config_.host.find(':') != std::string::npos
+                               ? fmt::format("[{}]", config_.host)
+                               : config_.host;
+  int bound = 0;
+  builder.AddListeningPort(fmt::format("{}:{}", host, config_.port), creds, &bound);
+  builder.SetMaxReceiveMessageSize(config_.max_message_bytes);
+  builder.SetMaxSendMessageSize(config_.max_message_bytes);
+  // A port in use is an error, as for HTTP (gRPC would otherwise share it).
+  builder.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);
+  builder.RegisterService(&impl_->generation);
+  builder.RegisterService(&impl_->models);
+  impl_->server = builder.BuildAndStart();
+  if (!impl_->server || bound == 0) {
+    fail(ErrorKind::kInvalidArgument, "cannot listen for gRPC on {}:{}", config_.host,
+         config_.port);
+  }
+  port_ = static_cast<uint16_t>(bound);
+  update_health();
+  health_ = std::thread([this] { health_loop(); });
+}
+
+GrpcServer::~GrpcServer() {
+  shutdown(std::chrono::steady_clock::now());
+  impl_->pool.join();
+}
+
+void GrpcServer::update_health() {
+  grpc::HealthCheckServiceInterface* health = impl_->server->GetHealthCheckService();
+  if (!health) return;
+  std::lock_guard lock(mu_);
+  if (stopping_) return;
+  // A model serves when one of its versions is available and its engine makes progress.
+  std::set<std::string> serving;
+  for (const auto& m : state_.registry.available()) {
+    if (m->engine->responsive(state_.limits.max_step_time)) serving.insert(m->name);
+  }
+  for (const std::string& name : state_.registry.names()) known_.insert(name);
+  for (const std::string& name : known_) health->SetServingStatus(name, serving.count(name) > 0);
+  const bool up = !serving.empty() && !state_.draining;
+  health->SetServingStatus("", up);
+  health->SetServingStatus("tokenflow.v1.GenerationService", up);
+  health->SetServingStatus("tensorflow.serving.ModelService", !state_.draining);
+}
+
+void GrpcServer::health_loop() {
+  std::unique_lock lock(mu_);
+  while (!stopping_) {
+    cv_.wait_for(lock, config_.health_interval);
+    if (stopping_) break;
+    lock.unlock();
+    update_health();
+    lock.lock();
+  }
+}
+
+void GrpcServer::shutdown(std::chrono::steady_clock::time_point deadline) {
+  {
+    std::lock_guard lock(mu_);
+    if (stopping_) return;
+    stopping_ = true;
+  }
+  cv_.notify_all();
+  if (health_.joinable()) health_.join();
+  if (auto* health = impl_->server->GetHealthCheckService()) health->Shutdown();
+  const auto left = deadline - std::chrono::steady_clock::now();
+  impl_->server->Shutdown(std::chrono::system_clock::now() +
+                          std::chrono::duration_cast<std::chrono::system_clock::duration>(left));
+  impl_->server->Wait();
+}
+
+}  // namespace tf

@@ -1,0 +1,64 @@
+#pragma once
+// The gRPC front door (`tokenflow serve --grpc-port N`), beside the HTTP server and sharing its
+// ServingState (registry, engines, keys, limits, metrics): tokenflow.v1.GenerationService, TF
+// Serving's tensorflow.serving.ModelService, the standard grpc.health.v1.Health service (""
+// for the server, one entry per model name for its readiness) and server reflection.
+
+#include <chrono>
+#include <condition_variable>
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <set>
+#include <string>
+#include <thread>
+
+#include "serving/serving_state.h"
+
+namespace grpc {
+class Server;
+}
+
+namespace tf {
+
+struct GrpcServerConfig {
+  std::string host = "127.0.0.1";
+  uint16_t port = 0;  // 0: any free port (see port())
+  int max_message_bytes = 8 << 20;
+  // TLS when both are set (the same PEM files as HTTPS).
+  std::string tls_cert, tls_key;
+  // How often per-model health follows the registry.
+  std::chrono::milliseconds health_interval{500};
+};
+
+class GrpcServer {
+ public:
+  // Binds and starts serving; throws Error when the address cannot be bound.
+  GrpcServer(ServingState& state, GrpcServerConfig config);
+  ~GrpcServer();
+  GrpcServer(const GrpcServer&) = delete;
+  GrpcServer& operator=(const GrpcServer&) = delete;
+
+  uint16_t port() const { return port_; }
+  // Reports NOT_SERVING everywhere, refuses new calls, lets calls in progress finish until the
+  // deadline, then cancels the rest (their engine requests with them).
+  void shutdown(std::chrono::steady_clock::time_point deadline);
+
+  struct Impl;
+
+ private:
+  void health_loop();
+  void update_health();
+
+  ServingState& state_;
+  GrpcServerConfig config_;
+  std::unique_ptr<Impl> impl_;
+  uint16_t port_ = 0;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  bool stopping_ = false;
+  std::set<std::string> known_;  // every model name health has reported
+  std::thread health_;
+};
+
+}  // namespace tf

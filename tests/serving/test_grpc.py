@@ -1,0 +1,699 @@
+"""Integration tests of the gRPC API (`tokenflow serve --grpc-port`): the real binary serving
+stories260K, driven by Debian's python3-grpcio with stubs generated here, by python3-grpc-tools,
+from the repository's .proto files (and, for health and reflection, from the standard protocols'
+messages in tests/serving/protos). Checked: generation equal to the REST API's for the same
+seed (unary, streaming, chat, logprobs), tokenize / detokenize / list models, TF Serving's
+ModelService (status, reload), health per model, reflection, every error code, cancellation
+freeing KV blocks, deadlines, 32 concurrent streams, metrics and metadata.
+
+Env: TOKENFLOW_BIN, TF_SHARED_DIR.
+"""
+
+import hashlib
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import unittest
+
+import grpc
+
+from test_server import Client, stop_server
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+REPO = os.path.dirname(os.path.dirname(HERE))
+BIN = os.environ.get("TOKENFLOW_BIN", os.path.join(REPO, "build", "release", "tokenflow"))
+SHARED = os.environ.get("TF_SHARED_DIR", os.path.join(os.path.dirname(REPO), "shared"))
+STORIES = os.path.join(SHARED, "models", "stories260K")
+STORIES_BIN = os.path.join(STORIES, "stories260K.bin")
+MODEL = "stories260K"
+
+STUBS = tempfile.mkdtemp(prefix="tf_grpc_stubs_")
+
+
+def generate_stubs():
+    """Python stubs from the same .proto files the server is built from."""
+    protos = []
+    for root in (os.path.join(REPO, "proto"), os.path.join(HERE, "protos")):
+        for d, _, files in os.walk(root):
+            protos += [(root, os.path.relpath(os.path.join(d, f), root))
+                       for f in files if f.endswith(".proto")]
+    for root in {r for r, _ in protos}:
+        files = [p for r, p in protos if r == root]
+        cmd = [sys.executable, "-m", "grpc_tools.protoc", "-I", os.path.join(REPO, "proto"),
+               "-I", root, "--python_out", STUBS, "--grpc_python_out", STUBS, *files]
+        subprocess.run(cmd, check=True, cwd=root)
+    for d, _, _ in os.walk(STUBS):  # packages for the generated modules
+        open(os.path.join(d, "__init__.py"), "a").close()
+    sys.path.insert(0, STUBS)
+
+
+generate_stubs()
+from tokenflow.v1 import generation_pb2 as g  # noqa: E402
+from tokenflow.v1 import generation_pb2_grpc as g_grpc  # noqa: E402
+from tensorflow_serving.apis import get_model_status_pb2 as status_pb2  # noqa: E402
+from tensorflow_serving.apis import model_management_pb2  # noqa: E402
+from tensorflow_serving.apis import model_service_pb2_grpc  # noqa: E402
+from tensorflow_serving.config import model_server_config_pb2  # noqa: E402
+from grpc_std import health_pb2, health_pb2_grpc  # noqa: E402
+from grpc_std import reflection_pb2, reflection_pb2_grpc  # noqa: E402
+from google.protobuf import descriptor_pb2  # noqa: E402
+
+C = grpc.StatusCode
+
+
+def start(*args, log=None):
+    """Starts `tokenflow serve` with gRPC on free ports; returns (process, http port, channel)."""
+    err = open(log, "w") if log else tempfile.TemporaryFile(mode="w+")
+    base = [] if "--model_config_file" in args else ["--model", STORIES_BIN]
+    proc = subprocess.Popen(
+        [BIN, "--log-level", "info", "serve", *base, "--port", "0", "--grpc-port", "0",
+         "--kv-cache-memory", "32MiB", "--threads", "1", *args],
+        stdout=subprocess.PIPE, stderr=err, text=True)
+    if log:
+        err.close()  # the server has its own descriptor
+        err = None
+    proc.err_file = err
+    http_port = grpc_port = None
+    for _ in range(4):
+        line = proc.stdout.readline()
+        m = re.search(r"http://127\.0\.0\.1:(\d+)", line)
+        if m:
+            http_port = int(m.group(1))
+        m = re.search(r"gRPC on 127\.0\.0\.1:(\d+)", line)
+        if m:
+            grpc_port = int(m.group(1))
+            break
+    if not http_port or not grpc_port:
+        proc.kill()
+        proc.wait()
+        raise RuntimeError("server did not start")
+    channel = grpc.insecure_channel("127.0.0.1:%d" % grpc_port)
+    grpc.channel_ready_future(channel).result(timeout=30)
+    return proc, http_port, channel
+
+
+def sampling(**kw):
+    return g.SamplingParameters(**kw)
+
+
+def rest_completion(c, body, path="/v1/completions"):
+    status, resp, text, _ = c.post(path, body)
+    assert status == 200, text
+    return resp
+
+
+def wait_for(pred, timeout=20):
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        if pred():
+            return True
+        time.sleep(0.05)
+    return False
+
+
+class GrpcApiTest(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        cls.dir = tempfile.mkdtemp(prefix="tf_grpc_")
+        cls.log = os.path.join(cls.dir, "server.log")
+        cls.proc, port, cls.channel = start("--access-log", os.path.join(cls.dir, "access.log"),
+                                            "--max-prompt-tokens", "400", log=cls.log)
+        cls.c = Client(port)
+        cls.gen = g_grpc.GenerationServiceStub(cls.channel)
+        cls.models = model_service_pb2_grpc.ModelServiceStub(cls.channel)
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.channel.close()
+        rc, _ = stop_server(cls.proc)
+        with open(cls.log) as f:
+            log = f.read()
+        shutil.rmtree(cls.dir, ignore_errors=True)
+        assert rc == 0, log[-3000:]
+
+    def assertCode(self, code, fn, *args, **kw):
+        with self.assertRaises(grpc.RpcError) as cm:
+            r = fn(*args, **kw)
+            if hasattr(r, "__iter__") and not hasattr(r, "ListFields"):
+                list(r)
+        self.assertEqual(cm.exception.code(), code, cm.exception.details())
+        return cm.exception
+
+    # --- generation equal to REST -------------------------------------------------------------
+
+    def test_unary_equals_rest_for_the_same_seed(self):
+        cases = [
+            dict(temperature=0.0),
+            dict(temperature=0.9, seed=7),
+            dict(temperature=1.2, seed=123, top_k=40, top_p=0.9, repetition_penalty=1.1),
+            dict(temperature=0.8, seed=5, n=3, stop=["."], presence_penalty=0.5),
+        ]
+        for kw in cases:
+            with self.subTest(**kw):
+                rest = rest_completion(self.c, {"prompt": "Once upon a time", "max_tokens": 24,
+                                                **kw})
+                r = self.gen.Generate(g.GenerateRequest(
+                    text="Once upon a time", sampling=sampling(max_tokens=24, **kw)))
+                self.assertEqual(len(r.sequences), len(rest["choices"]))
+                for seq, choice in zip(r.sequences, rest["choices"]):
+                    self.assertEqual(seq.index, choice["index"])
+                    self.assertEqual(seq.text, choice["text"])
+                    self.assertEqual(g.FinishReason.Name(seq.finish_reason),
+                                     "FINISH_REASON_" + choice["finish_reason"].upper())
+                self.assertEqual(r.usage.prompt_tokens, rest["usage"]["prompt_tokens"])
+                self.assertEqual(r.usage.completion_tokens, rest["usage"]["completion_tokens"])
+                self.assertEqual(r.model, MODEL)
+                self.assertEqual(r.model_version, 1)
+                self.assertTrue(r.id.startswith("cmpl-"))
+                # The token ids say the same text (a stop string is cut from the text only).
+                d = self.gen.Detokenize(g.DetokenizeRequest(token_ids=r.sequences[0].token_ids))
+                self.assertTrue(d.text.startswith(r.sequences[0].text))
+                if not kw.get("stop"):
+                    self.assertEqual(d.text, r.sequences[0].text)
+
+    def test_logprobs_equal_rest(self):
+        rest = rest_completion(self.c, {"prompt": "The cat", "max_tokens": 8, "temperature": 0.7,
+                                        "seed": 3, "logprobs": 2})
+        r = self.gen.Generate(g.GenerateRequest(
+            text="The cat", sampling=sampling(max_tokens=8, temperature=0.7, seed=3, logprobs=2)))
+        lp = rest["choices"][0]["logprobs"]
+        got = r.sequences[0].logprobs
+        self.assertEqual(len(got), len(lp["token_logprobs"]))
+        for mine, token, value, top in zip(got, lp["tokens"], lp["token_logprobs"],
+                                           lp["top_logprobs"]):
+            self.assertEqual(mine.token.decode("utf-8", "replace"), token)
+            self.assertAlmostEqual(mine.logprob, value, places=5)
+            self.assertEqual(len(mine.top_logprobs), 2)
+            self.assertEqual({t.token.decode("utf-8", "replace"): round(t.logprob, 4)
+                              for t in mine.top_logprobs},
+                             {k: round(v, 4) for k, v in top.items()})
+        self.assertLess(r.sequences[0].cumulative_logprob, 0)
+
+    def test_chat_and_token_prompts_equal_rest(self):
+        messages = [{"role": "user", "content": "Tell me a story"}]
+        rest = rest_completion(self.c, {"messages": messages, "max_tokens": 12,
+                                        "temperature": 0.5, "seed": 11}, "/v1/chat/completions")
+        r = self.gen.Generate(g.GenerateRequest(
+            chat=g.Chat(messages=[g.ChatMessage(role="user", content="Tell me a story")]),
+            sampling=sampling(max_tokens=12, temperature=0.5, seed=11)))
+        self.assertEqual(r.sequences[0].text, rest["choices"][0]["message"]["content"])
+        self.assertTrue(r.id.startswith("chatcmpl-"))
+        # The chat prompt Tokenize renders is the one generation used.
+        t = self.gen.Tokenize(g.TokenizeRequest(
+            chat=g.Chat(messages=[g.ChatMessage(role="user", content="Tell me a story")])))
+        self.assertEqual(t.count, rest["usage"]["prompt_tokens"])
+        # Token ids as the prompt.
+        ids = [1, 415, 281]
+        rest = rest_completion(self.c, {"prompt": ids, "max_tokens": 10, "temperature": 0})
+        r = self.gen.Generate(g.GenerateRequest(token_ids=g.TokenIds(ids=ids),
+                                                sampling=sampling(max_tokens=10, temperature=0)))
+        self.assertEqual(r.sequences[0].text, rest["choices"][0]["text"])
+
+    def test_stream_is_one_message_per_step_and_equals_unary(self):
+        req = g.GenerateRequest(text="Once upon a time",
+                                sampling=sampling(max_tokens=20, temperature=0.8, seed=42,
+                                                  logprobs=1, ignore_eos=True))
+        unary = self.gen.Generate(req)
+        call = self.gen.GenerateStream(req, metadata=[("x-request-id", "my-stream-1")])
+        msgs = list(call)
+        steps = [m.step for m in msgs if m.WhichOneof("event") == "step"]
+        ends = [m.end for m in msgs if m.WhichOneof("event") == "end"]
+        self.assertEqual(len(ends), 1)
+        self.assertEqual(msgs[-1].WhichOneof("event"), "end")
+        # One engine step, one token (no speculative decoding): one message per token.
+        self.assertEqual(len(steps), 20)
+        self.assertTrue(all(len(s.token_ids) == 1 and len(s.logprobs) == 1 for s in steps))
+        self.assertEqual([t for s in steps for t in s.token_ids],
+                         list(unary.sequences[0].token_ids))
+        self.assertEqual("".join(s.text for s in steps), unary.sequences[0].text)
+        self.assertEqual(steps[-1].finish_reason, g.FINISH_REASON_LENGTH)
+        self.assertTrue(all(s.finish_reason == g.FINISH_REASON_UNSPECIFIED for s in steps[:-1]))
+        end = ends[0]
+        self.assertEqual(list(end.finish_reasons), [g.FINISH_REASON_LENGTH])
+        self.assertEqual(end.usage.completion_tokens, 20)
+        self.assertEqual(end.usage.prompt_tokens, unary.usage.prompt_tokens)
+        self.assertEqual((end.model, end.model_version), (MODEL, 1))
+        md = dict(call.initial_metadata())
+        self.assertEqual(md.get("x-request-id"), "my-stream-1")
+        self.assertEqual(md.get("x-model-version"), "1")
+
+    def test_stream_with_n_sequences_equals_rest_stream(self):
+        body = {"prompt": "Once", "max_tokens": 10, "temperature": 1.0, "seed": 9, "n": 2}
+        rest = rest_completion(self.c, body)
+        msgs = list(self.gen.GenerateStream(g.GenerateRequest(
+            text="Once", sampling=sampling(max_tokens=10, temperature=1.0, seed=9, n=2))))
+        texts = {0: "", 1: ""}
+        for m in msgs:
+            if m.WhichOneof("event") == "step":
+                texts[m.step.index] += m.step.text
+        self.assertEqual(texts[0], rest["choices"][0]["text"])
+        self.assertEqual(texts[1], rest["choices"][1]["text"])
+        self.assertEqual(len(msgs[-1].end.finish_reasons), 2)
+
+    # --- tokenize, detokenize, models -------------------------------------------------------------
+
+    def test_tokenize_and_detokenize(self):
+        t = self.gen.Tokenize(g.TokenizeRequest(text="Hello there", return_tokens=True))
+        self.assertEqual(t.count, len(t.token_ids))
+        self.assertEqual(t.token_ids[0], 1)  # BOS
+        self.assertEqual(t.max_model_len, 512)
+        self.assertEqual(b"".join(t.tokens).decode().strip(), "Hello there")
+        t2 = self.gen.Tokenize(g.TokenizeRequest(text="Hello there", add_special_tokens=False))
+        self.assertEqual(list(t2.token_ids), list(t.token_ids[1:]))
+        d = self.gen.Detokenize(g.DetokenizeRequest(token_ids=t.token_ids))
+        self.assertEqual(d.text.strip(), "Hello there")
+        # The same count as the REST usage for that prompt.
+        rest = rest_completion(self.c, {"prompt": "Hello there", "max_tokens": 1})
+        self.assertEqual(t.count, rest["usage"]["prompt_tokens"])
+        self.assertCode(C.INVALID_ARGUMENT, self.gen.Detokenize,
+                        g.DetokenizeRequest(token_ids=[5, 99999]))
+        self.assertCode(C.INVALID_ARGUMENT, self.gen.Tokenize, g.TokenizeRequest())
+        self.assertCode(C.NOT_FOUND, self.gen.Tokenize, g.TokenizeRequest(model="nope", text="x"))
+
+    def test_list_models_matches_rest(self):
+        r = self.gen.ListModels(g.ListModelsRequest())
+        _, rest, _, _ = self.c.get("/v1/models")
+        self.assertEqual([m.id for m in r.models], [m["id"] for m in rest["data"]])
+        m = r.models[0]
+        self.assertEqual((m.id, m.name, m.version, m.max_model_len), (MODEL, MODEL, 1, 512))
+        self.assertGreater(m.created, 0)
+
+    # --- TF Serving's ModelService ------------------------------------------------------------
+
+    def test_model_status_has_tf_serving_semantics(self):
+        r = self.models.GetModelStatus(status_pb2.GetModelStatusRequest(
+            model_spec={"name": MODEL}))
+        self.assertEqual(len(r.model_version_status), 1)
+        v = r.model_version_status[0]
+        self.assertEqual((v.version, v.state), (1, status_pb2.ModelVersionStatus.AVAILABLE))
+        self.assertEqual((v.status.error_code, v.status.error_message), (0, ""))
+        r = self.models.GetModelStatus(status_pb2.GetModelStatusRequest(
+            model_spec={"name": MODEL, "version": {"value": 1}}))
+        self.assertEqual(r.model_version_status[0].version, 1)
+        e = self.assertCode(C.NOT_FOUND, self.models.GetModelStatus,
+                            status_pb2.GetModelStatusRequest(model_spec={"name": "nope"}))
+        self.assertIn("Could not find any versions of model nope", e.details())
+        self.assertCode(C.NOT_FOUND, self.models.GetModelStatus,
+                        status_pb2.GetModelStatusRequest(
+                            model_spec={"name": MODEL, "version": {"value": 7}}))
+        self.assertCode(C.NOT_FOUND, self.models.GetModelStatus,
+                        status_pb2.GetModelStatusRequest(
+                            model_spec={"name": MODEL, "version_label": "stable"}))
+        self.assertCode(C.INVALID_ARGUMENT, self.models.GetModelStatus,
+                        status_pb2.GetModelStatusRequest())
+
+    # --- health and reflection ----------------------------------------------------------------
+
+    def test_health_per_model(self):
+        h = health_pb2_grpc.HealthStub(self.channel)
+        S = health_pb2.HealthCheckResponse
+        self.assertEqual(h.Check(health_pb2.HealthCheckRequest(service="")).status, S.SERVING)
+        self.assertEqual(h.Check(health_pb2.HealthCheckRequest(service=MODEL)).status, S.SERVING)
+        self.assertEqual(h.Check(health_pb2.HealthCheckRequest(
+            service="tokenflow.v1.GenerationService")).status, S.SERVING)
+        self.assertCode(C.NOT_FOUND, h.Check, health_pb2.HealthCheckRequest(service="nope"))
+        watch = h.Watch(health_pb2.HealthCheckRequest(service=MODEL), timeout=5)
+        self.assertEqual(next(watch).status, S.SERVING)
+        watch.cancel()
+
+    def test_reflection_lists_and_describes_the_services(self):
+        stub = reflection_pb2_grpc.ServerReflectionStub(self.channel)
+        R = reflection_pb2.ServerReflectionRequest
+        out = list(stub.ServerReflectionInfo(iter([
+            R(list_services=""),
+            R(file_containing_symbol="tokenflow.v1.GenerationService"),
+            R(file_containing_symbol="tensorflow.serving.ModelService"),
+        ]), timeout=10))
+        names = {s.name for s in out[0].list_services_response.service}
+        self.assertTrue({"tokenflow.v1.GenerationService", "tensorflow.serving.ModelService",
+                         "grpc.health.v1.Health"} <= names, names)
+        files = {}
+        for resp in out[1:]:
+            for raw in resp.file_descriptor_response.file_descriptor_proto:
+                fd = descriptor_pb2.FileDescriptorProto.FromString(raw)
+                files[fd.name] = fd
+        gen = files["tokenflow/v1/generation.proto"]
+        self.assertEqual([m.name for m in gen.service[0].method],
+                         ["Generate", "GenerateStream", "Tokenize", "Detokenize", "ListModels"])
+        self.assertTrue(gen.service[0].method[1].server_streaming)
+        self.assertIn("tensorflow_serving/apis/model_service.proto", files)
+
+    # --- errors -------------------------------------------------------------------------------
+
+    def test_invalid_arguments_name_the_field(self):
+        bad = [
+            (g.GenerateRequest(text="x", sampling=sampling(temperature=-1)), "temperature"),
+            (g.GenerateRequest(text="x", sampling=sampling(top_p=1.5)), "top_p"),
+            (g.GenerateRequest(text="x", sampling=sampling(max_tokens=100000)), "max_tokens"),
+            (g.GenerateRequest(text="x", sampling=sampling(logprobs=99)), "logprobs"),
+            (g.GenerateRequest(sampling=sampling(max_tokens=1)), "prompt"),
+            (g.GenerateRequest(token_ids=g.TokenIds(ids=[1, 70000])), "prompt"),
+            (g.GenerateRequest(text="x " * 450), "prompt"),  # --max-prompt-tokens 400
+        ]
+        for req, field in bad:
+            with self.subTest(field=field):
+                for method in (self.gen.Generate, self.gen.GenerateStream):
+                    e = self.assertCode(C.INVALID_ARGUMENT, method, req)
+                    self.assertIn(field, e.details() + str(dict(e.trailing_metadata())))
+        # best_of > n cannot stream, as in REST; unary takes it.
+        e = self.assertCode(C.INVALID_ARGUMENT, self.gen.GenerateStream, g.GenerateRequest(
+            text="x", sampling=sampling(best_of=3, n=1, max_tokens=2)))
+        self.assertIn("best_of", e.details())
+        self.gen.Generate(g.GenerateRequest(text="x", sampling=sampling(best_of=3, n=1,
+                                                                          max_tokens=2)))
+
+    def test_unknown_model_is_not_found(self):
+        for name in ("nope", MODEL + ":9", MODEL + "@canary"):
+            with self.subTest(name=name):
+                e = self.assertCode(C.NOT_FOUND, self.gen.Generate,
+                                    g.GenerateRequest(model=name, text="x"))
+                self.assertEqual(dict(e.trailing_metadata()).get("error-code"), "model_not_found")
+        self.assertEqual(self.gen.Generate(g.GenerateRequest(
+            model=MODEL + ":1", text="x", sampling=sampling(max_tokens=1))).model_version, 1)
+
+    # 8 sequences of 480 tokens: about half a second here, far longer than the deadlines.
+    LONG = dict(max_tokens=480, n=8, ignore_eos=True)
+
+    def test_client_deadline_cancels_the_engine_request(self):
+        self.assertTrue(wait_for(self.idle), self.stats())
+        before = self.stats()["models"][MODEL]["generated_tokens"]
+        for method in (self.gen.Generate, self.gen.GenerateStream):
+            t0 = time.time()
+            self.assertCode(C.DEADLINE_EXCEEDED, method,
+                            g.GenerateRequest(text="Once", sampling=sampling(**self.LONG)),
+                            timeout=0.05)
+            self.assertLess(time.time() - t0, 5)
+            self.assertTrue(wait_for(self.idle), self.stats())
+        # The deadline reached the engine: it stopped long before 2 x 8 x 480 tokens.
+        made = self.stats()["models"][MODEL]["generated_tokens"] - before
+        self.assertLess(made, 2 * 8 * 480)
+
+    def stats(self):
+        return self.c.get("/v1/admin/stats")[1]
+
+    def idle(self):
+        s = self.stats()
+        m = s["models"][MODEL]
+        return s["jobs_in_flight"] == 0 and m["kv_blocks_used"] == 0 and m["running"] == 0
+
+    def test_cancelled_stream_frees_its_kv_blocks(self):
+        self.assertTrue(wait_for(self.idle), self.stats())
+        before = self.stats()["models"][MODEL]["generated_tokens"]
+        call = self.gen.GenerateStream(g.GenerateRequest(
+            text="Once upon a time", sampling=sampling(**self.LONG)))
+        got = 0
+        for m in call:
+            got += len(m.step.token_ids)
+            if got >= 3:
+                break
+        self.assertGreater(self.stats()["models"][MODEL]["kv_blocks_used"], 0)
+        call.cancel()
+        self.assertTrue(wait_for(self.idle), self.stats())
+        s = self.stats()["models"][MODEL]
+        self.assertEqual(s["kv_blocks_used"], 0)
+        # Cancelled in the engine, not run to the end.
+        self.assertLess(s["generated_tokens"] - before, 8 * 480)
+        with open(os.path.join(self.dir, "access.log")) as f:
+            lines = [ln for ln in f if "GenerateStream" in ln and '"status":499' in ln]
+        self.assertTrue(lines, "the cancelled call is logged as 499")
+
+    def test_32_concurrent_streams(self):
+        results = {}
+        errors = []
+
+        def run(i):
+            try:
+                req = g.GenerateRequest(text="Once upon a time",
+                                        sampling=sampling(max_tokens=24, temperature=1.0,
+                                                          seed=1000 + i, ignore_eos=True))
+                text, ends = "", []
+                for m in self.gen.GenerateStream(req, timeout=120):
+                    if m.WhichOneof("event") == "step":
+                        text += m.step.text
+                    else:
+                        ends.append(m.end)
+                results[i] = (text, ends)
+            except Exception as e:  # noqa: BLE001
+                errors.append(e)
+
+        threads = [threading.Thread(target=run, args=(i,)) for i in range(32)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(180)
+        self.assertEqual(errors, [])
+        self.assertEqual(len(results), 32)
+        for i in (0, 17, 31):  # batched or alone, a seed gives the same text
+            alone = self.gen.Generate(g.GenerateRequest(
+                text="Once upon a time",
+                sampling=sampling(max_tokens=24, temperature=1.0, seed=1000 + i,
+                                  ignore_eos=True)))
+            self.assertEqual(results[i][0], alone.sequences[0].text)
+        for text, ends in results.values():
+            self.assertEqual(len(ends), 1)
+            self.assertEqual(ends[0].usage.completion_tokens, 24)
+        self.assertGreater(len({r[0] for r in results.values()}), 16)
+        self.assertTrue(wait_for(self.idle), self.stats())
+
+    def test_metrics_count_grpc_calls(self):
+        self.gen.ListModels(g.ListModelsRequest())
+        self.assertCode(C.NOT_FOUND, self.gen.Generate, g.GenerateRequest(model="nope", text="x"))
+        _, _, text, _ = self.c.get("/metrics")
+        self.assertRegex(text, r'grpc_server_handled_total\{grpc_service="tokenflow.v1.'
+                               r'GenerationService",grpc_method="ListModels",grpc_type="unary",'
+                               r'grpc_code="OK"\} [1-9]')
+        self.assertRegex(text, r'grpc_server_handled_total\{[^}]*grpc_method="Generate"[^}]*'
+                               r'grpc_code="NOT_FOUND"\} [1-9]')
+        self.assertRegex(text, r'grpc_server_started_total\{[^}]*grpc_method="GenerateStream"')
+        # Generation over gRPC shows in the same request series as REST.
+        self.assertRegex(text, r'tokenflow_requests_total\{model="stories260K",version="1",'
+                               r'code="200",outcome="success"\}')
+
+
+class GrpcKeysAndLimitsTest(unittest.TestCase):
+    """API keys from `authorization` metadata; 401/403/429/503/504 as gRPC codes."""
+
+    @classmethod
+    def setUpClass(cls):
+        cls.dir = tempfile.mkdtemp(prefix="tf_grpc_keys_")
+        keys = os.path.join(cls.dir, "keys")
+        with open(keys, "w") as f:
+            f.write("sk-admin name=admin\n"
+                    "sha256:%s name=limited rpm=2\n"
+                    "sk-other name=other models=someothermodel\n"
+                    % hashlib.sha256(b"sk-limited").hexdigest())
+        cls.log = os.path.join(cls.dir, "server.log")
+        cls.proc, port, cls.channel = start(
+            "--api-keys-file", keys, "--max-num-seqs", "1", "--max-waiting-requests", "1",
+            log=cls.log)
+        cls.gen = g_grpc.GenerationServiceStub(cls.channel)
+        cls.models = model_service_pb2_grpc.ModelServiceStub(cls.channel)
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.channel.close()
+        stop_server(cls.proc)
+        with open(cls.log) as f:
+            log = f.read()
+        shutil.rmtree(cls.dir, ignore_errors=True)
+        for secret in ("sk-admin", "sk-limited", "sk-other"):
+            assert secret not in log, "a key reached the logs"
+
+    def call(self, key, req=None, method=None, **kw):
+        md = [("authorization", "Bearer " + key)] if key else []
+        req = req or g.GenerateRequest(text="Hi", sampling=sampling(max_tokens=2))
+        return (method or self.gen.Generate)(req, metadata=md, **kw)
+
+    def code(self, fn, *args, **kw):
+        try:
+            r = fn(*args, **kw)
+            if hasattr(r, "__iter__") and not hasattr(r, "ListFields"):
+                list(r)
+            return C.OK, None
+        except grpc.RpcError as e:
+            return e.code(), e
+
+    def test_keys(self):
+        self.assertEqual(self.code(self.call, None)[0], C.UNAUTHENTICATED)
+        self.assertEqual(self.code(self.call, "sk-wrong")[0], C.UNAUTHENTICATED)
+        self.assertEqual(self.code(self.call, "sk-admin")[0], C.OK)
+        self.assertEqual(self.code(self.call, "sk-other")[0], C.PERMISSION_DENIED)
+        self.assertEqual(self.code(self.call, "sk-other", g.TokenizeRequest(text="x"),
+                                   self.gen.Tokenize)[0], C.PERMISSION_DENIED)
+        self.assertEqual(self.code(self.call, None, g.ListModelsRequest(),
+                                   self.gen.ListModels)[0], C.UNAUTHENTICATED)
+        self.assertEqual(self.code(self.call, None, status_pb2.GetModelStatusRequest(
+            model_spec={"name": MODEL}), self.models.GetModelStatus)[0], C.UNAUTHENTICATED)
+        # Health is open, as /healthz is.
+        h = health_pb2_grpc.HealthStub(self.channel)
+        self.assertEqual(h.Check(health_pb2.HealthCheckRequest(service=MODEL)).status,
+                         health_pb2.HealthCheckResponse.SERVING)
+
+    def test_rate_limit_is_resource_exhausted(self):
+        codes = [self.code(self.call, "sk-limited")[0] for _ in range(4)]
+        self.assertEqual(codes[:2], [C.OK, C.OK])
+        self.assertEqual(codes[2], C.RESOURCE_EXHAUSTED)
+        _, e = self.code(self.call, "sk-limited")
+        md = dict(e.trailing_metadata())
+        self.assertGreaterEqual(int(md["retry-after"]), 1)
+        self.assertEqual(md["error-code"], "rate_limit_exceeded")
+
+    def test_server_timeout_is_deadline_exceeded(self):
+        proc, _, channel = start("--request-timeout", "0.05")
+        try:
+            gen = g_grpc.GenerationServiceStub(channel)
+            long = g.GenerateRequest(text="Once", sampling=sampling(max_tokens=480, n=8,
+                                                                    ignore_eos=True))
+            # The server stops it; a stream gets what was made (aborted), then the code.
+            code, e = self.code(gen.Generate, long)
+            self.assertEqual(code, C.DEADLINE_EXCEEDED, e and e.details())
+            self.assertIn("deadline", e.details())
+            steps, code = [], None
+            try:
+                for m in gen.GenerateStream(long):
+                    steps.append(m)
+            except grpc.RpcError as err:
+                code = err.code()
+            self.assertEqual(code, C.DEADLINE_EXCEEDED)
+            self.assertIn(g.FINISH_REASON_ABORT, [m.step.finish_reason for m in steps])
+        finally:
+            channel.close()
+            stop_server(proc)
+
+    def test_overload_is_unavailable(self):
+        # One sequence runs at a time and one may wait: a burst overfills the queue.
+        req = g.GenerateRequest(text="Once", sampling=sampling(max_tokens=480, ignore_eos=True))
+        codes = []
+
+        def one():
+            codes.append(self.code(self.call, "sk-admin", req)[0])
+
+        threads = [threading.Thread(target=one) for _ in range(6)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(60)
+        self.assertIn(C.UNAVAILABLE, codes)
+        self.assertIn(C.OK, codes)
+        self.assertTrue(set(codes) <= {C.UNAVAILABLE, C.OK}, codes)
+
+
+class GrpcReloadTest(unittest.TestCase):
+    """HandleReloadConfigRequest with TF Serving's ModelServerConfig; health follows it."""
+
+    def test_reload_config_and_health(self):
+        d = tempfile.mkdtemp(prefix="tf_grpc_reload_")
+        try:
+            for name in ("alpha", "beta"):
+                os.makedirs(os.path.join(d, name, "1"))
+                for f in ("stories260K.bin", "tok512.bin"):
+                    os.symlink(os.path.join(STORIES, f), os.path.join(d, name, "1", f))
+            config = os.path.join(d, "models.config")
+            with open(config, "w") as f:
+                f.write('model_config_list { config { name: "alpha" base_path: "%s" } }\n'
+                        % os.path.join(d, "alpha"))
+            proc, _, channel = start("--model_config_file", config,
+                                     log=os.path.join(d, "server.log"))
+            try:
+                models = model_service_pb2_grpc.ModelServiceStub(channel)
+                gen = g_grpc.GenerationServiceStub(channel)
+                h = health_pb2_grpc.HealthStub(channel)
+                S = health_pb2.HealthCheckResponse
+
+                def health(name):
+                    try:
+                        return h.Check(health_pb2.HealthCheckRequest(service=name)).status
+                    except grpc.RpcError as e:
+                        return e.code()
+
+                self.assertEqual(health("alpha"), S.SERVING)
+                self.assertEqual(health("beta"), C.NOT_FOUND)
+                req = model_management_pb2.ReloadConfigRequest()
+                for name in ("alpha", "beta"):
+                    c = req.config.model_config_list.config.add()
+                    c.name = name
+                    c.base_path = os.path.join(d, name)
+                    c.model_platform = "tokenflow"
+                r = models.HandleReloadConfigRequest(req, timeout=60)
+                self.assertEqual(r.status.error_code, 0)
+                st = models.GetModelStatus(status_pb2.GetModelStatusRequest(
+                    model_spec={"name": "beta"}))
+                self.assertEqual(st.model_version_status[0].state,
+                                 status_pb2.ModelVersionStatus.AVAILABLE)
+                out = gen.Generate(g.GenerateRequest(model="beta", text="Once",
+                                                     sampling=sampling(max_tokens=3)))
+                self.assertEqual(out.model, "beta")
+                self.assertTrue(wait_for(lambda: health("beta") == S.SERVING))
+
+                # An invalid config changes nothing.
+                bad = model_management_pb2.ReloadConfigRequest()
+                c = bad.config.model_config_list.config.add()
+                c.name = "gamma"  # no base_path
+                try:
+                    models.HandleReloadConfigRequest(bad, timeout=30)
+                    self.fail("an invalid config was accepted")
+                except grpc.RpcError as e:
+                    self.assertEqual(e.code(), C.INVALID_ARGUMENT)
+                    self.assertIn("base_path", e.details())
+                self.assertEqual(len(gen.ListModels(g.ListModelsRequest()).models), 2)
+
+                # Removing beta: its versions end, health says NOT_SERVING.
+                keep = model_management_pb2.ReloadConfigRequest()
+                keep.config.model_config_list.config.add(name="alpha",
+                                                         base_path=os.path.join(d, "alpha"))
+                models.HandleReloadConfigRequest(keep, timeout=60)
+                self.assertTrue(wait_for(lambda: health("beta") == S.NOT_SERVING))
+                self.assertEqual(health("alpha"), S.SERVING)
+                e = None
+                try:
+                    gen.Generate(g.GenerateRequest(model="beta", text="x"))
+                except grpc.RpcError as err:
+                    e = err
+                self.assertEqual(e.code(), C.NOT_FOUND)
+                # An empty request re-reads the config file (alpha only).
+                r = models.HandleReloadConfigRequest(model_management_pb2.ReloadConfigRequest())
+                self.assertEqual(r.status.error_code, 0)
+            finally:
+                channel.close()
+                rc, _ = stop_server(proc)
+            self.assertEqual(rc, 0)
+        finally:
+            shutil.rmtree(d, ignore_errors=True)
+
+
+class GrpcShutdownTest(unittest.TestCase):
+    def test_sigterm_lets_streams_finish_and_refuses_new_calls(self):
+        proc, _, channel = start()
+        gen = g_grpc.GenerationServiceStub(channel)
+        h = health_pb2_grpc.HealthStub(channel)
+        # 8 x 480 tokens: about half a second, still running when the signal comes.
+        call = gen.GenerateStream(g.GenerateRequest(
+            text="Once", sampling=sampling(max_tokens=480, n=8, ignore_eos=True)))
+        first = next(call)
+        self.assertEqual(first.WhichOneof("event"), "step")
+        proc.send_signal(signal.SIGTERM)
+        # Health says NOT_SERVING (or the server has stopped listening); new calls are refused.
+        def refused():
+            try:
+                st = h.Check(health_pb2.HealthCheckRequest(service=""), timeout=2).status
+                return st == health_pb2.HealthCheckResponse.NOT_SERVING
+            except grpc.RpcError as e:
+                return e.code() == C.UNAVAILABLE
+        self.assertTrue(wait_for(refused, 10))
+        # The stream in progress finishes whole.
+        rest = list(call)
+        self.assertEqual(rest[-1].WhichOneof("event"), "end")
+        self.assertEqual(rest[-1].end.usage.completion_tokens, 8 * 480)
+        channel.close()
+        rc, err = stop_server(proc)
+        self.assertEqual(rc, 0, err[-2000:])
+
+
+if __name__ == "__main__":
+    unittest.main()
