@@ -213,6 +213,12 @@ void GrpcCall::finish(const grpc::Status& status) {
                                        {"grpc_code", grpc_code_name(status.error_code())}});
 }
 
+grpc::Status client_gone_status(grpc::CallbackServerContext* server_ctx) {
+  if (server_ctx->deadline() <= std::chrono::system_clock::now())
+    return grpc::Status(grpc::StatusCode::DEADLINE_EXCEEDED, "deadline exceeded");
+  return grpc::Status(grpc::StatusCode::CANCELLED, "cancelled by the client");
+}
+
 void GrpcCallHost::post(std::function<void()> fn) {
   boost::asio::post(strand_, std::move(fn));
 }

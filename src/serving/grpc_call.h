@@ -38,6 +38,9 @@ grpc::Status grpc_status_of(const std::exception& e);
 int http_status_of(grpc::StatusCode code);
 const char* grpc_code_name(grpc::StatusCode code);  // "OK", "INVALID_ARGUMENT", ...
 
+// How a call whose client left ends (and is logged): its own deadline, or a cancellation.
+grpc::Status client_gone_status(grpc::CallbackServerContext* ctx);
+
 // One call's record: created when the call starts, logged once when it finishes.
 class GrpcCall {
  public:
@@ -86,6 +89,27 @@ class GrpcCallHost : public JobHost, public std::enable_shared_from_this<GrpcCal
   boost::asio::strand<boost::asio::thread_pool::executor_type> strand_;
   std::atomic<bool> gone_{false};
   std::function<void()> on_gone_;  // used on the strand only
+};
+
+// A unary call answered later, by a generation job: its reactor. The client's cancellation (or
+// deadline) reaches the job through host; finish() logs and ends the call, once. Deletes itself
+// when gRPC is done with it.
+class UnaryJobCall final : public grpc::ServerUnaryReactor {
+ public:
+  UnaryJobCall(GrpcContext& ctx, grpc::CallbackServerContext* server_ctx, const char* service,
+               const char* method)
+      : call(ctx, server_ctx, service, method, "unary"),
+        host(std::make_shared<GrpcCallHost>(ctx.pool)),
+        server_ctx(server_ctx) {}
+  void OnCancel() override { host->cancelled(); }
+  void OnDone() override { delete this; }
+  void finish(const grpc::Status& status) {
+    call.finish(status);
+    Finish(status);
+  }
+  GrpcCall call;
+  std::shared_ptr<GrpcCallHost> host;
+  grpc::CallbackServerContext* server_ctx;
 };
 
 }  // namespace tf

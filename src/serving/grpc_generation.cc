@@ -108,13 +108,6 @@ grpc::Status end_status(const GenerationJob& job, const RequestRecord& record,
   return grpc::Status::OK;
 }
 
-// The status a call whose client left is logged with: its own deadline, or a cancellation.
-grpc::Status gone_status(grpc::CallbackServerContext* ctx) {
-  if (ctx->deadline() <= std::chrono::system_clock::now())
-    return grpc::Status(grpc::StatusCode::DEADLINE_EXCEEDED, "deadline exceeded");
-  return grpc::Status(grpc::StatusCode::CANCELLED, "cancelled by the client");
-}
-
 // Starts the plan's job on host; records what REST records when it ends (tokens, TTFT, the
 // first sequence's finish, the key's usage), then calls done(job, client_gone); failed(error)
 // if the engine refuses it. The job starts on the host's strand, so that its outputs, drained
@@ -160,73 +153,45 @@ void start_job(GrpcContext& ctx, std::shared_ptr<GenerationPlan> plan,
 
 // --- Generate (unary) ---------------------------------------------------------------------
 
-class GenerateReactor final : public grpc::ServerUnaryReactor {
- public:
-  GenerateReactor(GrpcContext& ctx, grpc::CallbackServerContext* sctx,
-                  const v1::GenerateRequest* req, v1::GenerateResponse* resp)
-      : ctx_(ctx),
-        sctx_(sctx),
-        call_(ctx, sctx, kService, "Generate", "unary"),
-        host_(std::make_shared<GrpcCallHost>(ctx.pool)) {
-    try {
-      start(*req, resp);
-    } catch (const std::exception& e) {
-      finish(call_.error_status(e));
-    }
-  }
-  void OnCancel() override { host_->cancelled(); }
-  void OnDone() override { delete this; }
-
- private:
-  void start(const v1::GenerateRequest& req, v1::GenerateResponse* resp) {
-    call_.admit();
-    bool chat = false;
-    const json body = openai_body_of(req, /*stream=*/false, chat);
-    const std::string id = random_id(chat ? "chatcmpl-" : "cmpl-");
-    auto plan = std::make_shared<GenerationPlan>(plan_generation(
-        ctx_.state, body, chat, call_.header_fn(), *call_.record, id, call_.time_limit()));
-    sctx_->AddInitialMetadata("x-model-version", std::to_string(plan->model->version));
-    const Tokenizer* tok = plan->model->tok();
-    resp->set_id(id);
-    resp->set_model(plan->model->name);
-    resp->set_model_version(plan->model->version);
-    auto record = call_.record;
-    start_job(
-        ctx_, plan, record, host_, nullptr,
-        [this, plan, tok, resp, record](const GenerationJob* job, bool client_gone) {
-          if (client_gone || !job) return finish(gone_status(sctx_));
-          const grpc::Status status = end_status(*job, *record, plan->time_limit);
-          if (!status.ok()) return finish(status);
-          for (size_t i = 0; i < job->num_prompts(); ++i) {
-            const auto& seqs = job->results()[i];
-            const auto picks = returned(*plan, seqs);
-            for (size_t k = 0; k < picks.size(); ++k) {
-              const GeneratedSequence& s = seqs[picks[k]];
-              v1::Sequence* out = resp->add_sequences();
-              out->set_index(static_cast<int32_t>(k));
-              out->set_text(unicode::sanitize_utf8(s.text));
-              out->mutable_token_ids()->Add(s.tokens.begin(), s.tokens.end());
-              out->set_finish_reason(finish_of(s.finish));
-              out->set_cumulative_logprob(s.cumulative_logprob);
-              if (plan->params.logprobs) add_logprobs(tok, s.logprobs, out->mutable_logprobs());
-            }
+void start_generate(GrpcContext& ctx, UnaryJobCall* r, const v1::GenerateRequest& req,
+                    v1::GenerateResponse* resp) {
+  r->call.admit();
+  bool chat = false;
+  const json body = openai_body_of(req, /*stream=*/false, chat);
+  const std::string id = random_id(chat ? "chatcmpl-" : "cmpl-");
+  auto plan = std::make_shared<GenerationPlan>(plan_generation(
+      ctx.state, body, chat, r->call.header_fn(), *r->call.record, id, r->call.time_limit()));
+  r->server_ctx->AddInitialMetadata("x-model-version", std::to_string(plan->model->version));
+  const Tokenizer* tok = plan->model->tok();
+  resp->set_id(id);
+  resp->set_model(plan->model->name);
+  resp->set_model_version(plan->model->version);
+  auto record = r->call.record;
+  start_job(
+      ctx, plan, record, r->host, nullptr,
+      [r, plan, tok, resp, record](const GenerationJob* job, bool client_gone) {
+        if (client_gone || !job) return r->finish(client_gone_status(r->server_ctx));
+        const grpc::Status status = end_status(*job, *record, plan->time_limit);
+        if (!status.ok()) return r->finish(status);
+        for (size_t i = 0; i < job->num_prompts(); ++i) {
+          const auto& seqs = job->results()[i];
+          const auto picks = returned(*plan, seqs);
+          for (size_t k = 0; k < picks.size(); ++k) {
+            const GeneratedSequence& s = seqs[picks[k]];
+            v1::Sequence* out = resp->add_sequences();
+            out->set_index(static_cast<int32_t>(k));
+            out->set_text(unicode::sanitize_utf8(s.text));
+            out->mutable_token_ids()->Add(s.tokens.begin(), s.tokens.end());
+            out->set_finish_reason(finish_of(s.finish));
+            out->set_cumulative_logprob(s.cumulative_logprob);
+            if (plan->params.logprobs) add_logprobs(tok, s.logprobs, out->mutable_logprobs());
           }
-          fill_usage(*plan, *job, resp->mutable_usage());
-          finish(grpc::Status::OK);
-        },
-        [this](const std::exception& e) { finish(call_.error_status(e)); });
-  }
-
-  void finish(const grpc::Status& status) {
-    call_.finish(status);
-    Finish(status);
-  }
-
-  GrpcContext& ctx_;
-  grpc::CallbackServerContext* sctx_;
-  GrpcCall call_;
-  std::shared_ptr<GrpcCallHost> host_;
-};
+        }
+        fill_usage(*plan, *job, resp->mutable_usage());
+        r->finish(grpc::Status::OK);
+      },
+      [r](const std::exception& e) { r->finish(r->call.error_status(e)); });
+}
 
 // --- GenerateStream ---------------------------------------------------------------------------
 
@@ -285,7 +250,7 @@ class StreamReactor final : public grpc::ServerWriteReactor<v1::GenerateStreamRe
     start_job(
         ctx_, plan, record, host_, std::move(on_event),
         [this, plan, id, record](const GenerationJob* job, bool client_gone) {
-          if (client_gone || !job) return end(gone_status(sctx_));
+          if (client_gone || !job) return end(client_gone_status(sctx_));
           v1::GenerateStreamResponse msg;
           v1::GenerationEnd* e = msg.mutable_end();
           e->set_id(id);
@@ -444,7 +409,13 @@ json openai_body_of(const v1::GenerateRequest& req, bool stream, bool& chat) {
 grpc::ServerUnaryReactor* GenerationServiceImpl::Generate(grpc::CallbackServerContext* context,
                                                           const v1::GenerateRequest* request,
                                                           v1::GenerateResponse* response) {
-  return new GenerateReactor(ctx_, context, request, response);
+  auto* r = new UnaryJobCall(ctx_, context, kService, "Generate");
+  try {
+    start_generate(ctx_, r, *request, response);
+  } catch (const std::exception& e) {
+    r->finish(r->call.error_status(e));
+  }
+  return r;
 }
 
 grpc::ServerWriteReactor<v1::GenerateStreamResponse>* GenerationServiceImpl::GenerateStream(

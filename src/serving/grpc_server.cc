@@ -11,16 +11,19 @@
 #include "core/mapped_file.h"
 #include "serving/grpc_generation.h"
 #include "serving/grpc_model_service.h"
+#include "serving/grpc_prediction_service.h"
 #include "tensorflow_serving/apis/model_service.pb.h"
 
 namespace tf {
 
 struct GrpcServer::Impl {
-  explicit Impl(ServingState& state) : pool(1), ctx{state, pool}, generation(ctx), models(ctx) {}
+  explicit Impl(ServingState& state)
+      : pool(1), ctx{state, pool}, generation(ctx), models(ctx), prediction(ctx) {}
   boost::asio::thread_pool pool;
   GrpcContext ctx;
   GenerationServiceImpl generation;
   ModelServiceImpl models;
+  PredictionServiceImpl prediction;
   std::unique_ptr<grpc::Server> server;
 };
 
@@ -57,6 +60,7 @@ GrpcServer::GrpcServer(ServingState& state, GrpcServerConfig config)
   builder.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);
   builder.RegisterService(&impl_->generation);
   builder.RegisterService(&impl_->models);
+  builder.RegisterService(&impl_->prediction);
   impl_->server = builder.BuildAndStart();
   if (!impl_->server || bound == 0) {
     fail(ErrorKind::kInvalidArgument, "cannot listen for gRPC on {}:{}", config_.host,
@@ -87,6 +91,7 @@ void GrpcServer::update_health() {
   const bool up = !serving.empty() && !state_.draining;
   health->SetServingStatus("", up);
   health->SetServingStatus("tokenflow.v1.GenerationService", up);
+  health->SetServingStatus("tensorflow.serving.PredictionService", up);
   health->SetServingStatus("tensorflow.serving.ModelService", !state_.draining);
 }
 

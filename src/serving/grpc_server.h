@@ -1,8 +1,9 @@
 #pragma once
 // The gRPC front door (`tokenflow serve --grpc-port N`), beside the HTTP server and sharing its
 // ServingState (registry, engines, keys, limits, metrics): tokenflow.v1.GenerationService, TF
-// Serving's tensorflow.serving.ModelService, the standard grpc.health.v1.Health service (""
-// for the server, one entry per model name for its readiness) and server reflection.
+// Serving's tensorflow.serving.ModelService and PredictionService (Predict), the standard
+// grpc.health.v1.Health service ("" for the server, one entry per model name for its readiness) and
+// server reflection.
 
 #include <chrono>
 #include <condition_variable>

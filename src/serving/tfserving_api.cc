@@ -43,18 +43,10 @@ std::string servable(const ModelPath& p) {
 // The version a predict or metadata request addresses, held for the request's duration.
 std::shared_ptr<ServedModel> resolve(ServingState& state, const ModelPath& p,
                                      const HttpRequest& req) {
-  auto m = p.name.empty() ? nullptr
-                          : state.registry.resolve({p.name, p.version, p.label}, {},
-                                                   [&](const std::string& h) {
-                                                     const std::string* v = req.header(h);
-                                                     return v ? *v : std::string();
-                                                   });
-  if (!m) {
-    if (p.label && state.registry.status(p.name))
-      throw HttpError(404, fmt::format("Unrecognized servable version label: {}", *p.label));
-    throw HttpError(404, fmt::format("Servable not found for request: {}", servable(p)));
-  }
-  return m;
+  return resolve_servable(state, p.name, p.version, p.label, [&](const std::string& h) {
+    const std::string* v = req.header(h);
+    return v ? *v : std::string();
+  });
 }
 
 json version_status(const VersionStatus& v) {
@@ -179,107 +171,22 @@ json prediction(const GeneratedSequence& s, bool logprobs) {
 
 void predict(ServingState& state, std::shared_ptr<ServedModel> model, const HttpRequest& req,
              std::shared_ptr<HttpResponder> responder, std::shared_ptr<RequestRecord> record) {
-  const ServedModel& m = *model;
-  const json body = parse_json_body(req.body);
-  if (!body.is_object()) throw HttpError(400, "the request body must be a JSON object");
-  if (body.contains("signature_name") && body["signature_name"] != "serving_default" &&
-      body["signature_name"] != "") {
-    throw HttpError(400, fmt::format("Serving signature name: {} not found in signature def",
-                                     body["signature_name"].dump()));
-  }
-  for (const auto& [k, v] : body.items()) {
-    if (k != "instances" && k != "inputs" && k != "signature_name")
-      throw HttpError(400, fmt::format("unknown key '{}' (expected 'instances' or 'inputs')", k));
-  }
-  const bool rows = body.contains("instances"), columns = body.contains("inputs");
-  if (rows == columns) {
-    throw HttpError(400, rows ? "Request body must have either 'instances' or 'inputs', not both"
-                              : "Missing 'instances' or 'inputs' key");
-  }
-  std::vector<GenerationRequest> reqs;
-  if (rows) {
-    const json& inst = body["instances"];
-    if (!inst.is_array() || inst.empty())
-      throw HttpError(400, "'instances' must be a non-empty list");
-    for (const auto& i : inst) reqs.push_back(instance_request(m, i, json()));
-  } else {
-    const json& in = body["inputs"];
-    json shared = json::object();
-    json prompts;
-    if (in.is_object()) {
-      for (const auto& [k, v] : in.items()) {
-        if (k == "prompt" || k == "input_ids") continue;
-        if (!kParamFields.count(k)) throw HttpError(400, fmt::format("unknown input '{}'", k));
-        shared[k] = v;
-      }
-      const bool text = in.contains("prompt"), ids = in.contains("input_ids");
-      if (text == ids)
-        throw HttpError(400, "'inputs' needs exactly one of 'prompt' or 'input_ids'");
-      if (text) {
-        prompts = in["prompt"].is_array() ? in["prompt"] : json::array({in["prompt"]});
-      } else {
-        const json& v = in["input_ids"];
-        prompts = v.is_array() && !v.empty() && v[0].is_array() ? v : json::array({v});
-        for (auto& p : prompts) p = json{{"input_ids", p}};
-      }
-    } else {
-      prompts = in.is_array() ? in : json::array({in});
-    }
-    if (prompts.empty()) throw HttpError(400, "'inputs' holds no prompt");
-    for (const auto& p : prompts) reqs.push_back(instance_request(m, p, shared));
-  }
-  record->model = m.name;
-  if (record->access_log && record->access_log->log_prompts())
-    record->prompt = dump_json(rows ? body["instances"] : body["inputs"]);
-  for (auto& r : reqs) {
-    r.id = random_id("predict-");
-    record->prompt_tokens += static_cast<int64_t>(r.prompt.size());
-  }
-  // max_tokens counts as given: an instance's default is the completions default, not the context.
-  const std::shared_ptr<Admission> admission =
-      state.prepare(*record, m.name, reqs, true, state.limits.max_request_time);
-  std::vector<bool> want_lp;
-  for (const auto& r : reqs) want_lp.push_back(r.params.logprobs.has_value());
+  auto plan = std::make_shared<PredictPlan>(
+      plan_predict(state, std::move(model), parse_json_body(req.body), *record));
   auto job_ref = std::make_shared<std::weak_ptr<GenerationJob>>();
-  // The job holds the version (through on_done) until it ends: an unloading version finishes it.
-  auto on_done = [=, keep = model](bool client_gone) {
-    (void)keep;  // the version and the key's admission stay held until the job ends
+  // The job holds the version and the key's admission (through the plan) until it ends: an
+  // unloading version finishes it.
+  auto on_done = [=](bool client_gone) {
     if (client_gone) return log_request(*record, 499);
     auto job = job_ref->lock();
     if (!job) return;
-    json out;
-    int64_t completion = 0;
-    if (rows) {
-      json preds = json::array();
-      for (size_t i = 0; i < job->num_prompts(); ++i) {
-        preds.push_back(prediction(job->results()[i].at(0), want_lp[i]));
-        completion += static_cast<int64_t>(job->results()[i][0].tokens.size());
-      }
-      out = {{"predictions", preds}};
-    } else {
-      json text = json::array(), ids = json::array(), finish = json::array(), lps = json::array();
-      bool any_lp = false;
-      for (size_t i = 0; i < job->num_prompts(); ++i) {
-        const json p = prediction(job->results()[i].at(0), want_lp[i]);
-        text.push_back(p["text"]);
-        ids.push_back(p["output_ids"]);
-        finish.push_back(p["finish_reason"]);
-        lps.push_back(p.value("logprobs", json::array()));
-        any_lp = any_lp || want_lp[i];
-        completion += static_cast<int64_t>(job->results()[i][0].tokens.size());
-      }
-      json o = {{"text", text}, {"output_ids", ids}, {"finish_reason", finish}};
-      if (any_lp) o["logprobs"] = lps;
-      out = {{"outputs", o}};
-    }
-    record->completion_tokens = completion;
-    if (admission) admission->set_used(static_cast<double>(record->prompt_tokens + completion));
-    record->ttft_ms = job->first_token_ms(record->received);
+    const json out = predict_response(*plan, *job, *record);
     responder->send(200, dump_json(out));
     log_request(*record, 200);
   };
+  const ServedModel& m = *plan->model;
   *job_ref = GenerationJob::start(
-      *model->engine, std::move(reqs), responder, state.jobs, nullptr, on_done,
+      *m.engine, std::move(plan->requests), responder, state.jobs, nullptr, on_done,
       JobObserver{&state.metrics, {{"model", m.name}, {"version", std::to_string(m.version)}}});
 }
 
@@ -353,6 +260,121 @@ std::optional<ModelPath> parse_model_path(const std::string& rest) {
   }
   if (i != parts.size()) return std::nullopt;
   return p;
+}
+
+std::shared_ptr<ServedModel> resolve_servable(ServingState& state, const std::string& name,
+                                              std::optional<int64_t> version,
+                                              const std::optional<std::string>& label,
+                                              const ModelRegistry::HeaderFn& header) {
+  const ModelPath p{name, version, label, false, ""};
+  auto m = name.empty() ? nullptr : state.registry.resolve({name, version, label}, {}, header);
+  if (!m) {
+    if (label && state.registry.status(name))
+      throw HttpError(404, fmt::format("Unrecognized servable version label: {}", *label));
+    throw HttpError(404, fmt::format("Servable not found for request: {}", servable(p)));
+  }
+  return m;
+}
+
+PredictPlan plan_predict(ServingState& state, std::shared_ptr<ServedModel> model, const json& body,
+                         RequestRecord& record,
+                         std::optional<std::chrono::milliseconds> time_limit) {
+  PredictPlan plan;
+  plan.model = std::move(model);
+  const ServedModel& m = *plan.model;
+  record.model = m.name;
+  record.version = m.version;
+  if (!body.is_object()) throw HttpError(400, "the request body must be a JSON object");
+  if (body.contains("signature_name") && body["signature_name"] != "serving_default" &&
+      body["signature_name"] != "") {
+    throw HttpError(400, fmt::format("Serving signature name: {} not found in signature def",
+                                     body["signature_name"].dump()));
+  }
+  for (const auto& [k, v] : body.items()) {
+    if (k != "instances" && k != "inputs" && k != "signature_name")
+      throw HttpError(400, fmt::format("unknown key '{}' (expected 'instances' or 'inputs')", k));
+  }
+  const bool rows = body.contains("instances"), columns = body.contains("inputs");
+  if (rows == columns) {
+    throw HttpError(400, rows ? "Request body must have either 'instances' or 'inputs', not both"
+                              : "Missing 'instances' or 'inputs' key");
+  }
+  plan.rows = rows;
+  std::vector<GenerationRequest>& reqs = plan.requests;
+  if (rows) {
+    const json& inst = body["instances"];
+    if (!inst.is_array() || inst.empty())
+      throw HttpError(400, "'instances' must be a non-empty list");
+    for (const auto& i : inst) reqs.push_back(instance_request(m, i, json()));
+  } else {
+    const json& in = body["inputs"];
+    json shared = json::object();
+    json prompts;
+    if (in.is_object()) {
+      for (const auto& [k, v] : in.items()) {
+        if (k == "prompt" || k == "input_ids") continue;
+        if (!kParamFields.count(k)) throw HttpError(400, fmt::format("unknown input '{}'", k));
+        shared[k] = v;
+      }
+      const bool text = in.contains("prompt"), ids = in.contains("input_ids");
+      if (text == ids)
+        throw HttpError(400, "'inputs' needs exactly one of 'prompt' or 'input_ids'");
+      if (text) {
+        prompts = in["prompt"].is_array() ? in["prompt"] : json::array({in["prompt"]});
+      } else {
+        const json& v = in["input_ids"];
+        prompts = v.is_array() && !v.empty() && v[0].is_array() ? v : json::array({v});
+        for (auto& p : prompts) p = json{{"input_ids", p}};
+      }
+    } else {
+      prompts = in.is_array() ? in : json::array({in});
+    }
+    if (prompts.empty()) throw HttpError(400, "'inputs' holds no prompt");
+    for (const auto& p : prompts) reqs.push_back(instance_request(m, p, shared));
+  }
+  if (record.access_log && record.access_log->log_prompts())
+    record.prompt = dump_json(rows ? body["instances"] : body["inputs"]);
+  for (auto& r : reqs) {
+    r.id = random_id("predict-");
+    record.prompt_tokens += static_cast<int64_t>(r.prompt.size());
+  }
+  // max_tokens counts as given: an instance's default is the completions default, not the context.
+  plan.admission =
+      state.prepare(record, m.name, reqs, true, time_limit.value_or(state.limits.max_request_time));
+  for (const auto& r : reqs) plan.logprobs.push_back(r.params.logprobs.has_value());
+  return plan;
+}
+
+json predict_response(const PredictPlan& plan, const GenerationJob& job, RequestRecord& record) {
+  json out;
+  int64_t completion = 0;
+  for (size_t i = 0; i < job.num_prompts(); ++i)
+    completion += static_cast<int64_t>(job.results()[i].at(0).tokens.size());
+  if (plan.rows) {
+    json preds = json::array();
+    for (size_t i = 0; i < job.num_prompts(); ++i)
+      preds.push_back(prediction(job.results()[i].at(0), plan.logprobs[i]));
+    out = {{"predictions", preds}};
+  } else {
+    json text = json::array(), ids = json::array(), finish = json::array(), lps = json::array();
+    bool any_lp = false;
+    for (size_t i = 0; i < job.num_prompts(); ++i) {
+      const json p = prediction(job.results()[i].at(0), plan.logprobs[i]);
+      text.push_back(p["text"]);
+      ids.push_back(p["output_ids"]);
+      finish.push_back(p["finish_reason"]);
+      lps.push_back(p.value("logprobs", json::array()));
+      any_lp = any_lp || plan.logprobs[i];
+    }
+    json o = {{"text", text}, {"output_ids", ids}, {"finish_reason", finish}};
+    if (any_lp) o["logprobs"] = lps;
+    out = {{"outputs", o}};
+  }
+  record.completion_tokens = completion;
+  if (plan.admission)
+    plan.admission->set_used(static_cast<double>(record.prompt_tokens + completion));
+  record.ttft_ms = job.first_token_ms(record.received);
+  return out;
 }
 
 void handle_tfserving(ServingState& state, const ModelPath& path, const HttpRequest& req,

@@ -4,6 +4,7 @@
 // /labels/{label}]. Errors are {"error": "..."} as TF Serving sends them. GET /v1/models/{name}
 // is shared with OpenAI's "retrieve model": its answer carries both shapes.
 
+#include <chrono>
 #include <memory>
 #include <optional>
 #include <string>
@@ -33,6 +34,30 @@ std::optional<ModelPath> parse_model_path(const std::string& rest);
 std::vector<VersionStatus> model_version_statuses(ServingState& state, const std::string& name,
                                                   std::optional<int64_t> version,
                                                   const std::optional<std::string>& label);
+
+// The version a TF Serving request addresses (name, and a version or a label), with TF
+// Serving's 404 messages when there is none.
+std::shared_ptr<ServedModel> resolve_servable(ServingState& state, const std::string& name,
+                                              std::optional<int64_t> version,
+                                              const std::optional<std::string>& label,
+                                              const ModelRegistry::HeaderFn& header = nullptr);
+
+// A Predict request checked and ready to run: the REST body (row "instances" or columnar
+// "inputs"; the gRPC Predict's tensors become columnar inputs), one engine request per prompt.
+struct PredictPlan {
+  std::shared_ptr<ServedModel> model;  // held until the request ends
+  std::vector<GenerationRequest> requests;
+  bool rows = false;           // the row format: answered as "predictions"
+  std::vector<bool> logprobs;  // per prompt: asked for logprobs
+  std::shared_ptr<Admission> admission;
+};
+PredictPlan plan_predict(ServingState& state, std::shared_ptr<ServedModel> model,
+                         const nlohmann::json& body, RequestRecord& record,
+                         std::optional<std::chrono::milliseconds> time_limit = std::nullopt);
+// The answer of a finished predict job in the request's format ({"predictions": [...]} or
+// {"outputs": {"text", "output_ids", "finish_reason", "logprobs"?}}); records the tokens used.
+nlohmann::json predict_response(const PredictPlan& plan, const GenerationJob& job,
+                                RequestRecord& record);
 
 // Answers one TF Serving route (status, metadata or predict). Throws HttpError / Error when it
 // rejects the request before answering (the caller sends {"error": ...}).

@@ -59,6 +59,8 @@ from tokenflow.v1 import generation_pb2_grpc as g_grpc  # noqa: E402
 from tensorflow_serving.apis import get_model_status_pb2 as status_pb2  # noqa: E402
 from tensorflow_serving.apis import model_management_pb2  # noqa: E402
 from tensorflow_serving.apis import model_service_pb2_grpc  # noqa: E402
+from tensorflow_serving.apis import predict_pb2, prediction_service_pb2_grpc  # noqa: E402
+from tensorflow.core.framework import tensor_pb2, types_pb2  # noqa: E402
 from tensorflow_serving.config import model_server_config_pb2  # noqa: E402
 from grpc_std import health_pb2, health_pb2_grpc  # noqa: E402
 from grpc_std import reflection_pb2, reflection_pb2_grpc  # noqa: E402
@@ -67,8 +69,9 @@ from google.protobuf import descriptor_pb2  # noqa: E402
 C = grpc.StatusCode
 
 
-def start(*args, log=None):
-    """Starts `tokenflow serve` with gRPC on free ports; returns (process, http port, channel)."""
+def start(*args, log=None, ca=None):
+    """Starts `tokenflow serve` with gRPC on free ports; returns (process, http port, channel).
+    ca: the certificate to trust (the server runs TLS)."""
     err = open(log, "w") if log else tempfile.TemporaryFile(mode="w+")
     base = [] if "--model_config_file" in args else ["--model", STORIES_BIN]
     proc = subprocess.Popen(
@@ -82,7 +85,7 @@ def start(*args, log=None):
     http_port = grpc_port = None
     for _ in range(4):
         line = proc.stdout.readline()
-        m = re.search(r"http://127\.0\.0\.1:(\d+)", line)
+        m = re.search(r"https?://127\.0\.0\.1:(\d+)", line)
         if m:
             http_port = int(m.group(1))
         m = re.search(r"gRPC on 127\.0\.0\.1:(\d+)", line)
@@ -93,7 +96,13 @@ def start(*args, log=None):
         proc.kill()
         proc.wait()
         raise RuntimeError("server did not start")
-    channel = grpc.insecure_channel("127.0.0.1:%d" % grpc_port)
+    proc.grpc_port = grpc_port
+    if ca:
+        with open(ca, "rb") as f:
+            creds = grpc.ssl_channel_credentials(root_certificates=f.read())
+        channel = grpc.secure_channel("127.0.0.1:%d" % grpc_port, creds)
+    else:
+        channel = grpc.insecure_channel("127.0.0.1:%d" % grpc_port)
     grpc.channel_ready_future(channel).result(timeout=30)
     return proc, http_port, channel
 
@@ -307,6 +316,105 @@ class GrpcApiTest(unittest.TestCase):
                             model_spec={"name": MODEL, "version_label": "stable"}))
         self.assertCode(C.INVALID_ARGUMENT, self.models.GetModelStatus,
                         status_pb2.GetModelStatusRequest())
+
+    # --- TF Serving's Predict ---------------------------------------------------------------
+
+    def tensor(self, dtype, values=None, shape=None, content=None):
+        t = tensor_pb2.TensorProto(dtype=dtype)
+        for d in (shape if shape is not None else ([len(values)] if values is not None else [])):
+            t.tensor_shape.dim.add(size=d)
+        if content is not None:
+            t.tensor_content = content
+        elif dtype == types_pb2.DT_STRING:
+            t.string_val.extend(values)
+        elif dtype == types_pb2.DT_INT32:
+            t.int_val.extend(values)
+        elif dtype == types_pb2.DT_INT64:
+            t.int64_val.extend(values)
+        elif dtype == types_pb2.DT_FLOAT:
+            t.float_val.extend(values)
+        elif dtype == types_pb2.DT_BOOL:
+            t.bool_val.extend(values)
+        return t
+
+    def test_predict_equals_rest_predict(self):
+        stub = prediction_service_pb2_grpc.PredictionServiceStub(self.channel)
+        T = types_pb2
+        req = predict_pb2.PredictRequest()
+        req.model_spec.name = MODEL
+        req.inputs["prompt"].CopyFrom(self.tensor(T.DT_STRING, [b"Once upon a time", b"The cat"]))
+        req.inputs["max_tokens"].CopyFrom(self.tensor(T.DT_INT32, [12], shape=[]))
+        req.inputs["temperature"].CopyFrom(self.tensor(T.DT_FLOAT, [0.8], shape=[1]))
+        req.inputs["seed"].CopyFrom(self.tensor(T.DT_INT64, [5], shape=[]))
+        req.inputs["logprobs"].CopyFrom(self.tensor(T.DT_INT32, [0], shape=[]))
+        r = stub.Predict(req)
+        status, rest, text, _ = self.c.post("/v1/models/%s:predict" % MODEL, {"inputs": {
+            "prompt": ["Once upon a time", "The cat"], "max_tokens": 12, "temperature": 0.8,
+            "seed": 5, "logprobs": 0}})
+        self.assertEqual(status, 200, text)
+        out = rest["outputs"]
+        self.assertEqual([s.decode() for s in r.outputs["text"].string_val], out["text"])
+        self.assertEqual([s.decode() for s in r.outputs["finish_reason"].string_val],
+                         out["finish_reason"])
+        lengths = list(r.outputs["output_lengths"].int_val)
+        self.assertEqual(lengths, [len(x) for x in out["output_ids"]])
+        width = r.outputs["output_ids"].tensor_shape.dim[1].size
+        self.assertEqual([d.size for d in r.outputs["output_ids"].tensor_shape.dim],
+                         [2, max(lengths)])
+        ids = list(r.outputs["output_ids"].int_val)
+        for i, row in enumerate(out["output_ids"]):
+            self.assertEqual(ids[i * width:i * width + len(row)], row)
+            self.assertTrue(all(x == -1 for x in ids[i * width + len(row):(i + 1) * width]))
+        lp = list(r.outputs["logprobs"].float_val)
+        self.assertAlmostEqual(lp[0], out["logprobs"][0][0], places=5)
+        self.assertEqual((r.model_spec.name, r.model_spec.version.value), (MODEL, 1))
+
+        # Token ids packed in tensor_content (as tf.make_tensor_proto writes them), an output
+        # filter, a version.
+        import struct
+        req = predict_pb2.PredictRequest()
+        req.model_spec.name = MODEL
+        req.model_spec.version.value = 1
+        req.inputs["input_ids"].CopyFrom(self.tensor(
+            T.DT_INT64, shape=[1, 3], content=struct.pack("<3q", 1, 415, 281)))
+        req.inputs["max_tokens"].CopyFrom(self.tensor(T.DT_INT32, [6], shape=[]))
+        req.inputs["temperature"].CopyFrom(self.tensor(T.DT_FLOAT, [0.0], shape=[]))
+        req.output_filter.append("text")
+        r = stub.Predict(req)
+        self.assertEqual(list(r.outputs.keys()), ["text"])
+        rest = rest_completion(self.c, {"prompt": [1, 415, 281], "max_tokens": 6,
+                                        "temperature": 0})
+        self.assertEqual(r.outputs["text"].string_val[0].decode(), rest["choices"][0]["text"])
+
+    def test_predict_errors(self):
+        stub = prediction_service_pb2_grpc.PredictionServiceStub(self.channel)
+        T = types_pb2
+
+        def req(name=MODEL, **inputs):
+            r = predict_pb2.PredictRequest()
+            r.model_spec.name = name
+            for k, v in inputs.items():
+                r.inputs[k].CopyFrom(v)
+            return r
+
+        prompt = self.tensor(T.DT_STRING, [b"Hi"])
+        e = self.assertCode(C.NOT_FOUND, stub.Predict, req("nope", prompt=prompt))
+        self.assertIn("Servable not found for request: Latest(nope)", e.details())
+        self.assertCode(C.INVALID_ARGUMENT, stub.Predict, req(""))
+        self.assertCode(C.INVALID_ARGUMENT, stub.Predict, req())  # no prompt
+        self.assertCode(C.INVALID_ARGUMENT, stub.Predict,
+                        req(prompt=self.tensor(T.DT_HALF, shape=[1])))
+        self.assertCode(C.INVALID_ARGUMENT, stub.Predict,
+                        req(prompt=prompt, bogus=self.tensor(T.DT_INT32, [1])))
+        self.assertCode(C.INVALID_ARGUMENT, stub.Predict,  # 3 values for a shape of 4
+                        req(input_ids=self.tensor(T.DT_INT32, [1, 2, 3], shape=[2, 2])))
+        self.assertCode(C.INVALID_ARGUMENT, stub.Predict,  # a partial value in the content
+                        req(input_ids=self.tensor(T.DT_INT32, shape=[1], content=b"abc")))
+        self.assertCode(C.INVALID_ARGUMENT, stub.Predict,
+                        req(prompt=prompt, temperature=self.tensor(T.DT_FLOAT, [-1.0])))
+        r = req(prompt=prompt)
+        r.output_filter.append("scores")
+        self.assertCode(C.INVALID_ARGUMENT, stub.Predict, r)
 
     # --- health and reflection ----------------------------------------------------------------
 
@@ -665,6 +773,31 @@ class GrpcReloadTest(unittest.TestCase):
             self.assertEqual(rc, 0)
         finally:
             shutil.rmtree(d, ignore_errors=True)
+
+
+class GrpcTlsTest(unittest.TestCase):
+    def test_tls_with_the_https_certificate(self):
+        d = tempfile.mkdtemp(prefix="tf_grpc_tls_")
+        self.addCleanup(shutil.rmtree, d, True)
+        cert, key = os.path.join(d, "cert.pem"), os.path.join(d, "key.pem")
+        subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", key,
+                        "-out", cert, "-days", "1", "-subj", "/CN=127.0.0.1", "-addext",
+                        "subjectAltName=IP:127.0.0.1"], check=True, capture_output=True,
+                       timeout=60)
+        proc, _, channel = start("--tls-cert", cert, "--tls-key", key, ca=cert)
+        try:
+            gen = g_grpc.GenerationServiceStub(channel)
+            r = gen.Generate(g.GenerateRequest(text="Once", sampling=sampling(max_tokens=4)))
+            self.assertEqual(r.usage.completion_tokens, 4)
+            # A plaintext client gets nowhere.
+            plain = grpc.insecure_channel("127.0.0.1:%d" % proc.grpc_port)
+            with self.assertRaises(grpc.RpcError) as cm:
+                g_grpc.GenerationServiceStub(plain).ListModels(g.ListModelsRequest(), timeout=3)
+            self.assertEqual(cm.exception.code(), C.UNAVAILABLE)
+            plain.close()
+        finally:
+            channel.close()
+            stop_server(proc)
 
 
 class GrpcShutdownTest(unittest.TestCase):

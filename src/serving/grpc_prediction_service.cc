@@ -1,0 +1,215 @@
+#include "serving/grpc_prediction_service.h"
+
+#include <fmt/format.h>
+
+#include <cstring>
+#include <set>
+
+#include "serving/generation_job.h"
+#include "serving/tfserving_api.h"
+
+namespace tf {
+namespace {
+
+using json = nlohmann::json;
+constexpr const char* kService = "tensorflow.serving.PredictionService";
+
+// Values of type T: the repeated field, else tensor_content read as little-endian T.
+template <typename T, typename Field>
+std::vector<T> values(const tensorflow::TensorProto& t, const Field& field,
+                      const std::string& name) {
+  if (t.tensor_content().empty()) return std::vector<T>(field.begin(), field.end());
+  const std::string& raw = t.tensor_content();
+  if (raw.size() % sizeof(T) != 0)
+    throw HttpError(400, fmt::format("input '{}': tensor_content of {} bytes is not a whole "
+                                     "number of {}-byte values",
+                                     name, raw.size(), sizeof(T)));
+  std::vector<T> out(raw.size() / sizeof(T));
+  std::memcpy(out.data(), raw.data(), raw.size());
+  return out;
+}
+
+json shape_values(std::vector<json> flat, const std::vector<int64_t>& dims,
+                  const std::string& name) {
+  int64_t count = 1;
+  for (int64_t d : dims) {
+    if (d < 0) throw HttpError(400, fmt::format("input '{}' has an unknown dimension", name));
+    count *= d;
+  }
+  // TensorFlow's shorthand: one value fills the whole shape.
+  if (flat.size() == 1 && count > 1) flat.assign(static_cast<size_t>(count), flat[0]);
+  if (static_cast<int64_t>(flat.size()) != count)
+    throw HttpError(400, fmt::format("input '{}' has {} values for a shape of {} elements", name,
+                                     flat.size(), count));
+  if (dims.empty()) return flat[0];
+  if (dims.size() == 1) return json(std::move(flat));
+  if (dims.size() == 2) {
+    json rows = json::array();
+    for (int64_t r = 0; r < dims[0]; ++r)
+      rows.push_back(
+          json(std::vector<json>(flat.begin() + r * dims[1], flat.begin() + (r + 1) * dims[1])));
+    return rows;
+  }
+  throw HttpError(400,
+                  fmt::format("input '{}' has rank {}; at most 2 is taken", name, dims.size()));
+}
+
+tensorflow::TensorProto string_tensor(const std::vector<std::string>& v) {
+  tensorflow::TensorProto t;
+  t.set_dtype(tensorflow::DT_STRING);
+  t.mutable_tensor_shape()->add_dim()->set_size(static_cast<int64_t>(v.size()));
+  for (const auto& s : v) t.add_string_val(s);
+  return t;
+}
+
+// Rows of different lengths as one [rows, longest] tensor, padded with pad.
+template <typename T>
+tensorflow::TensorProto padded_tensor(const std::vector<std::vector<T>>& rows, T pad) {
+  tensorflow::TensorProto t;
+  t.set_dtype(std::is_same_v<T, float> ? tensorflow::DT_FLOAT : tensorflow::DT_INT32);
+  size_t width = 0;
+  for (const auto& r : rows) width = std::max(width, r.size());
+  t.mutable_tensor_shape()->add_dim()->set_size(static_cast<int64_t>(rows.size()));
+  t.mutable_tensor_shape()->add_dim()->set_size(static_cast<int64_t>(width));
+  for (const auto& r : rows) {
+    for (size_t i = 0; i < width; ++i) {
+      const T v = i < r.size() ? r[i] : pad;
+      if constexpr (std::is_same_v<T, float>) {
+        t.add_float_val(v);
+      } else {
+        t.add_int_val(v);
+      }
+    }
+  }
+  return t;
+}
+
+}  // namespace
+
+json tensor_to_json(const tensorflow::TensorProto& t, const std::string& name) {
+  std::vector<int64_t> dims;
+  for (const auto& d : t.tensor_shape().dim()) dims.push_back(d.size());
+  std::vector<json> flat;
+  switch (t.dtype()) {
+    case tensorflow::DT_STRING:
+      for (const auto& s : t.string_val()) flat.emplace_back(s);
+      break;
+    case tensorflow::DT_INT32:
+      for (int32_t v : values<int32_t>(t, t.int_val(), name)) flat.emplace_back(v);
+      break;
+    case tensorflow::DT_INT64:
+      for (int64_t v : values<int64_t>(t, t.int64_val(), name)) flat.emplace_back(v);
+      break;
+    case tensorflow::DT_FLOAT:
+      for (float v : values<float>(t, t.float_val(), name)) flat.emplace_back(v);
+      break;
+    case tensorflow::DT_DOUBLE:
+      for (double v : values<double>(t, t.double_val(), name)) flat.emplace_back(v);
+      break;
+    case tensorflow::DT_BOOL:
+      if (t.tensor_content().empty()) {
+        for (bool v : t.bool_val()) flat.emplace_back(v);
+      } else {
+        for (char c : t.tensor_content()) flat.emplace_back(c != 0);
+      }
+      break;
+    default:
+      throw HttpError(400, fmt::format("input '{}' has type {}; DT_STRING, DT_INT32, DT_INT64, "
+                                       "DT_FLOAT, DT_DOUBLE and DT_BOOL are taken",
+                                       name, tensorflow::DataType_Name(t.dtype())));
+  }
+  return shape_values(std::move(flat), dims, name);
+}
+
+json predict_body_of(const tfs::PredictRequest& request) {
+  json inputs = json::object();
+  for (const auto& [name, tensor] : request.inputs()) {
+    json v = tensor_to_json(tensor, name);
+    // A sampling parameter sent as a one-element tensor ([1], as clients often shape them) is
+    // the scalar; the prompts and the list parameters keep their lists.
+    const bool list =
+        name == "prompt" || name == "input_ids" || name == "stop" || name == "stop_token_ids";
+    if (!list && v.is_array() && v.size() == 1) v = json(v[0]);
+    inputs[name] = std::move(v);
+  }
+  json body = {{"inputs", inputs}};
+  if (!request.model_spec().signature_name().empty())
+    body["signature_name"] = request.model_spec().signature_name();
+  return body;
+}
+
+grpc::ServerUnaryReactor* PredictionServiceImpl::Predict(grpc::CallbackServerContext* context,
+                                                         const tfs::PredictRequest* request,
+                                                         tfs::PredictResponse* response) {
+  auto* r = new UnaryJobCall(ctx_, context, kService, "Predict");
+  try {
+    r->call.admit();
+    const tfs::ModelSpec& spec = request->model_spec();
+    if (spec.name().empty()) throw HttpError(400, "Missing model name in request.");
+    std::optional<int64_t> version;
+    std::optional<std::string> label;
+    if (spec.has_version()) version = spec.version().value();
+    if (spec.version_choice_case() == tfs::ModelSpec::kVersionLabel) label = spec.version_label();
+    static const std::set<std::string> kOutputs = {"text", "output_ids", "output_lengths",
+                                                   "finish_reason", "logprobs"};
+    for (const auto& f : request->output_filter()) {
+      if (!kOutputs.count(f))
+        throw HttpError(400, fmt::format("output tensor alias not found in signature: {}", f));
+    }
+    auto model = resolve_servable(ctx_.state, spec.name(), version, label, r->call.header_fn());
+    context->AddInitialMetadata("x-model-version", std::to_string(model->version));
+    auto plan = std::make_shared<PredictPlan>(plan_predict(
+        ctx_.state, model, predict_body_of(*request), *r->call.record, r->call.time_limit()));
+    const std::set<std::string> wanted(request->output_filter().begin(),
+                                       request->output_filter().end());
+    GrpcContext& ctx = ctx_;
+    // Started on the call's strand, where its outputs are drained (see grpc_generation.cc).
+    r->host->post([&ctx, r, plan, response, wanted] {
+      auto job_ref = std::make_shared<std::weak_ptr<GenerationJob>>();
+      auto on_done = [=](bool client_gone) {
+        auto job = job_ref->lock();
+        if (client_gone || !job) return r->finish(client_gone_status(r->server_ctx));
+        const json out = predict_response(*plan, *job, *r->call.record)["outputs"];
+        auto want = [&](const char* name) { return wanted.empty() || wanted.count(name) > 0; };
+        auto& outputs = *response->mutable_outputs();
+        std::vector<std::vector<int32_t>> ids;
+        for (const auto& row : out["output_ids"]) ids.push_back(row.get<std::vector<int32_t>>());
+        if (want("text"))
+          outputs["text"] = string_tensor(out["text"].get<std::vector<std::string>>());
+        if (want("output_ids")) outputs["output_ids"] = padded_tensor<int32_t>(ids, -1);
+        if (want("output_lengths")) {
+          tensorflow::TensorProto t;
+          t.set_dtype(tensorflow::DT_INT32);
+          t.mutable_tensor_shape()->add_dim()->set_size(static_cast<int64_t>(ids.size()));
+          for (const auto& row : ids) t.add_int_val(static_cast<int32_t>(row.size()));
+          outputs["output_lengths"] = t;
+        }
+        if (want("finish_reason"))
+          outputs["finish_reason"] =
+              string_tensor(out["finish_reason"].get<std::vector<std::string>>());
+        if (want("logprobs") && out.contains("logprobs"))
+          outputs["logprobs"] =
+              padded_tensor<float>(out["logprobs"].get<std::vector<std::vector<float>>>(), 0.0f);
+        tfs::ModelSpec* ms = response->mutable_model_spec();
+        ms->set_name(plan->model->name);
+        ms->mutable_version()->set_value(plan->model->version);
+        ms->set_signature_name("serving_default");
+        r->finish(grpc::Status::OK);
+      };
+      const ServedModel& m = *plan->model;
+      try {
+        *job_ref = GenerationJob::start(
+            *m.engine, std::move(plan->requests), r->host, ctx.state.jobs, nullptr, on_done,
+            JobObserver{&ctx.state.metrics,
+                        {{"model", m.name}, {"version", std::to_string(m.version)}}});
+      } catch (const std::exception& e) {
+        r->finish(r->call.error_status(e));
+      }
+    });
+  } catch (const std::exception& e) {
+    r->finish(r->call.error_status(e));
+  }
+  return r;
+}
+
+}  // namespace tf

@@ -1,0 +1,34 @@
+#pragma once
+// TF Serving's tensorflow.serving.PredictionService/Predict on the generation signature: the
+// input tensors become the REST API's columnar "inputs" (prompt or input_ids, and the sampling
+// parameters as scalars) and go through the same plan (tfserving_api.h: plan_predict); the
+// outputs come back as tensors (docs/grpc.md).
+
+#include <nlohmann/json.hpp>
+
+#include "serving/grpc_call.h"
+#include "tensorflow_serving/apis/prediction_service.grpc.pb.h"
+
+namespace tf {
+
+class PredictionServiceImpl final : public tfs::PredictionService::CallbackService {
+ public:
+  explicit PredictionServiceImpl(GrpcContext& ctx) : ctx_(ctx) {}
+
+  grpc::ServerUnaryReactor* Predict(grpc::CallbackServerContext* context,
+                                    const tfs::PredictRequest* request,
+                                    tfs::PredictResponse* response) override;
+
+ private:
+  GrpcContext& ctx_;
+};
+
+// A tensor's values as JSON: a scalar (rank 0), a list (rank 1) or a list of lists (rank 2),
+// from the typed field or the packed tensor_content. Throws HttpError 400 naming the input for
+// an unsupported type, a higher rank or a value count that does not fit the shape.
+nlohmann::json tensor_to_json(const tensorflow::TensorProto& t, const std::string& name);
+
+// The REST predict body of a PredictRequest's inputs: {"inputs": {...}}.
+nlohmann::json predict_body_of(const tfs::PredictRequest& request);
+
+}  // namespace tf
