@@ -229,7 +229,7 @@ Action add_bench(CLI::App& app) {
                "them per weight dtype");
   app.add_option("--url", o->url,
                  "benchmark a running OpenAI-compatible server at this address "
-                 "(http://127.0.0.1:8080)");
+                 "(http://127.0.0.1:8080), or tokenflow's gRPC API (grpc://127.0.0.1:8500)");
   app.add_option("--served-model", o->served_model,
                  "with --url: the \"model\" of the requests (default: the server's)");
   app.add_option("--sweep", o->concurrency_list,

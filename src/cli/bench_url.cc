@@ -2,9 +2,11 @@
 // llama.cpp's server), as vLLM's serving benchmark does: a sweep of concurrency levels (closed
 // loop) or request rates (Poisson arrivals), streaming completions, and per level the request
 // throughput, output tokens/s and p50/p90/p99 of time to first token, inter-token latency and
-// end-to-end latency, printed and written as JSON (scripts/plot-bench draws it).
+// end-to-end latency, printed and written as JSON (scripts/plot-bench draws it). A grpc:// URL
+// runs the same load through tokenflow's GenerationService/GenerateStream instead of SSE.
 
 #include <fmt/format.h>
+#include <grpcpp/grpcpp.h>
 #include <unistd.h>
 #include <boost/asio/connect.hpp>
 #include <boost/asio/ip/tcp.hpp>
@@ -24,6 +26,7 @@
 
 #include "cli/commands.h"
 #include "core/error.h"
+#include "tokenflow/v1/generation.grpc.pb.h"
 
 namespace tf::cli {
 namespace {
@@ -36,13 +39,15 @@ using json = nlohmann::json;
 
 struct Target {
   std::string host, port, path_prefix;
+  bool grpc = false;  // grpc://host:port: tokenflow's gRPC GenerationService
 };
 
 Target parse_url(const std::string& url) {
-  const std::string scheme = "http://";
-  if (url.rfind(scheme, 0) != 0) fail("--url must start with http:// (got '{}')", url);
-  std::string rest = url.substr(scheme.size());
   Target t;
+  t.grpc = url.rfind("grpc://", 0) == 0;
+  const std::string scheme = t.grpc ? "grpc://" : "http://";
+  if (url.rfind(scheme, 0) != 0) fail("--url must start with http:// or grpc:// (got '{}')", url);
+  std::string rest = url.substr(scheme.size());
   const size_t slash = rest.find('/');
   if (slash != std::string::npos) {
     t.path_prefix = rest.substr(slash);
@@ -69,12 +74,19 @@ struct Result {
   int64_t output_tokens = 0;
 };
 
-// One keep-alive connection; reconnects after an error.
+// One client's connection: runs one streamed request at a time.
 class Connection {
  public:
-  explicit Connection(const Target& t) : t_(t) {}
+  virtual ~Connection() = default;
+  virtual Result complete(const std::string& model, const Prompt& p) = 0;
+};
 
-  Result complete(const std::string& model, const Prompt& p) {
+// One keep-alive HTTP connection; reconnects after an error.
+class HttpConnection final : public Connection {
+ public:
+  explicit HttpConnection(const Target& t) : t_(t) {}
+
+  Result complete(const std::string& model, const Prompt& p) override {
     Result r;
     const auto start = Clock::now();
     try {
@@ -172,6 +184,74 @@ class Connection {
   beast::flat_buffer buffer_;
 };
 
+// One gRPC channel; each request is a GenerateStream call, each step message a token event.
+class GrpcConnection final : public Connection {
+ public:
+  explicit GrpcConnection(const Target& t)
+      : stub_(tokenflow::v1::GenerationService::NewStub(grpc::CreateCustomChannel(
+            t.host + ":" + t.port, grpc::InsecureChannelCredentials(), unique_channel()))) {}
+
+  Result complete(const std::string& model, const Prompt& p) override {
+    namespace v1 = tokenflow::v1;
+    Result r;
+    const auto start = Clock::now();
+    v1::GenerateRequest req;
+    req.set_model(model);
+    if (p.prompt.is_string()) {
+      req.set_text(p.prompt.get<std::string>());
+    } else {
+      for (const auto& id : p.prompt) req.mutable_token_ids()->add_ids(id.get<int32_t>());
+    }
+    req.mutable_sampling()->set_max_tokens(p.max_tokens);
+    req.mutable_sampling()->set_temperature(0.0f);
+    req.mutable_sampling()->set_ignore_eos(true);
+    grpc::ClientContext ctx;
+    auto reader = stub_->GenerateStream(&ctx, req);
+    v1::GenerateStreamResponse msg;
+    Clock::time_point last{};
+    int64_t events = 0;
+    while (reader->Read(&msg)) {
+      if (msg.has_end()) {
+        r.output_tokens = msg.end().usage().completion_tokens();
+        continue;
+      }
+      if (msg.step().token_ids().empty()) continue;
+      const auto now = Clock::now();
+      if (events == 0) {
+        r.ttft = std::chrono::duration<double>(now - start).count();
+      } else {
+        r.itl.push_back(std::chrono::duration<double>(now - last).count());
+      }
+      last = now;
+      ++events;
+    }
+    const grpc::Status status = reader->Finish();
+    if (!status.ok())
+      r.error =
+          fmt::format("gRPC {}: {}", static_cast<int>(status.error_code()), status.error_message());
+    if (r.output_tokens == 0) r.output_tokens = events;
+    r.ok = r.error.empty() && events > 0;
+    if (r.error.empty() && events == 0) r.error = "no tokens";
+    r.e2e = std::chrono::duration<double>(Clock::now() - start).count();
+    return r;
+  }
+
+ private:
+  // A channel of its own per client (gRPC would otherwise share one connection among all).
+  static grpc::ChannelArguments unique_channel() {
+    static std::atomic<int> n{0};
+    grpc::ChannelArguments args;
+    args.SetInt("tokenflow.bench.client", n++);
+    return args;
+  }
+  std::unique_ptr<tokenflow::v1::GenerationService::Stub> stub_;
+};
+
+std::unique_ptr<Connection> connect_to(const Target& t) {
+  if (t.grpc) return std::make_unique<GrpcConnection>(t);
+  return std::make_unique<HttpConnection>(t);
+}
+
 std::vector<Prompt> make_prompts(const UrlBenchOptions& o) {
   std::vector<Prompt> out;
   if (!o.dataset.empty()) {
@@ -231,9 +311,9 @@ json run_level(const UrlBenchOptions& o, const Target& t, const std::vector<Prom
     std::vector<std::thread> workers;
     for (int w = 0; w < static_cast<int>(level.value); ++w) {
       workers.emplace_back([&] {
-        Connection c(t);
+        auto c = connect_to(t);
         for (int i; (i = next++) < n;) {
-          results[static_cast<size_t>(i)] = c.complete(o.model, prompts[i % prompts.size()]);
+          results[static_cast<size_t>(i)] = c->complete(o.model, prompts[i % prompts.size()]);
           finish_one();
         }
       });
@@ -248,8 +328,8 @@ json run_level(const UrlBenchOptions& o, const Target& t, const std::vector<Prom
     for (int i = 0; i < n; ++i) {
       std::this_thread::sleep_until(at);
       requests.emplace_back([&, i] {
-        Connection c(t);
-        results[static_cast<size_t>(i)] = c.complete(o.model, prompts[i % prompts.size()]);
+        auto c = connect_to(t);
+        results[static_cast<size_t>(i)] = c->complete(o.model, prompts[i % prompts.size()]);
         finish_one();
       });
       at += std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(gap(rng)));

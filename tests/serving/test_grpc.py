@@ -569,6 +569,35 @@ class GrpcApiTest(unittest.TestCase):
         self.assertGreater(len({r[0] for r in results.values()}), 16)
         self.assertTrue(wait_for(self.idle), self.stats())
 
+    def streams_ok(self):
+        _, _, text, _ = self.c.get("/metrics")
+        m = re.search(r'grpc_server_handled_total\{grpc_service="tokenflow.v1.GenerationService",'
+                      r'grpc_method="GenerateStream",grpc_type="server_stream",grpc_code="OK"\} '
+                      r'(\d+)', text)
+        return int(m.group(1)) if m else 0
+
+    def test_bench_url_over_grpc(self):
+        before = self.streams_ok()
+        out = os.path.join(self.dir, "bench.json")
+        p = subprocess.run([BIN, "bench", "--url", "grpc://127.0.0.1:%d" % self.proc.grpc_port,
+                            "--sweep", "1,4", "--num-prompts", "8", "--input-len", "16",
+                            "--output-len", "8", "--json-out", out],
+                           capture_output=True, text=True, timeout=120)
+        self.assertEqual(p.returncode, 0, p.stderr)
+        import json
+        with open(out) as f:
+            res = json.load(f)
+        self.assertEqual([lv["concurrency"] for lv in res["levels"]], [1, 4])
+        for lv in res["levels"]:
+            self.assertEqual((lv["completed"], lv["output_tokens"], lv["errors"]), (8, 64, {}))
+            self.assertTrue(0 <= lv["ttft_ms"]["p50"] <= lv["e2e_ms"]["p99"], lv)
+        self.assertEqual(self.streams_ok() - before, 16)
+        # A server that is not there: every request fails, and says so.
+        p = subprocess.run([BIN, "bench", "--url", "grpc://127.0.0.1:1", "--num-prompts", "2"],
+                           capture_output=True, text=True, timeout=60)
+        self.assertEqual(p.returncode, 1)
+        self.assertIn("2 requests failed", p.stderr)
+
     def test_metrics_count_grpc_calls(self):
         self.gen.ListModels(g.ListModelsRequest())
         self.assertCode(C.NOT_FOUND, self.gen.Generate, g.GenerateRequest(model="nope", text="x"))
