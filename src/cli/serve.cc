@@ -275,7 +275,8 @@ Action add_serve(CLI::App& app) {
   app.add_option("--grpc-port", o->grpc_port,
                  "also serve gRPC on this port (tokenflow.v1.GenerationService, TF Serving's "
                  "ModelService, health, reflection; 0: any free port; -1: no gRPC)")
-      ->capture_default_str();
+      ->capture_default_str()
+      ->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);  // scripts/run.sh gives one
   app.add_option("--http-threads", o->http_threads, "I/O threads for HTTP")->capture_default_str();
   add_engine_options(app, o->engine);
   app.add_option("--dtype", o->dtype, "weights in memory: f32, bf16, f16, int8 or q4")

@@ -219,6 +219,28 @@ grpc::Status client_gone_status(grpc::CallbackServerContext* server_ctx) {
   return grpc::Status(grpc::StatusCode::CANCELLED, "cancelled by the client");
 }
 
+void start_call_job(GrpcContext& ctx, std::shared_ptr<GrpcCallHost> host, Engine& engine,
+                    std::vector<GenerationRequest> requests, JobObserver observer,
+                    GenerationJob::EventFn on_event,
+                    std::function<void(const GenerationJob&, bool)> done,
+                    std::function<void(const std::exception&)> failed) {
+  host->post([&ctx, &engine, host, requests = std::move(requests), observer = std::move(observer),
+              on_event = std::move(on_event), done = std::move(done),
+              failed = std::move(failed)]() mutable {
+    auto job_ref = std::make_shared<std::weak_ptr<GenerationJob>>();
+    GenerationJob::DoneFn on_done = [job_ref, done](bool client_gone) {
+      // The job is alive while it calls this (it runs it from its own drain).
+      if (auto job = job_ref->lock()) done(*job, client_gone);
+    };
+    try {
+      *job_ref = GenerationJob::start(engine, std::move(requests), host, ctx.state.jobs,
+                                      std::move(on_event), std::move(on_done), std::move(observer));
+    } catch (const std::exception& e) {
+      failed(e);
+    }
+  });
+}
+
 void GrpcCallHost::post(std::function<void()> fn) {
   boost::asio::post(strand_, std::move(fn));
 }

@@ -17,6 +17,7 @@
 #include <string>
 
 #include "serving/api_common.h"
+#include "serving/generation_job.h"
 #include "serving/job_host.h"
 #include "serving/model_registry.h"
 #include "serving/serving_state.h"
@@ -90,6 +91,16 @@ class GrpcCallHost : public JobHost, public std::enable_shared_from_this<GrpcCal
   std::atomic<bool> gone_{false};
   std::function<void()> on_gone_;  // used on the strand only
 };
+
+// Starts a generation job for a call on its host's strand, where the job's outputs are drained
+// too, so that none can end the job before the job is known to done. done(job, client_gone) runs
+// once, on the strand, when every request ended (job is never null there); failed(error) if the
+// engine refuses the requests.
+void start_call_job(GrpcContext& ctx, std::shared_ptr<GrpcCallHost> host, Engine& engine,
+                    std::vector<GenerationRequest> requests, JobObserver observer,
+                    GenerationJob::EventFn on_event,
+                    std::function<void(const GenerationJob&, bool client_gone)> done,
+                    std::function<void(const std::exception&)> failed);
 
 // A unary call answered later, by a generation job: its reactor. The client's cancellation (or
 // deadline) reaches the job through host; finish() logs and ends the call, once. Deletes itself

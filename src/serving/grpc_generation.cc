@@ -108,47 +108,34 @@ grpc::Status end_status(const GenerationJob& job, const RequestRecord& record,
   return grpc::Status::OK;
 }
 
-// Starts the plan's job on host; records what REST records when it ends (tokens, TTFT, the
-// first sequence's finish, the key's usage), then calls done(job, client_gone); failed(error)
-// if the engine refuses it. The job starts on the host's strand, so that its outputs, drained
-// there too, cannot end it before it is known here.
+// Starts the plan's job on the call's strand; records what REST records when it ends (tokens,
+// TTFT, the first sequence's finish, the key's usage), then calls done(job, client_gone).
 void start_job(GrpcContext& ctx, std::shared_ptr<GenerationPlan> plan,
                std::shared_ptr<RequestRecord> record, std::shared_ptr<GrpcCallHost> host,
                GenerationJob::EventFn on_event,
-               std::function<void(const GenerationJob*, bool)> done,
+               std::function<void(const GenerationJob&, bool)> done,
                std::function<void(const std::exception&)> failed) {
-  host->post([&ctx, plan, record, host, on_event = std::move(on_event), done = std::move(done),
-              failed = std::move(failed)]() mutable {
-    const ServedModel& model = *plan->model;
-    const JobObserver observer{&ctx.state.metrics,
-                               {{"model", model.name}, {"version", std::to_string(model.version)}}};
-    auto job_ref = std::make_shared<std::weak_ptr<GenerationJob>>();
-    GenerationJob::DoneFn on_done = [plan, record, job_ref, done](bool client_gone) {
-      auto job = job_ref->lock();
-      if (job) {
+  const ServedModel& model = *plan->model;
+  JobObserver observer{&ctx.state.metrics,
+                       {{"model", model.name}, {"version", std::to_string(model.version)}}};
+  start_call_job(
+      ctx, std::move(host), *model.engine, std::move(plan->requests), std::move(observer),
+      std::move(on_event),
+      [plan, record, done = std::move(done)](const GenerationJob& job, bool client_gone) {
         int64_t completion = 0;
-        for (size_t i = 0; i < job->num_prompts(); ++i) {
-          const auto& seqs = job->results()[i];
+        for (size_t i = 0; i < job.num_prompts(); ++i) {
+          const auto& seqs = job.results()[i];
           const auto picks = returned(*plan, seqs);
           for (size_t k : picks) completion += static_cast<int64_t>(seqs[k].tokens.size());
           if (i == 0 && !picks.empty()) record->finish = finish_reason_name(seqs[picks[0]].finish);
         }
         record->completion_tokens = completion;
-        record->ttft_ms = job->first_token_ms(record->received);
-      }
-      if (plan->admission)
-        plan->admission->set_used(
-            static_cast<double>(record->prompt_tokens + record->completion_tokens));
-      done(job.get(), client_gone);
-    };
-    try {
-      *job_ref =
-          GenerationJob::start(*model.engine, std::move(plan->requests), host, ctx.state.jobs,
-                               std::move(on_event), std::move(on_done), observer);
-    } catch (const std::exception& e) {
-      failed(e);
-    }
-  });
+        record->ttft_ms = job.first_token_ms(record->received);
+        if (plan->admission)
+          plan->admission->set_used(static_cast<double>(record->prompt_tokens + completion));
+        done(job, client_gone);
+      },
+      std::move(failed));
 }
 
 // --- Generate (unary) ---------------------------------------------------------------------
@@ -169,12 +156,12 @@ void start_generate(GrpcContext& ctx, UnaryJobCall* r, const v1::GenerateRequest
   auto record = r->call.record;
   start_job(
       ctx, plan, record, r->host, nullptr,
-      [r, plan, tok, resp, record](const GenerationJob* job, bool client_gone) {
-        if (client_gone || !job) return r->finish(client_gone_status(r->server_ctx));
-        const grpc::Status status = end_status(*job, *record, plan->time_limit);
+      [r, plan, tok, resp, record](const GenerationJob& job, bool client_gone) {
+        if (client_gone) return r->finish(client_gone_status(r->server_ctx));
+        const grpc::Status status = end_status(job, *record, plan->time_limit);
         if (!status.ok()) return r->finish(status);
-        for (size_t i = 0; i < job->num_prompts(); ++i) {
-          const auto& seqs = job->results()[i];
+        for (size_t i = 0; i < job.num_prompts(); ++i) {
+          const auto& seqs = job.results()[i];
           const auto picks = returned(*plan, seqs);
           for (size_t k = 0; k < picks.size(); ++k) {
             const GeneratedSequence& s = seqs[picks[k]];
@@ -187,7 +174,7 @@ void start_generate(GrpcContext& ctx, UnaryJobCall* r, const v1::GenerateRequest
             if (plan->params.logprobs) add_logprobs(tok, s.logprobs, out->mutable_logprobs());
           }
         }
-        fill_usage(*plan, *job, resp->mutable_usage());
+        fill_usage(*plan, job, resp->mutable_usage());
         r->finish(grpc::Status::OK);
       },
       [r](const std::exception& e) { r->finish(r->call.error_status(e)); });
@@ -249,20 +236,20 @@ class StreamReactor final : public grpc::ServerWriteReactor<v1::GenerateStreamRe
     auto record = call_.record;
     start_job(
         ctx_, plan, record, host_, std::move(on_event),
-        [this, plan, id, record](const GenerationJob* job, bool client_gone) {
-          if (client_gone || !job) return end(client_gone_status(sctx_));
+        [this, plan, id, record](const GenerationJob& job, bool client_gone) {
+          if (client_gone) return end(client_gone_status(sctx_));
           v1::GenerateStreamResponse msg;
           v1::GenerationEnd* e = msg.mutable_end();
           e->set_id(id);
           e->set_model(plan->model->name);
           e->set_model_version(plan->model->version);
-          for (size_t i = 0; i < job->num_prompts(); ++i) {
-            const auto& seqs = job->results()[i];
+          for (size_t i = 0; i < job.num_prompts(); ++i) {
+            const auto& seqs = job.results()[i];
             for (size_t k : returned(*plan, seqs)) e->add_finish_reasons(finish_of(seqs[k].finish));
           }
-          fill_usage(*plan, *job, e->mutable_usage());
+          fill_usage(*plan, job, e->mutable_usage());
           send(std::move(msg));
-          end(end_status(*job, *record, plan->time_limit));
+          end(end_status(job, *record, plan->time_limit));
         },
         [this](const std::exception& e) { end(call_.error_status(e)); });
   }

@@ -5,7 +5,6 @@
 #include <cstring>
 #include <set>
 
-#include "serving/generation_job.h"
 #include "serving/tfserving_api.h"
 
 namespace tf {
@@ -162,50 +161,41 @@ grpc::ServerUnaryReactor* PredictionServiceImpl::Predict(grpc::CallbackServerCon
         ctx_.state, model, predict_body_of(*request), *r->call.record, r->call.time_limit()));
     const std::set<std::string> wanted(request->output_filter().begin(),
                                        request->output_filter().end());
-    GrpcContext& ctx = ctx_;
-    // Started on the call's strand, where its outputs are drained (see grpc_generation.cc).
-    r->host->post([&ctx, r, plan, response, wanted] {
-      auto job_ref = std::make_shared<std::weak_ptr<GenerationJob>>();
-      auto on_done = [=](bool client_gone) {
-        auto job = job_ref->lock();
-        if (client_gone || !job) return r->finish(client_gone_status(r->server_ctx));
-        const json out = predict_response(*plan, *job, *r->call.record)["outputs"];
-        auto want = [&](const char* name) { return wanted.empty() || wanted.count(name) > 0; };
-        auto& outputs = *response->mutable_outputs();
-        std::vector<std::vector<int32_t>> ids;
-        for (const auto& row : out["output_ids"]) ids.push_back(row.get<std::vector<int32_t>>());
-        if (want("text"))
-          outputs["text"] = string_tensor(out["text"].get<std::vector<std::string>>());
-        if (want("output_ids")) outputs["output_ids"] = padded_tensor<int32_t>(ids, -1);
-        if (want("output_lengths")) {
-          tensorflow::TensorProto t;
-          t.set_dtype(tensorflow::DT_INT32);
-          t.mutable_tensor_shape()->add_dim()->set_size(static_cast<int64_t>(ids.size()));
-          for (const auto& row : ids) t.add_int_val(static_cast<int32_t>(row.size()));
-          outputs["output_lengths"] = t;
-        }
-        if (want("finish_reason"))
-          outputs["finish_reason"] =
-              string_tensor(out["finish_reason"].get<std::vector<std::string>>());
-        if (want("logprobs") && out.contains("logprobs"))
-          outputs["logprobs"] =
-              padded_tensor<float>(out["logprobs"].get<std::vector<std::vector<float>>>(), 0.0f);
-        tfs::ModelSpec* ms = response->mutable_model_spec();
-        ms->set_name(plan->model->name);
-        ms->mutable_version()->set_value(plan->model->version);
-        ms->set_signature_name("serving_default");
-        r->finish(grpc::Status::OK);
-      };
-      const ServedModel& m = *plan->model;
-      try {
-        *job_ref = GenerationJob::start(
-            *m.engine, std::move(plan->requests), r->host, ctx.state.jobs, nullptr, on_done,
-            JobObserver{&ctx.state.metrics,
-                        {{"model", m.name}, {"version", std::to_string(m.version)}}});
-      } catch (const std::exception& e) {
-        r->finish(r->call.error_status(e));
-      }
-    });
+    const ServedModel& m = *plan->model;
+    JobObserver observer{&ctx_.state.metrics,
+                         {{"model", m.name}, {"version", std::to_string(m.version)}}};
+    start_call_job(
+        ctx_, r->host, *m.engine, std::move(plan->requests), std::move(observer), nullptr,
+        [r, plan, response, wanted](const GenerationJob& job, bool client_gone) {
+          if (client_gone) return r->finish(client_gone_status(r->server_ctx));
+          const json out = predict_response(*plan, job, *r->call.record)["outputs"];
+          auto want = [&](const char* name) { return wanted.empty() || wanted.count(name) > 0; };
+          auto& outputs = *response->mutable_outputs();
+          std::vector<std::vector<int32_t>> ids;
+          for (const auto& row : out["output_ids"]) ids.push_back(row.get<std::vector<int32_t>>());
+          if (want("text"))
+            outputs["text"] = string_tensor(out["text"].get<std::vector<std::string>>());
+          if (want("output_ids")) outputs["output_ids"] = padded_tensor<int32_t>(ids, -1);
+          if (want("output_lengths")) {
+            tensorflow::TensorProto t;
+            t.set_dtype(tensorflow::DT_INT32);
+            t.mutable_tensor_shape()->add_dim()->set_size(static_cast<int64_t>(ids.size()));
+            for (const auto& row : ids) t.add_int_val(static_cast<int32_t>(row.size()));
+            outputs["output_lengths"] = t;
+          }
+          if (want("finish_reason"))
+            outputs["finish_reason"] =
+                string_tensor(out["finish_reason"].get<std::vector<std::string>>());
+          if (want("logprobs") && out.contains("logprobs"))
+            outputs["logprobs"] =
+                padded_tensor<float>(out["logprobs"].get<std::vector<std::vector<float>>>(), 0.0f);
+          tfs::ModelSpec* ms = response->mutable_model_spec();
+          ms->set_name(plan->model->name);
+          ms->mutable_version()->set_value(plan->model->version);
+          ms->set_signature_name("serving_default");
+          r->finish(grpc::Status::OK);
+        },
+        [r](const std::exception& e) { r->finish(r->call.error_status(e)); });
   } catch (const std::exception& e) {
     r->finish(r->call.error_status(e));
   }

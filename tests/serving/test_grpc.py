@@ -829,6 +829,34 @@ class GrpcTlsTest(unittest.TestCase):
             stop_server(proc)
 
 
+class GrpcStartTest(unittest.TestCase):
+    def test_a_taken_or_invalid_port_is_a_clear_error(self):
+        import socket
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            s.listen()
+            port = s.getsockname()[1]
+            p = subprocess.run([BIN, "serve", "-m", STORIES_BIN, "--port", "0", "--grpc-port",
+                                str(port), "--kv-cache-memory", "16MiB"],
+                               capture_output=True, text=True, timeout=60)
+        self.assertEqual(p.returncode, 1)
+        self.assertIn("cannot listen for gRPC on 127.0.0.1:%d" % port, p.stderr)
+        p = subprocess.run([BIN, "serve", "-m", STORIES_BIN, "--grpc-port", "70000"],
+                           capture_output=True, text=True, timeout=60)
+        self.assertEqual(p.returncode, 1)
+        self.assertIn("--grpc-port must be in 0..65535", p.stderr)
+
+    def test_the_last_grpc_port_given_wins(self):
+        # scripts/run.sh passes --grpc-port 8500 before the user's own arguments.
+        proc, _, channel = start("--grpc-port", "0")
+        try:
+            gen = g_grpc.GenerationServiceStub(channel)
+            self.assertEqual(len(gen.ListModels(g.ListModelsRequest()).models), 1)
+        finally:
+            channel.close()
+            stop_server(proc)
+
+
 class GrpcShutdownTest(unittest.TestCase):
     def test_sigterm_lets_streams_finish_and_refuses_new_calls(self):
         proc, _, channel = start()
