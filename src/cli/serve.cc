@@ -190,7 +190,7 @@ int run_serve(const ServeOptions& o) {
     if (grpc) {
       std::printf(
           "tokenflow gRPC on %s:%u (tokenflow.v1.GenerationService, "
-          "tensorflow.serving.ModelService, health, reflection)%s\n",
+          "TF Serving's ModelService and PredictionService, health, reflection)%s\n",
           o.host.c_str(), grpc->port(), o.tls_cert.empty() ? "" : " with TLS");
     }
     std::fflush(stdout);
@@ -274,7 +274,8 @@ Action add_serve(CLI::App& app) {
       ->capture_default_str();
   app.add_option("--grpc-port", o->grpc_port,
                  "also serve gRPC on this port (tokenflow.v1.GenerationService, TF Serving's "
-                 "ModelService, health, reflection; 0: any free port; -1: no gRPC)")
+                 "ModelService and PredictionService, health, reflection; 0: any free port; -1: "
+                 "no gRPC)")
       ->capture_default_str()
       ->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);  // scripts/run.sh gives one
   app.add_option("--http-threads", o->http_threads, "I/O threads for HTTP")->capture_default_str();
