@@ -1,6 +1,7 @@
 #include "serving/grpc_prediction_service.h"
 
 #include <fmt/format.h>
+#include <google/protobuf/util/json_util.h>
 
 #include <cstring>
 #include <set>
@@ -83,6 +84,20 @@ tensorflow::TensorProto padded_tensor(const std::vector<std::vector<T>>& rows, T
   return t;
 }
 
+// The version a TF Serving request's model_spec addresses (TF Serving's 400 and 404 messages).
+std::shared_ptr<ServedModel> resolve_spec(GrpcContext& ctx, GrpcCall& call,
+                                          const tfs::ModelSpec& spec) {
+  if (spec.name().empty()) throw HttpError(400, "Missing model name in request.");
+  std::optional<int64_t> version;
+  std::optional<std::string> label;
+  if (spec.has_version()) version = spec.version().value();
+  if (spec.version_choice_case() == tfs::ModelSpec::kVersionLabel) label = spec.version_label();
+  auto model = resolve_servable(ctx.state, spec.name(), version, label, call.header_fn());
+  call.record->model = model->name;
+  call.record->version = model->version;
+  return model;
+}
+
 }  // namespace
 
 json tensor_to_json(const tensorflow::TensorProto& t, const std::string& name) {
@@ -143,19 +158,13 @@ grpc::ServerUnaryReactor* PredictionServiceImpl::Predict(grpc::CallbackServerCon
   auto* r = new UnaryJobCall(ctx_, context, kService, "Predict");
   try {
     r->call.admit();
-    const tfs::ModelSpec& spec = request->model_spec();
-    if (spec.name().empty()) throw HttpError(400, "Missing model name in request.");
-    std::optional<int64_t> version;
-    std::optional<std::string> label;
-    if (spec.has_version()) version = spec.version().value();
-    if (spec.version_choice_case() == tfs::ModelSpec::kVersionLabel) label = spec.version_label();
     static const std::set<std::string> kOutputs = {"text", "output_ids", "output_lengths",
                                                    "finish_reason", "logprobs"};
     for (const auto& f : request->output_filter()) {
       if (!kOutputs.count(f))
         throw HttpError(400, fmt::format("output tensor alias not found in signature: {}", f));
     }
-    auto model = resolve_servable(ctx_.state, spec.name(), version, label, r->call.header_fn());
+    auto model = resolve_spec(ctx_, r->call, request->model_spec());
     context->AddInitialMetadata("x-model-version", std::to_string(model->version));
     auto plan = std::make_shared<PredictPlan>(plan_predict(
         ctx_.state, model, predict_body_of(*request), *r->call.record, r->call.time_limit()));
@@ -200,6 +209,46 @@ grpc::ServerUnaryReactor* PredictionServiceImpl::Predict(grpc::CallbackServerCon
     r->finish(r->call.error_status(e));
   }
   return r;
+}
+
+grpc::ServerUnaryReactor* PredictionServiceImpl::GetModelMetadata(
+    grpc::CallbackServerContext* context, const tfs::GetModelMetadataRequest* request,
+    tfs::GetModelMetadataResponse* response) {
+  auto* reactor = context->DefaultReactor();
+  GrpcCall call(ctx_, context, kService, "GetModelMetadata", "unary");
+  grpc::Status status = grpc::Status::OK;
+  try {
+    call.admit();
+    // As TF Serving: signature_def must be asked for, and is the only metadata there is.
+    if (request->metadata_field().empty())
+      throw HttpError(400, "GetModelMetadataRequest must specify at least one metadata_field");
+    for (const auto& f : request->metadata_field()) {
+      if (f != "signature_def")
+        throw HttpError(400, fmt::format("Metadata field {} is not supported", f));
+    }
+    auto model = resolve_spec(ctx_, call, request->model_spec());
+    // The REST metadata is the JSON of these messages: parsed, it is the same answer.
+    const json meta = model_metadata(*model)["metadata"]["signature_def"];
+    tfs::SignatureDefMap defs;
+    const auto parsed = google::protobuf::util::JsonStringToMessage(meta.dump(), &defs);
+    if (!parsed.ok()) throw Error(ErrorKind::kInternal, std::string(parsed.message()));
+    // Predict over gRPC also answers output_lengths (its output_ids are padded).
+    tensorflow::SignatureDef& sig = (*defs.mutable_signature_def())["serving_default"];
+    tensorflow::TensorInfo& lengths = (*sig.mutable_outputs())["output_lengths"];
+    lengths.set_name("output_lengths:0");
+    lengths.set_dtype(tensorflow::DT_INT32);
+    lengths.mutable_tensor_shape()->add_dim()->set_size(-1);
+    (*response->mutable_metadata())["signature_def"].PackFrom(defs);
+    tfs::ModelSpec* ms = response->mutable_model_spec();
+    ms->set_name(model->name);
+    ms->mutable_version()->set_value(model->version);
+    ms->set_signature_name("serving_default");
+  } catch (const std::exception& e) {
+    status = call.error_status(e);
+  }
+  call.finish(status);
+  reactor->Finish(status);
+  return reactor;
 }
 
 }  // namespace tf

@@ -1,5 +1,6 @@
 #pragma once
-// TF Serving's tensorflow.serving.PredictionService/Predict on the generation signature: the
+// TF Serving's tensorflow.serving.PredictionService: GetModelMetadata describes the generation
+// signature (the REST metadata, as protos), and Predict runs it: the
 // input tensors become the REST API's columnar "inputs" (prompt or input_ids, and the sampling
 // parameters as scalars) and go through the same plan (tfserving_api.h: plan_predict); the
 // outputs come back as tensors (docs/grpc.md).
@@ -18,6 +19,9 @@ class PredictionServiceImpl final : public tfs::PredictionService::CallbackServi
   grpc::ServerUnaryReactor* Predict(grpc::CallbackServerContext* context,
                                     const tfs::PredictRequest* request,
                                     tfs::PredictResponse* response) override;
+  grpc::ServerUnaryReactor* GetModelMetadata(grpc::CallbackServerContext* context,
+                                             const tfs::GetModelMetadataRequest* request,
+                                             tfs::GetModelMetadataResponse* response) override;
 
  private:
   GrpcContext& ctx_;

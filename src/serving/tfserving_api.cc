@@ -71,7 +71,9 @@ json tensor_info(const char* name, const char* dtype, int rank) {
           {"name", fmt::format("{}:0", name)}};
 }
 
-json metadata(const ServedModel& m) {
+}  // namespace
+
+json model_metadata(const ServedModel& m) {
   json inputs = {{"prompt", tensor_info("prompt", "DT_STRING", 1)},
                  {"input_ids", tensor_info("input_ids", "DT_INT32", 2)}};
   const std::pair<const char*, const char*> params[] = {{"max_tokens", "DT_INT32"},
@@ -103,6 +105,8 @@ json metadata(const ServedModel& m) {
            {{"name", m.name}, {"signature_name", ""}, {"version", std::to_string(m.version)}}},
           {"metadata", {{"signature_def", {{"signature_def", {{"serving_default", sig}}}}}}}};
 }
+
+namespace {
 
 std::vector<int32_t> ids_of(const json& v, const char* what) {
   if (!v.is_array() || v.empty())
@@ -397,7 +401,7 @@ void handle_tfserving(ServingState& state, const ModelPath& path, const HttpRequ
   json body;
   if (path.metadata) {
     const auto m = resolve(state, path, req);
-    body = metadata(*m);
+    body = model_metadata(*m);
   } else {
     body = model_status(state, path);
     if (!path.version && !path.label) {

@@ -42,6 +42,11 @@ std::shared_ptr<ServedModel> resolve_servable(ServingState& state, const std::st
                                               const std::optional<std::string>& label,
                                               const ModelRegistry::HeaderFn& header = nullptr);
 
+// TF Serving's model metadata of the generation signature: {"model_spec", "metadata":
+// {"signature_def": {"signature_def": {"serving_default": {inputs, outputs, method_name}}}}} (the
+// JSON of GetModelMetadataResponse, as the REST route answers it).
+nlohmann::json model_metadata(const ServedModel& model);
+
 // A Predict request checked and ready to run: the REST body (row "instances" or columnar
 // "inputs"; the gRPC Predict's tensors become columnar inputs), one engine request per prompt.
 struct PredictPlan {

@@ -60,6 +60,7 @@ from tensorflow_serving.apis import get_model_status_pb2 as status_pb2  # noqa: 
 from tensorflow_serving.apis import model_management_pb2  # noqa: E402
 from tensorflow_serving.apis import model_service_pb2_grpc  # noqa: E402
 from tensorflow_serving.apis import predict_pb2, prediction_service_pb2_grpc  # noqa: E402
+from tensorflow_serving.apis import get_model_metadata_pb2  # noqa: E402
 from tensorflow.core.framework import tensor_pb2, types_pb2  # noqa: E402
 from tensorflow_serving.config import model_server_config_pb2  # noqa: E402
 from grpc_std import health_pb2, health_pb2_grpc  # noqa: E402
@@ -385,6 +386,31 @@ class GrpcApiTest(unittest.TestCase):
         rest = rest_completion(self.c, {"prompt": [1, 415, 281], "max_tokens": 6,
                                         "temperature": 0})
         self.assertEqual(r.outputs["text"].string_val[0].decode(), rest["choices"][0]["text"])
+
+    def test_model_metadata_describes_the_signature_as_rest_does(self):
+        stub = prediction_service_pb2_grpc.PredictionServiceStub(self.channel)
+        req = get_model_metadata_pb2.GetModelMetadataRequest(metadata_field=["signature_def"])
+        req.model_spec.name = MODEL
+        r = stub.GetModelMetadata(req)
+        self.assertEqual((r.model_spec.name, r.model_spec.version.value), (MODEL, 1))
+        defs = get_model_metadata_pb2.SignatureDefMap()
+        self.assertTrue(r.metadata["signature_def"].Unpack(defs))
+        sig = defs.signature_def["serving_default"]
+        self.assertEqual(sig.method_name, "tensorflow/serving/predict")
+        _, rest, _, _ = self.c.get("/v1/models/%s/metadata" % MODEL)
+        want = rest["metadata"]["signature_def"]["signature_def"]["serving_default"]
+        self.assertEqual(set(sig.inputs), set(want["inputs"]))
+        self.assertEqual(set(sig.outputs), set(want["outputs"]) | {"output_lengths"})
+        self.assertEqual(sig.inputs["prompt"].dtype, types_pb2.DT_STRING)
+        self.assertEqual(sig.inputs["max_tokens"].dtype, types_pb2.DT_INT32)
+        self.assertEqual([d.size for d in sig.outputs["output_ids"].tensor_shape.dim], [-1, -1])
+        # TF Serving's rules: signature_def must be asked for; nothing else is known.
+        for fields, code in (([], C.INVALID_ARGUMENT), (["signature_def", "x"], C.INVALID_ARGUMENT)):
+            bad = get_model_metadata_pb2.GetModelMetadataRequest(metadata_field=fields)
+            bad.model_spec.name = MODEL
+            self.assertCode(code, stub.GetModelMetadata, bad)
+        req.model_spec.name = "nope"
+        self.assertCode(C.NOT_FOUND, stub.GetModelMetadata, req)
 
     def test_predict_errors(self):
         stub = prediction_service_pb2_grpc.PredictionServiceStub(self.channel)
