@@ -132,6 +132,13 @@ std::string random_id(const std::string& prefix) {
   return fmt::format("{}{:016x}{:08x}", prefix, rng(), static_cast<uint32_t>(rng()));
 }
 
+std::string request_id(const std::string* given) {
+  bool valid = given && !given->empty() && given->size() <= 128;
+  for (size_t i = 0; valid && i < given->size(); ++i)
+    valid = (*given)[i] >= 0x21 && (*given)[i] <= 0x7e;
+  return valid ? *given : random_id("req-");
+}
+
 void log_request(const RequestRecord& r, int status) {
   const double ms =
       std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - r.received)

@@ -126,18 +126,6 @@ const char* grpc_code_name(grpc::StatusCode code) {
   }
 }
 
-namespace {
-
-bool valid_request_id(const std::string& id) {
-  if (id.empty() || id.size() > 128) return false;
-  for (char c : id) {
-    if (c < 0x21 || c > 0x7e) return false;
-  }
-  return true;
-}
-
-}  // namespace
-
 GrpcCall::GrpcCall(GrpcContext& ctx, grpc::CallbackServerContext* server_ctx, const char* service,
                    const char* method, const char* type)
     : record(std::make_shared<RequestRecord>()),
@@ -148,7 +136,7 @@ GrpcCall::GrpcCall(GrpcContext& ctx, grpc::CallbackServerContext* server_ctx, co
       type_(type) {
   record->received = std::chrono::steady_clock::now();
   const auto given = metadata("x-request-id");
-  record->id = given && valid_request_id(*given) ? *given : random_id("req-");
+  record->id = request_id(given ? &*given : nullptr);
   record->method = "GRPC";
   record->path = fmt::format("/{}/{}", service, method);
   record->remote = server_ctx->peer();
@@ -211,6 +199,15 @@ void GrpcCall::finish(const grpc::Status& status) {
                                        {"grpc_method", method_},
                                        {"grpc_type", type_},
                                        {"grpc_code", grpc_code_name(status.error_code())}});
+}
+
+ModelRequestSpec model_spec_of(const tfs::ModelSpec& spec) {
+  if (spec.name().empty())
+    throw HttpError(400, "Missing model name in request.", "", "model_spec.name");
+  ModelRequestSpec out{spec.name(), std::nullopt, std::nullopt};
+  if (spec.has_version()) out.version = spec.version().value();
+  if (spec.version_choice_case() == tfs::ModelSpec::kVersionLabel) out.label = spec.version_label();
+  return out;
 }
 
 grpc::Status client_gone_status(grpc::CallbackServerContext* server_ctx) {

@@ -21,6 +21,7 @@
 #include "serving/job_host.h"
 #include "serving/model_registry.h"
 #include "serving/serving_state.h"
+#include "tensorflow_serving/apis/model.pb.h"
 
 namespace tf {
 
@@ -38,6 +39,16 @@ grpc::Status grpc_status_of(const std::exception& e);
 // table: CANCELLED 499, INVALID_ARGUMENT 400, ...).
 int http_status_of(grpc::StatusCode code);
 const char* grpc_code_name(grpc::StatusCode code);  // "OK", "INVALID_ARGUMENT", ...
+
+// The version a TF Serving ModelSpec asks for (its name, and a version or a label); HttpError
+// 400 (TF Serving's message) without a name.
+ModelRequestSpec model_spec_of(const tfs::ModelSpec& spec);
+
+// A unary call answered at once: admits it, runs fn(call) to fill the response, and finishes
+// with OK or the error fn throws.
+template <typename Fn>
+grpc::ServerUnaryReactor* answer_now(GrpcContext& ctx, grpc::CallbackServerContext* server_ctx,
+                                     const char* service, const char* method, Fn fn);
 
 // How a call whose client left ends (and is logged): its own deadline, or a cancellation.
 grpc::Status client_gone_status(grpc::CallbackServerContext* ctx);
@@ -122,5 +133,22 @@ class UnaryJobCall final : public grpc::ServerUnaryReactor {
   std::shared_ptr<GrpcCallHost> host;
   grpc::CallbackServerContext* server_ctx;
 };
+
+template <typename Fn>
+grpc::ServerUnaryReactor* answer_now(GrpcContext& ctx, grpc::CallbackServerContext* server_ctx,
+                                     const char* service, const char* method, Fn fn) {
+  auto* reactor = server_ctx->DefaultReactor();
+  GrpcCall call(ctx, server_ctx, service, method, "unary");
+  grpc::Status status = grpc::Status::OK;
+  try {
+    call.admit();
+    fn(call);
+  } catch (const std::exception& e) {
+    status = call.error_status(e);
+  }
+  call.finish(status);
+  reactor->Finish(status);
+  return reactor;
+}
 
 }  // namespace tf

@@ -301,24 +301,6 @@ class StreamReactor final : public grpc::ServerWriteReactor<v1::GenerateStreamRe
   grpc::Status status_;
 };
 
-// Unary calls answered at once: runs fn, finishes with OK or the error it throws.
-template <typename Fn>
-grpc::ServerUnaryReactor* answer(GrpcContext& ctx, grpc::CallbackServerContext* sctx,
-                                 const char* method, Fn fn) {
-  auto* reactor = sctx->DefaultReactor();
-  GrpcCall call(ctx, sctx, kService, method, "unary");
-  grpc::Status status = grpc::Status::OK;
-  try {
-    call.admit();
-    fn(call);
-  } catch (const std::exception& e) {
-    status = call.error_status(e);
-  }
-  call.finish(status);
-  reactor->Finish(status);
-  return reactor;
-}
-
 }  // namespace
 
 json openai_body_of(const v1::GenerateRequest& req, bool stream, bool& chat) {
@@ -413,7 +395,7 @@ grpc::ServerWriteReactor<v1::GenerateStreamResponse>* GenerationServiceImpl::Gen
 grpc::ServerUnaryReactor* GenerationServiceImpl::Tokenize(grpc::CallbackServerContext* context,
                                                           const v1::TokenizeRequest* request,
                                                           v1::TokenizeResponse* response) {
-  return answer(ctx_, context, "Tokenize", [&](GrpcCall& call) {
+  return answer_now(ctx_, context, kService, "Tokenize", [&](GrpcCall& call) {
     auto m = resolve_model(call, ctx_.state, request->model());
     const Tokenizer* tok = m->tok();
     if (!tok) throw HttpError(400, "this model has no tokenizer");
@@ -445,7 +427,7 @@ grpc::ServerUnaryReactor* GenerationServiceImpl::Tokenize(grpc::CallbackServerCo
 grpc::ServerUnaryReactor* GenerationServiceImpl::Detokenize(grpc::CallbackServerContext* context,
                                                             const v1::DetokenizeRequest* request,
                                                             v1::DetokenizeResponse* response) {
-  return answer(ctx_, context, "Detokenize", [&](GrpcCall& call) {
+  return answer_now(ctx_, context, kService, "Detokenize", [&](GrpcCall& call) {
     auto m = resolve_model(call, ctx_.state, request->model());
     const Tokenizer* tok = m->tok();
     if (!tok) throw HttpError(400, "this model has no tokenizer");
@@ -465,7 +447,7 @@ grpc::ServerUnaryReactor* GenerationServiceImpl::Detokenize(grpc::CallbackServer
 grpc::ServerUnaryReactor* GenerationServiceImpl::ListModels(grpc::CallbackServerContext* context,
                                                             const v1::ListModelsRequest*,
                                                             v1::ListModelsResponse* response) {
-  return answer(ctx_, context, "ListModels", [&](GrpcCall&) {
+  return answer_now(ctx_, context, kService, "ListModels", [&](GrpcCall&) {
     // The REST listing, typed: every id a request can use.
     const json list = openai_model_list(ctx_.state);
     for (const auto& m : list["data"]) {

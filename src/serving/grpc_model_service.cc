@@ -20,20 +20,11 @@ void set_status(tfs::StatusProto* out, const grpc::Status& status) {
 grpc::ServerUnaryReactor* ModelServiceImpl::GetModelStatus(
     grpc::CallbackServerContext* context, const tfs::GetModelStatusRequest* request,
     tfs::GetModelStatusResponse* response) {
-  auto* reactor = context->DefaultReactor();
-  GrpcCall call(ctx_, context, kService, "GetModelStatus", "unary");
-  grpc::Status status = grpc::Status::OK;
-  try {
-    call.admit();
-    const tfs::ModelSpec& spec = request->model_spec();
-    if (spec.name().empty())
-      throw HttpError(400, "Missing model name in request.", "", "model_spec.name");
-    call.record->model = spec.name();
-    std::optional<int64_t> version;
-    std::optional<std::string> label;
-    if (spec.has_version()) version = spec.version().value();
-    if (spec.version_choice_case() == tfs::ModelSpec::kVersionLabel) label = spec.version_label();
-    for (const VersionStatus& v : model_version_statuses(ctx_.state, spec.name(), version, label)) {
+  return answer_now(ctx_, context, kService, "GetModelStatus", [&](GrpcCall& call) {
+    const ModelRequestSpec spec = model_spec_of(request->model_spec());
+    call.record->model = spec.name;
+    for (const VersionStatus& v :
+         model_version_statuses(ctx_.state, spec.name, spec.version, spec.label)) {
       tfs::ModelVersionStatus* out = response->add_model_version_status();
       out->set_version(v.version);
       out->set_state(static_cast<tfs::ModelVersionStatus::State>(static_cast<int>(v.state)));
@@ -42,12 +33,7 @@ grpc::ServerUnaryReactor* ModelServiceImpl::GetModelStatus(
                                             ? grpc::Status::OK
                                             : grpc::Status(grpc::StatusCode::UNKNOWN, v.error));
     }
-  } catch (const std::exception& e) {
-    status = call.error_status(e);
-  }
-  call.finish(status);
-  reactor->Finish(status);
-  return reactor;
+  });
 }
 
 grpc::ServerUnaryReactor* ModelServiceImpl::HandleReloadConfigRequest(

@@ -86,16 +86,19 @@ tensorflow::TensorProto padded_tensor(const std::vector<std::vector<T>>& rows, T
 
 // The version a TF Serving request's model_spec addresses (TF Serving's 400 and 404 messages).
 std::shared_ptr<ServedModel> resolve_spec(GrpcContext& ctx, GrpcCall& call,
-                                          const tfs::ModelSpec& spec) {
-  if (spec.name().empty()) throw HttpError(400, "Missing model name in request.");
-  std::optional<int64_t> version;
-  std::optional<std::string> label;
-  if (spec.has_version()) version = spec.version().value();
-  if (spec.version_choice_case() == tfs::ModelSpec::kVersionLabel) label = spec.version_label();
-  auto model = resolve_servable(ctx.state, spec.name(), version, label, call.header_fn());
+                                          const tfs::ModelSpec& model_spec) {
+  const ModelRequestSpec spec = model_spec_of(model_spec);
+  auto model = resolve_servable(ctx.state, spec.name, spec.version, spec.label, call.header_fn());
   call.record->model = model->name;
   call.record->version = model->version;
   return model;
+}
+
+// The model_spec of an answer: the version that answered, and the one signature.
+void answered_spec(const ServedModel& model, tfs::ModelSpec* out) {
+  out->set_name(model.name);
+  out->mutable_version()->set_value(model.version);
+  out->set_signature_name("serving_default");
 }
 
 }  // namespace
@@ -198,10 +201,7 @@ grpc::ServerUnaryReactor* PredictionServiceImpl::Predict(grpc::CallbackServerCon
           if (want("logprobs") && out.contains("logprobs"))
             outputs["logprobs"] =
                 padded_tensor<float>(out["logprobs"].get<std::vector<std::vector<float>>>(), 0.0f);
-          tfs::ModelSpec* ms = response->mutable_model_spec();
-          ms->set_name(plan->model->name);
-          ms->mutable_version()->set_value(plan->model->version);
-          ms->set_signature_name("serving_default");
+          answered_spec(*plan->model, response->mutable_model_spec());
           r->finish(grpc::Status::OK);
         },
         [r](const std::exception& e) { r->finish(r->call.error_status(e)); });
@@ -214,11 +214,7 @@ grpc::ServerUnaryReactor* PredictionServiceImpl::Predict(grpc::CallbackServerCon
 grpc::ServerUnaryReactor* PredictionServiceImpl::GetModelMetadata(
     grpc::CallbackServerContext* context, const tfs::GetModelMetadataRequest* request,
     tfs::GetModelMetadataResponse* response) {
-  auto* reactor = context->DefaultReactor();
-  GrpcCall call(ctx_, context, kService, "GetModelMetadata", "unary");
-  grpc::Status status = grpc::Status::OK;
-  try {
-    call.admit();
+  return answer_now(ctx_, context, kService, "GetModelMetadata", [&](GrpcCall& call) {
     // As TF Serving: signature_def must be asked for, and is the only metadata there is.
     if (request->metadata_field().empty())
       throw HttpError(400, "GetModelMetadataRequest must specify at least one metadata_field");
@@ -239,16 +235,8 @@ grpc::ServerUnaryReactor* PredictionServiceImpl::GetModelMetadata(
     lengths.set_dtype(tensorflow::DT_INT32);
     lengths.mutable_tensor_shape()->add_dim()->set_size(-1);
     (*response->mutable_metadata())["signature_def"].PackFrom(defs);
-    tfs::ModelSpec* ms = response->mutable_model_spec();
-    ms->set_name(model->name);
-    ms->mutable_version()->set_value(model->version);
-    ms->set_signature_name("serving_default");
-  } catch (const std::exception& e) {
-    status = call.error_status(e);
-  }
-  call.finish(status);
-  reactor->Finish(status);
-  return reactor;
+    answered_spec(*model, response->mutable_model_spec());
+  });
 }
 
 }  // namespace tf

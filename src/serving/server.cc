@@ -25,14 +25,6 @@ std::string url_decode(const std::string& s) {
   return out;
 }
 
-bool valid_request_id(const std::string& id) {
-  if (id.empty() || id.size() > 128) return false;
-  for (char c : id) {
-    if (c < 0x21 || c > 0x7e) return false;
-  }
-  return true;
-}
-
 }  // namespace
 
 Server::Server(ServingState& state, HttpServerConfig config)
@@ -62,7 +54,7 @@ bool Server::shutdown(std::chrono::milliseconds grace) {
 void Server::handle(HttpRequest req, std::shared_ptr<HttpResponder> responder) {
   auto record = std::make_shared<RequestRecord>();
   const std::string* given = req.header("x-request-id");
-  record->id = given && valid_request_id(*given) ? *given : random_id("req-");
+  record->id = request_id(given);
   record->method = req.method;
   record->path = req.path;
   record->remote = req.remote;
