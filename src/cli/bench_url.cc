@@ -67,11 +67,34 @@ struct Prompt {
 };
 
 struct Result {
+  explicit Result(Clock::time_point start = {}) : start(start) {}
+  // A streamed event carrying tokens arrived now: the first is the time to first token, the
+  // others inter-token gaps.
+  void token_event() {
+    const auto now = Clock::now();
+    if (events == 0) {
+      ttft = std::chrono::duration<double>(now - start).count();
+    } else {
+      itl.push_back(std::chrono::duration<double>(now - last).count());
+    }
+    last = now;
+    ++events;
+  }
+  // The stream ended (error set if it failed): the outcome and the end-to-end time.
+  void close() {
+    if (output_tokens == 0) output_tokens = events;
+    ok = error.empty() && events > 0;
+    if (error.empty() && events == 0) error = "no tokens";
+    e2e = std::chrono::duration<double>(Clock::now() - start).count();
+  }
+
   bool ok = false;
   std::string error;
   double ttft = 0, e2e = 0;
   std::vector<double> itl;
   int64_t output_tokens = 0;
+  Clock::time_point start, last{};
+  int64_t events = 0;
 };
 
 // One client's connection: runs one streamed request at a time.
@@ -87,8 +110,7 @@ class HttpConnection final : public Connection {
   explicit HttpConnection(const Target& t) : t_(t) {}
 
   Result complete(const std::string& model, const Prompt& p) override {
-    Result r;
-    const auto start = Clock::now();
+    Result r(Clock::now());
     try {
       if (!stream_) connect();
       json body = {{"prompt", p.prompt}, {"max_tokens", p.max_tokens},
@@ -110,12 +132,11 @@ class HttpConnection final : public Connection {
       if (parser.get().result_int() != 200) {
         r.error = fmt::format("HTTP {}", parser.get().result_int());
         drop();
+        r.close();
         return r;
       }
       std::string pending;
-      Clock::time_point last{};
       char chunk[16384];
-      int64_t events = 0;
       while (!parser.is_done()) {
         parser.get().body().data = chunk;
         parser.get().body().size = sizeof chunk;
@@ -139,25 +160,15 @@ class HttpConnection final : public Connection {
           if (j.contains("usage") && j["usage"].is_object())
             r.output_tokens = j["usage"].value("completion_tokens", int64_t{0});
           if (!j.contains("choices") || j["choices"].empty()) continue;
-          const auto now = Clock::now();
-          if (events == 0) {
-            r.ttft = std::chrono::duration<double>(now - start).count();
-          } else {
-            r.itl.push_back(std::chrono::duration<double>(now - last).count());
-          }
-          last = now;
-          ++events;
+          r.token_event();
         }
       }
       if (!parser.keep_alive()) drop();
-      if (r.output_tokens == 0) r.output_tokens = events;
-      r.ok = r.error.empty() && events > 0;
-      if (r.error.empty() && events == 0) r.error = "no tokens";
     } catch (const std::exception& e) {
       r.error = e.what();
       drop();
     }
-    r.e2e = std::chrono::duration<double>(Clock::now() - start).count();
+    r.close();
     return r;
   }
 
@@ -193,8 +204,7 @@ class GrpcConnection final : public Connection {
 
   Result complete(const std::string& model, const Prompt& p) override {
     namespace v1 = tokenflow::v1;
-    Result r;
-    const auto start = Clock::now();
+    Result r(Clock::now());
     v1::GenerateRequest req;
     req.set_model(model);
     if (p.prompt.is_string()) {
@@ -208,31 +218,18 @@ class GrpcConnection final : public Connection {
     grpc::ClientContext ctx;
     auto reader = stub_->GenerateStream(&ctx, req);
     v1::GenerateStreamResponse msg;
-    Clock::time_point last{};
-    int64_t events = 0;
     while (reader->Read(&msg)) {
       if (msg.has_end()) {
         r.output_tokens = msg.end().usage().completion_tokens();
         continue;
       }
-      if (msg.step().token_ids().empty()) continue;
-      const auto now = Clock::now();
-      if (events == 0) {
-        r.ttft = std::chrono::duration<double>(now - start).count();
-      } else {
-        r.itl.push_back(std::chrono::duration<double>(now - last).count());
-      }
-      last = now;
-      ++events;
+      if (!msg.step().token_ids().empty()) r.token_event();
     }
     const grpc::Status status = reader->Finish();
     if (!status.ok())
       r.error =
           fmt::format("gRPC {}: {}", static_cast<int>(status.error_code()), status.error_message());
-    if (r.output_tokens == 0) r.output_tokens = events;
-    r.ok = r.error.empty() && events > 0;
-    if (r.error.empty() && events == 0) r.error = "no tokens";
-    r.e2e = std::chrono::duration<double>(Clock::now() - start).count();
+    r.close();
     return r;
   }
 
