@@ -13,7 +13,7 @@ import threading
 import time
 import unittest
 
-from test_server import Client, start_server, stop_server
+from test_server import Client, self_signed_cert, start_server, stop_server
 
 PROMPT = "Once upon a time there was a little girl who liked to play in the park with her dog"
 
@@ -195,11 +195,7 @@ class TlsTest(unittest.TestCase):
         from test_server import BIN, STORIES_BIN
         d = tempfile.mkdtemp(prefix="tf_tls_")
         self.addCleanup(shutil.rmtree, d, True)
-        cert, key = os.path.join(d, "cert.pem"), os.path.join(d, "key.pem")
-        subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", key,
-                        "-out", cert, "-days", "1", "-subj", "/CN=127.0.0.1", "-addext",
-                        "subjectAltName=IP:127.0.0.1"], check=True, capture_output=True,
-                       timeout=60)
+        cert, key = self_signed_cert(d)
         err = tempfile.TemporaryFile(mode="w+")
         proc = subprocess.Popen([BIN, "serve", "-m", STORIES_BIN, "--port", "0", "--tls-cert",
                                  cert, "--tls-key", key, "--kv-cache-memory", "16MiB"],

@@ -23,7 +23,8 @@ import unittest
 
 import grpc
 
-from test_server import Client, stop_server
+from test_server import Client, self_signed_cert, stop_server, wait_for
+from test_registry import make_version
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(os.path.dirname(HERE))
@@ -116,15 +117,6 @@ def rest_completion(c, body, path="/v1/completions"):
     status, resp, text, _ = c.post(path, body)
     assert status == 200, text
     return resp
-
-
-def wait_for(pred, timeout=20):
-    deadline = time.time() + timeout
-    while time.time() < deadline:
-        if pred():
-            return True
-        time.sleep(0.05)
-    return False
 
 
 class GrpcApiTest(unittest.TestCase):
@@ -757,9 +749,7 @@ class GrpcReloadTest(unittest.TestCase):
         d = tempfile.mkdtemp(prefix="tf_grpc_reload_")
         try:
             for name in ("alpha", "beta"):
-                os.makedirs(os.path.join(d, name, "1"))
-                for f in ("stories260K.bin", "tok512.bin"):
-                    os.symlink(os.path.join(STORIES, f), os.path.join(d, name, "1", f))
+                make_version(os.path.join(d, name), 1)
             config = os.path.join(d, "models.config")
             with open(config, "w") as f:
                 f.write('model_config_list { config { name: "alpha" base_path: "%s" } }\n'
@@ -837,11 +827,7 @@ class GrpcTlsTest(unittest.TestCase):
     def test_tls_with_the_https_certificate(self):
         d = tempfile.mkdtemp(prefix="tf_grpc_tls_")
         self.addCleanup(shutil.rmtree, d, True)
-        cert, key = os.path.join(d, "cert.pem"), os.path.join(d, "key.pem")
-        subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", key,
-                        "-out", cert, "-days", "1", "-subj", "/CN=127.0.0.1", "-addext",
-                        "subjectAltName=IP:127.0.0.1"], check=True, capture_output=True,
-                       timeout=60)
+        cert, key = self_signed_cert(d)
         proc, _, channel = start("--tls-cert", cert, "--tls-key", key, ca=cert)
         try:
             gen = g_grpc.GenerationServiceStub(channel)

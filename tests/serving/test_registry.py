@@ -15,7 +15,7 @@ import threading
 import time
 import unittest
 
-from test_server import BIN, SHARED, Client, sse_events, stop_server
+from test_server import BIN, SHARED, Client, sse_events, stop_server, wait_for
 
 STORIES = os.path.join(SHARED, "models", "stories260K")
 
@@ -62,15 +62,6 @@ def states(c, name):
     assert status == 200, body
     return {int(v["version"]): (v["state"], v["status"]["error_message"])
             for v in body["model_version_status"]}
-
-
-def wait_for(pred, timeout=20):
-    deadline = time.time() + timeout
-    while time.time() < deadline:
-        if pred():
-            return True
-        time.sleep(0.05)
-    return False
 
 
 class RegistryTest(unittest.TestCase):

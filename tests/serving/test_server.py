@@ -72,6 +72,25 @@ def raw_post(port, path, body, timeout=60):
     return s
 
 
+def wait_for(pred, timeout=20):
+    """Polls pred every 50 ms; True once it holds, False after timeout seconds."""
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        if pred():
+            return True
+        time.sleep(0.05)
+    return False
+
+
+def self_signed_cert(directory):
+    """Writes a certificate for 127.0.0.1 and its key into directory; returns (cert, key)."""
+    cert, key = os.path.join(directory, "cert.pem"), os.path.join(directory, "key.pem")
+    subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", key,
+                    "-out", cert, "-days", "1", "-subj", "/CN=127.0.0.1", "-addext",
+                    "subjectAltName=IP:127.0.0.1"], check=True, capture_output=True, timeout=60)
+    return cert, key
+
+
 def read_all(s):
     buf = b""
     while True:
