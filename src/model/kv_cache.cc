@@ -1,5 +1,7 @@
 #include "model/kv_cache.h"
 
+#include <sys/mman.h>
+
 #include <algorithm>
 
 #include "core/error.h"
@@ -18,14 +20,17 @@ KvCache::KvCache(const ModelConfig& config, int64_t num_blocks, int block_size,
     fail("KV block size {} is out of range (1..1024)", block_size);
   const int64_t elements = n_layers_ * 2 * num_blocks_ * block_size_ * kv_dim_;
   const int64_t bytes = elements * kernels::kv_type_size(type);
-  try {
-    // Not value-initialized: the pages stay untouched (and out of the resident set) until a
-    // block is first written, and attention never reads a position before it is written.
-    storage_.reset(new uint8_t[static_cast<size_t>(bytes)]);
-    elements_ = elements;
-  } catch (const std::bad_alloc&) {
+  void* p = ::mmap(nullptr, static_cast<size_t>(bytes), PROT_READ | PROT_WRITE,
+                   MAP_PRIVATE | MAP_ANONYMOUS | MAP_POPULATE, -1, 0);
+  if (p == MAP_FAILED)
     fail(ErrorKind::kResourceExhausted, "cannot allocate a KV cache of {} bytes", bytes);
-  }
+  storage_ = std::unique_ptr<uint8_t[], Unmap>(static_cast<uint8_t*>(p),
+                                               Unmap{static_cast<size_t>(bytes)});
+  elements_ = elements;
+}
+
+void KvCache::Unmap::operator()(uint8_t* p) const {
+  if (p != nullptr) ::munmap(p, bytes);
 }
 
 int64_t KvCache::bytes_per_block(const ModelConfig& config, int block_size, kernels::KvType type) {

@@ -2,6 +2,11 @@
 // The memory of the paged KV cache: for every layer, K and V arrays of num_blocks blocks of
 // block_size token rows. Which block belongs to which sequence is decided above (the engine's
 // block pool); the model only reads and writes through block tables.
+//
+// The memory is mapped on its own and faulted in when the cache is made, as llama.cpp and vLLM
+// reserve theirs at load: a server's resident size is its steady size from the first request on
+// (not growing over hours as blocks are first written), a machine without the memory finds out
+// at load rather than later, and unloading a model version unmaps it, whatever malloc keeps.
 
 #include <cstdint>
 #include <memory>
@@ -36,7 +41,11 @@ class KvCache {
   int64_t n_layers_;
   int64_t kv_dim_;
   kernels::KvType type_;
-  std::unique_ptr<uint8_t[]> storage_;
+  struct Unmap {
+    size_t bytes;
+    void operator()(uint8_t* p) const;
+  };
+  std::unique_ptr<uint8_t[], Unmap> storage_{nullptr, Unmap{0}};
   int64_t elements_ = 0;
 };
 

@@ -10,6 +10,8 @@
 #include <cstdio>
 #include <filesystem>
 
+#include "core/memory.h"
+
 namespace tf {
 namespace {
 
@@ -145,6 +147,13 @@ void append_process_metrics(std::string& out) {
                 static_cast<double>(pages_resident) * page);
   append_header(out, "process_virtual_memory_bytes", "Virtual memory size in bytes", "gauge");
   append_sample(out, "process_virtual_memory_bytes", {}, static_cast<double>(pages_total) * page);
+  const MemoryStats mem = memory_stats();
+  append_header(out, "tokenflow_heap_in_use_bytes",
+                "Bytes allocated by malloc and not freed (mallinfo2 uordblks + hblkhd)", "gauge");
+  append_sample(out, "tokenflow_heap_in_use_bytes", {}, static_cast<double>(mem.heap_in_use));
+  append_header(out, "tokenflow_heap_free_bytes",
+                "Bytes malloc holds free in its arenas (mallinfo2 fordblks)", "gauge");
+  append_sample(out, "tokenflow_heap_free_bytes", {}, static_cast<double>(mem.heap_free));
   std::error_code ec;
   int64_t fds = 0;
   for (auto it = std::filesystem::directory_iterator("/proc/self/fd", ec);

@@ -128,6 +128,8 @@ class ModelRegistry {
   std::shared_ptr<ServedModel> pick_default(const Entry& e, std::string_view sticky_key) const;
   int64_t memory_locked() const;
   void release_locked(std::vector<std::shared_ptr<ServedModel>>& released);
+  // Destroys released versions (outside the lock) and returns their memory to the system.
+  static void drop(std::vector<std::shared_ptr<ServedModel>>& released);
 
   Loader loader_;
   Options options_;

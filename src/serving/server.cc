@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include "core/log.h"
+#include "core/memory.h"
 #include "serving/api_common.h"
 #include "serving/openai_api.h"
 #include "serving/tfserving_api.h"
@@ -11,6 +12,16 @@ namespace tf {
 namespace {
 
 // %XX escapes of a path segment (model names may hold '/' or ':' written as %2F, %3A).
+// The process's memory as the OS and malloc see it (core/memory.h), for the stats page.
+nlohmann::json memory_json() {
+  const MemoryStats m = memory_stats();
+  return {{"rss_bytes", m.rss},
+          {"heap_in_use_bytes", m.heap_in_use},
+          {"heap_free_bytes", m.heap_free},
+          {"heap_mmapped_bytes", m.heap_mmapped},
+          {"heap_arena_bytes", m.arena}};
+}
+
 std::string url_decode(const std::string& s) {
   std::string out;
   for (size_t i = 0; i < s.size(); ++i) {
@@ -153,6 +164,7 @@ void Server::route(const HttpRequest& req, std::shared_ptr<HttpResponder> respon
     responder->send(200,
                     dump_json(nlohmann::json{{"models", models},
                                              {"memory_in_use", state_.registry.memory_in_use()},
+                                             {"memory", memory_json()},
                                              {"open_connections", http_.open_connections()},
                                              {"jobs_in_flight", state_.jobs.size()}}));
     return;

@@ -57,6 +57,53 @@ TEST(Isa, DispatchPicksTheBestSupportedTable) {
 #endif
 }
 
+// Every compiled table is either exercised by the tests in this file and weights_test.cc (they
+// loop over supported_tables()) or reported here as skipped, with what the CPU lacks, so that a
+// run on an AVX2-only machine says which tables it could not test.
+struct TableCase {
+  const IsaKernels* table;
+  const char* needs;
+  bool (*runs_here)();
+};
+
+class KernelTable : public ::testing::TestWithParam<TableCase> {};
+
+TEST_P(KernelTable, IsTestedWhereTheCpuRunsIt) {
+  const TableCase& c = GetParam();
+  const auto tables = supported_tables();
+  const bool listed = std::find(tables.begin(), tables.end(), c.table) != tables.end();
+  if (!c.runs_here()) {
+    ASSERT_FALSE(listed) << c.table->name << " is dispatched without " << c.needs;
+    GTEST_SKIP() << "this CPU (or TOKENFLOW_ISA) lacks " << c.needs << ": the " << c.table->name
+                 << " kernel table is not tested here (" << cpu_features().to_string() << ")";
+  }
+  EXPECT_TRUE(listed) << c.table->name << " runs here but the kernel tests would not reach it";
+}
+
+std::vector<TableCase> all_tables() {
+  std::vector<TableCase> out = {{&kPortableKernels, "nothing", [] { return true; }}};
+#if defined(__x86_64__)
+  out.push_back(
+      {&kAvx2Kernels, "AVX2 + FMA + F16C", [] { return cpu_features().has_avx2_kernels(); }});
+  out.push_back(
+      {&kAvx512Kernels, "AVX-512 F/BW/DQ/VL", [] { return cpu_features().has_avx512_kernels(); }});
+  out.push_back({&kAvx512VnniKernels, "AVX-512 VNNI",
+                 [] { return cpu_features().has_avx512_kernels() && cpu_features().avx512_vnni; }});
+  out.push_back({&kAvx512Bf16Kernels, "AVX-512 VNNI + BF16", [] {
+                   const CpuFeatures& f = cpu_features();
+                   return f.has_avx512_kernels() && f.avx512_vnni && f.avx512_bf16;
+                 }});
+#endif
+  return out;
+}
+
+INSTANTIATE_TEST_SUITE_P(Every, KernelTable, ::testing::ValuesIn(all_tables()),
+                         [](const ::testing::TestParamInfo<TableCase>& info) {
+                           std::string name = info.param.table->name;
+                           std::replace(name.begin(), name.end(), '-', '_');
+                           return name;
+                         });
+
 // --- matmul_cols ------------------------------------------------------------------------------
 
 struct MatmulCase {
