@@ -18,6 +18,7 @@
 #include <thread>
 
 #include "core/error.h"
+#include "core/json.h"
 #include "serving/openai_request.h"
 
 namespace tf::cli {
@@ -40,7 +41,7 @@ Job parse_line(const std::string& text, size_t line, const LoadedTokenizer& tok,
   Job job;
   job.line = line;
   try {
-    json j = json::parse(text, nullptr, false);
+    json j = parse_json(text, "batch input");
     if (j.is_discarded() || !j.is_object()) fail("line {} is not a JSON object", line + 1);
     job.custom_id = j.value("custom_id", "line-" + std::to_string(line + 1));
     const json body = j.contains("body") ? j["body"] : j;

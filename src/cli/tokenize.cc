@@ -10,6 +10,7 @@
 
 #include "cli/commands.h"
 #include "core/error.h"
+#include "core/json.h"
 #include "core/mapped_file.h"
 #include "model/llama2c.h"
 #include "model/model_config.h"
@@ -77,7 +78,7 @@ int run_tokenize(const TokenizeOptions& o) {
 std::vector<int32_t> parse_id_list(const std::string& text, const char* what, bool allow_json) {
   std::vector<int32_t> ids;
   if (allow_json) {
-    nlohmann::json j = nlohmann::json::parse(text, nullptr, false);
+    nlohmann::json j = parse_json(text, "--json input");
     if (!j.is_discarded() && j.is_array()) {
       for (const auto& v : j) {
         if (!v.is_number_integer()) fail("{}: '{}' is not a token id", what, v.dump());

@@ -1,12 +1,23 @@
 #include "engine/kv_block_pool.h"
 
+#include <random>
+
 #include "core/error.h"
 #include "core/hash.h"
 
 namespace tf {
 
-uint64_t root_hash(uint64_t salt) {
-  return mix64(salt ^ 0x6a09e667f3bcc909ull);
+namespace {
+
+uint64_t random_key() {
+  std::random_device rd;  // the kernel's getrandom
+  return (static_cast<uint64_t>(rd()) << 32) ^ rd();
+}
+
+}  // namespace
+
+uint64_t root_hash(uint64_t salt, uint64_t key) {
+  return mix64(mix64(key ^ 0x6a09e667f3bcc909ull) ^ salt);
 }
 
 uint64_t block_hash(uint64_t parent, const int32_t* tokens, int block_size) {
@@ -16,7 +27,8 @@ uint64_t block_hash(uint64_t parent, const int32_t* tokens, int block_size) {
   return h;
 }
 
-KvBlockPool::KvBlockPool(int64_t num_blocks, int block_size) : block_size_(block_size) {
+KvBlockPool::KvBlockPool(int64_t num_blocks, int block_size)
+    : block_size_(block_size), hash_key_(random_key()) {
   if (num_blocks <= 0) fail("the KV block pool needs at least one block");
   blocks_.resize(static_cast<size_t>(num_blocks));
   for (int32_t b = 0; b < num_blocks; ++b) push_free(b);

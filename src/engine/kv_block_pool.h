@@ -22,6 +22,8 @@ class KvBlockPool {
   int64_t num_used() const { return num_blocks() - free_count_; }
   int64_t num_cached() const { return static_cast<int64_t>(cached_.size()); }
   int64_t evictions() const { return evictions_; }
+  // The secret that keys the block-hash chains of this pool (see root_hash).
+  uint64_t hash_key() const { return hash_key_; }
 
   // Appends n blocks with refcount 1 to out, evicting unreferenced cached blocks oldest first.
   // Takes nothing and returns false when fewer than n are available.
@@ -56,12 +58,16 @@ class KvBlockPool {
   int32_t head_ = -1, tail_ = -1;  // free queue: allocate from head, release to tail
   int64_t free_count_ = 0;
   int64_t evictions_ = 0;
+  uint64_t hash_key_;
   std::unordered_map<uint64_t, int32_t> cached_;
 };
 
 // Hash of a full block: its parent's hash and its token ids (the chain makes equal blocks at
-// different prefixes different). `salt` seeds the chain of the first block (tenant isolation).
+// different prefixes different). The chain starts at root_hash(salt, key): `salt` separates
+// tenants; `key` is the pool's secret (random per process), without which nobody can compute a
+// chain value, so no prompt can be crafted to collide with another's blocks (the mixing steps
+// are invertible: an unkeyed chain could be steered).
 uint64_t block_hash(uint64_t parent, const int32_t* tokens, int block_size);
-uint64_t root_hash(uint64_t salt);
+uint64_t root_hash(uint64_t salt, uint64_t key);
 
 }  // namespace tf

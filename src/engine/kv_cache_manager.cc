@@ -11,7 +11,7 @@ int64_t KvCacheManager::match_prefix(Sequence& seq, uint64_t salt) {
   const int64_t lookable =
       (seq.num_tokens() - 1) / bs;  // full blocks, leaving >= 1 token to compute
   queries_ += seq.prompt_len;
-  uint64_t parent = root_hash(salt);
+  uint64_t parent = root_hash(salt, pool_.hash_key());
   for (int64_t b = 0; b < lookable; ++b) {
     const uint64_t h = block_hash(parent, seq.tokens.data() + b * bs, bs);
     const auto block = pool_.find_cached(h);
@@ -36,7 +36,8 @@ void KvCacheManager::cache_full_blocks(Sequence& seq, uint64_t salt) {
   if (!prefix_caching_) return;
   const int bs = pool_.block_size();
   const int64_t full = seq.num_computed / bs;
-  uint64_t parent = seq.block_hashes.empty() ? root_hash(salt) : seq.block_hashes.back();
+  uint64_t parent =
+      seq.block_hashes.empty() ? root_hash(salt, pool_.hash_key()) : seq.block_hashes.back();
   for (int64_t b = static_cast<int64_t>(seq.block_hashes.size()); b < full; ++b) {
     const uint64_t h = block_hash(parent, seq.tokens.data() + b * bs, bs);
     pool_.mark_cached(seq.block_table[b], h);

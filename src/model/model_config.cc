@@ -3,6 +3,7 @@
 #include <nlohmann/json.hpp>
 
 #include "core/error.h"
+#include "core/json.h"
 
 namespace tf {
 
@@ -145,7 +146,7 @@ ModelConfig parse_llama(const json& j, const std::string& source, bool qwen2) {
 }  // namespace
 
 ModelConfig parse_hf_config(const std::string& json_text, const std::string& source) {
-  json j = json::parse(json_text, nullptr, /*allow_exceptions=*/false);
+  json j = parse_json(json_text, source);
   if (j.is_discarded()) fail("{}: not valid JSON", source);
   if (!j.is_object()) fail("{}: expected a JSON object", source);
 

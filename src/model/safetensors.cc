@@ -9,6 +9,7 @@
 #include <sstream>
 
 #include "core/error.h"
+#include "core/json.h"
 #include "core/mapped_file.h"
 #include "model/weight_store.h"
 
@@ -44,7 +45,7 @@ SafetensorsHeader parse_safetensors(const uint8_t* data, size_t size, const std:
          size);
   }
   const char* text = reinterpret_cast<const char*>(data + 8);
-  json header = json::parse(text, text + header_len, nullptr, /*allow_exceptions=*/false);
+  json header = parse_json(std::string_view(text, header_len), path);
   if (header.is_discarded()) fail("'{}': safetensors header is not valid JSON", path);
   if (!header.is_object()) fail("'{}': safetensors header is not a JSON object", path);
 
@@ -122,7 +123,7 @@ void load_safetensors_dir(const std::string& dir, WeightStore& store) {
   if (!fs::exists(index)) {
     fail(ErrorKind::kNotFound, "'{}': no model.safetensors or model.safetensors.index.json", dir);
   }
-  json j = json::parse(read_file(index.string()), nullptr, false);
+  json j = parse_json(read_file(index.string()), index.string());
   if (j.is_discarded() || !j.is_object()) fail("'{}': not a valid JSON object", index.string());
   auto wm = j.find("weight_map");
   if (wm == j.end() || !wm->is_object() || wm->empty()) {

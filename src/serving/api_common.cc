@@ -7,6 +7,7 @@
 #include <ctime>
 #include <random>
 
+#include "core/json.h"
 #include "core/log.h"
 #include "serving/auth.h"
 #include "serving/metrics.h"
@@ -113,6 +114,9 @@ std::string dump_json(const nlohmann::ordered_json& j) {
 }
 
 nlohmann::json parse_json_body(const std::string& body) {
+  if (json_nesting_depth(body) > kMaxJsonDepth)
+    throw HttpError(400, fmt::format("the body is nested deeper than {} levels", kMaxJsonDepth),
+                    "invalid_json");
   try {
     return nlohmann::json::parse(body);
   } catch (const nlohmann::json::parse_error& e) {
@@ -149,11 +153,12 @@ void log_request(const RequestRecord& r, int status) {
                           : status >= 500 ? "server_error"
                           : status >= 400 ? "client_error"
                                           : "success";
-    r.metrics->requests.add({{"model", r.model},
+    const std::string model = r.model_unknown ? "" : r.model;
+    r.metrics->requests.add({{"model", model},
                              {"version", version},
                              {"code", std::to_string(status)},
                              {"outcome", outcome}});
-    r.metrics->request_duration.observe({{"model", r.model}, {"version", version}}, ms / 1000);
+    r.metrics->request_duration.observe({{"model", model}, {"version", version}}, ms / 1000);
   }
   nlohmann::ordered_json j = {
       {"time", fmt::format("{:%Y-%m-%dT%H:%M:%S}Z", fmt::gmtime(std::time(nullptr)))},
@@ -161,7 +166,8 @@ void log_request(const RequestRecord& r, int status) {
       {"remote", r.remote},
       {"method", r.method},
       {"path", r.path},
-      {"model", r.model.empty() ? nlohmann::ordered_json() : nlohmann::ordered_json(r.model)},
+      {"model",
+       r.model.empty() ? nlohmann::ordered_json() : nlohmann::ordered_json(r.model.substr(0, 256))},
       {"version", r.version >= 0 ? nlohmann::ordered_json(r.version) : nlohmann::ordered_json()},
       {"status", status},
       {"prompt_tokens", r.prompt_tokens},

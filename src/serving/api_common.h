@@ -89,6 +89,9 @@ class AccessLog {
 // The facts of one request, logged as one line when its response ends.
 struct RequestRecord {
   std::string id, method, path, model, remote;
+  // The model name came from the request and names no configured model: the access log keeps
+  // it, the metrics count it under model="" (one series, whatever names clients invent).
+  bool model_unknown = false;
   int64_t version = -1;              // of the model; -1 when none served the request
   ServerMetrics* metrics = nullptr;  // where log_request counts it (nullptr: not counted)
   AccessLog* access_log = nullptr;   // where log_request writes it (nullptr: the debug log)

@@ -3,9 +3,12 @@
 #include <fmt/format.h>
 #include <openssl/crypto.h>
 #include <openssl/evp.h>
+#include <openssl/hmac.h>
+#include <openssl/rand.h>
 
 #include <algorithm>
 #include <charconv>
+#include <cstring>
 #include <fstream>
 #include <set>
 #include <sstream>
@@ -45,6 +48,28 @@ std::array<uint8_t, 32> sha256(std::string_view data) {
   std::array<uint8_t, 32> out{};
   unsigned int len = 0;
   EVP_Digest(data.data(), data.size(), out.data(), &len, EVP_sha256(), nullptr);
+  return out;
+}
+
+uint64_t prefix_cache_salt(const std::array<uint8_t, 32>& secret, std::string_view tenant,
+                           std::string_view cache_salt) {
+  // Length-prefixed, so that no (tenant, salt) pair can be re-split into another.
+  std::string msg = fmt::format("{}:", tenant.size());
+  msg.append(tenant);
+  msg.append(cache_salt);
+  std::array<uint8_t, 32> mac{};
+  unsigned int len = 0;
+  HMAC(EVP_sha256(), secret.data(), static_cast<int>(secret.size()),
+       reinterpret_cast<const unsigned char*>(msg.data()), msg.size(), mac.data(), &len);
+  uint64_t v = 0;
+  std::memcpy(&v, mac.data(), sizeof v);
+  return v | 1;
+}
+
+std::array<uint8_t, 32> random_secret() {
+  std::array<uint8_t, 32> out{};
+  if (RAND_bytes(out.data(), static_cast<int>(out.size())) != 1)
+    fail(ErrorKind::kInternal, "RAND_bytes failed: no randomness for the cache secret");
   return out;
 }
 

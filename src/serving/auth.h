@@ -35,6 +35,14 @@ struct KeyPolicy {
 
 std::array<uint8_t, 32> sha256(std::string_view data);
 
+// The prefix-cache salt of a tenant (an API key's name) and a request's cache_salt: the first 8
+// bytes of HMAC-SHA-256 under secret, never 0 (0 is the shared, unsalted namespace). Without
+// the secret nobody can pick a cache_salt that lands in another tenant's namespace.
+uint64_t prefix_cache_salt(const std::array<uint8_t, 32>& secret, std::string_view tenant,
+                           std::string_view cache_salt);
+// 32 bytes from OpenSSL's RAND_bytes (a new secret per process).
+std::array<uint8_t, 32> random_secret();
+
 class ApiKeys {
  public:
   // Parses the file; throws Error naming the line on anything malformed (unknown option, bad

@@ -23,6 +23,7 @@ grpc::ServerUnaryReactor* ModelServiceImpl::GetModelStatus(
   return answer_now(ctx_, context, kService, "GetModelStatus", [&](GrpcCall& call) {
     const ModelRequestSpec spec = model_spec_of(request->model_spec());
     call.record->model = spec.name;
+    call.record->model_unknown = !ctx_.state.registry.status(spec.name).has_value();
     for (const VersionStatus& v :
          model_version_statuses(ctx_.state, spec.name, spec.version, spec.label)) {
       tfs::ModelVersionStatus* out = response->add_model_version_status();

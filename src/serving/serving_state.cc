@@ -4,7 +4,6 @@
 
 #include <algorithm>
 #include <cmath>
-#include <functional>
 
 namespace tf {
 
@@ -54,7 +53,7 @@ std::shared_ptr<Admission> ServingState::prepare(
   const std::string tenant = record.key ? record.key->name : "";
   const uint64_t salt = tenant.empty() && cache_salt.empty()
                             ? 0
-                            : std::hash<std::string>{}(tenant + '\0' + cache_salt) | 1;
+                            : prefix_cache_salt(cache_secret, tenant, cache_salt);
   // For the key's token rate: prompt tokens plus the most the sequences may generate.
   double tokens = 0;
   for (auto& r : requests) {

@@ -37,6 +37,8 @@ struct ServingState {
   std::unique_ptr<ApiKeys> api_keys;      // nullptr: no authentication
   bool metrics_need_key = false;          // GET /metrics behind the keys too
   KeyLimiter limiter;
+  // Keys the tenants' prefix-cache salts (prefix_cache_salt); new for every process.
+  const std::array<uint8_t, 32> cache_secret = random_secret();
 
   // The API key of a request from its authorization value ("Bearer KEY", an HTTP header or gRPC
   // metadata; nullptr when absent): nullptr when keys are off; throws HttpError 401 when the

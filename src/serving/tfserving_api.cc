@@ -398,6 +398,7 @@ void handle_tfserving(ServingState& state, const ModelPath& path, const HttpRequ
   }
   if (req.method != "GET") throw HttpError(405, "use GET for model status and metadata");
   record->model = path.name;
+  record->model_unknown = !state.registry.status(path.name).has_value();
   json body;
   if (path.metadata) {
     const auto m = resolve(state, path, req);

@@ -7,6 +7,7 @@
 #include <unordered_map>
 
 #include "core/error.h"
+#include "core/json.h"
 #include "core/mapped_file.h"
 #include "tokenizer/unicode.h"
 
@@ -99,7 +100,7 @@ void parse_post_processor(const json& pp, const std::string& source, std::vector
 
 std::unique_ptr<HfTokenizer> HfTokenizer::from_json(std::string_view json_text,
                                                     const std::string& source) {
-  json j = json::parse(json_text, nullptr, /*allow_exceptions=*/false);
+  json j = parse_json(json_text, source);
   if (j.is_discarded()) fail("{}: not valid JSON", source);
   if (!j.is_object()) fail("{}: expected a JSON object", source);
   auto tok = std::unique_ptr<HfTokenizer>(new HfTokenizer());
@@ -165,7 +166,7 @@ std::unique_ptr<HfTokenizer> HfTokenizer::from_json(std::string_view json_text,
 
 std::unique_ptr<HfTokenizer> HfTokenizer::from_gpt2_files(const std::string& vocab_path,
                                                           const std::string& merges_path) {
-  json v = json::parse(read_file(vocab_path), nullptr, false);
+  json v = parse_json(read_file(vocab_path), vocab_path);
   if (v.is_discarded()) fail("'{}': not valid JSON", vocab_path);
   std::vector<std::pair<std::string, std::string>> merges;
   std::istringstream lines(read_file(merges_path));

@@ -8,6 +8,7 @@
 #include <sstream>
 
 #include "core/error.h"
+#include "core/json.h"
 #include "core/log.h"
 #include "core/mapped_file.h"
 #include "tokenizer/hf_tokenizer.h"
@@ -23,7 +24,7 @@ using nlohmann::json;
 json read_json_if_present(const fs::path& path) {
   std::error_code ec;
   if (!fs::exists(path, ec)) return json();
-  json j = json::parse(read_file(path.string()), nullptr, false);
+  json j = parse_json(read_file(path.string()), path.string());
   if (j.is_discarded() || !j.is_object()) fail("'{}': not a valid JSON object", path.string());
   return j;
 }

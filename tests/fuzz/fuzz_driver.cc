@@ -26,7 +26,7 @@ void mutate(std::vector<uint8_t>& b, uint64_t& rng) {
   const int ops = 1 + static_cast<int>(next(rng) % 4);
   for (int o = 0; o < ops; ++o) {
     const size_t n = b.size();
-    switch (next(rng) % 7) {
+    switch (next(rng) % 8) {
       case 0:
         if (n) b[next(rng) % n] ^= static_cast<uint8_t>(1u << (next(rng) % 8));
         break;
@@ -68,6 +68,13 @@ void mutate(std::vector<uint8_t>& b, uint64_t& rng) {
           std::memcpy(&b[at], &vals[next(rng) % 7], 4);
         }
         break;
+      case 7: {  // deep nesting: a run of up to 50,000 opening brackets (stack depth bugs)
+        const size_t at = n ? next(rng) % (n + 1) : 0;
+        const size_t len = (next(rng) % 8) ? 1 + next(rng) % 300 : 1 + next(rng) % 50000;
+        const uint8_t open = (next(rng) % 2) ? '[' : '{';
+        b.insert(b.begin() + static_cast<std::ptrdiff_t>(at), len, open);
+        break;
+      }
     }
   }
 }

@@ -2,6 +2,9 @@
 // line), lookups, and the token buckets and concurrency limit of KeyLimiter.
 #include <gtest/gtest.h>
 
+#include <cstring>
+#include <functional>
+#include <string>
 #include <thread>
 
 #include "core/error.h"
@@ -23,6 +26,69 @@ std::string hex(const std::array<uint8_t, 32>& d) {
   std::string out;
   for (uint8_t b : d) out += fmt::format("{:02x}", b);
   return out;
+}
+
+// libstdc++'s std::hash<std::string> on 64-bit targets: MurmurHash2-64A-like block mixing with
+// a fixed seed (written from its published description). Every step is invertible, which is
+// what makes it unsafe as a cache-isolation salt: the test below forges a collision with it.
+constexpr uint64_t kMul = (uint64_t{0xc6a4a793} << 32) + 0x5bd1e995;
+constexpr uint64_t kSeed = 0xc70f6907;
+uint64_t shift_mix(uint64_t v) {
+  return v ^ (v >> 47);
+}  // its own inverse: 47 > 32
+uint64_t inverse(uint64_t a) {  // of an odd number, modulo 2^64 (Newton's iteration)
+  uint64_t x = a;
+  for (int i = 0; i < 6; ++i) x *= 2 - a * x;
+  return x;
+}
+uint64_t load8(const char* p) {
+  uint64_t v;
+  std::memcpy(&v, p, 8);
+  return v;
+}
+// The state after the first `blocks` 8-byte blocks of s (s.size() fixes the start).
+uint64_t murmur_state(const std::string& s, size_t blocks) {
+  uint64_t h = kSeed ^ (s.size() * kMul);
+  for (size_t b = 0; b < blocks; ++b) h = (h ^ (shift_mix(load8(&s[8 * b]) * kMul) * kMul)) * kMul;
+  return h;
+}
+
+// What an attacker who knows the victim's key name ("key-1") and cache_salt would send as key
+// "key-2": a cache_salt whose second block steers the hash state onto the victim's.
+std::string forged_salt(const std::string& victim) {
+  std::string attacker = "key-2";
+  attacker += '\0';
+  attacker += victim.substr(6, 2);  // first block: "key-2\0" + two bytes
+  attacker += std::string(8, 'x');  // second block: solved for below
+  attacker += victim.substr(16);    // the tail equals the victim's
+  const uint64_t want = murmur_state(victim, 2), have = murmur_state(attacker, 1);
+  const uint64_t g = have ^ (want * inverse(kMul));  // the block's mixed value that gets there
+  const uint64_t k = shift_mix(g * inverse(kMul)) * inverse(kMul);
+  std::memcpy(&attacker[8], &k, 8);
+  return attacker.substr(6);
+}
+
+TEST(PrefixCacheSalt, AForgedStdHashCollisionNoLongerCollides) {
+  const std::string victim_salt = "session-1234567";
+  std::string victim = "key-1";
+  victim += '\0';
+  victim += victim_salt;
+  const std::string salt = forged_salt(victim);
+  // The attack works on the old salt, std::hash(tenant + '\0' + cache_salt)...
+  ASSERT_EQ(std::hash<std::string>{}(victim),
+            std::hash<std::string>{}("key-2" + std::string(1, '\0') + salt))
+      << "the forged collision did not collide: std::hash is not libstdc++'s 64-bit Murmur";
+  // ...and not on the keyed one.
+  const auto secret = random_secret();
+  EXPECT_NE(prefix_cache_salt(secret, "key-1", victim_salt),
+            prefix_cache_salt(secret, "key-2", salt));
+  // Same inputs, same salt; another tenant, salt or secret, another salt; never 0.
+  EXPECT_EQ(prefix_cache_salt(secret, "a", "s"), prefix_cache_salt(secret, "a", "s"));
+  EXPECT_NE(prefix_cache_salt(secret, "a", "s"), prefix_cache_salt(secret, "b", "s"));
+  EXPECT_NE(prefix_cache_salt(secret, "a", "s"), prefix_cache_salt(secret, "a", "t"));
+  EXPECT_NE(prefix_cache_salt(secret, "ab", ""), prefix_cache_salt(secret, "a", "b"));
+  EXPECT_NE(prefix_cache_salt(secret, "a", "s"), prefix_cache_salt(random_secret(), "a", "s"));
+  EXPECT_NE(prefix_cache_salt(secret, "", "x") & 1, 0u);
 }
 
 TEST(ApiKeys, PlainAndHashedKeysWithOptions) {

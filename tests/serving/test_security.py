@@ -1,0 +1,95 @@
+"""Issue 18: what an attacker or a demanding operator tried against the server, each as a test
+that fails without its fix. Runs the real binary on 127.0.0.1 (stories260K).
+
+Env: TOKENFLOW_BIN, TF_SHARED_DIR.
+"""
+import json
+import os
+import random
+import re
+import string
+import subprocess
+import sys
+import tempfile
+import unittest
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from test_server import BIN, MODEL, SHARED, Client, start_server, stop_server  # noqa: E402
+
+
+class NestingTest(unittest.TestCase):
+    """Deeply nested JSON is refused with 400 at parse time, on every route and in every file
+    the loader reads; before, the recursion of whatever walked the document crashed."""
+
+    @classmethod
+    def setUpClass(cls):
+        cls.proc, cls.port = start_server("--max-body-bytes", "16777216")
+        cls.c = Client(cls.port)
+
+    @classmethod
+    def tearDownClass(cls):
+        rc, err = stop_server(cls.proc)
+        assert rc == 0, "server exited with %d: %s" % (rc, err[-2000:])
+
+    def post_raw(self, path, raw):
+        return self.c.request("POST", path, raw=raw)
+
+    def assert_refused(self, path, raw):
+        status, body, text, _ = self.post_raw(path, raw)
+        self.assertEqual(status, 400, text[:300])
+        self.assertIn("nested deeper than", text)
+        self.assertIsNone(self.proc.poll(), "the server died")
+
+    def test_deep_bodies_get_400(self):
+        predict = "/v1/models/%s:predict" % MODEL
+        self.assert_refused(predict, '{"signature_name":' + "[" * 100000)
+        self.assert_refused(predict, '{"inputs": {"prompt": ' + "[" * 1000000 + "]" * 1000000 +
+                            "}}")
+        self.assert_refused("/v1/completions", '{"prompt": "x", "stop": ' + "[" * 1000000 +
+                            "]" * 1000000 + "}")
+        content = "[" * 150000 + "]" * 150000
+        self.assert_refused("/v1/chat/completions",
+                            '{"messages": [{"role": "user", "content": %s}]}' % content)
+        # Brackets inside strings are text, not nesting.
+        status, body, text, _ = self.c.post("/v1/completions",
+                                            {"prompt": "[" * 200, "max_tokens": 1})
+        self.assertEqual(status, 200, text[:300])
+        status, _, _, _ = self.c.post("/v1/completions", {"prompt": "Once", "max_tokens": 2})
+        self.assertEqual(status, 200)
+
+    def test_deep_tokenizer_json_is_an_error_not_a_crash(self):
+        d = tempfile.mkdtemp(prefix="tf_deep_")
+        with open(os.path.join(d, "tokenizer.json"), "w") as f:
+            f.write('{"model": ' + "[" * 500000 + "]" * 500000 + "}")
+        r = subprocess.run([BIN, "tokenize", "--model", d, "hello"], capture_output=True,
+                           text=True, timeout=60)
+        self.assertEqual(r.returncode, 1, r.stderr[-500:])
+        self.assertIn("nested deeper than 128 levels", r.stderr)
+
+
+class MetricsLabelsTest(unittest.TestCase):
+    """Model names that clients invent do not become metric series."""
+
+    def test_random_model_names_leave_metrics_bounded(self):
+        proc, port = start_server()
+        try:
+            c = Client(port)
+            before = len(c.get("/metrics")[2])
+            rng = random.Random(5)
+            for i in range(300):
+                name = "".join(rng.choice(string.ascii_lowercase) for _ in range(24))
+                path = ["/v1/models/%s", "/v1/models/%s/metadata",
+                        "/v1/models/%s/versions/3"][i % 3] % name
+                status, _, _, _ = c.get(path)
+                self.assertEqual(status, 404)
+            text = c.get("/metrics")[2]
+            for m in re.finditer(r'model="([^"]*)"', text):
+                self.assertIn(m.group(1), ("", MODEL))
+            self.assertLess(len(text), before + 8000)  # a handful of new series, not 300
+            self.assertIn('tokenflow_requests_total{model="",version="",code="404"', text)
+        finally:
+            stop_server(proc)
+
+
+if __name__ == "__main__":
+    unittest.main()
