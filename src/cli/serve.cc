@@ -1,7 +1,7 @@
 // `tokenflow serve`: loads the models (--model, or TF Serving's --model_config_file with versions
 // and labels), starts the version manager, the HTTP server (OpenAI and TF Serving REST APIs) and,
 // with --grpc-port, the gRPC server, and runs until SIGINT or SIGTERM, then shuts down
-// gracefully.
+// gracefully. SIGHUP re-reads the model config file.
 
 #include <csignal>
 #include <cstdio>
@@ -92,6 +92,7 @@ int run_serve(const ServeOptions& o) {
   sigemptyset(&signals);
   sigaddset(&signals, SIGINT);
   sigaddset(&signals, SIGTERM);
+  sigaddset(&signals, SIGHUP);
   pthread_sigmask(SIG_BLOCK, &signals, nullptr);
   std::signal(SIGPIPE, SIG_IGN);
 
@@ -195,7 +196,22 @@ int run_serve(const ServeOptions& o) {
     }
     std::fflush(stdout);
     int sig = 0;
-    sigwait(&signals, &sig);
+    // SIGHUP re-reads the model config, as the empty-bodied reload does (a terminal that closes,
+    // or a supervisor's reload, never cuts requests off); SIGINT and SIGTERM drain and stop.
+    while (sigwait(&signals, &sig) == 0 && sig == SIGHUP) {
+      if (o.model_config_file.empty()) {
+        log::warn("SIGHUP: no --model_config_file to re-read; ignored");
+        continue;
+      }
+      log::info("SIGHUP: re-reading {}", o.model_config_file);
+      state.reload(std::nullopt, [](const std::string& why) {
+        if (why.empty()) {
+          log::info("SIGHUP: model config reloaded");
+        } else {
+          log::error("SIGHUP: model config not reloaded: {}", why);
+        }
+      });
+    }
     log::warn("{}: shutting down (up to {:.0f} s for requests in progress)",
               sig == SIGINT ? "SIGINT" : "SIGTERM", o.shutdown_timeout_s);
     const auto grace = std::chrono::milliseconds(static_cast<int64_t>(o.shutdown_timeout_s * 1000));

@@ -91,5 +91,70 @@ class MetricsLabelsTest(unittest.TestCase):
             stop_server(proc)
 
 
+class SighupTest(unittest.TestCase):
+    """SIGHUP re-reads the model config (or is ignored without one); it never ends the process
+    or cuts a stream off."""
+
+    def test_sighup_reloads_the_config_and_cuts_nothing(self):
+        import signal
+        import threading
+        from test_registry import make_version, start, states
+        d = tempfile.mkdtemp(prefix="tf_hup_")
+        base = os.path.join(d, "story")
+        make_version(base, 1)
+        config = os.path.join(d, "models.config")
+
+        def write(versions):
+            with open(config + ".tmp", "w") as f:
+                f.write("model_config_list { config { name: 'story' base_path: '%s' "
+                        "model_version_policy { specific { %s } } } }"
+                        % (base, " ".join("versions: %d" % v for v in versions)))
+            os.replace(config + ".tmp", config)
+        write([1])
+        # The file is polled only every hour here: only the SIGHUP can make the change seen.
+        proc, c = start(os.path.join(d, "server.log"), "--model_config_file", config,
+                        "--model_config_file_poll_wait_seconds", "3600")
+        try:
+            results = []
+
+            def stream():
+                status, _, text, _ = c.post("/v1/completions", {
+                    "prompt": "Once", "max_tokens": 200, "ignore_eos": True, "stream": True})
+                results.append((status, "[DONE]" in text))
+            threads = [threading.Thread(target=stream) for _ in range(4)]
+            for t in threads:
+                t.start()
+            make_version(base, 2)
+            write([2])
+            proc.send_signal(signal.SIGHUP)
+            for t in threads:
+                t.join(60)
+            self.assertEqual(results, [(200, True)] * 4)
+            self.assertIsNone(proc.poll(), "SIGHUP ended the server")
+            self.assertTrue(wait_for_state(lambda: states(c, "story").get(2, ("",))[0] ==
+                                           "AVAILABLE"), states(c, "story"))
+        finally:
+            rc, _ = stop_server(proc)
+        self.assertEqual(rc, 0)
+
+    def test_sighup_without_a_config_file_is_ignored(self):
+        import signal
+        proc, port = start_server()
+        try:
+            proc.send_signal(signal.SIGHUP)
+            status, _, _, _ = Client(port).post("/v1/completions",
+                                                {"prompt": "Once", "max_tokens": 2})
+            self.assertEqual(status, 200)
+            self.assertIsNone(proc.poll())
+        finally:
+            rc, _ = stop_server(proc)
+        self.assertEqual(rc, 0)
+
+
+def wait_for_state(pred):
+    from test_server import wait_for
+    return wait_for(pred, 60)
+
+
 if __name__ == "__main__":
     unittest.main()

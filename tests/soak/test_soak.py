@@ -128,7 +128,7 @@ class SoakTest(unittest.TestCase):
                 if not go.wait(0.1):
                     continue
                 with lock:
-                    if not go.is_set():
+                    if not go.is_set() or stop.is_set():
                         continue
                     busy[0] += 1
                 try:
@@ -259,7 +259,7 @@ class SoakTest(unittest.TestCase):
             second, back2 = phase(2, 3)
         finally:
             stop.set()
-            go.set()
+            go.clear()  # the workers see stop within 0.1 s of waiting, and send nothing more
             for w in workers:
                 w.join(60)
         for w in workers:
