@@ -44,6 +44,8 @@ struct ServeOptions {
   int64_t max_prompt_tokens = 0, max_tokens_cap = 0;
   std::string tls_cert, tls_key;
   bool metrics_require_key = false;
+  bool allow_config_reload_body = false;
+  std::vector<std::string> model_roots;
 };
 
 // Bytes of the files under a version's path (a directory or one file).
@@ -85,7 +87,18 @@ int run_serve(const ServeOptions& o) {
   // Checked before anything loads: a bad config file or --model value ends here.
   std::vector<ModelEntryConfig> entries;
   if (o.model_config_file.empty()) entries = model_entries_from_flags(o.models, o.names);
-  if (!o.model_config_file.empty()) load_model_server_config(o.model_config_file);
+  // The directories a reload's config may point into: --model-root, and the base paths the
+  // server starts with (re-pointing a model at its own directory is always allowed).
+  std::vector<std::string> roots = o.model_roots;
+  if (!o.model_config_file.empty()) {
+    const tfs::ModelServerConfig startup = load_model_server_config(o.model_config_file);
+    for (const auto& m : startup.model_config_list().config()) roots.push_back(m.base_path());
+  }
+  for (const auto& e : entries) roots.push_back(e.config.base_path());
+  for (std::string& r : roots) {
+    std::error_code ec;
+    r = std::filesystem::weakly_canonical(r, ec).string();
+  }
   // The signals are taken by this thread only (sigwait below): block them before any thread
   // (engine, compute pool, I/O) starts, so that every thread inherits the mask.
   sigset_t signals;
@@ -129,6 +142,8 @@ int run_serve(const ServeOptions& o) {
     fail("--max-prompt-tokens and --max-tokens-cap must be >= 0");
   state.limits.max_prompt_tokens = o.max_prompt_tokens;
   state.limits.max_tokens_cap = o.max_tokens_cap;
+  state.config_body_reloads = o.allow_config_reload_body;
+  state.model_roots = roots;
   if (!o.api_keys_file.empty()) {
     state.api_keys = std::make_unique<ApiKeys>(ApiKeys::load(o.api_keys_file));
     state.metrics_need_key = o.metrics_require_key;
@@ -278,6 +293,12 @@ Action add_serve(CLI::App& app) {
                  "longest a request may take, queue time included, in seconds (a request's "
                  "\"timeout\" may ask for less); then it ends with finish_reason abort, or 504")
       ->capture_default_str();
+  app.add_flag("--allow-config-reload-body", o->allow_config_reload_body,
+               "accept a ModelServerConfig in POST /v1/admin/reload and gRPC "
+               "HandleReloadConfigRequest (admin keys only; base paths under --model-root)");
+  app.add_option("--model-root", o->model_roots,
+                 "a directory whose subdirectories a reloaded config may serve (repeatable; the "
+                 "startup base paths are always allowed)");
   app.add_flag("--metrics-require-key", o->metrics_require_key,
                "with --api-keys-file: /metrics needs a key too");
   app.add_option("--memory-budget", o->memory_budget,

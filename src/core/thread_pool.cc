@@ -42,7 +42,7 @@ ThreadPool::ThreadPool(int n_threads) {
 ThreadPool::~ThreadPool() {
   {
     std::lock_guard<std::mutex> lock(mu_);
-    stop_ = true;
+    stop_.store(true, std::memory_order_release);
   }
   cv_.notify_all();
   for (auto& w : workers_) w.join();
@@ -54,6 +54,7 @@ void ThreadPool::worker_loop(int index) {
   for (;;) {
     uint64_t gen = generation_.load(std::memory_order_acquire);
     for (int i = 0; i < kSpinIterations && gen == seen; ++i) {
+      if (stop_.load(std::memory_order_acquire)) return;
       // Yield now and then: with more threads than cores a pure spin starves the thread that
       // would publish the next job.
       if (i % 64 == 63) {
@@ -65,8 +66,11 @@ void ThreadPool::worker_loop(int index) {
     }
     if (gen == seen) {
       std::unique_lock<std::mutex> lock(mu_);
-      cv_.wait(lock, [&] { return stop_ || generation_.load(std::memory_order_acquire) != seen; });
-      if (stop_) return;
+      cv_.wait(lock, [&] {
+        return stop_.load(std::memory_order_acquire) ||
+               generation_.load(std::memory_order_acquire) != seen;
+      });
+      if (stop_.load(std::memory_order_acquire)) return;
       gen = generation_.load(std::memory_order_acquire);
     }
     seen = gen;

@@ -43,7 +43,9 @@ class ThreadPool {
 
   std::mutex mu_;
   std::condition_variable cv_;
-  bool stop_ = false;
+  // Atomic: the workers' spin after a call checks it too, so that destruction does not wait out
+  // the spin (under CPU contention its yields stretch it to most of a second).
+  std::atomic<bool> stop_{false};
   std::atomic<uint64_t> generation_{0};
   std::atomic<int> pending_{0};
 

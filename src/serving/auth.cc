@@ -98,6 +98,7 @@ ApiKeys ApiKeys::parse(std::string_view text, const std::string& source) {
     p.name = fmt::format("key-{}", n);
     std::string opt;
     while (words >> opt) {
+      if (opt == "admin") opt = "admin=true";
       const size_t eq = opt.find('=');
       if (eq == std::string::npos || eq == 0 || eq + 1 == opt.size())
         fail(ErrorKind::kInvalidArgument, "{}: expected name=value, got '{}'", where, opt);
@@ -114,9 +115,13 @@ ApiKeys ApiKeys::parse(std::string_view text, const std::string& source) {
         p.tokens_per_minute = number(v, where);
       } else if (k == "concurrency") {
         p.max_concurrent = static_cast<int64_t>(number(v, where));
+      } else if (k == "admin") {
+        if (v != "true" && v != "false")
+          fail(ErrorKind::kInvalidArgument, "{}: admin is true or false, got '{}'", where, v);
+        p.admin = v == "true";
       } else {
         fail(ErrorKind::kInvalidArgument,
-             "{}: unknown option '{}' (name, models, rpm, tpm, concurrency)", where, k);
+             "{}: unknown option '{}' (name, models, rpm, tpm, concurrency, admin)", where, k);
       }
     }
     if (!digests.insert(p.digest).second)

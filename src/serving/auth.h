@@ -4,8 +4,10 @@
 // constant time, and never logs a key (a key's `name` stands for it in logs and metrics).
 //
 // File format, one key per line ('#' starts a comment):
-//   KEY [name=team-a] [models=chat,summarizer] [rpm=600] [tpm=200000] [concurrency=8]
+//   KEY [name=team-a] [models=chat,summarizer] [rpm=600] [tpm=200000] [concurrency=8] [admin]
 //   sha256:HEX64 [options...]        (the key's SHA-256, so the file holds no secret)
+// admin (or admin=true): the key may use the admin routes (stats, reloads); no key has it
+// unless the file grants it.
 // models: the models the key may use (default all); rpm / tpm: requests and tokens (prompt +
 // max_tokens, corrected to the tokens really generated) per minute, as token buckets; concurrency:
 // requests in flight at once. A limit of 0 or absent is no limit.
@@ -29,6 +31,7 @@ struct KeyPolicy {
   std::vector<std::string> models;   // empty: every model
   double requests_per_minute = 0, tokens_per_minute = 0;
   int64_t max_concurrent = 0;
+  bool admin = false;  // may read server-wide stats and reload the model config
 
   bool allows(const std::string& model) const;
 };

@@ -447,9 +447,9 @@ grpc::ServerUnaryReactor* GenerationServiceImpl::Detokenize(grpc::CallbackServer
 grpc::ServerUnaryReactor* GenerationServiceImpl::ListModels(grpc::CallbackServerContext* context,
                                                             const v1::ListModelsRequest*,
                                                             v1::ListModelsResponse* response) {
-  return answer_now(ctx_, context, kService, "ListModels", [&](GrpcCall&) {
-    // The REST listing, typed: every id a request can use.
-    const json list = openai_model_list(ctx_.state);
+  return answer_now(ctx_, context, kService, "ListModels", [&](GrpcCall& call) {
+    // The REST listing, typed: every id a request (with this key) can use.
+    const json list = openai_model_list(ctx_.state, call.record->key);
     for (const auto& m : list["data"]) {
       v1::ModelInfo* info = response->add_models();
       info->set_id(m["id"].get<std::string>());

@@ -22,6 +22,7 @@ grpc::ServerUnaryReactor* ModelServiceImpl::GetModelStatus(
     tfs::GetModelStatusResponse* response) {
   return answer_now(ctx_, context, kService, "GetModelStatus", [&](GrpcCall& call) {
     const ModelRequestSpec spec = model_spec_of(request->model_spec());
+    ctx_.state.require_model_access(*call.record, spec.name);
     call.record->model = spec.name;
     call.record->model_unknown = !ctx_.state.registry.status(spec.name).has_value();
     for (const VersionStatus& v :
@@ -50,6 +51,7 @@ grpc::ServerUnaryReactor* ModelServiceImpl::HandleReloadConfigRequest(
   };
   try {
     call->admit();
+    ctx_.state.require_admin(*call->record);
     if (!ctx_.state.reload)
       throw HttpError(400, "this server takes no reloads", "reload_unsupported");
     // A request without a config re-reads --model_config_file (as an empty POST
@@ -61,6 +63,7 @@ grpc::ServerUnaryReactor* ModelServiceImpl::HandleReloadConfigRequest(
       } catch (const Error& e) {
         throw HttpError(400, e.what(), "invalid_config");
       }
+      ctx_.state.check_reload_config(request->config());
       config = request->config();
     }
     // Answered from the version manager's thread once the new state is loaded (or refused).

@@ -295,13 +295,14 @@ json openai_model_object(const ServedModel& m, const std::string& id, const std:
           {"max_model_len", m.config().max_seq_len}};
 }
 
-json openai_model_list(const ServingState& state) {
+json openai_model_list(const ServingState& state, const KeyPolicy* key) {
   // Each model by name (the version a request naming only it would get), then, where a model
   // has several versions or labels, each as "name:version" and "name@label" with the name as
   // parent.
   json data = json::array();
   const auto available = state.registry.available();
   for (const std::string& name : state.registry.names()) {
+    if (key && !key->allows(name)) continue;             // a key sees only the models it may use
     std::vector<std::shared_ptr<ServedModel>> versions;  // ascending: the latest is last
     for (const auto& m : available)
       if (m->name == name) versions.push_back(m);

@@ -59,7 +59,7 @@ void handle_openai_generation(ServingState& state, const HttpRequest& req,
 // the model's name, parent (for "name:version" and "name@label" entries) to null.
 nlohmann::json openai_model_object(const ServedModel& model, const std::string& id = "",
                                    const std::string& parent = "");
-// {"object": "list", "data": [...]}.
-nlohmann::json openai_model_list(const ServingState& state);
+// {"object": "list", "data": [...]}: the models key may use (every model when key is nullptr).
+nlohmann::json openai_model_list(const ServingState& state, const KeyPolicy* key);
 
 }  // namespace tf

@@ -139,6 +139,7 @@ void Server::route(const HttpRequest& req, std::shared_ptr<HttpResponder> respon
   }
   if (p == "/v1/admin/stats") {
     only("GET");
+    state_.require_admin(*record);
     // The engines' counters per model (summed over its versions) and per version (the metrics
     // issue exports them to Prometheus).
     nlohmann::json models = nlohmann::json::object();
@@ -176,6 +177,7 @@ void Server::route(const HttpRequest& req, std::shared_ptr<HttpResponder> respon
   }
   if (p == "/v1/admin/reload") {
     only("POST");
+    state_.require_admin(*record);
     handle_reload(req, responder, record);
     return;
   }
@@ -186,7 +188,7 @@ void Server::route(const HttpRequest& req, std::shared_ptr<HttpResponder> respon
   }
   if (p == "/v1/models" || p == "/v1/models/") {
     only("GET");
-    responder->send(200, dump_json(openai_model_list(state_)));
+    responder->send(200, dump_json(openai_model_list(state_, record->key)));
     log_request(*record, 200);
     return;
   }
@@ -198,6 +200,7 @@ void Server::route(const HttpRequest& req, std::shared_ptr<HttpResponder> respon
     auto openai_retrieve = [&] {
       if (req.method != "GET" || rest.empty()) return false;
       const ModelRequestSpec spec = state_.registry.parse_model_field(rest);
+      state_.require_model_access(*record, spec.name);
       // A fixed sticky key: a model with a traffic split answers the same version every time.
       auto m = state_.registry.resolve(spec, "listing");
       if (!m) return false;
@@ -318,8 +321,10 @@ void Server::handle_reload(const HttpRequest& req, std::shared_ptr<HttpResponder
   // (the message of TF Serving's HandleReloadConfigRequest). A bad one is refused here, before
   // anything changes.
   std::optional<tfs::ModelServerConfig> config;
-  if (req.body.find_first_not_of(" \t\r\n") != std::string::npos)
+  if (req.body.find_first_not_of(" \t\r\n") != std::string::npos) {
     config = parse_model_server_config(req.body, "request body");
+    state_.check_reload_config(*config);
+  }
   // Answered from the manager thread once the new config is loaded (or refused).
   state_.reload(std::move(config), [this, responder, record](const std::string& error) {
     if (!error.empty()) {

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <filesystem>
 
 namespace tf {
 
@@ -26,6 +27,50 @@ void check_request_limits(const ServingLimits& limits, const GenerationRequest& 
 }
 
 }  // namespace
+
+bool path_is_under(const std::string& path, const std::vector<std::string>& roots) {
+  if (path.empty()) return false;
+  std::error_code ec;
+  const std::filesystem::path p = std::filesystem::weakly_canonical(path, ec);
+  if (ec) return false;
+  for (const std::string& root : roots) {
+    const auto rel = p.lexically_relative(root);
+    if (!rel.empty() && *rel.begin() != ".." && !rel.is_absolute()) return true;
+  }
+  return false;
+}
+
+void ServingState::require_admin(const RequestRecord& record) const {
+  if (!api_keys) return;
+  if (!record.key || !record.key->admin)
+    throw HttpError(403, "this API key may not use the admin API (grant it 'admin')",
+                    "admin_required");
+}
+
+void ServingState::require_model_access(const RequestRecord& record,
+                                        const std::string& model) const {
+  if (record.key && !record.key->allows(model))
+    throw HttpError(403, fmt::format("this API key may not use model '{}'", model),
+                    "model_not_allowed");
+}
+
+void ServingState::check_reload_config(const tfs::ModelServerConfig& config) const {
+  if (!config_body_reloads) {
+    throw HttpError(403,
+                    "reloading with a config in the request is disabled on this server "
+                    "(--allow-config-reload-body); an empty request re-reads the config file",
+                    "config_reload_disabled");
+  }
+  for (const auto& m : config.model_config_list().config()) {
+    if (!path_is_under(m.base_path(), model_roots)) {
+      throw HttpError(400,
+                      fmt::format("model '{}': base_path is not under a directory this server "
+                                  "allows (--model-root)",
+                                  m.name()),
+                      "invalid_config", "base_path");
+    }
+  }
+}
 
 const KeyPolicy* ServingState::authenticate(const std::string* auth) const {
   if (!api_keys) return nullptr;

@@ -8,6 +8,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "serving/api_common.h"
 #include "serving/auth.h"
@@ -25,6 +26,10 @@ struct ServingLimits {
   int64_t max_prompt_tokens = 0;  // 0: the model's context
   int64_t max_tokens_cap = 0;     // largest max_tokens a request may ask for; 0: the context
 };
+
+// Whether path, made canonical (symlinks and '..' resolved as far as it exists), is one of the
+// canonical roots or inside one.
+bool path_is_under(const std::string& path, const std::vector<std::string>& roots);
 
 struct ServingState {
   explicit ServingState(ModelRegistry::Loader loader, ModelRegistry::Options options = {})
@@ -44,6 +49,21 @@ struct ServingState {
   // metadata; nullptr when absent): nullptr when keys are off; throws HttpError 401 when the
   // key is missing or unknown.
   const KeyPolicy* authenticate(const std::string* authorization) const;
+
+  // Admin authority. With keys on, only a key granted `admin` may read server-wide state and
+  // reload; without keys the admin routes are as open as the rest (bind to 127.0.0.1, or use
+  // keys). A reload that carries a config (a body, or gRPC's config field) can point models at
+  // any directory, so it is off unless the operator enables it, and then only for base paths
+  // under model_roots (canonical: no '..' or symlink escapes).
+  bool config_body_reloads = false;
+  std::vector<std::string> model_roots;  // canonical directories
+  // Throws HttpError 403 unless the request may use the admin routes.
+  void require_admin(const RequestRecord& record) const;
+  // Throws HttpError 403 when the request's key may not use the model (listings skip it).
+  void require_model_access(const RequestRecord& record, const std::string& model) const;
+  // Throws HttpError 403 when config reloads are off, 400 for a base path outside the roots;
+  // the message never says whether a path exists.
+  void check_reload_config(const tfs::ModelServerConfig& config) const;
 
   // The server's rules, applied alike by every API to a request's engine requests: the prompt
   // and max_tokens limits (400; a max_tokens the client did not give is lowered to the cap),

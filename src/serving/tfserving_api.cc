@@ -397,6 +397,7 @@ void handle_tfserving(ServingState& state, const ModelPath& path, const HttpRequ
     return;
   }
   if (req.method != "GET") throw HttpError(405, "use GET for model status and metadata");
+  state.require_model_access(*record, path.name);
   record->model = path.name;
   record->model_unknown = !state.registry.status(path.name).has_value();
   json body;

@@ -121,7 +121,7 @@ TEST(ApiKeys, PlainAndHashedKeysWithOptions) {
 TEST(ApiKeys, MalformedFilesNameTheLine) {
   EXPECT_EQ(error_of("k1\nk2 rpm=fast\n"), "keys:2: 'fast' is not a number >= 0");
   EXPECT_EQ(error_of("k1 colour=red"),
-            "keys:1: unknown option 'colour' (name, models, rpm, tpm, concurrency)");
+            "keys:1: unknown option 'colour' (name, models, rpm, tpm, concurrency, admin)");
   EXPECT_EQ(error_of("k1 rpm"), "keys:1: expected name=value, got 'rpm'");
   EXPECT_EQ(error_of("sha256:abc"), "keys:1: sha256: needs 64 hex digits");
   EXPECT_EQ(error_of("k1\nk1\n"), "keys:2: the same key is listed twice");

@@ -24,7 +24,7 @@ class AuthTest(unittest.TestCase):
         cls.dir = tempfile.mkdtemp(prefix="tf_auth_")
         cls.keys = os.path.join(cls.dir, "keys")
         with open(cls.keys, "w") as f:
-            f.write("sk-admin name=admin\n"
+            f.write("sk-admin name=admin admin\n"
                     "sha256:%s name=limited models=stories260K rpm=3\n"
                     "sk-other name=other models=someothermodel\n"
                     "sk-one name=one concurrency=1\n" % hashlib.sha256(b"sk-limited").hexdigest())

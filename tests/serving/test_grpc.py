@@ -755,6 +755,7 @@ class GrpcReloadTest(unittest.TestCase):
                 f.write('model_config_list { config { name: "alpha" base_path: "%s" } }\n'
                         % os.path.join(d, "alpha"))
             proc, _, channel = start("--model_config_file", config,
+                                     "--allow-config-reload-body", "--model-root", d,
                                      log=os.path.join(d, "server.log"))
             try:
                 models = model_service_pb2_grpc.ModelServiceStub(channel)

@@ -67,6 +67,121 @@ class NestingTest(unittest.TestCase):
         self.assertIn("nested deeper than 128 levels", r.stderr)
 
 
+class AdminTest(unittest.TestCase):
+    """Admin authority belongs to keys granted it; reloads with a config are off unless enabled,
+    and then confined to the allowed roots; listings show a key only its models."""
+
+    def setUp(self):
+        self.dir = tempfile.mkdtemp(prefix="tf_admin_")
+        self.keys = os.path.join(self.dir, "keys")
+        with open(self.keys, "w") as f:
+            f.write("sk-admin name=ops admin\nsk-user name=user models=%s\n"
+                    "sk-other name=other models=elsewhere\n" % MODEL)
+        self.procs = []
+
+    def tearDown(self):
+        for p in self.procs:
+            stop_server(p)
+
+    def serve(self, *args):
+        proc, port = start_server("--api-keys-file", self.keys, *args)
+        self.procs.append(proc)
+        return Client(port)
+
+    @staticmethod
+    def key(k):
+        return {"Authorization": "Bearer " + k}
+
+    def test_admin_routes_need_an_admin_key(self):
+        c = self.serve()
+        for k in ("sk-user", "sk-other"):
+            status, body, _, _ = c.get("/v1/admin/stats", headers=self.key(k))
+            self.assertEqual(status, 403, body)
+            self.assertEqual(body["error"]["code"], "admin_required")
+            status, body, _, _ = c.request("POST", "/v1/admin/reload", None,
+                                           headers=self.key(k), raw="model_config_list { }")
+            self.assertEqual(status, 403, body)
+        self.assertEqual(c.get("/v1/admin/stats", headers=self.key("sk-admin"))[0], 200)
+        # Even an admin key cannot send a config unless the operator enabled it.
+        status, body, _, _ = c.request("POST", "/v1/admin/reload", None,
+                                       headers=self.key("sk-admin"), raw="model_config_list { }")
+        self.assertEqual(status, 403, body)
+        self.assertEqual(body["error"]["code"], "config_reload_disabled")
+        # Nothing was unloaded.
+        status, _, _, _ = c.post("/v1/completions", {"prompt": "Once", "max_tokens": 2},
+                                 headers=self.key("sk-user"))
+        self.assertEqual(status, 200)
+
+    def test_listings_show_only_the_keys_models(self):
+        c = self.serve()
+        ids = lambda k: [m["id"] for m in c.get("/v1/models", headers=self.key(k))[1]["data"]]  # noqa
+        self.assertEqual(ids("sk-user"), [MODEL])
+        self.assertEqual(ids("sk-other"), [])
+        self.assertEqual(ids("sk-admin"), [MODEL])
+        for path in ("/v1/models/" + MODEL, "/v1/models/%s/metadata" % MODEL):
+            self.assertEqual(c.get(path, headers=self.key("sk-other"))[0], 403, path)
+            self.assertEqual(c.get(path, headers=self.key("sk-user"))[0], 200, path)
+
+    def test_config_reloads_are_confined_to_the_roots(self):
+        from test_registry import make_version
+        root = os.path.join(self.dir, "models")
+        make_version(os.path.join(root, "story"), 1)
+        make_version(os.path.join(root, "other"), 1)
+        config = os.path.join(self.dir, "models.config")
+        with open(config, "w") as f:
+            f.write("model_config_list { config { name: 'story' base_path: '%s' } }"
+                    % os.path.join(root, "story"))
+        outside = os.path.join(self.dir, "outside")
+        make_version(os.path.join(outside, "story"), 1)
+        proc, port = start_server_config(self.keys, config, "--allow-config-reload-body",
+                                         "--model-root", root)
+        self.procs.append(proc)
+        c = Client(port)
+        admin = self.key("sk-admin")
+        messages = set()
+        for path in (os.path.join(outside, "story"), "/etc", "/nonexistent/x",
+                     os.path.join(root, "..", "outside", "story")):
+            body = "model_config_list { config { name: 'story' base_path: '%s' } }" % path
+            status, b, _, _ = c.request("POST", "/v1/admin/reload", None, headers=admin, raw=body)
+            self.assertEqual(status, 400, b)
+            messages.add(b["error"]["message"])
+        # One message for every refused path: it tells nothing about what exists.
+        self.assertEqual(len(messages), 1, messages)
+        self.assertNotIn("exist", messages.pop())
+        # A symlink inside the root that points outside is outside.
+        os.symlink(outside, os.path.join(root, "link"))
+        body = "model_config_list { config { name: 'story' base_path: '%s' } }" % os.path.join(
+            root, "link", "story")
+        self.assertEqual(c.request("POST", "/v1/admin/reload", None, headers=admin,
+                                   raw=body)[0], 400)
+        # Inside the root: served.
+        body = ("model_config_list { config { name: 'story' base_path: '%s' } "
+                "config { name: 'other' base_path: '%s' } }"
+                % (os.path.join(root, "story"), os.path.join(root, "other")))
+        status, b, _, _ = c.request("POST", "/v1/admin/reload", None, headers=admin, raw=body)
+        self.assertEqual(status, 200, b)
+        status, _, _, _ = c.post("/v1/completions", {"model": "other", "prompt": "Once",
+                                                     "max_tokens": 2}, headers=admin)
+        self.assertEqual(status, 200)
+
+
+def start_server_config(keys, config, *extra):
+    """Like start_server, with --model_config_file instead of --model."""
+    err = tempfile.TemporaryFile(mode="w+")
+    proc = subprocess.Popen(
+        [BIN, "serve", "--model_config_file", config, "--api-keys-file", keys, "--port", "0",
+         "--kv-cache-memory", "16MiB", *extra], stdout=subprocess.PIPE, stderr=err, text=True)
+    proc.err_file = err
+    line = proc.stdout.readline()
+    m = re.search(r"http://127\.0\.0\.1:(\d+)", line)
+    if not m:
+        proc.kill()
+        proc.wait()
+        err.seek(0)
+        raise RuntimeError("server did not start: %r %s" % (line, err.read()))
+    return proc, int(m.group(1))
+
+
 class MetricsLabelsTest(unittest.TestCase):
     """Model names that clients invent do not become metric series."""
 

@@ -64,7 +64,7 @@ class SoakTest(unittest.TestCase):
         write_config([1])
         keys = os.path.join(d, "keys")
         with open(keys, "w") as f:
-            f.write("sk-good name=good\nsk-limited name=limited rpm=60\nsk-burst name=burst rpm=2\n")
+            f.write("sk-good name=good admin\nsk-limited name=limited rpm=60\nsk-burst name=burst rpm=2\n")
         err = open(os.path.join(d, "server.log"), "w")
         proc = subprocess.Popen(
             [BIN, "serve", "--model_config_file", config, "--api-keys-file", keys, "--port", "0",
