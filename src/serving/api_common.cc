@@ -16,6 +16,9 @@ namespace tf {
 
 int http_status_of(const std::exception& e) {
   if (const auto* h = dynamic_cast<const HttpError*>(&e)) return h->status();
+  // The safety net under every field check: a JSON value of the wrong type read somewhere
+  // is the client's body, not our bug.
+  if (dynamic_cast<const nlohmann::json::type_error*>(&e) != nullptr) return 400;
   if (const auto* err = dynamic_cast<const Error*>(&e)) {
     switch (err->kind()) {
       case ErrorKind::kInvalidArgument:
@@ -122,6 +125,8 @@ nlohmann::json parse_json_body(const std::string& body) {
   } catch (const nlohmann::json::parse_error& e) {
     throw HttpError(400, fmt::format("the body is not valid JSON (at byte {})", e.byte),
                     "invalid_json");
+  } catch (const nlohmann::json::exception& e) {  // out_of_range: a number beyond double
+    throw HttpError(400, fmt::format("the body is not valid JSON: {}", e.what()), "invalid_json");
   }
 }
 

@@ -48,7 +48,7 @@ void check_fields(const json& body, bool chat) {
   }
   if (present("response_format")) {
     const json& f = body["response_format"];
-    if (!f.is_object() || f.value("type", "") != "text") {
+    if (!f.is_object() || !f.contains("type") || !f["type"].is_string() || f["type"] != "text") {
       throw HttpError(400, "'response_format' supports only {\"type\": \"text\"}",
                       "unsupported_parameter", "response_format");
     }
@@ -57,8 +57,15 @@ void check_fields(const json& body, bool chat) {
     if (present(k) && !body[k].is_boolean())
       throw HttpError(400, fmt::format("'{}' must be true or false", k), "", k);
   }
-  if (present("stream_options") && !body["stream_options"].is_object())
-    throw HttpError(400, "'stream_options' must be an object", "", "stream_options");
+  if (present("stream_options")) {
+    const json& so = body["stream_options"];
+    if (!so.is_object())
+      throw HttpError(400, "'stream_options' must be an object", "", "stream_options");
+    if (so.contains("include_usage") && !so["include_usage"].is_boolean() &&
+        !so["include_usage"].is_null())
+      throw HttpError(400, "'stream_options.include_usage' must be true or false", "",
+                      "stream_options");
+  }
   if (present("user") && !body["user"].is_string())
     throw HttpError(400, "'user' must be a string", "", "user");
 }
@@ -163,7 +170,8 @@ void parse_body(ServingState& state, const json& body, bool chat,
   p.params = parse_sampling_params(body, chat, chat ? static_cast<int32_t>(cfg.max_seq_len) : 16);
   p.stream = body.value("stream", false);
   if (p.stream && body.contains("stream_options") && body["stream_options"].is_object()) {
-    p.include_usage = body["stream_options"].value("include_usage", false);
+    const json& iu = body["stream_options"].value("include_usage", json());
+    p.include_usage = iu.is_boolean() && iu.get<bool>();
   }
   p.echo = !chat && body.value("echo", false);
   if (body.value("use_beam_search", false)) {
@@ -205,9 +213,11 @@ std::vector<GenerationRequest> engine_requests(const GenerationPlan& p, const js
   const int64_t ctx = p.model->config().max_seq_len;
   int32_t priority = 0;
   if (body.contains("priority") && !body["priority"].is_null()) {
-    if (!body["priority"].is_number_integer())
-      throw HttpError(400, "'priority' must be an integer", "", "priority");
-    priority = body["priority"].get<int32_t>();
+    const json& v = body["priority"];
+    if (!v.is_number_integer() || (v.is_number_unsigned() && v.get<uint64_t>() > INT32_MAX) ||
+        (!v.is_number_unsigned() && (v.get<int64_t>() < INT32_MIN || v.get<int64_t>() > INT32_MAX)))
+      throw HttpError(400, "'priority' must be a 32-bit integer", "", "priority");
+    priority = static_cast<int32_t>(v.get<int64_t>());
   }
   for (size_t i = 0; i < p.prompts.size(); ++i) {
     GenerationRequest r;
@@ -275,7 +285,11 @@ GenerationPlan plan_generation(ServingState& state, const json& body, bool chat,
   if (body.contains("timeout") && !body["timeout"].is_null()) {
     if (!body["timeout"].is_number() || !(body["timeout"].get<double>() > 0))
       throw HttpError(400, "'timeout' must be a number of seconds > 0", "", "timeout");
-    limit = std::chrono::milliseconds(static_cast<int64_t>(body["timeout"].get<double>() * 1000));
+    // Within the server's maximum before converting: 1e300 s is not a negative deadline.
+    const double ms = body["timeout"].get<double>() * 1000;
+    limit = ms >= static_cast<double>(state.limits.max_request_time.count())
+                ? state.limits.max_request_time
+                : std::chrono::milliseconds(std::max<int64_t>(1, static_cast<int64_t>(ms)));
   }
   p.admission =
       state.prepare(record, model.name, p.requests, p.max_tokens_given, limit, cache_salt);

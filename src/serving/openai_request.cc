@@ -1,6 +1,8 @@
 #include "serving/openai_request.h"
 
 #include <cmath>
+#include <cstdint>
+#include <limits>
 
 #include "core/error.h"
 #include "tokenizer/chat_template.h"
@@ -16,13 +18,18 @@ bool get_number(const json& body, const char* key, T& out) {
   if (it == body.end() || it->is_null()) return false;
   if constexpr (std::is_integral_v<T>) {
     if (!it->is_number_integer()) fail("'{}' must be an integer", key);
+    if (it->is_number_unsigned() && it->get<uint64_t>() > uint64_t{INT64_MAX})
+      fail("'{}' is out of range", key);
     const int64_t v = it->get<int64_t>();
     if (v < std::numeric_limits<T>::min() || v > std::numeric_limits<T>::max())
       fail("'{}' is out of range", key);
     out = static_cast<T>(v);
   } else {
     if (!it->is_number()) fail("'{}' must be a number", key);
-    out = static_cast<T>(it->get<double>());
+    const double d = it->get<double>();
+    if (!std::isfinite(d) || std::fabs(d) > static_cast<double>(std::numeric_limits<T>::max()))
+      fail("'{}' is out of range", key);
+    out = static_cast<T>(d);
   }
   return true;
 }
@@ -38,14 +45,20 @@ bool get_bool(const json& body, const char* key, bool& out) {
 std::vector<int32_t> int_list(const json& v, const char* key) {
   if (!v.is_array()) fail("'{}' must be a list of token ids", key);
   std::vector<int32_t> out;
-  for (const auto& x : v) {
-    if (!x.is_number_integer()) fail("'{}' must be a list of token ids", key);
-    out.push_back(static_cast<int32_t>(x.get<int64_t>()));
-  }
+  for (const auto& x : v) out.push_back(token_id(x, key));
   return out;
 }
 
 }  // namespace
+
+int32_t token_id(const json& x, const char* key) {
+  if (!x.is_number_integer()) fail("'{}' must be a list of token ids", key);
+  const bool in_range = x.is_number_unsigned()
+                            ? x.get<uint64_t>() <= INT32_MAX
+                            : x.get<int64_t>() >= 0 && x.get<int64_t>() <= INT32_MAX;
+  if (!in_range) fail("'{}' holds {}, which is not a token id (0..2147483647)", key, x.dump());
+  return static_cast<int32_t>(x.get<int64_t>());
+}
 
 SamplingParams parse_sampling_params(const json& body, bool chat, int32_t default_max_tokens) {
   if (!body.is_object()) fail("the request body must be a JSON object");
@@ -70,7 +83,8 @@ SamplingParams parse_sampling_params(const json& body, bool chat, int32_t defaul
   uint64_t seed = 0;
   if (body.contains("seed") && !body["seed"].is_null()) {
     if (!body["seed"].is_number_integer()) fail("'seed' must be an integer");
-    seed = static_cast<uint64_t>(body["seed"].get<int64_t>());
+    seed = body["seed"].is_number_unsigned() ? body["seed"].get<uint64_t>()
+                                             : static_cast<uint64_t>(body["seed"].get<int64_t>());
     p.seed = seed;
   }
   get_bool(body, "ignore_eos", p.ignore_eos);
@@ -88,6 +102,13 @@ SamplingParams parse_sampling_params(const json& body, bool chat, int32_t defaul
       fail("'stop' must be a string or a list of strings");
     }
   }
+  // Each sequence's stop checker holds the strings: bounded, so that a request cannot turn a
+  // body of a few MB into gigabytes (n copies of a 7 MB stop string).
+  size_t stop_bytes = 0;
+  for (const auto& s : p.stop) stop_bytes += s.size();
+  if (p.stop.size() > kMaxStopStrings || stop_bytes > kMaxStopBytes)
+    fail("'stop' takes at most {} strings of {} bytes in all (got {} strings, {} bytes)",
+         kMaxStopStrings, kMaxStopBytes, p.stop.size(), stop_bytes);
   if (auto it = body.find("stop_token_ids"); it != body.end() && !it->is_null()) {
     p.stop_token_ids = int_list(*it, "stop_token_ids");
   }
@@ -106,7 +127,8 @@ SamplingParams parse_sampling_params(const json& body, bool chat, int32_t defaul
       }
       if (used != k.size() || id < 0 || id > INT32_MAX)
         fail("'logit_bias' key '{}' is not a token id", k);
-      if (!v.is_number()) fail("'logit_bias' values must be numbers");
+      if (!v.is_number() || !std::isfinite(v.get<double>()) || std::fabs(v.get<double>()) > 1e6)
+        fail("'logit_bias' values must be finite numbers");
       p.logit_bias.emplace_back(static_cast<int32_t>(id), v.get<float>());
     }
   }
@@ -183,18 +205,22 @@ std::vector<int32_t> parse_chat_prompt(const json& body, const LoadedTokenizer& 
     fail("'messages' must be a non-empty list");
   nlohmann::ordered_json messages = nlohmann::ordered_json::array();
   for (const auto& m : *it) {
-    if (!m.is_object() || !m.contains("role") || !m["role"].is_string()) {
-      fail("each message needs a string 'role'");
+    if (!m.is_object() || !m.contains("role") || !m["role"].is_string() ||
+        (m.contains("content") && !m["content"].is_null() && !m["content"].is_string() &&
+         !m["content"].is_array())) {
+      fail("each message needs a string 'role' and a string or list 'content'");
     }
     std::string content;
-    const json& c = m.value("content", json());
+    const json& c = m.contains("content") ? m["content"] : json();
     if (c.is_string()) {
       content = c.get<std::string>();
     } else if (c.is_array()) {  // [{"type": "text", "text": "..."}]
       for (const auto& part : c) {
-        if (part.value("type", "") != "text" || !part.contains("text") ||
-            !part["text"].is_string()) {
-          fail("only text content parts are supported");
+        if (!part.is_object() || !part.contains("type") || !part["type"].is_string() ||
+            part["type"] != "text" || !part.contains("text") || !part["text"].is_string()) {
+          fail(
+              "each content part must be {{\"type\": \"text\", \"text\": STRING}}: only text "
+              "content parts are supported");
         }
         content += part["text"].get<std::string>();
       }
@@ -203,12 +229,13 @@ std::vector<int32_t> parse_chat_prompt(const json& body, const LoadedTokenizer& 
     }
     messages.push_back({{"role", m["role"].get<std::string>()}, {"content", content}});
   }
+  bool add_generation_prompt = true;
+  get_bool(body, "add_generation_prompt", add_generation_prompt);
   const ChatTemplate tmpl = ChatTemplate::parse(chat_template_source(tokenizer, config));
-  nlohmann::ordered_json ctx = {
-      {"messages", messages},
-      {"add_generation_prompt", body.value("add_generation_prompt", true)},
-      {"bos_token", tokenizer.bos_token},
-      {"eos_token", tokenizer.eos_token}};
+  nlohmann::ordered_json ctx = {{"messages", messages},
+                                {"add_generation_prompt", add_generation_prompt},
+                                {"bos_token", tokenizer.bos_token},
+                                {"eos_token", tokenizer.eos_token}};
   const std::string text = tmpl.render(ctx);
   return tokenizer.tokenizer->encode(text, /*add_special_tokens=*/false);
 }

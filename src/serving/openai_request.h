@@ -6,6 +6,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include <cstddef>
 #include <string>
 #include <vector>
 
@@ -17,6 +18,14 @@ namespace tf {
 
 // The sampling parameters of a body. chat: max_completion_tokens, logprobs as a bool with
 // top_logprobs. default_max_tokens applies when the body gives none.
+// Limits on "stop": strings per request and their bytes in all.
+inline constexpr size_t kMaxStopStrings = 32;
+inline constexpr size_t kMaxStopBytes = 16384;
+
+// A token id from JSON: an integer in 0..2^31-1, else an Error naming key (no wrapping: 2^32
+// is not token 0).
+int32_t token_id(const nlohmann::json& v, const char* key);
+
 SamplingParams parse_sampling_params(const nlohmann::json& body, bool chat,
                                      int32_t default_max_tokens);
 

@@ -113,9 +113,11 @@ std::vector<int32_t> ids_of(const json& v, const char* what) {
     throw HttpError(400, fmt::format("'{}' must be a non-empty list of token ids", what));
   std::vector<int32_t> out;
   for (const auto& x : v) {
-    if (!x.is_number_integer())
-      throw HttpError(400, fmt::format("'{}' must be a list of token ids", what));
-    out.push_back(x.get<int32_t>());
+    try {
+      out.push_back(token_id(x, what));
+    } catch (const Error& e) {
+      throw HttpError(400, e.what());
+    }
   }
   return out;
 }

@@ -182,6 +182,76 @@ def start_server_config(keys, config, *extra):
     return proc, int(m.group(1))
 
 
+class InputErrorsTest(unittest.TestCase):
+    """Type errors and out-of-range numbers are 400s naming the problem, never a 500 or a
+    silently wrapped value; stop strings are bounded."""
+
+    @classmethod
+    def setUpClass(cls):
+        cls.proc, cls.port = start_server("--max-body-bytes", "16777216")
+        cls.c = Client(cls.port)
+
+    @classmethod
+    def tearDownClass(cls):
+        rc, err = stop_server(cls.proc)
+        assert rc == 0, "server exited with %d: %s" % (rc, err[-2000:])
+
+    def expect_400(self, path, body=None, raw=None, param=None, text=None):
+        status, b, t, _ = self.c.request("POST", path, body, raw=raw)
+        self.assertEqual(status, 400, (body if raw is None else raw[:200], t[:300]))
+        if param is not None:
+            self.assertEqual(b["error"]["param"], param, t)
+        if text is not None:
+            self.assertIn(text, t)
+        return b
+
+    def test_type_errors_are_400(self):
+        comp, chat = "/v1/completions", "/v1/chat/completions"
+        self.expect_400(comp, raw='{"prompt": "x", "temperature": 1e400}', text="JSON")
+        self.expect_400(comp, {"prompt": "x", "stream": True,
+                               "stream_options": {"include_usage": "yes"}},
+                        param="stream_options")
+        msg = [{"role": "user", "content": "hi"}]
+        self.expect_400(chat, {"messages": msg, "add_generation_prompt": "no"},
+                        text="add_generation_prompt")
+        self.expect_400(chat, {"messages": [{"role": "user", "content": ["hi"]}]},
+                        text="content part")
+        self.expect_400(chat, {"messages": [{"role": "user", "content": [{"type": 1}]}]},
+                        text="content part")
+        self.expect_400(chat, {"messages": [{"role": "user", "content": {"a": 1}}]},
+                        text="content")
+        self.expect_400(chat, {"messages": msg, "response_format": {"type": 1}},
+                        param="response_format")
+        self.expect_400(comp, {"prompt": "x", "priority": 2 ** 40}, param="priority")
+        self.expect_400(comp, {"prompt": "x", "seed": "1"}, text="seed")
+
+    def test_out_of_range_numbers_are_400(self):
+        comp = "/v1/completions"
+        for prompt in ([1, 4294967296], [1, -1], [1, 2 ** 64 - 1]):
+            self.expect_400(comp, {"prompt": prompt, "max_tokens": 1}, text="token id")
+        self.expect_400(comp, raw='{"prompt": [1, 1e10], "max_tokens": 1}')
+        self.expect_400(comp, {"prompt": "x", "stop_token_ids": [4294967296]}, text="token id")
+        self.expect_400("/v1/models/%s:predict" % MODEL,
+                        {"instances": [{"input_ids": [1, 4294967296]}]}, text="token id")
+        self.expect_400(comp, {"prompt": "x", "max_tokens": 2 ** 63}, param="max_tokens")
+        self.expect_400(comp, {"prompt": "x", "temperature": 1e300})
+        # A huge timeout is the server's maximum, not an instant 504.
+        status, b, t, _ = self.c.post(comp, {"prompt": "Once", "max_tokens": 2,
+                                             "timeout": 1e300})
+        self.assertEqual(status, 200, t)
+
+    def test_stop_strings_are_bounded(self):
+        comp = "/v1/completions"
+        self.expect_400(comp, {"prompt": "x", "n": 128, "max_tokens": 4,
+                               "stop": ["x" * (7 << 20)]}, param="stop")
+        self.expect_400(comp, {"prompt": "x", "stop": ["s%d" % i for i in range(33)]},
+                        param="stop")
+        status, _, t, _ = self.c.post(comp, {"prompt": "Once", "max_tokens": 4,
+                                             "stop": ["s%d" % i for i in range(32)]})
+        self.assertEqual(status, 200, t)
+        self.assertIsNone(self.proc.poll())
+
+
 class MetricsLabelsTest(unittest.TestCase):
     """Model names that clients invent do not become metric series."""
 
