@@ -1,5 +1,6 @@
 #include "tokenizer/llama2c_tokenizer.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 
@@ -109,27 +110,65 @@ std::vector<int32_t> Llama2cTokenizer::encode(std::string_view text,
     }
     i += len;
   }
-  std::string pair;
-  for (;;) {
-    float best_score = -1e10f;
-    int32_t best_id = -1;
-    size_t best_at = 0;
-    for (size_t i = 0; i + 1 < ids.size(); ++i) {
-      pair = pieces_[ids[i]];
-      pair += pieces_[ids[i + 1]];
-      const int32_t id = lookup(pair);
-      if (id >= 0 && scores_[id] > best_score) {
-        best_score = scores_[id];
-        best_id = id;
-        best_at = i;
-      }
-    }
-    if (best_id < 0) break;
-    ids[best_at] = best_id;
-    ids.erase(ids.begin() + static_cast<std::ptrdiff_t>(best_at) + 1);
-  }
+  merge_pairs(ids);
   out.insert(out.end(), ids.begin(), ids.end());
   return out;
+}
+
+// run.c's merge loop, in O(n log n) instead of O(n^2): run.c merges, again and again, the
+// adjacent pair whose concatenation is in the vocabulary with the highest score (the leftmost of
+// equal scores). Here the symbols are a linked list and every mergeable pair waits in a heap
+// ordered by (score, leftmost); a popped pair whose symbols changed since it was pushed is stale
+// and skipped. Merging only ever joins neighbours, so the order of the symbols' first positions
+// is the order run.c sees, and the same pairs merge in the same order.
+void Llama2cTokenizer::merge_pairs(std::vector<int32_t>& ids) const {
+  const int n = static_cast<int>(ids.size());
+  if (n < 2) return;
+  struct Sym {
+    int32_t id;
+    int prev, next;
+  };
+  std::vector<Sym> sym(static_cast<size_t>(n));
+  for (int i = 0; i < n; ++i) sym[i] = {ids[i], i - 1, i + 1 < n ? i + 1 : -1};
+  struct Pair {
+    float score;
+    int left, right;
+    int32_t left_id, right_id, merged;
+  };
+  auto worse = [](const Pair& a, const Pair& b) {
+    return a.score != b.score ? a.score < b.score : a.left > b.left;
+  };
+  std::vector<Pair> heap;
+  std::string joined;
+  auto consider = [&](int l) {
+    if (l < 0 || sym[l].next < 0) return;
+    const int r = sym[l].next;
+    joined = pieces_[sym[l].id];
+    joined += pieces_[sym[r].id];
+    auto it = ids_.find(joined);
+    // run.c starts its search at -1e10: a piece scored that low never merges.
+    if (it == ids_.end() || !(scores_[it->second] > -1e10f)) return;
+    heap.push_back({scores_[it->second], l, r, sym[l].id, sym[r].id, it->second});
+    std::push_heap(heap.begin(), heap.end(), worse);
+  };
+  for (int i = 0; i + 1 < n; ++i) consider(i);
+  std::vector<bool> dead(static_cast<size_t>(n), false);
+  while (!heap.empty()) {
+    std::pop_heap(heap.begin(), heap.end(), worse);
+    const Pair p = heap.back();
+    heap.pop_back();
+    if (dead[p.left] || dead[p.right] || sym[p.left].next != p.right ||
+        sym[p.left].id != p.left_id || sym[p.right].id != p.right_id)
+      continue;  // stale: one side merged since
+    sym[p.left].id = p.merged;
+    dead[p.right] = true;
+    sym[p.left].next = sym[p.right].next;
+    if (sym[p.right].next >= 0) sym[sym[p.right].next].prev = p.left;
+    consider(sym[p.left].prev);
+    consider(p.left);
+  }
+  ids.clear();
+  for (int i = 0; i >= 0; i = sym[i].next) ids.push_back(sym[i].id);
 }
 
 std::string Llama2cTokenizer::decode_token(int32_t prev, int32_t id) const {

@@ -38,6 +38,7 @@ class Llama2cTokenizer final : public Tokenizer {
   float score(int32_t id) const { return scores_.at(id); }
 
  private:
+  void merge_pairs(std::vector<int32_t>& ids) const;
   std::vector<std::string> pieces_;
   std::vector<float> scores_;
   std::vector<int> byte_value_;                   // -1, or the byte an <0xNN> piece stands for

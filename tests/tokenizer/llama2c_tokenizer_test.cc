@@ -2,6 +2,12 @@
 
 #include <gtest/gtest.h>
 
+#include <cstring>
+#include <random>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
 #include "core/error.h"
 #include "model/test_util.h"
 #include "tokenizer/tokenizer_loader.h"
@@ -56,6 +62,83 @@ TEST(Llama2cTokenizer, Llama2VocabMatchesSentencePiece) {
   EXPECT_EQ(tok->encode("Hello world", true), (Ids{1, 15043, 3186}));
   const std::string text = "The quick brown fox, 1234 émigrés 😀!";
   EXPECT_EQ(tok->decode(tok->encode(text, true)), text);
+}
+
+// run.c's encoder as it is written there: rescan every adjacent pair, merge the best (leftmost of
+// equal scores), repeat - O(n^2). The tokenizer merges with a heap; both must agree exactly.
+Ids run_c_encode(const Llama2cTokenizer& tok, const std::string& text, const std::string& path) {
+  // The scores, read from the file itself: [max_len:i32] then per token
+  // [score:f32][len:i32][bytes].
+  const std::string bytes = testing::read_bytes(path);
+  std::vector<float> scores;
+  std::unordered_map<std::string, int32_t> ids;
+  size_t at = 4;
+  for (int32_t id = 0; id < tok.vocab_size(); ++id) {
+    float score;
+    int32_t len;
+    std::memcpy(&score, &bytes[at], 4);
+    std::memcpy(&len, &bytes[at + 4], 4);
+    const std::string piece = bytes.substr(at + 8, static_cast<size_t>(len));
+    at += 8 + static_cast<size_t>(len);
+    scores.push_back(score);
+    const bool byte_piece = piece.size() == 6 && piece.rfind("<0x", 0) == 0 && piece[5] == '>';
+    if (id > 2 && !byte_piece) ids.emplace(piece, id);
+  }
+  Ids out;
+  if (!text.empty()) out.push_back(ids.at(" "));
+  for (size_t i = 0; i < text.size();) {
+    size_t len = 1;
+    while (len < 4 && i + len < text.size() &&
+           (static_cast<unsigned char>(text[i + len]) & 0xC0) == 0x80)
+      ++len;
+    auto it = ids.find(text.substr(i, len));
+    if (it != ids.end()) {
+      out.push_back(it->second);
+    } else {
+      for (size_t b = i; b < i + len; ++b) out.push_back(3 + static_cast<unsigned char>(text[b]));
+    }
+    i += len;
+  }
+  for (;;) {
+    float best = -1e10f;
+    int best_id = -1;
+    size_t best_at = 0;
+    for (size_t i = 0; i + 1 < out.size(); ++i) {
+      auto it = ids.find(tok.piece(out[i]) + tok.piece(out[i + 1]));
+      if (it != ids.end() && scores[it->second] > best) {
+        best = scores[it->second];
+        best_id = it->second;
+        best_at = i;
+      }
+    }
+    if (best_id < 0) break;
+    out[best_at] = best_id;
+    out.erase(out.begin() + static_cast<std::ptrdiff_t>(best_at) + 1);
+  }
+  return out;
+}
+
+TEST(Llama2cTokenizer, HeapMergingEqualsRunCsQuadraticLoop) {
+  const std::string llama2 = testing::shared_dir() + "/tokenizers/llama2/tokenizer.bin";
+  for (const auto& [path, vocab] :
+       {std::pair<std::string, int64_t>{testing::stories_tok(), 512}, {llama2, 32000}}) {
+    auto tok = Llama2cTokenizer::load(path, vocab);
+    std::mt19937 rng(11);
+    const std::vector<std::string> alphabet = {"a",    "b",   "e",  " ",        "  ",
+                                               "the",  "The", "\n", "Once",     " upon",
+                                               "ing",  ".",   ",",  "\xC3\xA9", "\xF0\x9F\x98\x80",
+                                               "aaaa", "1",   "0"};
+    for (int t = 0; t < 60; ++t) {
+      std::string text;
+      const int words = t < 50 ? 1 + static_cast<int>(rng() % 40) : 1500;
+      for (int w = 0; w < words; ++w) text += alphabet[rng() % alphabet.size()];
+      SCOPED_TRACE(path + ": " + text.substr(0, 80));
+      Ids want = run_c_encode(*tok, text, path);
+      EXPECT_EQ(tok->encode(text, false), want);
+    }
+    EXPECT_EQ(tok->encode(std::string(3000, 'a'), false),
+              run_c_encode(*tok, std::string(3000, 'a'), path));
+  }
 }
 
 TEST(Llama2cTokenizer, RejectsMalformedFiles) {
