@@ -45,6 +45,7 @@ struct ServeOptions {
   std::string tls_cert, tls_key;
   bool metrics_require_key = false;
   bool allow_config_reload_body = false;
+  int64_t max_connections = 4096;
   std::vector<std::string> model_roots;
 };
 
@@ -181,6 +182,7 @@ int run_serve(const ServeOptions& o) {
     hc.idle_timeout = std::chrono::milliseconds(static_cast<int64_t>(o.idle_timeout_s * 1000));
     hc.tls_cert = o.tls_cert;
     hc.tls_key = o.tls_key;
+    hc.max_connections = o.max_connections;
     Server server(state, hc);
     server.start();
     std::optional<GrpcServer> grpc;
@@ -318,6 +320,10 @@ Action add_serve(CLI::App& app) {
   app.add_option("--http-threads", o->http_threads, "I/O threads for HTTP")->capture_default_str();
   add_engine_options(app, o->engine);
   app.add_option("--dtype", o->dtype, "weights in memory: f32, bf16, f16, int8 or q4")
+      ->capture_default_str();
+  app.add_option("--max-connections", o->max_connections,
+                 "HTTP connections open at once; more are answered 503 and closed (0: no cap; "
+                 "keep it under the process's file descriptor limit)")
       ->capture_default_str();
   app.add_option("--max-body-bytes", o->max_body_bytes, "largest request body (413 above)")
       ->capture_default_str();

@@ -7,10 +7,12 @@
 #include <boost/asio/post.hpp>
 #include <boost/asio/ssl/context.hpp>
 #include <boost/asio/ssl/stream.hpp>
+#include <boost/asio/steady_timer.hpp>
 #include <boost/asio/strand.hpp>
 #include <boost/asio/write.hpp>
 #include <boost/beast/core/flat_buffer.hpp>
 #include <boost/beast/core/stream_traits.hpp>
+#include <boost/beast/core/string.hpp>
 #include <boost/beast/core/tcp_stream.hpp>
 #include <boost/beast/http/error.hpp>
 #include <boost/beast/http/read.hpp>
@@ -19,6 +21,8 @@
 #include <boost/beast/ssl/ssl_stream.hpp>
 #include <nlohmann/json.hpp>
 
+#include <algorithm>
+#include <cerrno>
 #include <deque>
 #include <mutex>
 #include <optional>
@@ -58,14 +62,19 @@ struct HttpServer::Impl {
   net::io_context ioc;
   tcp::acceptor acceptor;
   std::unique_ptr<net::ssl::context> tls;  // set with --tls-cert / --tls-key
+  net::steady_timer accept_backoff;
+  std::atomic<bool> out_of_fds{false};
+  std::atomic<int64_t> refused{0};
 
   Impl(HttpServerConfig c, HttpHandler h, HttpErrorFormatter e)
       : config(std::move(c)),
         handler(std::move(h)),
         errors(std::move(e)),
         ioc(std::max(1, config.threads)),
-        acceptor(ioc) {}
+        acceptor(ioc),
+        accept_backoff(ioc) {}
   void do_accept();
+  void refuse(tcp::socket socket);
 };
 
 // One client connection: reads a request, hands it to the handler, writes the response (whole
@@ -156,6 +165,59 @@ class HttpConnection : public std::enable_shared_from_this<HttpConnection> {
     parser_->body_limit(server_.config.max_body_bytes);
     lowest().expires_after(first_request_ ? server_.config.read_timeout
                                           : server_.config.idle_timeout);
+    // The header first: a transfer coding we cannot frame is refused before any body byte is
+    // read, and a client that sent "Expect: 100-continue" gets its 100 before sending the body.
+    std::visit(
+        [&](auto& s) {
+          http::async_read_header(
+              s, buffer_, *parser_,
+              [self = shared_from_this()](beast::error_code ec, size_t) { self->on_header(ec); });
+        },
+        stream_);
+  }
+
+  void on_header(beast::error_code ec) {
+    if (ec) return on_read(ec);
+    const auto& msg = parser_->get();
+    if (const auto te = msg.find(http::field::transfer_encoding); te != msg.end()) {
+      // Only "chunked" alone: with any other coding (gzip, or chunked not last) the body's
+      // length is unknowable, and a proxy that frames it otherwise could smuggle a request.
+      std::string v(te->value());
+      for (char& c : v) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+      v.erase(std::remove_if(v.begin(), v.end(), [](char c) { return c == ' ' || c == '\t'; }),
+              v.end());
+      if (v != "chunked")
+        return error_response(501, fmt::format("Transfer-Encoding '{}' is not supported (only "
+                                               "chunked)",
+                                               std::string(te->value())));
+      if (msg.find(http::field::content_length) != msg.end())
+        return error_response(400,
+                              "a request may not have both Transfer-Encoding and "
+                              "Content-Length");
+    }
+    if (const auto ex = msg.find(http::field::expect); ex != msg.end()) {
+      if (!beast::iequals(ex->value(), "100-continue"))
+        return error_response(
+            417, fmt::format("Expect '{}' is not supported", std::string(ex->value())));
+      if (!parser_->is_done()) {
+        auto cont = std::make_shared<std::string>("HTTP/1.1 100 Continue\r\n\r\n");
+        std::visit(
+            [&](auto& s) {
+              net::async_write(s, net::buffer(*cont),
+                               [self = shared_from_this(), cont](beast::error_code wec, size_t) {
+                                 if (wec) return self->fail_connection();
+                                 self->read_body();
+                               });
+            },
+            stream_);
+        return;
+      }
+    }
+    read_body();
+  }
+
+  void read_body() {
+    if (closed_) return;
     std::visit(
         [&](auto& s) {
           http::async_read(
@@ -247,8 +309,14 @@ class HttpConnection : public std::enable_shared_from_this<HttpConnection> {
                                        net::buffer(&c, 1), tcp::socket::message_peek, peek_ec);
                                    if (peek_ec == net::error::would_block) {
                                      self->watch_disconnect();  // the data was read meanwhile
-                                   } else if (peek_ec || n == 0) {
-                                     self->fail_connection();
+                                   } else if (peek_ec && peek_ec != net::error::eof) {
+                                     self->fail_connection();  // reset: the client is gone
+                                   } else if (n == 0) {
+                                     // FIN: the client may have only half-closed after its
+                                     // request (shutdown(SHUT_WR)), so the answer still goes
+                                     // out; a client that is really gone fails the next write.
+                                     // Nothing more can come: close once this response ends.
+                                     self->keep_alive_ = false;
                                    }
                                    // Otherwise a pipelined request waits; it is read later.
                                  });
@@ -408,14 +476,47 @@ void HttpResponder::end() {
 void HttpServer::Impl::do_accept() {
   acceptor.async_accept(net::make_strand(ioc), [this](beast::error_code ec, tcp::socket socket) {
     if (!accepting || !acceptor.is_open()) return;
+    if (ec == net::error::no_descriptors || ec.value() == ENFILE || ec == net::error::no_memory ||
+        ec == net::error::no_buffer_space) {
+      // Out of file descriptors: accepting again at once would spin on the same error while
+      // the pending connection waits in the backlog. Wait for connections to close.
+      if (!out_of_fds.exchange(true))
+        log::warn("accept: {} ({} connections open): retrying every 100 ms", ec.message(),
+                  connections.load());
+      accept_backoff.expires_after(std::chrono::milliseconds(100));
+      accept_backoff.async_wait([this](beast::error_code) { do_accept(); });
+      return;
+    }
+    out_of_fds = false;
     if (!ec) {
-      // Streamed tokens are small writes: without TCP_NODELAY, Nagle's algorithm holds each
-      // one until the previous is acknowledged, and a client's delayed ACK makes that ~40 ms.
-      beast::error_code nodelay_ec;
-      socket.set_option(tcp::no_delay(true), nodelay_ec);
-      std::make_shared<HttpConnection>(std::move(socket), *this)->start();
+      if (config.max_connections > 0 && connections.load() >= config.max_connections) {
+        refuse(std::move(socket));
+      } else {
+        // Streamed tokens are small writes: without TCP_NODELAY, Nagle's algorithm holds each
+        // one until the previous is acknowledged, and a client's delayed ACK makes that ~40 ms.
+        beast::error_code nodelay_ec;
+        socket.set_option(tcp::no_delay(true), nodelay_ec);
+        std::make_shared<HttpConnection>(std::move(socket), *this)->start();
+      }
     }
     do_accept();
+  });
+}
+
+void HttpServer::Impl::refuse(tcp::socket socket) {
+  // Over --max-connections: a 503 and the connection closed, without reading the request.
+  ++refused;
+  auto sock = std::make_shared<tcp::socket>(std::move(socket));
+  static const std::string kBody = R"({"error": {"message": "too many connections", "type": )"
+                                   R"("server_error", "code": "too_many_connections"}})";
+  auto bytes = std::make_shared<std::string>(fmt::format(
+      "HTTP/1.1 503 Service Unavailable\r\nServer: tokenflow\r\nContent-Type: "
+      "application/json\r\nRetry-After: 1\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{}",
+      kBody.size(), kBody));
+  net::async_write(*sock, net::buffer(*bytes), [sock, bytes](beast::error_code, size_t) {
+    beast::error_code ec;
+    sock->shutdown(tcp::socket::shutdown_both, ec);
+    sock->close(ec);
   });
 }
 
@@ -466,6 +567,7 @@ void HttpServer::stop_accepting() {
   net::post(impl_->ioc, [this] {
     beast::error_code ec;
     impl_->acceptor.close(ec);
+    impl_->accept_backoff.cancel();
   });
 }
 

@@ -31,6 +31,7 @@ struct HttpServerConfig {
   std::chrono::milliseconds read_timeout{30000};   // to receive a whole request
   std::chrono::milliseconds idle_timeout{60000};   // a keep-alive connection with no request
   std::chrono::milliseconds write_timeout{60000};  // a client that stops reading
+  int64_t max_connections = 0;  // open connections at most; more get a 503 and close (0: none)
   // TLS (HTTPS) when both are set: PEM certificate chain and private key. TLS 1.2 and 1.3 only.
   std::string tls_cert, tls_key;
 };

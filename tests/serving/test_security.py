@@ -252,6 +252,128 @@ class InputErrorsTest(unittest.TestCase):
         self.assertIsNone(self.proc.poll())
 
 
+def read_until_closed(s):
+    buf = b""
+    while True:
+        try:
+            got = s.recv(65536)
+        except ConnectionResetError:
+            break
+        if not got:
+            break
+        buf += got
+    s.close()
+    return buf
+
+
+class HttpEdgeTest(unittest.TestCase):
+    """Transfer codings we cannot frame, half-closed clients, Expect: 100-continue, the
+    connection cap and running out of file descriptors."""
+
+    @classmethod
+    def setUpClass(cls):
+        cls.proc, cls.port = start_server("--max-connections", "6")
+        cls.c = Client(cls.port)
+
+    @classmethod
+    def tearDownClass(cls):
+        stop_server(cls.proc)
+
+    def connect(self):
+        import socket
+        return socket.create_connection(("127.0.0.1", self.port), timeout=30)
+
+    def test_unsupported_transfer_encoding_is_refused_and_nothing_is_smuggled(self):
+        s = self.connect()
+        s.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: gzip\r\n"
+                  b"Content-Type: application/json\r\n\r\n"
+                  b"GET /v1/models HTTP/1.1\r\nHost: x\r\n\r\n")
+        got = read_until_closed(s)
+        self.assertTrue(got.startswith(b"HTTP/1.1 501"), got[:200])
+        self.assertEqual(got.count(b"HTTP/1.1 "), 1, got)  # the smuggled GET never ran
+        s = self.connect()
+        s.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n"
+                  b"Content-Length: 5\r\n\r\n0\r\n\r\n")
+        got = read_until_closed(s)
+        self.assertTrue(got.startswith(b"HTTP/1.1 400"), got[:200])
+
+    def test_half_closed_client_gets_its_answer(self):
+        import socket
+        body = json.dumps({"prompt": "Once", "max_tokens": 8}).encode()
+        s = self.connect()
+        s.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json"
+                  b"\r\nContent-Length: " + str(len(body)).encode() + b"\r\n\r\n" + body)
+        s.shutdown(socket.SHUT_WR)
+        got = read_until_closed(s)
+        self.assertTrue(got.startswith(b"HTTP/1.1 200"), got[:200])
+        self.assertIn(b'"text_completion"', got)
+
+    def test_expect_100_continue(self):
+        body = json.dumps({"prompt": "Once", "max_tokens": 4}).encode()
+        s = self.connect()
+        s.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json"
+                  b"\r\nExpect: 100-continue\r\nConnection: close\r\nContent-Length: " +
+                  str(len(body)).encode() + b"\r\n\r\n")
+        first = b""
+        while b"\r\n\r\n" not in first:
+            got = s.recv(4096)
+            self.assertTrue(got, "closed before the 100")
+            first += got
+        self.assertTrue(first.startswith(b"HTTP/1.1 100 Continue\r\n\r\n"), first)
+        s.sendall(body)
+        rest = first[len(b"HTTP/1.1 100 Continue\r\n\r\n"):] + read_until_closed(s)
+        self.assertTrue(rest.startswith(b"HTTP/1.1 200"), rest[:200])
+
+    def test_connection_cap_refuses_cleanly(self):
+        from test_server import wait_for
+        held = [self.connect() for _ in range(6)]
+        try:
+            def refused():
+                s = self.connect()
+                s.sendall(b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
+                got = read_until_closed(s)
+                return got.startswith(b"HTTP/1.1 503") and b"too_many_connections" in got
+            self.assertTrue(wait_for(refused, 20))
+        finally:
+            for h in held:
+                h.close()
+        # Once they close, new clients are served again.
+        self.assertTrue(wait_for(lambda: self.c.get("/healthz")[0] == 200, 20))
+
+
+class FileDescriptorsTest(unittest.TestCase):
+    def test_out_of_descriptors_backs_off_and_recovers(self):
+        import resource
+        import socket
+        from test_server import wait_for
+        err = tempfile.NamedTemporaryFile(mode="w+", delete=False)
+
+        def low_fd_limit():
+            resource.setrlimit(resource.RLIMIT_NOFILE, (64, 64))
+        proc = subprocess.Popen(
+            [BIN, "serve", "--model", os.path.join(SHARED, "models", "stories260K",
+                                                   "stories260K.bin"),
+             "--port", "0", "--kv-cache-memory", "16MiB", "--max-connections", "0"],
+            stdout=subprocess.PIPE, stderr=err, text=True, preexec_fn=low_fd_limit)
+        try:
+            port = int(re.search(r"http://127\.0\.0\.1:(\d+)", proc.stdout.readline()).group(1))
+            held = []
+            for _ in range(80):  # more than the server has descriptors
+                held.append(socket.create_connection(("127.0.0.1", port), timeout=30))
+
+            def warned():
+                with open(err.name) as f:
+                    return "retrying every 100 ms" in f.read()
+            self.assertTrue(wait_for(warned, 20))
+            for h in held:
+                h.close()
+            self.assertTrue(wait_for(lambda: Client(port).get("/healthz")[0] == 200, 30))
+            self.assertIsNone(proc.poll())
+        finally:
+            stop_server(proc)
+            os.unlink(err.name)
+
+
 class MetricsLabelsTest(unittest.TestCase):
     """Model names that clients invent do not become metric series."""
 
