@@ -46,6 +46,7 @@ struct ServeOptions {
   bool metrics_require_key = false;
   bool allow_config_reload_body = false;
   int64_t max_connections = 4096;
+  int64_t max_sequences_per_request = 256;
   std::vector<std::string> model_roots;
 };
 
@@ -143,6 +144,7 @@ int run_serve(const ServeOptions& o) {
     fail("--max-prompt-tokens and --max-tokens-cap must be >= 0");
   state.limits.max_prompt_tokens = o.max_prompt_tokens;
   state.limits.max_tokens_cap = o.max_tokens_cap;
+  state.limits.max_sequences_per_request = o.max_sequences_per_request;
   state.config_body_reloads = o.allow_config_reload_body;
   state.model_roots = roots;
   if (!o.api_keys_file.empty()) {
@@ -320,6 +322,10 @@ Action add_serve(CLI::App& app) {
   app.add_option("--http-threads", o->http_threads, "I/O threads for HTTP")->capture_default_str();
   add_engine_options(app, o->engine);
   app.add_option("--dtype", o->dtype, "weights in memory: f32, bf16, f16, int8 or q4")
+      ->capture_default_str();
+  app.add_option("--max-sequences-per-request", o->max_sequences_per_request,
+                 "sequences one request may ask for: prompts x max(n, best_of, beams) (400 above; "
+                 "0: no limit)")
       ->capture_default_str();
   app.add_option("--max-connections", o->max_connections,
                  "HTTP connections open at once; more are answered 503 and closed (0: no cap; "

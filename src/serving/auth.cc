@@ -154,7 +154,7 @@ const KeyPolicy* ApiKeys::find(std::string_view key) const {
 }
 
 Admission::~Admission() {
-  limiter_.release(key_, estimate_, used_);
+  limiter_.release(key_, estimate_, used_, sequences_);
 }
 
 void KeyLimiter::refill(const KeyPolicy& key, State& s, Clock::time_point now) {
@@ -171,11 +171,12 @@ void KeyLimiter::refill(const KeyPolicy& key, State& s, Clock::time_point now) {
   s.tokens = std::min(key.tokens_per_minute, s.tokens + minutes * key.tokens_per_minute);
 }
 
-double KeyLimiter::admit(const KeyPolicy& key, double tokens) {
+double KeyLimiter::admit(const KeyPolicy& key, double tokens, int64_t sequences) {
   std::lock_guard lock(mu_);
   State& s = states_[key.name];
   refill(key, s, Clock::now());
-  if (key.max_concurrent > 0 && s.in_flight >= key.max_concurrent) return 1.0;
+  if (key.max_concurrent > 0 && s.in_flight > 0 && s.in_flight + sequences > key.max_concurrent)
+    return 1.0;
   double wait = 0;
   if (key.requests_per_minute > 0 && s.requests < 1)
     wait = std::max(wait, (1 - s.requests) / key.requests_per_minute * 60);
@@ -188,14 +189,15 @@ double KeyLimiter::admit(const KeyPolicy& key, double tokens) {
   if (wait > 0) return std::max(wait, 0.001);
   if (key.requests_per_minute > 0) s.requests -= 1;
   if (key.tokens_per_minute > 0) s.tokens -= tokens;
-  ++s.in_flight;
+  s.in_flight += sequences;
   return 0;
 }
 
-void KeyLimiter::release(const KeyPolicy& key, double estimated_tokens, double used_tokens) {
+void KeyLimiter::release(const KeyPolicy& key, double estimated_tokens, double used_tokens,
+                         int64_t sequences) {
   std::lock_guard lock(mu_);
   State& s = states_[key.name];
-  s.in_flight = std::max<int64_t>(0, s.in_flight - 1);
+  s.in_flight = std::max<int64_t>(0, s.in_flight - sequences);
   if (key.tokens_per_minute > 0)
     s.tokens = std::min(key.tokens_per_minute, s.tokens + estimated_tokens - used_tokens);
 }

@@ -66,8 +66,8 @@ class KeyLimiter;
 // One admitted request: released (with the tokens it really used) when destroyed.
 class Admission {
  public:
-  Admission(KeyLimiter& limiter, const KeyPolicy& key, double estimate)
-      : limiter_(limiter), key_(key), estimate_(estimate), used_(estimate) {}
+  Admission(KeyLimiter& limiter, const KeyPolicy& key, double estimate, int64_t sequences = 1)
+      : limiter_(limiter), key_(key), estimate_(estimate), used_(estimate), sequences_(sequences) {}
   ~Admission();
   Admission(const Admission&) = delete;
   Admission& operator=(const Admission&) = delete;
@@ -77,18 +77,21 @@ class Admission {
   KeyLimiter& limiter_;
   const KeyPolicy& key_;
   double estimate_, used_;
+  int64_t sequences_;
 };
 
 // Token buckets and in-flight counts per key. Thread-safe.
 class KeyLimiter {
  public:
   using Clock = std::chrono::steady_clock;
-  // Admits a request that may use `tokens` tokens. Returns 0 and counts it (call release()
-  // when it ends), or the seconds after which it could be admitted (HTTP 429, Retry-After);
-  // a concurrency refusal returns 1.
-  double admit(const KeyPolicy& key, double tokens);
+  // Admits a request that may use `tokens` tokens in `sequences` sequences (the key's
+  // concurrency counts sequences: one request of n=64 is 64). Returns 0 and counts it (call
+  // release() when it ends), or the seconds after which it could be admitted (HTTP 429,
+  // Retry-After); a concurrency refusal returns 1.
+  double admit(const KeyPolicy& key, double tokens, int64_t sequences = 1);
   // The request ended; used_tokens corrects the tokens estimated at admission.
-  void release(const KeyPolicy& key, double estimated_tokens, double used_tokens);
+  void release(const KeyPolicy& key, double estimated_tokens, double used_tokens,
+               int64_t sequences = 1);
 
  private:
   struct State {

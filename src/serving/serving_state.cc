@@ -101,6 +101,7 @@ std::shared_ptr<Admission> ServingState::prepare(
                             : prefix_cache_salt(cache_secret, tenant, cache_salt);
   // For the key's token rate: prompt tokens plus the most the sequences may generate.
   double tokens = 0;
+  int64_t sequences = 0;
   for (auto& r : requests) {
     if (!max_tokens_given && limits.max_tokens_cap > 0)
       r.params.max_tokens =
@@ -111,6 +112,15 @@ std::shared_ptr<Admission> ServingState::prepare(
     const int32_t seqs = std::max({r.params.n, r.params.best_of.value_or(1), r.params.num_beams});
     tokens += static_cast<double>(r.prompt.size()) +
               static_cast<double>(r.params.max_tokens) * static_cast<double>(seqs);
+    sequences += seqs;
+  }
+  // One request may not hold the engine with thousands of sequences (64 prompts x n=128).
+  if (limits.max_sequences_per_request > 0 && sequences > limits.max_sequences_per_request) {
+    throw HttpError(400,
+                    fmt::format("the request asks for {} sequences (prompts x n, best_of or "
+                                "beams); this server takes at most {} per request",
+                                sequences, limits.max_sequences_per_request),
+                    "too_many_sequences", "n");
   }
   if (!record.key) return nullptr;
   const KeyPolicy& key = *record.key;
@@ -118,14 +128,21 @@ std::shared_ptr<Admission> ServingState::prepare(
     throw HttpError(403, fmt::format("this API key may not use model '{}'", model),
                     "model_not_allowed");
   }
-  const double wait = limiter.admit(key, tokens);
+  if (key.max_concurrent > 0 && sequences > key.max_concurrent) {
+    throw HttpError(400,
+                    fmt::format("the request asks for {} sequences; API key '{}' runs at most {} "
+                                "at once",
+                                sequences, key.name, key.max_concurrent),
+                    "too_many_sequences", "n");
+  }
+  const double wait = limiter.admit(key, tokens, sequences);
   if (wait > 0) {
     throw HttpError(
         429, fmt::format("rate limit of API key '{}' reached: retry in {:.1f} s", key.name, wait),
         "rate_limit_exceeded")
         .retry_after(static_cast<int>(std::ceil(wait)));
   }
-  return std::make_shared<Admission>(limiter, key, tokens);
+  return std::make_shared<Admission>(limiter, key, tokens, sequences);
 }
 
 }  // namespace tf

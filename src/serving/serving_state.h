@@ -25,6 +25,8 @@ struct ServingLimits {
   std::chrono::milliseconds max_request_time{600000};
   int64_t max_prompt_tokens = 0;  // 0: the model's context
   int64_t max_tokens_cap = 0;     // largest max_tokens a request may ask for; 0: the context
+  // Sequences one request may ask for in all (prompts x max(n, best_of, beams)); 0: no limit.
+  int64_t max_sequences_per_request = 256;
 };
 
 // Whether path, made canonical (symlinks and '..' resolved as far as it exists), is one of the

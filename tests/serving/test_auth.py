@@ -27,7 +27,7 @@ class AuthTest(unittest.TestCase):
             f.write("sk-admin name=admin admin\n"
                     "sha256:%s name=limited models=stories260K rpm=3\n"
                     "sk-other name=other models=someothermodel\n"
-                    "sk-one name=one concurrency=1\n" % hashlib.sha256(b"sk-limited").hexdigest())
+                    "sk-one name=one concurrency=8\n" % hashlib.sha256(b"sk-limited").hexdigest())
         cls.log = os.path.join(cls.dir, "access.log")
         cls.proc, cls.port = start_server("--api-keys-file", cls.keys, "--access-log", cls.log)
         cls.c = Client(cls.port)
@@ -98,6 +98,11 @@ class AuthTest(unittest.TestCase):
         self.assertEqual(status, 429)
         self.assertEqual(results, [200])
         self.assertEqual(self.post("sk-one")[0], 200)  # released when it ended
+        # Concurrency counts sequences: 8 running sequences leave no room for a ninth, and a
+        # request of 9 can never run under this key.
+        status, body = self.post("sk-one", {"prompt": "Hi", "max_tokens": 1, "n": 9})[:2]
+        self.assertEqual(status, 400, body)
+        self.assertEqual(body["error"]["code"], "too_many_sequences")
 
     def cached(self, key, salt=None):
         body = {"prompt": PROMPT, "max_tokens": 1}

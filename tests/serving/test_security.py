@@ -240,6 +240,16 @@ class InputErrorsTest(unittest.TestCase):
                                              "timeout": 1e300})
         self.assertEqual(status, 200, t)
 
+    def test_sequences_per_request_are_bounded(self):
+        comp = "/v1/completions"
+        b = self.expect_400(comp, {"prompt": ["Once"] * 64, "n": 128, "max_tokens": 1},
+                            param="n")
+        self.assertEqual(b["error"]["code"], "too_many_sequences")
+        self.expect_400("/v1/models/%s:predict" % MODEL,
+                        {"instances": ["a"] * 10000}, text="sequences")
+        status, _, t, _ = self.c.post(comp, {"prompt": ["Once"] * 2, "n": 128, "max_tokens": 1})
+        self.assertEqual(status, 200, t[:300])
+
     def test_stop_strings_are_bounded(self):
         comp = "/v1/completions"
         self.expect_400(comp, {"prompt": "x", "n": 128, "max_tokens": 4,
