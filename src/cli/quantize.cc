@@ -38,7 +38,7 @@ int run_quantize(const QuantizeOptions& o) {
   if (fs::exists(o.out, ec) && fs::equivalent(o.in, o.out, ec))
     fail("the output directory is the input");
 
-  auto model = load_model(o.in, type);
+  auto model = load_model(o.in, type, /*keep_files=*/true);
   const WeightStore& w = model->weights();
   // Buffers for tensors converted here (bf16/f16 in their stored layout); deque: stable.
   std::deque<std::vector<uint16_t>> converted;

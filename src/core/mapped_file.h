@@ -1,6 +1,8 @@
 #pragma once
-// A read-only memory-mapped file. Weights are mapped, not read: pages load on first touch and
-// the kernel shares them between processes serving the same model.
+// A read-only memory-mapped file. Weights are mapped while a model loads (pages load on first
+// touch); the WeightStore copies what the model uses and closes the mapping, because a file
+// truncated or rewritten in place would SIGBUS any process still touching its pages (even
+// private copy-on-write ones: truncation unmaps those too).
 
 #include <cstddef>
 #include <cstdint>
@@ -31,6 +33,8 @@ class MappedFile {
   void release_pages() const;
   // The same for the whole pages inside [p, p + n) (p within this mapping).
   void release_pages(const void* p, size_t n) const;
+  // Unmaps the file (data() becomes nullptr; the path stays for messages).
+  void close();
 
  private:
   void reset();

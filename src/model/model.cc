@@ -68,7 +68,8 @@ void Model::forward(std::span<const SequenceChunk> batch, KvCache& kv, float* lo
   run(batch, token_positions_, kv, logits, pool);
 }
 
-std::unique_ptr<Model> load_model(const std::string& path, kernels::WeightType weight_type) {
+std::unique_ptr<Model> load_model(const std::string& path, kernels::WeightType weight_type,
+                                  bool keep_files) {
   namespace fs = std::filesystem;
   std::error_code ec;
   if (!fs::exists(path, ec)) fail(ErrorKind::kNotFound, "model path '{}' does not exist", path);
@@ -106,9 +107,9 @@ std::unique_ptr<Model> load_model(const std::string& path, kernels::WeightType w
   weights.set_compute_type(weight_type);
   auto model = config.arch == Arch::kGpt2 ? make_gpt2(std::move(config), std::move(weights))
                                           : make_llama(std::move(config), std::move(weights));
-  // Packed into a narrower type, the model no longer reads most of its files: the memory it
-  // holds is the packed size.
-  if (weight_type != kernels::WeightType::kF32) model->weights().release_mapped_pages();
+  // The model holds copies and conversions only: the files go, and with them any way for a
+  // file changed in place to reach a running model.
+  if (!keep_files) model->close_weight_files();
   return model;
 }
 

@@ -37,6 +37,8 @@ class Model {
 
   const ModelConfig& config() const { return config_; }
   const WeightStore& weights() const { return weights_; }
+  // Once built: the weight files are unmapped (WeightStore::close_files).
+  void close_weight_files() { weights_.close_files(); }
   int64_t parameter_count() const;
 
   // Checks the batch against the model and the cache, then runs it: writes K/V for every token
@@ -65,7 +67,10 @@ class Model {
 
 // Loads a model from a Hugging Face directory (config.json + safetensors) or a llama2.c .bin,
 // its linear layers and embeddings packed into weight_type (--dtype); norms and biases stay f32.
+// The weight files are unmapped once the model is built (the model holds copies), unless
+// keep_files: the stored tensors stay readable through weights().get() (quantize writes them).
 std::unique_ptr<Model> load_model(const std::string& path,
-                                  kernels::WeightType weight_type = kernels::WeightType::kF32);
+                                  kernels::WeightType weight_type = kernels::WeightType::kF32,
+                                  bool keep_files = false);
 
 }  // namespace tf

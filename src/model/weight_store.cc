@@ -1,5 +1,7 @@
 #include "model/weight_store.h"
 
+#include <cstring>
+
 #include <cstdint>
 
 #include "core/error.h"
@@ -30,6 +32,19 @@ const TensorView& WeightStore::get(const std::string& name) const {
   return entry(name).view;
 }
 
+const void* WeightStore::own_copy(const Entry& e, size_t align) {
+  // The model keeps no pointer into a mapped file: a weight file truncated or rewritten while
+  // it is served would SIGBUS the process on the next touch (a private mapping does not help:
+  // truncation unmaps even its copied pages). Copied once at load; the file's pages go at once.
+  const size_t n = e.view.nbytes();
+  owned_bytes_.emplace_back(n + align);
+  uint8_t* base = owned_bytes_.back().data();
+  uint8_t* out = base + (align - reinterpret_cast<uintptr_t>(base) % align) % align;
+  std::memcpy(out, e.view.data, n);
+  files_.at(e.file_index).release_pages(e.view.data, n);
+  return out;
+}
+
 void WeightStore::check_shape(const std::string& name, const Entry& e, const Shape& shape) const {
   if (!(e.view.shape == shape)) {
     fail("tensor '{}' in '{}' has shape {}, expected {}", name, files_.at(e.file_index).path(),
@@ -49,7 +64,10 @@ const float* WeightStore::f32(const std::string& name, const Shape& shape) {
   check_shape(name, e, shape);
   if (e.converted != nullptr) return e.converted;
   const bool aligned = reinterpret_cast<uintptr_t>(e.view.data) % alignof(float) == 0;
-  if (e.view.dtype == DType::kF32 && aligned) return static_cast<const float*>(e.view.data);
+  if (e.view.dtype == DType::kF32 && aligned) {
+    e.converted = static_cast<const float*>(own_copy(e, 64));
+    return e.converted;
+  }
   if (e.view.dtype != DType::kF32 && e.view.dtype != DType::kF16 && e.view.dtype != DType::kBF16) {
     fail(ErrorKind::kUnsupported, "tensor '{}' in '{}' has dtype {}; F32, F16 or BF16 expected",
          name, files_.at(e.file_index).path(), dtype_name(e.view.dtype));
@@ -61,16 +79,19 @@ const float* WeightStore::f32(const std::string& name, const Shape& shape) {
 }
 
 const float* WeightStore::f32_transposed(const std::string& name, const Shape& stored_shape) {
-  const float* src = f32(name, stored_shape);
+  // Read from the mapping where the stored layout is plain f32 (no copy of it is kept).
+  const Entry& e = entry(name);
+  check_shape(name, e, stored_shape);
+  const bool mapped_f32 = e.converted == nullptr && e.view.dtype == DType::kF32 &&
+                          reinterpret_cast<uintptr_t>(e.view.data) % alignof(float) == 0;
+  const float* src = mapped_f32 ? static_cast<const float*>(e.view.data) : f32(name, stored_shape);
   const int64_t rows = stored_shape[0];
   const int64_t cols = stored_shape[1];
   float* out = alloc(static_cast<size_t>(rows * cols));
   for (int64_t r = 0; r < rows; ++r) {
     for (int64_t c = 0; c < cols; ++c) out[c * rows + r] = src[r * cols + c];
   }
-  // The stored layout is not read again: drop its pages from the resident set.
-  const Entry& e = entry(name);
-  if (src == e.view.data) files_.at(e.file_index).release_pages(e.view.data, e.view.nbytes());
+  if (mapped_f32) files_.at(e.file_index).release_pages(e.view.data, e.view.nbytes());
   return out;
 }
 
@@ -82,11 +103,7 @@ const void* WeightStore::aligned_bytes(const std::string& name, DType dtype, con
          dtype_name(e.view.dtype), dtype_name(dtype));
   }
   check_shape(name, e, shape);
-  if (reinterpret_cast<uintptr_t>(e.view.data) % align == 0) return e.view.data;
-  owned_bytes_.emplace_back(static_cast<const uint8_t*>(e.view.data),
-                            static_cast<const uint8_t*>(e.view.data) + e.view.nbytes());
-  converted_bytes_ += e.view.nbytes();
-  return owned_bytes_.back().data();
+  return own_copy(e, std::max<size_t>(align, 1));
 }
 
 kernels::WeightMatrix WeightStore::prepacked(const std::string& name, int64_t n, int64_t k) {
@@ -131,7 +148,7 @@ kernels::WeightMatrix WeightStore::matrix(const std::string& name, int64_t n, in
   const bool in_place = !transposed && reinterpret_cast<uintptr_t>(e.view.data) % 2 == 0 &&
                         ((t == WeightType::kBF16 && e.view.dtype == DType::kBF16) ||
                          (t == WeightType::kF16 && e.view.dtype == DType::kF16));
-  kernels::WeightMatrix m{t, e.view.data, nullptr, n, k};
+  kernels::WeightMatrix m{t, in_place ? own_copy(e, 64) : e.view.data, nullptr, n, k};
   if (!in_place) {
     // An f32 view of the source, temporary unless it is the mapped bytes themselves.
     std::vector<float> tmp;
@@ -164,9 +181,8 @@ kernels::WeightMatrix WeightStore::matrix(const std::string& name, int64_t n, in
     owned_bytes_.emplace_back();
     std::vector<uint8_t>& scales = owned_bytes_.back();
     kernels::quantize_rows(t, src, n, k, data, scales);
-    // The source pages are not needed any more (a tied embedding packs once): keep the peak
-    // resident memory near the packed size during the load.
-    files_.at(e.file_index).release_pages(e.view.data, e.view.nbytes());
+    // The source pages are not needed any more (a tied embedding packs once); they go at
+    // release_mapped_pages, unless another user holds them in place.
     converted_bytes_ += data.size() + scales.size();
     m.data = data.data();
     m.scales = scales.empty() ? nullptr : scales.data();
@@ -175,8 +191,10 @@ kernels::WeightMatrix WeightStore::matrix(const std::string& name, int64_t n, in
   return m;
 }
 
-void WeightStore::release_mapped_pages() const {
-  for (const auto& f : files_) f.release_pages();
+void WeightStore::close_files() {
+  // Everything the model uses was copied or converted (own_copy): nothing reads the files any
+  // more, and unmapping them makes that so.
+  for (auto& f : files_) f.close();
 }
 
 std::vector<std::string> WeightStore::names() const {

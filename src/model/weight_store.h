@@ -50,7 +50,8 @@ class WeightStore {
 
   // After packing: drops the mapped files' pages from the resident set (what is still used, the
   // f32 norms and biases, comes back from the file when touched).
-  void release_mapped_pages() const;
+  // Unmaps the files once the model is built: every tensor it uses was copied or converted.
+  void close_files();
 
   std::vector<std::string> names() const;
   size_t size() const { return tensors_.size(); }
@@ -66,6 +67,8 @@ class WeightStore {
     const float* converted;  // the f32 copy, once made
   };
   const Entry& entry(const std::string& name) const;
+  // A copy of a tensor's stored bytes, aligned, owned by the store.
+  const void* own_copy(const Entry& e, size_t align);
   void check_shape(const std::string& name, const Entry& e, const Shape& shape) const;
   float* alloc(size_t n);
   kernels::WeightMatrix prepacked(const std::string& name, int64_t n, int64_t k);

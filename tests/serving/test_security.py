@@ -384,6 +384,44 @@ class FileDescriptorsTest(unittest.TestCase):
             os.unlink(err.name)
 
 
+class WeightFileChangesTest(unittest.TestCase):
+    """A served weight file truncated or overwritten in place does not kill the server: the
+    loader copies every page in at load (before, the next request died of SIGBUS)."""
+
+    def test_truncate_and_overwrite_in_place(self):
+        import shutil
+        d = tempfile.mkdtemp(prefix="tf_weights_")
+        stories = os.path.join(SHARED, "models", "stories260K")
+        model = os.path.join(d, "stories260K.bin")
+        shutil.copy(os.path.join(stories, "stories260K.bin"), model)
+        shutil.copy(os.path.join(stories, "tok512.bin"), os.path.join(d, "tok512.bin"))
+        err = tempfile.TemporaryFile(mode="w+")
+        proc = subprocess.Popen([BIN, "serve", "--model", model, "--port", "0",
+                                 "--kv-cache-memory", "16MiB"],
+                                stdout=subprocess.PIPE, stderr=err, text=True)
+        proc.err_file = err
+        try:
+            port = int(re.search(r"http://127\.0\.0\.1:(\d+)", proc.stdout.readline()).group(1))
+            c = Client(port)
+            body = {"prompt": "Once upon a time", "max_tokens": 16, "temperature": 0}
+            status, first, _, _ = c.post("/v1/completions", body)
+            self.assertEqual(status, 200)
+            os.truncate(model, 0)
+            status, again, _, _ = c.post("/v1/completions", body)
+            self.assertEqual(status, 200)
+            self.assertEqual(again["choices"][0]["text"], first["choices"][0]["text"])
+            with open(model, "wb") as f:  # as cp over it does: truncate, then other bytes
+                f.write(os.urandom(4096))
+            status, again, _, _ = c.post("/v1/completions", body)
+            self.assertEqual(status, 200)
+            self.assertEqual(again["choices"][0]["text"], first["choices"][0]["text"])
+            self.assertIsNone(proc.poll(), "the server died")
+        finally:
+            rc, _ = stop_server(proc)
+            shutil.rmtree(d, True)
+        self.assertEqual(rc, 0)
+
+
 class MetricsLabelsTest(unittest.TestCase):
     """Model names that clients invent do not become metric series."""
 
