@@ -1,6 +1,9 @@
 """The soak test (issues 10 and 17): minutes of mixed load against the real server on 127.0.0.1 -
 streaming and not, clients that vanish mid-stream, malformed, oversized and unauthenticated
-requests, bursts over a key's rate limit, model reloads that replace a version - then it checks
+requests, bursts over a key's rate limit, and issue 18's inputs (JSON nested 20,000 deep,
+Transfer-Encoding: gzip with a smuggled request behind it, invented model names, 8,192
+sequences in one request, token ids past 2^32), model reloads that replace a version - then it
+checks
 that the process never died, every request got an answer or a clear error, none hung past its
 deadline, every KV block is free, and the server's metrics count what the test sent.
 
@@ -64,7 +67,8 @@ class SoakTest(unittest.TestCase):
         write_config([1])
         keys = os.path.join(d, "keys")
         with open(keys, "w") as f:
-            f.write("sk-good name=good admin\nsk-limited name=limited rpm=60\nsk-burst name=burst rpm=2\n")
+            f.write("sk-good name=good admin\nsk-limited name=limited rpm=60\n"
+                    "sk-burst name=burst rpm=2\n")
         err = open(os.path.join(d, "server.log"), "w")
         proc = subprocess.Popen(
             [BIN, "serve", "--model_config_file", config, "--api-keys-file", keys, "--port", "0",
@@ -140,8 +144,9 @@ class SoakTest(unittest.TestCase):
 
         def one_request(rng):
             kind = rng.choices(["plain", "stream", "drop", "malformed", "oversized",
-                                "no_key", "wrong_key", "limited"],
-                               [35, 25, 8, 7, 3, 5, 5, 12])[0]
+                                "no_key", "wrong_key", "limited", "deep", "bad_te",
+                                "unknown_model", "too_many", "huge_id"],
+                               [35, 25, 8, 7, 3, 5, 5, 12, 2, 2, 2, 2, 2])[0]
             try:
                 if kind == "plain":
                     status, body, _, _ = post({"prompt": "The dog",
@@ -165,6 +170,38 @@ class SoakTest(unittest.TestCase):
                     record(kind, None)  # refused by the HTTP layer, before any route
                     if status != 413:
                         lost.append("oversized: %d" % status)
+                elif kind == "deep":  # nesting past the parser's bound (issue 18)
+                    status, _, _, _ = post(None, raw='{"prompt": ' + "[" * 20000 + "]" * 20000 +
+                                           "}")
+                    record(kind, status)
+                    if status != 400:
+                        lost.append("deep: %d" % status)
+                elif kind == "bad_te":  # a transfer coding nobody can frame: 501 and closed
+                    s = socket.create_connection(("127.0.0.1", port), timeout=40)
+                    s.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: "
+                              b"gzip\r\n\r\nGET /v1/models HTTP/1.1\r\nHost: x\r\n\r\n")
+                    got = b""
+                    while True:
+                        chunk = s.recv(65536)
+                        if not chunk:
+                            break
+                        got += chunk
+                    s.close()
+                    record(kind, None)  # refused by the HTTP layer, before any route
+                    if not got.startswith(b"HTTP/1.1 501") or got.count(b"HTTP/1.1 ") != 1:
+                        lost.append("bad_te: %r" % got[:60])
+                elif kind == "unknown_model":  # invented names must not grow the metrics
+                    name = "m%016x" % rng.getrandbits(64)
+                    status, _, _, _ = c.request("GET", "/v1/models/" + name, headers=GOOD)
+                    record(kind, None)
+                    if status != 404:
+                        lost.append("unknown_model: %d" % status)
+                elif kind == "too_many":
+                    status, _, _, _ = post({"prompt": ["x"] * 64, "n": 128, "max_tokens": 1})
+                    record(kind, status)
+                elif kind == "huge_id":
+                    status, _, _, _ = post({"prompt": [1, 4294967296], "max_tokens": 1})
+                    record(kind, status)
                 elif kind in ("no_key", "wrong_key"):
                     h = {} if kind == "no_key" else {"Authorization": "Bearer sk-nope"}
                     status, _, _, _ = post({"prompt": "x"}, headers=h)
@@ -275,6 +312,8 @@ class SoakTest(unittest.TestCase):
             served[code] += int(float(m.group(2)))
             if 'model="story"' in m.group(1):  # not the admin calls of this test
                 served_story[code] += int(float(m.group(2)))
+        labels = set(re.findall(r'model="([^"]*)"', metrics))
+        self.assertLessEqual(labels, {"", "story"}, "invented model names became series")
         rc, _ = stop_server(proc)
 
         sent = sum(outcomes.values())
