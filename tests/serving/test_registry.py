@@ -32,6 +32,15 @@ def make_version(base, v, corrupt=False):
     return d
 
 
+def write_versions_config(path, name, base, versions):
+    """A model_config_list serving the given versions of base, written atomically."""
+    with open(path + ".tmp", "w") as f:
+        f.write("model_config_list { config { name: '%s' base_path: '%s' "
+                "model_version_policy { specific { %s } } } }"
+                % (name, base, " ".join("versions: %d" % v for v in versions)))
+    os.replace(path + ".tmp", path)
+
+
 def start(log_path, *args):
     # The log goes to a file: a pipe nobody reads fills up and stalls the server.
     log = open(log_path, "w")

@@ -14,22 +14,15 @@ import tempfile
 import unittest
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from test_server import BIN, MODEL, SHARED, Client, start_server, stop_server  # noqa: E402
+from test_server import (BIN, MODEL, SHARED, Client, SharedServerTest,  # noqa: E402
+                         start_server, stop_server)
 
 
-class NestingTest(unittest.TestCase):
+class NestingTest(SharedServerTest):
     """Deeply nested JSON is refused with 400 at parse time, on every route and in every file
     the loader reads; before, the recursion of whatever walked the document crashed."""
 
-    @classmethod
-    def setUpClass(cls):
-        cls.proc, cls.port = start_server("--max-body-bytes", "16777216")
-        cls.c = Client(cls.port)
-
-    @classmethod
-    def tearDownClass(cls):
-        rc, err = stop_server(cls.proc)
-        assert rc == 0, "server exited with %d: %s" % (rc, err[-2000:])
+    SERVER_ARGS = ("--max-body-bytes", "16777216")
 
     def post_raw(self, path, raw):
         return self.c.request("POST", path, raw=raw)
@@ -133,8 +126,8 @@ class AdminTest(unittest.TestCase):
                     % os.path.join(root, "story"))
         outside = os.path.join(self.dir, "outside")
         make_version(os.path.join(outside, "story"), 1)
-        proc, port = start_server_config(self.keys, config, "--allow-config-reload-body",
-                                         "--model-root", root)
+        proc, port = start_server("--api-keys-file", self.keys, "--allow-config-reload-body",
+                                  "--model-root", root, model=("--model_config_file", config))
         self.procs.append(proc)
         c = Client(port)
         admin = self.key("sk-admin")
@@ -165,36 +158,11 @@ class AdminTest(unittest.TestCase):
         self.assertEqual(status, 200)
 
 
-def start_server_config(keys, config, *extra):
-    """Like start_server, with --model_config_file instead of --model."""
-    err = tempfile.TemporaryFile(mode="w+")
-    proc = subprocess.Popen(
-        [BIN, "serve", "--model_config_file", config, "--api-keys-file", keys, "--port", "0",
-         "--kv-cache-memory", "16MiB", *extra], stdout=subprocess.PIPE, stderr=err, text=True)
-    proc.err_file = err
-    line = proc.stdout.readline()
-    m = re.search(r"http://127\.0\.0\.1:(\d+)", line)
-    if not m:
-        proc.kill()
-        proc.wait()
-        err.seek(0)
-        raise RuntimeError("server did not start: %r %s" % (line, err.read()))
-    return proc, int(m.group(1))
-
-
-class InputErrorsTest(unittest.TestCase):
+class InputErrorsTest(SharedServerTest):
     """Type errors and out-of-range numbers are 400s naming the problem, never a 500 or a
     silently wrapped value; stop strings are bounded."""
 
-    @classmethod
-    def setUpClass(cls):
-        cls.proc, cls.port = start_server("--max-body-bytes", "16777216")
-        cls.c = Client(cls.port)
-
-    @classmethod
-    def tearDownClass(cls):
-        rc, err = stop_server(cls.proc)
-        assert rc == 0, "server exited with %d: %s" % (rc, err[-2000:])
+    SERVER_ARGS = ("--max-body-bytes", "16777216")
 
     def expect_400(self, path, body=None, raw=None, param=None, text=None):
         status, b, t, _ = self.c.request("POST", path, body, raw=raw)
@@ -276,18 +244,11 @@ def read_until_closed(s):
     return buf
 
 
-class HttpEdgeTest(unittest.TestCase):
+class HttpEdgeTest(SharedServerTest):
     """Transfer codings we cannot frame, half-closed clients, Expect: 100-continue, the
     connection cap and running out of file descriptors."""
 
-    @classmethod
-    def setUpClass(cls):
-        cls.proc, cls.port = start_server("--max-connections", "6")
-        cls.c = Client(cls.port)
-
-    @classmethod
-    def tearDownClass(cls):
-        stop_server(cls.proc)
+    SERVER_ARGS = ("--max-connections", "6")
 
     def connect(self):
         import socket
@@ -356,24 +317,18 @@ class FileDescriptorsTest(unittest.TestCase):
         import resource
         import socket
         from test_server import wait_for
-        err = tempfile.NamedTemporaryFile(mode="w+", delete=False)
 
         def low_fd_limit():
             resource.setrlimit(resource.RLIMIT_NOFILE, (64, 64))
-        proc = subprocess.Popen(
-            [BIN, "serve", "--model", os.path.join(SHARED, "models", "stories260K",
-                                                   "stories260K.bin"),
-             "--port", "0", "--kv-cache-memory", "16MiB", "--max-connections", "0"],
-            stdout=subprocess.PIPE, stderr=err, text=True, preexec_fn=low_fd_limit)
+        proc, port = start_server("--max-connections", "0", preexec_fn=low_fd_limit)
         try:
-            port = int(re.search(r"http://127\.0\.0\.1:(\d+)", proc.stdout.readline()).group(1))
             held = []
             for _ in range(80):  # more than the server has descriptors
                 held.append(socket.create_connection(("127.0.0.1", port), timeout=30))
 
             def warned():
-                with open(err.name) as f:
-                    return "retrying every 100 ms" in f.read()
+                proc.err_file.seek(0)
+                return "retrying every 100 ms" in proc.err_file.read()
             self.assertTrue(wait_for(warned, 20))
             for h in held:
                 h.close()
@@ -381,12 +336,12 @@ class FileDescriptorsTest(unittest.TestCase):
             self.assertIsNone(proc.poll())
         finally:
             stop_server(proc)
-            os.unlink(err.name)
 
 
 class WeightFileChangesTest(unittest.TestCase):
     """A served weight file truncated or overwritten in place does not kill the server: the
-    loader copies every page in at load (before, the next request died of SIGBUS)."""
+    model keeps no pointer into the file once loaded (before, the next request died of
+    SIGBUS)."""
 
     def test_truncate_and_overwrite_in_place(self):
         import shutil
@@ -395,13 +350,8 @@ class WeightFileChangesTest(unittest.TestCase):
         model = os.path.join(d, "stories260K.bin")
         shutil.copy(os.path.join(stories, "stories260K.bin"), model)
         shutil.copy(os.path.join(stories, "tok512.bin"), os.path.join(d, "tok512.bin"))
-        err = tempfile.TemporaryFile(mode="w+")
-        proc = subprocess.Popen([BIN, "serve", "--model", model, "--port", "0",
-                                 "--kv-cache-memory", "16MiB"],
-                                stdout=subprocess.PIPE, stderr=err, text=True)
-        proc.err_file = err
+        proc, port = start_server(model=("--model", model))
         try:
-            port = int(re.search(r"http://127\.0\.0\.1:(\d+)", proc.stdout.readline()).group(1))
             c = Client(port)
             body = {"prompt": "Once upon a time", "max_tokens": 16, "temperature": 0}
             status, first, _, _ = c.post("/v1/completions", body)
@@ -453,19 +403,12 @@ class SighupTest(unittest.TestCase):
     def test_sighup_reloads_the_config_and_cuts_nothing(self):
         import signal
         import threading
-        from test_registry import make_version, start, states
+        from test_registry import make_version, start, states, write_versions_config
         d = tempfile.mkdtemp(prefix="tf_hup_")
         base = os.path.join(d, "story")
         make_version(base, 1)
         config = os.path.join(d, "models.config")
-
-        def write(versions):
-            with open(config + ".tmp", "w") as f:
-                f.write("model_config_list { config { name: 'story' base_path: '%s' "
-                        "model_version_policy { specific { %s } } } }"
-                        % (base, " ".join("versions: %d" % v for v in versions)))
-            os.replace(config + ".tmp", config)
-        write([1])
+        write_versions_config(config, "story", base, [1])
         # The file is polled only every hour here: only the SIGHUP can make the change seen.
         proc, c = start(os.path.join(d, "server.log"), "--model_config_file", config,
                         "--model_config_file_poll_wait_seconds", "3600")
@@ -480,7 +423,7 @@ class SighupTest(unittest.TestCase):
             for t in threads:
                 t.start()
             make_version(base, 2)
-            write([2])
+            write_versions_config(config, "story", base, [2])
             proc.send_signal(signal.SIGHUP)
             for t in threads:
                 t.join(60)

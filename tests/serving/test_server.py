@@ -26,14 +26,15 @@ NODE_MODULES = os.environ.get("TF_NODE_MODULES", os.path.join(REPO, "tests", "js
 MODEL = "stories260K"
 
 
-def start_server(*extra):
+def start_server(*extra, model=("--model", STORIES_BIN), preexec_fn=None):
     """Starts the server on a free port; returns (process, port). Its stderr goes to a temporary
-    file (a pipe nobody reads would fill up with the access log and stall the server)."""
+    file (a pipe nobody reads would fill up with the access log and stall the server). model:
+    the flags that say what it serves."""
     err = tempfile.TemporaryFile(mode="w+")
     proc = subprocess.Popen(
-        [BIN, "--log-level", "info", "serve", "--model", STORIES_BIN, "--port", "0",
+        [BIN, "--log-level", "info", "serve", *model, "--port", "0",
          "--kv-cache-memory", "32MiB", *extra],
-        stdout=subprocess.PIPE, stderr=err, text=True)
+        stdout=subprocess.PIPE, stderr=err, text=True, preexec_fn=preexec_fn)
     proc.err_file = err
     line = proc.stdout.readline()
     m = re.search(r"http://127\.0\.0\.1:(\d+)", line)
@@ -163,16 +164,23 @@ def cli_greedy(prompt, max_tokens):
     return p.stdout.rstrip("\n")
 
 
-class ServerTest(unittest.TestCase):
+class SharedServerTest(unittest.TestCase):
+    """One server for the whole class (started with SERVER_ARGS), which must exit 0 at the end."""
+    SERVER_ARGS = ()
+
     @classmethod
     def setUpClass(cls):
-        cls.proc, cls.port = start_server("--max-body-bytes", "65536")
+        cls.proc, cls.port = start_server(*cls.SERVER_ARGS)
         cls.c = Client(cls.port)
 
     @classmethod
     def tearDownClass(cls):
         rc, err = stop_server(cls.proc)
         assert rc == 0, "server exited with %d: %s" % (rc, err[-2000:])
+
+
+class ServerTest(SharedServerTest):
+    SERVER_ARGS = ("--max-body-bytes", "65536")
 
     def stats(self):
         return self.c.get("/v1/admin/stats")[1]["models"][MODEL]

@@ -35,6 +35,7 @@ import unittest
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
                                 "serving"))
+from test_registry import write_versions_config  # noqa: E402
 from test_server import BIN, SHARED, Client, stop_server, wait_for  # noqa: E402
 
 STORIES = os.path.join(SHARED, "models", "stories260K")
@@ -58,11 +59,7 @@ class SoakTest(unittest.TestCase):
         config = os.path.join(d, "models.config")
 
         def write_config(versions):
-            with open(config + ".tmp", "w") as f:
-                f.write("model_config_list { config { name: 'story' base_path: '%s' "
-                        "model_version_policy { specific { %s } } } }"
-                        % (base, " ".join("versions: %d" % v for v in versions)))
-            os.replace(config + ".tmp", config)
+            write_versions_config(config, "story", base, versions)
 
         write_config([1])
         keys = os.path.join(d, "keys")
