@@ -13,13 +13,25 @@ uint64_t Scheduler::salt(const Sequence* seq) const {
 
 void Scheduler::add(Sequence* seq, bool front) {
   seq->status = SequenceStatus::kWaiting;
-  if (front) {
+  if (front) {  // preempted: first in line again
+    seq->fair_tag = 0;
     waiting_.push_front(seq);
     return;
   }
-  // By priority (lower first), FCFS within a priority: insert after the last of equal priority.
+  const uint64_t tenant = seq->request->spec.tenant != 0
+                              ? seq->request->spec.tenant
+                              : reinterpret_cast<uintptr_t>(seq->request) | (uint64_t{1} << 63);
+  if (tenant_tags_.size() > 4096) {  // tenants whose turns are all past weigh nothing
+    std::erase_if(tenant_tags_, [&](const auto& kv) { return kv.second <= virtual_clock_; });
+  }
+  uint64_t& last = tenant_tags_[tenant];
+  seq->fair_tag = std::max(last, virtual_clock_) + 1;
+  last = seq->fair_tag;
+  // By priority (lower first), then tag: after every sequence of equal priority and tag.
+  const int32_t p = seq->request->spec.priority;
   auto it = std::find_if(waiting_.begin(), waiting_.end(), [&](const Sequence* s) {
-    return s->request->spec.priority > seq->request->spec.priority;
+    const int32_t sp = s->request->spec.priority;
+    return sp > p || (sp == p && s->fair_tag > seq->fair_tag);
   });
   waiting_.insert(it, seq);
 }
@@ -120,6 +132,7 @@ SchedulerOutput Scheduler::schedule() {
       break;
     }
     waiting_.pop_front();
+    virtual_clock_ = std::max(virtual_clock_, seq->fair_tag);
     seq->status = SequenceStatus::kRunning;
     running_.push_back(seq);
     out.chunks.push_back({seq, seq->num_computed, take});

@@ -1,12 +1,15 @@
 #pragma once
 // Decides, every step, which sequences run and how many of their tokens: running sequences
 // first (decodes and unfinished prompt chunks, oldest first), then waiting ones (by priority,
-// then arrival), under a token budget and a sequence limit, so a long prompt is split into
+// then in fair turns between tenants: start-time fair queueing over sequences, so that a
+// request of 8,192 sequences does not hold back one that comes after it; FCFS for a single
+// tenant), under a token budget and a sequence limit, so a long prompt is split into
 // chunks and never stalls the decodes of others. When blocks run out, the newest running
 // sequence is preempted: its blocks are freed and it waits to be recomputed.
 
 #include <cstdint>
 #include <deque>
+#include <unordered_map>
 #include <vector>
 
 #include "engine/kv_cache_manager.h"
@@ -71,6 +74,10 @@ class Scheduler {
   SchedulerConfig config_;
   KvCacheManager& kv_;
   std::deque<Sequence*> waiting_;
+  // Fair turns: a sequence's tag is one past the later of its tenant's last tag and the tag of
+  // the last sequence admitted (virtual_clock_); the waiting queue is in tag order.
+  uint64_t virtual_clock_ = 0;
+  std::unordered_map<uint64_t, uint64_t> tenant_tags_;
   std::vector<Sequence*> running_;  // in admission order: the last is the newest
   int64_t preemptions_ = 0;
 };

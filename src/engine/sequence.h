@@ -27,7 +27,8 @@ struct Sequence {
   std::optional<SequenceSampler> sampler;
   SequenceStatus status = SequenceStatus::kWaiting;
   int64_t preemptions = 0;
-  bool padding = false;  // finished, holding its row in a padded static batch (Scheduler::pad)
+  bool padding = false;   // finished, holding its row in a padded static batch (Scheduler::pad)
+  uint64_t fair_tag = 0;  // its turn among the waiting of its priority (Scheduler::add)
 
   int64_t num_tokens() const { return static_cast<int64_t>(tokens.size()); }
 };

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cmath>
 #include <filesystem>
+#include <functional>
 
 namespace tf {
 
@@ -109,6 +110,7 @@ std::shared_ptr<Admission> ServingState::prepare(
     check_request_limits(limits, r);
     r.deadline = deadline;
     r.cache_salt = salt;
+    r.tenant = tenant.empty() ? 0 : std::hash<std::string>{}(tenant) | 1;  // turns, not security
     const int32_t seqs = std::max({r.params.n, r.params.best_of.value_or(1), r.params.num_beams});
     tokens += static_cast<double>(r.prompt.size()) +
               static_cast<double>(r.params.max_tokens) * static_cast<double>(seqs);
