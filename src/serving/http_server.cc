@@ -476,8 +476,10 @@ void HttpResponder::end() {
 void HttpServer::Impl::do_accept() {
   acceptor.async_accept(net::make_strand(ioc), [this](beast::error_code ec, tcp::socket socket) {
     if (!accepting || !acceptor.is_open()) return;
-    if (ec == net::error::no_descriptors || ec.value() == ENFILE || ec == net::error::no_memory ||
-        ec == net::error::no_buffer_space) {
+    // accept(2)'s errno, compared as a number (comparing with Asio's enums trips UBSan's vptr
+    // check on the error category here).
+    const int err = ec ? ec.value() : 0;
+    if (err == EMFILE || err == ENFILE || err == ENOMEM || err == ENOBUFS) {
       // Out of file descriptors: accepting again at once would spin on the same error while
       // the pending connection waits in the backlog. Wait for connections to close.
       if (!out_of_fds.exchange(true))

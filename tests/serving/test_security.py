@@ -313,6 +313,9 @@ class HttpEdgeTest(SharedServerTest):
 
 
 class FileDescriptorsTest(unittest.TestCase):
+    @unittest.skipIf(os.environ.get("TF_SANITIZED") == "1",
+                     "out of descriptors, the sanitizers' own runtime (reading /proc/self/maps "
+                     "for a report) fails and aborts the server: tested in the release build")
     def test_out_of_descriptors_backs_off_and_recovers(self):
         import resource
         import socket
