@@ -64,7 +64,6 @@ struct HttpServer::Impl {
   std::unique_ptr<net::ssl::context> tls;  // set with --tls-cert / --tls-key
   net::steady_timer accept_backoff;
   std::atomic<bool> out_of_fds{false};
-  std::atomic<int64_t> refused{0};
 
   Impl(HttpServerConfig c, HttpHandler h, HttpErrorFormatter e)
       : config(std::move(c)),
@@ -476,8 +475,7 @@ void HttpResponder::end() {
 void HttpServer::Impl::do_accept() {
   acceptor.async_accept(net::make_strand(ioc), [this](beast::error_code ec, tcp::socket socket) {
     if (!accepting || !acceptor.is_open()) return;
-    // accept(2)'s errno, compared as a number (comparing with Asio's enums trips UBSan's vptr
-    // check on the error category here).
+    // accept(2)'s errno.
     const int err = ec ? ec.value() : 0;
     if (err == EMFILE || err == ENFILE || err == ENOMEM || err == ENOBUFS) {
       // Out of file descriptors: accepting again at once would spin on the same error while
@@ -507,7 +505,6 @@ void HttpServer::Impl::do_accept() {
 
 void HttpServer::Impl::refuse(tcp::socket socket) {
   // Over --max-connections: a 503 and the connection closed, without reading the request.
-  ++refused;
   auto sock = std::make_shared<tcp::socket>(std::move(socket));
   static const std::string kBody = R"({"error": {"message": "too many connections", "type": )"
                                    R"("server_error", "code": "too_many_connections"}})";

@@ -126,10 +126,7 @@ std::shared_ptr<Admission> ServingState::prepare(
   }
   if (!record.key) return nullptr;
   const KeyPolicy& key = *record.key;
-  if (!key.allows(model)) {
-    throw HttpError(403, fmt::format("this API key may not use model '{}'", model),
-                    "model_not_allowed");
-  }
+  require_model_access(record, model);
   if (key.max_concurrent > 0 && sequences > key.max_concurrent) {
     throw HttpError(400,
                     fmt::format("the request asks for {} sequences; API key '{}' runs at most {} "
