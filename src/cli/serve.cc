@@ -28,6 +28,7 @@ struct ServeOptions {
   int port = 8080;
   int grpc_port = -1;  // -1: no gRPC server
   int http_threads = 1;
+  int prepare_threads = 2;
   EngineOptions engine;
   std::string dtype = "f32";
   int64_t max_body_bytes = 8 << 20;
@@ -83,6 +84,7 @@ int run_serve(const ServeOptions& o) {
   if (o.grpc_port < -1 || o.grpc_port > 65535)
     fail("--grpc-port must be in 0..65535 (or -1 for none), got {}", o.grpc_port);
   if (o.http_threads < 1) fail("--http-threads must be at least 1");
+  if (o.prepare_threads < 1 || o.prepare_threads > 256) fail("--prepare-threads must be in 1..256");
   if (o.max_body_bytes < 1024) fail("--max-body-bytes must be at least 1024");
   if (o.models.empty() == o.model_config_file.empty())
     fail("give --model (repeatable) or --model_config_file, not both");
@@ -185,6 +187,7 @@ int run_serve(const ServeOptions& o) {
     hc.tls_cert = o.tls_cert;
     hc.tls_key = o.tls_key;
     hc.max_connections = o.max_connections;
+    state.prepare_pool.start(o.prepare_threads);
     Server server(state, hc);
     server.start();
     std::optional<GrpcServer> grpc;
@@ -244,6 +247,7 @@ int run_serve(const ServeOptions& o) {
     }
     server.shutdown(grace);
     if (grpc_drain.joinable()) grpc_drain.join();
+    state.prepare_pool.stop();  // what was still being prepared starts no job after this
     // Jobs and engines go before the server's I/O context (their responders hold connections).
     manager.stop();
     state.jobs.clear();
@@ -320,6 +324,9 @@ Action add_serve(CLI::App& app) {
       ->capture_default_str()
       ->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);  // scripts/run.sh gives one
   app.add_option("--http-threads", o->http_threads, "I/O threads for HTTP")->capture_default_str();
+  app.add_option("--prepare-threads", o->prepare_threads,
+                 "threads that parse requests and tokenize prompts (off the I/O threads)")
+      ->capture_default_str();
   add_engine_options(app, o->engine);
   app.add_option("--dtype", o->dtype, "weights in memory: f32, bf16, f16, int8 or q4")
       ->capture_default_str();

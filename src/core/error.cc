@@ -14,6 +14,10 @@ const char* error_kind_name(ErrorKind kind) {
       return "resource_exhausted";
     case ErrorKind::kUnavailable:
       return "unavailable";
+    case ErrorKind::kCancelled:
+      return "cancelled";
+    case ErrorKind::kDeadlineExceeded:
+      return "deadline_exceeded";
     case ErrorKind::kInternal:
       return "internal";
   }

@@ -17,6 +17,8 @@ enum class ErrorKind {
   kUnsupported,        // well-formed input that we cannot run (yet)
   kResourceExhausted,  // a request or file too large for a limit (memory, KV blocks)
   kUnavailable,        // overloaded (a full queue) or shutting down: retry later
+  kCancelled,          // the caller went away or cancelled (core/cancel.h)
+  kDeadlineExceeded,   // the work ran past its deadline (core/cancel.h)
   kInternal,           // a bug on our side
 };
 

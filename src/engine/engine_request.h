@@ -30,8 +30,11 @@ struct GenerationRequest {
   int32_t priority = 0;     // lower runs first; FCFS within a priority
   uint64_t cache_salt = 0;  // prefix-cache blocks are shared only within one salt
   // Waiting sequences are admitted in fair turns between tenants (an API key) within a
-  // priority; 0: the request is a tenant of its own (turns between requests).
+  // priority, and a tenant's turns go round between its groups (the API requests: every
+  // prompt of one HTTP or gRPC request shares a group). Tenant 0: the group is the tenant; both
+  // 0: the request is a tenant of its own.
   uint64_t tenant = 0;
+  uint64_t group = 0;
   // Past this moment the request ends as if cancelled (finish reason abort, blocks freed),
   // waiting or running; the epoch (default) means none.
   std::chrono::steady_clock::time_point deadline{};

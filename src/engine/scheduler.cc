@@ -11,6 +11,18 @@ uint64_t Scheduler::salt(const Sequence* seq) const {
   return seq->request->spec.cache_salt;
 }
 
+namespace {
+
+// The tenant whose turns a sequence takes: the key, else its group, else its request.
+uint64_t tenant_of(const Sequence* seq) {
+  const GenerationRequest& spec = seq->request->spec;
+  if (spec.tenant != 0) return spec.tenant;
+  if (spec.group != 0) return spec.group ^ (uint64_t{1} << 62);
+  return reinterpret_cast<uintptr_t>(seq->request) | (uint64_t{1} << 63);
+}
+
+}  // namespace
+
 void Scheduler::add(Sequence* seq, bool front) {
   seq->status = SequenceStatus::kWaiting;
   if (front) {  // preempted: first in line again
@@ -18,9 +30,7 @@ void Scheduler::add(Sequence* seq, bool front) {
     waiting_.push_front(seq);
     return;
   }
-  const uint64_t tenant = seq->request->spec.tenant != 0
-                              ? seq->request->spec.tenant
-                              : reinterpret_cast<uintptr_t>(seq->request) | (uint64_t{1} << 63);
+  const uint64_t tenant = tenant_of(seq);
   if (tenant_tags_.size() > 4096) {  // tenants whose turns are all past weigh nothing
     std::erase_if(tenant_tags_, [&](const auto& kv) { return kv.second <= virtual_clock_; });
   }
@@ -34,6 +44,44 @@ void Scheduler::add(Sequence* seq, bool front) {
     return sp > p || (sp == p && s->fair_tag > seq->fair_tag);
   });
   waiting_.insert(it, seq);
+  if (seq->request->spec.tenant != 0) share_turns(tenant, p);
+}
+
+// The tenant's turns (its waiting sequences' tags at this priority, in order) go round its
+// groups: the k-th waiting sequence of every group before the (k+1)-th of any, groups in the
+// order they first wait. The tags stay where they are, so the tenant's share among tenants is
+// what it was; only which of its sequences takes each turn changes. Preempted sequences (tag 0)
+// keep their place at the front.
+void Scheduler::share_turns(uint64_t tenant, int32_t priority) {
+  std::vector<size_t> at;
+  for (size_t i = 0; i < waiting_.size(); ++i) {
+    const Sequence* s = waiting_[i];
+    if (s->fair_tag != 0 && s->request->spec.priority == priority && tenant_of(s) == tenant)
+      at.push_back(i);
+  }
+  if (at.size() < 2) return;
+  struct Turn {
+    Sequence* seq;
+    size_t round, first;  // rank within its group; when its group first appears
+  };
+  std::vector<Turn> turns;
+  std::unordered_map<uint64_t, std::pair<size_t, size_t>> groups;  // group -> (count, first)
+  for (size_t i : at) {
+    Sequence* s = waiting_[i];
+    const uint64_t g = s->request->spec.group;
+    auto [it, fresh] = groups.try_emplace(g, 0, groups.size());
+    turns.push_back({s, it->second.first++, it->second.second});
+  }
+  if (groups.size() < 2) return;
+  std::stable_sort(turns.begin(), turns.end(), [](const Turn& a, const Turn& b) {
+    return a.round != b.round ? a.round < b.round : a.first < b.first;
+  });
+  std::vector<uint64_t> tags;
+  for (size_t i : at) tags.push_back(waiting_[i]->fair_tag);
+  for (size_t k = 0; k < at.size(); ++k) {
+    waiting_[at[k]] = turns[k].seq;
+    turns[k].seq->fair_tag = tags[k];
+  }
 }
 
 void Scheduler::remove(Sequence* seq) {

@@ -2,9 +2,9 @@
 // Decides, every step, which sequences run and how many of their tokens: running sequences
 // first (decodes and unfinished prompt chunks, oldest first), then waiting ones (by priority,
 // then in fair turns between tenants: start-time fair queueing over sequences, so that a
-// request of 8,192 sequences does not hold back one that comes after it; FCFS for a single
-// tenant), under a token budget and a sequence limit, so a long prompt is split into
-// chunks and never stalls the decodes of others. When blocks run out, the newest running
+// request of 8,192 sequences does not hold back one that comes after it; a tenant's turns go
+// round between its API requests), under a token budget and a sequence limit, so a long prompt is
+// split into chunks and never stalls the decodes of others. When blocks run out, the newest running
 // sequence is preempted: its blocks are freed and it waits to be recomputed.
 
 #include <cstdint>
@@ -70,6 +70,7 @@ class Scheduler {
   void preempt(Sequence* victim, SchedulerOutput& out);
   void drop_padding(Sequence* seq);
   uint64_t salt(const Sequence* seq) const;
+  void share_turns(uint64_t tenant, int32_t priority);
 
   SchedulerConfig config_;
   KvCacheManager& kv_;

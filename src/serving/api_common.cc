@@ -29,6 +29,10 @@ int http_status_of(const std::exception& e) {
         return 404;
       case ErrorKind::kUnavailable:
         return 503;
+      case ErrorKind::kCancelled:  // nobody reads the answer
+        return 499;
+      case ErrorKind::kDeadlineExceeded:
+        return 504;
       case ErrorKind::kInternal:
         return 500;
     }
@@ -75,6 +79,8 @@ const char* default_code(int status) {
       return "rate_limit_exceeded";
     case 503:
       return "server_overloaded";
+    case 504:
+      return "timeout";
     default:
       return "internal_error";
   }

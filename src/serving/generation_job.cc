@@ -104,7 +104,7 @@ void GenerationJob::drain(size_t i) {
   observe_end(i);
   streams_[i]->set_listener(nullptr);
   if (++num_ended_ < streams_.size()) return;
-  if (on_done_) on_done_(host_->disconnected());
+  if (on_done_) on_done_(*this, host_->disconnected());
   on_event_ = nullptr;
   on_done_ = nullptr;
   registry_.remove(this);

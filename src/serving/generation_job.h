@@ -47,9 +47,10 @@ class GenerationJob : public std::enable_shared_from_this<GenerationJob> {
  public:
   // Called on the host: each output as it is drained (prompt = which request).
   using EventFn = std::function<void(size_t prompt, const RequestOutput& out)>;
-  // Called once, on the host, when every request has ended; client_gone after a disconnect
-  // (then nothing can be sent).
-  using DoneFn = std::function<void(bool client_gone)>;
+  // Called once, on the host, when every request has ended, with the job (its results);
+  // client_gone after a disconnect (then nothing can be sent). It may run before start()
+  // returns to a caller on another thread than the host's: it gets the job for that reason.
+  using DoneFn = std::function<void(const GenerationJob& job, bool client_gone)>;
 
   // Submits every request and registers the job until it ends. Throws (with the already
   // submitted ones cancelled) if the engine rejects one.

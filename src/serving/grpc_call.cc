@@ -224,14 +224,10 @@ void start_call_job(GrpcContext& ctx, std::shared_ptr<GrpcCallHost> host, Engine
   host->post([&ctx, &engine, host, requests = std::move(requests), observer = std::move(observer),
               on_event = std::move(on_event), done = std::move(done),
               failed = std::move(failed)]() mutable {
-    auto job_ref = std::make_shared<std::weak_ptr<GenerationJob>>();
-    GenerationJob::DoneFn on_done = [job_ref, done](bool client_gone) {
-      // The job is alive while it calls this (it runs it from its own drain).
-      if (auto job = job_ref->lock()) done(*job, client_gone);
-    };
+    GenerationJob::DoneFn on_done = done;
     try {
-      *job_ref = GenerationJob::start(engine, std::move(requests), host, ctx.state.jobs,
-                                      std::move(on_event), std::move(on_done), std::move(observer));
+      GenerationJob::start(engine, std::move(requests), host, ctx.state.jobs, std::move(on_event),
+                           std::move(on_done), std::move(observer));
     } catch (const std::exception& e) {
       failed(e);
     }
@@ -250,7 +246,14 @@ void GrpcCallHost::on_disconnect(std::function<void()> fn) {
   });
 }
 
+void prepare_call(GrpcContext& ctx, const GrpcCallHost& host, const RequestRecord& record,
+                  std::function<void()> fn) {
+  host.token->limit_deadline(record.received + ctx.state.limits.max_request_time);
+  ctx.state.prepare_pool.run(host.token, std::move(fn));
+}
+
 void GrpcCallHost::cancelled() {
+  token->cancel();
   post([self = shared_from_this()] {
     if (self->gone_.exchange(true)) return;
     if (self->on_gone_) self->on_gone_();

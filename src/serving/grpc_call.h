@@ -8,6 +8,8 @@
 #include <boost/asio/strand.hpp>
 #include <boost/asio/thread_pool.hpp>
 
+#include "core/cancel.h"
+
 #include <atomic>
 #include <chrono>
 #include <functional>
@@ -94,8 +96,10 @@ class GrpcCallHost : public JobHost, public std::enable_shared_from_this<GrpcCal
   void post(std::function<void()> fn) override;
   void on_disconnect(std::function<void()> fn) override;
   bool disconnected() const override { return gone_; }
-  // The client cancelled: runs the disconnect callback on the strand.
+  // The client cancelled: cancels token, runs the disconnect callback on the strand.
   void cancelled();
+  // Cancels the call's preparation (parsing, tokenizing) when the client goes.
+  const std::shared_ptr<CancelToken> token = std::make_shared<CancelToken>();
 
  private:
   boost::asio::strand<boost::asio::thread_pool::executor_type> strand_;
@@ -112,6 +116,12 @@ void start_call_job(GrpcContext& ctx, std::shared_ptr<GrpcCallHost> host, Engine
                     GenerationJob::EventFn on_event,
                     std::function<void(const GenerationJob&, bool client_gone)> done,
                     std::function<void(const std::exception&)> failed);
+
+// Runs fn on the server's preparation pool (ServingState::prepare_pool) under the host's token,
+// with the server's time limit for the call as its deadline: the planning of a request (its
+// prompt tokenized) stays off gRPC's threads. fn answers the call itself and must not throw.
+void prepare_call(GrpcContext& ctx, const GrpcCallHost& host, const RequestRecord& record,
+                  std::function<void()> fn);
 
 // A unary call answered later, by a generation job: its reactor. The client's cancellation (or
 // deadline) reaches the job through host; finish() logs and ends the call, once. Deletes itself

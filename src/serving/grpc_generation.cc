@@ -4,6 +4,7 @@
 
 #include <deque>
 
+#include "core/cancel.h"
 #include "serving/generation_job.h"
 #include "serving/openai_api.h"
 #include "serving/openai_request.h"
@@ -190,11 +191,14 @@ class StreamReactor final : public grpc::ServerWriteReactor<v1::GenerateStreamRe
         sctx_(sctx),
         call_(ctx, sctx, kService, "GenerateStream", "server_stream"),
         host_(std::make_shared<GrpcCallHost>(ctx.pool)) {
-    try {
-      start(*req);
-    } catch (const std::exception& e) {
-      end(call_.error_status(e));
-    }
+    // The reactor lives until OnDone, which follows the Finish that end() starts.
+    prepare_call(ctx, *host_, *call_.record, [this, req] {
+      try {
+        start(*req);
+      } catch (const std::exception& e) {
+        end(call_.error_status(e));
+      }
+    });
   }
 
   void OnWriteDone(bool ok) override {
@@ -379,11 +383,14 @@ grpc::ServerUnaryReactor* GenerationServiceImpl::Generate(grpc::CallbackServerCo
                                                           const v1::GenerateRequest* request,
                                                           v1::GenerateResponse* response) {
   auto* r = new UnaryJobCall(ctx_, context, kService, "Generate");
-  try {
-    start_generate(ctx_, r, *request, response);
-  } catch (const std::exception& e) {
-    r->finish(r->call.error_status(e));
-  }
+  // Nothing ends the call before r->finish, so r and the request outlive the preparation.
+  prepare_call(ctx_, *r->host, *r->call.record, [this, r, request, response] {
+    try {
+      start_generate(ctx_, r, *request, response);
+    } catch (const std::exception& e) {
+      r->finish(r->call.error_status(e));
+    }
+  });
   return r;
 }
 
@@ -410,6 +417,8 @@ grpc::ServerUnaryReactor* GenerationServiceImpl::Tokenize(grpc::CallbackServerCo
         throw HttpError(400, "set 'text' or 'chat'", "", "text");
       }
     } catch (const HttpError&) {
+      throw;
+    } catch (const Cancelled&) {
       throw;
     } catch (const Error& e) {
       if (e.kind() == ErrorKind::kInternal) throw;

@@ -159,55 +159,59 @@ grpc::ServerUnaryReactor* PredictionServiceImpl::Predict(grpc::CallbackServerCon
                                                          const tfs::PredictRequest* request,
                                                          tfs::PredictResponse* response) {
   auto* r = new UnaryJobCall(ctx_, context, kService, "Predict");
-  try {
-    r->call.admit();
-    static const std::set<std::string> kOutputs = {"text", "output_ids", "output_lengths",
-                                                   "finish_reason", "logprobs"};
-    for (const auto& f : request->output_filter()) {
-      if (!kOutputs.count(f))
-        throw HttpError(400, fmt::format("output tensor alias not found in signature: {}", f));
+  // Parsed and tokenized on the preparation pool; r and the request live until r->finish.
+  prepare_call(ctx_, *r->host, *r->call.record, [this, r, context, request, response] {
+    try {
+      r->call.admit();
+      static const std::set<std::string> kOutputs = {"text", "output_ids", "output_lengths",
+                                                     "finish_reason", "logprobs"};
+      for (const auto& f : request->output_filter()) {
+        if (!kOutputs.count(f))
+          throw HttpError(400, fmt::format("output tensor alias not found in signature: {}", f));
+      }
+      auto model = resolve_spec(ctx_, r->call, request->model_spec());
+      context->AddInitialMetadata("x-model-version", std::to_string(model->version));
+      auto plan = std::make_shared<PredictPlan>(plan_predict(
+          ctx_.state, model, predict_body_of(*request), *r->call.record, r->call.time_limit()));
+      const std::set<std::string> wanted(request->output_filter().begin(),
+                                         request->output_filter().end());
+      const ServedModel& m = *plan->model;
+      JobObserver observer{&ctx_.state.metrics,
+                           {{"model", m.name}, {"version", std::to_string(m.version)}}};
+      start_call_job(
+          ctx_, r->host, *m.engine, std::move(plan->requests), std::move(observer), nullptr,
+          [r, plan, response, wanted](const GenerationJob& job, bool client_gone) {
+            if (client_gone) return r->finish(client_gone_status(r->server_ctx));
+            const json out = predict_response(*plan, job, *r->call.record)["outputs"];
+            auto want = [&](const char* name) { return wanted.empty() || wanted.count(name) > 0; };
+            auto& outputs = *response->mutable_outputs();
+            std::vector<std::vector<int32_t>> ids;
+            for (const auto& row : out["output_ids"])
+              ids.push_back(row.get<std::vector<int32_t>>());
+            if (want("text"))
+              outputs["text"] = string_tensor(out["text"].get<std::vector<std::string>>());
+            if (want("output_ids")) outputs["output_ids"] = padded_tensor<int32_t>(ids, -1);
+            if (want("output_lengths")) {
+              tensorflow::TensorProto t;
+              t.set_dtype(tensorflow::DT_INT32);
+              t.mutable_tensor_shape()->add_dim()->set_size(static_cast<int64_t>(ids.size()));
+              for (const auto& row : ids) t.add_int_val(static_cast<int32_t>(row.size()));
+              outputs["output_lengths"] = t;
+            }
+            if (want("finish_reason"))
+              outputs["finish_reason"] =
+                  string_tensor(out["finish_reason"].get<std::vector<std::string>>());
+            if (want("logprobs") && out.contains("logprobs"))
+              outputs["logprobs"] = padded_tensor<float>(
+                  out["logprobs"].get<std::vector<std::vector<float>>>(), 0.0f);
+            answered_spec(*plan->model, response->mutable_model_spec());
+            r->finish(grpc::Status::OK);
+          },
+          [r](const std::exception& e) { r->finish(r->call.error_status(e)); });
+    } catch (const std::exception& e) {
+      r->finish(r->call.error_status(e));
     }
-    auto model = resolve_spec(ctx_, r->call, request->model_spec());
-    context->AddInitialMetadata("x-model-version", std::to_string(model->version));
-    auto plan = std::make_shared<PredictPlan>(plan_predict(
-        ctx_.state, model, predict_body_of(*request), *r->call.record, r->call.time_limit()));
-    const std::set<std::string> wanted(request->output_filter().begin(),
-                                       request->output_filter().end());
-    const ServedModel& m = *plan->model;
-    JobObserver observer{&ctx_.state.metrics,
-                         {{"model", m.name}, {"version", std::to_string(m.version)}}};
-    start_call_job(
-        ctx_, r->host, *m.engine, std::move(plan->requests), std::move(observer), nullptr,
-        [r, plan, response, wanted](const GenerationJob& job, bool client_gone) {
-          if (client_gone) return r->finish(client_gone_status(r->server_ctx));
-          const json out = predict_response(*plan, job, *r->call.record)["outputs"];
-          auto want = [&](const char* name) { return wanted.empty() || wanted.count(name) > 0; };
-          auto& outputs = *response->mutable_outputs();
-          std::vector<std::vector<int32_t>> ids;
-          for (const auto& row : out["output_ids"]) ids.push_back(row.get<std::vector<int32_t>>());
-          if (want("text"))
-            outputs["text"] = string_tensor(out["text"].get<std::vector<std::string>>());
-          if (want("output_ids")) outputs["output_ids"] = padded_tensor<int32_t>(ids, -1);
-          if (want("output_lengths")) {
-            tensorflow::TensorProto t;
-            t.set_dtype(tensorflow::DT_INT32);
-            t.mutable_tensor_shape()->add_dim()->set_size(static_cast<int64_t>(ids.size()));
-            for (const auto& row : ids) t.add_int_val(static_cast<int32_t>(row.size()));
-            outputs["output_lengths"] = t;
-          }
-          if (want("finish_reason"))
-            outputs["finish_reason"] =
-                string_tensor(out["finish_reason"].get<std::vector<std::string>>());
-          if (want("logprobs") && out.contains("logprobs"))
-            outputs["logprobs"] =
-                padded_tensor<float>(out["logprobs"].get<std::vector<std::vector<float>>>(), 0.0f);
-          answered_spec(*plan->model, response->mutable_model_spec());
-          r->finish(grpc::Status::OK);
-        },
-        [r](const std::exception& e) { r->finish(r->call.error_status(e)); });
-  } catch (const std::exception& e) {
-    r->finish(r->call.error_status(e));
-  }
+  });
   return r;
 }
 

@@ -5,6 +5,7 @@
 #include <functional>
 #include <unordered_set>
 
+#include "core/cancel.h"
 #include "serving/openai_request.h"
 
 namespace tf {
@@ -144,6 +145,8 @@ void parse(ServingState& state, const json& body, bool chat, const ModelRegistry
     parse_body(state, body, chat, header, p);
   } catch (const HttpError&) {
     throw;
+  } catch (const Cancelled&) {
+    throw;
   } catch (const Error& e) {
     if (e.kind() == ErrorKind::kInternal) throw;
     throw HttpError(400, e.what(), "", field_of(e.what(), body));
@@ -193,8 +196,8 @@ void parse_body(ServingState& state, const json& body, bool chat,
   if (chat) {
     p.prompts.push_back(parse_chat_prompt(body, p.model->tokenizer, cfg));
   } else {
-    p.prompts =
-        parse_completion_prompts(body, p.model->tok(), body.value("add_special_tokens", true));
+    p.prompts = parse_completion_prompts(body, p.model->tok(),
+                                         body.value("add_special_tokens", true), cfg.max_seq_len);
   }
   for (auto& prompt : p.prompts) {
     if (static_cast<int64_t>(prompt.size()) >= cfg.max_seq_len) {
@@ -260,6 +263,20 @@ GenerationPlan plan_generation(ServingState& state, const json& body, bool chat,
                                const std::string& id,
                                std::optional<std::chrono::milliseconds> time_limit) {
   GenerationPlan p;
+  // The deadline: the request's "timeout" (seconds), else the caller's, within the server's.
+  auto limit = time_limit.value_or(state.limits.max_request_time);
+  if (body.contains("timeout") && !body["timeout"].is_null()) {
+    if (!body["timeout"].is_number() || !(body["timeout"].get<double>() > 0))
+      throw HttpError(400, "'timeout' must be a number of seconds > 0", "", "timeout");
+    // Within the server's maximum before converting: 1e300 s is not a negative deadline.
+    const double ms = body["timeout"].get<double>() * 1000;
+    limit = ms >= static_cast<double>(state.limits.max_request_time.count())
+                ? state.limits.max_request_time
+                : std::chrono::milliseconds(std::max<int64_t>(1, static_cast<int64_t>(ms)));
+  }
+  // Preparing the prompt (below) stops at that deadline too.
+  if (CancelToken* token = current_cancel_token())
+    token->limit_deadline(record.received + std::min(limit, state.limits.max_request_time));
   parse(state, body, chat, header, p);
   const ServedModel& model = *p.model;
   record.model = model.name;
@@ -279,17 +296,6 @@ GenerationPlan plan_generation(ServingState& state, const json& body, bool chat,
     if (!body["cache_salt"].is_string())
       throw HttpError(400, "'cache_salt' must be a string", "", "cache_salt");
     cache_salt = body["cache_salt"].get<std::string>();
-  }
-  // The deadline: the request's "timeout" (seconds), else the caller's, within the server's.
-  auto limit = time_limit.value_or(state.limits.max_request_time);
-  if (body.contains("timeout") && !body["timeout"].is_null()) {
-    if (!body["timeout"].is_number() || !(body["timeout"].get<double>() > 0))
-      throw HttpError(400, "'timeout' must be a number of seconds > 0", "", "timeout");
-    // Within the server's maximum before converting: 1e300 s is not a negative deadline.
-    const double ms = body["timeout"].get<double>() * 1000;
-    limit = ms >= static_cast<double>(state.limits.max_request_time.count())
-                ? state.limits.max_request_time
-                : std::chrono::milliseconds(std::max<int64_t>(1, static_cast<int64_t>(ms)));
   }
   p.admission =
       state.prepare(record, model.name, p.requests, p.max_tokens_given, limit, cache_salt);
@@ -385,7 +391,6 @@ void handle_openai_generation(ServingState& state, const HttpRequest& req,
                  {"total_tokens", prompt + completion},
                  {"prompt_tokens_details", {{"cached_tokens", cached}}}};
   };
-  auto job_ref = std::make_shared<std::weak_ptr<GenerationJob>>();
   const std::string model_name = model.name;
 
   if (parsed->stream) {
@@ -418,22 +423,19 @@ void handle_openai_generation(ServingState& state, const HttpRequest& req,
       chunk["choices"] = ojson::array({choice});
       responder->write(sse(chunk));
     };
-    GenerationJob::DoneFn on_done = [=](bool client_gone) {
+    GenerationJob::DoneFn on_done = [=](const GenerationJob& job, bool client_gone) {
       if (client_gone) return log_request(*record, 499);
-      auto job = job_ref->lock();
-      if (job && parsed->include_usage) {
+      if (parsed->include_usage) {
         ojson chunk = head();
         chunk["choices"] = ojson::array();
-        chunk["usage"] = usage(*job);
+        chunk["usage"] = usage(job);
         responder->write(sse(chunk));
       }
       responder->write("data: [DONE]\n\n");
       responder->end();
-      if (job) {
-        record->completion_tokens = usage(*job)["completion_tokens"].get<int64_t>();
-        used();
-        record->ttft_ms = job->first_token_ms(record->received);
-      }
+      record->completion_tokens = usage(job)["completion_tokens"].get<int64_t>();
+      used();
+      record->ttft_ms = job.first_token_ms(record->received);
       log_request(*record, 200);
     };
     responder->start_stream(200, "text/event-stream");
@@ -448,8 +450,8 @@ void handle_openai_generation(ServingState& state, const HttpRequest& req,
       }
     }
     try {
-      *job_ref = GenerationJob::start(*model.engine, std::move(reqs), responder, state.jobs,
-                                      on_event, on_done, observer);
+      GenerationJob::start(*model.engine, std::move(reqs), responder, state.jobs, on_event, on_done,
+                           observer);
     } catch (const std::exception& e) {
       // The headers are out: the error travels in the stream, as vLLM sends it.
       responder->write("data: " + openai_error_body(e) + "\n\n");
@@ -460,10 +462,9 @@ void handle_openai_generation(ServingState& state, const HttpRequest& req,
     return;
   }
 
-  GenerationJob::DoneFn on_done = [=](bool client_gone) {
+  GenerationJob::DoneFn on_done = [=](const GenerationJob& done_job, bool client_gone) {
     if (client_gone) return log_request(*record, 499);
-    auto job = job_ref->lock();
-    if (!job) return;
+    const GenerationJob* job = &done_job;
     if (std::chrono::steady_clock::now() >= deadline) {
       bool aborted = false;
       for (const auto& seqs : job->results())
@@ -511,8 +512,8 @@ void handle_openai_generation(ServingState& state, const HttpRequest& req,
     responder->send(200, dump_json(resp));
     log_request(*record, 200);
   };
-  *job_ref = GenerationJob::start(*model.engine, std::move(reqs), responder, state.jobs, nullptr,
-                                  on_done, observer);
+  GenerationJob::start(*model.engine, std::move(reqs), responder, state.jobs, nullptr, on_done,
+                       observer);
 }
 
 }  // namespace tf

@@ -5,6 +5,7 @@
 #include <limits>
 
 #include "core/error.h"
+#include "serving/api_common.h"
 #include "tokenizer/chat_template.h"
 
 namespace tf {
@@ -147,14 +148,30 @@ SamplingParams parse_sampling_params(const json& body, bool chat, int32_t defaul
   return p;
 }
 
+std::vector<int32_t> encode_prompt(const Tokenizer& tokenizer, std::string_view text,
+                                   bool add_special_tokens, int64_t context, const char* field) {
+  if (context > 0) {
+    const size_t at_least = tokenizer.min_tokens_for_bytes(text.size());
+    if (at_least >= static_cast<size_t>(context)) {
+      throw HttpError(400,
+                      fmt::format("This model's maximum context length is {} tokens, the prompt "
+                                  "has at least {} tokens ({} bytes)",
+                                  context, at_least, text.size()),
+                      "context_length_exceeded", field);
+    }
+  }
+  return tokenizer.encode(text, add_special_tokens);
+}
+
 std::vector<std::vector<int32_t>> parse_completion_prompts(const json& body,
                                                            const Tokenizer* tokenizer,
-                                                           bool add_special_tokens) {
+                                                           bool add_special_tokens,
+                                                           int64_t context) {
   auto it = body.find("prompt");
   if (it == body.end() || it->is_null()) fail("'prompt' is required");
   auto text = [&](const json& v) {
     if (!tokenizer) fail("this model has no tokenizer: send the prompt as token ids");
-    return tokenizer->encode(v.get<std::string>(), add_special_tokens);
+    return encode_prompt(*tokenizer, v.get<std::string>(), add_special_tokens, context, "prompt");
   };
   const char* shape =
       "'prompt' must be a string, a list of strings, a list of token ids or a list of lists of "
@@ -237,7 +254,8 @@ std::vector<int32_t> parse_chat_prompt(const json& body, const LoadedTokenizer& 
                                 {"bos_token", tokenizer.bos_token},
                                 {"eos_token", tokenizer.eos_token}};
   const std::string text = tmpl.render(ctx);
-  return tokenizer.tokenizer->encode(text, /*add_special_tokens=*/false);
+  return encode_prompt(*tokenizer.tokenizer, text, /*add_special_tokens=*/false, config.max_seq_len,
+                       "messages");
 }
 
 }  // namespace tf

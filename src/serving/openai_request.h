@@ -8,6 +8,7 @@
 
 #include <cstddef>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "model/model_config.h"
@@ -33,15 +34,23 @@ SamplingParams parse_sampling_params(const nlohmann::json& body, bool chat,
 std::vector<int32_t> parse_completion_prompt(const nlohmann::json& body,
                                              const Tokenizer* tokenizer);
 
+// A prompt's text as ids. With a context (> 0), a text whose length alone proves it cannot fit
+// (Tokenizer::min_tokens_for_bytes >= context) is refused before it is encoded: HttpError 400
+// context_length_exceeded naming field. The encoding stops at the thread's CancelToken.
+std::vector<int32_t> encode_prompt(const Tokenizer& tokenizer, std::string_view text,
+                                   bool add_special_tokens, int64_t context, const char* field);
+
 // Every prompt of a completions body: a string, a list of strings, a list of token ids, or a
 // list of lists of token ids. Text is encoded with the tokenizer's special tokens (BOS) unless
-// add_special_tokens is false.
+// add_special_tokens is false; context as for encode_prompt.
 std::vector<std::vector<int32_t>> parse_completion_prompts(const nlohmann::json& body,
                                                            const Tokenizer* tokenizer,
-                                                           bool add_special_tokens = true);
+                                                           bool add_special_tokens = true,
+                                                           int64_t context = 0);
 
 // The prompt of a chat body: messages rendered with the model's chat template (or the built-in
-// one for its family), then tokenized without adding special tokens again.
+// one for its family), then tokenized without adding special tokens again (refused before that
+// when the rendered text cannot fit the model's context, as encode_prompt does).
 std::vector<int32_t> parse_chat_prompt(const nlohmann::json& body, const LoadedTokenizer& tokenizer,
                                        const ModelConfig& config);
 

@@ -76,13 +76,30 @@ void Server::handle(HttpRequest req, std::shared_ptr<HttpResponder> responder) {
     record->metrics = &state_.metrics;
     record->access_log = state_.access_log.get();
   }
+  // A POST carries a body to parse and, for generation, a prompt to tokenize: work that grows
+  // with the request, done on the preparation pool under a token that the client's departure
+  // and the server's time limit cancel (the request's own timeout tightens it there). GETs are
+  // answered here, on the I/O thread.
+  if (req.method == "POST") {
+    auto token = std::make_shared<CancelToken>();
+    token->limit_deadline(record->received + state_.limits.max_request_time);
+    responder->on_disconnect([token] { token->cancel(); });
+    state_.prepare_pool.run(
+        token, [this, req = std::move(req), responder, record] { serve(req, responder, record); });
+    return;
+  }
+  serve(req, responder, record);
+}
+
+void Server::serve(const HttpRequest& req, std::shared_ptr<HttpResponder> responder,
+                   std::shared_ptr<RequestRecord> record) {
   bool tf_shape = false;
   try {
     authenticate(req, *record);
     route(req, responder, record, tf_shape);
   } catch (const std::exception& e) {
     const int status = http_status_of(e);
-    if (status >= 500) log::error("request {} failed: {}", record->id, e.what());
+    if (status >= 500 && status != 504) log::error("request {} failed: {}", record->id, e.what());
     HttpHeaders headers;
     if (status == 503 || status == 429) {
       const auto* he = dynamic_cast<const HttpError*>(&e);
@@ -308,6 +325,10 @@ std::string Server::render_metrics() const {
                     1);
     }
   }
+  append_header(out, "tokenflow_requests_preparing",
+                "Requests being parsed and tokenized (or waiting for a preparation thread)",
+                "gauge");
+  append_sample(out, "tokenflow_requests_preparing", {}, D(state_.prepare_pool.in_progress()));
   append_header(out, "tokenflow_open_connections", "HTTP connections open now", "gauge");
   append_sample(out, "tokenflow_open_connections", {}, D(http_.open_connections()));
   append_process_metrics(out);

@@ -23,6 +23,9 @@ class Server {
 
  private:
   void handle(HttpRequest req, std::shared_ptr<HttpResponder> responder);
+  // Authenticates, routes and answers errors in the route's shape.
+  void serve(const HttpRequest& req, std::shared_ptr<HttpResponder> responder,
+             std::shared_ptr<RequestRecord> record);
   // Throws HttpError 401 when keys are on and the request's key is missing or unknown; sets
   // record.key otherwise.
   void authenticate(const HttpRequest& req, RequestRecord& record) const;

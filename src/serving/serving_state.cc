@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <filesystem>
 #include <functional>
@@ -100,6 +101,9 @@ std::shared_ptr<Admission> ServingState::prepare(
   const uint64_t salt = tenant.empty() && cache_salt.empty()
                             ? 0
                             : prefix_cache_salt(cache_secret, tenant, cache_salt);
+  // Every prompt of this API request takes its tenant's turns as one group (engine_request.h).
+  static std::atomic<uint64_t> next_group{1};
+  const uint64_t group = next_group.fetch_add(1, std::memory_order_relaxed);
   // For the key's token rate: prompt tokens plus the most the sequences may generate.
   double tokens = 0;
   int64_t sequences = 0;
@@ -111,6 +115,7 @@ std::shared_ptr<Admission> ServingState::prepare(
     r.deadline = deadline;
     r.cache_salt = salt;
     r.tenant = tenant.empty() ? 0 : std::hash<std::string>{}(tenant) | 1;  // turns, not security
+    r.group = group;
     const int32_t seqs = std::max({r.params.n, r.params.best_of.value_or(1), r.params.num_beams});
     tokens += static_cast<double>(r.prompt.size()) +
               static_cast<double>(r.params.max_tokens) * static_cast<double>(seqs);

@@ -15,6 +15,7 @@
 #include "serving/generation_job.h"
 #include "serving/metrics.h"
 #include "serving/model_registry.h"
+#include "serving/prepare_pool.h"
 
 namespace tf {
 
@@ -84,6 +85,9 @@ struct ServingState {
   std::function<void(std::optional<tfs::ModelServerConfig>,
                      std::function<void(const std::string&)>)>
       reload;
+  // Parses and tokenizes requests off the I/O threads (started by `serve`; inline until then).
+  // Last, so that it stops (waiting for the work in it) before what that work uses goes.
+  PreparePool prepare_pool;
 };
 
 }  // namespace tf

@@ -125,7 +125,8 @@ std::vector<int32_t> ids_of(const json& v, const char* what) {
 std::vector<int32_t> encode(const ServedModel& m, const json& text) {
   if (!text.is_string()) throw HttpError(400, "'prompt' must be a string");
   if (!m.tok()) throw HttpError(400, "this model has no tokenizer: send 'input_ids'");
-  auto ids = m.tok()->encode(text.get<std::string>(), true);
+  auto ids =
+      encode_prompt(*m.tok(), text.get<std::string>(), true, m.config().max_seq_len, "prompt");
   if (ids.empty()) throw HttpError(400, "'prompt' is empty");
   return ids;
 }
@@ -179,19 +180,16 @@ void predict(ServingState& state, std::shared_ptr<ServedModel> model, const Http
              std::shared_ptr<HttpResponder> responder, std::shared_ptr<RequestRecord> record) {
   auto plan = std::make_shared<PredictPlan>(
       plan_predict(state, std::move(model), parse_json_body(req.body), *record));
-  auto job_ref = std::make_shared<std::weak_ptr<GenerationJob>>();
   // The job holds the version and the key's admission (through the plan) until it ends: an
   // unloading version finishes it.
-  auto on_done = [=](bool client_gone) {
+  auto on_done = [=](const GenerationJob& job, bool client_gone) {
     if (client_gone) return log_request(*record, 499);
-    auto job = job_ref->lock();
-    if (!job) return;
-    const json out = predict_response(*plan, *job, *record);
+    const json out = predict_response(*plan, job, *record);
     responder->send(200, dump_json(out));
     log_request(*record, 200);
   };
   const ServedModel& m = *plan->model;
-  *job_ref = GenerationJob::start(
+  GenerationJob::start(
       *m.engine, std::move(plan->requests), responder, state.jobs, nullptr, on_done,
       JobObserver{&state.metrics, {{"model", m.name}, {"version", std::to_string(m.version)}}});
 }

@@ -4,6 +4,7 @@
 
 #include <queue>
 
+#include "core/cancel.h"
 #include "core/error.h"
 #include "tokenizer/unicode.h"
 
@@ -80,6 +81,13 @@ void BpeModel::push_unknown(std::string_view ch, std::vector<int32_t>& syms,
   last_was_unk = true;
 }
 
+size_t BpeModel::max_bytes_per_token() const {
+  if (unk_id_ && options_.fuse_unk) return 0;
+  size_t longest = unk_id_ || options_.byte_fallback ? 4 : 1;
+  for (const std::string& t : id_to_token_) longest = std::max(longest, t.size());
+  return longest;
+}
+
 void BpeModel::encode(std::string_view word, std::vector<int32_t>& out) const {
   if (word.empty()) return;
   if (options_.ignore_merges) {
@@ -149,6 +157,7 @@ void BpeModel::merge_word(std::string_view word, std::vector<int32_t>& out) cons
   };
   for (int32_t i = 0; i + 1 < n; ++i) consider(i);
   while (!heap.empty()) {
+    check_cancelled();  // one word can be a whole 8 MiB body
     const Candidate c = heap.top();
     heap.pop();
     if (!alive[c.pos] || next[c.pos] < 0) continue;

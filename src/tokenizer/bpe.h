@@ -43,6 +43,9 @@ class BpeModel {
   // One past the largest id.
   int64_t id_limit() const { return static_cast<int64_t>(id_to_token_.size()); }
   const BpeOptions& options() const { return options_; }
+  // The most bytes of a word one id can stand for (the longest token: a merge's token is the
+  // concatenation of its parts, <0xNN> and unk stand for at most 4 bytes); 0 when unknowns fuse.
+  size_t max_bytes_per_token() const;
 
  private:
   struct Merge {

@@ -6,6 +6,7 @@
 #include <sstream>
 #include <unordered_map>
 
+#include "core/cancel.h"
 #include "core/error.h"
 #include "core/json.h"
 #include "core/mapped_file.h"
@@ -204,6 +205,17 @@ void HfTokenizer::index_added_tokens() {
     vocab_size_ = std::max<int64_t>(vocab_size_, added_[i].id + 1);
     added_by_first_byte_[static_cast<unsigned char>(added_[i].content[0])].push_back(i);
   }
+  // The bound on bytes per id holds if nothing before the BPE model drops text: normalizers
+  // that never shorten, pre-tokenizers that keep every byte, added tokens that strip nothing.
+  max_bytes_per_token_ = model_->max_bytes_per_token();
+  if ((normalizer_ && !normalizer_->never_shortens()) ||
+      (pre_tokenizer_ && !pre_tokenizer_->keeps_all_text()))
+    max_bytes_per_token_ = 0;
+  for (const AddedToken& t : added_) {
+    if (t.lstrip || t.rstrip) max_bytes_per_token_ = 0;
+    if (max_bytes_per_token_ != 0)
+      max_bytes_per_token_ = std::max(max_bytes_per_token_, t.content.size());
+  }
   for (auto& list : added_by_first_byte_) {
     std::stable_sort(list.begin(), list.end(), [&](size_t a, size_t b) {
       return added_[a].content.size() > added_[b].content.size();
@@ -218,7 +230,10 @@ void HfTokenizer::encode_text(std::string_view text, bool at_input_start,
   if (normalizer_) normalizer_->normalize(normalized);
   std::vector<Word> words{{std::move(normalized), at_input_start}};
   if (pre_tokenizer_) pre_tokenizer_->split(words);
-  for (const Word& w : words) model_->encode(w.text, out);
+  for (const Word& w : words) {
+    check_cancelled();
+    model_->encode(w.text, out);
+  }
 }
 
 std::vector<int32_t> HfTokenizer::encode(std::string_view text, bool add_special_tokens) const {
@@ -228,6 +243,7 @@ std::vector<int32_t> HfTokenizer::encode(std::string_view text, bool add_special
   size_t seg_start = 0;
   size_t i = 0;
   while (i < text.size()) {
+    check_cancelled();
     const AddedToken* hit = nullptr;
     if (!added_.empty()) {
       for (size_t idx : added_by_first_byte_[static_cast<unsigned char>(text[i])]) {

@@ -40,6 +40,7 @@ class HfTokenizer final : public Tokenizer {
   std::string id_to_piece(int32_t id) const override;
   std::optional<int32_t> piece_to_id(std::string_view piece) const override;
   bool is_special(int32_t id) const override;
+  size_t max_bytes_per_token() const override { return max_bytes_per_token_; }
 
   const std::vector<AddedToken>& added_tokens() const { return added_; }
   // Ids the post-processor puts before and after a single sequence.
@@ -55,6 +56,7 @@ class HfTokenizer final : public Tokenizer {
   void index_added_tokens();
   void encode_text(std::string_view text, bool at_input_start, std::vector<int32_t>& out) const;
 
+  size_t max_bytes_per_token_ = 0;
   std::unique_ptr<Normalizer> normalizer_;
   std::unique_ptr<PreTokenizer> pre_tokenizer_;
   std::unique_ptr<BpeModel> model_;

@@ -4,6 +4,7 @@
 #include <cmath>
 #include <cstring>
 
+#include "core/cancel.h"
 #include "core/error.h"
 #include "core/mapped_file.h"
 
@@ -65,6 +66,13 @@ std::unique_ptr<Llama2cTokenizer> Llama2cTokenizer::parse(const uint8_t* data, s
     if (id <= 2 || tok->byte_value_[id] >= 0) continue;  // <unk>, BOS, EOS and byte pieces
     tok->ids_.emplace(tok->pieces_[id], static_cast<int32_t>(id));  // the first id of a piece wins
   }
+  // Every id is one piece of the text (a merge's piece is its parts' concatenation) or one byte;
+  // the bound holds only if every byte has its <0xNN> piece (else bytes are dropped).
+  if (tok->pieces_.size() >= 3 + 256) {
+    tok->max_bytes_per_token_ = 1;
+    for (const std::string& p : tok->pieces_)
+      tok->max_bytes_per_token_ = std::max(tok->max_bytes_per_token_, p.size());
+  }
   return tok;
 }
 
@@ -96,6 +104,7 @@ std::vector<int32_t> Llama2cTokenizer::encode(std::string_view text,
   }
   std::string ch;
   for (size_t i = 0; i < text.size();) {
+    check_cancelled();
     size_t len = 1;
     while (len < 4 && i + len < text.size() &&
            (static_cast<unsigned char>(text[i + len]) & 0xC0) == 0x80) {
@@ -154,6 +163,7 @@ void Llama2cTokenizer::merge_pairs(std::vector<int32_t>& ids) const {
   for (int i = 0; i + 1 < n; ++i) consider(i);
   std::vector<bool> dead(static_cast<size_t>(n), false);
   while (!heap.empty()) {
+    check_cancelled();
     std::pop_heap(heap.begin(), heap.end(), worse);
     const Pair p = heap.back();
     heap.pop_back();

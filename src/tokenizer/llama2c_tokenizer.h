@@ -30,6 +30,7 @@ class Llama2cTokenizer final : public Tokenizer {
   std::string id_to_piece(int32_t id) const override;
   std::optional<int32_t> piece_to_id(std::string_view piece) const override;
   bool is_special(int32_t id) const override { return id == 1 || id == 2; }
+  size_t max_bytes_per_token() const override { return max_bytes_per_token_; }
 
   // The bytes token `id` contributes when it follows `prev` (-1 at the start): run.c's decode.
   std::string decode_token(int32_t prev, int32_t id) const;
@@ -39,6 +40,7 @@ class Llama2cTokenizer final : public Tokenizer {
 
  private:
   void merge_pairs(std::vector<int32_t>& ids) const;
+  size_t max_bytes_per_token_ = 0;  // 0: some bytes have no piece
   std::vector<std::string> pieces_;
   std::vector<float> scores_;
   std::vector<int> byte_value_;                   // -1, or the byte an <0xNN> piece stands for

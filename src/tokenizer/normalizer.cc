@@ -66,6 +66,7 @@ class Prepend final : public Normalizer {
   void normalize(std::string& text) const override {
     if (!text.empty()) text.insert(0, prefix_);
   }
+  bool never_shortens() const override { return true; }
 
  private:
   std::string prefix_;
@@ -103,6 +104,7 @@ class Replace final : public Normalizer {
     out.append(text, last, std::string::npos);
     text = std::move(out);
   }
+  bool never_shortens() const override { return !regex_ && content_.size() >= literal_.size(); }
 
  private:
   std::string literal_;
@@ -134,6 +136,11 @@ class Sequence final : public Normalizer {
   explicit Sequence(std::vector<std::unique_ptr<Normalizer>> parts) : parts_(std::move(parts)) {}
   void normalize(std::string& text) const override {
     for (const auto& p : parts_) p->normalize(text);
+  }
+  bool never_shortens() const override {
+    for (const auto& p : parts_)
+      if (!p->never_shortens()) return false;
+    return true;
   }
 
  private:

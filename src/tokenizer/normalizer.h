@@ -11,6 +11,9 @@ class Normalizer {
  public:
   virtual ~Normalizer() = default;
   virtual void normalize(std::string& text) const = 0;
+  // True if the output is never shorter (in bytes) than the input: then a bound on the tokens
+  // of the normalized text bounds those of the input (Tokenizer::max_bytes_per_token).
+  virtual bool never_shortens() const { return false; }
 };
 
 // Builds from the "normalizer" object of tokenizer.json (null gives nullptr). Throws Error naming

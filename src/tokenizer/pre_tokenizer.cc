@@ -139,6 +139,8 @@ class SplitPre final : public PreTokenizer {
     words = std::move(out);
   }
 
+  bool keeps_all_text() const override { return behavior_ != SplitBehavior::kRemoved; }
+
  private:
   std::unique_ptr<Regex> regex_;
   std::string literal_;
@@ -174,6 +176,8 @@ class ByteLevelPre final : public PreTokenizer {
     }
     words = std::move(pieces);
   }
+
+  bool keeps_all_text() const override { return true; }
 
  private:
   bool add_prefix_space_;
@@ -213,6 +217,8 @@ class MetaspacePre final : public PreTokenizer {
     words = std::move(out);
   }
 
+  bool keeps_all_text() const override { return true; }
+
  private:
   std::string replacement_;
   std::string scheme_;
@@ -230,6 +236,8 @@ class DigitsPre final : public PreTokenizer {
     }
     words = std::move(out);
   }
+
+  bool keeps_all_text() const override { return true; }
 
  private:
   bool individual_;
@@ -264,6 +272,12 @@ class SequencePre final : public PreTokenizer {
       : parts_(std::move(parts)) {}
   void split(std::vector<Word>& words) const override {
     for (const auto& p : parts_) p->split(words);
+  }
+
+  bool keeps_all_text() const override {
+    for (const auto& p : parts_)
+      if (!p->keeps_all_text()) return false;
+    return true;
   }
 
  private:

@@ -19,6 +19,8 @@ class PreTokenizer {
   virtual ~PreTokenizer() = default;
   // Replaces each word with its parts, in order.
   virtual void split(std::vector<Word>& words) const = 0;
+  // True if the words hold every byte of the input (mapped or grown, never dropped).
+  virtual bool keeps_all_text() const { return false; }
 };
 
 // The GPT-2 pre-tokenization pattern (ByteLevel's use_regex).

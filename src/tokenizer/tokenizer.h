@@ -26,11 +26,22 @@ class Tokenizer {
   virtual std::string id_to_piece(int32_t id) const = 0;
   virtual std::optional<int32_t> piece_to_id(std::string_view piece) const = 0;
   virtual bool is_special(int32_t id) const = 0;
+  // Every id encode() returns stands for at most this many bytes of the text it was given, so a
+  // text of B bytes encodes to at least ceil(B / max_bytes_per_token()) ids: a caller can refuse
+  // a text too long for a context before encoding it. 0 where the tokenizer cannot promise a
+  // bound (a normalizer or pre-tokenizer that drops text, runs of unknowns fused into one id).
+  virtual size_t max_bytes_per_token() const { return 0; }
 
   int32_t bos_id() const { return bos_id_; }  // -1: none
   int32_t eos_id() const { return eos_id_; }  // -1: none
   void set_bos_id(int32_t id) { bos_id_ = id; }
   void set_eos_id(int32_t id) { eos_id_ = id; }
+
+  // The fewest ids encode(text, false) can return for a text of that many bytes (0: unknown).
+  size_t min_tokens_for_bytes(size_t bytes) const {
+    const size_t per = max_bytes_per_token();
+    return per == 0 ? 0 : (bytes + per - 1) / per;
+  }
 
   // Valid UTF-8 text (invalid bytes become U+FFFD).
   std::string decode(std::span<const int32_t> ids, bool skip_special_tokens = true) const;

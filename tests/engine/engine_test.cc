@@ -163,6 +163,53 @@ TEST(Scheduler, TenantsTakeFairTurnsAndOneTenantIsFcfs) {
   EXPECT_EQ(admitted_next(), urgent);
 }
 
+// Within a tenant, turns go round its groups (API requests): a second request of the same key
+// does not wait behind every prompt of the first. Without a key the group is the tenant, so one
+// HTTP request of 64 prompts takes one share, not 64.
+TEST(Scheduler, ATenantsTurnsGoRoundItsRequests) {
+  SchedulerConfig sc;
+  sc.max_num_seqs = 1000;
+  sc.max_num_batched_tokens = 4;  // one 4-token prompt admitted per step
+  for (const uint64_t tenant : {uint64_t{5}, uint64_t{0}}) {
+    SCOPED_TRACE(tenant == 0 ? "no key" : "one key");
+    KvBlockPool pool(4096, 4);
+    KvCacheManager kv(pool, /*prefix_caching=*/false);
+    Scheduler sched(sc, kv);
+    std::vector<std::unique_ptr<EngineRequest>> reqs;
+    std::vector<std::unique_ptr<Sequence>> seqs;
+    // One engine request per prompt, as the API makes them; group = the API request.
+    auto submit = [&](uint64_t group, int prompts) {
+      for (int i = 0; i < prompts; ++i) {
+        reqs.push_back(std::make_unique<EngineRequest>());
+        reqs.back()->spec.tenant = tenant;
+        reqs.back()->spec.group = group;
+        seqs.push_back(std::make_unique<Sequence>());
+        seqs.back()->request = reqs.back().get();
+        seqs.back()->tokens = {1, 2, 3, 4};
+        seqs.back()->prompt_len = 4;
+        sched.add(seqs.back().get());
+      }
+    };
+    auto next_group = [&]() -> uint64_t {
+      uint64_t g = 0;
+      for (const auto& c : sched.schedule().chunks) {
+        if (c.start == 0) g = c.seq->request->spec.group;
+        c.seq->num_computed += c.count;
+      }
+      return g;
+    };
+    submit(1, 64);
+    EXPECT_EQ(next_group(), 1u);
+    submit(2, 3);
+    submit(3, 1);
+    // Round robin from here: 1, 2, 3, then 1 and 2 alternate until 2's three are in.
+    std::vector<uint64_t> order;
+    for (int i = 0; i < 8; ++i) order.push_back(next_group());
+    EXPECT_EQ(order, (std::vector<uint64_t>{1, 2, 3, 1, 2, 1, 2, 1}))
+        << ::testing::PrintToString(order);
+  }
+}
+
 class EngineTest : public testing::StoriesTest {
  protected:
   static EngineConfig config(int64_t blocks, bool prefix, int64_t max_tokens_per_step = 2048) {

@@ -9,6 +9,7 @@
 
 #include "core/error.h"
 #include "serving/auth.h"
+#include "serving/serving_state.h"
 
 namespace tf {
 namespace {
@@ -162,6 +163,37 @@ TEST(KeyLimiter, TokensAreEstimatedThenCorrectedAndConcurrencyIsCapped) {
   KeyPolicy other = k;
   other.name = "other";
   EXPECT_EQ(lim.admit(other, 600), 0.0);
+}
+
+// The engine's turns (scheduler.cc) rest on what prepare() stamps: every prompt of one API
+// request shares a group, another request gets another; a key is the tenant.
+TEST(ServingState, PrepareGivesEachApiRequestOneGroupAndTheKeyItsTenant) {
+  ServingState state([](const std::string&, int64_t, const std::string&)
+                         -> std::shared_ptr<ServedModel> { throw Error("no models here"); });
+  auto requests = [] {
+    std::vector<GenerationRequest> r(3);
+    for (auto& q : r) q.prompt = {1, 2};
+    return r;
+  };
+  RequestRecord record;
+  record.received = std::chrono::steady_clock::now();
+  auto a = requests(), b = requests();
+  state.prepare(record, "m", a, true, std::chrono::seconds(10));
+  state.prepare(record, "m", b, true, std::chrono::seconds(10));
+  EXPECT_NE(a[0].group, 0u);
+  EXPECT_EQ(a[0].group, a[1].group);
+  EXPECT_EQ(a[0].group, a[2].group);
+  EXPECT_NE(a[0].group, b[0].group);
+  EXPECT_EQ(a[0].tenant, 0u);  // no key: the group is the tenant
+  KeyPolicy key;
+  key.name = "team-a";
+  record.key = &key;
+  auto c = requests(), d = requests();
+  state.prepare(record, "m", c, true, std::chrono::seconds(10));
+  state.prepare(record, "m", d, true, std::chrono::seconds(10));
+  EXPECT_NE(c[0].tenant, 0u);
+  EXPECT_EQ(c[0].tenant, d[0].tenant);
+  EXPECT_NE(c[0].group, d[0].group);
 }
 
 }  // namespace

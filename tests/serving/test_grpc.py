@@ -494,6 +494,30 @@ class GrpcApiTest(unittest.TestCase):
         self.gen.Generate(g.GenerateRequest(text="x", sampling=sampling(best_of=3, n=1,
                                                                           max_tokens=2)))
 
+    def test_messages_that_do_not_parse_are_invalid_argument(self):
+        # Bytes that are no protobuf message (field 31, a wire type that does not exist); gRPC's
+        # callback API answers them UNIMPLEMENTED before any handler runs (issue 18).
+        junk = b"\xff\xff\xff"
+        raw = dict(request_serializer=lambda x: x, response_deserializer=lambda x: x)
+        for method in ("/tokenflow.v1.GenerationService/Generate",
+                       "/tokenflow.v1.GenerationService/Tokenize",
+                       "/tensorflow.serving.PredictionService/Predict",
+                       "/tensorflow.serving.ModelService/GetModelStatus"):
+            with self.subTest(method=method):
+                e = self.assertCode(C.INVALID_ARGUMENT, self.channel.unary_unary(method, **raw),
+                                    junk, timeout=30)
+                self.assertIn("does not parse", e.details())
+        self.assertCode(C.INVALID_ARGUMENT, self.channel.unary_stream(
+            "/tokenflow.v1.GenerationService/GenerateStream", **raw), junk, timeout=30)
+        # What is really not implemented stays UNIMPLEMENTED: a method without a handler, and
+        # a method that does not exist.
+        self.assertCode(C.UNIMPLEMENTED, self.channel.unary_unary(
+            "/tensorflow.serving.PredictionService/Classify", **raw), b"", timeout=30)
+        self.assertCode(C.UNIMPLEMENTED, self.channel.unary_unary("/no.Such/Method", **raw), b"",
+                        timeout=30)
+        # And a well-formed message still works.
+        self.assertTrue(self.gen.ListModels(g.ListModelsRequest()).models)
+
     def test_unknown_model_is_not_found(self):
         for name in ("nope", MODEL + ":9", MODEL + "@canary"):
             with self.subTest(name=name):

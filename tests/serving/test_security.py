@@ -7,7 +7,9 @@ import json
 import os
 import random
 import re
+import socket
 import string
+import struct
 import subprocess
 import sys
 import tempfile
@@ -450,6 +452,139 @@ class SighupTest(unittest.TestCase):
         finally:
             rc, _ = stop_server(proc)
         self.assertEqual(rc, 0)
+
+
+def random_text(nbytes, seed):
+    """Letters and spaces at random: words that repeat rarely, so no tokenizer cache helps."""
+    rng = random.Random(seed)
+    return "".join(rng.choices(string.ascii_lowercase + " ", k=nbytes))
+
+
+def preparing(client):
+    """The tokenflow_requests_preparing gauge (None if /metrics has none)."""
+    status, _, text, _ = client.get("/metrics")
+    m = re.search(r"^tokenflow_requests_preparing (\S+)$", text, re.M)
+    return float(m.group(1)) if status == 200 and m else None
+
+
+class LongPromptTest(SharedServerTest):
+    """A prompt whose bytes alone prove it longer than the context is refused before it is
+    tokenized (the llama2.c tokenizer bounds the bytes one id stands for): 'at least' in the
+    message says the tokenizer never ran; before, a 7 MB prompt was tokenized first."""
+
+    SERVER_ARGS = ("--max-body-bytes", "16777216")
+
+    def test_refused_before_tokenizing_on_every_route(self):
+        text = "Once upon a time there was a cat. " * 200000  # 6.8 MB
+        status, body, raw, _ = self.c.post("/v1/completions", {"prompt": text, "max_tokens": 1})
+        self.assertEqual(status, 400, raw[:300])
+        self.assertEqual(body["error"]["code"], "context_length_exceeded")
+        self.assertEqual(body["error"]["param"], "prompt")
+        self.assertIn("has at least", body["error"]["message"])
+        status, body, raw, _ = self.c.post(
+            "/v1/chat/completions",
+            {"messages": [{"role": "user", "content": text}], "max_tokens": 1})
+        self.assertEqual(status, 400, raw[:300])
+        self.assertEqual(body["error"]["param"], "messages")
+        self.assertIn("has at least", body["error"]["message"])
+        status, body, raw, _ = self.c.post("/v1/models/%s:predict" % MODEL,
+                                           {"instances": [text]})
+        self.assertEqual(status, 400, raw[:300])
+        self.assertIn("has at least", body["error"])
+        # A prompt that fits is still served.
+        status, _, raw, _ = self.c.post("/v1/completions", {"prompt": text[:200], "max_tokens": 2})
+        self.assertEqual(status, 200, raw[:300])
+
+
+class PreparationTest(unittest.TestCase):
+    """Parsing and tokenizing run off the I/O thread, under the request's deadline and the
+    client's presence. The server tokenizes with GPT-2's tokenizer plus an NFC normalizer (a
+    normalizer may shorten text, so no bound on bytes per id: every prompt is tokenized); 7 MB
+    of random words take seconds to tokenize."""
+
+    @classmethod
+    def setUpClass(cls):
+        cls.dir = tempfile.mkdtemp(prefix="tf_prepare_")
+        with open(os.path.join(SHARED, "tokenizers", "gpt2", "tokenizer.json")) as f:
+            tok = json.load(f)
+        tok["normalizer"] = {"type": "NFC"}
+        cls.tokenizer = os.path.join(cls.dir, "tokenizer.json")
+        with open(cls.tokenizer, "w") as f:
+            json.dump(tok, f)
+        cls.log = os.path.join(cls.dir, "access.log")
+        cls.proc, cls.port = start_server("--tokenizer", cls.tokenizer, "--max-body-bytes",
+                                          "16777216", "--access-log", cls.log)
+        cls.c = Client(cls.port)
+        cls.text = random_text(7 << 20, 18)
+
+    @classmethod
+    def tearDownClass(cls):
+        rc, err = stop_server(cls.proc)
+        assert rc == 0, "server exited with %d: %s" % (rc, err[-2000:])
+
+    def send(self, body):
+        data = json.dumps(body).encode()
+        s = socket.create_connection(("127.0.0.1", self.port), timeout=120)
+        s.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: "
+                  b"application/json\r\nContent-Length: %d\r\n\r\n" % len(data) + data)
+        return s
+
+    def log_lines(self):
+        with open(self.log) as f:
+            return [json.loads(line) for line in f if line.strip()]
+
+    def test_io_thread_answers_while_a_prompt_is_tokenized(self):
+        s = self.send({"prompt": self.text, "max_tokens": 1})
+        # /metrics is answered (on the one I/O thread) while the prompt is being tokenized.
+        self.assertTrue(wait_for_state(lambda: preparing(self.c) == 1),
+                        "the gauge never showed the request being prepared")
+        self.assertEqual(self.c.get("/healthz")[0], 200)
+        head, _, rest = read_until_closed_or_answered(s).partition(b"\r\n\r\n")
+        s.close()
+        self.assertIn(b" 400 ", head.split(b"\r\n")[0])
+        self.assertIn(b"context_length_exceeded", rest)
+        self.assertNotIn(b"at least", rest)  # tokenized: no bound for this tokenizer
+        self.assertTrue(wait_for_state(lambda: preparing(self.c) == 0))
+
+    def test_tokenizing_stops_at_the_deadline(self):
+        status, body, raw, _ = self.c.post("/v1/completions",
+                                           {"prompt": self.text, "max_tokens": 1, "timeout": 0.2})
+        self.assertEqual(status, 504, raw[:300])
+        self.assertEqual(body["error"]["code"], "timeout")
+        self.assertIn("while its prompt was being prepared", body["error"]["message"])
+
+    def test_tokenizing_stops_when_the_client_leaves(self):
+        before = len(self.log_lines())
+        s = self.send({"prompt": self.text, "max_tokens": 1, "user": "leaver"})
+        self.assertTrue(wait_for_state(lambda: preparing(self.c) == 1))
+        # A reset (not a FIN, which may be a half-close that still wants its answer).
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+        s.close()
+        self.assertTrue(wait_for_state(lambda: preparing(self.c) == 0))
+
+        def ended():
+            return [e for e in self.log_lines()[before:] if e["path"] == "/v1/completions"]
+        self.assertTrue(wait_for_state(lambda: ended()))
+        self.assertEqual(ended()[0]["status"], 499, ended())
+
+
+def read_until_closed_or_answered(s):
+    """Reads one whole Content-Length response."""
+    buf = b""
+    while b"\r\n\r\n" not in buf:
+        chunk = s.recv(65536)
+        if not chunk:
+            return buf
+        buf += chunk
+    head, _, rest = buf.partition(b"\r\n\r\n")
+    m = re.search(rb"content-length: (\d+)", head.lower())
+    n = int(m.group(1)) if m else 0
+    while len(rest) < n:
+        chunk = s.recv(65536)
+        if not chunk:
+            break
+        rest += chunk
+    return head + b"\r\n\r\n" + rest
 
 
 def wait_for_state(pred):

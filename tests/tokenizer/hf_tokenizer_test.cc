@@ -6,6 +6,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "core/cancel.h"
 #include "core/error.h"
 #include "model/test_util.h"
 #include "tokenizer/pre_tokenizer.h"
@@ -283,6 +284,62 @@ TEST(Gpt2Bpe, AMegabyteWordIsNotQuadratic) {
   // A quadratic merge loop takes hours here; the linear-log one well under a second (the
   // benchmark records the real figure). The bound only catches the complexity class.
   EXPECT_LT(s, 30.0);
+}
+
+// Tokenizer::max_bytes_per_token: a lower bound on the ids of a text that holds on every text
+// (random bytes and words, special tokens in it), and no bound where text can shrink.
+TEST(TokenBound, HoldsForTheRealTokenizersAndIsAbsentWhereTextShrinks) {
+  auto gpt2 = load_tokenizer(testing::shared_dir() + "/tokenizers/gpt2", 0);
+  auto llama = load_tokenizer(testing::shared_dir() + "/tokenizers/llama2/tokenizer.bin", 32000);
+  auto stories = load_tokenizer(testing::stories_bin(), 512);
+  std::mt19937 rng(18);
+  for (const LoadedTokenizer* t : {&gpt2, &llama, &stories}) {
+    const Tokenizer& tok = *t->tokenizer;
+    ASSERT_GT(tok.max_bytes_per_token(), 0u);
+    for (int trial = 0; trial < 300; ++trial) {
+      std::string text;
+      const int kind = trial % 3;
+      for (size_t i = 0, n = 1 + rng() % 400; i < n; ++i) {
+        if (kind == 0) {
+          text += static_cast<char>(rng() % 256);  // random bytes
+        } else if (kind == 1) {
+          text += " the once upon a time<|endoftext|> \n\n   "[rng() % 40];
+        } else {
+          text += "\xE2\x96\x81";  // a long run of one character merges into long tokens
+        }
+      }
+      const size_t ids = tok.encode(text, false).size();
+      EXPECT_GE(ids, tok.min_tokens_for_bytes(text.size())) << "trial " << trial;
+    }
+  }
+  // Text that a normalizer or pre-tokenizer may drop: no bound.
+  json nfc = base_doc();
+  nfc["pre_tokenizer"] = nullptr;
+  EXPECT_GT(make(nfc)->max_bytes_per_token(), 0u);
+  nfc["normalizer"] = {{"type", "NFKC"}};
+  EXPECT_EQ(make(nfc)->max_bytes_per_token(), 0u);
+  EXPECT_EQ(make(base_doc())->max_bytes_per_token(), 0u);  // WhitespaceSplit drops spaces
+  json fused = base_doc();
+  fused["pre_tokenizer"] = nullptr;
+  fused["model"]["fuse_unk"] = true;  // a run of unknowns is one id
+  EXPECT_EQ(make(fused)->max_bytes_per_token(), 0u);
+  auto spm = load_tokenizer(testing::shared_dir() + "/tokenizers/llama2/tokenizer.model", 0);
+  EXPECT_EQ(spm.tokenizer->max_bytes_per_token(), 0u);  // its normalizer collapses spaces
+}
+
+TEST(TokenBound, EncodingStopsAtACancelledToken) {
+  auto gpt2 = load_tokenizer(testing::shared_dir() + "/tokenizers/gpt2", 0);
+  auto stories = load_tokenizer(testing::stories_bin(), 512);
+  std::string text;
+  std::mt19937 rng(3);
+  for (int i = 0; i < 200000; ++i) text += static_cast<char>('a' + rng() % 27);
+  for (const LoadedTokenizer* t : {&gpt2, &stories}) {
+    CancelToken token;
+    CancelScope scope(&token);
+    EXPECT_NO_THROW(t->tokenizer->encode("Once upon a time", false));
+    token.cancel();
+    EXPECT_THROW(t->tokenizer->encode(text, false), Cancelled);
+  }
 }
 
 }  // namespace

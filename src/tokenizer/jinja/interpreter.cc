@@ -2,6 +2,8 @@
 
 #include <algorithm>
 
+#include "core/cancel.h"
+
 #include "tokenizer/jinja/builtins.h"
 #include "tokenizer/jinja/py_format.h"
 #include "tokenizer/jinja/py_text.h"
@@ -178,6 +180,7 @@ std::string Interpreter::capture(const Body& body) {
 
 Interpreter::Flow Interpreter::exec(const Body& body) {
   for (const auto& node : body) {
+    check_cancelled();  // a template loops over the request's messages
     const Flow flow = exec(*node);
     if (flow != Flow::kNormal) return flow;
   }
