@@ -1,6 +1,7 @@
 """The soak test (issues 10 and 17): minutes of mixed load against the real server on 127.0.0.1 -
 streaming and not, clients that vanish mid-stream, malformed, oversized and unauthenticated
 requests, bursts over a key's rate limit, and issue 18's inputs (JSON nested 20,000 deep,
+prompts refused by their length before tokenizing,
 Transfer-Encoding: gzip with a smuggled request behind it, invented model names, 8,192
 sequences in one request, token ids past 2^32), model reloads that replace a version - then it
 checks
@@ -142,8 +143,8 @@ class SoakTest(unittest.TestCase):
         def one_request(rng):
             kind = rng.choices(["plain", "stream", "drop", "malformed", "oversized",
                                 "no_key", "wrong_key", "limited", "deep", "bad_te",
-                                "unknown_model", "too_many", "huge_id"],
-                               [35, 25, 8, 7, 3, 5, 5, 12, 2, 2, 2, 2, 2])[0]
+                                "unknown_model", "too_many", "huge_id", "long_prompt"],
+                               [35, 25, 8, 7, 3, 5, 5, 12, 2, 2, 2, 2, 2, 2])[0]
             try:
                 if kind == "plain":
                     status, body, _, _ = post({"prompt": "The dog",
@@ -196,6 +197,12 @@ class SoakTest(unittest.TestCase):
                 elif kind == "too_many":
                     status, _, _, _ = post({"prompt": ["x"] * 64, "n": 128, "max_tokens": 1})
                     record(kind, status)
+                elif kind == "long_prompt":  # longer than the context by its bytes alone
+                    status, body, _, _ = post({"prompt": "Once upon a time " * 3500,
+                                               "max_tokens": 1})
+                    record(kind, status)
+                    if status != 400 or "has at least" not in body["error"]["message"]:
+                        lost.append("long_prompt: %d" % status)
                 elif kind == "huge_id":
                     status, _, _, _ = post({"prompt": [1, 4294967296], "max_tokens": 1})
                     record(kind, status)
