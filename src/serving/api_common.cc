@@ -110,6 +110,11 @@ std::string openai_error_body(const std::exception& e) {
   return openai_error_body(status, message);
 }
 
+std::string deadline_message(std::chrono::milliseconds limit) {
+  return fmt::format("the request ran past its deadline ({:.3g} s) and was stopped",
+                     std::chrono::duration<double>(limit).count());
+}
+
 std::string tfserving_error_body(const std::string& message) {
   return dump_json(nlohmann::json{{"error", message}});
 }

@@ -54,6 +54,10 @@ std::string openai_error_body(const std::exception& e);
 // {"error": "..."} as TF Serving sends it.
 std::string tfserving_error_body(const std::string& message);
 
+// What a request stopped at its deadline is told: "the request ran past its deadline (2.5 s)
+// and was stopped".
+std::string deadline_message(std::chrono::milliseconds limit);
+
 // JSON text; invalid UTF-8 (a token that is half a character) becomes U+FFFD instead of throwing.
 std::string dump_json(const nlohmann::json& j);
 std::string dump_json(const nlohmann::ordered_json& j);

@@ -56,18 +56,11 @@ json ids_json(const google::protobuf::RepeatedField<int32_t>& ids) {
 }
 
 // Usage over the returned sequences; cached prompt tokens from the engine's timings.
-void fill_usage(const GenerationPlan& plan, const GenerationJob& job, v1::Usage* u) {
-  int64_t prompt = 0, completion = 0, cached = 0;
-  for (size_t i = 0; i < job.num_prompts(); ++i) {
-    prompt += static_cast<int64_t>(plan.prompts[i].size());
-    cached += job.timings(i).cached_prompt_tokens;
-    const auto& seqs = job.results()[i];
-    for (size_t k : returned(plan, seqs)) completion += static_cast<int64_t>(seqs[k].tokens.size());
-  }
-  u->set_prompt_tokens(prompt);
-  u->set_completion_tokens(completion);
-  u->set_total_tokens(prompt + completion);
-  u->set_cached_prompt_tokens(cached);
+void fill_usage(const JobSummary& s, v1::Usage* u) {
+  u->set_prompt_tokens(s.prompt_tokens);
+  u->set_completion_tokens(s.completion_tokens);
+  u->set_total_tokens(s.prompt_tokens + s.completion_tokens);
+  u->set_cached_prompt_tokens(s.cached_prompt_tokens);
 }
 
 // The model a tokenize / detokenize request names (nullptr: throws 404).
@@ -96,25 +89,17 @@ json chat_json(const v1::Chat& chat) {
 
 // What a finished job ends with: DEADLINE_EXCEEDED when it ran past its deadline and a sequence
 // was stopped for it, else OK.
-grpc::Status end_status(const GenerationJob& job, const RequestRecord& record,
-                        std::chrono::milliseconds limit) {
-  if (std::chrono::steady_clock::now() < record.received + limit) return grpc::Status::OK;
-  for (const auto& seqs : job.results())
-    for (const auto& s : seqs)
-      if (s.finish == FinishReason::kAbort)
-        return grpc::Status(grpc::StatusCode::DEADLINE_EXCEEDED,
-                            fmt::format("the request ran past its deadline ({:.3g} s) and was "
-                                        "stopped",
-                                        std::chrono::duration<double>(limit).count()));
-  return grpc::Status::OK;
+grpc::Status end_status(const JobSummary& summary, std::chrono::milliseconds limit) {
+  if (!summary.timed_out) return grpc::Status::OK;
+  return grpc::Status(grpc::StatusCode::DEADLINE_EXCEEDED, deadline_message(limit));
 }
 
-// Starts the plan's job on the call's strand; records what REST records when it ends (tokens,
-// TTFT, the first sequence's finish, the key's usage), then calls done(job, client_gone).
+// Starts the plan's job on the call's strand; books it as REST does when it ends (record_job),
+// then calls done(job, summary, client_gone).
 void start_job(GrpcContext& ctx, std::shared_ptr<GenerationPlan> plan,
                std::shared_ptr<RequestRecord> record, std::shared_ptr<GrpcCallHost> host,
                GenerationJob::EventFn on_event,
-               std::function<void(const GenerationJob&, bool)> done,
+               std::function<void(const GenerationJob&, const JobSummary&, bool)> done,
                std::function<void(const std::exception&)> failed) {
   const ServedModel& model = *plan->model;
   JobObserver observer{&ctx.state.metrics,
@@ -123,18 +108,9 @@ void start_job(GrpcContext& ctx, std::shared_ptr<GenerationPlan> plan,
       ctx, std::move(host), *model.engine, std::move(plan->requests), std::move(observer),
       std::move(on_event),
       [plan, record, done = std::move(done)](const GenerationJob& job, bool client_gone) {
-        int64_t completion = 0;
-        for (size_t i = 0; i < job.num_prompts(); ++i) {
-          const auto& seqs = job.results()[i];
-          const auto picks = returned(*plan, seqs);
-          for (size_t k : picks) completion += static_cast<int64_t>(seqs[k].tokens.size());
-          if (i == 0 && !picks.empty()) record->finish = finish_reason_name(seqs[picks[0]].finish);
-        }
-        record->completion_tokens = completion;
-        record->ttft_ms = job.first_token_ms(record->received);
-        if (plan->admission)
-          plan->admission->set_used(static_cast<double>(record->prompt_tokens + completion));
-        done(job, client_gone);
+        const JobSummary summary = summarize(*plan, job, *record);
+        record_job(summary, *record, plan->admission.get());
+        done(job, summary, client_gone);
       },
       std::move(failed));
 }
@@ -157,13 +133,13 @@ void start_generate(GrpcContext& ctx, UnaryJobCall* r, const v1::GenerateRequest
   auto record = r->call.record;
   start_job(
       ctx, plan, record, r->host, nullptr,
-      [r, plan, tok, resp, record](const GenerationJob& job, bool client_gone) {
+      [r, plan, tok, resp](const GenerationJob& job, const JobSummary& summary, bool client_gone) {
         if (client_gone) return r->finish(client_gone_status(r->server_ctx));
-        const grpc::Status status = end_status(job, *record, plan->time_limit);
+        const grpc::Status status = end_status(summary, plan->time_limit);
         if (!status.ok()) return r->finish(status);
         for (size_t i = 0; i < job.num_prompts(); ++i) {
           const auto& seqs = job.results()[i];
-          const auto picks = returned(*plan, seqs);
+          const auto& picks = summary.returned[i];
           for (size_t k = 0; k < picks.size(); ++k) {
             const GeneratedSequence& s = seqs[picks[k]];
             v1::Sequence* out = resp->add_sequences();
@@ -175,7 +151,7 @@ void start_generate(GrpcContext& ctx, UnaryJobCall* r, const v1::GenerateRequest
             if (plan->params.logprobs) add_logprobs(tok, s.logprobs, out->mutable_logprobs());
           }
         }
-        fill_usage(*plan, job, resp->mutable_usage());
+        fill_usage(summary, resp->mutable_usage());
         r->finish(grpc::Status::OK);
       },
       [r](const std::exception& e) { r->finish(r->call.error_status(e)); });
@@ -240,7 +216,7 @@ class StreamReactor final : public grpc::ServerWriteReactor<v1::GenerateStreamRe
     auto record = call_.record;
     start_job(
         ctx_, plan, record, host_, std::move(on_event),
-        [this, plan, id, record](const GenerationJob& job, bool client_gone) {
+        [this, plan, id](const GenerationJob& job, const JobSummary& summary, bool client_gone) {
           if (client_gone) return end(client_gone_status(sctx_));
           v1::GenerateStreamResponse msg;
           v1::GenerationEnd* e = msg.mutable_end();
@@ -249,11 +225,11 @@ class StreamReactor final : public grpc::ServerWriteReactor<v1::GenerateStreamRe
           e->set_model_version(plan->model->version);
           for (size_t i = 0; i < job.num_prompts(); ++i) {
             const auto& seqs = job.results()[i];
-            for (size_t k : returned(*plan, seqs)) e->add_finish_reasons(finish_of(seqs[k].finish));
+            for (size_t k : summary.returned[i]) e->add_finish_reasons(finish_of(seqs[k].finish));
           }
-          fill_usage(*plan, job, e->mutable_usage());
+          fill_usage(summary, e->mutable_usage());
           send(std::move(msg));
-          end(end_status(job, *record, plan->time_limit));
+          end(end_status(summary, plan->time_limit));
         },
         [this](const std::exception& e) { end(call_.error_status(e)); });
   }

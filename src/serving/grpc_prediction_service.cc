@@ -181,8 +181,13 @@ grpc::ServerUnaryReactor* PredictionServiceImpl::Predict(grpc::CallbackServerCon
       start_call_job(
           ctx_, r->host, *m.engine, std::move(plan->requests), std::move(observer), nullptr,
           [r, plan, response, wanted](const GenerationJob& job, bool client_gone) {
+            const JobSummary summary = summarize(*plan, job, *r->call.record);
+            record_job(summary, *r->call.record, plan->admission.get());
             if (client_gone) return r->finish(client_gone_status(r->server_ctx));
-            const json out = predict_response(*plan, job, *r->call.record)["outputs"];
+            if (summary.timed_out)  // as Generate ends (before, OK with "abort")
+              return r->finish(grpc::Status(grpc::StatusCode::DEADLINE_EXCEEDED,
+                                            deadline_message(plan->time_limit)));
+            const json out = predict_response(*plan, job)["outputs"];
             auto want = [&](const char* name) { return wanted.empty() || wanted.count(name) > 0; };
             auto& outputs = *response->mutable_outputs();
             std::vector<std::vector<int32_t>> ids;

@@ -138,11 +138,14 @@ std::string field_of(const std::string& message, const json& body) {
 
 void parse_body(ServingState& state, const json& body, bool chat,
                 const ModelRegistry::HeaderFn& header, GenerationPlan& p);
+void parse_generation_fields(const json& body, bool chat, const LoadedTokenizer& tokenizer,
+                             const ModelConfig& cfg, GenerationPlan& p);
 
-void parse(ServingState& state, const json& body, bool chat, const ModelRegistry::HeaderFn& header,
-           GenerationPlan& p) {
+// Runs fn, turning a plain Error (a parameter's check) into HttpError 400 naming its field.
+template <typename Fn>
+void with_fields(const json& body, Fn fn) {
   try {
-    parse_body(state, body, chat, header, p);
+    fn();
   } catch (const HttpError&) {
     throw;
   } catch (const Cancelled&) {
@@ -151,6 +154,11 @@ void parse(ServingState& state, const json& body, bool chat, const ModelRegistry
     if (e.kind() == ErrorKind::kInternal) throw;
     throw HttpError(400, e.what(), "", field_of(e.what(), body));
   }
+}
+
+void parse(ServingState& state, const json& body, bool chat, const ModelRegistry::HeaderFn& header,
+           GenerationPlan& p) {
+  with_fields(body, [&] { parse_body(state, body, chat, header, p); });
 }
 
 void parse_body(ServingState& state, const json& body, bool chat,
@@ -169,7 +177,23 @@ void parse_body(ServingState& state, const json& body, bool chat,
   if (!p.model) {
     throw HttpError(404, state.registry.unavailable_reason(spec), "model_not_found", "model");
   }
-  const ModelConfig& cfg = p.model->config();
+  parse_generation_fields(body, chat, p.model->tokenizer, p.model->config(), p);
+}
+
+}  // namespace
+
+void parse_generation_body(const json& body, bool chat, const LoadedTokenizer& tokenizer,
+                           const ModelConfig& cfg, GenerationPlan& p) {
+  with_fields(body, [&] {
+    check_fields(body, chat);
+    parse_generation_fields(body, chat, tokenizer, cfg, p);
+  });
+}
+
+namespace {
+
+void parse_generation_fields(const json& body, bool chat, const LoadedTokenizer& tokenizer,
+                             const ModelConfig& cfg, GenerationPlan& p) {
   p.params = parse_sampling_params(body, chat, chat ? static_cast<int32_t>(cfg.max_seq_len) : 16);
   p.stream = body.value("stream", false);
   if (p.stream && body.contains("stream_options") && body["stream_options"].is_object()) {
@@ -192,11 +216,12 @@ void parse_body(ServingState& state, const json& body, bool chat,
                     "unsupported_parameter", "echo");
   }
   p.choices_per_prompt = p.params.n;
+  p.rule = {p.params.n, p.params.best_of, p.params.beam_search()};
   p.params.validate(cfg.vocab_size);
   if (chat) {
-    p.prompts.push_back(parse_chat_prompt(body, p.model->tokenizer, cfg));
+    p.prompts.push_back(parse_chat_prompt(body, tokenizer, cfg));
   } else {
-    p.prompts = parse_completion_prompts(body, p.model->tok(),
+    p.prompts = parse_completion_prompts(body, tokenizer.tokenizer.get(),
                                          body.value("add_special_tokens", true), cfg.max_seq_len);
   }
   for (auto& prompt : p.prompts) {
@@ -210,10 +235,11 @@ void parse_body(ServingState& state, const json& body, bool chat,
   }
 }
 
+}  // namespace
+
 std::vector<GenerationRequest> engine_requests(const GenerationPlan& p, const json& body,
-                                               const std::string& id, bool max_given) {
+                                               const std::string& id, int64_t ctx, bool max_given) {
   std::vector<GenerationRequest> out;
-  const int64_t ctx = p.model->config().max_seq_len;
   int32_t priority = 0;
   if (body.contains("priority") && !body["priority"].is_null()) {
     const json& v = body["priority"];
@@ -244,18 +270,17 @@ std::vector<GenerationRequest> engine_requests(const GenerationPlan& p, const js
   return out;
 }
 
+namespace {
+
 std::string sse(const ojson& j) {
   return "data: " + dump_json(j) + "\n\n";
 }
 
 }  // namespace
 
-std::vector<size_t> returned(const GenerationPlan& p, const std::vector<GeneratedSequence>& seqs) {
-  if (!p.params.beam_search() && p.params.best_of && *p.params.best_of > p.params.n)
-    return best_sequences(seqs, static_cast<size_t>(p.params.n));
-  std::vector<size_t> all(std::min(seqs.size(), static_cast<size_t>(p.choices_per_prompt)));
-  for (size_t i = 0; i < all.size(); ++i) all[i] = i;
-  return all;
+JobSummary summarize(const GenerationPlan& plan, const GenerationJob& job,
+                     const RequestRecord& record) {
+  return summarize_job(job, plan.rule, record.received, record.received + plan.time_limit);
 }
 
 GenerationPlan plan_generation(ServingState& state, const json& body, bool chat,
@@ -290,7 +315,7 @@ GenerationPlan plan_generation(ServingState& state, const json& body, bool chat,
   p.max_tokens_given =
       (body.contains("max_tokens") && !body["max_tokens"].is_null()) ||
       (chat && body.contains("max_completion_tokens") && !body["max_completion_tokens"].is_null());
-  p.requests = engine_requests(p, body, id, p.max_tokens_given);
+  p.requests = engine_requests(p, body, id, model.config().max_seq_len, p.max_tokens_given);
   std::string cache_salt;  // prefix-cache blocks are shared within one key and cache_salt
   if (body.contains("cache_salt") && !body["cache_salt"].is_null()) {
     if (!body["cache_salt"].is_string())
@@ -358,11 +383,6 @@ void handle_openai_generation(ServingState& state, const HttpRequest& req,
                              {{"model", model.name}, {"version", std::to_string(model.version)}}};
   std::vector<GenerationRequest> reqs = std::move(parsed->requests);
   const auto limit = parsed->time_limit;
-  const auto deadline = record->received + limit;
-  auto used = [admission = parsed->admission, record] {
-    if (admission)
-      admission->set_used(static_cast<double>(record->prompt_tokens + record->completion_tokens));
-  };
   const int64_t created = unix_seconds();
   const Tokenizer* tok = model.tok();
   std::vector<std::string> prompt_text;
@@ -377,19 +397,11 @@ void handle_openai_generation(ServingState& state, const HttpRequest& req,
                  {"model", name}};
   };
   // Usage over the returned choices; cached prompt tokens from the engine's timings.
-  auto usage = [parsed](const GenerationJob& job) {
-    int64_t prompt = 0, completion = 0, cached = 0;
-    for (size_t i = 0; i < job.num_prompts(); ++i) {
-      prompt += static_cast<int64_t>(parsed->prompts[i].size());
-      cached += job.timings(i).cached_prompt_tokens;
-      const auto& seqs = job.results()[i];
-      for (size_t k : returned(*parsed, seqs))
-        completion += static_cast<int64_t>(seqs[k].tokens.size());
-    }
-    return ojson{{"prompt_tokens", prompt},
-                 {"completion_tokens", completion},
-                 {"total_tokens", prompt + completion},
-                 {"prompt_tokens_details", {{"cached_tokens", cached}}}};
+  auto usage = [](const JobSummary& s) {
+    return ojson{{"prompt_tokens", s.prompt_tokens},
+                 {"completion_tokens", s.completion_tokens},
+                 {"total_tokens", s.prompt_tokens + s.completion_tokens},
+                 {"prompt_tokens_details", {{"cached_tokens", s.cached_prompt_tokens}}}};
   };
   const std::string model_name = model.name;
 
@@ -424,18 +436,17 @@ void handle_openai_generation(ServingState& state, const HttpRequest& req,
       responder->write(sse(chunk));
     };
     GenerationJob::DoneFn on_done = [=](const GenerationJob& job, bool client_gone) {
+      const JobSummary summary = summarize(*parsed, job, *record);
+      record_job(summary, *record, parsed->admission.get());
       if (client_gone) return log_request(*record, 499);
       if (parsed->include_usage) {
         ojson chunk = head();
         chunk["choices"] = ojson::array();
-        chunk["usage"] = usage(job);
+        chunk["usage"] = usage(summary);
         responder->write(sse(chunk));
       }
       responder->write("data: [DONE]\n\n");
       responder->end();
-      record->completion_tokens = usage(job)["completion_tokens"].get<int64_t>();
-      used();
-      record->ttft_ms = job.first_token_ms(record->received);
       log_request(*record, 200);
     };
     responder->start_stream(200, "text/event-stream");
@@ -463,27 +474,18 @@ void handle_openai_generation(ServingState& state, const HttpRequest& req,
   }
 
   GenerationJob::DoneFn on_done = [=](const GenerationJob& done_job, bool client_gone) {
+    const JobSummary summary = summarize(*parsed, done_job, *record);
+    record_job(summary, *record, parsed->admission.get());
     if (client_gone) return log_request(*record, 499);
     const GenerationJob* job = &done_job;
-    if (std::chrono::steady_clock::now() >= deadline) {
-      bool aborted = false;
-      for (const auto& seqs : job->results())
-        for (const auto& s : seqs) aborted = aborted || s.finish == FinishReason::kAbort;
-      if (aborted) {
-        used();
-        responder->send(504,
-                        openai_error_body(504,
-                                          fmt::format("the request ran past its deadline "
-                                                      "({:.3g} s) and was stopped",
-                                                      std::chrono::duration<double>(limit).count()),
-                                          "timeout"));
-        return log_request(*record, 504);
-      }
+    if (summary.timed_out) {
+      responder->send(504, openai_error_body(504, deadline_message(limit), "timeout"));
+      return log_request(*record, 504);
     }
     ojson choices = ojson::array();
     for (size_t i = 0; i < job->num_prompts(); ++i) {
       const auto& seqs = job->results()[i];
-      const auto picks = returned(*parsed, seqs);
+      const auto& picks = summary.returned[i];
       for (size_t k = 0; k < picks.size(); ++k) {
         const GeneratedSequence& s = seqs[picks[k]];
         ojson c = {{"index", i * parsed->choices_per_prompt + k}};
@@ -499,16 +501,12 @@ void handle_openai_generation(ServingState& state, const HttpRequest& req,
         }
         c["finish_reason"] = ojson(finish_json(s.finish));
         c["stop_reason"] = nullptr;
-        if (k == 0 && i == 0) record->finish = finish_reason_name(s.finish);
         choices.push_back(c);
       }
     }
     ojson resp = {{"id", id},           {"object", chat ? "chat.completion" : "text_completion"},
                   {"created", created}, {"model", model_name},
-                  {"choices", choices}, {"usage", usage(*job)}};
-    record->completion_tokens = resp["usage"]["completion_tokens"].get<int64_t>();
-    used();
-    record->ttft_ms = job->first_token_ms(record->received);
+                  {"choices", choices}, {"usage", usage(summary)}};
     responder->send(200, dump_json(resp));
     log_request(*record, 200);
   };

@@ -183,9 +183,14 @@ void predict(ServingState& state, std::shared_ptr<ServedModel> model, const Http
   // The job holds the version and the key's admission (through the plan) until it ends: an
   // unloading version finishes it.
   auto on_done = [=](const GenerationJob& job, bool client_gone) {
+    const JobSummary summary = summarize(*plan, job, *record);
+    record_job(summary, *record, plan->admission.get());
     if (client_gone) return log_request(*record, 499);
-    const json out = predict_response(*plan, job, *record);
-    responder->send(200, dump_json(out));
+    if (summary.timed_out) {  // as completions answer it (before, a 200 with "abort")
+      responder->send(504, tfserving_error_body(deadline_message(plan->time_limit)));
+      return log_request(*record, 504);
+    }
+    responder->send(200, dump_json(predict_response(*plan, job)));
     log_request(*record, 200);
   };
   const ServedModel& m = *plan->model;
@@ -343,17 +348,20 @@ PredictPlan plan_predict(ServingState& state, std::shared_ptr<ServedModel> model
     record.prompt_tokens += static_cast<int64_t>(r.prompt.size());
   }
   // max_tokens counts as given: an instance's default is the completions default, not the context.
-  plan.admission =
-      state.prepare(record, m.name, reqs, true, time_limit.value_or(state.limits.max_request_time));
+  plan.time_limit =
+      std::min(time_limit.value_or(state.limits.max_request_time), state.limits.max_request_time);
+  plan.admission = state.prepare(record, m.name, reqs, true, plan.time_limit);
   for (const auto& r : reqs) plan.logprobs.push_back(r.params.logprobs.has_value());
   return plan;
 }
 
-json predict_response(const PredictPlan& plan, const GenerationJob& job, RequestRecord& record) {
+JobSummary summarize(const PredictPlan& plan, const GenerationJob& job,
+                     const RequestRecord& record) {
+  return summarize_job(job, ReturnRule{}, record.received, record.received + plan.time_limit);
+}
+
+json predict_response(const PredictPlan& plan, const GenerationJob& job) {
   json out;
-  int64_t completion = 0;
-  for (size_t i = 0; i < job.num_prompts(); ++i)
-    completion += static_cast<int64_t>(job.results()[i].at(0).tokens.size());
   if (plan.rows) {
     json preds = json::array();
     for (size_t i = 0; i < job.num_prompts(); ++i)
@@ -374,10 +382,6 @@ json predict_response(const PredictPlan& plan, const GenerationJob& job, Request
     if (any_lp) o["logprobs"] = lps;
     out = {{"outputs", o}};
   }
-  record.completion_tokens = completion;
-  if (plan.admission)
-    plan.admission->set_used(static_cast<double>(record.prompt_tokens + completion));
-  record.ttft_ms = job.first_token_ms(record.received);
   return out;
 }
 

@@ -727,7 +727,7 @@ class GrpcKeysAndLimitsTest(unittest.TestCase):
         self.assertEqual(md["error-code"], "rate_limit_exceeded")
 
     def test_server_timeout_is_deadline_exceeded(self):
-        proc, _, channel = start("--request-timeout", "0.05")
+        proc, port, channel = start("--request-timeout", "0.05")
         try:
             gen = g_grpc.GenerationServiceStub(channel)
             long = g.GenerateRequest(text="Once", sampling=sampling(max_tokens=480, n=8,
@@ -744,6 +744,23 @@ class GrpcKeysAndLimitsTest(unittest.TestCase):
                 code = err.code()
             self.assertEqual(code, C.DEADLINE_EXCEEDED)
             self.assertIn(g.FINISH_REASON_ABORT, [m.step.finish_reason for m in steps])
+            # Predict ends the same way over gRPC and REST (issue 19: it answered OK / 200 with
+            # finish_reason "abort").
+            T = types_pb2
+            req = predict_pb2.PredictRequest()
+            req.model_spec.name = MODEL
+            req.inputs["prompt"].CopyFrom(GrpcApiTest.tensor(None, T.DT_STRING, [b"Once"] * 8))
+            req.inputs["max_tokens"].CopyFrom(GrpcApiTest.tensor(None, T.DT_INT32, [480], []))
+            req.inputs["ignore_eos"].CopyFrom(GrpcApiTest.tensor(None, T.DT_BOOL, [True], []))
+            stub = prediction_service_pb2_grpc.PredictionServiceStub(channel)
+            code, e = self.code(stub.Predict, req)
+            self.assertEqual(code, C.DEADLINE_EXCEEDED, e and e.details())
+            self.assertIn("deadline", e.details())
+            status, body, text, _ = Client(port).post(
+                "/v1/models/%s:predict" % MODEL,
+                {"instances": [{"prompt": "Once", "max_tokens": 480, "ignore_eos": True}] * 8})
+            self.assertEqual(status, 504, text)
+            self.assertIn("deadline", body["error"])
         finally:
             channel.close()
             stop_server(proc)

@@ -300,6 +300,29 @@ class AccessLogTest(unittest.TestCase):
         self.assertTrue(bad["request_id"].startswith("req-"))
         self.assertNotIn("prompt", ok)
 
+    def test_every_door_logs_its_finish_reason(self):
+        # Issue 19: the finish reason was logged for unary completions only.
+        d = tempfile.mkdtemp(prefix="tf_access_")
+        self.addCleanup(shutil.rmtree, d, True)
+        path = os.path.join(d, "access.log")
+        proc, port = start_server("--access-log", path)
+        c = Client(port)
+        c.raw_stream("/v1/completions", {"prompt": "Once", "max_tokens": 3, "stream": True,
+                                         "ignore_eos": True})
+        c.raw_stream("/v1/chat/completions", {"messages": [{"role": "user", "content": "hi"}],
+                                              "max_tokens": 3, "stream": True,
+                                              "ignore_eos": True})
+        status, _, text, _ = c.post("/v1/models/stories260K:predict",
+                                    {"instances": [{"prompt": "Once", "max_tokens": 3,
+                                                    "ignore_eos": True}]})
+        self.assertEqual(status, 200, text)
+        stop_server(proc)
+        with open(path) as f:
+            lines = [json.loads(line) for line in f]
+        self.assertEqual([(e["path"], e["finish_reason"], e["completion_tokens"]) for e in lines],
+                         [("/v1/completions", "length", 3), ("/v1/chat/completions", "length", 3),
+                          ("/v1/models/stories260K:predict", "length", 3)])
+
     def test_prompts_only_with_the_flag(self):
         _, lines = self.run_server("--log-prompts")
         self.assertEqual(lines[0]["prompt"], "Once upon a time")
