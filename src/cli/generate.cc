@@ -137,9 +137,7 @@ int run_generate(GenerateOptions& o) {
   if (static_cast<int64_t>(prompt.size()) >= ctx) {
     fail("the prompt has {} tokens but the model's context is {} tokens", prompt.size(), ctx);
   }
-  params.max_tokens = static_cast<int32_t>(
-      std::min<int64_t>(params.max_tokens, ctx - static_cast<int64_t>(prompt.size())));
-  params.min_tokens = std::min(params.min_tokens, params.max_tokens);
+  fit_max_tokens(params, prompt.size(), ctx, /*max_tokens_given=*/false);
 
   const std::vector<int32_t> eos = model_stop_ids(cfg, loaded);
 

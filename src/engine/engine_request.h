@@ -2,6 +2,7 @@
 // A request inside the engine: what the client asked for, its sequences, and the stream its
 // results go to.
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
@@ -39,6 +40,18 @@ struct GenerationRequest {
   // waiting or running; the epoch (default) means none.
   std::chrono::steady_clock::time_point deadline{};
 };
+
+// Fits max_tokens to the context, the one rule of every door: lowered to the room the prompt
+// leaves when the caller gave none, and min_tokens kept at most max_tokens. Returns the room
+// (context - prompt tokens); the caller refuses room < 1 or max_tokens > room in its own words.
+inline int64_t fit_max_tokens(SamplingParams& params, size_t prompt_tokens, int64_t context,
+                              bool max_tokens_given) {
+  const int64_t room = context - static_cast<int64_t>(prompt_tokens);
+  if (!max_tokens_given && room >= 0)
+    params.max_tokens = static_cast<int32_t>(std::min<int64_t>(params.max_tokens, room));
+  params.min_tokens = std::min(params.min_tokens, params.max_tokens);
+  return room;
+}
 
 // One event of a request's stream.
 struct RequestOutput {

@@ -254,9 +254,7 @@ std::vector<GenerationRequest> engine_requests(const GenerationPlan& p, const js
     r.prompt = p.prompts[i];
     r.params = p.params;
     r.priority = priority;
-    const int64_t room = ctx - static_cast<int64_t>(r.prompt.size());
-    if (!max_given)
-      r.params.max_tokens = static_cast<int32_t>(std::min<int64_t>(r.params.max_tokens, room));
+    const int64_t room = fit_max_tokens(r.params, r.prompt.size(), ctx, max_given);
     if (static_cast<int64_t>(r.params.max_tokens) > room) {
       throw HttpError(400,
                       fmt::format("This model's maximum context length is {} tokens; the prompt "
@@ -264,7 +262,6 @@ std::vector<GenerationRequest> engine_requests(const GenerationPlan& p, const js
                                   ctx, r.prompt.size(), r.params.max_tokens),
                       "context_length_exceeded", "max_tokens");
     }
-    r.params.min_tokens = std::min(r.params.min_tokens, r.params.max_tokens);
     out.push_back(std::move(r));
   }
   return out;

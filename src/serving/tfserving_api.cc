@@ -154,7 +154,7 @@ GenerationRequest instance_request(const ServedModel& m, const json& inst, const
     throw HttpError(400, "an instance must be a prompt string, a list of token ids or an object");
   }
   r.params = parse_sampling_params(params, false, 16);
-  const int64_t room = m.config().max_seq_len - static_cast<int64_t>(r.prompt.size());
+  const int64_t room = fit_max_tokens(r.params, r.prompt.size(), m.config().max_seq_len, true);
   if (room < 1 || r.params.max_tokens > room) {
     throw HttpError(400, fmt::format("the prompt ({} tokens) and max_tokens ({}) exceed the "
                                      "model's context of {} tokens",
