@@ -7,6 +7,7 @@
 #include "core/cancel.h"
 #include "serving/generation_job.h"
 #include "serving/openai_api.h"
+#include "serving/openai_render.h"
 #include "serving/openai_request.h"
 #include "tokenizer/unicode.h"
 
@@ -27,12 +28,6 @@ v1::FinishReason finish_of(FinishReason f) {
     default:
       return v1::FINISH_REASON_UNSPECIFIED;
   }
-}
-
-std::string token_bytes(const Tokenizer* tok, int32_t id) {
-  if (!tok) return std::to_string(id);
-  const int32_t one[] = {id};
-  return tok->decode_bytes(one, /*skip_special_tokens=*/false);
 }
 
 void add_logprobs(const Tokenizer* tok, const std::vector<SampleResult>& lps,

@@ -6,6 +6,7 @@
 #include <unordered_set>
 
 #include "core/cancel.h"
+#include "serving/openai_render.h"
 #include "serving/openai_request.h"
 
 namespace tf {
@@ -69,60 +70,6 @@ void check_fields(const json& body, bool chat) {
   }
   if (present("user") && !body["user"].is_string())
     throw HttpError(400, "'user' must be a string", "", "user");
-}
-
-std::string token_bytes(const Tokenizer* tok, int32_t id) {
-  if (!tok) return std::to_string(id);
-  const int32_t one[] = {id};
-  return tok->decode_bytes(one, /*skip_special_tokens=*/false);
-}
-
-json bytes_list(const std::string& s) {
-  json out = json::array();
-  for (unsigned char c : s) out.push_back(static_cast<int>(c));
-  return out;
-}
-
-// Completions shape: {"tokens", "token_logprobs", "top_logprobs", "text_offset"}.
-json completion_logprobs(const Tokenizer* tok, const std::vector<SampleResult>& lps,
-                         size_t offset) {
-  json tokens = json::array(), token_lps = json::array(), tops = json::array(),
-       offsets = json::array();
-  for (const auto& r : lps) {
-    const std::string t = token_bytes(tok, r.token);
-    tokens.push_back(t);
-    token_lps.push_back(r.logprob);
-    json top = json::object();
-    for (const auto& alt : r.top) top[token_bytes(tok, alt.token)] = alt.logprob;
-    tops.push_back(top);
-    offsets.push_back(offset);
-    offset += t.size();
-  }
-  return {{"tokens", tokens},
-          {"token_logprobs", token_lps},
-          {"top_logprobs", tops},
-          {"text_offset", offsets}};
-}
-
-// Chat shape: {"content": [{"token", "logprob", "bytes", "top_logprobs": [...]}], "refusal"}.
-json chat_logprobs(const Tokenizer* tok, const std::vector<SampleResult>& lps) {
-  json content = json::array();
-  for (const auto& r : lps) {
-    const std::string t = token_bytes(tok, r.token);
-    json top = json::array();
-    for (const auto& alt : r.top) {
-      const std::string a = token_bytes(tok, alt.token);
-      top.push_back({{"token", a}, {"logprob", alt.logprob}, {"bytes", bytes_list(a)}});
-    }
-    content.push_back(
-        {{"token", t}, {"logprob", r.logprob}, {"bytes", bytes_list(t)}, {"top_logprobs", top}});
-  }
-  return {{"content", content}, {"refusal", nullptr}};
-}
-
-json finish_json(FinishReason f) {
-  if (f == FinishReason::kNone) return nullptr;
-  return finish_reason_name(f);
 }
 
 // The body field an error message is about: a leading 'quoted' name or first word that the body
@@ -380,82 +327,44 @@ void handle_openai_generation(ServingState& state, const HttpRequest& req,
                              {{"model", model.name}, {"version", std::to_string(model.version)}}};
   std::vector<GenerationRequest> reqs = std::move(parsed->requests);
   const auto limit = parsed->time_limit;
-  const int64_t created = unix_seconds();
-  const Tokenizer* tok = model.tok();
-  std::vector<std::string> prompt_text;
+  OpenAiShape shape;
+  shape.id = id;
+  shape.model = model.name;
+  shape.created = unix_seconds();
+  shape.chat = chat;
+  shape.logprobs = parsed->params.logprobs.has_value();
+  shape.choices_per_prompt = parsed->choices_per_prompt;
+  shape.tokenizer = model.tok();
   if (parsed->echo) {
     for (const auto& pr : parsed->prompts)
-      prompt_text.push_back(tok ? tok->decode(pr, false) : std::string());
+      shape.echo.push_back(shape.tokenizer ? shape.tokenizer->decode(pr, false) : std::string());
   }
-  auto head = [id, created, name = model.name, chat] {
-    return ojson{{"id", id},
-                 {"object", chat ? "chat.completion.chunk" : "text_completion"},
-                 {"created", created},
-                 {"model", name}};
-  };
-  // Usage over the returned choices; cached prompt tokens from the engine's timings.
-  auto usage = [](const JobSummary& s) {
-    return ojson{{"prompt_tokens", s.prompt_tokens},
-                 {"completion_tokens", s.completion_tokens},
-                 {"total_tokens", s.prompt_tokens + s.completion_tokens},
-                 {"prompt_tokens_details", {{"cached_tokens", s.cached_prompt_tokens}}}};
-  };
-  const std::string model_name = model.name;
+  auto shared = std::make_shared<const OpenAiShape>(std::move(shape));
 
   if (parsed->stream) {
     const int32_t n = parsed->choices_per_prompt;
     auto echoed = std::make_shared<std::vector<bool>>(reqs.size() * n, false);
     GenerationJob::EventFn on_event = [=](size_t i, const RequestOutput& out) {
-      const int64_t index = static_cast<int64_t>(i) * n + out.index;
-      if (out.index >= n) return;  // beams beyond the returned ones
-      ojson choice = {{"index", index}};
-      if (chat) {
-        ojson delta = ojson::object();
-        if (!out.text.empty()) delta["content"] = out.text;
-        if (delta.empty() && out.finish == FinishReason::kNone) return;
-        choice["delta"] = delta;
-        choice["logprobs"] =
-            parsed->params.logprobs ? ojson(chat_logprobs(tok, out.logprobs)) : ojson();
-      } else {
-        std::string text = out.text;
-        if (parsed->echo && !(*echoed)[index]) {
-          (*echoed)[index] = true;
-          text = prompt_text[i] + text;
-        }
-        if (text.empty() && out.finish == FinishReason::kNone) return;
-        choice["text"] = text;
-        choice["logprobs"] =
-            parsed->params.logprobs ? ojson(completion_logprobs(tok, out.logprobs, 0)) : ojson();
+      const size_t index = i * static_cast<size_t>(n) + static_cast<size_t>(out.index);
+      const bool echo = parsed->echo && index < echoed->size() && !(*echoed)[index];
+      if (auto chunk = openai_stream_chunk(*shared, i, out, echo)) {
+        if (echo) (*echoed)[index] = true;
+        responder->write(sse(*chunk));
       }
-      choice["finish_reason"] = ojson(finish_json(out.finish));
-      ojson chunk = head();
-      chunk["choices"] = ojson::array({choice});
-      responder->write(sse(chunk));
     };
     GenerationJob::DoneFn on_done = [=](const GenerationJob& job, bool client_gone) {
       const JobSummary summary = summarize(*parsed, job, *record);
       record_job(summary, *record, parsed->admission.get());
       if (client_gone) return log_request(*record, 499);
-      if (parsed->include_usage) {
-        ojson chunk = head();
-        chunk["choices"] = ojson::array();
-        chunk["usage"] = usage(summary);
-        responder->write(sse(chunk));
-      }
+      if (parsed->include_usage) responder->write(sse(openai_usage_chunk(*shared, summary)));
       responder->write("data: [DONE]\n\n");
       responder->end();
       log_request(*record, 200);
     };
     responder->start_stream(200, "text/event-stream");
     if (chat) {  // the first chunk of every choice carries the role
-      for (size_t i = 0; i < reqs.size() * n; ++i) {
-        ojson chunk = head();
-        chunk["choices"] = ojson::array({ojson{{"index", i},
-                                               {"delta", {{"role", "assistant"}, {"content", ""}}},
-                                               {"logprobs", nullptr},
-                                               {"finish_reason", nullptr}}});
-        responder->write(sse(chunk));
-      }
+      for (size_t i = 0; i < reqs.size() * n; ++i)
+        responder->write(sse(openai_role_chunk(*shared, static_cast<int64_t>(i))));
     }
     try {
       GenerationJob::start(*model.engine, std::move(reqs), responder, state.jobs, on_event, on_done,
@@ -470,41 +379,15 @@ void handle_openai_generation(ServingState& state, const HttpRequest& req,
     return;
   }
 
-  GenerationJob::DoneFn on_done = [=](const GenerationJob& done_job, bool client_gone) {
-    const JobSummary summary = summarize(*parsed, done_job, *record);
+  GenerationJob::DoneFn on_done = [=](const GenerationJob& job, bool client_gone) {
+    const JobSummary summary = summarize(*parsed, job, *record);
     record_job(summary, *record, parsed->admission.get());
     if (client_gone) return log_request(*record, 499);
-    const GenerationJob* job = &done_job;
     if (summary.timed_out) {
       responder->send(504, openai_error_body(504, deadline_message(limit), "timeout"));
       return log_request(*record, 504);
     }
-    ojson choices = ojson::array();
-    for (size_t i = 0; i < job->num_prompts(); ++i) {
-      const auto& seqs = job->results()[i];
-      const auto& picks = summary.returned[i];
-      for (size_t k = 0; k < picks.size(); ++k) {
-        const GeneratedSequence& s = seqs[picks[k]];
-        ojson c = {{"index", i * parsed->choices_per_prompt + k}};
-        if (chat) {
-          c["message"] = {{"role", "assistant"}, {"content", s.text}};
-          c["logprobs"] = parsed->params.logprobs ? ojson(chat_logprobs(tok, s.logprobs)) : ojson();
-        } else {
-          const std::string prefix = parsed->echo ? prompt_text[i] : std::string();
-          c["text"] = prefix + s.text;
-          c["logprobs"] = parsed->params.logprobs
-                              ? ojson(completion_logprobs(tok, s.logprobs, prefix.size()))
-                              : ojson();
-        }
-        c["finish_reason"] = ojson(finish_json(s.finish));
-        c["stop_reason"] = nullptr;
-        choices.push_back(c);
-      }
-    }
-    ojson resp = {{"id", id},           {"object", chat ? "chat.completion" : "text_completion"},
-                  {"created", created}, {"model", model_name},
-                  {"choices", choices}, {"usage", usage(summary)}};
-    responder->send(200, dump_json(resp));
+    responder->send(200, dump_json(openai_response(*shared, job.results(), summary)));
     log_request(*record, 200);
   };
   GenerationJob::start(*model.engine, std::move(reqs), responder, state.jobs, nullptr, on_done,

@@ -1,0 +1,158 @@
+#include "serving/openai_render.h"
+
+#include "sampling/sequence_sampler.h"
+
+namespace tf {
+namespace {
+
+using json = nlohmann::json;
+
+json bytes_list(const std::string& s) {
+  json out = json::array();
+  for (unsigned char c : s) out.push_back(static_cast<int>(c));
+  return out;
+}
+
+json finish_json(FinishReason f) {
+  if (f == FinishReason::kNone) return nullptr;
+  return finish_reason_name(f);
+}
+
+}  // namespace
+
+std::string token_bytes(const Tokenizer* tok, int32_t id) {
+  if (!tok) return std::to_string(id);
+  const int32_t one[] = {id};
+  return tok->decode_bytes(one, /*skip_special_tokens=*/false);
+}
+
+// Completions shape: {"tokens", "token_logprobs", "top_logprobs", "text_offset"}.
+ojson completion_logprobs(const Tokenizer* tok, const std::vector<SampleResult>& lps,
+                          size_t offset) {
+  json tokens = json::array(), token_lps = json::array(), tops = json::array(),
+       offsets = json::array();
+  for (const auto& r : lps) {
+    const std::string t = token_bytes(tok, r.token);
+    tokens.push_back(t);
+    token_lps.push_back(r.logprob);
+    json top = json::object();
+    for (const auto& alt : r.top) top[token_bytes(tok, alt.token)] = alt.logprob;
+    tops.push_back(top);
+    offsets.push_back(offset);
+    offset += t.size();
+  }
+  return {{"tokens", tokens},
+          {"token_logprobs", token_lps},
+          {"top_logprobs", tops},
+          {"text_offset", offsets}};
+}
+
+// Chat shape: {"content": [{"token", "logprob", "bytes", "top_logprobs": [...]}], "refusal"}.
+ojson chat_logprobs(const Tokenizer* tok, const std::vector<SampleResult>& lps) {
+  json content = json::array();
+  for (const auto& r : lps) {
+    const std::string t = token_bytes(tok, r.token);
+    json top = json::array();
+    for (const auto& alt : r.top) {
+      const std::string a = token_bytes(tok, alt.token);
+      top.push_back({{"token", a}, {"logprob", alt.logprob}, {"bytes", bytes_list(a)}});
+    }
+    content.push_back(
+        {{"token", t}, {"logprob", r.logprob}, {"bytes", bytes_list(t)}, {"top_logprobs", top}});
+  }
+  return {{"content", content}, {"refusal", nullptr}};
+}
+
+ojson openai_usage(const JobSummary& s) {
+  return ojson{{"prompt_tokens", s.prompt_tokens},
+               {"completion_tokens", s.completion_tokens},
+               {"total_tokens", s.prompt_tokens + s.completion_tokens},
+               {"prompt_tokens_details", {{"cached_tokens", s.cached_prompt_tokens}}}};
+}
+
+ojson openai_response(const OpenAiShape& shape,
+                      const std::vector<std::vector<GeneratedSequence>>& results,
+                      const JobSummary& summary) {
+  ojson choices = ojson::array();
+  for (size_t i = 0; i < results.size(); ++i) {
+    const auto& seqs = results[i];
+    const auto& picks = summary.returned.at(i);
+    for (size_t k = 0; k < picks.size(); ++k) {
+      const GeneratedSequence& s = seqs.at(picks[k]);
+      ojson c = {{"index", i * static_cast<size_t>(shape.choices_per_prompt) + k}};
+      if (shape.chat) {
+        c["message"] = {{"role", "assistant"}, {"content", s.text}};
+        c["logprobs"] =
+            shape.logprobs ? ojson(chat_logprobs(shape.tokenizer, s.logprobs)) : ojson();
+      } else {
+        const std::string prefix = i < shape.echo.size() ? shape.echo[i] : std::string();
+        c["text"] = prefix + s.text;
+        c["logprobs"] = shape.logprobs
+                            ? ojson(completion_logprobs(shape.tokenizer, s.logprobs, prefix.size()))
+                            : ojson();
+      }
+      c["finish_reason"] = ojson(finish_json(s.finish));
+      c["stop_reason"] = nullptr;
+      choices.push_back(c);
+    }
+  }
+  return {
+      {"id", shape.id},           {"object", shape.chat ? "chat.completion" : "text_completion"},
+      {"created", shape.created}, {"model", shape.model},
+      {"choices", choices},       {"usage", openai_usage(summary)}};
+}
+
+namespace {
+
+ojson chunk_head(const OpenAiShape& shape) {
+  return ojson{{"id", shape.id},
+               {"object", shape.chat ? "chat.completion.chunk" : "text_completion"},
+               {"created", shape.created},
+               {"model", shape.model}};
+}
+
+}  // namespace
+
+std::optional<ojson> openai_stream_chunk(const OpenAiShape& shape, size_t prompt,
+                                         const RequestOutput& out, bool with_echo) {
+  if (out.index >= shape.choices_per_prompt) return std::nullopt;  // beams beyond the returned
+  const int64_t index = static_cast<int64_t>(prompt) * shape.choices_per_prompt + out.index;
+  ojson choice = {{"index", index}};
+  if (shape.chat) {
+    ojson delta = ojson::object();
+    if (!out.text.empty()) delta["content"] = out.text;
+    if (delta.empty() && out.finish == FinishReason::kNone) return std::nullopt;
+    choice["delta"] = delta;
+    choice["logprobs"] =
+        shape.logprobs ? ojson(chat_logprobs(shape.tokenizer, out.logprobs)) : ojson();
+  } else {
+    std::string text = out.text;
+    if (with_echo && prompt < shape.echo.size()) text = shape.echo[prompt] + text;
+    if (text.empty() && out.finish == FinishReason::kNone) return std::nullopt;
+    choice["text"] = text;
+    choice["logprobs"] =
+        shape.logprobs ? ojson(completion_logprobs(shape.tokenizer, out.logprobs, 0)) : ojson();
+  }
+  choice["finish_reason"] = ojson(finish_json(out.finish));
+  ojson chunk = chunk_head(shape);
+  chunk["choices"] = ojson::array({choice});
+  return chunk;
+}
+
+ojson openai_role_chunk(const OpenAiShape& shape, int64_t index) {
+  ojson chunk = chunk_head(shape);
+  chunk["choices"] = ojson::array({ojson{{"index", index},
+                                         {"delta", {{"role", "assistant"}, {"content", ""}}},
+                                         {"logprobs", nullptr},
+                                         {"finish_reason", nullptr}}});
+  return chunk;
+}
+
+ojson openai_usage_chunk(const OpenAiShape& shape, const JobSummary& summary) {
+  ojson chunk = chunk_head(shape);
+  chunk["choices"] = ojson::array();
+  chunk["usage"] = openai_usage(summary);
+  return chunk;
+}
+
+}  // namespace tf

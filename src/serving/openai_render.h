@@ -1,0 +1,60 @@
+#pragma once
+// The response shapes of OpenAI's completions and chat completions as pure functions of what was
+// asked (OpenAiShape) and what came out (the engine's outputs, a JobSummary): every byte of a
+// whole response, a stream chunk, the chat role chunk and the usage chunk, testable without a
+// server (tests/serving/openai_render_test.cc). openai_api.cc only sends what these return.
+
+#include <nlohmann/json.hpp>
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "serving/job_summary.h"
+#include "tokenizer/tokenizer.h"
+
+namespace tf {
+
+using ojson = nlohmann::ordered_json;
+
+struct OpenAiShape {
+  std::string id;     // "cmpl-..." / "chatcmpl-..."
+  std::string model;  // the name the response carries
+  int64_t created = 0;
+  bool chat = false;
+  bool logprobs = false;                 // the request asked for them
+  int32_t choices_per_prompt = 1;        // n: choice index = prompt * n + sequence
+  const Tokenizer* tokenizer = nullptr;  // logprob tokens as bytes (nullptr: ids as text)
+  std::vector<std::string> echo;         // per prompt, completions with echo: its text
+};
+
+// {"prompt_tokens", "completion_tokens", "total_tokens", "prompt_tokens_details"}.
+ojson openai_usage(const JobSummary& summary);
+
+// The whole response of a finished job: results are the job's sequences per prompt, summary
+// picks the returned ones.
+ojson openai_response(const OpenAiShape& shape,
+                      const std::vector<std::vector<GeneratedSequence>>& results,
+                      const JobSummary& summary);
+
+// The chunk of one stream output of a prompt, or nullopt when it carries nothing to send (no
+// text and no finish, or a beam beyond the returned ones). with_echo: prepend the prompt's
+// text (the first chunk of each completions choice when the request echoes).
+std::optional<ojson> openai_stream_chunk(const OpenAiShape& shape, size_t prompt,
+                                         const RequestOutput& out, bool with_echo);
+// The chunk that opens each chat choice: {"delta": {"role": "assistant", "content": ""}}.
+ojson openai_role_chunk(const OpenAiShape& shape, int64_t index);
+// The last chunk of a stream with include_usage: no choices, the usage.
+ojson openai_usage_chunk(const OpenAiShape& shape, const JobSummary& summary);
+
+// A token's bytes as logprobs show it (its id as text without a tokenizer).
+std::string token_bytes(const Tokenizer* tok, int32_t id);
+
+// Logprobs in the completions shape ({"tokens", "token_logprobs", "top_logprobs",
+// "text_offset"}, offsets from offset) and in the chat shape ({"content": [...], "refusal"}).
+ojson completion_logprobs(const Tokenizer* tok, const std::vector<SampleResult>& lps,
+                          size_t offset);
+ojson chat_logprobs(const Tokenizer* tok, const std::vector<SampleResult>& lps);
+
+}  // namespace tf
