@@ -93,27 +93,34 @@ void Server::handle(HttpRequest req, std::shared_ptr<HttpResponder> responder) {
 
 void Server::serve(const HttpRequest& req, std::shared_ptr<HttpResponder> responder,
                    std::shared_ptr<RequestRecord> record) {
-  bool tf_shape = false;
   try {
     authenticate(req, *record);
-    route(req, responder, record, tf_shape);
+    route(req, responder, record);
   } catch (const std::exception& e) {
-    const int status = http_status_of(e);
-    if (status >= 500 && status != 504) log::error("request {} failed: {}", record->id, e.what());
-    HttpHeaders headers;
-    if (status == 503 || status == 429) {
-      const auto* he = dynamic_cast<const HttpError*>(&e);
-      const int retry = he && he->retry_after_seconds() > 0 ? he->retry_after_seconds() : 1;
-      headers.emplace_back("Retry-After", std::to_string(retry));
-    }
-    if (status == 401) headers.emplace_back("WWW-Authenticate", "Bearer");
-    const std::string body =
-        tf_shape ? tfserving_error_body(status == 500 ? fmt::format("internal error: {}", e.what())
-                                                      : std::string(e.what()))
-                 : openai_error_body(e);
-    responder->send(status, body, "application/json", std::move(headers));
-    log_request(*record, status);
+    answer_error(e, ErrorShape::kOpenAi, *responder, *record);
   }
+}
+
+void Server::answer_error(const std::exception& e, ErrorShape shape, HttpResponder& responder,
+                          const RequestRecord& record) {
+  const int status = http_status_of(e);
+  if (status >= 500 && status != 504) log::error("request {} failed: {}", record.id, e.what());
+  HttpHeaders headers;
+  if (status == 503 || status == 429) {
+    const auto* he = dynamic_cast<const HttpError*>(&e);
+    const int retry = he && he->retry_after_seconds() > 0 ? he->retry_after_seconds() : 1;
+    headers.emplace_back("Retry-After", std::to_string(retry));
+  }
+  if (status == 401) headers.emplace_back("WWW-Authenticate", "Bearer");
+  std::string body;
+  if (shape == ErrorShape::kTfServing) {
+    body = tfserving_error_body(status == 500 ? fmt::format("internal error: {}", e.what())
+                                              : std::string(e.what()));
+  } else {
+    body = openai_error_body(e);
+  }
+  responder.send(status, body, "application/json", std::move(headers));
+  log_request(record, status);
 }
 
 void Server::authenticate(const HttpRequest& req, RequestRecord& record) const {
@@ -124,7 +131,7 @@ void Server::authenticate(const HttpRequest& req, RequestRecord& record) const {
 }
 
 void Server::route(const HttpRequest& req, std::shared_ptr<HttpResponder> responder,
-                   std::shared_ptr<RequestRecord> record, bool& tf_shape) {
+                   std::shared_ptr<RequestRecord> record) {
   const std::string& p = req.path;
   auto only = [&](const char* method) {
     if (req.method != method)
@@ -228,15 +235,22 @@ void Server::route(const HttpRequest& req, std::shared_ptr<HttpResponder> respon
     };
     if (rest.find_first_of(":@") != std::string::npos && req.method == "GET" && openai_retrieve())
       return;
-    tf_shape = true;
+    // TF Serving's paths answer errors in TF Serving's shape ({"error": "..."}).
+    auto tf_serving = [&](auto fn) {
+      try {
+        fn();
+      } catch (const std::exception& e) {
+        answer_error(e, ErrorShape::kTfServing, *responder, *record);
+      }
+    };
     if (auto mp = parse_model_path(rest)) {
-      handle_tfserving(state_, *mp, req, responder, record);
+      tf_serving([&] { handle_tfserving(state_, *mp, req, responder, record); });
       return;
     }
-    tf_shape = false;
     if (openai_retrieve()) return;
-    tf_shape = true;
-    throw HttpError(404, fmt::format("Malformed request: {} {}", req.method, p));
+    tf_serving(
+        [&] { throw HttpError(404, fmt::format("Malformed request: {} {}", req.method, p)); });
+    return;
   }
   throw HttpError(404, fmt::format("no route for {} {}", req.method, p), "not_found");
 }

@@ -30,7 +30,12 @@ class Server {
   // record.key otherwise.
   void authenticate(const HttpRequest& req, RequestRecord& record) const;
   void route(const HttpRequest& req, std::shared_ptr<HttpResponder> responder,
-             std::shared_ptr<RequestRecord> record, bool& tf_shape);
+             std::shared_ptr<RequestRecord> record);
+  // Answers an error in the route's shape (OpenAI's {"error": {...}} or TF Serving's
+  // {"error": "..."}) with Retry-After / WWW-Authenticate where they belong, and logs it.
+  enum class ErrorShape { kOpenAi, kTfServing };
+  void answer_error(const std::exception& e, ErrorShape shape, HttpResponder& responder,
+                    const RequestRecord& record);
   // GET /metrics: Prometheus text format.
   std::string render_metrics() const;
   // POST /v1/admin/reload: applies a new model config (the body, or the config file).
