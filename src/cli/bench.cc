@@ -14,6 +14,7 @@
 #include "core/error.h"
 #include "engine/engine.h"
 #include "engine/memory_budget.h"
+#include "engine/model_instance.h"
 #include "model/model.h"
 
 namespace tf::cli {
@@ -88,8 +89,9 @@ int run_bench(const BenchOptions& o) {
       fail("--output-range takes MIN:MAX, got '{}'", o.output_range);
     }
   }
-  auto model = load_model(o.model, kernels::parse_weight_type(o.dtype));
-  const ModelConfig& cfg = model->config();
+  ModelInstance instance;
+  instance.load(o.model, "", kernels::parse_weight_type(o.dtype));
+  const ModelConfig& cfg = instance.config();
   if (o.prefix_len + o.input_len + out_hi > cfg.max_seq_len) {
     fail("prefix + input + output ({}) exceeds the model's context of {}",
          o.prefix_len + o.input_len + out_hi, cfg.max_seq_len);
@@ -98,7 +100,8 @@ int run_bench(const BenchOptions& o) {
   EngineConfig ec = o.engine.config();
   ec.scheduler.static_batching = o.batching != "continuous";
   ec.scheduler.pad_finished = o.batching == "static";
-  Engine engine(*model, nullptr, {}, ec);
+  instance.start_engine(ec, /*ids_only=*/true);  // random ids: no text, no EOS
+  Engine& engine = *instance.engine;
 
   std::mt19937_64 rng(o.seed);
   const int32_t lo_id = std::min<int32_t>(3, static_cast<int32_t>(cfg.vocab_size - 1));
@@ -196,9 +199,10 @@ int run_bench(const BenchOptions& o) {
               static_cast<double>(ec.kv_cache_bytes) / (1 << 20));
   // What one step reads: the packed weights (or the mapped f32 file), so that decode can be
   // judged against the machine's read bandwidth; prefill against its FLOP rate.
-  const double weight_bytes = static_cast<double>(
-      o.dtype == "f32" ? model->weights().stored_bytes() : model->weights().converted_bytes());
-  const double params = static_cast<double>(model->parameter_count());
+  const double weight_bytes =
+      static_cast<double>(o.dtype == "f32" ? instance.model->weights().stored_bytes()
+                                           : instance.model->weights().converted_bytes());
+  const double params = static_cast<double>(instance.model->parameter_count());
   std::printf("weights          %.0f MiB as %s; %.1f GB/s read over %lld steps\n",
               weight_bytes / (1 << 20), o.dtype.c_str(),
               weight_bytes * static_cast<double>(st.steps) / wall / 1e9,
@@ -206,7 +210,8 @@ int run_bench(const BenchOptions& o) {
   std::printf("prefill GFLOP/s  %.1f (2 x params x prompt tokens / ttft p50)\n",
               2.0 * params * (o.input_len + o.prefix_len) / (percentile(ttft, 50) * 1e-3) / 1e9);
   std::printf("peak rss MiB     %ld (after load: %ld; weights %.0f MiB mapped)\n", peak_rss_mib(),
-              rss_after_load, static_cast<double>(model->weights().stored_bytes()) / (1 << 20));
+              rss_after_load,
+              static_cast<double>(instance.model->weights().stored_bytes()) / (1 << 20));
   return 0;
 }
 

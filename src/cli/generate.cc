@@ -14,10 +14,10 @@
 #include "core/thread_pool.h"
 #include "engine/engine.h"
 #include "engine/memory_budget.h"
+#include "engine/model_instance.h"
 #include "model/model.h"
 #include "sampling/sequence_sampler.h"
 #include "serving/openai_request.h"
-#include "serving/served_model.h"
 #include "tokenizer/tokenizer_loader.h"
 
 namespace tf::cli {
@@ -84,26 +84,26 @@ int run_generate(GenerateOptions& o) {
   if (!o.input_file.empty() || !o.output_file.empty()) {
     if (o.input_file.empty() || o.output_file.empty())
       fail("--input-file and --output-file go together");
-    auto model = load_model(o.model, kernels::parse_weight_type(o.dtype));
-    LoadedTokenizer loaded = load_tokenizer(o.model, model->config().vocab_size, o.tokenizer);
-    const std::vector<int32_t> eos = model_stop_ids(model->config(), loaded);
+    ModelInstance m;
+    m.load(o.model, o.tokenizer, kernels::parse_weight_type(o.dtype));
     EngineConfig ec;
     ec.threads = o.threads;
     ec.kv_cache_bytes = parse_memory_budget(o.kv_cache_memory);
     ec.kv_type = kernels::parse_kv_type(o.kv_cache_dtype.c_str());
-    Engine engine(*model, loaded.tokenizer.get(), eos, ec);
+    m.start_engine(ec);
     BatchOptions bo;
     bo.input_file = o.input_file;
     bo.output_file = o.output_file;
     bo.concurrency = o.concurrency;
-    return run_batch_file(engine, loaded, model->config(), bo);
+    return run_batch_file(*m.engine, m.tokenizer, m.config(), bo);
   }
 
   const auto t_load = std::chrono::steady_clock::now();
-  std::unique_ptr<Model> model = load_model(o.model, kernels::parse_weight_type(o.dtype));
-  const ModelConfig& cfg = model->config();
-  LoadedTokenizer loaded = load_tokenizer(o.model, cfg.vocab_size, o.tokenizer);
-  const Tokenizer* tokenizer = loaded.tokenizer.get();
+  ModelInstance instance;
+  instance.load(o.model, o.tokenizer, kernels::parse_weight_type(o.dtype));
+  const ModelConfig& cfg = instance.config();
+  const LoadedTokenizer& loaded = instance.tokenizer;
+  const Tokenizer* tokenizer = instance.tok();
   const double load_s = seconds_since(t_load);
   params.validate(cfg.vocab_size);
   kernels::parse_kv_type(o.kv_cache_dtype.c_str());  // a bad name fails before any output
@@ -139,8 +139,6 @@ int run_generate(GenerateOptions& o) {
   }
   fit_max_tokens(params, prompt.size(), ctx, /*max_tokens_given=*/false);
 
-  const std::vector<int32_t> eos = model_stop_ids(cfg, loaded);
-
   const uint64_t seed = o.seed ? *o.seed : random_seed();
   params.seed = seed;
   const int bs = KvCache::kDefaultBlockSize;
@@ -158,7 +156,8 @@ int run_generate(GenerateOptions& o) {
   ec.threads = o.threads;
   ec.kv_type = kernels::parse_kv_type(o.kv_cache_dtype.c_str());
   ec.kv_cache_bytes = (per_seq + 1) * slots * KvCache::bytes_per_block(cfg, bs, ec.kv_type);
-  Engine engine(*model, tokenizer, eos, ec);
+  instance.start_engine(ec);
+  Engine& engine = *instance.engine;
   GenerationRequest req;
   req.prompt = prompt;
   req.params = params;

@@ -8,30 +8,19 @@
 #include <string>
 #include <vector>
 
-#include "engine/engine.h"
-#include "model/model.h"
-#include "tokenizer/tokenizer_loader.h"
+#include "engine/model_instance.h"
 
 namespace tf {
 
-struct ServedModel {
+// A ModelInstance (weights, tokenizer, stop ids, engine) under the name and version clients
+// address it by.
+struct ServedModel : ModelInstance {
   std::string name;     // what clients put in "model" and in TF Serving paths
   std::string path;     // where it was loaded from
   int64_t version = 1;  // TF Serving's version number
   int64_t created = 0;  // unix seconds, when it became available
   double load_seconds = 0.0;
-  std::unique_ptr<Model> model;
-  LoadedTokenizer tokenizer;
-  std::vector<int32_t> eos_ids;
-  std::unique_ptr<Engine> engine;
-
-  const ModelConfig& config() const { return model->config(); }
-  const Tokenizer* tok() const { return tokenizer.tokenizer.get(); }
 };
-
-// Every id that ends a sequence: the tokenizer's declared stop ids, the config's EOS and, for
-// llama2.c checkpoints, BOS (its run.c ends a story there).
-std::vector<int32_t> model_stop_ids(const ModelConfig& config, const LoadedTokenizer& tokenizer);
 
 // Loads a model directory or file, its tokenizer (or explicit_tokenizer), and starts its engine.
 std::unique_ptr<ServedModel> load_served_model(

@@ -1,0 +1,31 @@
+#include "engine/model_instance.h"
+
+#include "core/error.h"
+
+namespace tf {
+
+std::vector<int32_t> model_stop_ids(const ModelConfig& config, const LoadedTokenizer& tokenizer) {
+  std::vector<int32_t> eos = tokenizer.stop_ids;
+  if (config.eos_id >= 0) eos.push_back(config.eos_id);
+  if (config.format == "llama2c" && config.bos_id >= 0) eos.push_back(config.bos_id);
+  return eos;
+}
+
+ModelInstance::~ModelInstance() {
+  engine.reset();
+}
+
+void ModelInstance::load(const std::string& path, const std::string& explicit_tokenizer,
+                         kernels::WeightType weight_type) {
+  model = load_model(path, weight_type);
+  tokenizer = load_tokenizer(path, model->config().vocab_size, explicit_tokenizer);
+  eos_ids = model_stop_ids(model->config(), tokenizer);
+}
+
+void ModelInstance::start_engine(const EngineConfig& config, bool ids_only) {
+  TF_CHECK(model && !engine);
+  engine = std::make_unique<Engine>(*model, ids_only ? nullptr : tok(),
+                                    ids_only ? std::vector<int32_t>{} : eos_ids, config);
+}
+
+}  // namespace tf
