@@ -13,9 +13,7 @@
 #include "cli/engine_options.h"
 #include "core/error.h"
 #include "core/log.h"
-#include "serving/grpc_server.h"
-#include "serving/server.h"
-#include "serving/version_manager.h"
+#include "serving/model_server.h"
 
 namespace tf::cli {
 namespace {
@@ -51,34 +49,6 @@ struct ServeOptions {
   std::vector<std::string> model_roots;
 };
 
-// Bytes of the files under a version's path (a directory or one file).
-int64_t path_bytes(const std::string& path) {
-  namespace fs = std::filesystem;
-  std::error_code ec;
-  if (fs::is_regular_file(path, ec)) return static_cast<int64_t>(fs::file_size(path, ec));
-  int64_t sum = 0;
-  for (const auto& e : fs::recursive_directory_iterator(path, ec)) {
-    if (e.is_regular_file(ec)) sum += static_cast<int64_t>(e.file_size(ec));
-  }
-  return sum;
-}
-
-// Bytes per weight of a dtype relative to the f32 most checkpoints hold (q4: 4.5 bits).
-double dtype_ratio(kernels::WeightType t) {
-  switch (t) {
-    case kernels::WeightType::kF32:
-      return 1.0;
-    case kernels::WeightType::kBF16:
-    case kernels::WeightType::kF16:
-      return 0.5;
-    case kernels::WeightType::kI8:
-      return 0.25;
-    case kernels::WeightType::kQ4:
-      return 4.5 / 32;
-  }
-  return 1.0;
-}
-
 int run_serve(const ServeOptions& o) {
   if (o.port < 0 || o.port > 65535) fail("--port must be in 0..65535, got {}", o.port);
   if (o.grpc_port < -1 || o.grpc_port > 65535)
@@ -86,22 +56,47 @@ int run_serve(const ServeOptions& o) {
   if (o.http_threads < 1) fail("--http-threads must be at least 1");
   if (o.prepare_threads < 1 || o.prepare_threads > 256) fail("--prepare-threads must be in 1..256");
   if (o.max_body_bytes < 1024) fail("--max-body-bytes must be at least 1024");
-  if (o.models.empty() == o.model_config_file.empty())
-    fail("give --model (repeatable) or --model_config_file, not both");
+  if (!(o.request_timeout_s > 0)) fail("--request-timeout must be > 0");
+  ModelServerOptions so;
   // Checked before anything loads: a bad config file or --model value ends here.
-  std::vector<ModelEntryConfig> entries;
-  if (o.model_config_file.empty()) entries = model_entries_from_flags(o.models, o.names);
-  // The directories a reload's config may point into: --model-root, and the base paths the
-  // server starts with (re-pointing a model at its own directory is always allowed).
-  std::vector<std::string> roots = o.model_roots;
-  if (!o.model_config_file.empty()) {
-    const tfs::ModelServerConfig startup = load_model_server_config(o.model_config_file);
-    for (const auto& m : startup.model_config_list().config()) roots.push_back(m.base_path());
-  }
-  for (const auto& e : entries) roots.push_back(e.config.base_path());
-  for (std::string& r : roots) {
-    std::error_code ec;
-    r = std::filesystem::weakly_canonical(r, ec).string();
+  if (!o.models.empty()) so.entries = model_entries_from_flags(o.models, o.names);
+  so.model_config_file = o.model_config_file;
+  so.model_config_file_poll_s = o.model_config_file_poll_s;
+  so.file_system_poll_s = o.file_system_poll_s;
+  so.tokenizer = o.tokenizer;
+  so.dtype = kernels::parse_weight_type(o.dtype);
+  so.engine = o.engine.config();
+  so.engine.max_queued_requests = o.max_waiting_requests;
+  if (!o.memory_budget.empty()) so.memory_budget = parse_memory_budget(o.memory_budget);
+  so.limits.max_request_time =
+      std::chrono::milliseconds(static_cast<int64_t>(o.request_timeout_s * 1000));
+  so.limits.max_prompt_tokens = o.max_prompt_tokens;
+  so.limits.max_tokens_cap = o.max_tokens_cap;
+  so.limits.max_sequences_per_request = o.max_sequences_per_request;
+  so.config_body_reloads = o.allow_config_reload_body;
+  so.model_roots = o.model_roots;
+  so.api_keys_file = o.api_keys_file;
+  so.metrics_require_key = o.metrics_require_key;
+  so.access_log = o.access_log;
+  so.log_prompts = o.log_prompts;
+  so.prepare_threads = o.prepare_threads;
+  so.http.host = o.host;
+  so.http.port = static_cast<uint16_t>(o.port);
+  so.http.threads = o.http_threads;
+  so.http.max_body_bytes = static_cast<size_t>(o.max_body_bytes);
+  so.http.read_timeout = std::chrono::milliseconds(static_cast<int64_t>(o.read_timeout_s * 1000));
+  so.http.idle_timeout = std::chrono::milliseconds(static_cast<int64_t>(o.idle_timeout_s * 1000));
+  so.http.tls_cert = o.tls_cert;
+  so.http.tls_key = o.tls_key;
+  so.http.max_connections = o.max_connections;
+  if (o.grpc_port >= 0) {
+    GrpcServerConfig gc;
+    gc.host = o.host;
+    gc.port = static_cast<uint16_t>(o.grpc_port);
+    gc.max_message_bytes = static_cast<int>(o.max_body_bytes);
+    gc.tls_cert = o.tls_cert;
+    gc.tls_key = o.tls_key;
+    so.grpc = gc;
   }
   // The signals are taken by this thread only (sigwait below): block them before any thread
   // (engine, compute pool, I/O) starts, so that every thread inherits the mask.
@@ -112,109 +107,25 @@ int run_serve(const ServeOptions& o) {
   sigaddset(&signals, SIGHUP);
   pthread_sigmask(SIG_BLOCK, &signals, nullptr);
   std::signal(SIGPIPE, SIG_IGN);
-
-  EngineConfig ec = o.engine.config();
-  ec.max_queued_requests = o.max_waiting_requests;
-  const kernels::WeightType dtype = kernels::parse_weight_type(o.dtype);
-  ModelRegistry::Options ro;
-  if (!o.memory_budget.empty()) ro.memory_budget = parse_memory_budget(o.memory_budget);
-  ro.estimate = [ec, dtype](const std::string& path) {
-    return static_cast<int64_t>(static_cast<double>(path_bytes(path)) * dtype_ratio(dtype)) +
-           ec.kv_cache_bytes;
-  };
-  ro.measure = [ec, dtype](const ServedModel& m) {
-    const auto& w = m.model->weights();
-    const size_t weights = dtype == kernels::WeightType::kF32
-                               ? w.stored_bytes() + w.converted_bytes()
-                               : w.converted_bytes();
-    return static_cast<int64_t>(weights) + ec.kv_cache_bytes;
-  };
-  const std::string tokenizer = o.tokenizer;
-  ServingState state(
-      [ec, tokenizer, dtype](const std::string& name, int64_t version, const std::string& path) {
-        std::shared_ptr<ServedModel> m = load_served_model(name, path, ec, tokenizer, dtype);
-        m->version = version;
-        log::info("loaded '{}' version {} from {} in {:.2f} s ({}, {} KV blocks)", m->name, version,
-                  m->path, m->load_seconds, m->config().architecture, m->engine->kv_blocks());
-        return m;
-      },
-      std::move(ro));
-  if (!(o.request_timeout_s > 0)) fail("--request-timeout must be > 0");
-  state.limits.max_request_time =
-      std::chrono::milliseconds(static_cast<int64_t>(o.request_timeout_s * 1000));
-  if (o.max_prompt_tokens < 0 || o.max_tokens_cap < 0)
-    fail("--max-prompt-tokens and --max-tokens-cap must be >= 0");
-  state.limits.max_prompt_tokens = o.max_prompt_tokens;
-  state.limits.max_tokens_cap = o.max_tokens_cap;
-  state.limits.max_sequences_per_request = o.max_sequences_per_request;
-  state.config_body_reloads = o.allow_config_reload_body;
-  state.model_roots = roots;
-  if (!o.api_keys_file.empty()) {
-    state.api_keys = std::make_unique<ApiKeys>(ApiKeys::load(o.api_keys_file));
-    state.metrics_need_key = o.metrics_require_key;
-    log::info("API keys required ({} keys from {})", state.api_keys->size(), o.api_keys_file);
-  }
-  if (o.access_log != "off")
-    state.access_log = std::make_unique<AccessLog>(o.access_log, o.log_prompts);
-  VersionManager manager(state.registry,
-                         {o.model_config_file, o.model_config_file_poll_s, o.file_system_poll_s});
-  manager.start(std::move(entries));
-  state.reload = [&manager](std::optional<tfs::ModelServerConfig> config,
-                            std::function<void(const std::string&)> done) {
-    manager.reload(std::move(config), std::move(done));
-  };
-  if (o.model_config_file.empty()) {
-    // --model names models that exist now: one that does not load ends the command, as before
-    // there was a registry. (With a config file, versions may appear later, and one bad model
-    // must not stop the others.)
-    for (const std::string& name : state.registry.names()) {
-      std::string why = state.registry.model_error(name);
-      for (const auto& v : state.registry.status(name).value_or(std::vector<VersionStatus>{}))
-        if (!v.error.empty()) why = v.error;
-      if (!why.empty()) fail("model '{}': {}", name, why);
-    }
-  } else if (state.registry.available().empty()) {
-    log::warn("no model version is available yet: requests get 404 until one loads");
-  }
   {
-    HttpServerConfig hc;
-    hc.host = o.host;
-    hc.port = static_cast<uint16_t>(o.port);
-    hc.threads = o.http_threads;
-    hc.max_body_bytes = static_cast<size_t>(o.max_body_bytes);
-    hc.read_timeout = std::chrono::milliseconds(static_cast<int64_t>(o.read_timeout_s * 1000));
-    hc.idle_timeout = std::chrono::milliseconds(static_cast<int64_t>(o.idle_timeout_s * 1000));
-    hc.tls_cert = o.tls_cert;
-    hc.tls_key = o.tls_key;
-    hc.max_connections = o.max_connections;
-    state.prepare_pool.start(o.prepare_threads);
-    Server server(state, hc);
+    ModelServer server(std::move(so));
     server.start();
-    std::optional<GrpcServer> grpc;
-    if (o.grpc_port >= 0) {
-      GrpcServerConfig gc;
-      gc.host = o.host;
-      gc.port = static_cast<uint16_t>(o.grpc_port);
-      gc.max_message_bytes = static_cast<int>(o.max_body_bytes);
-      gc.tls_cert = o.tls_cert;
-      gc.tls_key = o.tls_key;
-      grpc.emplace(state, gc);
-    }
+    ServingState& state = server.state();
     // One line on stdout, for people and scripts (a test reads the port from it).
     const auto names = state.registry.names();
     const char* scheme = o.tls_cert.empty() ? "http" : "https";
     std::printf("tokenflow serving %s on %s://%s:%u\n",
                 names.empty() ? "-" : fmt::format("{}", fmt::join(names, ", ")).c_str(), scheme,
-                o.host.c_str(), server.port());
+                o.host.c_str(), server.http_port());
     std::printf(
         "try: curl -s%s %s://%s:%u/v1/completions -H 'Content-Type: application/json' -d "
         "'{\"prompt\": \"Once upon a time\", \"max_tokens\": 64}'\n",
-        o.tls_cert.empty() ? "" : "k", scheme, o.host.c_str(), server.port());
-    if (grpc) {
+        o.tls_cert.empty() ? "" : "k", scheme, o.host.c_str(), server.http_port());
+    if (const auto grpc_port = server.grpc_port()) {
       std::printf(
           "tokenflow gRPC on %s:%u (tokenflow.v1.GenerationService, "
           "TF Serving's ModelService and PredictionService, health, reflection)%s\n",
-          o.host.c_str(), grpc->port(), o.tls_cert.empty() ? "" : " with TLS");
+          o.host.c_str(), *grpc_port, o.tls_cert.empty() ? "" : " with TLS");
     }
     std::fflush(stdout);
     int sig = 0;
@@ -226,7 +137,7 @@ int run_serve(const ServeOptions& o) {
         continue;
       }
       log::info("SIGHUP: re-reading {}", o.model_config_file);
-      state.reload(std::nullopt, [](const std::string& why) {
+      server.reload_config_file([](const std::string& why) {
         if (why.empty()) {
           log::info("SIGHUP: model config reloaded");
         } else {
@@ -236,23 +147,7 @@ int run_serve(const ServeOptions& o) {
     }
     log::warn("{}: shutting down (up to {:.0f} s for requests in progress)",
               sig == SIGINT ? "SIGINT" : "SIGTERM", o.shutdown_timeout_s);
-    const auto grace = std::chrono::milliseconds(static_cast<int64_t>(o.shutdown_timeout_s * 1000));
-    // Both front doors drain at once; calls still running at the deadline are cancelled while
-    // the engines still run, so that they end.
-    std::thread grpc_drain;
-    if (grpc) {
-      state.draining = true;
-      grpc_drain =
-          std::thread([&grpc, grace] { grpc->shutdown(std::chrono::steady_clock::now() + grace); });
-    }
-    server.shutdown(grace);
-    if (grpc_drain.joinable()) grpc_drain.join();
-    state.prepare_pool.stop();  // what was still being prepared starts no job after this
-    // Jobs and engines go before the server's I/O context (their responders hold connections).
-    manager.stop();
-    state.jobs.clear();
-    state.registry.apply({});
-    state.registry.sync();
+    server.shutdown(std::chrono::milliseconds(static_cast<int64_t>(o.shutdown_timeout_s * 1000)));
   }
   std::printf("tokenflow stopped\n");
   return 0;

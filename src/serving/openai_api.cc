@@ -370,11 +370,12 @@ void handle_openai_generation(ServingState& state, const HttpRequest& req,
       GenerationJob::start(*model.engine, std::move(reqs), responder, state.jobs, on_event, on_done,
                            observer);
     } catch (const std::exception& e) {
-      // The headers are out: the error travels in the stream, as vLLM sends it.
+      // The headers are out: the error travels in the stream, as vLLM sends it (logged first:
+      // this runs on the preparation pool, not the connection's strand).
+      log_request(*record, http_status_of(e));
       responder->write("data: " + openai_error_body(e) + "\n\n");
       responder->write("data: [DONE]\n\n");
       responder->end();
-      log_request(*record, http_status_of(e));
     }
     return;
   }

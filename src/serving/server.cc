@@ -119,8 +119,10 @@ void Server::answer_error(const std::exception& e, ErrorShape shape, HttpRespond
   } else {
     body = openai_error_body(e);
   }
-  responder.send(status, body, "application/json", std::move(headers));
+  // Counted and logged before the answer goes out: this may run off the connection's strand (on
+  // the preparation pool), and a client that has its answer may already read the metrics.
   log_request(record, status);
+  responder.send(status, body, "application/json", std::move(headers));
 }
 
 void Server::authenticate(const HttpRequest& req, RequestRecord& record) const {
@@ -360,11 +362,12 @@ void Server::handle_reload(const HttpRequest& req, std::shared_ptr<HttpResponder
     config = parse_model_server_config(req.body, "request body");
     state_.check_reload_config(*config);
   }
-  // Answered from the manager thread once the new config is loaded (or refused).
+  // Answered from the manager thread once the new config is loaded (or refused); logged before
+  // the answer goes out, as every answer sent off the connection's strand is.
   state_.reload(std::move(config), [this, responder, record](const std::string& error) {
     if (!error.empty()) {
-      responder->send(400, openai_error_body(400, error, "invalid_config"));
       log_request(*record, 400);
+      responder->send(400, openai_error_body(400, error, "invalid_config"));
       return;
     }
     nlohmann::json models = nlohmann::json::object();
@@ -376,8 +379,8 @@ void Server::handle_reload(const HttpRequest& req, std::shared_ptr<HttpResponder
       }
       models[name] = {{"versions", versions}, {"error", state_.registry.model_error(name)}};
     }
-    responder->send(200, dump_json(nlohmann::json{{"status", "ok"}, {"models", models}}));
     log_request(*record, 200);
+    responder->send(200, dump_json(nlohmann::json{{"status", "ok"}, {"models", models}}));
   });
 }
 

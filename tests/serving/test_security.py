@@ -522,11 +522,12 @@ class PreparationTest(unittest.TestCase):
         rc, err = stop_server(cls.proc)
         assert rc == 0, "server exited with %d: %s" % (rc, err[-2000:])
 
-    def send(self, body):
+    def send(self, body, request_id="prepare-test"):
         data = json.dumps(body).encode()
         s = socket.create_connection(("127.0.0.1", self.port), timeout=120)
         s.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: "
-                  b"application/json\r\nContent-Length: %d\r\n\r\n" % len(data) + data)
+                  b"application/json\r\nX-Request-Id: %s\r\nContent-Length: %d\r\n\r\n"
+                  % (request_id.encode(), len(data)) + data)
         return s
 
     def log_lines(self):
@@ -554,8 +555,7 @@ class PreparationTest(unittest.TestCase):
         self.assertIn("while its prompt was being prepared", body["error"]["message"])
 
     def test_tokenizing_stops_when_the_client_leaves(self):
-        before = len(self.log_lines())
-        s = self.send({"prompt": self.text, "max_tokens": 1, "user": "leaver"})
+        s = self.send({"prompt": self.text, "max_tokens": 1}, request_id="leaver")
         self.assertTrue(wait_for_state(lambda: preparing(self.c) == 1))
         # A reset (not a FIN, which may be a half-close that still wants its answer).
         s.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
@@ -563,7 +563,7 @@ class PreparationTest(unittest.TestCase):
         self.assertTrue(wait_for_state(lambda: preparing(self.c) == 0))
 
         def ended():
-            return [e for e in self.log_lines()[before:] if e["path"] == "/v1/completions"]
+            return [e for e in self.log_lines() if e["request_id"] == "leaver"]
         self.assertTrue(wait_for_state(lambda: ended()))
         self.assertEqual(ended()[0]["status"], 499, ended())
 

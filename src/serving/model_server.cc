@@ -1,0 +1,175 @@
+#include "serving/model_server.h"
+
+#include <filesystem>
+#include <thread>
+
+#include "core/error.h"
+#include "core/log.h"
+#include "serving/served_model.h"
+
+namespace tf {
+namespace {
+
+// Bytes of the files under a version's path (a directory or one file).
+int64_t path_bytes(const std::string& path) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  if (fs::is_regular_file(path, ec)) return static_cast<int64_t>(fs::file_size(path, ec));
+  int64_t sum = 0;
+  for (const auto& e : fs::recursive_directory_iterator(path, ec)) {
+    if (e.is_regular_file(ec)) sum += static_cast<int64_t>(e.file_size(ec));
+  }
+  return sum;
+}
+
+// Bytes per weight of a dtype relative to the f32 most checkpoints hold (q4: 4.5 bits).
+double dtype_ratio(kernels::WeightType t) {
+  switch (t) {
+    case kernels::WeightType::kF32:
+      return 1.0;
+    case kernels::WeightType::kBF16:
+    case kernels::WeightType::kF16:
+      return 0.5;
+    case kernels::WeightType::kI8:
+      return 0.25;
+    case kernels::WeightType::kQ4:
+      return 4.5 / 32;
+  }
+  return 1.0;
+}
+
+}  // namespace
+
+ModelServer::ModelServer(ModelServerOptions options) : options_(std::move(options)) {
+  const ModelServerOptions& o = options_;
+  if (o.entries.empty() == o.model_config_file.empty())
+    fail("give --model (repeatable) or --model_config_file, not both");
+  if (!(o.limits.max_request_time.count() > 0)) fail("--request-timeout must be > 0");
+  if (o.limits.max_prompt_tokens < 0 || o.limits.max_tokens_cap < 0)
+    fail("--max-prompt-tokens and --max-tokens-cap must be >= 0");
+  // The directories a reload's config may point into: --model-root, and the base paths the
+  // server starts with (re-pointing a model at its own directory is always allowed).
+  std::vector<std::string> roots = o.model_roots;
+  if (!o.model_config_file.empty()) {
+    const tfs::ModelServerConfig startup = load_model_server_config(o.model_config_file);
+    for (const auto& m : startup.model_config_list().config()) roots.push_back(m.base_path());
+  }
+  for (const auto& e : o.entries) roots.push_back(e.config.base_path());
+  for (std::string& r : roots) {
+    std::error_code ec;
+    r = std::filesystem::weakly_canonical(r, ec).string();
+  }
+
+  // A version's memory: its weights as they will be held, and its KV cache.
+  const EngineConfig ec = o.engine;
+  const kernels::WeightType dtype = o.dtype;
+  ModelRegistry::Options ro;
+  ro.memory_budget = o.memory_budget;
+  ro.estimate = [ec, dtype](const std::string& path) {
+    return static_cast<int64_t>(static_cast<double>(path_bytes(path)) * dtype_ratio(dtype)) +
+           ec.kv_cache_bytes;
+  };
+  ro.measure = [ec, dtype](const ServedModel& m) {
+    const auto& w = m.model->weights();
+    const size_t weights = dtype == kernels::WeightType::kF32
+                               ? w.stored_bytes() + w.converted_bytes()
+                               : w.converted_bytes();
+    return static_cast<int64_t>(weights) + ec.kv_cache_bytes;
+  };
+  const std::string tokenizer = o.tokenizer;
+  state_ = std::make_unique<ServingState>(
+      [ec, tokenizer, dtype](const std::string& name, int64_t version, const std::string& path) {
+        std::shared_ptr<ServedModel> m = load_served_model(name, path, ec, tokenizer, dtype);
+        m->version = version;
+        log::info("loaded '{}' version {} from {} in {:.2f} s ({}, {} KV blocks)", m->name, version,
+                  m->path, m->load_seconds, m->config().architecture, m->engine->kv_blocks());
+        return m;
+      },
+      std::move(ro));
+  ServingState& state = *state_;
+  state.limits = o.limits;
+  state.config_body_reloads = o.config_body_reloads;
+  state.model_roots = roots;
+  if (!o.api_keys_file.empty()) {
+    state.api_keys = std::make_unique<ApiKeys>(ApiKeys::load(o.api_keys_file));
+    state.metrics_need_key = o.metrics_require_key;
+    log::info("API keys required ({} keys from {})", state.api_keys->size(), o.api_keys_file);
+  }
+  if (o.access_log != "off")
+    state.access_log = std::make_unique<AccessLog>(o.access_log, o.log_prompts);
+
+  manager_ = std::make_unique<VersionManager>(
+      state.registry, VersionManager::Options{o.model_config_file, o.model_config_file_poll_s,
+                                              o.file_system_poll_s});
+  manager_->start(o.entries);
+  state.reload = [m = manager_.get()](std::optional<tfs::ModelServerConfig> config,
+                                      std::function<void(const std::string&)> done) {
+    m->reload(std::move(config), std::move(done));
+  };
+  if (o.model_config_file.empty()) {
+    // --model names models that exist now: one that does not load ends the command. (With a
+    // config file, versions may appear later, and one bad model must not stop the others.)
+    for (const std::string& name : state.registry.names()) {
+      std::string why = state.registry.model_error(name);
+      for (const auto& v : state.registry.status(name).value_or(std::vector<VersionStatus>{}))
+        if (!v.error.empty()) why = v.error;
+      if (!why.empty()) {
+        shutdown(std::chrono::milliseconds(0));
+        fail("model '{}': {}", name, why);
+      }
+    }
+  } else if (state.registry.available().empty()) {
+    log::warn("no model version is available yet: requests get 404 until one loads");
+  }
+  state.prepare_pool.start(o.prepare_threads);
+  http_ = std::make_unique<Server>(state, o.http);
+  if (o.grpc) grpc_ = std::make_unique<GrpcServer>(state, *o.grpc);
+}
+
+ModelServer::~ModelServer() {
+  shutdown(std::chrono::milliseconds(0));
+}
+
+void ModelServer::start() {
+  if (http_) http_->start();
+}
+
+uint16_t ModelServer::http_port() const {
+  return http_ ? http_->port() : 0;
+}
+
+std::optional<uint16_t> ModelServer::grpc_port() const {
+  if (!grpc_) return std::nullopt;
+  return grpc_->port();
+}
+
+void ModelServer::reload_config_file(std::function<void(const std::string&)> done) {
+  state_->reload(std::nullopt, std::move(done));
+}
+
+bool ModelServer::shutdown(std::chrono::milliseconds grace) {
+  if (stopped_) return clean_;
+  stopped_ = true;
+  // Both front doors drain at once; calls still running at the deadline are cancelled while the
+  // engines still run, so that they end.
+  state_->draining = true;
+  std::thread grpc_drain;
+  if (grpc_) {
+    grpc_drain =
+        std::thread([this, grace] { grpc_->shutdown(std::chrono::steady_clock::now() + grace); });
+  }
+  if (http_) clean_ = http_->shutdown(grace);
+  if (grpc_drain.joinable()) grpc_drain.join();
+  state_->prepare_pool.stop();  // what was still being prepared starts no job after this
+  // Jobs and engines go before the front doors' I/O contexts (their responders hold
+  // connections).
+  if (manager_) manager_->stop();
+  state_->jobs.clear();
+  state_->registry.apply({});
+  state_->registry.sync();
+  grpc_.reset();
+  http_.reset();
+  return clean_;
+}
+
+}  // namespace tf

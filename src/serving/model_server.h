@@ -1,0 +1,79 @@
+#pragma once
+// The whole server as one object: the model registry and its version manager, the preparation
+// pool, the HTTP front door and (optionally) the gRPC one, with the invariants that hold them
+// together: the memory estimate of a version, the order things start in and the order they
+// stop in (front doors drain, then jobs, then engines). `tokenflow serve` only turns flags into
+// ModelServerOptions, prints the startup lines and waits for signals.
+
+#include <chrono>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "engine/engine.h"
+#include "kernels/weights.h"
+#include "serving/grpc_server.h"
+#include "serving/server.h"
+#include "serving/server_config.h"
+#include "serving/serving_state.h"
+#include "serving/version_manager.h"
+
+namespace tf {
+
+struct ModelServerOptions {
+  // What to serve: entries (--model) or a config file, not both.
+  std::vector<ModelEntryConfig> entries;
+  std::string model_config_file;
+  double model_config_file_poll_s = 0;
+  double file_system_poll_s = 1;
+  std::string tokenizer;  // a tokenizer for every model (empty: each model's own)
+  kernels::WeightType dtype = kernels::WeightType::kF32;
+  EngineConfig engine;        // per version
+  int64_t memory_budget = 0;  // bytes for all versions; 0: none
+  ServingLimits limits;
+  bool config_body_reloads = false;
+  std::vector<std::string> model_roots;  // canonical; the config's base paths are added
+  std::string api_keys_file;
+  bool metrics_require_key = false;
+  std::string access_log = "-";  // "off": none
+  bool log_prompts = false;
+  int prepare_threads = 2;
+  HttpServerConfig http;
+  std::optional<GrpcServerConfig> grpc;  // nullopt: no gRPC
+};
+
+class ModelServer {
+ public:
+  // Loads the first versions and binds the ports (nothing is served until start()). Throws
+  // Error for a bad option or config, a port in use, or (with entries) a model that does not
+  // load; with a config file, a model that does not load is reported and the others serve.
+  explicit ModelServer(ModelServerOptions options);
+  ~ModelServer();  // shutdown(0) if it was not shut down
+  ModelServer(const ModelServer&) = delete;
+  ModelServer& operator=(const ModelServer&) = delete;
+
+  void start();
+  uint16_t http_port() const;
+  std::optional<uint16_t> grpc_port() const;
+  // Re-reads the model config file (SIGHUP); done("") once applied, else with the reason.
+  void reload_config_file(std::function<void(const std::string&)> done);
+  // Graceful stop: both front doors drain at once for up to grace (new requests get 503), calls
+  // still running then are cut, then the jobs, the versions and their engines go. True if
+  // nothing was cut off. Idempotent.
+  bool shutdown(std::chrono::milliseconds grace);
+
+  ServingState& state() { return *state_; }
+
+ private:
+  ModelServerOptions options_;
+  std::unique_ptr<ServingState> state_;
+  std::unique_ptr<VersionManager> manager_;
+  std::unique_ptr<Server> http_;
+  std::unique_ptr<GrpcServer> grpc_;
+  bool stopped_ = false;
+  bool clean_ = true;
+};
+
+}  // namespace tf
