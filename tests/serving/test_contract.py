@@ -1,7 +1,8 @@
 """Issue 19: one request contract. The same request gets the same answer and the same status
 class through every door: here the OpenAI REST routes against a batch file (`tokenflow generate
 --input-file`), which used to skip the HTTP planner's checks (unknown fields, beam-search and
-echo rules, the context), and the deadline outcome through completions and TF Serving's Predict.
+echo rules, the context), the gRPC GenerationService against REST, and the deadline outcome
+through completions and TF Serving's Predict.
 
 Env: TOKENFLOW_BIN, TF_SHARED_DIR.
 """
@@ -55,6 +56,45 @@ class BatchEqualsRestTest(SharedServerTest):
             with self.subTest(body=str(body)[:80]):
                 self.assertIsNone(line["response"], line)
                 self.assertEqual(line["error"]["message"], message)
+
+
+class GrpcEqualsRestTest(unittest.TestCase):
+    """The gRPC GenerationService is planned by the same code: the same bad input is
+    INVALID_ARGUMENT with REST's message, word for word."""
+
+    def test_bad_inputs_get_the_same_message_through_grpc(self):
+        import test_grpc as tg  # generates the Python stubs from the repository's protos
+        g = tg.g
+        proc, port, channel = tg.start()
+        try:
+            c = Client(port)
+            gen = tg.g_grpc.GenerationServiceStub(channel)
+            long_text = "Once upon a time " * 3500
+            cases = [
+                ({"prompt": "Once", "temperature": -1},
+                 g.GenerateRequest(text="Once", sampling=tg.sampling(temperature=-1))),
+                ({"prompt": "Once", "max_tokens": 100000},
+                 g.GenerateRequest(text="Once", sampling=tg.sampling(max_tokens=100000))),
+                ({"prompt": long_text, "max_tokens": 1},
+                 g.GenerateRequest(text=long_text, sampling=tg.sampling(max_tokens=1))),
+                ({"prompt": [1, 70000]}, g.GenerateRequest(token_ids=g.TokenIds(ids=[1, 70000]))),
+                ({"prompt": "x", "top_p": 1.5},
+                 g.GenerateRequest(text="x", sampling=tg.sampling(top_p=1.5))),
+            ]
+            for body, req in cases:
+                with self.subTest(body=str(body)[:60]):
+                    status, resp, text, _ = c.post("/v1/completions", body)
+                    self.assertEqual(status, 400, text[:300])
+                    for method in (gen.Generate, gen.GenerateStream):
+                        with self.assertRaises(tg.grpc.RpcError) as cm:
+                            r = method(req, timeout=60)
+                            if not hasattr(r, "ListFields"):
+                                list(r)
+                        self.assertEqual(cm.exception.code(), tg.C.INVALID_ARGUMENT)
+                        self.assertEqual(cm.exception.details(), resp["error"]["message"])
+        finally:
+            channel.close()
+            stop_server(proc)
 
 
 class DeadlineTest(unittest.TestCase):
