@@ -34,6 +34,25 @@ class Error : public std::runtime_error {
   ErrorKind kind_;
 };
 
+// An Error about one field of a request (a parameter): its name travels with it, so that an API
+// can name the field (OpenAI's "param", gRPC's error-param) without reading the message.
+class FieldError : public Error {
+ public:
+  FieldError(std::string field, const std::string& message)
+      : Error(ErrorKind::kInvalidArgument, message), field_(std::move(field)) {}
+  const std::string& field() const { return field_; }
+
+ private:
+  std::string field_;
+};
+
+// Throws a FieldError about field with a formatted message.
+template <typename... Args>
+[[noreturn]] void fail_field(std::string field, fmt::format_string<Args...> format,
+                             Args&&... args) {
+  throw FieldError(std::move(field), fmt::format(format, std::forward<Args>(args)...));
+}
+
 // Throws an Error of kind kInvalidArgument with a formatted message.
 template <typename... Args>
 [[noreturn]] void fail(fmt::format_string<Args...> format, Args&&... args) {

@@ -97,6 +97,12 @@ void with_fields(const json& body, Fn fn) {
     throw;
   } catch (const Cancelled&) {
     throw;
+  } catch (const FieldError& e) {
+    // The field as the body names it (chat's max_completion_tokens is max_tokens inside).
+    std::string field = e.field();
+    if (field == "max_tokens" && !body.contains(field) && body.contains("max_completion_tokens"))
+      field = "max_completion_tokens";
+    throw HttpError(400, e.what(), "", field);
   } catch (const Error& e) {
     if (e.kind() == ErrorKind::kInternal) throw;
     throw HttpError(400, e.what(), "", field_of(e.what(), body));

@@ -18,18 +18,18 @@ bool get_number(const json& body, const char* key, T& out) {
   auto it = body.find(key);
   if (it == body.end() || it->is_null()) return false;
   if constexpr (std::is_integral_v<T>) {
-    if (!it->is_number_integer()) fail("'{}' must be an integer", key);
+    if (!it->is_number_integer()) fail_field(key, "'{}' must be an integer", key);
     if (it->is_number_unsigned() && it->get<uint64_t>() > uint64_t{INT64_MAX})
-      fail("'{}' is out of range", key);
+      fail_field(key, "'{}' is out of range", key);
     const int64_t v = it->get<int64_t>();
     if (v < std::numeric_limits<T>::min() || v > std::numeric_limits<T>::max())
-      fail("'{}' is out of range", key);
+      fail_field(key, "'{}' is out of range", key);
     out = static_cast<T>(v);
   } else {
-    if (!it->is_number()) fail("'{}' must be a number", key);
+    if (!it->is_number()) fail_field(key, "'{}' must be a number", key);
     const double d = it->get<double>();
     if (!std::isfinite(d) || std::fabs(d) > static_cast<double>(std::numeric_limits<T>::max()))
-      fail("'{}' is out of range", key);
+      fail_field(key, "'{}' is out of range", key);
     out = static_cast<T>(d);
   }
   return true;
@@ -38,13 +38,13 @@ bool get_number(const json& body, const char* key, T& out) {
 bool get_bool(const json& body, const char* key, bool& out) {
   auto it = body.find(key);
   if (it == body.end() || it->is_null()) return false;
-  if (!it->is_boolean()) fail("'{}' must be true or false", key);
+  if (!it->is_boolean()) fail_field(key, "'{}' must be true or false", key);
   out = it->get<bool>();
   return true;
 }
 
 std::vector<int32_t> int_list(const json& v, const char* key) {
-  if (!v.is_array()) fail("'{}' must be a list of token ids", key);
+  if (!v.is_array()) fail_field(key, "'{}' must be a list of token ids", key);
   std::vector<int32_t> out;
   for (const auto& x : v) out.push_back(token_id(x, key));
   return out;
@@ -53,11 +53,12 @@ std::vector<int32_t> int_list(const json& v, const char* key) {
 }  // namespace
 
 int32_t token_id(const json& x, const char* key) {
-  if (!x.is_number_integer()) fail("'{}' must be a list of token ids", key);
+  if (!x.is_number_integer()) fail_field(key, "'{}' must be a list of token ids", key);
   const bool in_range = x.is_number_unsigned()
                             ? x.get<uint64_t>() <= INT32_MAX
                             : x.get<int64_t>() >= 0 && x.get<int64_t>() <= INT32_MAX;
-  if (!in_range) fail("'{}' holds {}, which is not a token id (0..2147483647)", key, x.dump());
+  if (!in_range)
+    fail_field(key, "'{}' holds {}, which is not a token id (0..2147483647)", key, x.dump());
   return static_cast<int32_t>(x.get<int64_t>());
 }
 
@@ -83,7 +84,7 @@ SamplingParams parse_sampling_params(const json& body, bool chat, int32_t defaul
   if (get_number(body, "best_of", best_of)) p.best_of = best_of;
   uint64_t seed = 0;
   if (body.contains("seed") && !body["seed"].is_null()) {
-    if (!body["seed"].is_number_integer()) fail("'seed' must be an integer");
+    if (!body["seed"].is_number_integer()) fail_field("seed", "'seed' must be an integer");
     seed = body["seed"].is_number_unsigned() ? body["seed"].get<uint64_t>()
                                              : static_cast<uint64_t>(body["seed"].get<int64_t>());
     p.seed = seed;
@@ -96,11 +97,11 @@ SamplingParams parse_sampling_params(const json& body, bool chat, int32_t defaul
       p.stop = {it->get<std::string>()};
     } else if (it->is_array()) {
       for (const auto& s : *it) {
-        if (!s.is_string()) fail("'stop' must be a string or a list of strings");
+        if (!s.is_string()) fail_field("stop", "'stop' must be a string or a list of strings");
         p.stop.push_back(s.get<std::string>());
       }
     } else {
-      fail("'stop' must be a string or a list of strings");
+      fail_field("stop", "'stop' must be a string or a list of strings");
     }
   }
   // Each sequence's stop checker holds the strings: bounded, so that a request cannot turn a
@@ -108,17 +109,19 @@ SamplingParams parse_sampling_params(const json& body, bool chat, int32_t defaul
   size_t stop_bytes = 0;
   for (const auto& s : p.stop) stop_bytes += s.size();
   if (p.stop.size() > kMaxStopStrings || stop_bytes > kMaxStopBytes)
-    fail("'stop' takes at most {} strings of {} bytes in all (got {} strings, {} bytes)",
-         kMaxStopStrings, kMaxStopBytes, p.stop.size(), stop_bytes);
+    fail_field("stop",
+               "'stop' takes at most {} strings of {} bytes in all (got {} strings, {} bytes)",
+               kMaxStopStrings, kMaxStopBytes, p.stop.size(), stop_bytes);
   if (auto it = body.find("stop_token_ids"); it != body.end() && !it->is_null()) {
     p.stop_token_ids = int_list(*it, "stop_token_ids");
   }
   if (auto it = body.find("bad_words_ids"); it != body.end() && !it->is_null()) {
-    if (!it->is_array()) fail("'bad_words_ids' must be a list of lists of token ids");
+    if (!it->is_array())
+      fail_field("bad_words_ids", "'bad_words_ids' must be a list of lists of token ids");
     for (const auto& seq : *it) p.bad_words_ids.push_back(int_list(seq, "bad_words_ids"));
   }
   if (auto it = body.find("logit_bias"); it != body.end() && !it->is_null()) {
-    if (!it->is_object()) fail("'logit_bias' must map token ids to numbers");
+    if (!it->is_object()) fail_field("logit_bias", "'logit_bias' must map token ids to numbers");
     for (const auto& [k, v] : it->items()) {
       size_t used = 0;
       int64_t id = -1;
@@ -127,9 +130,9 @@ SamplingParams parse_sampling_params(const json& body, bool chat, int32_t defaul
       } catch (const std::exception&) {
       }
       if (used != k.size() || id < 0 || id > INT32_MAX)
-        fail("'logit_bias' key '{}' is not a token id", k);
+        fail_field("logit_bias", "'logit_bias' key '{}' is not a token id", k);
       if (!v.is_number() || !std::isfinite(v.get<double>()) || std::fabs(v.get<double>()) > 1e6)
-        fail("'logit_bias' values must be finite numbers");
+        fail_field("logit_bias", "'logit_bias' values must be finite numbers");
       p.logit_bias.emplace_back(static_cast<int32_t>(id), v.get<float>());
     }
   }
@@ -168,7 +171,7 @@ std::vector<std::vector<int32_t>> parse_completion_prompts(const json& body,
                                                            bool add_special_tokens,
                                                            int64_t context) {
   auto it = body.find("prompt");
-  if (it == body.end() || it->is_null()) fail("'prompt' is required");
+  if (it == body.end() || it->is_null()) fail_field("prompt", "'prompt' is required");
   auto text = [&](const json& v) {
     if (!tokenizer) fail("this model has no tokenizer: send the prompt as token ids");
     return encode_prompt(*tokenizer, v.get<std::string>(), add_special_tokens, context, "prompt");
@@ -180,28 +183,28 @@ std::vector<std::vector<int32_t>> parse_completion_prompts(const json& body,
   if (it->is_string()) {
     out.push_back(text(*it));
   } else if (!it->is_array() || it->empty()) {
-    fail("{}", shape);
+    fail_field("prompt", "{}", shape);
   } else if (const json& first = (*it)[0]; first.is_number_integer()) {
     out.push_back(int_list(*it, "prompt"));
   } else if (first.is_string()) {
     for (const auto& p : *it) {
-      if (!p.is_string()) fail("{}", shape);
+      if (!p.is_string()) fail_field("prompt", "{}", shape);
       out.push_back(text(p));
     }
   } else if (first.is_array()) {
     for (const auto& p : *it) out.push_back(int_list(p, "prompt"));
   } else {
-    fail("{}", shape);
+    fail_field("prompt", "{}", shape);
   }
   for (const auto& p : out) {
-    if (p.empty()) fail("'prompt' must not be empty");
+    if (p.empty()) fail_field("prompt", "'prompt' must not be empty");
   }
   return out;
 }
 
 std::vector<int32_t> parse_completion_prompt(const json& body, const Tokenizer* tokenizer) {
   auto prompts = parse_completion_prompts(body, tokenizer);
-  if (prompts.size() != 1) fail("'prompt' must be one prompt here");
+  if (prompts.size() != 1) fail_field("prompt", "'prompt' must be one prompt here");
   return std::move(prompts[0]);
 }
 
@@ -219,13 +222,13 @@ std::vector<int32_t> parse_chat_prompt(const json& body, const LoadedTokenizer& 
   if (!tokenizer.tokenizer) fail("this model has no tokenizer, so it cannot take chat messages");
   auto it = body.find("messages");
   if (it == body.end() || !it->is_array() || it->empty())
-    fail("'messages' must be a non-empty list");
+    fail_field("messages", "'messages' must be a non-empty list");
   nlohmann::ordered_json messages = nlohmann::ordered_json::array();
   for (const auto& m : *it) {
     if (!m.is_object() || !m.contains("role") || !m["role"].is_string() ||
         (m.contains("content") && !m["content"].is_null() && !m["content"].is_string() &&
          !m["content"].is_array())) {
-      fail("each message needs a string 'role' and a string or list 'content'");
+      fail_field("messages", "each message needs a string 'role' and a string or list 'content'");
     }
     std::string content;
     const json& c = m.contains("content") ? m["content"] : json();
@@ -242,7 +245,7 @@ std::vector<int32_t> parse_chat_prompt(const json& body, const LoadedTokenizer& 
         content += part["text"].get<std::string>();
       }
     } else if (!c.is_null()) {
-      fail("message 'content' must be a string or a list of text parts");
+      fail_field("messages", "message 'content' must be a string or a list of text parts");
     }
     messages.push_back({{"role", m["role"].get<std::string>()}, {"content", content}});
   }

@@ -4,6 +4,7 @@
 
 #include "serving/api_common.h"
 #include "serving/generation_job.h"
+#include "serving/openai_api.h"
 #include "serving/tfserving_api.h"
 
 namespace tf {
@@ -55,6 +56,36 @@ TEST(BestOf, KeepsTheMostLikelyBestFirst) {
   for (int i = 0; i < 4; ++i) seqs[i].cumulative_logprob = lp[i];
   EXPECT_EQ(best_sequences(seqs, 2), (std::vector<size_t>{1, 3}));
   EXPECT_EQ(best_sequences(seqs, 9).size(), 4u);
+}
+
+// Errors carry their field (FieldError), not a message for field_of to read: every parameter
+// check names the body's field, chat's max_completion_tokens included.
+TEST(PlanErrors, NameTheFieldTheyAreAbout) {
+  ModelConfig cfg;
+  cfg.vocab_size = 512;
+  cfg.max_seq_len = 512;
+  const LoadedTokenizer none;  // prompts as token ids
+  auto param = [&](const char* text, bool chat) -> std::string {
+    GenerationPlan p;
+    try {
+      parse_generation_body(nlohmann::json::parse(text), chat, none, cfg, p);
+    } catch (const HttpError& e) {
+      EXPECT_EQ(e.status(), 400) << text;
+      return e.param();
+    }
+    return "(accepted)";
+  };
+  EXPECT_EQ(param(R"({"prompt": [1], "temperature": -1})", false), "temperature");
+  EXPECT_EQ(param(R"({"prompt": [1], "top_p": 1.5})", false), "top_p");
+  EXPECT_EQ(param(R"({"prompt": [1], "n": 0})", false), "n");
+  EXPECT_EQ(param(R"({"prompt": [1], "stop_token_ids": [9999]})", false), "stop_token_ids");
+  EXPECT_EQ(param(R"({"prompt": [1], "seed": "x"})", false), "seed");
+  EXPECT_EQ(param(R"({"prompt": [[1], "x"]})", false), "prompt");
+  EXPECT_EQ(param(R"({"messages": [{"role": "user", "content": "hi"}],
+                     "max_completion_tokens": 0})",
+                  true),
+            "max_completion_tokens");
+  EXPECT_EQ(param(R"({"prompt": [1], "max_tokens": 4})", false), "(accepted)");
 }
 
 }  // namespace
