@@ -5,9 +5,6 @@
 
 #include <csignal>
 #include <cstdio>
-#include <filesystem>
-#include <optional>
-#include <thread>
 
 #include "cli/commands.h"
 #include "cli/engine_options.h"

@@ -69,8 +69,8 @@ void Scheduler::share_turns(uint64_t tenant, int32_t priority) {
   for (size_t i : at) {
     Sequence* s = waiting_[i];
     const uint64_t g = s->request->spec.group;
-    auto [it, fresh] = groups.try_emplace(g, 0, groups.size());
-    turns.push_back({s, it->second.first++, it->second.second});
+    auto& [count, first] = groups.try_emplace(g, 0, groups.size()).first->second;
+    turns.push_back({s, count++, first});
   }
   if (groups.size() < 2) return;
   std::stable_sort(turns.begin(), turns.end(), [](const Turn& a, const Turn& b) {

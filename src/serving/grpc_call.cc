@@ -221,17 +221,12 @@ void start_call_job(GrpcContext& ctx, std::shared_ptr<GrpcCallHost> host, Engine
                     GenerationJob::EventFn on_event,
                     std::function<void(const GenerationJob&, bool)> done,
                     std::function<void(const std::exception&)> failed) {
-  host->post([&ctx, &engine, host, requests = std::move(requests), observer = std::move(observer),
-              on_event = std::move(on_event), done = std::move(done),
-              failed = std::move(failed)]() mutable {
-    GenerationJob::DoneFn on_done = done;
-    try {
-      GenerationJob::start(engine, std::move(requests), host, ctx.state.jobs, std::move(on_event),
-                           std::move(on_done), std::move(observer));
-    } catch (const std::exception& e) {
-      failed(e);
-    }
-  });
+  try {
+    GenerationJob::start(engine, std::move(requests), std::move(host), ctx.state.jobs,
+                         std::move(on_event), std::move(done), std::move(observer));
+  } catch (const std::exception& e) {
+    failed(e);
+  }
 }
 
 void GrpcCallHost::post(std::function<void()> fn) {

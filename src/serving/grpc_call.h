@@ -8,8 +8,6 @@
 #include <boost/asio/strand.hpp>
 #include <boost/asio/thread_pool.hpp>
 
-#include "core/cancel.h"
-
 #include <atomic>
 #include <chrono>
 #include <functional>
@@ -18,6 +16,7 @@
 #include <optional>
 #include <string>
 
+#include "core/cancel.h"
 #include "serving/api_common.h"
 #include "serving/generation_job.h"
 #include "serving/job_host.h"
@@ -107,10 +106,9 @@ class GrpcCallHost : public JobHost, public std::enable_shared_from_this<GrpcCal
   std::function<void()> on_gone_;  // used on the strand only
 };
 
-// Starts a generation job for a call on its host's strand, where the job's outputs are drained
-// too, so that none can end the job before the job is known to done. done(job, client_gone) runs
-// once, on the strand, when every request ended (job is never null there); failed(error) if the
-// engine refuses the requests.
+// Starts a generation job for a call (from the preparation pool); its outputs are drained on the
+// host's strand. done(job, client_gone) runs once, on the strand, when every request ended;
+// failed(error), at once, if the engine refuses the requests.
 void start_call_job(GrpcContext& ctx, std::shared_ptr<GrpcCallHost> host, Engine& engine,
                     std::vector<GenerationRequest> requests, JobObserver observer,
                     GenerationJob::EventFn on_event,

@@ -17,7 +17,7 @@ import unittest
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from test_server import (BIN, MODEL, SHARED, Client, SharedServerTest,  # noqa: E402
-                         start_server, stop_server)
+                         read_all, start_server, stop_server)
 
 
 class NestingTest(SharedServerTest):
@@ -232,20 +232,6 @@ class InputErrorsTest(SharedServerTest):
         self.assertIsNone(self.proc.poll())
 
 
-def read_until_closed(s):
-    buf = b""
-    while True:
-        try:
-            got = s.recv(65536)
-        except ConnectionResetError:
-            break
-        if not got:
-            break
-        buf += got
-    s.close()
-    return buf
-
-
 class HttpEdgeTest(SharedServerTest):
     """Transfer codings we cannot frame, half-closed clients, Expect: 100-continue, the
     connection cap and running out of file descriptors."""
@@ -261,13 +247,13 @@ class HttpEdgeTest(SharedServerTest):
         s.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: gzip\r\n"
                   b"Content-Type: application/json\r\n\r\n"
                   b"GET /v1/models HTTP/1.1\r\nHost: x\r\n\r\n")
-        got = read_until_closed(s)
+        got = read_all(s)
         self.assertTrue(got.startswith(b"HTTP/1.1 501"), got[:200])
         self.assertEqual(got.count(b"HTTP/1.1 "), 1, got)  # the smuggled GET never ran
         s = self.connect()
         s.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n"
                   b"Content-Length: 5\r\n\r\n0\r\n\r\n")
-        got = read_until_closed(s)
+        got = read_all(s)
         self.assertTrue(got.startswith(b"HTTP/1.1 400"), got[:200])
 
     def test_half_closed_client_gets_its_answer(self):
@@ -277,7 +263,7 @@ class HttpEdgeTest(SharedServerTest):
         s.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json"
                   b"\r\nContent-Length: " + str(len(body)).encode() + b"\r\n\r\n" + body)
         s.shutdown(socket.SHUT_WR)
-        got = read_until_closed(s)
+        got = read_all(s)
         self.assertTrue(got.startswith(b"HTTP/1.1 200"), got[:200])
         self.assertIn(b'"text_completion"', got)
 
@@ -294,7 +280,7 @@ class HttpEdgeTest(SharedServerTest):
             first += got
         self.assertTrue(first.startswith(b"HTTP/1.1 100 Continue\r\n\r\n"), first)
         s.sendall(body)
-        rest = first[len(b"HTTP/1.1 100 Continue\r\n\r\n"):] + read_until_closed(s)
+        rest = first[len(b"HTTP/1.1 100 Continue\r\n\r\n"):] + read_all(s)
         self.assertTrue(rest.startswith(b"HTTP/1.1 200"), rest[:200])
 
     def test_connection_cap_refuses_cleanly(self):
@@ -304,7 +290,7 @@ class HttpEdgeTest(SharedServerTest):
             def refused():
                 s = self.connect()
                 s.sendall(b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
-                got = read_until_closed(s)
+                got = read_all(s)
                 return got.startswith(b"HTTP/1.1 503") and b"too_many_connections" in got
             self.assertTrue(wait_for(refused, 20))
         finally:

@@ -93,9 +93,13 @@ def self_signed_cert(directory):
 
 
 def read_all(s):
+    """Everything the server sends until it closes (or resets) the connection; closes s."""
     buf = b""
     while True:
-        got = s.recv(65536)
+        try:
+            got = s.recv(65536)
+        except ConnectionResetError:
+            break
         if not got:
             break
         buf += got

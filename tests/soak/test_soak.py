@@ -37,7 +37,7 @@ import unittest
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
                                 "serving"))
 from test_registry import write_versions_config  # noqa: E402
-from test_server import BIN, SHARED, Client, stop_server, wait_for  # noqa: E402
+from test_server import BIN, SHARED, Client, read_all, stop_server, wait_for  # noqa: E402
 
 STORIES = os.path.join(SHARED, "models", "stories260K")
 SECONDS = float(os.environ.get("TF_SOAK_SECONDS", "120"))
@@ -178,13 +178,7 @@ class SoakTest(unittest.TestCase):
                     s = socket.create_connection(("127.0.0.1", port), timeout=40)
                     s.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: "
                               b"gzip\r\n\r\nGET /v1/models HTTP/1.1\r\nHost: x\r\n\r\n")
-                    got = b""
-                    while True:
-                        chunk = s.recv(65536)
-                        if not chunk:
-                            break
-                        got += chunk
-                    s.close()
+                    got = read_all(s)
                     record(kind, None)  # refused by the HTTP layer, before any route
                     if not got.startswith(b"HTTP/1.1 501") or got.count(b"HTTP/1.1 ") != 1:
                         lost.append("bad_te: %r" % got[:60])
