@@ -53,20 +53,16 @@ Job parse_line(const std::string& text, size_t line, const LoadedTokenizer& tok,
     job.chat = url == "/v1/chat/completions";
     if (!body.is_object()) fail("the body must be a JSON object");
     job.model = body.value("model", "");
-    // The same checks as the HTTP API's (unknown fields, beam search, best_of, the context).
-    GenerationPlan plan;
-    parse_generation_body(body, job.chat, tok, cfg, plan);
-    if (plan.stream) fail("'stream' is not supported in a batch file");
-    if (plan.echo) fail("'echo' is not supported in a batch file");
-    if (plan.prompts.size() != 1)
-      fail("a batch line holds one prompt, not {}", plan.prompts.size());
-    const bool max_given = (body.contains("max_tokens") && !body["max_tokens"].is_null()) ||
-                           (job.chat && body.contains("max_completion_tokens") &&
-                            !body["max_completion_tokens"].is_null());
-    if (!max_given) plan.params.max_tokens = default_max_tokens;
-    auto reqs = engine_requests(plan, body, job.custom_id, cfg.max_seq_len, max_given);
-    job.prompt = std::move(reqs[0].prompt);
-    job.params = std::move(reqs[0].params);
+    // The same reader and planner as the HTTP API's (unknown fields, beam search, best_of, the
+    // context).
+    const CompletionRequest req = read_openai_request(body, job.chat);
+    if (req.stream) fail("'stream' is not supported in a batch file");
+    if (req.echo) fail("'echo' is not supported in a batch file");
+    if (!job.chat && req.prompts.size() != 1)
+      fail("a batch line holds one prompt, not {}", req.prompts.size());
+    GenerationPlan plan = plan_request(req, tok, cfg, job.custom_id, default_max_tokens);
+    job.prompt = std::move(plan.requests[0].prompt);
+    job.params = std::move(plan.requests[0].params);
   } catch (const std::exception& e) {
     job.error = e.what();
   }

@@ -120,10 +120,10 @@ int run_generate(GenerateOptions& o) {
     if (o.chat) {
       // The prompt as a user message (after an optional system message), through the model's
       // chat template, as /v1/chat/completions does.
-      nlohmann::json messages = nlohmann::json::array();
-      if (!o.system.empty()) messages.push_back({{"role", "system"}, {"content", o.system}});
-      messages.push_back({{"role", "user"}, {"content", o.prompt}});
-      prompt = parse_chat_prompt({{"messages", messages}}, loaded, cfg);
+      std::vector<ChatMessage> messages;
+      if (!o.system.empty()) messages.push_back({"system", o.system});
+      messages.push_back({"user", o.prompt});
+      prompt = render_chat_prompt(messages, /*add_generation_prompt=*/true, loaded, cfg);
     } else {
       prompt = tokenizer->encode(o.prompt, /*add_special_tokens=*/true);
     }

@@ -1,7 +1,8 @@
 #pragma once
 // One model instance served to many requests: a thread runs the step loop (schedule, one forward
-// pass over the ragged batch, sample every sequence that reached the end of its tokens, stream
-// the results), while any thread may submit or cancel. No lock is held across a forward pass.
+// pass over the ragged batch, update the scheduler with what it computed, sample every sequence
+// that reached the end of its tokens, stream the results), while any thread may submit or
+// cancel. No lock is held across a forward pass.
 
 #include <array>
 #include <atomic>
@@ -10,7 +11,6 @@
 #include <memory>
 #include <mutex>
 #include <thread>
-#include <unordered_map>
 #include <vector>
 
 #include "core/thread_pool.h"
@@ -43,6 +43,7 @@ struct EngineStats {
   int64_t kv_blocks_total = 0, kv_blocks_used = 0;
   int64_t prefix_queried_tokens = 0, prefix_hit_tokens = 0;
   int64_t preemptions = 0;
+  int64_t kv_block_copies = 0;  // shared blocks copied on first write (forks: n > 1, beams)
   int64_t requests_finished = 0;
   int64_t queued = 0;  // submitted and not yet scheduled (live, not as of the last step)
   int64_t prompt_tokens = 0, generated_tokens = 0;
@@ -76,19 +77,25 @@ class Engine {
 
  private:
   void loop();
+  // cancels -> schedule -> copies + forward -> update -> sample (and fork) -> retire.
   void step();
   void admit_new_requests();
-  void finish_sequence(Sequence* seq, RequestOutput& out);
+  // Requests past their deadline or cancelled end, so their blocks are free for this schedule.
+  void end_cancelled_requests();
+  // Copies the blocks the scheduler asked for and runs the forward pass over the step's chunks.
+  void run_forward(const SchedulerOutput& sched);
+  void note_first_scheduled(const SchedulerOutput& sched);
+  // Samples one sequence whose logits are ready (starting its siblings the first time), or hands
+  // a beam's row to its group.
+  void sample(const ReadySequence& ready);
+  // Beam searches whose beams all have their logits this step select and fork their next beams.
+  void step_beam_searches();
   // Samples a sequence's next token from its logits row and streams it.
   void sample_and_stream(Sequence& seq, std::span<float> logits);
-  // Gives child the parent's computed tokens' blocks: the full ones shared (refcounts), the
-  // partial last one copied. False (nothing changed) when no block can be found for the copy.
-  bool fork_blocks(const Sequence& parent, Sequence& child, const EngineRequest* keep);
-  // n > 1: the lead finished the prompt; its siblings fork from it and sample their first token.
-  void fork_siblings(EngineRequest& r, std::span<const float> logits);
-  // Beam search requests: one selection over all beams once each has its logits this step.
-  void beam_step(EngineRequest& r);
+  void finish_sequence(Sequence* seq, RequestOutput& out);
+  // Streams an ended beam search's hypotheses (an abort when cancelled or there are none).
   void finish_beams(EngineRequest& r, bool aborted);
+  void retire_and_record(const SchedulerOutput& sched);
 
   Model& model_;
   const Tokenizer* tokenizer_;
@@ -109,7 +116,6 @@ class Engine {
   std::vector<std::unique_ptr<EngineRequest>> active_;  // engine thread only
   std::vector<float> logits_;
   std::vector<SequenceChunk> batch_;
-  std::unordered_map<const Sequence*, int64_t> beam_rows_;  // logits row of each ready beam
 
   void leave_queue(EngineRequest& r);
 

@@ -1,6 +1,6 @@
 #pragma once
-// A request inside the engine: what the client asked for, its sequences, and the stream its
-// results go to.
+// A request inside the engine: what the client asked for, its sequences (a SequenceGroup), and
+// the stream its results go to.
 
 #include <algorithm>
 #include <atomic>
@@ -15,7 +15,7 @@
 #include <vector>
 
 #include "engine/sequence.h"
-#include "sampling/beam_search.h"
+#include "engine/sequence_group.h"
 #include "sampling/sampler.h"
 #include "sampling/sampling_params.h"
 
@@ -100,25 +100,22 @@ class RequestStream {
   RequestTimings timings_;
 };
 
-// Beam search state of a request (num_beams > 1): running sums, finished hypotheses.
-struct BeamState {
-  bool started = false;  // the first expansion happened; all slots are beams now
-  int32_t live = 0;      // beam slots in use
-  std::vector<double> sums;
-  std::vector<BeamHypothesis> finished;
-};
-
 struct EngineRequest {
   GenerationRequest spec;
   uint64_t seed = 0;
   uint64_t arrival_order = 0;
-  std::vector<std::unique_ptr<Sequence>> seqs;
+  SequenceGroup group;
   std::shared_ptr<RequestStream> stream;
   RequestTimings timings;
-  int32_t unfinished = 0;
-  bool queued = true;             // counted in the engine's queue until first scheduled
-  bool siblings_started = false;  // n > 1: the other samples forked from the first
-  BeamState beam;
+  bool queued = true;  // counted in the engine's queue until first scheduled
 };
+
+// The last event of a request that ended without a result (cancelled, engine stopped or failed).
+inline RequestOutput aborted_output() {
+  RequestOutput out;
+  out.finish = FinishReason::kAbort;
+  out.request_done = true;
+  return out;
+}
 
 }  // namespace tf

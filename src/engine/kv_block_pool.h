@@ -33,6 +33,7 @@ class KvBlockPool {
   // One user fewer; at zero the block joins the end of the free queue, keeping its cache entry.
   void release(int32_t block);
   int32_t refcount(int32_t block) const { return blocks_.at(block).ref; }
+  bool cached(int32_t block) const { return blocks_.at(block).cached; }
 
   // The block holding the tokens identified by hash, if it is still cached.
   std::optional<int32_t> find_cached(uint64_t hash) const;

@@ -1,5 +1,7 @@
 #include "engine/kv_cache_manager.h"
 
+#include <algorithm>
+
 #include "core/error.h"
 
 namespace tf {
@@ -26,10 +28,54 @@ int64_t KvCacheManager::match_prefix(Sequence& seq, uint64_t salt) {
   return seq.num_computed;
 }
 
-bool KvCacheManager::allocate_slots(Sequence& seq, int64_t num_tokens) {
-  const int64_t need = blocks_for(num_tokens) - static_cast<int64_t>(seq.block_table.size());
-  if (need <= 0) return true;
-  return pool_.allocate(need, seq.block_table);
+bool KvCacheManager::must_copy(const Sequence& seq, int64_t b) const {
+  const int32_t block = seq.block_table[b];
+  // A block in the prefix cache must keep the tokens its hash names: only a sequence whose own
+  // hash chain covers it (so it rewrites the same tokens) may write into it.
+  return pool_.refcount(block) > 1 ||
+         (pool_.cached(block) && b >= static_cast<int64_t>(seq.block_hashes.size()));
+}
+
+bool KvCacheManager::allocate_slots(Sequence& seq, int64_t num_tokens,
+                                    std::vector<BlockCopy>& copies) {
+  auto& table = seq.block_table;
+  const int64_t have = static_cast<int64_t>(table.size());
+  const int64_t fresh = std::max<int64_t>(blocks_for(num_tokens) - have, 0);
+  // Existing blocks the new tokens go into: the partial last one, or more after a sequence went
+  // back to recompute tokens.
+  const int64_t first_written = seq.num_computed / pool_.block_size();
+  const int64_t end_written = std::min(blocks_for(num_tokens), have);
+  int64_t to_copy = 0;
+  for (int64_t b = first_written; b < end_written; ++b) to_copy += must_copy(seq, b);
+  if (fresh + to_copy > pool_.num_available()) return false;
+  pool_.allocate(fresh, table);
+  for (int64_t b = first_written; b < end_written && to_copy > 0; ++b) {
+    if (!must_copy(seq, b)) continue;
+    const int32_t src = table[b];
+    std::vector<int32_t> dst;
+    pool_.allocate(1, dst);
+    copies.push_back({src, dst[0]});
+    table[b] = dst[0];
+    pool_.release(src);  // the others' (or, unreferenced, the prefix cache's) from now on
+    --to_copy;
+  }
+  return true;
+}
+
+void KvCacheManager::fork(const Sequence& parent, Sequence& child) {
+  const int64_t n = parent.num_computed;
+  const int64_t blocks = blocks_for(n);
+  TF_CHECK(child.block_table.empty() && child.num_computed == 0);
+  TF_CHECK(static_cast<int64_t>(parent.block_table.size()) >= blocks);
+  TF_CHECK(child.num_tokens() >= n &&
+           std::equal(parent.tokens.begin(), parent.tokens.begin() + n, child.tokens.begin()));
+  for (int64_t b = 0; b < blocks; ++b) {
+    pool_.retain(parent.block_table[b]);
+    child.block_table.push_back(parent.block_table[b]);
+  }
+  const int64_t full = std::min<int64_t>(n / pool_.block_size(), parent.block_hashes.size());
+  child.block_hashes.assign(parent.block_hashes.begin(), parent.block_hashes.begin() + full);
+  child.num_computed = n;
 }
 
 void KvCacheManager::cache_full_blocks(Sequence& seq, uint64_t salt) {

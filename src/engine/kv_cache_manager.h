@@ -1,13 +1,21 @@
 #pragma once
 // Block tables of sequences over the KvBlockPool: the longest cached prefix of a new sequence,
-// slots for the tokens about to be computed, registering blocks that became full, and freeing.
+// slots for the tokens about to be computed, forks that share blocks (copied on first write),
+// registering blocks that became full, and freeing.
 
 #include <cstdint>
+#include <vector>
 
 #include "engine/kv_block_pool.h"
 #include "engine/sequence.h"
 
 namespace tf {
+
+// A block's K/V to copy to another block before the next forward pass writes into it.
+struct BlockCopy {
+  int32_t src;
+  int32_t dst;
+};
 
 class KvCacheManager {
  public:
@@ -18,9 +26,17 @@ class KvCacheManager {
   // (never all of its tokens: the last one must be computed for its logits) and sets
   // num_computed. Returns the tokens found. Counts lookups and hits.
   int64_t match_prefix(Sequence& seq, uint64_t salt);
-  // Makes the block table cover positions [0, num_tokens); false (and no change) if the pool
-  // cannot supply the blocks.
-  bool allocate_slots(Sequence& seq, int64_t num_tokens);
+  // Makes the block table cover positions [0, num_tokens) for the tokens from num_computed on,
+  // and makes every block they will be written into the sequence's own: a block it shares with
+  // another (a fork's), or a cached one whose tokens it may change, is replaced by a fresh one
+  // and the copy to make first is appended to `copies` (copy-on-write, as llama.cpp's seq_cp).
+  // False (and no change) if the pool cannot supply the blocks.
+  bool allocate_slots(Sequence& seq, int64_t num_tokens, std::vector<BlockCopy>& copies);
+  // Gives child, which holds no blocks and whose tokens begin with parent's computed ones, every
+  // block of those tokens, the partial last one included, and parent's num_computed. Blocks are
+  // shared, not copied, so a fork never allocates and cannot fail; whichever sharer writes into
+  // a shared block first gets its own copy (allocate_slots).
+  void fork(const Sequence& parent, Sequence& child);
   // Registers the blocks that the computed tokens filled.
   void cache_full_blocks(Sequence& seq, uint64_t salt);
   // Releases every block (last block first, so a sequence's tail is evicted before its head).
@@ -36,6 +52,9 @@ class KvCacheManager {
   KvBlockPool& pool() { return pool_; }
 
  private:
+  // Whether the sequence must copy block b of its table before writing into it.
+  bool must_copy(const Sequence& seq, int64_t b) const;
+
   KvBlockPool& pool_;
   bool prefix_caching_;
   int64_t queries_ = 0, hits_ = 0;

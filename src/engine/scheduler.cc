@@ -88,10 +88,16 @@ void Scheduler::remove(Sequence* seq) {
   waiting_.erase(std::remove(waiting_.begin(), waiting_.end(), seq), waiting_.end());
   running_.erase(std::remove(running_.begin(), running_.end(), seq), running_.end());
   kv_.free(*seq);
+  seq->padding = false;
+  seq->status = SequenceStatus::kFinished;
 }
 
 void Scheduler::pad(Sequence* seq) {
-  seq->padding = true;
+  if (seq->status == SequenceStatus::kRunning) {
+    seq->padding = true;
+  } else {
+    remove(seq);
+  }
 }
 
 void Scheduler::drop_padding(Sequence* seq) {
@@ -100,20 +106,10 @@ void Scheduler::drop_padding(Sequence* seq) {
   seq->padding = false;
 }
 
-void Scheduler::adopt_running(Sequence* seq) {
-  waiting_.erase(std::remove(waiting_.begin(), waiting_.end(), seq), waiting_.end());
-  if (std::find(running_.begin(), running_.end(), seq) == running_.end()) running_.push_back(seq);
-  seq->status = SequenceStatus::kRunning;
-}
-
-bool Scheduler::preempt_newest_other(const EngineRequest* keep) {
-  for (auto it = running_.rbegin(); it != running_.rend(); ++it) {
-    if ((*it)->request == keep) continue;
-    SchedulerOutput ignored;
-    preempt(*it, ignored);
-    return true;
-  }
-  return false;
+void Scheduler::fork(const Sequence& parent, Sequence& child) {
+  kv_.fork(parent, child);
+  running_.push_back(&child);
+  child.status = SequenceStatus::kRunning;
 }
 
 void Scheduler::preempt(Sequence* victim, SchedulerOutput& out) {
@@ -121,6 +117,13 @@ void Scheduler::preempt(Sequence* victim, SchedulerOutput& out) {
     drop_padding(victim);
     return;
   }
+  // Copies into the victim's blocks are void: the blocks go back to the pool and may be handed
+  // out again in this same step. (Victims are taken from the back of running_, after every
+  // sequence scheduled so far, so none has copies today; this keeps it so if that changes.)
+  std::erase_if(out.block_copies, [&](const BlockCopy& c) {
+    return std::find(victim->block_table.begin(), victim->block_table.end(), c.dst) !=
+           victim->block_table.end();
+  });
   running_.erase(std::remove(running_.begin(), running_.end(), victim), running_.end());
   kv_.free(*victim);  // recomputed later; its blocks may still be found in the prefix cache
   ++victim->preemptions;
@@ -148,12 +151,12 @@ SchedulerOutput Scheduler::schedule() {
       ++i;
       continue;
     }
-    bool ok = kv_.allocate_slots(*seq, seq->num_computed + take);
+    bool ok = kv_.allocate_slots(*seq, seq->num_computed + take, out.block_copies);
     while (!ok) {
       Sequence* victim = running_.back();
       preempt(victim, out);
       if (victim == seq) break;
-      ok = kv_.allocate_slots(*seq, seq->num_computed + take);
+      ok = kv_.allocate_slots(*seq, seq->num_computed + take, out.block_copies);
     }
     if (!ok) continue;  // seq itself was preempted (running_ shrank; i now points at the next)
     out.chunks.push_back({seq, seq->num_computed, take});
@@ -169,7 +172,7 @@ SchedulerOutput Scheduler::schedule() {
     if (seq->num_computed == 0 && seq->block_table.empty()) kv_.match_prefix(*seq, salt(seq));
     const int64_t remaining = seq->num_tokens() - seq->num_computed;
     const int64_t take = config_.chunked_prefill ? std::min(remaining, budget) : remaining;
-    if (take > budget || !kv_.allocate_slots(*seq, seq->num_computed + take)) {
+    if (take > budget || !kv_.allocate_slots(*seq, seq->num_computed + take, out.block_copies)) {
       // Wait for memory, keeping FCFS (no overtaking). Hand back the prefix blocks it matched:
       // a waiting sequence must not pin memory (it matches again when it is admitted).
       kv_.free(*seq);
@@ -187,7 +190,21 @@ SchedulerOutput Scheduler::schedule() {
     budget -= take;
   }
   for (const auto& c : out.chunks) out.num_tokens += c.count;
+  block_copies_ += static_cast<int64_t>(out.block_copies.size());
   return out;
+}
+
+std::vector<ReadySequence> Scheduler::update(const SchedulerOutput& out) {
+  std::vector<ReadySequence> ready;
+  for (size_t i = 0; i < out.chunks.size(); ++i) {
+    Sequence* seq = out.chunks[i].seq;
+    // A padding row recomputes the same token every step; a removed sequence has no blocks.
+    if (seq->padding || seq->status != SequenceStatus::kRunning) continue;
+    seq->num_computed += out.chunks[i].count;
+    kv_.cache_full_blocks(*seq, salt(seq));
+    if (seq->num_computed == seq->num_tokens()) ready.push_back({seq, static_cast<int64_t>(i)});
+  }
+  return ready;
 }
 
 }  // namespace tf

@@ -5,7 +5,8 @@
 // request of 8,192 sequences does not hold back one that comes after it; a tenant's turns go
 // round between its API requests), under a token budget and a sequence limit, so a long prompt is
 // split into chunks and never stalls the decodes of others. When blocks run out, the newest running
-// sequence is preempted: its blocks are freed and it waits to be recomputed.
+// sequence is preempted: its blocks are freed and it waits to be recomputed. update() takes
+// what the forward pass computed.
 
 #include <cstdint>
 #include <deque>
@@ -35,11 +36,20 @@ struct ScheduledChunk {
   int64_t count;
 };
 
-// The plain record of one step.
+// The plain record of one step: row i of the forward pass computes chunks[i].
 struct SchedulerOutput {
   std::vector<ScheduledChunk> chunks;
+  // Copies of shared blocks that scheduled sequences are about to write into, to make in this
+  // order before the forward pass (KvCacheManager::allocate_slots).
+  std::vector<BlockCopy> block_copies;
   std::vector<Sequence*> preempted;
   int64_t num_tokens = 0;
+};
+
+// A sequence whose chunk reached the end of its tokens: its logits row is ready to sample.
+struct ReadySequence {
+  Sequence* seq;
+  int64_t row;  // index into the step's chunks (and logits rows)
 };
 
 class Scheduler {
@@ -48,22 +58,28 @@ class Scheduler {
 
   // Queues a sequence (new, or preempted and to be recomputed: then at the front).
   void add(Sequence* seq, bool front = false);
-  // Removes a sequence wherever it is (finished, cancelled) and frees its blocks.
+  // Removes a sequence wherever it is (finished, cancelled), frees its blocks and marks it
+  // finished.
   void remove(Sequence* seq);
   // Static batching with padding: the finished sequence keeps its row (and its blocks) and
-  // recomputes its last token every step until the batch ends; then it is removed.
+  // recomputes its last token every step until the batch ends; then it is removed. A sequence
+  // that is not running has no row to keep: it is removed at once.
   void pad(Sequence* seq);
-  // Makes a sequence running as it is (a beam forked from another, its blocks already set).
-  void adopt_running(Sequence* seq);
-  // Frees memory for a request outside schedule() (a beam fork): preempts the newest running
-  // sequence of another request. False if there is none.
-  bool preempt_newest_other(const EngineRequest* keep);
+  // Starts child running from where parent is (a sample of n > 1 from the prompt, a beam from
+  // its parent beam): it shares parent's blocks (KvCacheManager::fork).
+  void fork(const Sequence& parent, Sequence& child);
 
   SchedulerOutput schedule();
+  // Takes what the step computed (vLLM's update_from_output): every scheduled chunk's tokens now
+  // have K/V, and the blocks they filled join the prefix cache. Returns the sequences whose
+  // chunk reached the end of their tokens, in chunk order; padding rows and sequences removed
+  // since schedule() are left out.
+  std::vector<ReadySequence> update(const SchedulerOutput& out);
 
   size_t num_waiting() const { return waiting_.size(); }
   size_t num_running() const { return running_.size(); }
   int64_t preemptions() const { return preemptions_; }
+  int64_t block_copies() const { return block_copies_; }
   bool idle() const { return waiting_.empty() && running_.empty(); }
 
  private:
@@ -81,6 +97,7 @@ class Scheduler {
   std::unordered_map<uint64_t, uint64_t> tenant_tags_;
   std::vector<Sequence*> running_;  // in admission order: the last is the newest
   int64_t preemptions_ = 0;
+  int64_t block_copies_ = 0;
 };
 
 }  // namespace tf

@@ -1,7 +1,7 @@
 #pragma once
 // One sequence the engine schedules: its tokens (prompt, then what it generated), how many of
 // them have K/V in the cache, its block table, and the sampler that extends it. A request with
-// n > 1 owns n sequences; they share the prompt's blocks through the prefix cache.
+// n > 1 owns n sequences (its SequenceGroup); they share the prompt's blocks through a fork.
 
 #include <cstdint>
 #include <memory>

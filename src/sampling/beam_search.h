@@ -2,8 +2,9 @@
 // Beam search with Hugging Face generate() semantics: each step scores every (beam, token) by the
 // beam's running sum of log-probabilities, keeps the best 2*num_beams candidates, retires those
 // that end in EOS as finished hypotheses (scored sum / generated_length^length_penalty) and
-// continues with the best num_beams others. Each beam owns its KV blocks; a beam that continues
-// another's prefix gets a copy of them (the engine issue replaces the copy by shared blocks).
+// continues with the best num_beams others. This standalone search (the engine's reference) gives
+// each beam its own KV blocks and copies a parent's to its children; the engine instead shares
+// them and copies a block only on its first write (engine/sequence_group.h).
 
 #include <cstdint>
 #include <span>

@@ -68,6 +68,8 @@ struct SamplingParams {
 
   // Throws an Error naming the parameter and its allowed range. vocab_size bounds token ids.
   void validate(int64_t vocab_size) const;
+
+  bool operator==(const SamplingParams&) const = default;
 };
 
 }  // namespace tf

@@ -107,5 +107,9 @@ struct RequestRecord {
   std::chrono::steady_clock::time_point received;
 };
 void log_request(const RequestRecord& r, int status);
+// Whether the request's access log takes prompts (--log-prompts).
+inline bool logs_prompts(const RequestRecord& r) {
+  return r.access_log && r.access_log->log_prompts();
+}
 
 }  // namespace tf

@@ -2,6 +2,8 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
+#include <cmath>
 #include <deque>
 
 #include "core/cancel.h"
@@ -9,6 +11,7 @@
 #include "serving/openai_api.h"
 #include "serving/openai_render.h"
 #include "serving/openai_request.h"
+#include "serving/planner.h"
 #include "tokenizer/unicode.h"
 
 namespace tf {
@@ -46,10 +49,6 @@ void add_logprobs(const Tokenizer* tok, const std::vector<SampleResult>& lps,
   }
 }
 
-json ids_json(const google::protobuf::RepeatedField<int32_t>& ids) {
-  return json(std::vector<int32_t>(ids.begin(), ids.end()));
-}
-
 // Usage over the returned sequences; cached prompt tokens from the engine's timings.
 void fill_usage(const JobSummary& s, v1::Usage* u) {
   u->set_prompt_tokens(s.prompt_tokens);
@@ -70,16 +69,6 @@ std::shared_ptr<ServedModel> resolve_model(GrpcCall& call, ServingState& state,
     throw HttpError(403, fmt::format("this API key may not use model '{}'", m->name),
                     "model_not_allowed");
   return m;
-}
-
-json chat_json(const v1::Chat& chat) {
-  json messages = json::array();
-  for (const auto& m : chat.messages())
-    messages.push_back({{"role", m.role()}, {"content", m.content()}});
-  json body = {{"messages", messages}};
-  if (chat.has_add_generation_prompt())
-    body["add_generation_prompt"] = chat.add_generation_prompt();
-  return body;
 }
 
 // What a finished job ends with: DEADLINE_EXCEEDED when it ran past its deadline and a sequence
@@ -115,11 +104,11 @@ void start_job(GrpcContext& ctx, std::shared_ptr<GenerationPlan> plan,
 void start_generate(GrpcContext& ctx, UnaryJobCall* r, const v1::GenerateRequest& req,
                     v1::GenerateResponse* resp) {
   r->call.admit();
-  bool chat = false;
-  const json body = openai_body_of(req, /*stream=*/false, chat);
-  const std::string id = random_id(chat ? "chatcmpl-" : "cmpl-");
+  const CompletionRequest request =
+      read_generate_request(req, /*stream=*/false, logs_prompts(*r->call.record));
+  const std::string id = random_id(request.chat ? "chatcmpl-" : "cmpl-");
   auto plan = std::make_shared<GenerationPlan>(plan_generation(
-      ctx.state, body, chat, r->call.header_fn(), *r->call.record, id, r->call.time_limit()));
+      ctx.state, request, r->call.header_fn(), *r->call.record, id, r->call.time_limit()));
   r->server_ctx->AddInitialMetadata("x-model-version", std::to_string(plan->model->version));
   const Tokenizer* tok = plan->model->tok();
   resp->set_id(id);
@@ -132,21 +121,8 @@ void start_generate(GrpcContext& ctx, UnaryJobCall* r, const v1::GenerateRequest
         if (client_gone) return r->finish(client_gone_status(r->server_ctx));
         const grpc::Status status = end_status(summary, plan->time_limit);
         if (!status.ok()) return r->finish(status);
-        for (size_t i = 0; i < job.num_prompts(); ++i) {
-          const auto& seqs = job.results()[i];
-          const auto& picks = summary.returned[i];
-          for (size_t k = 0; k < picks.size(); ++k) {
-            const GeneratedSequence& s = seqs[picks[k]];
-            v1::Sequence* out = resp->add_sequences();
-            out->set_index(static_cast<int32_t>(k));
-            out->set_text(unicode::sanitize_utf8(s.text));
-            out->mutable_token_ids()->Add(s.tokens.begin(), s.tokens.end());
-            out->set_finish_reason(finish_of(s.finish));
-            out->set_cumulative_logprob(s.cumulative_logprob);
-            if (plan->params.logprobs) add_logprobs(tok, s.logprobs, out->mutable_logprobs());
-          }
-        }
-        fill_usage(summary, resp->mutable_usage());
+        generate_response_proto(job.results(), summary, plan->params.logprobs.has_value(), tok,
+                                resp);
         r->finish(grpc::Status::OK);
       },
       [r](const std::exception& e) { r->finish(r->call.error_status(e)); });
@@ -187,43 +163,25 @@ class StreamReactor final : public grpc::ServerWriteReactor<v1::GenerateStreamRe
  private:
   void start(const v1::GenerateRequest& req) {
     call_.admit();
-    bool chat = false;
-    const json body = openai_body_of(req, /*stream=*/true, chat);
-    const std::string id = random_id(chat ? "chatcmpl-" : "cmpl-");
+    const CompletionRequest request =
+        read_generate_request(req, /*stream=*/true, logs_prompts(*call_.record));
+    const std::string id = random_id(request.chat ? "chatcmpl-" : "cmpl-");
     auto plan = std::make_shared<GenerationPlan>(plan_generation(
-        ctx_.state, body, chat, call_.header_fn(), *call_.record, id, call_.time_limit()));
+        ctx_.state, request, call_.header_fn(), *call_.record, id, call_.time_limit()));
     sctx_->AddInitialMetadata("x-model-version", std::to_string(plan->model->version));
     const Tokenizer* tok = plan->model->tok();
     const int32_t n = plan->choices_per_prompt;
     const bool logprobs = plan->params.logprobs.has_value();
     GenerationJob::EventFn on_event = [this, tok, n, logprobs](size_t, const RequestOutput& out) {
-      if (out.index >= n) return;  // beams beyond the returned ones
-      if (out.token_ids.empty() && out.text.empty() && out.finish == FinishReason::kNone) return;
-      v1::GenerateStreamResponse msg;
-      v1::GenerationStep* step = msg.mutable_step();
-      step->set_index(out.index);
-      step->mutable_token_ids()->Add(out.token_ids.begin(), out.token_ids.end());
-      step->set_text(unicode::sanitize_utf8(out.text));
-      if (logprobs) add_logprobs(tok, out.logprobs, step->mutable_logprobs());
-      step->set_finish_reason(finish_of(out.finish));
-      send(std::move(msg));
+      if (auto msg = stream_step_proto(out, n, logprobs, tok)) send(std::move(*msg));
     };
     auto record = call_.record;
     start_job(
         ctx_, plan, record, host_, std::move(on_event),
         [this, plan, id](const GenerationJob& job, const JobSummary& summary, bool client_gone) {
           if (client_gone) return end(client_gone_status(sctx_));
-          v1::GenerateStreamResponse msg;
-          v1::GenerationEnd* e = msg.mutable_end();
-          e->set_id(id);
-          e->set_model(plan->model->name);
-          e->set_model_version(plan->model->version);
-          for (size_t i = 0; i < job.num_prompts(); ++i) {
-            const auto& seqs = job.results()[i];
-            for (size_t k : summary.returned[i]) e->add_finish_reasons(finish_of(seqs[k].finish));
-          }
-          fill_usage(summary, e->mutable_usage());
-          send(std::move(msg));
+          send(stream_end_proto(id, plan->model->name, plan->model->version, job.results(),
+                                summary));
           end(end_status(summary, plan->time_limit));
         },
         [this](const std::exception& e) { end(call_.error_status(e)); });
@@ -278,76 +236,166 @@ class StreamReactor final : public grpc::ServerWriteReactor<v1::GenerateStreamRe
 
 }  // namespace
 
-json openai_body_of(const v1::GenerateRequest& req, bool stream, bool& chat) {
-  json body = json::object();
-  if (!req.model().empty()) body["model"] = req.model();
-  chat = false;
+namespace {
+
+// A float parameter as REST takes it: finite and within float's range.
+float finite(const char* name, float v) {
+  if (!std::isfinite(v)) fail_field(name, "'{}' is out of range", name);
+  return v;
+}
+
+std::vector<int32_t> ids_of(const google::protobuf::RepeatedField<int32_t>& ids, const char* key) {
+  std::vector<int32_t> out;
+  for (int32_t id : ids) {
+    if (id < 0) fail_field(key, "'{}' holds {}, which is not a token id (0..2147483647)", key, id);
+    out.push_back(id);
+  }
+  return out;
+}
+
+void read_sampling(const v1::SamplingParameters& s, CompletionRequest& r) {
+  SamplingParams& p = r.params;
+  if (s.has_max_tokens()) {
+    p.max_tokens = s.max_tokens();
+    r.max_tokens_given = true;
+  }
+  if (s.has_min_tokens()) p.min_tokens = s.min_tokens();
+  if (s.has_temperature()) p.temperature = finite("temperature", s.temperature());
+  if (s.has_top_p()) p.top_p = finite("top_p", s.top_p());
+  if (s.has_top_k()) p.top_k = s.top_k() == -1 ? 0 : s.top_k();  // vLLM's "off"
+  if (s.has_min_p()) p.min_p = finite("min_p", s.min_p());
+  if (s.has_typical_p()) p.typical_p = finite("typical_p", s.typical_p());
+  if (s.has_repetition_penalty())
+    p.repetition_penalty = finite("repetition_penalty", s.repetition_penalty());
+  if (s.has_presence_penalty())
+    p.presence_penalty = finite("presence_penalty", s.presence_penalty());
+  if (s.has_frequency_penalty())
+    p.frequency_penalty = finite("frequency_penalty", s.frequency_penalty());
+  if (s.has_no_repeat_ngram_size()) p.no_repeat_ngram_size = s.no_repeat_ngram_size();
+  if (s.has_n()) p.n = s.n();
+  if (s.has_best_of()) p.best_of = s.best_of();
+  if (s.has_seed()) p.seed = static_cast<uint64_t>(s.seed());
+  if (s.has_length_penalty()) p.length_penalty = finite("length_penalty", s.length_penalty());
+  if (s.has_skip_special_tokens()) p.skip_special_tokens = s.skip_special_tokens();
+  if (s.has_logprobs()) p.logprobs = s.logprobs();
+  p.ignore_eos = s.ignore_eos();
+  p.include_stop_str_in_output = s.include_stop_str_in_output();
+  p.early_stopping = s.early_stopping();
+  p.stop.assign(s.stop().begin(), s.stop().end());
+  p.stop_token_ids = ids_of(s.stop_token_ids(), "stop_token_ids");
+  for (const auto& w : s.bad_words_ids())
+    p.bad_words_ids.push_back(ids_of(w.ids(), "bad_words_ids"));
+  // A map's order is unspecified: sorted, so that equal requests are equal.
+  for (const auto& [id, v] : s.logit_bias()) {
+    if (id < 0) fail_field("logit_bias", "'logit_bias' key '{}' is not a token id", id);
+    if (!std::isfinite(v) || std::fabs(v) > 1e6)
+      fail_field("logit_bias", "'logit_bias' values must be finite numbers");
+    p.logit_bias.emplace_back(id, v);
+  }
+  std::sort(p.logit_bias.begin(), p.logit_bias.end());
+}
+
+void read_generate(const v1::GenerateRequest& req, bool stream, CompletionRequest& r) {
+  r.model = req.model();
+  r.user = req.user();
+  r.priority = req.priority();
+  r.cache_salt = req.cache_salt();
+  r.stream = stream;
+  if (req.has_add_special_tokens()) r.add_special_tokens = req.add_special_tokens();
   switch (req.prompt_case()) {
     case v1::GenerateRequest::kText:
-      body["prompt"] = req.text();
+      r.prompts.push_back({true, req.text(), {}});
+      r.logged_prompt = req.text();
       break;
     case v1::GenerateRequest::kTokenIds:
       if (req.token_ids().ids().empty())
         throw HttpError(400, "'token_ids' must not be empty", "", "token_ids");
-      body["prompt"] = ids_json(req.token_ids().ids());
+      r.prompts.push_back({false, {}, ids_of(req.token_ids().ids(), "prompt")});
+      r.logged_prompt = dump_json(json(r.prompts[0].ids));
       break;
-    case v1::GenerateRequest::kChat:
-      chat = true;
-      body.update(chat_json(req.chat()));
+    case v1::GenerateRequest::kChat: {
+      r.chat = true;
+      json logged = json::array();
+      for (const auto& m : req.chat().messages()) {
+        r.messages.push_back({m.role(), m.content()});
+        logged.push_back({{"role", m.role()}, {"content", m.content()}});
+      }
+      if (r.messages.empty()) fail_field("messages", "'messages' must be a non-empty list");
+      if (req.chat().has_add_generation_prompt())
+        r.add_generation_prompt = req.chat().add_generation_prompt();
+      r.logged_prompt = dump_json(logged);
       break;
+    }
     default:
       throw HttpError(400, "a prompt is required: set 'text', 'token_ids' or 'chat'", "", "prompt");
   }
-  if (stream) body["stream"] = true;
-  const v1::SamplingParameters& s = req.sampling();
-#define TF_OPTIONAL(field) \
-  if (s.has_##field()) body[#field] = s.field()
-  TF_OPTIONAL(max_tokens);
-  TF_OPTIONAL(min_tokens);
-  TF_OPTIONAL(temperature);
-  TF_OPTIONAL(top_k);
-  TF_OPTIONAL(top_p);
-  TF_OPTIONAL(min_p);
-  TF_OPTIONAL(typical_p);
-  TF_OPTIONAL(seed);
-  TF_OPTIONAL(repetition_penalty);
-  TF_OPTIONAL(presence_penalty);
-  TF_OPTIONAL(frequency_penalty);
-  TF_OPTIONAL(no_repeat_ngram_size);
-  TF_OPTIONAL(n);
-  TF_OPTIONAL(best_of);
-  TF_OPTIONAL(length_penalty);
-  TF_OPTIONAL(skip_special_tokens);
-#undef TF_OPTIONAL
-  if (s.has_logprobs()) {
-    if (chat) {  // the chat body's shape: a flag and a count
-      body["logprobs"] = true;
-      body["top_logprobs"] = s.logprobs();
-    } else {
-      body["logprobs"] = s.logprobs();
+  read_sampling(req.sampling(), r);
+  apply_request_rules(r, req.sampling().use_beam_search());
+}
+
+}  // namespace
+
+CompletionRequest read_generate_request(const v1::GenerateRequest& req, bool stream,
+                                        bool log_prompt) {
+  CompletionRequest r;
+  try {
+    read_generate(req, stream, r);
+    if (!log_prompt) r.logged_prompt.clear();
+  } catch (const HttpError&) {
+    throw;
+  } catch (const FieldError& e) {
+    throw HttpError(400, e.what(), "", e.field());
+  }
+  return r;
+}
+
+void generate_response_proto(const std::vector<std::vector<GeneratedSequence>>& results,
+                             const JobSummary& summary, bool logprobs, const Tokenizer* tok,
+                             v1::GenerateResponse* resp) {
+  for (size_t i = 0; i < results.size(); ++i) {
+    const auto& picks = summary.returned.at(i);
+    for (size_t k = 0; k < picks.size(); ++k) {
+      const GeneratedSequence& s = results[i][picks[k]];
+      v1::Sequence* out = resp->add_sequences();
+      out->set_index(static_cast<int32_t>(k));
+      out->set_text(unicode::sanitize_utf8(s.text));
+      out->mutable_token_ids()->Add(s.tokens.begin(), s.tokens.end());
+      out->set_finish_reason(finish_of(s.finish));
+      out->set_cumulative_logprob(s.cumulative_logprob);
+      if (logprobs) add_logprobs(tok, s.logprobs, out->mutable_logprobs());
     }
   }
-  if (!s.logit_bias().empty()) {
-    json bias = json::object();
-    for (const auto& [id, v] : s.logit_bias()) bias[std::to_string(id)] = v;
-    body["logit_bias"] = bias;
+  fill_usage(summary, resp->mutable_usage());
+}
+
+std::optional<v1::GenerateStreamResponse> stream_step_proto(const RequestOutput& out, int32_t n,
+                                                            bool logprobs, const Tokenizer* tok) {
+  if (out.index >= n) return std::nullopt;  // beams beyond the returned ones
+  if (out.token_ids.empty() && out.text.empty() && out.finish == FinishReason::kNone)
+    return std::nullopt;
+  v1::GenerateStreamResponse msg;
+  v1::GenerationStep* step = msg.mutable_step();
+  step->set_index(out.index);
+  step->mutable_token_ids()->Add(out.token_ids.begin(), out.token_ids.end());
+  step->set_text(unicode::sanitize_utf8(out.text));
+  if (logprobs) add_logprobs(tok, out.logprobs, step->mutable_logprobs());
+  step->set_finish_reason(finish_of(out.finish));
+  return msg;
+}
+
+v1::GenerateStreamResponse stream_end_proto(
+    const std::string& id, const std::string& model, int64_t version,
+    const std::vector<std::vector<GeneratedSequence>>& results, const JobSummary& summary) {
+  v1::GenerateStreamResponse msg;
+  v1::GenerationEnd* e = msg.mutable_end();
+  e->set_id(id);
+  e->set_model(model);
+  e->set_model_version(version);
+  for (size_t i = 0; i < results.size(); ++i) {
+    for (size_t k : summary.returned.at(i)) e->add_finish_reasons(finish_of(results[i][k].finish));
   }
-  if (!s.bad_words_ids().empty()) {
-    json words = json::array();
-    for (const auto& w : s.bad_words_ids()) words.push_back(ids_json(w.ids()));
-    body["bad_words_ids"] = words;
-  }
-  if (!s.stop().empty()) body["stop"] = std::vector<std::string>(s.stop().begin(), s.stop().end());
-  if (!s.stop_token_ids().empty()) body["stop_token_ids"] = ids_json(s.stop_token_ids());
-  if (s.ignore_eos()) body["ignore_eos"] = true;
-  if (s.include_stop_str_in_output()) body["include_stop_str_in_output"] = true;
-  if (s.use_beam_search()) body["use_beam_search"] = true;
-  if (s.early_stopping()) body["early_stopping"] = true;
-  if (req.has_add_special_tokens()) body["add_special_tokens"] = req.add_special_tokens();
-  if (!req.user().empty()) body["user"] = req.user();
-  if (req.priority() != 0) body["priority"] = req.priority();
-  if (!req.cache_salt().empty()) body["cache_salt"] = req.cache_salt();
-  return body;
+  fill_usage(summary, e->mutable_usage());
+  return msg;
 }
 
 grpc::ServerUnaryReactor* GenerationServiceImpl::Generate(grpc::CallbackServerContext* context,
@@ -380,7 +428,13 @@ grpc::ServerUnaryReactor* GenerationServiceImpl::Tokenize(grpc::CallbackServerCo
     std::vector<int32_t> ids;
     try {
       if (request->has_chat()) {
-        ids = parse_chat_prompt(chat_json(request->chat()), m->tokenizer, m->config());
+        std::vector<ChatMessage> messages;
+        for (const auto& msg : request->chat().messages())
+          messages.push_back({msg.role(), msg.content()});
+        if (messages.empty()) fail_field("messages", "'messages' must be a non-empty list");
+        const bool add =
+            !request->chat().has_add_generation_prompt() || request->chat().add_generation_prompt();
+        ids = render_chat_prompt(messages, add, m->tokenizer, m->config());
       } else if (request->has_text()) {
         ids = tok->encode(request->text(),
                           request->has_add_special_tokens() ? request->add_special_tokens() : true);

@@ -138,6 +138,30 @@ json tensor_to_json(const tensorflow::TensorProto& t, const std::string& name) {
   return shape_values(std::move(flat), dims, name);
 }
 
+void predict_response_proto(const PredictOutputs& out,
+                            const google::protobuf::RepeatedPtrField<std::string>& output_filter,
+                            tfs::PredictResponse* response) {
+  const std::set<std::string> wanted(output_filter.begin(), output_filter.end());
+  auto want = [&](const char* name) { return wanted.empty() || wanted.count(name) > 0; };
+  auto& outputs = *response->mutable_outputs();
+  if (want("text")) outputs["text"] = string_tensor(out.text);
+  if (want("output_ids")) outputs["output_ids"] = padded_tensor<int32_t>(out.output_ids, -1);
+  if (want("output_lengths")) {
+    tensorflow::TensorProto t;
+    t.set_dtype(tensorflow::DT_INT32);
+    t.mutable_tensor_shape()->add_dim()->set_size(static_cast<int64_t>(out.output_ids.size()));
+    for (const auto& row : out.output_ids) t.add_int_val(static_cast<int32_t>(row.size()));
+    outputs["output_lengths"] = t;
+  }
+  if (want("finish_reason")) outputs["finish_reason"] = string_tensor(out.finish_reason);
+  if (want("logprobs") && out.any_logprobs())
+    outputs["logprobs"] = padded_tensor<float>(out.logprobs, 0.0f);
+}
+
+PredictInput read_predict_request(const tfs::PredictRequest& request, bool log_prompt) {
+  return read_predict_body(predict_body_of(request), log_prompt);
+}
+
 json predict_body_of(const tfs::PredictRequest& request) {
   json inputs = json::object();
   for (const auto& [name, tensor] : request.inputs()) {
@@ -172,43 +196,22 @@ grpc::ServerUnaryReactor* PredictionServiceImpl::Predict(grpc::CallbackServerCon
       auto model = resolve_spec(ctx_, r->call, request->model_spec());
       context->AddInitialMetadata("x-model-version", std::to_string(model->version));
       auto plan = std::make_shared<PredictPlan>(plan_predict(
-          ctx_.state, model, predict_body_of(*request), *r->call.record, r->call.time_limit()));
-      const std::set<std::string> wanted(request->output_filter().begin(),
-                                         request->output_filter().end());
+          ctx_.state, model, read_predict_request(*request, logs_prompts(*r->call.record)),
+          *r->call.record, r->call.time_limit()));
       const ServedModel& m = *plan->model;
       JobObserver observer{&ctx_.state.metrics,
                            {{"model", m.name}, {"version", std::to_string(m.version)}}};
       start_call_job(
           ctx_, r->host, *m.engine, std::move(plan->requests), std::move(observer), nullptr,
-          [r, plan, response, wanted](const GenerationJob& job, bool client_gone) {
+          [r, plan, request, response](const GenerationJob& job, bool client_gone) {
             const JobSummary summary = summarize(*plan, job, *r->call.record);
             record_job(summary, *r->call.record, plan->admission.get());
             if (client_gone) return r->finish(client_gone_status(r->server_ctx));
             if (summary.timed_out)  // as Generate ends (before, OK with "abort")
               return r->finish(grpc::Status(grpc::StatusCode::DEADLINE_EXCEEDED,
                                             deadline_message(plan->time_limit)));
-            const json out = predict_response(*plan, job)["outputs"];
-            auto want = [&](const char* name) { return wanted.empty() || wanted.count(name) > 0; };
-            auto& outputs = *response->mutable_outputs();
-            std::vector<std::vector<int32_t>> ids;
-            for (const auto& row : out["output_ids"])
-              ids.push_back(row.get<std::vector<int32_t>>());
-            if (want("text"))
-              outputs["text"] = string_tensor(out["text"].get<std::vector<std::string>>());
-            if (want("output_ids")) outputs["output_ids"] = padded_tensor<int32_t>(ids, -1);
-            if (want("output_lengths")) {
-              tensorflow::TensorProto t;
-              t.set_dtype(tensorflow::DT_INT32);
-              t.mutable_tensor_shape()->add_dim()->set_size(static_cast<int64_t>(ids.size()));
-              for (const auto& row : ids) t.add_int_val(static_cast<int32_t>(row.size()));
-              outputs["output_lengths"] = t;
-            }
-            if (want("finish_reason"))
-              outputs["finish_reason"] =
-                  string_tensor(out["finish_reason"].get<std::vector<std::string>>());
-            if (want("logprobs") && out.contains("logprobs"))
-              outputs["logprobs"] = padded_tensor<float>(
-                  out["logprobs"].get<std::vector<std::vector<float>>>(), 0.0f);
+            predict_response_proto(predict_outputs(job.results(), plan->logprobs),
+                                   request->output_filter(), response);
             answered_spec(*plan->model, response->mutable_model_spec());
             r->finish(grpc::Status::OK);
           },

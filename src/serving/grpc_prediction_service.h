@@ -1,13 +1,15 @@
 #pragma once
 // TF Serving's tensorflow.serving.PredictionService: GetModelMetadata describes the generation
 // signature (the REST metadata, as protos), and Predict runs it: the
-// input tensors become the REST API's columnar "inputs" (prompt or input_ids, and the sampling
-// parameters as scalars) and go through the same plan (tfserving_api.h: plan_predict); the
-// outputs come back as tensors (docs/grpc.md).
+// input tensors are read as the REST API's columnar "inputs" (prompt or input_ids, and the
+// sampling parameters as scalars) into the typed PredictInput and go through the same plan
+// (planner.h: plan_predict); the typed outputs (predict_render.h) become tensors (docs/grpc.md).
 
 #include <nlohmann/json.hpp>
 
+#include "serving/completion_request.h"
 #include "serving/grpc_call.h"
+#include "serving/predict_render.h"
 #include "tensorflow_serving/apis/prediction_service.grpc.pb.h"
 
 namespace tf {
@@ -34,5 +36,14 @@ nlohmann::json tensor_to_json(const tensorflow::TensorProto& t, const std::strin
 
 // The REST predict body of a PredictRequest's inputs: {"inputs": {...}}.
 nlohmann::json predict_body_of(const tfs::PredictRequest& request);
+// A PredictRequest read as the typed Predict input, with the REST reader's checks and messages.
+PredictInput read_predict_request(const tfs::PredictRequest& request, bool log_prompt = false);
+
+// The outputs of a finished Predict job as tensors (output_filter: the ones asked for, empty for
+// all): text and finish_reason [batch] strings, output_ids [batch, longest] padded with -1,
+// output_lengths [batch], logprobs [batch, longest] padded with 0 when any instance asked.
+void predict_response_proto(const PredictOutputs& outputs,
+                            const google::protobuf::RepeatedPtrField<std::string>& output_filter,
+                            tfs::PredictResponse* response);
 
 }  // namespace tf

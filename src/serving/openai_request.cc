@@ -1,5 +1,6 @@
 #include "serving/openai_request.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <limits>
@@ -92,6 +93,7 @@ SamplingParams parse_sampling_params(const json& body, bool chat, int32_t defaul
   get_bool(body, "ignore_eos", p.ignore_eos);
   get_bool(body, "skip_special_tokens", p.skip_special_tokens);
   get_bool(body, "include_stop_str_in_output", p.include_stop_str_in_output);
+  get_bool(body, "early_stopping", p.early_stopping);
   if (auto it = body.find("stop"); it != body.end() && !it->is_null()) {
     if (it->is_string()) {
       p.stop = {it->get<std::string>()};
@@ -104,14 +106,7 @@ SamplingParams parse_sampling_params(const json& body, bool chat, int32_t defaul
       fail_field("stop", "'stop' must be a string or a list of strings");
     }
   }
-  // Each sequence's stop checker holds the strings: bounded, so that a request cannot turn a
-  // body of a few MB into gigabytes (n copies of a 7 MB stop string).
-  size_t stop_bytes = 0;
-  for (const auto& s : p.stop) stop_bytes += s.size();
-  if (p.stop.size() > kMaxStopStrings || stop_bytes > kMaxStopBytes)
-    fail_field("stop",
-               "'stop' takes at most {} strings of {} bytes in all (got {} strings, {} bytes)",
-               kMaxStopStrings, kMaxStopBytes, p.stop.size(), stop_bytes);
+  check_stop_limits(p);
   if (auto it = body.find("stop_token_ids"); it != body.end() && !it->is_null()) {
     p.stop_token_ids = int_list(*it, "stop_token_ids");
   }
@@ -135,6 +130,9 @@ SamplingParams parse_sampling_params(const json& body, bool chat, int32_t defaul
         fail_field("logit_bias", "'logit_bias' values must be finite numbers");
       p.logit_bias.emplace_back(static_cast<int32_t>(id), v.get<float>());
     }
+    // By id, whatever the body's key order ("42" sorts before "7" as text): one request, one form.
+    std::stable_sort(p.logit_bias.begin(), p.logit_bias.end(),
+                     [](const auto& a, const auto& b) { return a.first < b.first; });
   }
   if (chat) {
     bool want = false;
@@ -166,46 +164,46 @@ std::vector<int32_t> encode_prompt(const Tokenizer& tokenizer, std::string_view 
   return tokenizer.encode(text, add_special_tokens);
 }
 
-std::vector<std::vector<int32_t>> parse_completion_prompts(const json& body,
-                                                           const Tokenizer* tokenizer,
-                                                           bool add_special_tokens,
-                                                           int64_t context) {
+void check_stop_limits(const SamplingParams& p) {
+  // Each sequence's stop checker holds the strings: bounded, so that a request cannot turn a
+  // body of a few MB into gigabytes (n copies of a 7 MB stop string).
+  size_t stop_bytes = 0;
+  for (const auto& s : p.stop) stop_bytes += s.size();
+  if (p.stop.size() > kMaxStopStrings || stop_bytes > kMaxStopBytes)
+    fail_field("stop",
+               "'stop' takes at most {} strings of {} bytes in all (got {} strings, {} bytes)",
+               kMaxStopStrings, kMaxStopBytes, p.stop.size(), stop_bytes);
+}
+
+std::vector<PromptInput> read_completion_prompts(const json& body) {
   auto it = body.find("prompt");
   if (it == body.end() || it->is_null()) fail_field("prompt", "'prompt' is required");
-  auto text = [&](const json& v) {
-    if (!tokenizer) fail("this model has no tokenizer: send the prompt as token ids");
-    return encode_prompt(*tokenizer, v.get<std::string>(), add_special_tokens, context, "prompt");
-  };
   const char* shape =
       "'prompt' must be a string, a list of strings, a list of token ids or a list of lists of "
       "token ids";
-  std::vector<std::vector<int32_t>> out;
+  auto ids = [&](const json& v) {
+    PromptInput p{false, {}, int_list(v, "prompt")};
+    if (p.ids.empty()) fail_field("prompt", "'prompt' must not be empty");
+    return p;
+  };
+  std::vector<PromptInput> out;
   if (it->is_string()) {
-    out.push_back(text(*it));
+    out.push_back({true, it->get<std::string>(), {}});
   } else if (!it->is_array() || it->empty()) {
     fail_field("prompt", "{}", shape);
   } else if (const json& first = (*it)[0]; first.is_number_integer()) {
-    out.push_back(int_list(*it, "prompt"));
+    out.push_back(ids(*it));
   } else if (first.is_string()) {
     for (const auto& p : *it) {
       if (!p.is_string()) fail_field("prompt", "{}", shape);
-      out.push_back(text(p));
+      out.push_back({true, p.get<std::string>(), {}});
     }
   } else if (first.is_array()) {
-    for (const auto& p : *it) out.push_back(int_list(p, "prompt"));
+    for (const auto& p : *it) out.push_back(ids(p));
   } else {
     fail_field("prompt", "{}", shape);
   }
-  for (const auto& p : out) {
-    if (p.empty()) fail_field("prompt", "'prompt' must not be empty");
-  }
   return out;
-}
-
-std::vector<int32_t> parse_completion_prompt(const json& body, const Tokenizer* tokenizer) {
-  auto prompts = parse_completion_prompts(body, tokenizer);
-  if (prompts.size() != 1) fail_field("prompt", "'prompt' must be one prompt here");
-  return std::move(prompts[0]);
 }
 
 std::string chat_template_source(const LoadedTokenizer& tokenizer, const ModelConfig& config) {
@@ -217,13 +215,11 @@ std::string chat_template_source(const LoadedTokenizer& tokenizer, const ModelCo
   return builtin_chat_template("llama2");
 }
 
-std::vector<int32_t> parse_chat_prompt(const json& body, const LoadedTokenizer& tokenizer,
-                                       const ModelConfig& config) {
-  if (!tokenizer.tokenizer) fail("this model has no tokenizer, so it cannot take chat messages");
+std::vector<ChatMessage> read_chat_messages(const json& body) {
   auto it = body.find("messages");
   if (it == body.end() || !it->is_array() || it->empty())
     fail_field("messages", "'messages' must be a non-empty list");
-  nlohmann::ordered_json messages = nlohmann::ordered_json::array();
+  std::vector<ChatMessage> messages;
   for (const auto& m : *it) {
     if (!m.is_object() || !m.contains("role") || !m["role"].is_string() ||
         (m.contains("content") && !m["content"].is_null() && !m["content"].is_string() &&
@@ -244,19 +240,20 @@ std::vector<int32_t> parse_chat_prompt(const json& body, const LoadedTokenizer& 
         }
         content += part["text"].get<std::string>();
       }
-    } else if (!c.is_null()) {
-      fail_field("messages", "message 'content' must be a string or a list of text parts");
     }
-    messages.push_back({{"role", m["role"].get<std::string>()}, {"content", content}});
+    messages.push_back({m["role"].get<std::string>(), std::move(content)});
   }
-  bool add_generation_prompt = true;
-  get_bool(body, "add_generation_prompt", add_generation_prompt);
+  return messages;
+}
+
+std::vector<int32_t> render_chat_prompt(const std::vector<ChatMessage>& messages,
+                                        bool add_generation_prompt,
+                                        const LoadedTokenizer& tokenizer,
+                                        const ModelConfig& config) {
+  if (!tokenizer.tokenizer) fail("this model has no tokenizer, so it cannot take chat messages");
   const ChatTemplate tmpl = ChatTemplate::parse(chat_template_source(tokenizer, config));
-  nlohmann::ordered_json ctx = {{"messages", messages},
-                                {"add_generation_prompt", add_generation_prompt},
-                                {"bos_token", tokenizer.bos_token},
-                                {"eos_token", tokenizer.eos_token}};
-  const std::string text = tmpl.render(ctx);
+  const std::string text =
+      tmpl.apply(messages, add_generation_prompt, tokenizer.bos_token, tokenizer.eos_token);
   return encode_prompt(*tokenizer.tokenizer, text, /*add_special_tokens=*/false, config.max_seq_len,
                        "messages");
 }

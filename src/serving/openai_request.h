@@ -13,6 +13,7 @@
 
 #include "model/model_config.h"
 #include "sampling/sampling_params.h"
+#include "serving/completion_request.h"
 #include "tokenizer/tokenizer_loader.h"
 
 namespace tf {
@@ -30,29 +31,30 @@ int32_t token_id(const nlohmann::json& v, const char* key);
 SamplingParams parse_sampling_params(const nlohmann::json& body, bool chat,
                                      int32_t default_max_tokens);
 
-// The prompt of a completions body: a string or a list of token ids (one prompt).
-std::vector<int32_t> parse_completion_prompt(const nlohmann::json& body,
-                                             const Tokenizer* tokenizer);
-
 // A prompt's text as ids. With a context (> 0), a text whose length alone proves it cannot fit
 // (Tokenizer::min_tokens_for_bytes >= context) is refused before it is encoded: HttpError 400
 // context_length_exceeded naming field. The encoding stops at the thread's CancelToken.
 std::vector<int32_t> encode_prompt(const Tokenizer& tokenizer, std::string_view text,
                                    bool add_special_tokens, int64_t context, const char* field);
 
-// Every prompt of a completions body: a string, a list of strings, a list of token ids, or a
-// list of lists of token ids. Text is encoded with the tokenizer's special tokens (BOS) unless
-// add_special_tokens is false; context as for encode_prompt.
-std::vector<std::vector<int32_t>> parse_completion_prompts(const nlohmann::json& body,
-                                                           const Tokenizer* tokenizer,
-                                                           bool add_special_tokens = true,
-                                                           int64_t context = 0);
+// Every prompt of a completions body as sent: a string, a list of strings, a list of token ids,
+// or a list of lists of token ids (none empty).
+std::vector<PromptInput> read_completion_prompts(const nlohmann::json& body);
 
-// The prompt of a chat body: messages rendered with the model's chat template (or the built-in
-// one for its family), then tokenized without adding special tokens again (refused before that
-// when the rendered text cannot fit the model's context, as encode_prompt does).
-std::vector<int32_t> parse_chat_prompt(const nlohmann::json& body, const LoadedTokenizer& tokenizer,
-                                       const ModelConfig& config);
+// The messages of a chat body, checked: a non-empty list of objects with a string role and a
+// string (or list of text parts) content.
+std::vector<ChatMessage> read_chat_messages(const nlohmann::json& body);
+
+// Chat messages rendered with the model's chat template (or the built-in one for its family),
+// then tokenized without adding special tokens again (refused before that when the rendered
+// text cannot fit the model's context, as encode_prompt does).
+std::vector<int32_t> render_chat_prompt(const std::vector<ChatMessage>& messages,
+                                        bool add_generation_prompt,
+                                        const LoadedTokenizer& tokenizer,
+                                        const ModelConfig& config);
+
+// The stop strings' limits (kMaxStopStrings, kMaxStopBytes): FieldError naming "stop".
+void check_stop_limits(const SamplingParams& params);
 
 // The chat template a model uses: its own, else the built-in one for its family.
 std::string chat_template_source(const LoadedTokenizer& tokenizer, const ModelConfig& config);

@@ -13,6 +13,7 @@
 #include "serving/api_common.h"
 #include "serving/http_server.h"
 #include "serving/job_summary.h"
+#include "serving/planner.h"
 #include "serving/serving_state.h"
 
 namespace tf {
@@ -47,26 +48,6 @@ std::shared_ptr<ServedModel> resolve_servable(ServingState& state, const std::st
 // {"signature_def": {"signature_def": {"serving_default": {inputs, outputs, method_name}}}}} (the
 // JSON of GetModelMetadataResponse, as the REST route answers it).
 nlohmann::json model_metadata(const ServedModel& model);
-
-// A Predict request checked and ready to run: the REST body (row "instances" or columnar
-// "inputs"; the gRPC Predict's tensors become columnar inputs), one engine request per prompt.
-struct PredictPlan {
-  std::shared_ptr<ServedModel> model;  // held until the request ends
-  std::vector<GenerationRequest> requests;
-  bool rows = false;           // the row format: answered as "predictions"
-  std::vector<bool> logprobs;  // per prompt: asked for logprobs
-  std::shared_ptr<Admission> admission;
-  std::chrono::milliseconds time_limit{0};  // from arrival to the deadline
-};
-PredictPlan plan_predict(ServingState& state, std::shared_ptr<ServedModel> model,
-                         const nlohmann::json& body, RequestRecord& record,
-                         std::optional<std::chrono::milliseconds> time_limit = std::nullopt);
-// What the plan's finished job comes to (one sequence per prompt), with the plan's deadline.
-JobSummary summarize(const PredictPlan& plan, const GenerationJob& job,
-                     const RequestRecord& record);
-// The answer of a finished predict job in the request's format ({"predictions": [...]} or
-// {"outputs": {"text", "output_ids", "finish_reason", "logprobs"?}}).
-nlohmann::json predict_response(const PredictPlan& plan, const GenerationJob& job);
 
 // Answers one TF Serving route (status, metadata or predict). Throws HttpError / Error when it
 // rejects the request before answering (the caller sends {"error": ...}).

@@ -19,6 +19,7 @@ namespace tf {
 struct ChatMessage {
   std::string role;
   std::string content;
+  bool operator==(const ChatMessage&) const = default;
 };
 
 // Bounds on one render, so that no template (or hostile input) runs away. Exceeding one is a

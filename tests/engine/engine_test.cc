@@ -32,6 +32,7 @@ TEST(KvBlockPool, RandomEventsNeverLeakBlocks) {
     sc.max_num_seqs = 1 + rng() % 16;
     Scheduler sched(sc, kv);
     std::vector<std::unique_ptr<EngineRequest>> reqs;
+    std::vector<std::unique_ptr<Sequence>> owned;
     std::vector<Sequence*> live;
     // A few shared prefixes so that the prefix cache gets hits.
     std::vector<Ids> prefixes(3);
@@ -53,7 +54,7 @@ TEST(KvBlockPool, RandomEventsNeverLeakBlocks) {
         s->prompt_len = s->num_tokens();
         sched.add(s.get());
         live.push_back(s.get());
-        r->seqs.push_back(std::move(s));
+        owned.push_back(std::move(s));
         reqs.push_back(std::move(r));
       } else if (kind < 8) {  // a step: computed chunks advance, ends of tokens grow by one
         const SchedulerOutput out = sched.schedule();
@@ -62,11 +63,11 @@ TEST(KvBlockPool, RandomEventsNeverLeakBlocks) {
           ASSERT_LE(static_cast<int64_t>(c.seq->block_table.size()) * bs,
                     static_cast<int64_t>(64) * bs);
           ASSERT_GE(static_cast<int64_t>(c.seq->block_table.size()) * bs, c.start + c.count);
-          c.seq->num_computed += c.count;
-          kv.cache_full_blocks(*c.seq, c.seq->request->spec.cache_salt);
-          if (c.seq->num_computed == c.seq->num_tokens() && c.seq->num_tokens() < 60) {
-            c.seq->tokens.push_back(static_cast<int32_t>(rng() % 50));
-          }
+        }
+        EXPECT_TRUE(out.block_copies.empty()) << "no fork, nothing shared to copy";
+        for (const ReadySequence& ready : sched.update(out)) {
+          if (ready.seq->num_tokens() < 60)
+            ready.seq->tokens.push_back(static_cast<int32_t>(rng() % 50));
         }
         ASSERT_LE(out.num_tokens, sc.max_num_batched_tokens);
       } else if (!live.empty()) {  // finish or cancel a random sequence
@@ -100,6 +101,7 @@ TEST(Scheduler, TenantsTakeFairTurnsAndOneTenantIsFcfs) {
   sc.max_num_batched_tokens = 4;  // one 4-token prompt admitted per step
   Scheduler sched(sc, kv);
   std::vector<std::unique_ptr<EngineRequest>> reqs;
+  std::vector<std::unique_ptr<Sequence>> owned;
   auto submit = [&](uint64_t tenant, int n, int32_t priority = 0) {
     auto r = std::make_unique<EngineRequest>();
     r->spec.tenant = tenant;
@@ -111,7 +113,7 @@ TEST(Scheduler, TenantsTakeFairTurnsAndOneTenantIsFcfs) {
       seq->tokens = {1, 2, 3, 4};
       seq->prompt_len = 4;
       sched.add(seq.get());
-      r->seqs.push_back(std::move(seq));
+      owned.push_back(std::move(seq));
     }
     reqs.push_back(std::move(r));
     return reqs.back().get();
@@ -426,6 +428,55 @@ TEST_F(EngineTest, NSequencesShareThePromptAndFollowTheirSeeds) {
   EXPECT_EQ(run_to_completion(e, one)[0].tokens, outs[0].tokens);
 }
 
+// The samples of n > 1 fork from the first one's prompt and share all of its blocks: a prompt
+// that ends inside a block costs one copy of that block per sample but the last (which writes
+// into it in place); one that ends on a block boundary costs none.
+TEST_F(EngineTest, NSequencesCopyOnlyThePartialBlockTheyShare) {
+  const Ids long_prompt =
+      tok_->encode(PREAMBLE "Once upon a time there was a very small cat who lived", true);
+  ASSERT_GE(long_prompt.size(), 33u);
+  for (const size_t prompt_len : {size_t{21}, size_t{32}}) {
+    GenerationRequest r = greedy("", 12);
+    r.prompt.assign(long_prompt.begin(), long_prompt.begin() + prompt_len);
+    r.params.temperature = 1.0f;
+    r.params.seed = 3;
+    r.params.n = 4;
+    Engine e(*model_, tok_, {2}, config(64, true));
+    const auto got = run_to_completion(e, r);
+    for (const auto& s : got) EXPECT_EQ(s.tokens.size(), 12u);
+    for (int i = 0; i < 200 && e.stats().requests_finished < 1; ++i)
+      std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    const EngineStats st = e.stats();
+    EXPECT_EQ(st.kv_block_copies, prompt_len % 16 == 0 ? 0 : 3) << "prompt of " << prompt_len;
+    EXPECT_EQ(st.batched_tokens, static_cast<int64_t>(prompt_len) + 4 * 11);
+    EXPECT_EQ(st.kv_blocks_used, 0);
+  }
+}
+
+// Static batching with padding: a request cancelled before its first sample leaves at once,
+// its never-started samples included (they hold no row to pad).
+TEST_F(EngineTest, ACancelledRequestLeavesAPaddedStaticBatch) {
+  EngineConfig c = config(64, true);
+  c.scheduler.static_batching = true;
+  c.scheduler.pad_finished = true;
+  c.batch_timeout_micros = 300'000;  // the cancel lands before the first step
+  Engine e(*model_, tok_, {2}, c);
+  GenerationRequest r = greedy("Once upon a time", 8);
+  r.params.n = 3;
+  auto stream = e.submit(r);
+  stream->cancel();
+  RequestOutput o;
+  int done = 0;
+  while (stream->next(o)) done += o.finish == FinishReason::kAbort;
+  EXPECT_EQ(done, 3);
+  for (int i = 0; i < 400 && e.stats().requests_finished < 1; ++i)
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  EXPECT_EQ(e.stats().requests_finished, 1);
+  EXPECT_EQ(e.stats().running, 0);
+  EXPECT_EQ(e.stats().kv_blocks_used, 0);
+  EXPECT_EQ(run_to_completion(e, greedy("Once upon a time", 4))[0].tokens.size(), 4u);
+}
+
 TEST_F(EngineTest, BeamSearchInTheEngineEqualsTheStandaloneSearch) {
   GenerationRequest r = greedy(PREAMBLE "Once upon a time", 24);
   r.params.ignore_eos = false;
@@ -439,7 +490,13 @@ TEST_F(EngineTest, BeamSearchInTheEngineEqualsTheStandaloneSearch) {
   ASSERT_EQ(expected.size(), 3u);
   // Alone, beside other requests, and with memory so tight that beams get preempted.
   for (int64_t blocks : {int64_t{256}, int64_t{20}}) {
-    Engine e(*model_, tok_, {2}, config(blocks, true));
+    EngineConfig c = config(blocks, true);
+    // All six requests start in the same step, so that what runs beside the beams (and whether
+    // they are preempted) does not depend on how fast the machine is: the idle engine waits for
+    // a first batch of max_num_seqs requests (the timeout is far longer than the test).
+    c.batch_timeout_micros = 600'000'000;
+    c.scheduler.max_num_seqs = 6;
+    Engine e(*model_, tok_, {2}, c);
     std::vector<std::shared_ptr<RequestStream>> others;
     for (const char* p : kPrompts) others.push_back(e.submit(greedy(p, 40)));
     const auto got = run_to_completion(e, r);
@@ -457,6 +514,10 @@ TEST_F(EngineTest, BeamSearchInTheEngineEqualsTheStandaloneSearch) {
       std::this_thread::sleep_for(std::chrono::milliseconds(5));
     }
     EXPECT_EQ(e.stats().kv_blocks_used, 0) << "beams released every block";
+    // A new beam shares its parent's blocks; a parent's partial last block is copied only for
+    // its second and later children (a copy per beam and step would be about 4 * 24).
+    EXPECT_GT(e.stats().kv_block_copies, 0);
+    EXPECT_LE(e.stats().kv_block_copies, (r.params.num_beams - 1) * r.params.max_tokens);
     if (blocks == 20) {
       EXPECT_GT(e.stats().preemptions, 0) << "the tight setup must preempt (beams included)";
     }

@@ -1,5 +1,5 @@
 // Fuzz target: the gRPC API's request messages. Any bytes parsed as a GenerateRequest go through
-// the conversion to the OpenAI body and the REST parsers behind it (sampling parameters,
+// the typed request's reader and the planner behind it (sampling parameters,
 // prompts, chat messages through a chat template); as a ReloadConfigRequest, through the model
 // config's validation. Any input must end in a value or an Error, never a crash or a hang.
 #include <cstddef>
@@ -24,10 +24,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   tokenflow::v1::GenerateRequest req;
   if (req.ParseFromArray(data, static_cast<int>(size))) {
     for (bool stream : {false, true}) {
-      bool chat = false;
       try {
-        const nlohmann::json body = tf::openai_body_of(req, stream, chat);
-        check_openai_body(body, chat);
+        check_request(tf::read_generate_request(req, stream));
       } catch (const tf::Error&) {
       }
     }

@@ -1,6 +1,7 @@
-// Fuzz target: the JSON request parsers of the HTTP API (OpenAI completions and chat bodies:
-// prompts, messages through a chat template, every sampling parameter) and TF Serving's model
-// paths. Any input must end in a value or an Error, never a crash or a hang.
+// Fuzz target: the JSON request readers of the HTTP API (OpenAI completions and chat bodies, TF
+// Serving's Predict bodies) and the planner behind them (prompts, messages through a chat
+// template, every sampling parameter), and TF Serving's model paths. Any input must end in a value
+// or an Error, never a crash or a hang.
 #include <nlohmann/json.hpp>
 
 #include <cstddef>
@@ -10,6 +11,7 @@
 #include "core/error.h"
 #include "core/json.h"
 #include "openai_body_check.h"
+#include "serving/completion_request.h"
 #include "serving/tfserving_api.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
@@ -26,5 +28,10 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   }
   if (body.is_discarded()) return 0;
   for (bool chat : {false, true}) check_openai_body(body, chat);
+  // As a TF Serving Predict body: each instance through the same planner.
+  try {
+    for (const auto& instance : tf::read_predict_body(body).instances) check_request(instance);
+  } catch (const tf::Error&) {
+  }
   return 0;
 }

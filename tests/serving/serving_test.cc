@@ -5,6 +5,7 @@
 #include "serving/api_common.h"
 #include "serving/generation_job.h"
 #include "serving/openai_api.h"
+#include "serving/planner.h"
 #include "serving/tfserving_api.h"
 
 namespace tf {
@@ -66,9 +67,8 @@ TEST(PlanErrors, NameTheFieldTheyAreAbout) {
   cfg.max_seq_len = 512;
   const LoadedTokenizer none;  // prompts as token ids
   auto param = [&](const char* text, bool chat) -> std::string {
-    GenerationPlan p;
     try {
-      parse_generation_body(nlohmann::json::parse(text), chat, none, cfg, p);
+      plan_request(read_openai_request(nlohmann::json::parse(text), chat), none, cfg, "id");
     } catch (const HttpError& e) {
       EXPECT_EQ(e.status(), 400) << text;
       return e.param();
@@ -86,6 +86,75 @@ TEST(PlanErrors, NameTheFieldTheyAreAbout) {
                   true),
             "max_completion_tokens");
   EXPECT_EQ(param(R"({"prompt": [1], "max_tokens": 4})", false), "(accepted)");
+}
+
+// Predict's instances are completions requests of one prompt: the row and columnar forms read
+// as the OpenAI body with the same parameters would (max_tokens counts as given: 16 unless set).
+TEST(PredictRequest, InstancesAreCompletionRequests) {
+  using nlohmann::json;
+  const PredictInput rows = read_predict_body(json::parse(
+      R"({"instances": [{"prompt": "Hi", "temperature": 0.5, "max_tokens": 3}, [1, 2]]})"));
+  EXPECT_TRUE(rows.rows);
+  ASSERT_EQ(rows.instances.size(), 2u);
+  EXPECT_EQ(
+      rows.instances[0],
+      read_openai_request(json{{"prompt", "Hi"}, {"temperature", 0.5}, {"max_tokens", 3}}, false));
+  EXPECT_EQ(rows.instances[1].prompts, (std::vector<PromptInput>{{false, {}, {1, 2}}}));
+  EXPECT_TRUE(rows.instances[1].max_tokens_given);
+  EXPECT_EQ(rows.instances[1].params.max_tokens, 16);
+  const PredictInput cols =
+      read_predict_body(json::parse(R"({"inputs": {"prompt": ["a", "b"], "temperature": 0.25}})"));
+  EXPECT_FALSE(cols.rows);
+  ASSERT_EQ(cols.instances.size(), 2u);
+  EXPECT_EQ(cols.instances[1].prompts[0].text, "b");
+  EXPECT_EQ(cols.instances[1].params.temperature, 0.25f);
+  auto message = [](const char* text) -> std::string {
+    try {
+      read_predict_body(json::parse(text));
+    } catch (const HttpError& e) {
+      EXPECT_EQ(e.status(), 400) << text;
+      return e.what();
+    }
+    return "(accepted)";
+  };
+  EXPECT_EQ(message(R"({"instances": [{"prompt": "a", "n": 2}]})"), "unknown input 'n'");
+  EXPECT_EQ(message(R"({"inputs": {"prompt": "a", "input_ids": [1]}})"),
+            "'inputs' needs exactly one of 'prompt' or 'input_ids'");
+  EXPECT_EQ(message(R"({"instances": [], "inputs": {}})"),
+            "Request body must have either 'instances' or 'inputs', not both");
+  EXPECT_EQ(message(R"({"instances": [{"prompt": "a", "temperature": "hot"}]})"),
+            "'temperature' must be a number");
+}
+
+// The planner's defaults: OpenAI's 16 for completions, the room the context leaves for chat, a
+// batch file's own default; every prompt its own engine request.
+TEST(Planner, DefaultsAndOneEngineRequestPerPrompt) {
+  using nlohmann::json;
+  ModelConfig cfg;
+  cfg.vocab_size = 512;
+  cfg.max_seq_len = 64;
+  const LoadedTokenizer none;
+  const GenerationPlan two = plan_request(
+      read_openai_request(json{{"prompt", {{1, 2}, {3, 4, 5}}}}, false), none, cfg, "cmpl-x");
+  ASSERT_EQ(two.requests.size(), 2u);
+  EXPECT_EQ(two.requests[0].id, "cmpl-x-0");
+  EXPECT_EQ(two.requests[1].prompt, (std::vector<int32_t>{3, 4, 5}));
+  EXPECT_EQ(two.requests[0].params.max_tokens, 16);
+  const GenerationPlan batch =
+      plan_request(read_openai_request(json{{"prompt", {1, 2, 3, 4}}}, false), none, cfg, "b", 100);
+  EXPECT_EQ(batch.requests[0].params.max_tokens, 60);  // 100, lowered to the room
+  const GenerationPlan given = plan_request(
+      read_openai_request(json{{"prompt", {1}}, {"max_tokens", 5}, {"priority", -2}}, false), none,
+      cfg, "g");
+  EXPECT_EQ(given.requests[0].params.max_tokens, 5);
+  EXPECT_EQ(given.requests[0].priority, -2);
+  try {
+    plan_request(read_openai_request(json{{"prompt", {1, 600}}}, false), none, cfg, "v");
+    FAIL() << "a token id outside the vocabulary was accepted";
+  } catch (const HttpError& e) {
+    EXPECT_EQ(e.param(), "prompt");
+    EXPECT_STREQ(e.what(), "prompt token id 600 is outside the vocabulary (0..511)");
+  }
 }
 
 }  // namespace

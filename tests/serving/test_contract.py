@@ -1,8 +1,8 @@
 """Issue 19: one request contract. The same request gets the same answer and the same status
-class through every door: here the OpenAI REST routes against a batch file (`tokenflow generate
+class through every door: the OpenAI REST routes against a batch file (`tokenflow generate
 --input-file`), which used to skip the HTTP planner's checks (unknown fields, beam-search and
-echo rules, the context), the gRPC GenerationService against REST, and the deadline outcome
-through completions and TF Serving's Predict.
+echo rules, the context); one table of bad inputs through REST completions, the gRPC
+GenerationService, REST Predict and gRPC Predict; and the deadline outcome through each.
 
 Env: TOKENFLOW_BIN, TF_SHARED_DIR.
 """
@@ -58,62 +58,149 @@ class BatchEqualsRestTest(SharedServerTest):
                 self.assertEqual(line["error"]["message"], message)
 
 
-class GrpcEqualsRestTest(unittest.TestCase):
-    """The gRPC GenerationService is planned by the same code: the same bad input is
-    INVALID_ARGUMENT with REST's message, word for word."""
+# One request in every door's words: (name, REST completions body, GenerateRequest fields,
+# Predict instance, gRPC Predict inputs). Each is refused with a 400 / INVALID_ARGUMENT and the
+# same message through REST completions, gRPC Generate and GenerateStream, REST Predict and gRPC
+# Predict.
+LONG = "Once upon a time " * 3500
+EVERY_DOOR = [
+    ("temperature", {"prompt": "Once", "temperature": -1},
+     dict(text="Once", sampling=dict(temperature=-1)),
+     {"prompt": "Once", "temperature": -1}, dict(prompt=["Once"], temperature=-1.0)),
+    ("max_tokens past the context", {"prompt": "Once", "max_tokens": 100000},
+     dict(text="Once", sampling=dict(max_tokens=100000)),
+     {"prompt": "Once", "max_tokens": 100000}, dict(prompt=["Once"], max_tokens=100000)),
+    ("prompt past the context", {"prompt": LONG, "max_tokens": 1},
+     dict(text=LONG, sampling=dict(max_tokens=1)),
+     {"prompt": LONG, "max_tokens": 1}, dict(prompt=[LONG], max_tokens=1)),
+    ("token id outside the vocabulary", {"prompt": [1, 70000]},
+     dict(token_ids=[1, 70000], sampling=dict()),
+     {"input_ids": [1, 70000]}, dict(input_ids=[[1, 70000]])),
+    ("top_p", {"prompt": "x", "top_p": 1.5}, dict(text="x", sampling=dict(top_p=1.5)),
+     {"prompt": "x", "top_p": 1.5}, dict(prompt=["x"], top_p=1.5)),
+    ("stop token id", {"prompt": "x", "stop_token_ids": [99999]},
+     dict(text="x", sampling=dict(stop_token_ids=[99999])),
+     {"prompt": "x", "stop_token_ids": [99999]}, dict(prompt=["x"], stop_token_ids=[99999])),
+    ("min_tokens over max_tokens", {"prompt": "x", "max_tokens": 2, "min_tokens": 5},
+     dict(text="x", sampling=dict(max_tokens=2, min_tokens=5)),
+     {"prompt": "x", "max_tokens": 2, "min_tokens": 5},
+     dict(prompt=["x"], max_tokens=2, min_tokens=5)),
+]
 
-    def test_bad_inputs_get_the_same_message_through_grpc(self):
+
+def predict_tensors(tg, inputs):
+    """gRPC Predict inputs from {name: value}: strings, ints or floats, lists become rank 1 (rank
+    2 for lists of lists)."""
+    T = tg.types_pb2
+    req = tg.predict_pb2.PredictRequest()
+    req.model_spec.name = MODEL
+    for name, v in inputs.items():
+        t = tg.tensor_pb2.TensorProto()
+        flat, shape = v, []
+        if isinstance(v, list) and v and isinstance(v[0], list):
+            flat, shape = [x for row in v for x in row], [len(v), len(v[0])]
+        elif isinstance(v, list):
+            shape = [len(v)]
+        else:
+            flat = [v]
+        for d in shape:
+            t.tensor_shape.dim.add(size=d)
+        if isinstance(flat[0], bool):
+            t.dtype = T.DT_BOOL
+            t.bool_val.extend(flat)
+        elif isinstance(flat[0], str):
+            t.dtype = T.DT_STRING
+            t.string_val.extend(x.encode() for x in flat)
+        elif isinstance(flat[0], float):
+            t.dtype = T.DT_FLOAT
+            t.float_val.extend(flat)
+        else:
+            t.dtype = T.DT_INT32
+            t.int_val.extend(flat)
+        req.inputs[name].CopyFrom(t)
+    return req
+
+
+class EveryDoorTest(unittest.TestCase):
+    """The same bad input gets the same message and status class through REST completions, the
+    gRPC GenerationService (unary and stream), REST Predict and gRPC Predict; a request stopped
+    at its deadline is 504 / DEADLINE_EXCEEDED through each, with one message."""
+
+    def test_bad_inputs_get_the_same_message_through_every_door(self):
         import test_grpc as tg  # generates the Python stubs from the repository's protos
         g = tg.g
         proc, port, channel = tg.start()
         try:
             c = Client(port)
             gen = tg.g_grpc.GenerationServiceStub(channel)
-            long_text = "Once upon a time " * 3500
-            cases = [
-                ({"prompt": "Once", "temperature": -1},
-                 g.GenerateRequest(text="Once", sampling=tg.sampling(temperature=-1))),
-                ({"prompt": "Once", "max_tokens": 100000},
-                 g.GenerateRequest(text="Once", sampling=tg.sampling(max_tokens=100000))),
-                ({"prompt": long_text, "max_tokens": 1},
-                 g.GenerateRequest(text=long_text, sampling=tg.sampling(max_tokens=1))),
-                ({"prompt": [1, 70000]}, g.GenerateRequest(token_ids=g.TokenIds(ids=[1, 70000]))),
-                ({"prompt": "x", "top_p": 1.5},
-                 g.GenerateRequest(text="x", sampling=tg.sampling(top_p=1.5))),
-            ]
-            for body, req in cases:
-                with self.subTest(body=str(body)[:60]):
+            predict = tg.prediction_service_pb2_grpc.PredictionServiceStub(channel)
+            for name, body, fields, instance, inputs in EVERY_DOOR:
+                with self.subTest(case=name):
                     status, resp, text, _ = c.post("/v1/completions", body)
                     self.assertEqual(status, 400, text[:300])
+                    message = resp["error"]["message"]
+                    fields = dict(fields)
+                    sampling = tg.sampling(**fields.pop("sampling"))
+                    if "token_ids" in fields:
+                        fields["token_ids"] = g.TokenIds(ids=fields["token_ids"])
+                    req = g.GenerateRequest(sampling=sampling, **fields)
                     for method in (gen.Generate, gen.GenerateStream):
                         with self.assertRaises(tg.grpc.RpcError) as cm:
                             r = method(req, timeout=60)
                             if not hasattr(r, "ListFields"):
                                 list(r)
                         self.assertEqual(cm.exception.code(), tg.C.INVALID_ARGUMENT)
-                        self.assertEqual(cm.exception.details(), resp["error"]["message"])
+                        self.assertEqual(cm.exception.details(), message)
+                    status, resp, text, _ = c.post("/v1/models/%s:predict" % MODEL,
+                                                   {"instances": [instance]})
+                    self.assertEqual(status, 400, text[:300])
+                    self.assertEqual(resp["error"], message)
+                    with self.assertRaises(tg.grpc.RpcError) as cm:
+                        predict.Predict(predict_tensors(tg, inputs), timeout=60)
+                    self.assertEqual(cm.exception.code(), tg.C.INVALID_ARGUMENT)
+                    self.assertEqual(cm.exception.details(), message)
         finally:
             channel.close()
             stop_server(proc)
 
-
-class DeadlineTest(unittest.TestCase):
-    """A request stopped at its deadline is a 504 through completions and Predict alike (Predict
-    answered 200 with finish_reason "abort")."""
-
     def test_every_door_times_out_the_same(self):
-        proc, port = start_server("--request-timeout", "0.05")
+        import test_grpc as tg
+        g = tg.g
+        proc, port, channel = tg.start("--request-timeout", "0.05")
         try:
             c = Client(port)
             long = {"max_tokens": 480, "ignore_eos": True}
+            messages = []
             status, body, text, _ = c.post("/v1/completions", dict(prompt="Once", n=8, **long))
             self.assertEqual(status, 504, text[:300])
             self.assertEqual(body["error"]["code"], "timeout")
+            messages.append(body["error"]["message"])
+            status, body, text, _ = c.post(
+                "/v1/chat/completions",
+                dict(messages=[{"role": "user", "content": "Once"}], n=8, **long))
+            self.assertEqual(status, 504, text[:300])
+            messages.append(body["error"]["message"])
             status, body, text, _ = c.post("/v1/models/%s:predict" % MODEL,
                                            {"instances": [dict(prompt="Once", **long)] * 8})
             self.assertEqual(status, 504, text[:300])
-            self.assertIn("ran past its deadline", body["error"])
+            messages.append(body["error"])
+            gen = tg.g_grpc.GenerationServiceStub(channel)
+            req = g.GenerateRequest(text="Once", sampling=tg.sampling(n=8, **long))
+            with self.assertRaises(tg.grpc.RpcError) as cm:
+                gen.Generate(req, timeout=60)
+            self.assertEqual(cm.exception.code(), tg.C.DEADLINE_EXCEEDED)
+            messages.append(cm.exception.details())
+            predict = tg.prediction_service_pb2_grpc.PredictionServiceStub(channel)
+            with self.assertRaises(tg.grpc.RpcError) as cm:
+                predict.Predict(predict_tensors(tg, dict(prompt=["Once"] * 8, max_tokens=480,
+                                                     ignore_eos=True)),
+                                timeout=60)
+            self.assertEqual(cm.exception.code(), tg.C.DEADLINE_EXCEEDED)
+            messages.append(cm.exception.details())
+            self.assertIn("ran past its deadline", messages[0])
+            self.assertEqual(set(messages), {messages[0]}, messages)
         finally:
+            channel.close()
             stop_server(proc)
 
 

@@ -1,0 +1,173 @@
+#include "serving/planner.h"
+
+#include <fmt/format.h>
+
+#include "core/cancel.h"
+#include "serving/openai_request.h"
+
+namespace tf {
+namespace {
+
+// Runs fn, turning a parameter's FieldError (or a plain Error) into HttpError 400 naming the
+// field as the client named it.
+template <typename Fn>
+void with_fields(const CompletionRequest& req, Fn fn) {
+  try {
+    fn();
+  } catch (const HttpError&) {
+    throw;
+  } catch (const Cancelled&) {
+    throw;
+  } catch (const FieldError& e) {
+    const std::string field = e.field() == "max_tokens" ? req.max_tokens_field : e.field();
+    throw HttpError(400, e.what(), "", field);
+  } catch (const Error& e) {
+    if (e.kind() == ErrorKind::kInternal) throw;
+    throw HttpError(400, e.what());
+  }
+}
+
+std::vector<int32_t> encode(const PromptInput& p, const CompletionRequest& req,
+                            const LoadedTokenizer& tokenizer, const ModelConfig& cfg) {
+  if (!p.is_text) return p.ids;
+  if (!tokenizer.tokenizer) fail("this model has no tokenizer: send the prompt as token ids");
+  auto ids = encode_prompt(*tokenizer.tokenizer, p.text, req.add_special_tokens, cfg.max_seq_len,
+                           "prompt");
+  if (ids.empty()) fail_field("prompt", "'prompt' must not be empty");
+  return ids;
+}
+
+}  // namespace
+
+GenerationPlan plan_request(const CompletionRequest& req, const LoadedTokenizer& tokenizer,
+                            const ModelConfig& cfg, const std::string& id,
+                            int32_t default_max_tokens) {
+  GenerationPlan p;
+  with_fields(req, [&] {
+    p.params = req.params;
+    // The default max_tokens: 16 for completions (OpenAI's), the context for chat; lowered to
+    // the room the prompt leaves below.
+    if (!req.max_tokens_given)
+      p.params.max_tokens = default_max_tokens > 0 ? default_max_tokens
+                            : req.chat             ? static_cast<int32_t>(cfg.max_seq_len)
+                                                   : 16;
+    p.stream = req.stream;
+    p.include_usage = req.include_usage;
+    p.echo = req.echo;
+    p.max_tokens_given = req.max_tokens_given;
+    p.choices_per_prompt = p.params.n;
+    p.rule = {p.params.n, p.params.best_of, p.params.beam_search()};
+    p.params.validate(cfg.vocab_size);
+    if (req.chat) {
+      if (req.messages.empty()) fail_field("messages", "'messages' must be a non-empty list");
+      p.prompts.push_back(
+          render_chat_prompt(req.messages, req.add_generation_prompt, tokenizer, cfg));
+    } else {
+      if (req.prompts.empty()) fail_field("prompt", "'prompt' is required");
+      for (const auto& prompt : req.prompts)
+        p.prompts.push_back(encode(prompt, req, tokenizer, cfg));
+    }
+  });
+  const int64_t ctx = cfg.max_seq_len;
+  const char* prompt_field = req.chat ? "messages" : "prompt";
+  for (auto& prompt : p.prompts) {
+    if (static_cast<int64_t>(prompt.size()) >= ctx) {
+      throw HttpError(400,
+                      fmt::format("This model's maximum context length is {} tokens, the prompt "
+                                  "has {} tokens",
+                                  ctx, prompt.size()),
+                      "context_length_exceeded", prompt_field);
+    }
+  }
+  for (const auto& prompt : p.prompts) {
+    for (int32_t t : prompt) {
+      if (t < 0 || t >= cfg.vocab_size)
+        throw HttpError(400,
+                        fmt::format("prompt token id {} is outside the vocabulary (0..{})", t,
+                                    cfg.vocab_size - 1),
+                        "", prompt_field);
+    }
+  }
+  for (size_t i = 0; i < p.prompts.size(); ++i) {
+    GenerationRequest r;
+    r.id = p.prompts.size() == 1 ? id : fmt::format("{}-{}", id, i);
+    r.prompt = p.prompts[i];
+    r.params = p.params;
+    r.priority = req.priority;
+    const int64_t room = fit_max_tokens(r.params, r.prompt.size(), ctx, req.max_tokens_given);
+    if (static_cast<int64_t>(r.params.max_tokens) > room) {
+      throw HttpError(400,
+                      fmt::format("This model's maximum context length is {} tokens; the prompt "
+                                  "({} tokens) and max_tokens ({}) exceed it",
+                                  ctx, r.prompt.size(), r.params.max_tokens),
+                      "context_length_exceeded", req.max_tokens_field);
+    }
+    p.requests.push_back(std::move(r));
+  }
+  return p;
+}
+
+GenerationPlan plan_generation(ServingState& state, const CompletionRequest& req,
+                               const ModelRegistry::HeaderFn& header, RequestRecord& record,
+                               const std::string& id,
+                               std::optional<std::chrono::milliseconds> time_limit) {
+  // The deadline: the request's own timeout, else the caller's, within the server's.
+  const auto limit =
+      std::min(req.timeout.value_or(time_limit.value_or(state.limits.max_request_time)),
+               state.limits.max_request_time);
+  // Preparing the prompt (below) stops at that deadline too.
+  if (CancelToken* token = current_cancel_token()) token->limit_deadline(record.received + limit);
+  // "name", "name:version" or "name@label"; a traffic split keeps one "user" on one version.
+  const ModelRequestSpec spec = state.registry.parse_model_field(req.model);
+  auto model = state.registry.resolve(spec, req.user, header);
+  if (!model) {
+    throw HttpError(404, state.registry.unavailable_reason(spec), "model_not_found", "model");
+  }
+  GenerationPlan p = plan_request(req, model->tokenizer, model->config(), id);
+  p.model = std::move(model);
+  record.model = p.model->name;
+  record.version = p.model->version;
+  if (logs_prompts(record)) record.prompt = req.logged_prompt;
+  p.admission =
+      state.prepare(record, p.model->name, p.requests, p.max_tokens_given, limit, req.cache_salt);
+  p.time_limit = limit;
+  for (const auto& r : p.requests) record.prompt_tokens += static_cast<int64_t>(r.prompt.size());
+  return p;
+}
+
+JobSummary summarize(const GenerationPlan& plan, const GenerationJob& job,
+                     const RequestRecord& record) {
+  return summarize_job(job, plan.rule, record.received, record.received + plan.time_limit);
+}
+
+PredictPlan plan_predict(ServingState& state, std::shared_ptr<ServedModel> model,
+                         const PredictInput& input, RequestRecord& record,
+                         std::optional<std::chrono::milliseconds> time_limit) {
+  PredictPlan plan;
+  plan.model = std::move(model);
+  const ServedModel& m = *plan.model;
+  record.model = m.name;
+  record.version = m.version;
+  plan.rows = input.rows;
+  for (const CompletionRequest& inst : input.instances) {
+    GenerationPlan one = plan_request(inst, m.tokenizer, m.config(), random_id("predict-"));
+    if (one.params.n != 1 || one.params.best_of || one.requests.size() != 1)
+      throw HttpError(400, "predict returns one sequence per instance: 'n' must be 1");
+    plan.requests.push_back(std::move(one.requests[0]));
+  }
+  if (logs_prompts(record)) record.prompt = input.logged_prompt;
+  for (const auto& r : plan.requests) record.prompt_tokens += static_cast<int64_t>(r.prompt.size());
+  plan.time_limit =
+      std::min(time_limit.value_or(state.limits.max_request_time), state.limits.max_request_time);
+  // max_tokens counts as given: an instance's default is the completions default, not the context.
+  plan.admission = state.prepare(record, m.name, plan.requests, true, plan.time_limit);
+  for (const auto& r : plan.requests) plan.logprobs.push_back(r.params.logprobs.has_value());
+  return plan;
+}
+
+JobSummary summarize(const PredictPlan& plan, const GenerationJob& job,
+                     const RequestRecord& record) {
+  return summarize_job(job, ReturnRule{}, record.received, record.received + plan.time_limit);
+}
+
+}  // namespace tf

@@ -1,0 +1,75 @@
+#pragma once
+// From a typed request (completion_request.h) to what the engine runs, one way for every door:
+// plan_request is the pure, model-bound part (the parameters against the vocabulary, prompts
+// encoded or chat rendered and held against the context, max_tokens fitted, one engine request
+// per prompt), shared by batch files; plan_generation and plan_predict add the server's part
+// (the model resolved, the deadline, the server's limits and the API key's admission).
+
+#include <chrono>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "engine/engine_request.h"
+#include "serving/completion_request.h"
+#include "serving/job_summary.h"
+#include "serving/serving_state.h"
+
+namespace tf {
+
+// A generation request checked and ready to run.
+struct GenerationPlan {
+  // The version the request runs on; held until the request ends, so that an unloading version
+  // finishes it.
+  std::shared_ptr<ServedModel> model;
+  std::vector<std::vector<int32_t>> prompts;
+  SamplingParams params;
+  bool stream = false, include_usage = false, echo = false;
+  int32_t choices_per_prompt = 1;  // n (after best_of or beam search pick theirs)
+  ReturnRule rule;                 // which sequences of a prompt are returned
+  bool max_tokens_given = false;
+  std::vector<GenerationRequest> requests;  // one per prompt, limits and deadline applied
+  std::shared_ptr<Admission> admission;     // the API key's admission (nullptr: keys are off)
+  std::chrono::milliseconds time_limit{0};  // from arrival to the deadline
+};
+
+// The model-bound part of planning (no server state): HttpError 400 naming the field for what
+// the model cannot take. Engine requests get ids from id ("id-i" with several prompts).
+// default_max_tokens: where the request gives none (0: OpenAI's 16 for completions, the
+// context for chat); either way lowered to the room the prompt leaves.
+GenerationPlan plan_request(const CompletionRequest& request, const LoadedTokenizer& tokenizer,
+                            const ModelConfig& config, const std::string& id,
+                            int32_t default_max_tokens = 0);
+
+// Resolves the request's model (header: the sticky header lookup of a traffic split; 404 when
+// none), plans it, and applies the server's rules (ServingState::prepare). Fills record's
+// model, version, prompt tokens (and prompt, when the access log takes prompts). time_limit:
+// the caller's limit (a gRPC deadline) when the request has no timeout of its own. Throws
+// HttpError for what it rejects; nothing has run then.
+GenerationPlan plan_generation(ServingState& state, const CompletionRequest& request,
+                               const ModelRegistry::HeaderFn& header, RequestRecord& record,
+                               const std::string& id,
+                               std::optional<std::chrono::milliseconds> time_limit = std::nullopt);
+
+// What the plan's finished job comes to (JobSummary), with the plan's return rule and deadline.
+JobSummary summarize(const GenerationPlan& plan, const GenerationJob& job,
+                     const RequestRecord& record);
+
+// A Predict request (REST or gRPC) checked and ready to run: one engine request per instance,
+// each planned as a completions request of one prompt.
+struct PredictPlan {
+  std::shared_ptr<ServedModel> model;  // held until the request ends
+  std::vector<GenerationRequest> requests;
+  bool rows = false;           // the row format: answered as "predictions"
+  std::vector<bool> logprobs;  // per prompt: asked for logprobs
+  std::shared_ptr<Admission> admission;
+  std::chrono::milliseconds time_limit{0};  // from arrival to the deadline
+};
+PredictPlan plan_predict(ServingState& state, std::shared_ptr<ServedModel> model,
+                         const PredictInput& input, RequestRecord& record,
+                         std::optional<std::chrono::milliseconds> time_limit = std::nullopt);
+JobSummary summarize(const PredictPlan& plan, const GenerationJob& job,
+                     const RequestRecord& record);
+
+}  // namespace tf

@@ -1,0 +1,200 @@
+// The KV cache manager alone, over a small pool: a fork shares every block of the parent's
+// computed tokens, and a shared block is copied only when a sequence is about to write into it
+// (copy-on-write), by whichever sharer writes first; the last one writes in place.
+#include "engine/kv_cache_manager.h"
+
+#include <gtest/gtest.h>
+
+#include <vector>
+
+namespace tf {
+namespace {
+
+constexpr int kBlock = 4;
+
+// A sequence of n tokens (base, base + 1, ...) with none computed.
+Sequence make_sequence(int n, int32_t base = 10) {
+  Sequence s;
+  for (int i = 0; i < n; ++i) s.tokens.push_back(base + i);
+  s.prompt_len = n;
+  return s;
+}
+
+// What the engine does for a sequence: slots for its remaining tokens, then "computes" them.
+std::vector<BlockCopy> compute(KvCacheManager& kv, Sequence& s) {
+  std::vector<BlockCopy> copies;
+  EXPECT_TRUE(kv.allocate_slots(s, s.num_tokens(), copies));
+  s.num_computed = s.num_tokens();
+  kv.cache_full_blocks(s, 0);
+  return copies;
+}
+
+// A child that continues parent's computed tokens with one token of its own.
+Sequence child_of(const Sequence& parent, int32_t token) {
+  Sequence c;
+  c.tokens.assign(parent.tokens.begin(), parent.tokens.begin() + parent.num_computed);
+  c.tokens.push_back(token);
+  c.prompt_len = parent.prompt_len;
+  return c;
+}
+
+TEST(KvCacheManagerAlone, AForkSharesEveryBlockIncludingThePartialLastOne) {
+  KvBlockPool pool(16, kBlock);
+  KvCacheManager kv(pool, /*prefix_caching=*/true);
+  Sequence a = make_sequence(10);  // blocks of 4, 4 and 2 tokens
+  EXPECT_TRUE(compute(kv, a).empty());
+  ASSERT_EQ(a.block_table.size(), 3u);
+  ASSERT_EQ(a.block_hashes.size(), 2u);
+  Sequence b = child_of(a, 500);
+  kv.fork(a, b);
+  EXPECT_EQ(b.block_table, a.block_table);
+  EXPECT_EQ(b.block_hashes, a.block_hashes);
+  EXPECT_EQ(b.num_computed, 10);
+  for (int32_t blk : a.block_table) EXPECT_EQ(pool.refcount(blk), 2);
+  EXPECT_EQ(pool.num_used(), 3) << "a fork allocates nothing";
+  pool.check_invariants();
+  kv.free(b);
+  for (int32_t blk : a.block_table) EXPECT_EQ(pool.refcount(blk), 1);
+  kv.free(a);
+  EXPECT_EQ(pool.num_used(), 0);
+}
+
+TEST(KvCacheManagerAlone, TheFirstWriterIntoASharedBlockCopiesItTheLastWritesInPlace) {
+  KvBlockPool pool(16, kBlock);
+  KvCacheManager kv(pool, false);
+  Sequence a = make_sequence(10);
+  compute(kv, a);
+  const std::vector<int32_t> parent_table = a.block_table;
+  a.tokens.push_back(600);  // a's next token, at position 10 (block 2, shared below)
+  Sequence b = child_of(a, 500), c = child_of(a, 501);
+  kv.fork(a, b);
+  kv.fork(a, c);
+  EXPECT_EQ(pool.refcount(parent_table[2]), 3);
+
+  // b writes position 10 first: block 2 becomes its own copy; blocks 0 and 1 stay shared.
+  std::vector<BlockCopy> copies = compute(kv, b);
+  ASSERT_EQ(copies.size(), 1u);
+  EXPECT_EQ(copies[0].src, parent_table[2]);
+  EXPECT_EQ(copies[0].dst, b.block_table[2]);
+  EXPECT_NE(b.block_table[2], parent_table[2]);
+  EXPECT_EQ(b.block_table[0], parent_table[0]);
+  EXPECT_EQ(pool.refcount(parent_table[2]), 2);
+  EXPECT_EQ(pool.refcount(b.block_table[2]), 1);
+  EXPECT_EQ(pool.refcount(parent_table[0]), 3);
+  // c copies too; a, the last sharer, writes into the block in place.
+  copies = compute(kv, c);
+  ASSERT_EQ(copies.size(), 1u);
+  EXPECT_EQ(copies[0].src, parent_table[2]);
+  EXPECT_TRUE(compute(kv, a).empty());
+  EXPECT_EQ(a.block_table, parent_table);
+  EXPECT_EQ(pool.refcount(parent_table[2]), 1);
+  EXPECT_EQ(pool.num_used(), 5);  // 3 + one copy each for b and c
+  pool.check_invariants();
+  for (Sequence* s : {&a, &b, &c}) kv.free(*s);
+  EXPECT_EQ(pool.num_used(), 0);
+}
+
+TEST(KvCacheManagerAlone, AForkAtABlockBoundaryNeverCopies) {
+  KvBlockPool pool(16, kBlock);
+  KvCacheManager kv(pool, false);
+  Sequence a = make_sequence(8);  // two full blocks
+  compute(kv, a);
+  a.tokens.push_back(600);
+  Sequence b = child_of(a, 500);
+  kv.fork(a, b);
+  EXPECT_TRUE(compute(kv, b).empty());
+  EXPECT_TRUE(compute(kv, a).empty());
+  EXPECT_NE(a.block_table[2], b.block_table[2]);  // each its own fresh third block
+  EXPECT_EQ(pool.num_used(), 4);
+  kv.free(a);
+  kv.free(b);
+  EXPECT_EQ(pool.num_used(), 0);
+}
+
+TEST(KvCacheManagerAlone, RecomputingAnEarlierTokenCopiesEveryWrittenSharedBlock) {
+  // A beam that waits for a preempted sibling computes its last token again: its write can fall
+  // into a full block it shares. Going back 5 tokens from 10 writes blocks 1 and 2 (both shared).
+  KvBlockPool pool(16, kBlock);
+  KvCacheManager kv(pool, false);
+  Sequence a = make_sequence(10);
+  compute(kv, a);
+  Sequence b = child_of(a, 500);
+  kv.fork(a, b);
+  const std::vector<int32_t> shared = a.block_table;
+  a.num_computed = 5;
+  std::vector<BlockCopy> copies;
+  ASSERT_TRUE(kv.allocate_slots(a, a.num_tokens(), copies));
+  ASSERT_EQ(copies.size(), 2u);
+  EXPECT_EQ(copies[0].src, shared[1]);
+  EXPECT_EQ(copies[1].src, shared[2]);
+  EXPECT_EQ(a.block_table[0], shared[0]) << "block 0 is only read";
+  EXPECT_EQ(b.block_table, shared);
+  for (int i : {1, 2}) EXPECT_EQ(pool.refcount(shared[i]), 1);
+  EXPECT_EQ(pool.refcount(shared[0]), 2);
+  kv.free(a);
+  kv.free(b);
+  pool.check_invariants();
+  EXPECT_EQ(pool.num_used(), 0);
+}
+
+TEST(KvCacheManagerAlone, ACopyWithoutRoomFailsAndChangesNothing) {
+  KvBlockPool pool(3, kBlock);
+  KvCacheManager kv(pool, false);
+  Sequence a = make_sequence(10);  // all three blocks
+  compute(kv, a);
+  a.tokens.push_back(600);
+  Sequence b = child_of(a, 500);
+  kv.fork(a, b);
+  const std::vector<int32_t> table = a.block_table;
+  std::vector<BlockCopy> copies;
+  EXPECT_FALSE(kv.allocate_slots(a, a.num_tokens(), copies));
+  EXPECT_TRUE(copies.empty());
+  EXPECT_EQ(a.block_table, table);
+  EXPECT_EQ(pool.refcount(table[2]), 2);
+  EXPECT_EQ(pool.num_used(), 3);
+  // Once the other sharer is gone, the block is a's alone: written in place, no block needed.
+  kv.free(b);
+  EXPECT_TRUE(kv.allocate_slots(a, a.num_tokens(), copies));
+  EXPECT_TRUE(copies.empty());
+  EXPECT_EQ(a.block_table, table);
+  kv.free(a);
+  pool.check_invariants();
+}
+
+// A block of the prefix cache keeps the tokens its hash names. A sequence that went back to
+// recompute its own hashed tokens rewrites them in place (as a beam waiting for another does);
+// one that holds a cached block alone but may write other tokens into it (a fork taken while its
+// parent was going back) copies it, and the cached block stays findable.
+TEST(KvCacheManagerAlone, ACachedBlockIsRewrittenInPlaceOnlyWithTheTokensItsHashNames) {
+  KvBlockPool pool(16, kBlock);
+  KvCacheManager kv(pool, /*prefix_caching=*/true);
+  Sequence a = make_sequence(8);
+  compute(kv, a);
+  ASSERT_TRUE(pool.cached(a.block_table[1]));
+  a.num_computed = 7;  // going back one token, into its own full, cached block
+  std::vector<BlockCopy> copies;
+  ASSERT_TRUE(kv.allocate_slots(a, a.num_tokens(), copies));
+  EXPECT_TRUE(copies.empty());
+
+  a.num_computed = 5;
+  Sequence b = child_of(a, 500);  // position 5 differs from a's, in cached block 1
+  kv.fork(a, b);
+  EXPECT_EQ(b.block_hashes.size(), 1u);
+  const int32_t cached_block = a.block_table[1];
+  kv.free(a);
+  ASSERT_EQ(pool.refcount(cached_block), 1);
+  copies = compute(kv, b);
+  ASSERT_EQ(copies.size(), 1u);
+  EXPECT_EQ(copies[0].src, cached_block);
+  EXPECT_NE(b.block_table[1], cached_block);
+  Sequence c = make_sequence(9);  // a's 8 tokens and one more: both blocks found
+  EXPECT_EQ(kv.match_prefix(c, 0), 8);
+  EXPECT_EQ(c.block_table[1], cached_block);
+  kv.free(b);
+  kv.free(c);
+  pool.check_invariants();
+  EXPECT_EQ(pool.num_used(), 0);
+}
+
+}  // namespace
+}  // namespace tf
