@@ -3,10 +3,13 @@
 #include <fmt/format.h>
 #include <cstdio>
 
+#include <filesystem>
 #include <map>
 
 #include "cli/commands.h"
 #include "core/cpu_features.h"
+#include "core/mapped_file.h"
+#include "model/gguf.h"
 #include "model/model.h"
 
 namespace tf::cli {
@@ -22,7 +25,60 @@ std::string human_bytes(double b) {
   return fmt::format("{:.1f} {}", b, units[u]);
 }
 
-int run_inspect(const std::string& path) {
+// A GGUF file as its header says: metadata (long arrays shortened), tensor types and sizes, and
+// with `tensors` every tensor. Read without loading the model, so any GGUF can be looked at.
+int run_inspect_gguf(const std::string& path, bool tensors) {
+  const MappedFile file = MappedFile::open(path);
+  const GgufFile f = parse_gguf(file.data(), file.size(), path);
+  const auto row = [](const std::string& k, const std::string& v) {
+    std::printf("%-40s %s\n", k.c_str(), v.c_str());
+  };
+  row("path", path);
+  row("format", fmt::format("GGUF v{} (alignment {}, data at byte {})", f.version, f.alignment,
+                            f.data_offset));
+  row("file bytes", fmt::format("{} ({})", file.size(), human_bytes(file.size())));
+  std::printf("\nmetadata (%zu keys)\n", f.metadata.size());
+  for (const auto& [key, value] : f.metadata) {
+    std::string type = gguf_type_name(value.type);
+    if (value.type == GgufType::kArray)
+      type = fmt::format("{}[{}]", gguf_type_name(value.item_type), value.count);
+    std::string text = value.to_string(8);
+    if (text.size() > 200) text = text.substr(0, 200) + "...";
+    row("  " + key, fmt::format("{:<14} {}", type, text));
+  }
+  std::map<std::string, std::pair<int64_t, uint64_t>> by_type;  // tensors, bytes
+  uint64_t total = 0;
+  int64_t params = 0;
+  for (const auto& t : f.tensors) {
+    auto& e = by_type[ggml_type_info(static_cast<uint32_t>(t.type))->name];
+    e.first += 1;
+    e.second += t.bytes;
+    total += t.bytes;
+    params += t.numel();
+  }
+  std::printf("\ntensors (%zu, %lld parameters, %s)\n", f.tensors.size(),
+              static_cast<long long>(params), human_bytes(static_cast<double>(total)).c_str());
+  for (const auto& [name, e] : by_type)
+    row("  " + name,
+        fmt::format("{} tensors, {}", e.first, human_bytes(static_cast<double>(e.second))));
+  if (tensors) {
+    std::printf("\n");
+    for (const auto& t : f.tensors) {
+      std::string dims;
+      for (int64_t d : t.ne) dims += (dims.empty() ? "" : ", ") + std::to_string(d);
+      row("  " + t.name, fmt::format("{:<7} [{}] {} bytes at {}",
+                                     ggml_type_info(static_cast<uint32_t>(t.type))->name, dims,
+                                     t.bytes, t.offset));
+    }
+  }
+  return 0;
+}
+
+int run_inspect(const std::string& path, bool tensors) {
+  if (std::filesystem::is_regular_file(path)) {
+    const MappedFile head = MappedFile::open(path);
+    if (is_gguf(head.data(), head.size())) return run_inspect_gguf(path, tensors);
+  }
   std::unique_ptr<Model> model = load_model(path);
   const ModelConfig& c = model->config();
   std::map<std::string, std::pair<int64_t, int64_t>> by_dtype;  // tensors, elements
@@ -77,8 +133,11 @@ int run_inspect(const std::string& path) {
 
 Action add_inspect(CLI::App& app) {
   auto path = std::make_shared<std::string>();
-  app.add_option("path", *path, "llama2.c .bin file or Hugging Face model directory")->required();
-  return [path] { return run_inspect(*path); };
+  auto tensors = std::make_shared<bool>(false);
+  app.add_option("path", *path, "llama2.c .bin file, GGUF file or Hugging Face model directory")
+      ->required();
+  app.add_flag("--tensors", *tensors, "GGUF: list every tensor (name, type, shape, bytes)");
+  return [path, tensors] { return run_inspect(*path, *tensors); };
 }
 
 }  // namespace tf::cli

@@ -100,7 +100,9 @@ std::unique_ptr<Model> load_model(const std::string& path, kernels::WeightType w
          "'{}': a bare .safetensors file has no config; pass its directory (with config.json)",
          path);
   } else if (fs::path(path).extension() == ".gguf") {
-    fail(ErrorKind::kUnsupported, "'{}': GGUF files are not supported yet", path);
+    fail(ErrorKind::kUnsupported,
+         "'{}': running GGUF models is not supported yet ('tokenflow inspect' reads the file)",
+         path);
   } else {
     config = load_llama2c(path, weights);
   }

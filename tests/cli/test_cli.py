@@ -414,7 +414,27 @@ class BadInputTest(unittest.TestCase):
                           "outside the vocabulary")
 
     def test_gguf_is_named(self):
-        self.expect_error(["inspect", os.path.join(STORIES, "stories260K.gguf")], "GGUF")
+        self.expect_error(["generate", "-m", os.path.join(STORIES, "stories260K.gguf"), "-p", "x"],
+                          "GGUF")
+
+    def test_inspect_reads_gguf_metadata_and_tensors(self):
+        rc, out, err = run("inspect", "--tensors", os.path.join(STORIES, "stories260K.gguf"))
+        self.assertEqual(rc, 0, err)
+        self.assertIn("GGUF v3", out)
+        self.assertRegex(out, r"general\.architecture\s+string\s+\"llama\"")
+        self.assertRegex(out, r"llama\.block_count\s+uint32\s+5")
+        self.assertRegex(out, r"tokenizer\.ggml\.tokens\s+string\[512\]")
+        self.assertRegex(out, r"token_embd\.weight\s+F32\s+\[64, 512\] 131072 bytes")
+        kq = os.path.join(os.path.dirname(STORIES), "kquant256", "kquant-Q4_K_M.gguf")
+        rc, out, err = run("inspect", kq)
+        self.assertEqual(rc, 0, err)
+        self.assertRegex(out, r"Q4_K\s+\d+ tensors")
+        self.assertRegex(out, r"Q6_K\s+\d+ tensors")
+        # A cut file is one clear error.
+        cut = os.path.join(self.tmp, "cut.gguf")
+        with open(kq, "rb") as f, open(cut, "wb") as g:
+            g.write(f.read(100000))
+        self.expect_error(["inspect", cut], "past the end")
 
 
 if __name__ == "__main__":

@@ -1,0 +1,28 @@
+// Fuzz target: the GGUF reader on arbitrary bytes. Any outcome but a clean parse or a tf::Error is
+// a bug (a crash, a sanitizer report, another exception type, a big allocation); what it accepts
+// must lie inside the input.
+#include <cstddef>
+#include <cstdint>
+
+#include "core/error.h"
+#include "model/gguf.h"
+
+extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
+  try {
+    const tf::GgufFile f = tf::parse_gguf(data, size, "fuzz.gguf");
+    for (const auto& t : f.tensors) {
+      if (f.data_offset + t.offset + t.bytes > size) __builtin_trap();
+      if (t.offset % f.alignment != 0) __builtin_trap();
+    }
+    for (const auto& [key, value] : f.metadata) {
+      if (f.find(key) != &value) __builtin_trap();
+      (void)value.to_string(4);
+      try {
+        (void)f.get_numbers(key);
+      } catch (const tf::Error&) {
+      }
+    }
+  } catch (const tf::Error&) {
+  }
+  return 0;
+}

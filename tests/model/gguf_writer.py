@@ -1,0 +1,105 @@
+"""A GGUF writer for tests, written from the format's description (llama.cpp's docs/gguf.md):
+header ("GGUF", version, tensor count, metadata count), typed metadata, tensor infos (name, dims
+innermost first, ggml type, offset), then the data section at the alignment, each tensor at a
+multiple of it. Independent of tokenflow's C++ reader, so that a test can build files, hostile
+ones included, and check what the reader makes of them.
+
+    write_gguf(path, metadata={"general.architecture": "llama", "llama.block_count": U32(2)},
+               tensors=[("w", [4, 2], 0, float32_bytes)])
+"""
+import struct
+
+UINT8, INT8, UINT16, INT16, UINT32, INT32, FLOAT32, BOOL, STRING, ARRAY, UINT64, INT64, \
+    FLOAT64 = range(13)
+_SCALAR = {UINT8: "<B", INT8: "<b", UINT16: "<H", INT16: "<h", UINT32: "<I", INT32: "<i",
+           FLOAT32: "<f", BOOL: "<?", UINT64: "<Q", INT64: "<q", FLOAT64: "<d"}
+
+
+class Typed:
+    """A metadata value with an explicit GGUF type (ARRAY: value is (item_type, [items]))."""
+
+    def __init__(self, type_, value):
+        self.type, self.value = type_, value
+
+
+def U32(v):
+    return Typed(UINT32, v)
+
+
+def F32(v):
+    return Typed(FLOAT32, v)
+
+
+def _string(s):
+    b = s.encode() if isinstance(s, str) else s
+    return struct.pack("<Q", len(b)) + b
+
+
+def _value(type_, v):
+    if type_ == STRING:
+        return _string(v)
+    if type_ == ARRAY:
+        item_type, items = v
+        out = struct.pack("<IQ", item_type, len(items))
+        for x in items:
+            out += _value(item_type, x)
+        return out
+    return struct.pack(_SCALAR[type_], v)
+
+
+def _typed(v):
+    if isinstance(v, Typed):
+        return v.type, v.value
+    if isinstance(v, bool):
+        return BOOL, v
+    if isinstance(v, int):
+        return (INT32 if -2**31 <= v < 2**31 else INT64), v
+    if isinstance(v, float):
+        return FLOAT32, v
+    if isinstance(v, (str, bytes)):
+        return STRING, v
+    raise TypeError("give list values a type: Typed(ARRAY, (item_type, items))")
+
+
+def gguf_bytes(metadata, tensors, version=3, alignment=32):
+    """metadata: {key: value}; tensors: [(name, dims innermost first, ggml type, data bytes)]."""
+    out = b"GGUF" + struct.pack("<IQQ", version, len(tensors), len(metadata))
+    for key, v in metadata.items():
+        t, value = _typed(v)
+        out += _string(key) + struct.pack("<I", t) + _value(t, value)
+    offset = 0
+    offsets = []
+    for name, dims, ggml_type, data in tensors:
+        offsets.append(offset)
+        out += _string(name) + struct.pack("<I", len(dims))
+        out += b"".join(struct.pack("<Q", d) for d in dims)
+        out += struct.pack("<IQ", ggml_type, offset)
+        offset += (len(data) + alignment - 1) // alignment * alignment
+    out += b"\0" * (-len(out) % alignment)
+    for (_, _, _, data), at in zip(tensors, offsets):
+        out += data + b"\0" * (-len(data) % alignment)
+    return out
+
+
+def write_gguf(path, metadata, tensors, **kw):
+    with open(path, "wb") as f:
+        f.write(gguf_bytes(metadata, tensors, **kw))
+
+
+if __name__ == "__main__":
+    # The fuzz seed: a little of everything the reader parses.
+    import sys
+    meta = {
+        "general.architecture": "llama",
+        "general.alignment": U32(32),
+        "llama.block_count": U32(1),
+        "llama.rope.freq_base": F32(10000.0),
+        "general.flag": True,
+        "general.big": Typed(UINT64, 2**40),
+        "tokenizer.ggml.tokens": Typed(ARRAY, (STRING, ["<unk>", "a", "b"])),
+        "tokenizer.ggml.scores": Typed(ARRAY, (FLOAT32, [0.0, -1.0, -2.0])),
+        "nested": Typed(ARRAY, (ARRAY, [(INT32, [1, 2]), (INT32, [3])])),
+    }
+    f32 = struct.pack("<8f", *range(8))
+    q8 = struct.pack("<e", 0.5) + bytes(range(32))  # one Q8_0 block
+    write_gguf(sys.argv[1], meta, [("a.weight", [4, 2], 0, f32), ("b.weight", [32], 8, q8)])
