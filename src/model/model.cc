@@ -6,6 +6,7 @@
 
 #include "core/error.h"
 #include "core/mapped_file.h"
+#include "model/gguf_model.h"
 #include "model/gpt2.h"
 #include "model/llama.h"
 #include "model/llama2c.h"
@@ -81,12 +82,14 @@ std::unique_ptr<Model> load_model(const std::string& path, kernels::WeightType w
     std::vector<fs::path> checkpoints;
     for (const auto& e : fs::directory_iterator(path, ec)) {
       const std::string name = e.path().filename().string();
-      if (e.path().extension() == ".bin" && name.rfind("tok", 0) != 0) checkpoints.push_back(e);
+      if ((e.path().extension() == ".bin" && name.rfind("tok", 0) != 0) ||
+          e.path().extension() == ".gguf")
+        checkpoints.push_back(e);
     }
     if (checkpoints.size() != 1) {
       fail(ErrorKind::kNotFound,
-           "'{}' is a directory without config.json (expected a Hugging Face model directory, or "
-           "one llama2c .bin checkpoint)",
+           "'{}' is a directory without config.json (expected a Hugging Face model directory, "
+           "one llama2c .bin checkpoint or one .gguf file)",
            path);
     }
     return load_model(checkpoints[0].string(), weight_type);
@@ -100,9 +103,7 @@ std::unique_ptr<Model> load_model(const std::string& path, kernels::WeightType w
          "'{}': a bare .safetensors file has no config; pass its directory (with config.json)",
          path);
   } else if (fs::path(path).extension() == ".gguf") {
-    fail(ErrorKind::kUnsupported,
-         "'{}': running GGUF models is not supported yet ('tokenflow inspect' reads the file)",
-         path);
+    config = load_gguf(path, weights);
   } else {
     config = load_llama2c(path, weights);
   }

@@ -13,8 +13,18 @@ int WeightStore::add_file(MappedFile file) {
   return static_cast<int>(files_.size()) - 1;
 }
 
+void WeightStore::add_f32(const std::string& name, const Shape& shape, std::vector<float> values,
+                          int file_index) {
+  if (static_cast<int64_t>(values.size()) != shape.numel())
+    fail("tensor '{}': {} values for shape {}", name, values.size(), shape.to_string());
+  converted_bytes_ += values.size() * sizeof(float);
+  owned_.push_back(std::move(values));
+  add(name, TensorView{DType::kF32, shape, owned_.back().data()}, file_index);
+  tensors_.find(name)->second.owned = true;
+}
+
 void WeightStore::add(const std::string& name, const TensorView& view, int file_index) {
-  auto [it, inserted] = tensors_.emplace(name, Entry{view, file_index, nullptr});
+  auto [it, inserted] = tensors_.emplace(name, Entry{view, file_index, nullptr, false});
   if (!inserted) {
     fail("tensor '{}' appears twice (in '{}' and '{}')", name,
          files_.at(it->second.file_index).path(), files_.at(file_index).path());
@@ -36,12 +46,13 @@ const void* WeightStore::own_copy(const Entry& e, size_t align) {
   // The model keeps no pointer into a mapped file: a weight file truncated or rewritten while
   // it is served would SIGBUS the process on the next touch (a private mapping does not help:
   // truncation unmaps even its copied pages). Copied once at load; the file's pages go at once.
+  if (e.owned && reinterpret_cast<uintptr_t>(e.view.data) % align == 0) return e.view.data;
   const size_t n = e.view.nbytes();
   owned_bytes_.emplace_back(n + align);
   uint8_t* base = owned_bytes_.back().data();
   uint8_t* out = base + (align - reinterpret_cast<uintptr_t>(base) % align) % align;
   std::memcpy(out, e.view.data, n);
-  files_.at(e.file_index).release_pages(e.view.data, n);
+  if (!e.owned) files_.at(e.file_index).release_pages(e.view.data, n);
   return out;
 }
 
@@ -91,7 +102,7 @@ const float* WeightStore::f32_transposed(const std::string& name, const Shape& s
   for (int64_t r = 0; r < rows; ++r) {
     for (int64_t c = 0; c < cols; ++c) out[c * rows + r] = src[r * cols + c];
   }
-  if (mapped_f32) files_.at(e.file_index).release_pages(e.view.data, e.view.nbytes());
+  if (mapped_f32 && !e.owned) files_.at(e.file_index).release_pages(e.view.data, e.view.nbytes());
   return out;
 }
 

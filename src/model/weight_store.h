@@ -20,6 +20,10 @@ class WeightStore {
   const MappedFile& file(int index) const { return files_.at(index); }
   // Registers a tensor; throws on a duplicate name.
   void add(const std::string& name, const TensorView& view, int file_index);
+  // Registers a tensor whose f32 values the store keeps (converted at load from a format no
+  // kernel reads, e.g. a GGUF block format); file_index names the file it came from.
+  void add_f32(const std::string& name, const Shape& shape, std::vector<float> values,
+               int file_index);
 
   bool has(const std::string& name) const { return tensors_.count(name) != 0; }
   // Throws kNotFound naming the tensor and the files searched.
@@ -65,6 +69,7 @@ class WeightStore {
     TensorView view;  // as stored
     int file_index;
     const float* converted;  // the f32 copy, once made
+    bool owned;              // view points at the store's memory, not into the file
   };
   const Entry& entry(const std::string& name) const;
   // A copy of a tensor's stored bytes, aligned, owned by the store.

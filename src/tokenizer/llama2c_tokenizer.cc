@@ -60,6 +60,23 @@ std::unique_ptr<Llama2cTokenizer> Llama2cTokenizer::parse(const uint8_t* data, s
     fail("'{}': {} bytes left after {} tokens; does the tokenizer belong to this model?", path,
          size - off, vocab_size);
   }
+  return from_pieces(std::move(tok->pieces_), std::move(tok->scores_), path);
+}
+
+std::unique_ptr<Llama2cTokenizer> Llama2cTokenizer::from_pieces(std::vector<std::string> pieces,
+                                                                std::vector<float> scores,
+                                                                const std::string& source) {
+  if (pieces.size() < 3 || pieces.size() > (1u << 24) || scores.size() != pieces.size())
+    fail("'{}': a vocabulary of {} pieces and {} scores (3..{} pieces, a score each)", source,
+         pieces.size(), scores.size(), 1 << 24);
+  for (size_t id = 0; id < pieces.size(); ++id) {
+    if (pieces[id].size() > kMaxPieceBytes)
+      fail("'{}': token {} is {} bytes long", source, id, pieces[id].size());
+    if (!std::isfinite(scores[id])) fail("'{}': token {} has a non-finite score", source, id);
+  }
+  auto tok = std::make_unique<Llama2cTokenizer>();
+  tok->pieces_ = std::move(pieces);
+  tok->scores_ = std::move(scores);
   tok->byte_value_.resize(tok->pieces_.size());
   for (size_t id = 0; id < tok->pieces_.size(); ++id) {
     tok->byte_value_[id] = parse_byte_piece(tok->pieces_[id]);

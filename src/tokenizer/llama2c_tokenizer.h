@@ -22,6 +22,11 @@ class Llama2cTokenizer final : public Tokenizer {
   static std::unique_ptr<Llama2cTokenizer> parse(const uint8_t* data, size_t size,
                                                  int64_t vocab_size, const std::string& path);
   static std::unique_ptr<Llama2cTokenizer> load(const std::string& path, int64_t vocab_size);
+  // From pieces (spaces as plain spaces, bytes as <0xNN>) and their scores: ids 0, 1, 2 are
+  // <unk>, BOS and EOS. source names the origin in errors.
+  static std::unique_ptr<Llama2cTokenizer> from_pieces(std::vector<std::string> pieces,
+                                                       std::vector<float> scores,
+                                                       const std::string& source);
 
   int64_t vocab_size() const override { return static_cast<int64_t>(pieces_.size()); }
   // add_special_tokens adds BOS, as run.c does.

@@ -11,6 +11,7 @@
 #include "core/json.h"
 #include "core/log.h"
 #include "core/mapped_file.h"
+#include "tokenizer/gguf_vocab.h"
 #include "tokenizer/hf_tokenizer.h"
 #include "tokenizer/llama2c_tokenizer.h"
 #include "tokenizer/sentencepiece_tokenizer.h"
@@ -105,7 +106,12 @@ fs::path find_in_dir(const fs::path& dir) {
   }
   if (candidates.size() > 1)
     fail("several tokenizer files in '{}'; choose one with --tokenizer", dir.string());
-  return candidates.empty() ? fs::path() : candidates[0];
+  if (!candidates.empty()) return candidates[0];
+  // A directory holding one GGUF file: its metadata carries the tokenizer.
+  for (const auto& entry : fs::directory_iterator(dir, ec)) {
+    if (entry.path().extension() == ".gguf") candidates.push_back(entry.path());
+  }
+  return candidates.size() == 1 ? candidates[0] : fs::path();
 }
 
 }  // namespace
@@ -126,6 +132,7 @@ LoadedTokenizer load_tokenizer(const std::string& path, int64_t model_vocab_size
   }
   LoadedTokenizer out;
   if (file.empty()) return out;
+  if (file.extension() == ".gguf") return load_gguf_tokenizer(file.string());
   out.tokenizer = load_file(file, model_vocab_size);
   out.source = file.string();
 

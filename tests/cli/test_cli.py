@@ -413,9 +413,39 @@ class BadInputTest(unittest.TestCase):
         self.expect_error(["generate", "-m", STORIES_BIN, "--prompt-ids", "1,99999"],
                           "outside the vocabulary")
 
-    def test_gguf_is_named(self):
-        self.expect_error(["generate", "-m", os.path.join(STORIES, "stories260K.gguf"), "-p", "x"],
-                          "GGUF")
+    def test_gguf_runs_as_the_checkpoint_does(self):
+        # llama.cpp's conversion of stories260K: the same greedy story as the .bin, with the
+        # tokenizer from the file's metadata; a directory holding one .gguf is that model.
+        args = ["-p", "Once upon a time", "-t", "0", "-n", "40"]
+        rc, want, err = run("generate", "-m", STORIES_BIN, *args)
+        self.assertEqual(rc, 0, err)
+        self.assertIn("little girl named Lily", want)
+        d = os.path.join(self.tmp, "gguf_dir")
+        os.makedirs(d)
+        os.symlink(os.path.join(STORIES, "stories260K.gguf"), os.path.join(d, "model.gguf"))
+        for model in (os.path.join(STORIES, "stories260K.gguf"), d):
+            rc, out, err = run("generate", "-m", model, *args)
+            self.assertEqual(rc, 0, err)
+            self.assertEqual(out, want)
+        rc, out, err = run("generate", "-m", os.path.join(STORIES, "stories260K-Q8_0.gguf"), *args)
+        self.assertEqual(rc, 0, err)
+        self.assertTrue(out.startswith("Once upon a time, there was"), out)
+
+    def test_gguf_it_cannot_run_is_named(self):
+        import gguf_io
+        path = os.path.join(self.tmp, "mamba.gguf")
+        gguf_io.write_gguf(path, {"general.architecture": "mamba"},
+                           [("token_embd.weight", [4, 8], 0, bytes(128))])
+        self.expect_error(["generate", "-m", path, "--prompt-ids", "1"], "mamba",
+                          "general.architecture")
+        path = os.path.join(self.tmp, "iq2.gguf")
+        meta = {"general.architecture": "llama", "llama.embedding_length": gguf_io.U32(256),
+                "llama.block_count": gguf_io.U32(1), "llama.feed_forward_length": gguf_io.U32(256),
+                "llama.attention.head_count": gguf_io.U32(4),
+                "llama.context_length": gguf_io.U32(64)}
+        gguf_io.write_gguf(path, meta, [("token_embd.weight", [256, 8], 16, bytes(8 * 66))])
+        self.expect_error(["generate", "-m", path, "--prompt-ids", "1"], "IQ2_XXS",
+                          "token_embd.weight")
 
     def test_inspect_reads_gguf_metadata_and_tensors(self):
         rc, out, err = run("inspect", "--tensors", os.path.join(STORIES, "stories260K.gguf"))

@@ -4,6 +4,8 @@
 // wrong, none allocating for a count the file cannot hold.
 #include "model/gguf.h"
 
+#include <cmath>
+
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -14,6 +16,7 @@
 
 #include "core/error.h"
 #include "core/mapped_file.h"
+#include "model/ggml_quants.h"
 
 namespace tf {
 namespace {
@@ -279,6 +282,46 @@ TEST(GgmlTypes, BlockLayoutsAreLlamaCpps) {
   EXPECT_EQ(ggml_type_info(30)->type_size, 2);                      // BF16
   for (uint32_t removed : {4u, 5u, 31u, 32u, 33u, 36u, 37u, 38u, 40u, 1000u})
     EXPECT_FALSE(ggml_type_info(removed).has_value()) << removed;
+}
+
+// Every tensor of llama.cpp's K-quant mixes dequantizes to within its format's error of the F32
+// file's tensor (relative RMS error; a wrong bit layout is off by far more: ~100 %).
+TEST(GgmlQuants, KQuantMixesDequantizeCloseToTheF32Weights) {
+  const MappedFile src = MappedFile::open(kKquant + "kquant-F32.gguf");
+  const GgufFile f32 = parse_file(src);
+  // Bounds a little above what each format's bits give on Gaussian weights.
+  const std::map<GgmlType, double> bound = {{GgmlType::kQ4_K, 0.12},
+                                            {GgmlType::kQ5_K, 0.06},
+                                            {GgmlType::kQ6_K, 0.03},
+                                            {GgmlType::kQ8_0, 0.01},
+                                            {GgmlType::kF32, 0.0}};
+  std::map<GgmlType, int> seen;
+  for (const char* name : {"kquant-Q4_K_M.gguf", "kquant-Q5_K_M.gguf", "kquant-Q6_K.gguf"}) {
+    const MappedFile m = MappedFile::open(kKquant + name);
+    const GgufFile f = parse_file(m);
+    for (const auto& t : f.tensors) {
+      const GgufTensorInfo* ref = f32.tensor(t.name);
+      ASSERT_NE(ref, nullptr);
+      std::vector<float> got(static_cast<size_t>(t.numel()));
+      dequantize_ggml(t.type, m.data() + f.data_offset + t.offset, t.numel(), got.data());
+      const auto* want = reinterpret_cast<const float*>(src.data() + f32.data_offset + ref->offset);
+      double err = 0, norm = 0;
+      for (size_t i = 0; i < got.size(); ++i) {
+        err += (got[i] - want[i]) * double(got[i] - want[i]);
+        norm += double(want[i]) * want[i];
+      }
+      const double rel = std::sqrt(err / norm);
+      ASSERT_TRUE(bound.count(t.type)) << t.name << " has an unexpected type";
+      EXPECT_LE(rel, bound.at(t.type)) << name << " " << t.name;
+      if (t.type != GgmlType::kF32) {
+        EXPECT_GT(rel, 0.0) << name << " " << t.name;
+      }
+      ++seen[t.type];
+    }
+  }
+  EXPECT_GT(seen[GgmlType::kQ4_K], 0);
+  EXPECT_GT(seen[GgmlType::kQ5_K], 0);
+  EXPECT_GT(seen[GgmlType::kQ6_K], 0);
 }
 
 }  // namespace

@@ -81,6 +81,60 @@ def gguf_bytes(metadata, tensors, version=3, alignment=32):
     return out
 
 
+def read_gguf(path):
+    """(metadata {key: value}, tensors {name: (dims innermost first, ggml type, bytes)}) of a
+    GGUF file; arrays as lists."""
+    with open(path, "rb") as f:
+        b = f.read()
+    assert b[:4] == b"GGUF", path
+    version, n_tensors, n_kv = struct.unpack_from("<IQQ", b, 4)
+    pos = 24
+
+    def string():
+        nonlocal pos
+        n, = struct.unpack_from("<Q", b, pos)
+        s = b[pos + 8:pos + 8 + n]
+        pos += 8 + n
+        return s.decode("utf-8", "replace")
+
+    def value(t):
+        nonlocal pos
+        if t == STRING:
+            return string()
+        if t == ARRAY:
+            item, n = struct.unpack_from("<IQ", b, pos)
+            pos += 12
+            return [value(item) for _ in range(n)]
+        fmt = _SCALAR[t]
+        v, = struct.unpack_from(fmt, b, pos)
+        pos += struct.calcsize(fmt)
+        return v
+
+    meta = {}
+    for _ in range(n_kv):
+        key = string()
+        t, = struct.unpack_from("<I", b, pos)
+        pos += 4
+        meta[key] = value(t)
+    infos = []
+    for _ in range(n_tensors):
+        name = string()
+        nd, = struct.unpack_from("<I", b, pos)
+        dims = list(struct.unpack_from("<%dQ" % nd, b, pos + 4))
+        ggml_type, offset = struct.unpack_from("<IQ", b, pos + 4 + 8 * nd)
+        pos += 4 + 8 * nd + 12
+        infos.append((name, dims, ggml_type, offset))
+    align = meta.get("general.alignment", 32)
+    data = (pos + align - 1) // align * align
+    ends = sorted(data + off for _, _, _, off in infos) + [len(b)]
+    tensors = {}
+    for name, dims, ggml_type, off in infos:
+        start = data + off
+        end = min(e for e in ends if e > start)  # up to the next tensor (or the end)
+        tensors[name] = (dims, ggml_type, b[start:end])
+    return meta, tensors
+
+
 def write_gguf(path, metadata, tensors, **kw):
     with open(path, "wb") as f:
         f.write(gguf_bytes(metadata, tensors, **kw))

@@ -1,0 +1,145 @@
+#include "model/gguf_model.h"
+
+#include <fmt/format.h>
+
+#include <vector>
+
+#include "core/error.h"
+#include "core/mapped_file.h"
+#include "model/ggml_quants.h"
+#include "model/gguf.h"
+#include "model/weight_store.h"
+
+namespace tf {
+namespace {
+
+// GGUF's names of a Llama-family block's tensors, and the Hugging Face names the model reads.
+const std::pair<const char*, const char*> kLlamaBlock[] = {
+    {"attn_norm.weight", "input_layernorm.weight"},
+    {"attn_q.weight", "self_attn.q_proj.weight"},
+    {"attn_k.weight", "self_attn.k_proj.weight"},
+    {"attn_v.weight", "self_attn.v_proj.weight"},
+    {"attn_output.weight", "self_attn.o_proj.weight"},
+    {"attn_q.bias", "self_attn.q_proj.bias"},
+    {"attn_k.bias", "self_attn.k_proj.bias"},
+    {"attn_v.bias", "self_attn.v_proj.bias"},
+    {"ffn_norm.weight", "post_attention_layernorm.weight"},
+    {"ffn_gate.weight", "mlp.gate_proj.weight"},
+    {"ffn_down.weight", "mlp.down_proj.weight"},
+    {"ffn_up.weight", "mlp.up_proj.weight"},
+};
+
+// The Hugging Face name of a GGUF tensor of a Llama-family model; empty for one the model does
+// not use (rope_freqs and the like are recomputed).
+std::string hf_name(const std::string& name) {
+  if (name == "token_embd.weight") return "model.embed_tokens.weight";
+  if (name == "output_norm.weight") return "model.norm.weight";
+  if (name == "output.weight") return "lm_head.weight";
+  if (name.rfind("blk.", 0) != 0) return {};
+  const size_t dot = name.find('.', 4);
+  if (dot == std::string::npos) return {};
+  const std::string layer = name.substr(4, dot - 4), rest = name.substr(dot + 1);
+  for (const auto& [gguf, hf] : kLlamaBlock) {
+    if (rest == gguf) return fmt::format("model.layers.{}.{}", layer, hf);
+  }
+  return {};
+}
+
+int64_t positive(const GgufFile& f, const std::string& key) {
+  const uint64_t v = f.get_uint(key);
+  if (v == 0 || v > (uint64_t{1} << 31)) fail("GGUF metadata '{}' is {}: out of range", key, v);
+  return static_cast<int64_t>(v);
+}
+
+}  // namespace
+
+ModelConfig gguf_model_config(const GgufFile& f, const std::string& path) {
+  ModelConfig c;
+  c.format = "gguf";
+  const std::string arch = f.get_string("general.architecture");
+  // llama.cpp's "llama" covers Llama 1-3 and Mistral; "qwen2" adds QKV biases and rotates
+  // halves (NEOX), where "llama" rotates adjacent pairs (its converter permuted Q and K for it).
+  if (arch == "llama") {
+    c.architecture = "LlamaForCausalLM";
+    c.rope_style = kernels::RopeStyle::kInterleaved;
+  } else if (arch == "qwen2") {
+    c.architecture = "Qwen2ForCausalLM";
+    c.rope_style = kernels::RopeStyle::kHalf;
+    c.qkv_bias = true;
+  } else {
+    fail(ErrorKind::kUnsupported,
+         "'{}': GGUF architecture '{}' (general.architecture) is not supported (llama, qwen2)",
+         path, arch);
+  }
+  c.arch = Arch::kLlama;
+  const std::string p = arch + ".";
+  c.dim = positive(f, p + "embedding_length");
+  c.n_layers = positive(f, p + "block_count");
+  c.ffn_dim = positive(f, p + "feed_forward_length");
+  c.n_heads = positive(f, p + "attention.head_count");
+  c.n_kv_heads = static_cast<int64_t>(f.get_uint(p + "attention.head_count_kv", c.n_heads));
+  c.max_seq_len = positive(f, p + "context_length");
+  c.head_dim = c.n_heads > 0 && c.dim % c.n_heads == 0 ? c.dim / c.n_heads : 0;
+  if (f.find(p + "attention.key_length"))
+    c.head_dim = static_cast<int64_t>(f.get_uint(p + "attention.key_length"));
+  if (f.find(p + "rope.dimension_count") &&
+      static_cast<int64_t>(f.get_uint(p + "rope.dimension_count")) != c.head_dim) {
+    fail(ErrorKind::kUnsupported,
+         "'{}': {}rope.dimension_count is {} but heads are {} wide (partial rotary is not "
+         "supported yet)",
+         path, p, f.get_uint(p + "rope.dimension_count"), c.head_dim);
+  }
+  c.norm_eps = static_cast<float>(f.get_float(p + "attention.layer_norm_rms_epsilon", 1e-5));
+  c.rope_theta = f.get_float(p + "rope.freq_base", 10000.0);
+  const std::string scaling = f.get_string(p + "rope.scaling.type", "none");
+  if (scaling != "none") {
+    fail(ErrorKind::kUnsupported, "'{}': {}rope.scaling.type '{}' is not supported yet", path, p,
+         scaling);
+  }
+  const GgufTensorInfo* emb = f.tensor("token_embd.weight");
+  if (!emb || emb->ne.size() != 2)
+    fail("'{}': tensor 'token_embd.weight' is missing or not a matrix", path);
+  c.vocab_size = emb->ne[1];
+  c.tied_embeddings = f.tensor("output.weight") == nullptr;
+  c.bos_id = static_cast<int32_t>(f.get_uint("tokenizer.ggml.bos_token_id", 1));
+  c.eos_id = static_cast<int32_t>(f.get_uint("tokenizer.ggml.eos_token_id", 2));
+  c.validate("'" + path + "'");
+  return c;
+}
+
+ModelConfig load_gguf(const std::string& path, WeightStore& store) {
+  MappedFile file = MappedFile::open(path);
+  const GgufFile f = parse_gguf(file.data(), file.size(), path);
+  const ModelConfig c = gguf_model_config(f, path);
+  const uint8_t* data = file.data() + f.data_offset;
+  const int index = store.add_file(std::move(file));
+  for (const GgufTensorInfo& t : f.tensors) {
+    const std::string name = hf_name(t.name);
+    if (name.empty()) continue;
+    const auto info = ggml_type_info(static_cast<uint32_t>(t.type));
+    if (!ggml_can_dequantize(t.type))
+      fail(ErrorKind::kUnsupported, "'{}': tensor '{}' is {}, a type tokenflow cannot read", path,
+           t.name, info->name);
+    // ggml's ne is innermost first: [in, out] is the row-major [out, in] the model reads.
+    Shape shape;
+    shape.rank = static_cast<int>(t.ne.size());
+    for (int d = 0; d < shape.rank; ++d) shape.dims[d] = t.ne[shape.rank - 1 - d];
+    const uint8_t* bytes = data + t.offset;
+    if (t.type == GgmlType::kF32) {
+      store.add(name, TensorView{DType::kF32, shape, bytes}, index);
+    } else if (t.type == GgmlType::kF16) {
+      store.add(name, TensorView{DType::kF16, shape, bytes}, index);
+    } else if (t.type == GgmlType::kBF16) {
+      store.add(name, TensorView{DType::kBF16, shape, bytes}, index);
+    } else {
+      // Block formats are widened to f32 at load for now; kernels that read them in place are
+      // the next part of this work.
+      std::vector<float> values(static_cast<size_t>(t.numel()));
+      dequantize_ggml(t.type, bytes, t.numel(), values.data());
+      store.add_f32(name, shape, std::move(values), index);
+    }
+  }
+  return c;
+}
+
+}  // namespace tf

@@ -1,0 +1,281 @@
+"""GGUF against numpy: ggml's block formats dequantized by numpy, written from the formats'
+descriptions (ggml-common.h's block structs; llama.cpp's docs), must equal tokenflow's
+dequantization bit for bit, on random blocks with extreme scales and on every tensor of the
+shared GGUF files; and stories260K.gguf must give the logits of stories260K.bin (the same
+weights), its quantized copies logits close to them.
+
+Environment: TF_DEQUANT_GGML (tests/tools/dequant_ggml), TF_DUMP_LOGITS, TF_SHARED_DIR.
+"""
+import os
+import subprocess
+import sys
+import tempfile
+import unittest
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+
+import numpy as np  # noqa: E402
+
+import gguf_io  # noqa: E402
+
+F32 = np.float32
+IQ4NL = np.array([-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113],
+                 dtype=F32)
+# type: (block values, block bytes)
+LAYOUT = {0: (1, 4), 1: (1, 2), 30: (1, 2), 2: (32, 18), 3: (32, 20), 6: (32, 22), 7: (32, 24),
+          8: (32, 34), 10: (256, 84), 11: (256, 110), 12: (256, 144), 13: (256, 176),
+          14: (256, 210), 20: (32, 18), 23: (256, 136)}
+NAMES = {0: "F32", 1: "F16", 30: "BF16", 2: "Q4_0", 3: "Q4_1", 6: "Q5_0", 7: "Q5_1",
+         8: "Q8_0", 10: "Q2_K", 11: "Q3_K", 12: "Q4_K", 13: "Q5_K", 14: "Q6_K", 20: "IQ4_NL",
+         23: "IQ4_XS"}
+
+
+def f16(blocks, at):
+    """The f16 at byte `at` of every block, as f32."""
+    return blocks[:, at:at + 2].copy().view(np.float16).astype(F32)[:, 0]
+
+
+def nibbles(q):
+    """[n, 16] bytes -> [n, 32]: the low nibbles, then the high ones."""
+    return np.concatenate([q & 0xF, q >> 4], axis=1).astype(np.int32)
+
+
+def bits_of(qh32):
+    """[n, 4] bytes as a little-endian uint32 -> [n, 32] bits, bit j for value j."""
+    w = qh32.copy().view("<u4")[:, 0].astype(np.uint64)
+    return ((w[:, None] >> np.arange(32, dtype=np.uint64)) & 1).astype(np.int32)
+
+
+def scale_min_k4(s):
+    """Q4_K/Q5_K: [n, 12] bytes -> 8 six-bit scales and 8 mins per block."""
+    s = s.astype(np.int32)
+    sc = np.zeros((len(s), 8), np.int32)
+    mn = np.zeros((len(s), 8), np.int32)
+    for j in range(8):
+        if j < 4:
+            sc[:, j] = s[:, j] & 63
+            mn[:, j] = s[:, j + 4] & 63
+        else:
+            sc[:, j] = (s[:, j + 4] & 0xF) | ((s[:, j - 4] >> 6) << 4)
+            mn[:, j] = (s[:, j + 4] >> 4) | ((s[:, j] >> 6) << 4)
+    return sc, mn
+
+
+def dequant(ggml_type, raw):
+    """Every value of the blocks in raw, as f32."""
+    bs, ts = LAYOUT[ggml_type]
+    b = np.frombuffer(raw, dtype=np.uint8).reshape(-1, ts)
+    n = len(b)
+    if ggml_type == 0:
+        return b.copy().view("<f4").reshape(-1)
+    if ggml_type == 1:
+        return b.copy().view("<f2").astype(F32).reshape(-1)
+    if ggml_type == 30:
+        return (b.copy().view("<u2").astype(np.uint32) << 16).view("<f4").reshape(-1)
+    if ggml_type == 8:  # Q8_0: d, q[32]
+        return (f16(b, 0)[:, None] * b[:, 2:].view(np.int8).astype(F32)).reshape(-1)
+    if ggml_type == 2:  # Q4_0: d, nibbles; x = d (q - 8)
+        return (f16(b, 0)[:, None] * (nibbles(b[:, 2:]) - 8).astype(F32)).reshape(-1)
+    if ggml_type == 3:  # Q4_1: d, m, nibbles; x = d q + m
+        return (f16(b, 0)[:, None] * nibbles(b[:, 4:]).astype(F32) + f16(b, 2)[:, None]).reshape(-1)
+    if ggml_type in (6, 7):  # Q5_0 / Q5_1: the fifth bit of value j is bit j of qh
+        with_min = ggml_type == 7
+        p = 4 if with_min else 2
+        q = nibbles(b[:, p + 4:]) | (bits_of(b[:, p:p + 4]) << 4)
+        d = f16(b, 0)[:, None]
+        if with_min:
+            return (d * q.astype(F32) + f16(b, 2)[:, None]).reshape(-1)
+        return (d * (q - 16).astype(F32)).reshape(-1)
+    if ggml_type == 20:  # IQ4_NL: d T[q]
+        return (f16(b, 0)[:, None] * IQ4NL[nibbles(b[:, 2:])]).reshape(-1)
+    if ggml_type == 23:  # IQ4_XS: d, scales_h (2 bits each), scales_l (4 bits each), nibbles
+        d = f16(b, 0)
+        sh = b[:, 2:4].copy().view("<u2")[:, 0].astype(np.int32)
+        out = np.zeros((n, 256), F32)
+        for ib in range(8):
+            ls = ((b[:, 4 + ib // 2].astype(np.int32) >> (4 * (ib % 2))) & 0xF) | \
+                (((sh >> (2 * ib)) & 3) << 4)
+            dl = d * (ls - 32).astype(F32)
+            q = nibbles(b[:, 8 + 16 * ib:8 + 16 * ib + 16])
+            out[:, 32 * ib:32 * ib + 32] = dl[:, None] * IQ4NL[q]
+        return out.reshape(-1)
+    if ggml_type in (12, 13):  # Q4_K / Q5_K: d, dmin, scales, (qh), nibbles in 4 x 64
+        d, dmin = f16(b, 0), f16(b, 2)
+        sc, mn = scale_min_k4(b[:, 4:16])
+        five = ggml_type == 13
+        qh = b[:, 16:48].astype(np.int32) if five else None
+        qs = b[:, 48:] if five else b[:, 16:]
+        out = np.zeros((n, 256), F32)
+        for j in range(4):  # 32 bytes: sub-block 2j in the low nibbles, 2j + 1 in the high
+            q = qs[:, 32 * j:32 * j + 32].astype(np.int32)
+            lo, hi = q & 0xF, q >> 4
+            if five:
+                lo = lo + ((qh >> (2 * j)) & 1) * 16
+                hi = hi + ((qh >> (2 * j + 1)) & 1) * 16
+            for k, v in ((2 * j, lo), (2 * j + 1, hi)):
+                dl = d * sc[:, k].astype(F32)
+                ml = dmin * mn[:, k].astype(F32)
+                out[:, 32 * k:32 * k + 32] = dl[:, None] * v.astype(F32) - ml[:, None]
+        return out.reshape(-1)
+    if ggml_type == 14:  # Q6_K: ql[128], qh[64], scales int8[16], d
+        ql, qh = b[:, :128].astype(np.int32), b[:, 128:192].astype(np.int32)
+        sc = b[:, 192:208].view(np.int8).astype(F32)
+        d = f16(b, 208)
+        out = np.zeros((n, 256), F32)
+        for h in range(2):  # halves of 128: ql 64 bytes, qh 32 bytes, scales 8
+            L, H = ql[:, 64 * h:64 * h + 64], qh[:, 32 * h:32 * h + 32]
+            parts = [(L[:, :32] & 0xF) | ((H & 3) << 4),
+                     (L[:, 32:] & 0xF) | (((H >> 2) & 3) << 4),
+                     (L[:, :32] >> 4) | (((H >> 4) & 3) << 4),
+                     (L[:, 32:] >> 4) | (((H >> 6) & 3) << 4)]
+            for k, q in enumerate(parts):  # 32 values each, two scales of 16
+                for s in range(2):
+                    ds = d * sc[:, 8 * h + 2 * k + s]
+                    out[:, 128 * h + 32 * k + 16 * s:128 * h + 32 * k + 16 * s + 16] = \
+                        ds[:, None] * (q[:, 16 * s:16 * s + 16] - 32).astype(F32)
+        return out.reshape(-1)
+    if ggml_type == 10:  # Q2_K: scales[16] (4-bit scale | 4-bit min << 4), q[64], d, dmin
+        sc = b[:, :16].astype(np.int32)
+        qs = b[:, 16:80].astype(np.int32)
+        d, dmin = f16(b, 80), f16(b, 82)
+        out = np.zeros((n, 256), F32)
+        i = 0
+        for h in range(2):
+            q = qs[:, 32 * h:32 * h + 32]
+            for shift in (0, 2, 4, 6):
+                for part in range(2):  # 16 values per scale
+                    dl = d * (sc[:, i] & 0xF).astype(F32)
+                    ml = dmin * (sc[:, i] >> 4).astype(F32)
+                    v = (q[:, 16 * part:16 * part + 16] >> shift) & 3
+                    out[:, 16 * i:16 * i + 16] = dl[:, None] * v.astype(F32) - ml[:, None]
+                    i += 1
+        return out.reshape(-1)
+    if ggml_type == 11:  # Q3_K: hmask[32], q[64], 12 bytes of 6-bit scales, d
+        hm = b[:, :32].astype(np.int32)
+        qs = b[:, 32:96].astype(np.int32)
+        p = b[:, 96:108].astype(np.int32)
+        d = f16(b, 108)
+        scales = np.zeros((n, 16), np.int32)
+        for i in range(16):
+            low = p[:, i] & 0xF if i < 8 else p[:, i - 8] >> 4
+            high = (p[:, 8 + i % 4] >> (2 * (i // 4))) & 3
+            scales[:, i] = (low | (high << 4)) - 32
+        out = np.zeros((n, 256), F32)
+        i = 0
+        bit = 0
+        for h in range(2):
+            q = qs[:, 32 * h:32 * h + 32]
+            for shift in (0, 2, 4, 6):
+                for part in range(2):
+                    dl = d * scales[:, i].astype(F32)
+                    sl = slice(16 * part, 16 * part + 16)
+                    v = ((q[:, sl] >> shift) & 3) - np.where((hm[:, sl] >> bit) & 1, 0, 4)
+                    out[:, 16 * i:16 * i + 16] = dl[:, None] * v.astype(F32)
+                    i += 1
+                bit += 1
+        return out.reshape(-1)
+    raise ValueError(ggml_type)
+
+
+def tool():
+    t = os.environ.get("TF_DEQUANT_GGML")
+    if not t:
+        raise unittest.SkipTest("TF_DEQUANT_GGML is not set")
+    return t
+
+
+def ours(args, n):
+    with tempfile.TemporaryDirectory() as d:
+        out = os.path.join(d, "out.f32")
+        subprocess.run([tool(), *args, out], check=True, timeout=120)
+        v = np.fromfile(out, dtype="<f4")
+    assert len(v) == n, (len(v), n)
+    return v
+
+
+def same_bits(a, b):
+    return np.array_equal(a.view(np.uint32), b.view(np.uint32))
+
+
+# f16 scales at the edges: the largest, the smallest normal and subnormal, zero, negative zero,
+# negatives, ordinary values.
+EXTREME_F16 = np.array([65504.0, -65504.0, 6.1035e-05, 5.96e-08, 0.0, -0.0, -1.0, 0.0123, 3.5,
+                        -0.5], dtype=np.float16)
+SCALE_AT = {2: [0], 3: [0, 2], 6: [0], 7: [0, 2], 8: [0], 10: [80, 82], 11: [108],
+            12: [0, 2], 13: [0, 2], 14: [208], 20: [0], 23: [0]}
+
+
+class DequantTest(unittest.TestCase):
+    def test_random_blocks_with_extreme_scales_equal_numpy_bit_for_bit(self):
+        rng = np.random.default_rng(19)
+        for t, (bs, ts) in LAYOUT.items():
+            with self.subTest(type=NAMES[t]):
+                blocks = rng.integers(0, 256, size=(40, ts), dtype=np.uint8)
+                for at in SCALE_AT.get(t, []):
+                    scales = rng.choice(EXTREME_F16, size=40)
+                    blocks[:, at:at + 2] = scales.view(np.uint8).reshape(40, 2)
+                if t in (0, 1, 30):  # plain floats: no NaN or infinity in the test data
+                    blocks = np.frombuffer(
+                        rng.standard_normal(40 * ts // {0: 4, 1: 2, 30: 2}[t]).astype(
+                            {0: "<f4", 1: "<f2", 30: "<f4"}[t]).tobytes()[:40 * ts],
+                        dtype=np.uint8).reshape(40, ts)
+                want = dequant(t, blocks.tobytes())
+                with tempfile.TemporaryDirectory() as d:
+                    path = os.path.join(d, "blocks")
+                    blocks.tofile(path)
+                    got = ours(["--type", str(t), path], 40 * bs)
+                self.assertTrue(np.all(np.isfinite(want)) or t in (0, 1, 30))
+                mismatch = np.flatnonzero(want.view(np.uint32) != got.view(np.uint32))
+                self.assertEqual(len(mismatch), 0,
+                                 "first at %s: numpy %r, tokenflow %r" % (
+                                     mismatch[:3], want[mismatch[:3]], got[mismatch[:3]]))
+
+    def test_every_tensor_of_the_shared_files_equals_numpy(self):
+        shared = os.environ.get("TF_SHARED_DIR", os.path.join(HERE, "..", "..", "..", "shared"))
+        files = [os.path.join(shared, "models", "stories260K", "stories260K-%s.gguf" % q)
+                 for q in ("Q8_0", "Q4_0", "Q4_K_M", "Q6_K")]
+        files += [os.path.join(shared, "models", "kquant256", "kquant-%s.gguf" % q)
+                  for q in ("Q4_K_M", "Q5_K_M", "Q6_K")]
+        seen = set()
+        for path in files:
+            _, tensors = gguf_io.read_gguf(path)
+            for name, (dims, t, raw) in tensors.items():
+                n = int(np.prod(dims))
+                nbytes = n // LAYOUT[t][0] * LAYOUT[t][1]
+                want = dequant(t, raw[:nbytes])
+                got = ours(["--gguf", path, "--tensor", name], n)
+                self.assertTrue(same_bits(want, got), "%s %s (%s)" % (path, name, NAMES[t]))
+                seen.add(NAMES[t])
+        # Every type these files hold was compared.
+        self.assertTrue({"F32", "F16", "Q8_0", "Q4_0", "Q5_0", "Q4_K", "Q5_K", "Q6_K"} <= seen,
+                        seen)
+
+
+class GgufModelTest(unittest.TestCase):
+    def logits(self, model, prompts="1,403,407,261;1,500,30,7,9"):
+        exe = os.environ.get("TF_DUMP_LOGITS")
+        if not exe:
+            raise unittest.SkipTest("TF_DUMP_LOGITS is not set")
+        with tempfile.TemporaryDirectory() as d:
+            out = os.path.join(d, "logits")
+            subprocess.run([exe, "--model", model, "--prompts", prompts, "--out", out],
+                           check=True, timeout=120, capture_output=True)
+            return np.fromfile(out, dtype="<f4")
+
+    def test_stories_gguf_gives_the_checkpoints_logits_and_quantized_copies_stay_close(self):
+        shared = os.environ.get("TF_SHARED_DIR", os.path.join(HERE, "..", "..", "..", "shared"))
+        d = os.path.join(shared, "models", "stories260K")
+        ref = self.logits(os.path.join(d, "stories260K.bin"))
+        self.assertTrue(np.array_equal(self.logits(os.path.join(d, "stories260K.gguf")), ref))
+        scale = np.abs(ref).max()
+        for q, bound in (("Q8_0", 0.02), ("Q6_K", 0.02), ("Q4_K_M", 0.15), ("Q4_0", 0.25)):
+            with self.subTest(q=q):
+                got = self.logits(os.path.join(d, "stories260K-%s.gguf" % q))
+                err = np.abs(got - ref).max() / scale
+                self.assertLess(err, bound)
+                self.assertGreater(err, 0.0)
+
+
+if __name__ == "__main__":
+    unittest.main()
