@@ -122,9 +122,27 @@ def predict_tensors(tg, inputs):
 
 
 class EveryDoorTest(unittest.TestCase):
-    """The same bad input gets the same message and status class through REST completions, the
-    gRPC GenerationService (unary and stream), REST Predict and gRPC Predict; a request stopped
-    at its deadline is 504 / DEADLINE_EXCEEDED through each, with one message."""
+    """The same bad input gets the same message and status class through REST completions, a
+    batch file, the gRPC GenerationService (unary and stream), REST Predict and gRPC Predict; a
+    request stopped at its deadline is 504 / DEADLINE_EXCEEDED through each, with one message."""
+
+    def batch_errors(self, bodies):
+        """Each completions body as a line of a batch file: the error message of its result."""
+        with tempfile.TemporaryDirectory() as d:
+            inp, out = os.path.join(d, "in.jsonl"), os.path.join(d, "out.jsonl")
+            with open(inp, "w") as f:
+                for i, body in enumerate(bodies):
+                    f.write(json.dumps({"custom_id": str(i), "url": "/v1/completions",
+                                        "body": body}) + "\n")
+            r = subprocess.run([BIN, "generate", "-m", STORIES_BIN, "--input-file", inp,
+                                "--output-file", out], capture_output=True, text=True, timeout=120)
+            self.assertEqual(r.returncode, 0, r.stderr[-1000:])
+            with open(out) as f:
+                lines = [json.loads(line) for line in f]
+        self.assertEqual(len(lines), len(bodies))
+        for line in lines:
+            self.assertIsNone(line["response"], line)
+        return [line["error"]["message"] for line in lines]
 
     def test_bad_inputs_get_the_same_message_through_every_door(self):
         import test_grpc as tg  # generates the Python stubs from the repository's protos
@@ -134,11 +152,13 @@ class EveryDoorTest(unittest.TestCase):
             c = Client(port)
             gen = tg.g_grpc.GenerationServiceStub(channel)
             predict = tg.prediction_service_pb2_grpc.PredictionServiceStub(channel)
-            for name, body, fields, instance, inputs in EVERY_DOOR:
+            batch = self.batch_errors([body for _, body, _, _, _ in EVERY_DOOR])
+            for (name, body, fields, instance, inputs), batch_error in zip(EVERY_DOOR, batch):
                 with self.subTest(case=name):
                     status, resp, text, _ = c.post("/v1/completions", body)
                     self.assertEqual(status, 400, text[:300])
                     message = resp["error"]["message"]
+                    self.assertEqual(batch_error, message)
                     fields = dict(fields)
                     sampling = tg.sampling(**fields.pop("sampling"))
                     if "token_ids" in fields:
