@@ -235,6 +235,14 @@ class EngineTest : public testing::StoriesTest {
 // A shared preamble longer than a block, so that the prefix cache has something to share.
 #define PREAMBLE \
   "Lily and Ben were friends. They liked to play in the park every day after school. "
+// Waits until cond holds (the engine publishes its stats at the end of a step, just after the
+// last output), for up to a minute: a condition, not a time, however busy the machine.
+template <typename Cond>
+void wait_until(Cond cond) {
+  for (int i = 0; i < 12000 && !cond(); ++i)
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+}
+
 const char* kPrompts[] = {PREAMBLE "Once upon a time", PREAMBLE "The little dog ran",
                           PREAMBLE "Lily and Ben went to the park. They saw",
                           PREAMBLE "Tom had a red ball.", "One day, a bird"};
@@ -444,8 +452,7 @@ TEST_F(EngineTest, NSequencesCopyOnlyThePartialBlockTheyShare) {
     Engine e(*model_, tok_, {2}, config(64, true));
     const auto got = run_to_completion(e, r);
     for (const auto& s : got) EXPECT_EQ(s.tokens.size(), 12u);
-    for (int i = 0; i < 200 && e.stats().requests_finished < 1; ++i)
-      std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    wait_until([&] { return e.stats().requests_finished >= 1; });
     const EngineStats st = e.stats();
     EXPECT_EQ(st.kv_block_copies, prompt_len % 16 == 0 ? 0 : 3) << "prompt of " << prompt_len;
     EXPECT_EQ(st.batched_tokens, static_cast<int64_t>(prompt_len) + 4 * 11);
@@ -459,19 +466,24 @@ TEST_F(EngineTest, ACancelledRequestLeavesAPaddedStaticBatch) {
   EngineConfig c = config(64, true);
   c.scheduler.static_batching = true;
   c.scheduler.pad_finished = true;
-  c.batch_timeout_micros = 300'000;  // the cancel lands before the first step
+  // The idle engine waits for a first batch of two requests (far longer than the test), so the
+  // cancel lands before the first step whatever the machine's speed.
+  c.batch_timeout_micros = 600'000'000;
+  c.scheduler.max_num_seqs = 2;
   Engine e(*model_, tok_, {2}, c);
   GenerationRequest r = greedy("Once upon a time", 8);
   r.params.n = 3;
   auto stream = e.submit(r);
   stream->cancel();
+  auto filler = e.submit(greedy("The little dog ran", 4));
   RequestOutput o;
   int done = 0;
   while (stream->next(o)) done += o.finish == FinishReason::kAbort;
   EXPECT_EQ(done, 3);
-  for (int i = 0; i < 400 && e.stats().requests_finished < 1; ++i)
-    std::this_thread::sleep_for(std::chrono::milliseconds(5));
-  EXPECT_EQ(e.stats().requests_finished, 1);
+  while (filler->next(o)) {
+  }
+  wait_until([&] { return e.stats().requests_finished >= 2; });
+  EXPECT_EQ(e.stats().requests_finished, 2);
   EXPECT_EQ(e.stats().running, 0);
   EXPECT_EQ(e.stats().kv_blocks_used, 0);
   EXPECT_EQ(run_to_completion(e, greedy("Once upon a time", 4))[0].tokens.size(), 4u);

@@ -32,6 +32,25 @@ BAD = [
 ]
 
 
+def batch_errors(test, requests):
+    """Each (url, body) as a line of a batch file (`tokenflow generate --input-file`): the error
+    message of its result line (the test fails if a line was answered)."""
+    with tempfile.TemporaryDirectory() as d:
+        inp, out = os.path.join(d, "in.jsonl"), os.path.join(d, "out.jsonl")
+        with open(inp, "w") as f:
+            for i, (url, body) in enumerate(requests):
+                f.write(json.dumps({"custom_id": str(i), "url": url, "body": body}) + "\n")
+        r = subprocess.run([BIN, "generate", "-m", STORIES_BIN, "--input-file", inp,
+                            "--output-file", out], capture_output=True, text=True, timeout=120)
+        test.assertEqual(r.returncode, 0, r.stderr[-1000:])
+        with open(out) as f:
+            lines = [json.loads(line) for line in f]
+    test.assertEqual(len(lines), len(requests))
+    for line in lines:
+        test.assertIsNone(line["response"], line)
+    return [line["error"]["message"] for line in lines]
+
+
 class BatchEqualsRestTest(SharedServerTest):
     def test_bad_inputs_get_the_same_error_through_rest_and_a_batch_file(self):
         rest = []
@@ -41,21 +60,10 @@ class BatchEqualsRestTest(SharedServerTest):
                 self.assertEqual(status, 400, text[:300])
                 self.assertIn(field, resp["error"]["message"] + str(resp["error"]["param"]))
             rest.append(resp["error"]["message"] if resp else text)
-        with tempfile.TemporaryDirectory() as d:
-            inp, out = os.path.join(d, "in.jsonl"), os.path.join(d, "out.jsonl")
-            with open(inp, "w") as f:
-                for i, (url, body, _) in enumerate(BAD):
-                    f.write(json.dumps({"custom_id": str(i), "url": url, "body": body}) + "\n")
-            r = subprocess.run([BIN, "generate", "-m", STORIES_BIN, "--input-file", inp,
-                                "--output-file", out], capture_output=True, text=True, timeout=120)
-            self.assertEqual(r.returncode, 0, r.stderr[-1000:])
-            with open(out) as f:
-                lines = [json.loads(line) for line in f]
-        self.assertEqual(len(lines), len(BAD))
-        for (url, body, _), line, message in zip(BAD, lines, rest):
+        for (url, body, _), error, message in zip(BAD, batch_errors(self, [(u, b) for u, b, _ in BAD]),
+                                                  rest):
             with self.subTest(body=str(body)[:80]):
-                self.assertIsNone(line["response"], line)
-                self.assertEqual(line["error"]["message"], message)
+                self.assertEqual(error, message)
 
 
 # One request in every door's words: (name, REST completions body, GenerateRequest fields,
@@ -126,23 +134,6 @@ class EveryDoorTest(unittest.TestCase):
     batch file, the gRPC GenerationService (unary and stream), REST Predict and gRPC Predict; a
     request stopped at its deadline is 504 / DEADLINE_EXCEEDED through each, with one message."""
 
-    def batch_errors(self, bodies):
-        """Each completions body as a line of a batch file: the error message of its result."""
-        with tempfile.TemporaryDirectory() as d:
-            inp, out = os.path.join(d, "in.jsonl"), os.path.join(d, "out.jsonl")
-            with open(inp, "w") as f:
-                for i, body in enumerate(bodies):
-                    f.write(json.dumps({"custom_id": str(i), "url": "/v1/completions",
-                                        "body": body}) + "\n")
-            r = subprocess.run([BIN, "generate", "-m", STORIES_BIN, "--input-file", inp,
-                                "--output-file", out], capture_output=True, text=True, timeout=120)
-            self.assertEqual(r.returncode, 0, r.stderr[-1000:])
-            with open(out) as f:
-                lines = [json.loads(line) for line in f]
-        self.assertEqual(len(lines), len(bodies))
-        for line in lines:
-            self.assertIsNone(line["response"], line)
-        return [line["error"]["message"] for line in lines]
 
     def test_bad_inputs_get_the_same_message_through_every_door(self):
         import test_grpc as tg  # generates the Python stubs from the repository's protos
@@ -152,7 +143,7 @@ class EveryDoorTest(unittest.TestCase):
             c = Client(port)
             gen = tg.g_grpc.GenerationServiceStub(channel)
             predict = tg.prediction_service_pb2_grpc.PredictionServiceStub(channel)
-            batch = self.batch_errors([body for _, body, _, _, _ in EVERY_DOOR])
+            batch = batch_errors(self, [("/v1/completions", body) for _, body, _, _, _ in EVERY_DOOR])
             for (name, body, fields, instance, inputs), batch_error in zip(EVERY_DOOR, batch):
                 with self.subTest(case=name):
                     status, resp, text, _ = c.post("/v1/completions", body)
