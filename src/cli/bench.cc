@@ -203,8 +203,9 @@ int run_bench(const BenchOptions& o) {
       static_cast<double>(o.dtype == "f32" ? instance.model->weights().stored_bytes()
                                            : instance.model->weights().converted_bytes());
   const double params = static_cast<double>(instance.model->parameter_count());
+  const bool as_stored = o.dtype == "f32" && instance.model->config().format == "gguf";
   std::printf("weights          %.0f MiB as %s; %.1f GB/s read over %lld steps\n",
-              weight_bytes / (1 << 20), o.dtype.c_str(),
+              weight_bytes / (1 << 20), as_stored ? "stored" : o.dtype.c_str(),
               weight_bytes * static_cast<double>(st.steps) / wall / 1e9,
               static_cast<long long>(st.steps));
   std::printf("prefill GFLOP/s  %.1f (2 x params x prompt tokens / ttft p50)\n",
@@ -264,7 +265,9 @@ Action add_bench(CLI::App& app) {
          "ends, finished rows computed as padding); static-ragged (finished rows leave the batch)")
       ->capture_default_str();
   add_engine_options(app, o->engine);
-  app.add_option("--dtype", o->dtype, "weights in memory: f32, bf16, f16, int8 or q4")
+  app.add_option(
+         "--dtype", o->dtype,
+         "weights in memory: f32, bf16, f16, int8 or q4 (a GGUF keeps its own types under f32)")
       ->capture_default_str();
   app.add_option("--seed", o->seed, "seed of the random prompts")->capture_default_str();
   return [o] { return run_bench(*o); };

@@ -279,7 +279,9 @@ Action add_generate(CLI::App& app) {
   app.add_option("--num-return-sequences", p.num_return_sequences, "beams to print")
       ->capture_default_str();
   app.add_option("--threads", o->threads, "compute threads (default: one per core)");
-  app.add_option("--dtype", o->dtype, "weights in memory: f32, bf16, f16, int8 or q4")
+  app.add_option(
+         "--dtype", o->dtype,
+         "weights in memory: f32, bf16, f16, int8 or q4 (a GGUF keeps its own types under f32)")
       ->capture_default_str();
   app.add_option("--input-file", o->input_file,
                  "batch job: one OpenAI-style request per line (jsonl)");

@@ -220,7 +220,9 @@ Action add_serve(CLI::App& app) {
                  "threads that parse requests and tokenize prompts (off the I/O threads)")
       ->capture_default_str();
   add_engine_options(app, o->engine);
-  app.add_option("--dtype", o->dtype, "weights in memory: f32, bf16, f16, int8 or q4")
+  app.add_option(
+         "--dtype", o->dtype,
+         "weights in memory: f32, bf16, f16, int8 or q4 (a GGUF keeps its own types under f32)")
       ->capture_default_str();
   app.add_option("--max-sequences-per-request", o->max_sequences_per_request,
                  "sequences one request may ask for: prompts x max(n, best_of, beams) (400 above; "

@@ -42,6 +42,37 @@ void quantize_row(const float* x, int64_t i, int32_t c, QuantizedBuffer& buf) {
   }
 }
 
+const Q8Blocks& prepare_block_activations(int64_t m, int64_t k, Q8BlockBuffer& buf) {
+  TF_CHECK(k % 32 == 0);
+  buf.q.resize(static_cast<size_t>(m * k));
+  buf.d.resize(static_cast<size_t>(m * (k / 32)));
+  buf.sd.resize(static_cast<size_t>(m * (k / 16)));
+  buf.rows = {m, k, buf.q.data(), buf.d.data(), buf.sd.data()};
+  return buf.rows;
+}
+
+void quantize_block_row(const float* x, int64_t i, Q8BlockBuffer& buf) {
+  const int64_t k = buf.rows.k;
+  for (int64_t b = 0; b < k / 32; ++b) {
+    const float* xb = x + i * k + b * 32;
+    int8_t* qb = buf.q.data() + i * k + b * 32;
+    float amax = 0.0f;
+    for (int e = 0; e < 32; ++e) amax = std::max(amax, std::fabs(xb[e]));
+    const float d = amax / 127.0f;
+    const float inv = d > 0.0f ? 1.0f / d : 0.0f;
+    int sum[2] = {0, 0};
+    for (int e = 0; e < 32; ++e) {
+      const float v = xb[e] * inv;  // |v| <= 127.5: round half away from zero
+      const int r = std::clamp(static_cast<int>(v + (v < 0.0f ? -0.5f : 0.5f)), -127, 127);
+      qb[e] = static_cast<int8_t>(r);
+      sum[e / 16] += r;
+    }
+    buf.d[i * (k / 32) + b] = d;
+    buf.sd[i * (k / 16) + 2 * b] = d * static_cast<float>(sum[0]);
+    buf.sd[i * (k / 16) + 2 * b + 1] = d * static_cast<float>(sum[1]);
+  }
+}
+
 const QuantizedRows& quantize_activations(const float* x, int64_t m, int64_t k, int32_t c,
                                           QuantizedBuffer& buf) {
   prepare_activations(m, k, buf);

@@ -6,6 +6,7 @@
 
 #include "core/dtype.h"
 #include "core/error.h"
+#include "kernels/ggml_quants.h"
 
 namespace tf::kernels {
 
@@ -21,8 +22,91 @@ std::string_view weight_type_name(WeightType t) {
       return "int8";
     case WeightType::kQ4:
       return "q4";
+    case WeightType::kQ8_0:
+      return "q8_0";
+    case WeightType::kQ4_0:
+      return "q4_0";
+    case WeightType::kQ4_1:
+      return "q4_1";
+    case WeightType::kQ5_0:
+      return "q5_0";
+    case WeightType::kQ5_1:
+      return "q5_1";
+    case WeightType::kQ2_K:
+      return "q2_k";
+    case WeightType::kQ3_K:
+      return "q3_k";
+    case WeightType::kQ4_K:
+      return "q4_k";
+    case WeightType::kQ5_K:
+      return "q5_k";
+    case WeightType::kQ6_K:
+      return "q6_k";
+    case WeightType::kIQ4_NL:
+      return "iq4_nl";
+    case WeightType::kIQ4_XS:
+      return "iq4_xs";
   }
   return "?";
+}
+
+int64_t block_size(WeightType t) {
+  switch (t) {
+    case WeightType::kQ8_0:
+    case WeightType::kQ4_0:
+    case WeightType::kQ4_1:
+    case WeightType::kQ5_0:
+    case WeightType::kQ5_1:
+    case WeightType::kIQ4_NL:
+      return 32;
+    case WeightType::kQ2_K:
+    case WeightType::kQ3_K:
+    case WeightType::kQ4_K:
+    case WeightType::kQ5_K:
+    case WeightType::kQ6_K:
+    case WeightType::kIQ4_XS:
+      return 256;
+    default:
+      return 1;
+  }
+}
+
+int64_t block_bytes(WeightType t) {
+  switch (t) {
+    case WeightType::kF32:
+      return 4;
+    case WeightType::kBF16:
+    case WeightType::kF16:
+      return 2;
+    case WeightType::kI8:
+    case WeightType::kQ4:  // not a block format: its scales live apart (row_bytes: k / 2)
+      return 1;
+    case WeightType::kQ8_0:
+      return 34;
+    case WeightType::kQ4_0:
+      return 18;
+    case WeightType::kQ4_1:
+      return 20;
+    case WeightType::kQ5_0:
+      return 22;
+    case WeightType::kQ5_1:
+      return 24;
+    case WeightType::kQ2_K:
+      return 84;
+    case WeightType::kQ3_K:
+      return 110;
+    case WeightType::kQ4_K:
+      return 144;
+    case WeightType::kQ5_K:
+      return 176;
+    case WeightType::kQ6_K:
+      return 210;
+    case WeightType::kIQ4_NL:
+      return 18;
+    case WeightType::kIQ4_XS:
+      return 136;
+  }
+  return 0;
 }
 
 WeightType parse_weight_type(std::string_view name) {
@@ -45,8 +129,9 @@ int64_t WeightMatrix::row_bytes(WeightType t, int64_t k) {
       return k;
     case WeightType::kQ4:
       return k / 2;
+    default:
+      return k / block_size(t) * block_bytes(t);
   }
-  return 0;
 }
 
 int64_t WeightMatrix::bytes() const {
@@ -97,11 +182,16 @@ void WeightMatrix::dequantize_row(int64_t r, float* out) const {
       }
       return;
     }
+    default:
+      dequantize_blocks(type, row, k, out);
+      return;
   }
 }
 
 void quantize_rows(WeightType t, const float* src, int64_t n, int64_t k, std::vector<uint8_t>& data,
                    std::vector<uint8_t>& scales) {
+  if (is_block_type(t))
+    fail("packing to {} is not supported; use f32, bf16, f16, int8 or q4", weight_type_name(t));
   if (t == WeightType::kQ4 && k % kQ4Group != 0)
     fail("q4 needs rows of a multiple of {} elements, got {}", kQ4Group, k);
   data.assign(static_cast<size_t>(WeightMatrix::row_bytes(t, k) * n), 0);
@@ -162,6 +252,8 @@ void quantize_rows(WeightType t, const float* src, int64_t n, int64_t k, std::ve
       }
       return;
     }
+    default:  // refused above
+      return;
   }
 }
 

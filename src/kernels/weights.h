@@ -9,6 +9,9 @@
 //   q4:  k / 32 groups of 16 bytes; byte b of a group holds element b in its low nibble and
 //        element b + 16 in its high nibble; w = (nibble - 8) * scale[j * k / 32 + g], scales f16
 //        (4.5 bits per weight, as llama.cpp's Q4_0).
+//   ggml block formats (q8_0 ... iq4_xs, as GGUF files store them, read in place): each row is
+//        k / block_size(t) blocks of block_bytes(t) bytes, scales inside the blocks (layouts in
+//        ggml_quants.h). k must be a multiple of the block size.
 
 #include <cstdint>
 #include <string_view>
@@ -16,18 +19,51 @@
 
 namespace tf::kernels {
 
-enum class WeightType : uint8_t { kF32, kBF16, kF16, kI8, kQ4 };
+enum class WeightType : uint8_t {
+  kF32,
+  kBF16,
+  kF16,
+  kI8,
+  kQ4,
+  // ggml's block formats, as GGUF stores them.
+  kQ8_0,
+  kQ4_0,
+  kQ4_1,
+  kQ5_0,
+  kQ5_1,
+  kQ2_K,
+  kQ3_K,
+  kQ4_K,
+  kQ5_K,
+  kQ6_K,
+  kIQ4_NL,
+  kIQ4_XS,
+};
+inline constexpr WeightType kBlockTypes[] = {
+    WeightType::kQ8_0, WeightType::kQ4_0, WeightType::kQ4_1,   WeightType::kQ5_0,
+    WeightType::kQ5_1, WeightType::kQ2_K, WeightType::kQ3_K,   WeightType::kQ4_K,
+    WeightType::kQ5_K, WeightType::kQ6_K, WeightType::kIQ4_NL, WeightType::kIQ4_XS};
+
+// Whether t is one of ggml's block formats (scales inside the rows, read by the block kernels).
+constexpr bool is_block_type(WeightType t) {
+  return t >= WeightType::kQ8_0;
+}
+// Values per block (32, or 256 for the K-quants and IQ4_XS) and bytes per block; 1 and the
+// element size for the other types.
+int64_t block_size(WeightType t);
+int64_t block_bytes(WeightType t);
 
 inline constexpr int kQ4Group = 32;
 
-std::string_view weight_type_name(WeightType t);  // "f32", "bf16", "f16", "int8", "q4"
+// "f32", "bf16", "f16", "int8", "q4", and ggml's names in lower case ("q4_k", "iq4_xs").
+std::string_view weight_type_name(WeightType t);
 // Parses those names (and "int8"'s alias "i8"); throws Error naming the choices otherwise.
 WeightType parse_weight_type(std::string_view name);
 
 struct WeightMatrix {
   WeightType type = WeightType::kF32;
   const void* data = nullptr;
-  const void* scales = nullptr;  // i8: float[n]; q4: uint16_t (f16) [n * k / 32]
+  const void* scales = nullptr;  // i8: float[n]; q4: uint16_t (f16) [n * k / 32]; else none
   int64_t n = 0, k = 0;
 
   // Bytes of one row's data (not counting scales).

@@ -1,26 +1,19 @@
 #pragma once
-// ggml's block formats, dequantized: the reference (scalar) form of each type GGUF files carry,
-// written from the block layouts of ggml-common.h. A block holds block_size values (32, or 256
-// for the K-quants' super-blocks) as small integers and one or more f16 scales:
-//   Q8_0   d, q[32] int8                      x = d q
-//   Q4_0   d, 16 bytes of nibbles             x = d (q - 8); low nibbles first, then high
-//   Q4_1   d, m, nibbles                      x = d q + m
-//   Q5_0   d, qh (32 fifth bits), nibbles     x = d (q - 16)
-//   Q5_1   d, m, qh, nibbles                  x = d q + m
-//   Q2_K   16 x (4-bit scale | 4-bit min), 2-bit q, d, dmin   x = d sc q - dmin m
-//   Q3_K   high-bit mask, 2-bit q, 16 6-bit scales, d        x = d (sc - 32) (q - 4 * !hbit)
-//   Q4_K   d, dmin, 8 x 6-bit (scale, min), nibbles          x = d sc q - dmin m
-//   Q5_K   as Q4_K plus a fifth bit per value
-//   Q6_K   4 low bits, 2 high bits, 16 int8 scales, d         x = d sc (q - 32)
-//   IQ4_NL d, nibbles indexing a fixed non-linear table      x = d T[q]
-//   IQ4_XS d, 8 x 6-bit scales, nibbles into the same table  x = d (sc - 32) T[q]
-// F32, F16 and BF16 convert as their types do.
+// GGUF tensor types as the kernels' weight types: the block formats are read in place by the
+// block kernels (kernels/ggml_quants.h has their layouts); F32, F16 and BF16 convert as their
+// dtypes do.
 
 #include <cstdint>
+#include <optional>
 
+#include "kernels/weights.h"
 #include "model/gguf.h"
 
 namespace tf {
+
+// The weight type of a ggml block format; nullopt for F32/F16/BF16 and for types tokenflow
+// cannot read.
+std::optional<kernels::WeightType> block_weight_type(GgmlType type);
 
 // Whether dequantize_ggml takes the type.
 bool ggml_can_dequantize(GgmlType type);

@@ -113,6 +113,7 @@ ModelConfig load_gguf(const std::string& path, WeightStore& store) {
   const ModelConfig c = gguf_model_config(f, path);
   const uint8_t* data = file.data() + f.data_offset;
   const int index = store.add_file(std::move(file));
+  store.set_keep_stored_types(true);
   for (const GgufTensorInfo& t : f.tensors) {
     const std::string name = hf_name(t.name);
     if (name.empty()) continue;
@@ -132,11 +133,7 @@ ModelConfig load_gguf(const std::string& path, WeightStore& store) {
     } else if (t.type == GgmlType::kBF16) {
       store.add(name, TensorView{DType::kBF16, shape, bytes}, index);
     } else {
-      // Block formats are widened to f32 at load for now; kernels that read them in place are
-      // the next part of this work.
-      std::vector<float> values(static_cast<size_t>(t.numel()));
-      dequantize_ggml(t.type, bytes, t.numel(), values.data());
-      store.add_f32(name, shape, std::move(values), index);
+      store.add_blocks(name, shape, *block_weight_type(t.type), bytes, index);
     }
   }
   return c;

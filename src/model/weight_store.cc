@@ -1,10 +1,12 @@
 #include "model/weight_store.h"
 
+#include <algorithm>
 #include <cstring>
 
 #include <cstdint>
 
 #include "core/error.h"
+#include "kernels/ggml_quants.h"
 
 namespace tf {
 
@@ -23,8 +25,24 @@ void WeightStore::add_f32(const std::string& name, const Shape& shape, std::vect
   tensors_.find(name)->second.owned = true;
 }
 
+void WeightStore::add_blocks(const std::string& name, const Shape& shape, kernels::WeightType type,
+                             const void* bytes, int file_index) {
+  TF_CHECK(kernels::is_block_type(type) && shape.rank >= 1);
+  const int64_t cols = shape.dims[shape.rank - 1];
+  const int64_t rows = shape.numel() / std::max<int64_t>(cols, 1);
+  if (cols % kernels::block_size(type) != 0)
+    fail("tensor '{}': rows of {} values are not whole {} blocks of {}", name, cols,
+         kernels::weight_type_name(type), kernels::block_size(type));
+  add(name, TensorView{DType::kU8, {rows, kernels::WeightMatrix::row_bytes(type, cols)}, bytes},
+      file_index);
+  Entry& e = tensors_.find(name)->second;
+  e.blocks = type;
+  e.shape = shape;
+}
+
 void WeightStore::add(const std::string& name, const TensorView& view, int file_index) {
-  auto [it, inserted] = tensors_.emplace(name, Entry{view, file_index, nullptr, false});
+  auto [it, inserted] = tensors_.emplace(
+      name, Entry{view, file_index, nullptr, false, kernels::WeightType::kF32, view.shape});
   if (!inserted) {
     fail("tensor '{}' appears twice (in '{}' and '{}')", name,
          files_.at(it->second.file_index).path(), files_.at(file_index).path());
@@ -57,9 +75,10 @@ const void* WeightStore::own_copy(const Entry& e, size_t align) {
 }
 
 void WeightStore::check_shape(const std::string& name, const Entry& e, const Shape& shape) const {
-  if (!(e.view.shape == shape)) {
+  const Shape& have = e.blocks == kernels::WeightType::kF32 ? e.view.shape : e.shape;
+  if (!(have == shape)) {
     fail("tensor '{}' in '{}' has shape {}, expected {}", name, files_.at(e.file_index).path(),
-         e.view.shape.to_string(), shape.to_string());
+         have.to_string(), shape.to_string());
   }
 }
 
@@ -74,6 +93,12 @@ const float* WeightStore::f32(const std::string& name, const Shape& shape) {
   Entry& e = tensors_.find(name)->second;
   check_shape(name, e, shape);
   if (e.converted != nullptr) return e.converted;
+  if (e.blocks != kernels::WeightType::kF32) {
+    float* out = alloc(static_cast<size_t>(shape.numel()));
+    kernels::dequantize_blocks(e.blocks, e.view.data, shape.numel(), out);
+    e.converted = out;
+    return out;
+  }
   const bool aligned = reinterpret_cast<uintptr_t>(e.view.data) % alignof(float) == 0;
   if (e.view.dtype == DType::kF32 && aligned) {
     e.converted = static_cast<const float*>(own_copy(e, 64));
@@ -143,11 +168,23 @@ kernels::WeightMatrix WeightStore::matrix(const std::string& name, int64_t n, in
   using kernels::WeightType;
   if (auto it = packed_.find(name); it != packed_.end()) return it->second;
   if (has(name + ".tf_scale") || has(name + ".tf_scales")) return prepacked(name, n, k);
+  const Entry& stored = entry(name);  // throws a clear error when missing
   // q4 groups need rows of a multiple of 32: other matrices (stories260K's 172-wide FFN) are
   // kept in int8, the next narrowest type.
-  const WeightType t = compute_type_ == WeightType::kQ4 && k % kernels::kQ4Group != 0
-                           ? WeightType::kI8
-                           : compute_type_;
+  WeightType t = compute_type_ == WeightType::kQ4 && k % kernels::kQ4Group != 0 ? WeightType::kI8
+                                                                                : compute_type_;
+  if (keep_stored_types_ && compute_type_ == WeightType::kF32 && !transposed) {
+    // Each matrix as the file stores it: a block format read in place by the block kernels,
+    // f16 / bf16 by theirs.
+    if (stored.blocks != WeightType::kF32) {
+      check_shape(name, stored, {n, k});
+      const kernels::WeightMatrix m{stored.blocks, own_copy(stored, 64), nullptr, n, k};
+      packed_[name] = m;
+      return m;
+    }
+    if (stored.view.dtype == DType::kF16) t = WeightType::kF16;
+    if (stored.view.dtype == DType::kBF16) t = WeightType::kBF16;
+  }
   if (t == WeightType::kF32) {
     const float* p = transposed ? f32_transposed(name, {k, n}) : f32(name, {n, k});
     return {WeightType::kF32, p, nullptr, n, k};
@@ -168,6 +205,10 @@ kernels::WeightMatrix WeightStore::matrix(const std::string& name, int64_t n, in
                              reinterpret_cast<uintptr_t>(e.view.data) % alignof(float) == 0;
     if (e.converted != nullptr) {
       src = e.converted;
+    } else if (e.blocks != WeightType::kF32) {
+      tmp.resize(static_cast<size_t>(n * k));
+      kernels::dequantize_blocks(e.blocks, e.view.data, n * k, tmp.data());
+      src = tmp.data();
     } else if (aligned_f32) {
       src = static_cast<const float*>(e.view.data);
     } else {

@@ -20,6 +20,11 @@ class WeightStore {
   const MappedFile& file(int index) const { return files_.at(index); }
   // Registers a tensor; throws on a duplicate name.
   void add(const std::string& name, const TensorView& view, int file_index);
+  // Registers a tensor stored in one of ggml's block formats (a GGUF tensor): `shape` is its
+  // logical shape, `bytes` its blocks in the file. matrix() reads it in place (a copy owned by
+  // the store, as for every tensor) unless a compute type is set; f32() dequantizes it.
+  void add_blocks(const std::string& name, const Shape& shape, kernels::WeightType type,
+                  const void* bytes, int file_index);
   // Registers a tensor whose f32 values the store keeps (converted at load from a format no
   // kernel reads, e.g. a GGUF block format); file_index names the file it came from.
   void add_f32(const std::string& name, const Shape& shape, std::vector<float> values,
@@ -38,6 +43,9 @@ class WeightStore {
   // The dtype matrix() packs weights into (--dtype); f32 unless set before the model is built.
   void set_compute_type(kernels::WeightType t) { compute_type_ = t; }
   kernels::WeightType compute_type() const { return compute_type_; }
+  // With the compute type f32 (the default), keep every matrix in the type its file stores
+  // (GGUF: block formats, f16 and bf16 used as they are) instead of widening it to f32.
+  void set_keep_stored_types(bool keep) { keep_stored_types_ = keep; }
   // A linear layer's weight [n, k] in the compute type (transposed: stored [k, n], as GPT-2's
   // Conv1D). Packed once and kept; bf16/f16 tensors already in that type are used in place, and
   // no f32 copy is kept of a tensor packed into a narrower type. With q4, a matrix whose rows
@@ -70,6 +78,10 @@ class WeightStore {
     int file_index;
     const float* converted;  // the f32 copy, once made
     bool owned;              // view points at the store's memory, not into the file
+    // A ggml block format: view is then the raw bytes (U8 [rows, row bytes]), shape the
+    // logical shape.
+    kernels::WeightType blocks = kernels::WeightType::kF32;
+    Shape shape;
   };
   const Entry& entry(const std::string& name) const;
   // A copy of a tensor's stored bytes, aligned, owned by the store.
@@ -86,6 +98,7 @@ class WeightStore {
   std::deque<std::vector<uint8_t>> owned_bytes_;
   std::map<std::string, kernels::WeightMatrix> packed_;
   kernels::WeightType compute_type_ = kernels::WeightType::kF32;
+  bool keep_stored_types_ = false;
   size_t converted_bytes_ = 0;
 };
 

@@ -34,8 +34,9 @@ double dtype_ratio(kernels::WeightType t) {
       return 0.25;
     case kernels::WeightType::kQ4:
       return 4.5 / 32;
+    default:  // a GGUF block format: its bits per weight
+      return static_cast<double>(kernels::block_bytes(t)) / kernels::block_size(t) / 4.0;
   }
-  return 1.0;
 }
 
 }  // namespace

@@ -82,6 +82,8 @@ TEST(Weights, QuantizationErrorIsWithinTheTypesBound) {
             ASSERT_LE(err, gmax / 8.0f * 1.001f + 1e-6f) << i;
             break;
           }
+          default:
+            FAIL() << "not a packing type";
         }
       }
     }

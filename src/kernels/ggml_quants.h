@@ -1,0 +1,27 @@
+#pragma once
+// ggml's block formats, dequantized: the reference (scalar) form of each type GGUF files carry,
+// written from the block layouts of ggml-common.h. A block holds block_size values (32, or 256
+// for the K-quants' super-blocks) as small integers and one or more f16 scales:
+//   Q8_0   d, q[32] int8                      x = d q
+//   Q4_0   d, 16 bytes of nibbles             x = d (q - 8); low nibbles first, then high
+//   Q4_1   d, m, nibbles                      x = d q + m
+//   Q5_0   d, qh (32 fifth bits), nibbles     x = d (q - 16)
+//   Q5_1   d, m, qh, nibbles                  x = d q + m
+//   Q2_K   16 x (4-bit scale | 4-bit min), 2-bit q, d, dmin   x = d sc q - dmin m
+//   Q3_K   high-bit mask, 2-bit q, 16 6-bit scales, d        x = d (sc - 32) (q - 4 * !hbit)
+//   Q4_K   d, dmin, 8 x 6-bit (scale, min), nibbles          x = d sc q - dmin m
+//   Q5_K   as Q4_K plus a fifth bit per value
+//   Q6_K   4 low bits, 2 high bits, 16 int8 scales, d         x = d sc (q - 32)
+//   IQ4_NL d, nibbles indexing a fixed non-linear table      x = d T[q]
+//   IQ4_XS d, 8 x 6-bit scales, nibbles into the same table  x = d (sc - 32) T[q]
+
+#include <cstdint>
+
+#include "kernels/weights.h"
+
+namespace tf::kernels {
+
+// Dequantizes n values (a multiple of block_size(t)) of block type t stored at data into out.
+void dequantize_blocks(WeightType t, const void* data, int64_t n, float* out);
+
+}  // namespace tf::kernels

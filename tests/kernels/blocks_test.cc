@@ -1,0 +1,195 @@
+// The block kernels of ggml's formats (isa_blocks.inc), in every kernel table this CPU runs:
+// one-hot activations read every weight back exactly as the reference dequantization
+// (ggml_quants.cc, itself checked against numpy in tests/reference/test_gguf.py) gives it;
+// random activations give the dot product of the quantized activations with the dequantized
+// weights up to f32 rounding; a row's result never depends on its batch or the threads.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "core/dtype.h"
+#include "core/error.h"
+#include "core/thread_pool.h"
+#include "kernels/ggml_quants.h"
+#include "kernels/isa.h"
+#include "kernels/matmul.h"
+#include "kernels/q8.h"
+#include "kernels/weights.h"
+
+namespace tf::kernels {
+namespace {
+
+// Byte offsets of a block's f16 scale fields (d, and dmin / m where the format has one).
+std::vector<int> f16_fields(WeightType t) {
+  switch (t) {
+    case WeightType::kQ4_1:
+    case WeightType::kQ5_1:
+    case WeightType::kQ4_K:
+    case WeightType::kQ5_K:
+      return {0, 2};
+    case WeightType::kQ2_K:
+      return {80, 82};
+    case WeightType::kQ3_K:
+      return {108};
+    case WeightType::kQ6_K:
+      return {208};
+    default:
+      return {0};
+  }
+}
+
+// n rows of k values of type t: random bytes (every bit pattern of the quants and sub-scales)
+// with finite scales of either sign, some large, some tiny.
+std::vector<uint8_t> random_blocks(WeightType t, int64_t n, int64_t k, std::mt19937& rng) {
+  const int64_t blocks = n * k / block_size(t);
+  std::vector<uint8_t> data(static_cast<size_t>(blocks * block_bytes(t)));
+  std::uniform_int_distribution<int> byte(0, 255);
+  for (auto& b : data) b = static_cast<uint8_t>(byte(rng));
+  std::uniform_real_distribution<float> mag(-3.0f, 0.5f), sign(-1.0f, 1.0f);
+  for (int64_t i = 0; i < blocks; ++i) {
+    for (int off : f16_fields(t)) {
+      const float v = std::pow(10.0f, mag(rng)) * (sign(rng) < 0 ? -1.0f : 1.0f);
+      const uint16_t h = f32_to_f16(v);
+      std::memcpy(data.data() + i * block_bytes(t) + off, &h, 2);
+    }
+  }
+  return data;
+}
+
+std::vector<float> dequantized(WeightType t, const std::vector<uint8_t>& data, int64_t n,
+                               int64_t k) {
+  std::vector<float> w(static_cast<size_t>(n * k));
+  dequantize_blocks(t, data.data(), n * k, w.data());
+  return w;
+}
+
+std::string trace(const IsaKernels* table, WeightType t, int64_t k) {
+  return std::string(table->name) + " " + std::string(weight_type_name(t)) +
+         " k=" + std::to_string(k);
+}
+
+TEST(BlockKernels, OneHotActivationsReadEveryWeightAsTheReferenceDequantizes) {
+  std::mt19937 rng(3);
+  for (const IsaKernels* table : supported_tables()) {
+    for (WeightType t : kBlockTypes) {
+      const int64_t k = 2 * block_size(t) + (block_size(t) == 32 ? 32 : 0), n = 3;
+      SCOPED_TRACE(trace(table, t, k));
+      const auto data = random_blocks(t, n, k, rng);
+      const auto w = dequantized(t, data, n, k);
+      // Row p of x is the unit vector e_p: y[p, j] is weight (j, p).
+      std::vector<float> x(static_cast<size_t>(k * k), 0.0f);
+      for (int64_t p = 0; p < k; ++p) x[p * k + p] = 1.0f;
+      Q8BlockBuffer buf;
+      prepare_block_activations(k, k, buf);
+      for (int64_t p = 0; p < k; ++p) quantize_block_row(x.data(), p, buf);
+      std::vector<float> y(static_cast<size_t>(k * n));
+      const WeightMatrix m{t, data.data(), nullptr, n, k};
+      table->matmul_cols_blocks(buf.rows, m, 0, n, nullptr, y.data(), n, false);
+      for (int64_t p = 0; p < k; ++p) {
+        for (int64_t j = 0; j < n; ++j) {
+          const float want = w[j * k + p];
+          // x = 1 is 127 steps of 1/127: only the f32 scalings round, relative to the terms of
+          // the weight (scale times quant, and the minimum), which its 16 neighbours bound.
+          float group = 0.0f;
+          for (int64_t e = p / 16 * 16; e < p / 16 * 16 + 16; ++e)
+            group = std::max(group, std::fabs(w[j * k + e]));
+          ASSERT_NEAR(y[p * n + j], want, 2e-6f * group + 1e-30f)
+              << "weight (" << j << ", " << p << ")";
+        }
+      }
+    }
+  }
+}
+
+TEST(BlockKernels, RandomActivationsMatchTheQuantizedReference) {
+  std::mt19937 rng(11);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  for (const IsaKernels* table : supported_tables()) {
+    for (WeightType t : kBlockTypes) {
+      for (int64_t blocks : {1, 3}) {
+        const int64_t k = blocks * block_size(t), n = 7;
+        for (int64_t rows : {1, 4, 9}) {
+          SCOPED_TRACE(trace(table, t, k) + " m=" + std::to_string(rows));
+          const auto data = random_blocks(t, n, k, rng);
+          const auto w = dequantized(t, data, n, k);
+          std::vector<float> x(static_cast<size_t>(rows * k)), bias(n);
+          for (auto& v : x) v = normal(rng);
+          for (auto& v : bias) v = normal(rng);
+          x[3] = 50.0f;  // an outlier: its block gets a coarse scale, the others do not
+          Q8BlockBuffer buf;
+          prepare_block_activations(rows, k, buf);
+          for (int64_t i = 0; i < rows; ++i) quantize_block_row(x.data(), i, buf);
+          const Q8Blocks& xq = buf.rows;
+          std::vector<float> y(static_cast<size_t>(rows * n), 1.0f);
+          table->matmul_cols_blocks(xq, WeightMatrix{t, data.data(), nullptr, n, k}, 0, n,
+                                    bias.data(), y.data(), n, /*accumulate=*/true);
+          for (int64_t i = 0; i < rows; ++i) {
+            for (int64_t j = 0; j < n; ++j) {
+              double want = 1.0 + bias[j], mag = 1.0 + std::fabs(bias[j]), rounding = 0.0;
+              double exact = 1.0 + bias[j];
+              for (int64_t p = 0; p < k; ++p) {
+                const double d = xq.d[i * (k / 32) + p / 32];
+                const double wv = w[j * k + p];
+                want += xq.q[i * k + p] * d * wv;
+                mag += std::fabs(xq.q[i * k + p] * d * wv);
+                exact += static_cast<double>(x[i * k + p]) * wv;
+                rounding += d / 2 * std::fabs(wv);  // |x - q d| <= d / 2
+              }
+              ASSERT_NEAR(y[i * n + j], want, 1e-5 * mag + 1e-6) << "y[" << i << "," << j << "]";
+              ASSERT_NEAR(y[i * n + j], exact, rounding + 1e-5 * mag + 1e-6);
+            }
+          }
+        }
+      }
+    }
+  }
+}
+
+TEST(BlockKernels, ARowsResultDoesNotDependOnTheBatchOrTheThreads) {
+  std::mt19937 rng(5);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  ThreadPool one(1), two(2);
+  for (WeightType t : kBlockTypes) {
+    SCOPED_TRACE(std::string(weight_type_name(t)));
+    const int64_t k = 2 * block_size(t), n = 37, rows = 6;
+    const auto data = random_blocks(t, n, k, rng);
+    const WeightMatrix m{t, data.data(), nullptr, n, k};
+    std::vector<float> x(static_cast<size_t>(rows * k));
+    for (auto& v : x) v = normal(rng);
+    std::vector<float> batch(rows * n), threaded(rows * n), alone(n);
+    matmul(x.data(), rows, m, nullptr, batch.data(), one);
+    matmul(x.data(), rows, m, nullptr, threaded.data(), two);
+    for (int64_t i = 0; i < rows; ++i) {
+      matmul(x.data() + i * k, 1, m, nullptr, alone.data(), two);
+      for (int64_t j = 0; j < n; ++j) {
+        ASSERT_EQ(batch[i * n + j], alone[j]) << i << "," << j;
+        ASSERT_EQ(batch[i * n + j], threaded[i * n + j]) << i << "," << j;
+      }
+    }
+  }
+}
+
+TEST(BlockKernels, RowsAndDequantizeRowAddressWholeBlocks) {
+  std::mt19937 rng(8);
+  for (WeightType t : kBlockTypes) {
+    const int64_t k = block_size(t) * 2, n = 4;
+    const auto data = random_blocks(t, n, k, rng);
+    const auto w = dequantized(t, data, n, k);
+    const WeightMatrix m{t, data.data(), nullptr, n, k};
+    EXPECT_EQ(m.bytes(), static_cast<int64_t>(data.size()));
+    const WeightMatrix tail = m.rows(2, 2);
+    std::vector<float> row(k);
+    tail.dequantize_row(1, row.data());
+    for (int64_t p = 0; p < k; ++p) ASSERT_EQ(row[p], w[3 * k + p]) << weight_type_name(t);
+    std::vector<uint8_t> d, sc;
+    EXPECT_THROW(quantize_rows(t, w.data(), n, k, d, sc), Error) << weight_type_name(t);
+  }
+}
+
+}  // namespace
+}  // namespace tf::kernels
