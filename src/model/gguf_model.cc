@@ -29,16 +29,39 @@ const std::pair<const char*, const char*> kLlamaBlock[] = {
     {"ffn_up.weight", "mlp.up_proj.weight"},
 };
 
-// The Hugging Face name of a GGUF tensor of a Llama-family model; empty for one the model does
-// not use (rope_freqs and the like are recomputed).
-std::string hf_name(const std::string& name) {
-  if (name == "token_embd.weight") return "model.embed_tokens.weight";
-  if (name == "output_norm.weight") return "model.norm.weight";
+// GPT-2's (llama.cpp writes the Conv1D matrices transposed, as [out, in] like every other).
+const std::pair<const char*, const char*> kGpt2Block[] = {
+    {"attn_norm.weight", "ln_1.weight"},          {"attn_norm.bias", "ln_1.bias"},
+    {"attn_qkv.weight", "attn.c_attn.weight"},    {"attn_qkv.bias", "attn.c_attn.bias"},
+    {"attn_output.weight", "attn.c_proj.weight"}, {"attn_output.bias", "attn.c_proj.bias"},
+    {"ffn_norm.weight", "ln_2.weight"},           {"ffn_norm.bias", "ln_2.bias"},
+    {"ffn_up.weight", "mlp.c_fc.weight"},         {"ffn_up.bias", "mlp.c_fc.bias"},
+    {"ffn_down.weight", "mlp.c_proj.weight"},     {"ffn_down.bias", "mlp.c_proj.bias"},
+};
+
+// The Hugging Face name of a GGUF tensor; empty for one the model does not use (rope_freqs and
+// the like are recomputed).
+std::string hf_name(bool gpt2, const std::string& name) {
+  if (gpt2) {
+    if (name == "token_embd.weight") return "transformer.wte.weight";
+    if (name == "position_embd.weight") return "transformer.wpe.weight";
+    if (name == "output_norm.weight") return "transformer.ln_f.weight";
+    if (name == "output_norm.bias") return "transformer.ln_f.bias";
+  } else {
+    if (name == "token_embd.weight") return "model.embed_tokens.weight";
+    if (name == "output_norm.weight") return "model.norm.weight";
+  }
   if (name == "output.weight") return "lm_head.weight";
   if (name.rfind("blk.", 0) != 0) return {};
   const size_t dot = name.find('.', 4);
   if (dot == std::string::npos) return {};
   const std::string layer = name.substr(4, dot - 4), rest = name.substr(dot + 1);
+  if (gpt2) {
+    for (const auto& [gguf, hf] : kGpt2Block) {
+      if (rest == gguf) return fmt::format("transformer.h.{}.{}", layer, hf);
+    }
+    return {};
+  }
   for (const auto& [gguf, hf] : kLlamaBlock) {
     if (rest == gguf) return fmt::format("model.layers.{}.{}", layer, hf);
   }
@@ -66,12 +89,15 @@ ModelConfig gguf_model_config(const GgufFile& f, const std::string& path) {
     c.architecture = "Qwen2ForCausalLM";
     c.rope_style = kernels::RopeStyle::kHalf;
     c.qkv_bias = true;
+  } else if (arch == "gpt2") {
+    c.architecture = "GPT2LMHeadModel";
   } else {
     fail(ErrorKind::kUnsupported,
-         "'{}': GGUF architecture '{}' (general.architecture) is not supported (llama, qwen2)",
+         "'{}': GGUF architecture '{}' (general.architecture) is not supported (llama, qwen2, "
+         "gpt2)",
          path, arch);
   }
-  c.arch = Arch::kLlama;
+  c.arch = arch == "gpt2" ? Arch::kGpt2 : Arch::kLlama;
   const std::string p = arch + ".";
   c.dim = positive(f, p + "embedding_length");
   c.n_layers = positive(f, p + "block_count");
@@ -89,7 +115,10 @@ ModelConfig gguf_model_config(const GgufFile& f, const std::string& path) {
          "supported yet)",
          path, p, f.get_uint(p + "rope.dimension_count"), c.head_dim);
   }
-  c.norm_eps = static_cast<float>(f.get_float(p + "attention.layer_norm_rms_epsilon", 1e-5));
+  c.norm_eps = static_cast<float>(
+      f.get_float(p + (c.arch == Arch::kGpt2 ? "attention.layer_norm_epsilon"
+                                             : "attention.layer_norm_rms_epsilon"),
+                  1e-5));
   c.rope_theta = f.get_float(p + "rope.freq_base", 10000.0);
   const std::string scaling = f.get_string(p + "rope.scaling.type", "none");
   if (scaling != "none") {
@@ -115,7 +144,7 @@ ModelConfig load_gguf(const std::string& path, WeightStore& store) {
   const int index = store.add_file(std::move(file));
   store.set_keep_stored_types(true);
   for (const GgufTensorInfo& t : f.tensors) {
-    const std::string name = hf_name(t.name);
+    const std::string name = hf_name(c.arch == Arch::kGpt2, t.name);
     if (name.empty()) continue;
     const auto info = ggml_type_info(static_cast<uint32_t>(t.type));
     if (!ggml_can_dequantize(t.type))

@@ -32,6 +32,8 @@ class Gpt2Model final : public Model {
     // prefix.
     prefix_ = w.has("transformer.wte.weight") ? "transformer." : "";
     const std::string& P = prefix_;
+    // Conv1D matrices are stored [in, out] by Hugging Face; GGUF stores them [out, in].
+    const bool conv1d = c.format != "gguf";
     wte_ = w.matrix(P + "wte.weight", c.vocab_size, c.dim);
     wpe_ = w.f32(P + "wpe.weight", {c.max_seq_len, c.dim});
     for (int64_t l = 0; l < c.n_layers; ++l) {
@@ -39,18 +41,19 @@ class Gpt2Model final : public Model {
       Gpt2Layer L;
       L.ln1_w = w.f32(p + "ln_1.weight", {c.dim});
       L.ln1_b = w.f32(p + "ln_1.bias", {c.dim});
-      const kernels::WeightMatrix qkv = w.matrix(p + "attn.c_attn.weight", 3 * c.dim, c.dim, true);
+      const kernels::WeightMatrix qkv =
+          w.matrix(p + "attn.c_attn.weight", 3 * c.dim, c.dim, conv1d);
       L.w_q = qkv.rows(0, c.dim);
       L.w_k = qkv.rows(c.dim, c.dim);
       L.w_v = qkv.rows(2 * c.dim, c.dim);
       L.b_qkv = w.f32(p + "attn.c_attn.bias", {3 * c.dim});
-      L.w_proj = w.matrix(p + "attn.c_proj.weight", c.dim, c.dim, true);
+      L.w_proj = w.matrix(p + "attn.c_proj.weight", c.dim, c.dim, conv1d);
       L.b_proj = w.f32(p + "attn.c_proj.bias", {c.dim});
       L.ln2_w = w.f32(p + "ln_2.weight", {c.dim});
       L.ln2_b = w.f32(p + "ln_2.bias", {c.dim});
-      L.w_fc = w.matrix(p + "mlp.c_fc.weight", c.ffn_dim, c.dim, true);
+      L.w_fc = w.matrix(p + "mlp.c_fc.weight", c.ffn_dim, c.dim, conv1d);
       L.b_fc = w.f32(p + "mlp.c_fc.bias", {c.ffn_dim});
-      L.w_out = w.matrix(p + "mlp.c_proj.weight", c.dim, c.ffn_dim, true);
+      L.w_out = w.matrix(p + "mlp.c_proj.weight", c.dim, c.ffn_dim, conv1d);
       L.b_out = w.f32(p + "mlp.c_proj.bias", {c.dim});
       layers_.push_back(L);
     }

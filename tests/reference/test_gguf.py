@@ -18,6 +18,7 @@ sys.path.insert(0, HERE)
 import numpy as np  # noqa: E402
 
 import gguf_io  # noqa: E402
+import make_checkpoints  # noqa: E402
 
 F32 = np.float32
 IQ4NL = np.array([-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113],
@@ -252,7 +253,7 @@ class DequantTest(unittest.TestCase):
                         seen)
 
 
-class GgufModelTest(unittest.TestCase):
+class LogitsMixin:
     def logits(self, model, prompts="1,403,407,261;1,500,30,7,9", extra=()):
         exe = os.environ.get("TF_DUMP_LOGITS")
         if not exe:
@@ -263,6 +264,8 @@ class GgufModelTest(unittest.TestCase):
                            check=True, timeout=120, capture_output=True)
             return np.fromfile(out, dtype="<f4")
 
+
+class GgufModelTest(LogitsMixin, unittest.TestCase):
     def test_stories_gguf_gives_the_checkpoints_logits_and_quantized_copies_stay_close(self):
         shared = os.environ.get("TF_SHARED_DIR", os.path.join(HERE, "..", "..", "..", "shared"))
         d = os.path.join(shared, "models", "stories260K")
@@ -294,6 +297,126 @@ class GgufModelTest(unittest.TestCase):
                 err = np.abs(got - ref).max() / scale
                 self.assertLess(err, bound)
                 self.assertGreater(err, 0.005)
+
+
+# Hugging Face tensor names -> GGUF's, as llama.cpp's converter writes them.
+_LLAMA = {"input_layernorm.weight": "attn_norm.weight", "self_attn.q_proj.weight": "attn_q.weight",
+          "self_attn.k_proj.weight": "attn_k.weight", "self_attn.v_proj.weight": "attn_v.weight",
+          "self_attn.o_proj.weight": "attn_output.weight", "self_attn.q_proj.bias": "attn_q.bias",
+          "self_attn.k_proj.bias": "attn_k.bias", "self_attn.v_proj.bias": "attn_v.bias",
+          "post_attention_layernorm.weight": "ffn_norm.weight",
+          "mlp.gate_proj.weight": "ffn_gate.weight", "mlp.up_proj.weight": "ffn_up.weight",
+          "mlp.down_proj.weight": "ffn_down.weight"}
+_GPT2 = {"ln_1": "attn_norm", "attn.c_attn": "attn_qkv", "attn.c_proj": "attn_output",
+         "ln_2": "ffn_norm", "mlp.c_fc": "ffn_up", "mlp.c_proj": "ffn_down"}
+
+
+def hf_to_gguf(kind, seed, path):
+    """Writes make_checkpoints' checkpoint (kind, seed) as GGUF, F32, the way llama.cpp's
+    converter lays it out: GGUF names, dims innermost first, GPT-2's Conv1D matrices transposed
+    to [out, in], and for "llama" the rows of Q and K permuted so that RoPE rotates adjacent
+    pairs (per head: the first half's row i goes to row 2i, the second half's to 2i + 1)."""
+    cfg = make_checkpoints.KINDS[kind]("F32")
+    rng = np.random.default_rng(seed)
+    gpt2 = kind == "gpt2"
+    w = make_checkpoints._gpt2_weights(cfg, rng, False) if gpt2 else \
+        make_checkpoints._llama_weights(cfg, rng)
+    arch = "gpt2" if gpt2 else ("qwen2" if cfg["model_type"] == "qwen2" else "llama")
+    tensors = []
+
+    def add(name, a):
+        a = np.ascontiguousarray(a, dtype=F32)
+        tensors.append((name, list(reversed(a.shape)), 0, a.tobytes()))
+
+    if gpt2:
+        d, heads = cfg["n_embd"], cfg["n_head"]
+        meta = {"gpt2.context_length": gguf_io.U32(cfg["n_positions"]),
+                "gpt2.embedding_length": gguf_io.U32(d),
+                "gpt2.feed_forward_length": gguf_io.U32(cfg["n_inner"] or 4 * d),
+                "gpt2.block_count": gguf_io.U32(cfg["n_layer"]),
+                "gpt2.attention.head_count": gguf_io.U32(heads),
+                "gpt2.attention.layer_norm_epsilon": gguf_io.F32(cfg["layer_norm_epsilon"])}
+        for name, a in w.items():
+            name = name[len("transformer."):]
+            if name == "wte.weight":
+                add("token_embd.weight", a)
+            elif name == "wpe.weight":
+                add("position_embd.weight", a)
+            elif name.startswith("ln_f."):
+                add("output_norm." + name[5:], a)
+            else:
+                _, layer, rest = name.split(".", 2)
+                mod, what = rest.rsplit(".", 1)
+                add("blk.%s.%s.%s" % (layer, _GPT2[mod], what), a.T if a.ndim == 2 else a)
+    else:
+        d, heads = cfg["hidden_size"], cfg["num_attention_heads"]
+        kv = cfg.get("num_key_value_heads") or heads
+        hd = cfg.get("head_dim") or d // heads
+        meta = {arch + ".context_length": gguf_io.U32(cfg["max_position_embeddings"]),
+                arch + ".embedding_length": gguf_io.U32(d),
+                arch + ".feed_forward_length": gguf_io.U32(cfg["intermediate_size"]),
+                arch + ".block_count": gguf_io.U32(cfg["num_hidden_layers"]),
+                arch + ".attention.head_count": gguf_io.U32(heads),
+                arch + ".attention.head_count_kv": gguf_io.U32(kv),
+                arch + ".attention.key_length": gguf_io.U32(hd),
+                arch + ".attention.layer_norm_rms_epsilon": gguf_io.F32(cfg["rms_norm_eps"]),
+                arch + ".rope.freq_base": gguf_io.F32(cfg["rope_theta"])}
+
+        def permute(a, n):  # llama.cpp's converter: halves -> adjacent pairs
+            return a.reshape(n, 2, a.shape[0] // n // 2, *a.shape[1:]).swapaxes(1, 2).reshape(a.shape)
+
+        for name, a in w.items():
+            if name == "model.embed_tokens.weight":
+                add("token_embd.weight", a)
+            elif name == "model.norm.weight":
+                add("output_norm.weight", a)
+            elif name == "lm_head.weight":
+                add("output.weight", a)
+            else:
+                _, _, layer, rest = name.split(".", 3)
+                if arch == "llama" and rest in ("self_attn.q_proj.weight", "self_attn.k_proj.weight"):
+                    a = permute(a, heads if "q_proj" in rest else kv)
+                add("blk.%s.%s" % (layer, _LLAMA[rest]), a)
+    meta = dict({"general.architecture": arch, "tokenizer.ggml.bos_token_id": gguf_io.U32(cfg["bos_token_id"]),
+                 "tokenizer.ggml.eos_token_id": gguf_io.U32(cfg["eos_token_id"])}, **meta)
+    gguf_io.write_gguf(path, meta, tensors)
+    return cfg
+
+
+class GgufArchitecturesTest(LogitsMixin, unittest.TestCase):
+    """Every architecture tokenflow runs from safetensors runs from GGUF: the same random
+    checkpoint written both ways gives the same logits (bit for bit where the layouts are the
+    same; llama's permuted Q/K rows reorder the head's dot products, so within f32 rounding)."""
+
+    def check(self, kind, exact):
+        with tempfile.TemporaryDirectory() as d:
+            hf = make_checkpoints.write_checkpoint(os.path.join(d, "hf"), kind, seed=4)
+            g = os.path.join(d, kind + ".gguf")
+            hf_to_gguf(kind, 4, g)
+            prompts = "5,17,300,42,7;999,1,2"
+            ref = self.logits(hf, prompts)
+            got = self.logits(g, prompts)
+            self.assertEqual(got.shape, ref.shape)
+            if exact:
+                self.assertTrue(np.array_equal(got, ref))
+            else:
+                np.testing.assert_allclose(got, ref, rtol=0, atol=1e-4 * np.abs(ref).max())
+            # And with weights packed to bf16 from either file, still the same model.
+            np.testing.assert_allclose(self.logits(g, prompts, extra=("--dtype", "bf16")),
+                                       self.logits(hf, prompts, extra=("--dtype", "bf16")),
+                                       rtol=0, atol=1e-3 * np.abs(ref).max())
+
+    def test_gpt2(self):
+        self.check("gpt2", exact=True)
+
+    def test_qwen2(self):
+        self.check("qwen2", exact=True)
+
+    def test_llama_gqa(self):
+        self.check("llama_gqa", exact=False)
+
+    def test_llama_tied(self):
+        self.check("llama_tied", exact=False)
 
 
 if __name__ == "__main__":
