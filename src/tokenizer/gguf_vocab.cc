@@ -8,6 +8,9 @@
 
 #include <nlohmann/json.hpp>
 
+#include <string>
+#include <vector>
+
 namespace tf {
 
 namespace {
@@ -43,8 +46,45 @@ json pre_tokenizer_for(const std::string& pre, const std::string& path, bool& ig
     return split_then_bytes(kLlama3);
   }
   if (pre == "qwen2") return split_then_bytes(kQwen2);
+  if (pre == "smollm" || pre == "starcoder" || pre == "refact" || pre == "codeshell") {
+    // StarCoder's: every digit on its own, then GPT-2's byte-level split.
+    return json{{"type", "Sequence"},
+                {"pretokenizers",
+                 {{{"type", "Digits"}, {"individual_digits", true}},
+                  {{"type", "ByteLevel"}, {"add_prefix_space", false}, {"use_regex", true}}}}};
+  }
+  if (pre == "deepseek-llm" || pre == "deepseek-coder") {
+    // DeepSeek's tokenizer.json: splits applied in turn (each isolating its matches), then the
+    // byte-level mapping. deepseek-llm's letters are the cased letters (Lu, Ll, Lt: its
+    // tokenizer spells them out as ranges), its punctuation ASCII's and the full-width forms'.
+    std::vector<std::string> splits;
+    if (pre == "deepseek-llm") {
+      splits = {R"([\r\n])",
+                R"(\s?\p{L&}+)",
+                R"(\s?[!-/:-~\x{FF01}-\x{FF0F}\x{FF1A}-\x{FF5E}\x{2018}-\x{201F}\x{3000}-\x{3002}]+)",
+                R"(\s+$)",
+                R"([\x{4E00}-\x{9FA5}\x{0800}-\x{4E00}\x{AC00}-\x{D7FF}]+)",
+                R"(\p{N}+)"};
+    } else {
+      splits = {R"([\r\n])", R"(\s?\p{L}+)", R"(\s?\p{P}+)",
+                R"([\x{4E00}-\x{9FA5}\x{0800}-\x{4E00}\x{AC00}-\x{D7FF}]+)", R"(\p{N})"};
+    }
+    json seq = json::array();
+    for (const std::string& r : splits) {
+      seq.push_back({{"type", "Split"},
+                     {"pattern", {{"Regex", r}}},
+                     {"behavior", "Isolated"},
+                     {"invert", false}});
+    }
+    seq.push_back({{"type", "ByteLevel"},
+                   {"add_prefix_space", false},
+                   {"trim_offsets", true},
+                   {"use_regex", false}});
+    return json{{"type", "Sequence"}, {"pretokenizers", seq}};
+  }
   fail(ErrorKind::kUnsupported,
-       "'{}': tokenizer.ggml.pre '{}' is not supported yet (default, gpt-2, llama-bpe, qwen2 are)",
+       "'{}': tokenizer.ggml.pre '{}' is not supported yet (default, gpt-2, llama-bpe, qwen2, "
+       "smollm, starcoder, deepseek-llm, deepseek-coder are)",
        path, pre);
 }
 

@@ -361,6 +361,36 @@ class GgufVocabTest(unittest.TestCase):
         expected = npm_encode("cl100k_base", CORPUS)
         self.assertEqual([(s, g) for s, g, e in zip(CORPUS, got, expected) if g != e], [])
 
+    def test_smollm_pre_tokenizer_isolates_digits_then_splits_as_gpt2(self):
+        # SmolLM / StarCoder ("smollm"): every \\p{N} character a piece of its own, then GPT-2's
+        # byte-level split of each piece. Reference: the npm r50k encoding of each piece.
+        import unicodedata
+        path = os.path.join(self.tmp, "smollm.gguf")
+        tokenizer_json_to_gguf(os.path.join(GPT2, "tokenizer.json"), path, "smollm", 50256, 50256)
+
+        def pieces(s):
+            out, cur = [], ""
+            for ch in s:
+                if unicodedata.category(ch).startswith("N"):
+                    if cur:
+                        out.append(cur)
+                    out.append(ch)
+                    cur = ""
+                else:
+                    cur += ch
+            return out + ([cur] if cur else [])
+
+        lines = [s for s in CORPUS if s and "<|" not in s]
+        split = [pieces(s) for s in lines]
+        flat = npm_encode("r50k_base", [p for ps in split for p in ps])
+        expected, at = [], 0
+        for ps in split:
+            expected.append([t for ids in flat[at:at + len(ps)] for t in ids])
+            at += len(ps)
+        got = run_tool(path, lines)
+        self.assertEqual([(s, g) for s, g, e in zip(lines, got, expected) if g != e], [])
+        self.assertEqual(run_tool(path, ["x 2024"])[0], [87, 220, 17, 15, 17, 19])
+
     def test_llama2_sentencepiece_from_gguf_matches_the_library(self):
         import sentencepiece as spm
         io = gguf_io()
