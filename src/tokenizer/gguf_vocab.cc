@@ -59,12 +59,13 @@ json pre_tokenizer_for(const std::string& pre, const std::string& path, bool& ig
     // tokenizer spells them out as ranges), its punctuation ASCII's and the full-width forms'.
     std::vector<std::string> splits;
     if (pre == "deepseek-llm") {
-      splits = {R"([\r\n])",
-                R"(\s?\p{L&}+)",
-                R"(\s?[!-/:-~\x{FF01}-\x{FF0F}\x{FF1A}-\x{FF5E}\x{2018}-\x{201F}\x{3000}-\x{3002}]+)",
-                R"(\s+$)",
-                R"([\x{4E00}-\x{9FA5}\x{0800}-\x{4E00}\x{AC00}-\x{D7FF}]+)",
-                R"(\p{N}+)"};
+      splits = {
+          R"([\r\n])",
+          R"(\s?\p{L&}+)",
+          R"(\s?[!-/:-~\x{FF01}-\x{FF0F}\x{FF1A}-\x{FF5E}\x{2018}-\x{201F}\x{3000}-\x{3002}]+)",
+          R"(\s+$)",
+          R"([\x{4E00}-\x{9FA5}\x{0800}-\x{4E00}\x{AC00}-\x{D7FF}]+)",
+          R"(\p{N}+)"};
     } else {
       splits = {R"([\r\n])", R"(\s?\p{L}+)", R"(\s?\p{P}+)",
                 R"([\x{4E00}-\x{9FA5}\x{0800}-\x{4E00}\x{AC00}-\x{D7FF}]+)", R"(\p{N})"};
@@ -175,14 +176,19 @@ LoadedTokenizer load_gguf_tokenizer(const GgufFile& f, const std::string& path) 
          pieces.size());
   const uint64_t bos = f.get_uint("tokenizer.ggml.bos_token_id", 1);
   const uint64_t eos = f.get_uint("tokenizer.ggml.eos_token_id", 2);
-  if (bos != 1 || eos != 2) {
-    fail(ErrorKind::kUnsupported,
-         "'{}': a llama vocabulary with BOS {} and EOS {} is not supported yet (1 and 2 are)", path,
-         bos, eos);
+  if (bos >= pieces.size() || eos >= pieces.size())
+    fail("'{}': BOS {} or EOS {} is outside the vocabulary of {}", path, bos, eos, pieces.size());
+  std::vector<int32_t> types;
+  if (f.find("tokenizer.ggml.token_type")) {
+    for (double t : f.get_numbers("tokenizer.ggml.token_type"))
+      types.push_back(static_cast<int32_t>(t));
+    if (types.size() != pieces.size())
+      fail("'{}': tokenizer.ggml.token_type has {} entries for {} tokens", path, types.size(),
+           pieces.size());
   }
   LoadedTokenizer out;
-  out.bos_token = pieces.size() > 1 ? pieces[1] : "";
-  out.eos_token = pieces.size() > 2 ? pieces[2] : "";
+  out.bos_token = pieces[bos];
+  out.eos_token = pieces[eos];
   // SentencePiece writes a space as U+2581; the llama2.c tokenizer holds plain spaces.
   static const std::string kSpace = "\xe2\x96\x81";
   for (std::string& p : pieces) {
@@ -199,7 +205,12 @@ LoadedTokenizer load_gguf_tokenizer(const GgufFile& f, const std::string& path) 
     p = std::move(plain);
   }
   std::vector<float> fscores(scores.begin(), scores.end());
-  out.tokenizer = Llama2cTokenizer::from_pieces(std::move(pieces), std::move(fscores), path);
+  auto tok = Llama2cTokenizer::from_pieces(std::move(pieces), std::move(fscores), path,
+                                           types.empty() ? nullptr : &types);
+  tok->set_bos_id(static_cast<int32_t>(bos));
+  tok->set_eos_id(static_cast<int32_t>(eos));
+  tok->set_add_bos(f.get_bool("tokenizer.ggml.add_bos_token", true));
+  out.tokenizer = std::move(tok);
   out.source = path;
   out.chat_template = f.get_string("tokenizer.chat_template", "");
   out.stop_ids = {static_cast<int32_t>(eos)};

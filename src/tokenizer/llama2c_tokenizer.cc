@@ -65,7 +65,10 @@ std::unique_ptr<Llama2cTokenizer> Llama2cTokenizer::parse(const uint8_t* data, s
 
 std::unique_ptr<Llama2cTokenizer> Llama2cTokenizer::from_pieces(std::vector<std::string> pieces,
                                                                 std::vector<float> scores,
-                                                                const std::string& source) {
+                                                                const std::string& source,
+                                                                const std::vector<int32_t>* types) {
+  if (types != nullptr && types->size() != pieces.size())
+    fail("'{}': {} token types for {} pieces", source, types->size(), pieces.size());
   if (pieces.size() < 3 || pieces.size() > (1u << 24) || scores.size() != pieces.size())
     fail("'{}': a vocabulary of {} pieces and {} scores (3..{} pieces, a score each)", source,
          pieces.size(), scores.size(), 1 << 24);
@@ -77,15 +80,33 @@ std::unique_ptr<Llama2cTokenizer> Llama2cTokenizer::from_pieces(std::vector<std:
   auto tok = std::make_unique<Llama2cTokenizer>();
   tok->pieces_ = std::move(pieces);
   tok->scores_ = std::move(scores);
-  tok->byte_value_.resize(tok->pieces_.size());
-  for (size_t id = 0; id < tok->pieces_.size(); ++id) {
+  const size_t n = tok->pieces_.size();
+  tok->byte_value_.resize(n);
+  tok->special_.assign(n, 0);
+  std::fill(std::begin(tok->byte_id_), std::end(tok->byte_id_), -1);
+  for (size_t id = 0; id < n; ++id) {
     tok->byte_value_[id] = parse_byte_piece(tok->pieces_[id]);
-    if (id <= 2 || tok->byte_value_[id] >= 0) continue;  // <unk>, BOS, EOS and byte pieces
+    const int b = tok->byte_value_[id];
+    if (b >= 0 && tok->byte_id_[b] < 0) tok->byte_id_[b] = static_cast<int32_t>(id);
+    bool text = id > 2;  // llama2.c: <unk>, BOS and EOS
+    if (types != nullptr) {
+      const int32_t t = (*types)[id];
+      text = t == 1 || t == 4;
+      tok->special_[id] = t == 3 ? 1 : 0;
+    } else {
+      tok->special_[id] = id == 1 || id == 2 ? 1 : 0;
+    }
+    if (!text || b >= 0) continue;                                  // specials and byte pieces
     tok->ids_.emplace(tok->pieces_[id], static_cast<int32_t>(id));  // the first id of a piece wins
+  }
+  if (types == nullptr) {
+    // run.c's byte fallback: byte b is id 3 + b, whatever piece is there.
+    for (int b = 0; b < 256; ++b) tok->byte_id_[b] = 3 + b < static_cast<int>(n) ? 3 + b : -1;
   }
   // Every id is one piece of the text (a merge's piece is its parts' concatenation) or one byte;
   // the bound holds only if every byte has its <0xNN> piece (else bytes are dropped).
-  if (tok->pieces_.size() >= 3 + 256) {
+  if (std::find(std::begin(tok->byte_id_), std::end(tok->byte_id_), -1) ==
+      std::end(tok->byte_id_)) {
     tok->max_bytes_per_token_ = 1;
     for (const std::string& p : tok->pieces_)
       tok->max_bytes_per_token_ = std::max(tok->max_bytes_per_token_, p.size());
@@ -102,7 +123,7 @@ std::unique_ptr<Llama2cTokenizer> Llama2cTokenizer::load(const std::string& path
 std::vector<int32_t> Llama2cTokenizer::encode(std::string_view text,
                                               bool add_special_tokens) const {
   std::vector<int32_t> out;
-  if (add_special_tokens) out.push_back(bos_id());
+  if (add_special_tokens && add_bos_ && bos_id() >= 0) out.push_back(bos_id());
   std::vector<int32_t> ids;
   auto lookup = [&](const std::string& s) {
     auto it = ids_.find(s);
@@ -110,8 +131,7 @@ std::vector<int32_t> Llama2cTokenizer::encode(std::string_view text,
   };
   auto push_bytes = [&](std::string_view bytes) {
     for (unsigned char b : bytes) {
-      // Byte fallback: <0x00> is id 3 in every llama2.c vocabulary.
-      if (3 + b < static_cast<int>(pieces_.size())) ids.push_back(3 + b);
+      if (byte_id_[b] >= 0) ids.push_back(byte_id_[b]);  // byte fallback
     }
   };
   if (!text.empty()) {

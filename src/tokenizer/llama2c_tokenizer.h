@@ -22,11 +22,18 @@ class Llama2cTokenizer final : public Tokenizer {
   static std::unique_ptr<Llama2cTokenizer> parse(const uint8_t* data, size_t size,
                                                  int64_t vocab_size, const std::string& path);
   static std::unique_ptr<Llama2cTokenizer> load(const std::string& path, int64_t vocab_size);
-  // From pieces (spaces as plain spaces, bytes as <0xNN>) and their scores: ids 0, 1, 2 are
-  // <unk>, BOS and EOS. source names the origin in errors.
+  // From pieces (spaces as plain spaces, bytes as <0xNN>) and their scores. Without types, ids
+  // 0, 1, 2 are <unk>, BOS and EOS (llama2.c's layout); with SentencePiece's token types (GGUF's
+  // tokenizer.ggml.token_type: 1 normal, 2 unknown, 3 control, 4 user-defined, 5 unused,
+  // 6 byte), unknown, control and unused pieces never match text and control pieces never
+  // print, wherever they are. Byte fallback uses the <0xNN> pieces wherever they are. source
+  // names the origin in errors.
   static std::unique_ptr<Llama2cTokenizer> from_pieces(std::vector<std::string> pieces,
                                                        std::vector<float> scores,
-                                                       const std::string& source);
+                                                       const std::string& source,
+                                                       const std::vector<int32_t>* types = nullptr);
+  // Whether encode(..., true) starts with BOS (GGUF's tokenizer.ggml.add_bos_token).
+  void set_add_bos(bool add) { add_bos_ = add; }
 
   int64_t vocab_size() const override { return static_cast<int64_t>(pieces_.size()); }
   // add_special_tokens adds BOS, as run.c does.
@@ -34,7 +41,9 @@ class Llama2cTokenizer final : public Tokenizer {
   std::string decode_bytes(std::span<const int32_t> ids, bool skip_special_tokens) const override;
   std::string id_to_piece(int32_t id) const override;
   std::optional<int32_t> piece_to_id(std::string_view piece) const override;
-  bool is_special(int32_t id) const override { return id == 1 || id == 2; }
+  bool is_special(int32_t id) const override {
+    return id >= 0 && id < static_cast<int32_t>(special_.size()) && special_[id] != 0;
+  }
   size_t max_bytes_per_token() const override { return max_bytes_per_token_; }
 
   // The bytes token `id` contributes when it follows `prev` (-1 at the start): run.c's decode.
@@ -48,7 +57,10 @@ class Llama2cTokenizer final : public Tokenizer {
   size_t max_bytes_per_token_ = 0;  // 0: some bytes have no piece
   std::vector<std::string> pieces_;
   std::vector<float> scores_;
-  std::vector<int> byte_value_;                   // -1, or the byte an <0xNN> piece stands for
+  std::vector<int> byte_value_;   // -1, or the byte an <0xNN> piece stands for
+  int32_t byte_id_[256];          // the piece of each byte, -1 if none
+  std::vector<uint8_t> special_;  // never printed
+  bool add_bos_ = true;
   std::unordered_map<std::string, int32_t> ids_;  // text pieces only (no specials, no bytes)
 };
 

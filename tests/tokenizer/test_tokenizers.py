@@ -391,25 +391,43 @@ class GgufVocabTest(unittest.TestCase):
         self.assertEqual([(s, g) for s, g, e in zip(lines, got, expected) if g != e], [])
         self.assertEqual(run_tool(path, ["x 2024"])[0], [87, 220, 17, 15, 17, 19])
 
-    def test_llama2_sentencepiece_from_gguf_matches_the_library(self):
+    def llama2_gguf(self, name, shift):
+        """The Llama 2 SentencePiece vocabulary as GGUF metadata, every id moved up by shift
+        (mod the size): <unk>, BOS, EOS and the byte pieces then sit anywhere."""
         import sentencepiece as spm
         io = gguf_io()
         sp = spm.SentencePieceProcessor(model_file=os.path.join(LLAMA2, "tokenizer.model"))
         n = sp.get_piece_size()
         types = [2 if sp.is_unknown(i) else 3 if sp.is_control(i) else 6 if sp.is_byte(i) else 1
                  for i in range(n)]
+        new = [(i + shift) % n for i in range(n)]
+        order = sorted(range(n), key=lambda i: new[i])
         meta = {"general.architecture": "llama", "tokenizer.ggml.model": "llama",
                 "tokenizer.ggml.tokens": io.Typed(io.ARRAY, (io.STRING, [sp.id_to_piece(i)
-                                                                         for i in range(n)])),
+                                                                         for i in order])),
                 "tokenizer.ggml.scores": io.Typed(io.ARRAY, (io.FLOAT32, [sp.get_score(i)
-                                                                          for i in range(n)])),
-                "tokenizer.ggml.token_type": io.Typed(io.ARRAY, (io.INT32, types)),
-                "tokenizer.ggml.bos_token_id": io.U32(1), "tokenizer.ggml.eos_token_id": io.U32(2)}
-        path = os.path.join(self.tmp, "llama2.gguf")
+                                                                          for i in order])),
+                "tokenizer.ggml.token_type": io.Typed(io.ARRAY, (io.INT32, [types[i] for i in order])),
+                "tokenizer.ggml.bos_token_id": io.U32(new[1]),
+                "tokenizer.ggml.eos_token_id": io.U32(new[2])}
+        path = os.path.join(self.tmp, name)
         io.write_gguf(path, meta, [])
+        return sp, new, path
+
+    def test_llama2_sentencepiece_from_gguf_matches_the_library(self):
+        sp, new, path = self.llama2_gguf("llama2.gguf", 0)
         got = run_tool(path, CORPUS)
         expected = [[1] + sp.encode(s) for s in CORPUS]
         self.assertEqual([(s, g) for s, g, e in zip(CORPUS, got, expected) if g != e], [])
+
+    def test_llama_vocabulary_with_specials_and_bytes_elsewhere(self):
+        # BOS, EOS, <unk> and the 256 byte pieces at other ids than 1, 2, 0 and 3..258: the ids
+        # are the library's, moved the same way (byte fallback and BOS included).
+        sp, new, path = self.llama2_gguf("llama2-moved.gguf", 1000)
+        got = run_tool(path, CORPUS)
+        expected = [[new[1]] + [new[i] for i in sp.encode(s)] for s in CORPUS]
+        self.assertEqual([(s, g) for s, g, e in zip(CORPUS, got, expected) if g != e], [])
+        self.assertTrue(any(1003 <= t <= 1258 for ids in got for t in ids))  # bytes were used
 
 
 if __name__ == "__main__":
