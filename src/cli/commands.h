@@ -24,6 +24,9 @@ Action add_tokenize(CLI::App& app);
 Action add_bench(CLI::App& app);
 Action add_serve(CLI::App& app);
 Action add_quantize(CLI::App& app);
+Action add_convert(CLI::App& app);
+// `quantize IN.gguf OUT.gguf --dtype T` (convert.cc): every tensor re-quantized, metadata kept.
+int requantize_gguf(const std::string& in, const std::string& out, const std::string& dtype);
 // `bench --roofline`: this machine's limits and the matmul's fraction of them (roofline.cc).
 int run_roofline_bench(int threads);
 

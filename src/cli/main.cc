@@ -22,7 +22,12 @@ int main(int argc, char** argv) {
   };
   add("serve", "Serve models over HTTP (OpenAI and TF Serving APIs)", tf::cli::add_serve);
   add("generate", "Generate text from a prompt, streamed to stdout", tf::cli::add_generate);
-  add("quantize", "Write a model's weights packed as int8, q4, bf16 or f16", tf::cli::add_quantize);
+  add("quantize",
+      "Write a model's weights packed as int8, q4, bf16 or f16 (a GGUF: re-quantized to another "
+      "GGUF type)",
+      tf::cli::add_quantize);
+  add("convert", "Write a Hugging Face or llama2.c model as GGUF, quantized in the same pass",
+      tf::cli::add_convert);
   add("inspect", "Describe a model file or directory", tf::cli::add_inspect);
   add("tokenize", "Turn text into token ids, or ids into text", tf::cli::add_tokenize);
   add("bench", "Measure throughput and latency of many requests", tf::cli::add_bench);

@@ -24,6 +24,7 @@ struct QuantizeOptions {
 };
 
 int run_quantize(const QuantizeOptions& o) {
+  if (fs::path(o.in).extension() == ".gguf") return requantize_gguf(o.in, o.out, o.dtype);
   const kernels::WeightType type = kernels::parse_weight_type(o.dtype);
   if (type == kernels::WeightType::kF32) fail("--dtype f32 would write the model unchanged");
   std::error_code ec;
@@ -99,9 +100,13 @@ int run_quantize(const QuantizeOptions& o) {
 
 Action add_quantize(CLI::App& app) {
   auto o = std::make_shared<QuantizeOptions>();
-  app.add_option("--dtype", o->dtype, "int8, q4, bf16 or f16")->required();
-  app.add_option("input", o->in, "Hugging Face model directory")->required();
-  app.add_option("output", o->out, "new directory to write")->required();
+  app.add_option("--dtype", o->dtype,
+                 "int8, q4, bf16 or f16 (a GGUF input: f32, f16, bf16, q8_0, q4_0, q4_1, q5_0, "
+                 "q5_1, q4_k_s, q4_k_m, q5_k_s, q5_k_m, q6_k or iq4_nl)")
+      ->required();
+  app.add_option("input", o->in, "Hugging Face model directory, or a .gguf file")->required();
+  app.add_option("output", o->out, "new directory to write (for a .gguf input: a .gguf file)")
+      ->required();
   return [o] { return run_quantize(*o); };
 }
 

@@ -1,5 +1,7 @@
 #include "kernels/ggml_quants.h"
 
+#include <algorithm>
+#include <cmath>
 #include <cstring>
 
 #include "core/dtype.h"
@@ -253,6 +255,243 @@ void dequantize_blocks(WeightType t, const void* data, int64_t n, float* out) {
         break;
       case WeightType::kIQ4_XS:
         iq4_xs(b, out);
+        break;
+      default:
+        break;
+    }
+  }
+}
+
+}  // namespace tf::kernels
+
+namespace tf::kernels {
+namespace {
+
+void put_half(uint8_t* p, float v) {
+  const uint16_t h = f32_to_f16(v);
+  std::memcpy(p, &h, 2);
+}
+
+int nearest(float v, int lo, int hi) {
+  const long r = std::lrint(v);
+  return static_cast<int>(std::clamp<long>(r, lo, hi));
+}
+
+// The value of largest magnitude, with its sign.
+float signed_max(const float* x, int n) {
+  float amax = 0.0f, max = 0.0f;
+  for (int i = 0; i < n; ++i) {
+    if (std::fabs(x[i]) > amax) {
+      amax = std::fabs(x[i]);
+      max = x[i];
+    }
+  }
+  return max;
+}
+
+// Symmetric blocks of 32 (Q8_0, Q4_0, Q5_0): d from the signed maximum, q = x / d + offset.
+void symmetric32(const float* x, float divisor, int offset, int qmax, uint8_t* d_at, int* q) {
+  const float d = signed_max(x, 32) / divisor;
+  put_half(d_at, d);
+  const float ds = half(d_at);
+  const float id = ds != 0.0f ? 1.0f / ds : 0.0f;
+  for (int i = 0; i < 32; ++i) q[i] = nearest(x[i] * id + static_cast<float>(offset), 0, qmax);
+}
+
+// Blocks of 32 with a minimum (Q4_1, Q5_1): x = d q + m.
+void affine32(const float* x, int qmax, uint8_t* dm_at, int* q) {
+  float mn = x[0], mx = x[0];
+  for (int i = 1; i < 32; ++i) {
+    mn = std::min(mn, x[i]);
+    mx = std::max(mx, x[i]);
+  }
+  put_half(dm_at, (mx - mn) / static_cast<float>(qmax));
+  put_half(dm_at + 2, mn);
+  const float d = half(dm_at), m = half(dm_at + 2);
+  const float id = d != 0.0f ? 1.0f / d : 0.0f;
+  for (int i = 0; i < 32; ++i) q[i] = nearest((x[i] - m) * id, 0, qmax);
+}
+
+void pack_nibbles(const int* q, uint8_t* out) {
+  for (int j = 0; j < 16; ++j)
+    out[j] = static_cast<uint8_t>((q[j] & 0xF) | ((q[j + 16] & 0xF) << 4));
+}
+
+uint32_t fifth_bits(const int* q) {
+  uint32_t qh = 0;
+  for (int j = 0; j < 32; ++j) qh |= static_cast<uint32_t>((q[j] >> 4) & 1) << j;
+  return qh;
+}
+
+// Q4_K / Q5_K: 8 sub-blocks of 32 with 6-bit scales and minima under f16 d and dmin.
+void quantize_k45(const float* x, int qmax, uint8_t* b, bool five) {
+  float scale[8], minv[8];
+  for (int j = 0; j < 8; ++j) {
+    float mn = 0.0f, mx = x[32 * j];
+    for (int i = 0; i < 32; ++i) {
+      mn = std::min(mn, x[32 * j + i]);
+      mx = std::max(mx, x[32 * j + i]);
+    }
+    mx = std::max(mx, mn);
+    scale[j] = (mx - mn) / static_cast<float>(qmax);
+    minv[j] = -mn;
+  }
+  const float max_scale = *std::max_element(scale, scale + 8);
+  const float max_min = *std::max_element(minv, minv + 8);
+  put_half(b, max_scale / 63.0f);
+  put_half(b + 2, max_min / 63.0f);
+  const float d = half(b), dmin = half(b + 2);
+  int sc[8], m[8];
+  for (int j = 0; j < 8; ++j) {
+    sc[j] = d > 0.0f ? nearest(scale[j] / d, 0, 63) : 0;
+    m[j] = dmin > 0.0f ? nearest(minv[j] / dmin, 0, 63) : 0;
+  }
+  uint8_t* s = b + 4;
+  for (int j = 0; j < 4; ++j) {
+    s[j] = static_cast<uint8_t>((sc[j] & 63) | ((sc[j + 4] >> 4) << 6));
+    s[j + 4] = static_cast<uint8_t>((m[j] & 63) | ((m[j + 4] >> 4) << 6));
+    s[j + 8] = static_cast<uint8_t>((sc[j + 4] & 0xF) | ((m[j + 4] & 0xF) << 4));
+  }
+  int q[256];
+  for (int j = 0; j < 8; ++j) {
+    const float dl = d * static_cast<float>(sc[j]), ml = dmin * static_cast<float>(m[j]);
+    for (int i = 0; i < 32; ++i)
+      q[32 * j + i] = dl > 0.0f ? nearest((x[32 * j + i] + ml) / dl, 0, qmax) : 0;
+  }
+  uint8_t* qh = b + 16;
+  uint8_t* qs = b + (five ? 48 : 16);
+  if (five) std::memset(qh, 0, 32);
+  for (int p = 0; p < 4; ++p) {
+    for (int l = 0; l < 32; ++l) {
+      const int lo = q[64 * p + l], hi = q[64 * p + 32 + l];
+      qs[32 * p + l] = static_cast<uint8_t>((lo & 0xF) | ((hi & 0xF) << 4));
+      if (five)
+        qh[l] |=
+            static_cast<uint8_t>((((lo >> 4) & 1) << (2 * p)) | (((hi >> 4) & 1) << (2 * p + 1)));
+    }
+  }
+}
+
+// Q6_K: 16 sub-blocks of 16 with int8 scales under f16 d, values q - 32.
+void quantize_q6_k(const float* x, uint8_t* b) {
+  float scale[16];
+  for (int s = 0; s < 16; ++s) scale[s] = signed_max(x + 16 * s, 16) / -32.0f;
+  float amax = 0.0f;
+  for (float v : scale) amax = std::max(amax, std::fabs(v));
+  put_half(b + 208, amax / 127.0f);
+  const float d = half(b + 208);
+  auto* sc = reinterpret_cast<int8_t*>(b + 192);
+  int L[256];
+  for (int s = 0; s < 16; ++s) {
+    sc[s] = static_cast<int8_t>(d > 0.0f ? nearest(scale[s] / d, -127, 127) : 0);
+    const float dl = d * static_cast<float>(sc[s]);
+    for (int i = 0; i < 16; ++i)
+      L[16 * s + i] = dl != 0.0f ? nearest(x[16 * s + i] / dl + 32.0f, 0, 63) : 32;
+  }
+  uint8_t* ql = b;
+  uint8_t* qh = b + 128;
+  for (int n = 0; n < 2; ++n) {
+    const int* y = L + 128 * n;
+    for (int l = 0; l < 32; ++l) {
+      ql[64 * n + l] = static_cast<uint8_t>((y[l] & 0xF) | ((y[l + 64] & 0xF) << 4));
+      ql[64 * n + l + 32] = static_cast<uint8_t>((y[l + 32] & 0xF) | ((y[l + 96] & 0xF) << 4));
+      qh[32 * n + l] = static_cast<uint8_t>((y[l] >> 4) | ((y[l + 32] >> 4) << 2) |
+                                            ((y[l + 64] >> 4) << 4) | ((y[l + 96] >> 4) << 6));
+    }
+  }
+}
+
+void quantize_iq4_nl(const float* x, uint8_t* b) {
+  put_half(b, signed_max(x, 32) / static_cast<float>(kIq4nl[0]));
+  const float d = half(b);
+  const float id = d != 0.0f ? 1.0f / d : 0.0f;
+  int q[32];
+  for (int i = 0; i < 32; ++i) {
+    const float v = x[i] * id;
+    int best = 0;
+    for (int t = 1; t < 16; ++t) {
+      if (std::fabs(v - static_cast<float>(kIq4nl[t])) <
+          std::fabs(v - static_cast<float>(kIq4nl[best])))
+        best = t;
+    }
+    q[i] = best;
+  }
+  pack_nibbles(q, b + 2);
+}
+
+}  // namespace
+
+bool can_quantize_blocks(WeightType t) {
+  switch (t) {
+    case WeightType::kQ8_0:
+    case WeightType::kQ4_0:
+    case WeightType::kQ4_1:
+    case WeightType::kQ5_0:
+    case WeightType::kQ5_1:
+    case WeightType::kQ4_K:
+    case WeightType::kQ5_K:
+    case WeightType::kQ6_K:
+    case WeightType::kIQ4_NL:
+      return true;
+    default:
+      return false;
+  }
+}
+
+void quantize_blocks(WeightType t, const float* x, int64_t n, void* out) {
+  if (!can_quantize_blocks(t))
+    fail(ErrorKind::kUnsupported,
+         "writing {} is not supported (q8_0, q4_0, q4_1, q5_0, q5_1, "
+         "q4_k, q5_k, q6_k, iq4_nl are)",
+         weight_type_name(t));
+  const int64_t bs = block_size(t), bb = block_bytes(t);
+  if (n % bs != 0)
+    fail("{} values are not a whole number of {} blocks of {}", n, weight_type_name(t), bs);
+  auto* b = static_cast<uint8_t*>(out);
+  int q[32];
+  for (int64_t i = 0; i < n / bs; ++i, b += bb, x += bs) {
+    switch (t) {
+      case WeightType::kQ8_0: {
+        const float d = std::fabs(signed_max(x, 32)) / 127.0f;
+        put_half(b, d);
+        const float ds = half(b);
+        const float id = ds != 0.0f ? 1.0f / ds : 0.0f;
+        for (int j = 0; j < 32; ++j)
+          reinterpret_cast<int8_t*>(b + 2)[j] = static_cast<int8_t>(nearest(x[j] * id, -127, 127));
+      } break;
+      case WeightType::kQ4_0:
+        symmetric32(x, -8.0f, 8, 15, b, q);
+        pack_nibbles(q, b + 2);
+        break;
+      case WeightType::kQ5_0: {
+        symmetric32(x, -16.0f, 16, 31, b, q);
+        const uint32_t qh = fifth_bits(q);
+        std::memcpy(b + 2, &qh, 4);
+        pack_nibbles(q, b + 6);
+        break;
+      }
+      case WeightType::kQ4_1:
+        affine32(x, 15, b, q);
+        pack_nibbles(q, b + 4);
+        break;
+      case WeightType::kQ5_1: {
+        affine32(x, 31, b, q);
+        const uint32_t qh = fifth_bits(q);
+        std::memcpy(b + 4, &qh, 4);
+        pack_nibbles(q, b + 8);
+        break;
+      }
+      case WeightType::kQ4_K:
+        quantize_k45(x, 15, b, false);
+        break;
+      case WeightType::kQ5_K:
+        quantize_k45(x, 31, b, true);
+        break;
+      case WeightType::kQ6_K:
+        quantize_q6_k(x, b);
+        break;
+      case WeightType::kIQ4_NL:
+        quantize_iq4_nl(x, b);
         break;
       default:
         break;

@@ -24,4 +24,15 @@ namespace tf::kernels {
 // Dequantizes n values (a multiple of block_size(t)) of block type t stored at data into out.
 void dequantize_blocks(WeightType t, const void* data, int64_t n, float* out);
 
+// Whether quantize_blocks writes type t (Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q4_K, Q5_K, Q6_K,
+// IQ4_NL).
+bool can_quantize_blocks(WeightType t);
+
+// Quantizes n values (a multiple of block_size(t)) into n / block_size(t) blocks of type t at out,
+// in the layouts above. Scales are chosen from each block's range (Q4_1/Q5_1/Q4_K/Q5_K: its
+// minimum and maximum; the others: its value of largest magnitude maps to the most negative
+// quant, as ggml's reference quantizers do), each value to the nearest quant under the scales
+// as stored (f16, and the K-quants' 6- or 8-bit sub-block scales).
+void quantize_blocks(WeightType t, const float* x, int64_t n, void* out);
+
 }  // namespace tf::kernels

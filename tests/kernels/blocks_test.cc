@@ -191,5 +191,45 @@ TEST(BlockKernels, RowsAndDequantizeRowAddressWholeBlocks) {
   }
 }
 
+TEST(BlockQuantizers, RoundTripWithinEachFormatsError) {
+  // Normal values with an outlier per row: the RMS error of quantize -> dequantize, relative to
+  // the values' RMS, stays under each format's bound (its bits), and types without a writer say
+  // so by name.
+  std::mt19937 rng(21);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  const std::pair<WeightType, double> bounds[] = {
+      {WeightType::kQ8_0, 0.008}, {WeightType::kQ4_0, 0.12},  {WeightType::kQ4_1, 0.095},
+      {WeightType::kQ5_0, 0.063}, {WeightType::kQ5_1, 0.046}, {WeightType::kQ4_K, 0.097},
+      {WeightType::kQ5_K, 0.046}, {WeightType::kQ6_K, 0.026}, {WeightType::kIQ4_NL, 0.11}};
+  for (const auto& [t, bound] : bounds) {
+    SCOPED_TRACE(std::string(weight_type_name(t)));
+    ASSERT_TRUE(can_quantize_blocks(t));
+    const int64_t n = 4096;
+    std::vector<float> x(n), y(n);
+    for (auto& v : x) v = normal(rng) * 0.05f + 0.01f;
+    x[100] = 1.5f;
+    std::vector<uint8_t> blocks(static_cast<size_t>(n / block_size(t) * block_bytes(t)));
+    quantize_blocks(t, x.data(), n, blocks.data());
+    dequantize_blocks(t, blocks.data(), n, y.data());
+    double err = 0.0, ref = 0.0;
+    for (int64_t i = 0; i < n; ++i) {
+      err += (x[i] - y[i]) * static_cast<double>(x[i] - y[i]);
+      ref += x[i] * static_cast<double>(x[i]);
+    }
+    const double rel = std::sqrt(err / ref);
+    EXPECT_LT(rel, bound) << "rel " << rel;
+    EXPECT_GT(rel, 0.0);
+    // All zeros stay zeros (scales 0, no division by zero).
+    std::vector<float> zeros(n, 0.0f);
+    quantize_blocks(t, zeros.data(), n, blocks.data());
+    dequantize_blocks(t, blocks.data(), n, y.data());
+    for (float v : y) ASSERT_EQ(v, 0.0f);
+  }
+  std::vector<float> x(256, 1.0f);
+  std::vector<uint8_t> out(1024);
+  EXPECT_THROW(quantize_blocks(WeightType::kQ2_K, x.data(), 256, out.data()), Error);
+  EXPECT_THROW(quantize_blocks(WeightType::kQ4_K, x.data(), 255, out.data()), Error);
+}
+
 }  // namespace
 }  // namespace tf::kernels

@@ -419,5 +419,215 @@ class GgufArchitecturesTest(LogitsMixin, unittest.TestCase):
         self.check("llama_tied", exact=False)
 
 
+def tokenflow(*args):
+    exe = os.environ.get("TOKENFLOW_BIN")
+    if not exe:
+        raise unittest.SkipTest("TOKENFLOW_BIN is not set")
+    return subprocess.run([exe, *args], check=True, timeout=300, capture_output=True, text=True)
+
+
+def check_layout(test, path):
+    """The format's invariants, read by gguf_io (independent of tokenflow's reader): version 3,
+    general.alignment 32, every tensor's data at a multiple of it, exactly its type's bytes, the
+    tensors packed in order without overlap up to the end of the file."""
+    with open(path, "rb") as f:
+        head = f.read(8)
+    test.assertEqual(head[:4], b"GGUF")
+    test.assertEqual(int.from_bytes(head[4:8], "little"), 3)
+    meta, tensors = gguf_io.read_gguf(path)
+    test.assertEqual(meta["general.alignment"], 32)
+    for name, (dims, t, data) in tensors.items():
+        bs, ts = LAYOUT[t]
+        n = int(np.prod(dims))
+        test.assertEqual(dims[0] % bs, 0, name)
+        need = n // bs * ts
+        test.assertGreaterEqual(len(data), need, name)
+        test.assertLess(len(data) - need, 32, name)  # only the padding to the next tensor
+    return meta, tensors
+
+
+def rel_rms(a, b):
+    return float(np.sqrt(np.mean((a - b) ** 2) / np.mean(b ** 2)))
+
+
+class ConvertTest(LogitsMixin, unittest.TestCase):
+    """`tokenflow convert` and `quantize` to GGUF: files that follow the format, load back to the
+    same model and the same tokens, quantized within each format's error (numpy dequantizes)."""
+
+    @classmethod
+    def setUpClass(cls):
+        cls.tmp = tempfile.mkdtemp()
+        shared = os.environ.get("TF_SHARED_DIR", os.path.join(HERE, "..", "..", "..", "shared"))
+        cls.stories = os.path.join(shared, "models", "stories260K")
+        cls.kquant = os.path.join(shared, "models", "kquant256")
+
+    @classmethod
+    def tearDownClass(cls):
+        import shutil
+        shutil.rmtree(cls.tmp)
+
+    def test_llama2c_checkpoint_to_gguf_is_the_same_model(self):
+        out = os.path.join(self.tmp, "s-f32.gguf")
+        tokenflow("convert", os.path.join(self.stories, "stories260K.bin"), out, "--dtype", "f32")
+        meta, tensors = check_layout(self, out)
+        self.assertEqual(meta["general.architecture"], "llama")
+        self.assertEqual(len(meta["tokenizer.ggml.tokens"]), 512)
+        self.assertEqual(meta["tokenizer.ggml.token_type"][:4], [2, 3, 3, 6])
+        ref = self.logits(os.path.join(self.stories, "stories260K.bin"))
+        self.assertTrue(np.array_equal(self.logits(out), ref))
+        # llama.cpp's own conversion of the same checkpoint holds the same F32 values.
+        _, theirs = gguf_io.read_gguf(os.path.join(self.stories, "stories260K.gguf"))
+        for name, (dims, t, data) in tensors.items():
+            self.assertEqual(dims, theirs[name][0], name)
+            n = int(np.prod(dims))
+            self.assertTrue(np.array_equal(np.frombuffer(data[:4 * n], "<f4"),
+                                           np.frombuffer(theirs[name][2][:4 * n], "<f4")), name)
+        text = "Once upon a time, a little dog found a red ball."
+        ids = tokenflow("tokenize", "-m", out, text).stdout
+        self.assertEqual(ids, tokenflow("tokenize", "-m", os.path.join(self.stories, "stories260K.bin"),
+                                        text).stdout)
+
+    def test_quantized_conversions_stay_within_their_formats_error(self):
+        src = os.path.join(self.tmp, "ref-f32.gguf")
+        tokenflow("convert", os.path.join(self.stories, "stories260K.bin"), src, "--dtype", "f32")
+        _, f32 = gguf_io.read_gguf(src)
+        ref = self.logits(os.path.join(self.stories, "stories260K.bin"))
+        scale = np.abs(ref).max()
+        # stories260K is 64 wide: K-quants fall back to Q5_0 / Q8_0 as llama.cpp's do.
+        for dtype, want, bound, logit_bound in (("q8_0", 8, 0.01, 0.02), ("q4_0", 2, 0.12, 0.3),
+                                                ("q5_1", 7, 0.05, 0.1), ("q4_k_m", 6, 0.07, 0.2)):
+            with self.subTest(dtype=dtype):
+                out = os.path.join(self.tmp, "s-%s.gguf" % dtype)
+                tokenflow("convert", os.path.join(self.stories, "stories260K.bin"), out,
+                          "--dtype", dtype)
+                _, tensors = check_layout(self, out)
+                seen = set()
+                for name, (dims, t, data) in tensors.items():
+                    n = int(np.prod(dims))
+                    orig = np.frombuffer(f32[name][2][:4 * n], "<f4")
+                    if len(dims) == 1:
+                        self.assertEqual(t, 0, name)
+                        continue
+                    seen.add(t)
+                    bs, ts = LAYOUT[t]
+                    got = dequant(t, data[:n // bs * ts])
+                    self.assertLess(rel_rms(got, orig), bound, (name, NAMES[t]))
+                self.assertIn(want, seen)
+                if dtype == "q4_k_m":  # the fallbacks of a 64-wide model, as llama.cpp's file
+                    # (which also stores the shared classifier as output.weight; ours ties it)
+                    _, theirs = gguf_io.read_gguf(os.path.join(self.stories,
+                                                               "stories260K-Q4_K_M.gguf"))
+                    self.assertEqual(set(theirs) - set(tensors), {"output.weight"})
+                    self.assertEqual({k: v[1] for k, v in tensors.items()},
+                                     {k: theirs[k][1] for k in tensors})
+                err = np.abs(self.logits(out) - ref).max() / scale
+                self.assertLess(err, logit_bound)
+
+    def test_hugging_face_checkpoints_convert_to_the_same_logits(self):
+        for kind, exact in (("gpt2", True), ("qwen2", True), ("llama_gqa", False)):
+            with self.subTest(kind=kind):
+                hf = make_checkpoints.write_checkpoint(os.path.join(self.tmp, kind), kind, seed=6)
+                out = os.path.join(self.tmp, kind + ".gguf")
+                tokenflow("convert", hf, out, "--dtype", "f32", "--tokenizer", "none")
+                check_layout(self, out)
+                prompts = "5,17,300,42,7;999,1,2"
+                ref, got = self.logits(hf, prompts), self.logits(out, prompts)
+                if exact:
+                    self.assertTrue(np.array_equal(got, ref))
+                else:
+                    np.testing.assert_allclose(got, ref, rtol=0, atol=1e-4 * np.abs(ref).max())
+                # The converter's layout is the one hf_to_gguf writes from llama.cpp's rules.
+                theirs = os.path.join(self.tmp, kind + "-rules.gguf")
+                hf_to_gguf(kind, 6, theirs)
+                _, a = gguf_io.read_gguf(out)
+                _, b = gguf_io.read_gguf(theirs)
+                self.assertEqual(sorted(a), sorted(b))
+                for name in a:
+                    n = int(np.prod(a[name][0]))
+                    self.assertEqual(a[name][0], b[name][0], name)
+                    self.assertTrue(np.array_equal(np.frombuffer(a[name][2][:4 * n], "<f4"),
+                                                   np.frombuffer(b[name][2][:4 * n], "<f4")), name)
+
+    def test_gpt2_with_its_tokenizer_json_gives_the_same_ids_from_the_gguf(self):
+        shared = os.environ.get("TF_SHARED_DIR", os.path.join(HERE, "..", "..", "..", "shared"))
+        tok = os.path.join(shared, "tokenizers", "gpt2")
+        cfg = make_checkpoints.KINDS["gpt2"]("F32")
+        cfg["vocab_size"] = 50257
+        hf = os.path.join(self.tmp, "gpt2-real-vocab")
+        os.makedirs(hf)
+        import json
+        import safetensors_io
+        with open(os.path.join(hf, "config.json"), "w") as f:
+            json.dump(cfg, f)
+        safetensors_io.save(os.path.join(hf, "model.safetensors"),
+                            make_checkpoints._gpt2_weights(cfg, np.random.default_rng(2), False), "F32")
+        out = os.path.join(self.tmp, "gpt2-real-vocab.gguf")
+        tokenflow("convert", hf, out, "--dtype", "q8_0", "--tokenizer", tok)
+        meta, _ = check_layout(self, out)
+        self.assertEqual(meta["tokenizer.ggml.model"], "gpt2")
+        self.assertEqual(meta["tokenizer.ggml.pre"], "gpt-2")
+        self.assertEqual(len(meta["tokenizer.ggml.tokens"]), 50257)
+        for text in ("Hello world, it's 2024!", "  spaces\tand\nlines ünïcödé 日本語 🙂"):
+            self.assertEqual(tokenflow("tokenize", "-m", out, text).stdout,
+                             tokenflow("tokenize", "-m", hf, "--tokenizer", tok, text).stdout)
+        # A vocabulary larger than the model's embedding is refused.
+        small = make_checkpoints.write_checkpoint(os.path.join(self.tmp, "gpt2-small"), "gpt2")
+        exe = os.environ["TOKENFLOW_BIN"]
+        p = subprocess.run([exe, "convert", small, os.path.join(self.tmp, "x.gguf"), "--tokenizer", tok],
+                           capture_output=True, text=True, timeout=60)
+        self.assertNotEqual(p.returncode, 0)
+        self.assertIn("has 50257 tokens but the model only 1000", p.stderr)
+
+    def test_gguf_requantized_keeps_its_metadata_and_mixes_as_llama_cpp(self):
+        src = os.path.join(self.kquant, "kquant-F32.gguf")
+        meta_in, f32 = gguf_io.read_gguf(src)
+        ref = self.logits(src)
+        scale = np.abs(ref).max()
+        for dtype, base, bound in (("q4_k_m", 12, 0.15), ("q5_k_m", 13, 0.08), ("q6_k", 14, 0.05)):
+            with self.subTest(dtype=dtype):
+                out = os.path.join(self.tmp, "k-%s.gguf" % dtype)
+                tokenflow("quantize", src, out, "--dtype", dtype)
+                meta, tensors = check_layout(self, out)
+                for key in ("tokenizer.ggml.tokens", "tokenizer.ggml.scores", "llama.block_count"):
+                    self.assertEqual(meta[key], meta_in[key], key)
+                # Every tensor gets the type llama.cpp's quantizer gave it in the shared mixes
+                # (Q6_K for the output and for attn_v / ffn_down of the layers given more bits).
+                _, theirs = gguf_io.read_gguf(os.path.join(
+                    self.kquant, "kquant-%s.gguf" % dtype.upper()))
+                self.assertEqual({k: v[1] for k, v in tensors.items()},
+                                 {k: v[1] for k, v in theirs.items()})
+                self.assertEqual(tensors["blk.0.attn_q.weight"][1], base)
+                for name, (dims, t, data) in tensors.items():
+                    if t == 0:
+                        continue
+                    n = int(np.prod(dims))
+                    bs, ts = LAYOUT[t]
+                    err = rel_rms(dequant(t, data[:n // bs * ts]),
+                                  np.frombuffer(f32[name][2][:4 * n], "<f4"))
+                    self.assertLess(err, {12: 0.1, 13: 0.05, 14: 0.03}[t], (name, NAMES[t]))
+                err = np.abs(self.logits(out) - ref).max() / scale
+                self.assertLess(err, bound)
+                self.assertGreater(err, 0.0)
+
+    def test_bad_requests_are_clear_errors_that_write_nothing(self):
+        out = os.path.join(self.tmp, "never.gguf")
+        exe = os.environ.get("TOKENFLOW_BIN")
+        if not exe:
+            raise unittest.SkipTest("TOKENFLOW_BIN is not set")
+        for args, msg in (
+                (["convert", os.path.join(self.stories, "stories260K.bin"), out, "--dtype", "q3_k"],
+                 "unknown --dtype 'q3_k'"),
+                (["convert", os.path.join(self.stories, "stories260K.gguf"), out],
+                 "is a GGUF already"),
+                (["convert", os.path.join(self.stories, "stories260K.bin"), out[:-5] + ".bin"],
+                 "must end in .gguf"),
+                (["quantize", os.path.join(self.stories, "stories260K.gguf"), out, "--dtype", "int8"],
+                 "unknown --dtype 'int8'")):
+            p = subprocess.run([exe, *args], capture_output=True, text=True, timeout=60)
+            self.assertNotEqual(p.returncode, 0, args)
+            self.assertIn(msg, p.stderr, args)
+            self.assertFalse(os.path.exists(out))
+
+
 if __name__ == "__main__":
     unittest.main()
