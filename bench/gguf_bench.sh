@@ -20,7 +20,7 @@ for ((r = 0; r < runs; r++)); do
     s=$(date +%s.%N)
     out=$($bin bench --offline -m "$f" --num-prompts 2 --concurrency 1 --input-len 16 --output-len 128)
     dec[$t]+="$(awk '/^output tok\/s/ {print $3}' <<<"$out") "
-    rss[$t]=$(awk '/^peak rss/ {print $6}' <<<"$out" | tr -d '(;')
+    rss[$t]=$(awk '/^peak rss/ {print $7}' <<<"$out" | tr -d '(;')
     out=$($bin bench --offline -m "$f" --num-prompts 2 --concurrency 1 --input-len 512 --output-len 1)
     pre[$t]+="$(awk '/^ttft ms/ {print 512000 / $4}' <<<"$out") "
   done

@@ -1,6 +1,8 @@
-// Micro-benchmarks of the f32 matmul per ISA table, at decode (GEMV) and prefill (GEMM) shapes.
-// Run: build/release/bench/bench_kernels --benchmark_repetitions=5
-// --benchmark_report_aggregates_only
+// Micro-benchmarks of the f32 matmul per ISA table, at decode (GEMV) and prefill (GEMM) shapes;
+// the dequantization of every GGUF block format (the reference code `tokenflow quantize` and
+// embeddings use); and the block kernels' GEMV per format and table (4096 x 4096 weights, in
+// L3 or memory). Run: build/release/bench/bench_kernels --benchmark_repetitions=5
+// --benchmark_report_aggregates_only [--benchmark_filter=dequant]
 
 #include <benchmark/benchmark.h>
 
@@ -9,7 +11,9 @@
 
 #include "core/cpu_features.h"
 #include "core/thread_pool.h"
+#include "kernels/ggml_quants.h"
 #include "kernels/isa.h"
+#include "kernels/q8.h"
 
 namespace {
 
@@ -33,7 +37,87 @@ void run_matmul(benchmark::State& state, const IsaKernels* isa) {
       4.0 * n * k, benchmark::Counter::kIsIterationInvariantRate, benchmark::Counter::kIs1000);
 }
 
+// n values of random blocks of type t (finite scales), quantized from random floats.
+std::vector<uint8_t> random_blocks(tf::kernels::WeightType t, int64_t n) {
+  std::mt19937 rng(2);
+  std::normal_distribution<float> dist(0.0f, 0.02f);
+  std::vector<float> x(static_cast<size_t>(n));
+  for (auto& v : x) v = dist(rng);
+  const tf::kernels::WeightType q =
+      tf::kernels::can_quantize_blocks(t) ? t : tf::kernels::WeightType::kQ4_K;
+  std::vector<uint8_t> b(
+      static_cast<size_t>(n / tf::kernels::block_size(q) * tf::kernels::block_bytes(q)));
+  tf::kernels::quantize_blocks(q, x.data(), n, b.data());
+  if (q != t) {  // Q2_K, Q3_K, IQ4_XS: random bytes of the same size class
+    b.resize(static_cast<size_t>(n / tf::kernels::block_size(t) * tf::kernels::block_bytes(t)));
+    for (auto& v : b) v = static_cast<uint8_t>(rng());
+    // f16 scale fields set to 0.001 (0x1419): finite, normal.
+    const std::vector<size_t> fields =
+        t == tf::kernels::WeightType::kQ2_K
+            ? std::vector<size_t>{80, 82}
+            : (t == tf::kernels::WeightType::kQ3_K ? std::vector<size_t>{108}
+                                                   : std::vector<size_t>{0});
+    const size_t bb = static_cast<size_t>(tf::kernels::block_bytes(t));
+    for (size_t i = 0; i < b.size(); i += bb) {
+      for (size_t f : fields) {
+        b[i + f] = 0x19;
+        b[i + f + 1] = 0x14;
+      }
+    }
+  }
+  return b;
+}
+
+void run_dequant(benchmark::State& state, tf::kernels::WeightType t) {
+  const int64_t n = 1 << 22;
+  const std::vector<uint8_t> b = random_blocks(t, n);
+  std::vector<float> out(static_cast<size_t>(n));
+  for (auto _ : state) {
+    tf::kernels::dequantize_blocks(t, b.data(), n, out.data());
+    benchmark::DoNotOptimize(out.data());
+  }
+  state.counters["GB/s(in)"] = benchmark::Counter(static_cast<double>(b.size()),
+                                                  benchmark::Counter::kIsIterationInvariantRate,
+                                                  benchmark::Counter::kIs1000);
+  state.counters["Gvalues/s"] =
+      benchmark::Counter(static_cast<double>(n), benchmark::Counter::kIsIterationInvariantRate,
+                         benchmark::Counter::kIs1000);
+}
+
+void run_blocks_gemv(benchmark::State& state, const IsaKernels* isa, tf::kernels::WeightType t) {
+  const int64_t n = 4096, k = 4096;
+  const std::vector<uint8_t> b = random_blocks(t, n * k);
+  std::mt19937 rng(3);
+  std::normal_distribution<float> dist(0.0f, 1.0f);
+  std::vector<float> x(static_cast<size_t>(k)), y(static_cast<size_t>(n));
+  for (auto& v : x) v = dist(rng);
+  tf::kernels::Q8BlockBuffer buf;
+  tf::kernels::prepare_block_activations(1, k, buf);
+  tf::kernels::quantize_block_row(x.data(), 0, buf);
+  const tf::kernels::WeightMatrix wm{t, b.data(), nullptr, n, k};
+  for (auto _ : state) {
+    isa->matmul_cols_blocks(buf.rows, wm, 0, n, nullptr, y.data(), n, false);
+    benchmark::DoNotOptimize(y.data());
+  }
+  state.counters["GB/s(w)"] = benchmark::Counter(static_cast<double>(b.size()),
+                                                 benchmark::Counter::kIsIterationInvariantRate,
+                                                 benchmark::Counter::kIs1000);
+}
+
 void register_all() {
+  for (tf::kernels::WeightType t : tf::kernels::kBlockTypes) {
+    const std::string name(tf::kernels::weight_type_name(t));
+    benchmark::RegisterBenchmark(("dequant/" + name).c_str(), run_dequant, t)
+        ->Unit(benchmark::kMillisecond);
+  }
+  for (const IsaKernels* table : tf::kernels::supported_tables()) {
+    for (tf::kernels::WeightType t : tf::kernels::kBlockTypes) {
+      const std::string name(tf::kernels::weight_type_name(t));
+      benchmark::RegisterBenchmark(("blocks_gemv/" + std::string(table->name) + "/" + name).c_str(),
+                                   run_blocks_gemv, table, t)
+          ->Unit(benchmark::kMillisecond);
+    }
+  }
   std::vector<const IsaKernels*> tables = {&tf::kernels::kPortableKernels};
   const auto& f = tf::cpu_features();
   if (f.has_avx2_kernels()) tables.push_back(&tf::kernels::kAvx2Kernels);

@@ -362,7 +362,7 @@ class GgufVocabTest(unittest.TestCase):
         self.assertEqual([(s, g) for s, g, e in zip(CORPUS, got, expected) if g != e], [])
 
     def test_smollm_pre_tokenizer_isolates_digits_then_splits_as_gpt2(self):
-        # SmolLM / StarCoder ("smollm"): every \\p{N} character a piece of its own, then GPT-2's
+        # SmolLM / StarCoder ("smollm"): every \p{N} character a piece of its own, then GPT-2's
         # byte-level split of each piece. Reference: the npm r50k encoding of each piece.
         import unicodedata
         path = os.path.join(self.tmp, "smollm.gguf")
@@ -390,6 +390,18 @@ class GgufVocabTest(unittest.TestCase):
         got = run_tool(path, lines)
         self.assertEqual([(s, g) for s, g, e in zip(lines, got, expected) if g != e], [])
         self.assertEqual(run_tool(path, ["x 2024"])[0], [87, 220, 17, 15, 17, 19])
+
+    def test_deepseek_pre_tokenizers_split_digits_their_ways_and_round_trip(self):
+        # deepseek-llm keeps a run of digits together (\p{N}+), deepseek-coder splits them one by
+        # one (\p{N}); both give every text back exactly.
+        for pre, tail in (("deepseek-llm", [10163]), ("deepseek-coder", [16, 17, 18])):
+            with self.subTest(pre=pre):
+                path = os.path.join(self.tmp, pre + ".gguf")
+                tokenizer_json_to_gguf(os.path.join(GPT2, "tokenizer.json"), path, pre, 50256, 50256)
+                self.assertEqual(run_tool(path, ["x123"])[0][-len(tail):], tail)
+                lines = [s for s in CORPUS if s]
+                for s, g in zip(lines, run_tool(path, lines, "--roundtrip")):
+                    self.assertEqual(g, s)
 
     def llama2_gguf(self, name, shift):
         """The Llama 2 SentencePiece vocabulary as GGUF metadata, every id moved up by shift
