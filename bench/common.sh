@@ -6,5 +6,10 @@ bench_model() {  # bench_model SHAPE -> prints the model directory, writing it i
   [ -f "$model/model.safetensors" ] || /usr/bin/python3 bench/make_bench_model.py "$model" "$1" >&2
   echo "$model"
 }
+bench_gguf() {  # bench_gguf SHAPE TYPE -> prints the random-weight GGUF's path, writing it if missing
+  local f=build/bench-models/$1-$2.gguf
+  [ -f "$f" ] || /usr/bin/python3 bench/make_bench_gguf.py "$f" "$1" "$2" >&2
+  echo "$f"
+}
 median() { sort -g | awk '{a[NR]=$1} END {print (NR%2 ? a[(NR+1)/2] : (a[NR/2]+a[NR/2+1])/2)}'; }
 field() { awk -v k="$1" -v n="$2" 'index($0, k) == 1 {print $n}'; }

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # GGUF tensor types side by side (issue 20): random-weight Llama GGUFs of one shape, one file per
 # type (bench/make_bench_gguf.py, written once under build/bench-models/), each figure the median
-# of RUNS interleaved runs: load seconds, decode tok/s of one sequence (input 16, output 128),
+# of RUNS interleaved runs: decode tok/s of one sequence (input 16, output 128),
 # prefill of a 512-token prompt (tok/s from its time to first token), resident set after load.
 # Ratios against f32 in the same run. Usage: bench/gguf_bench.sh [RUNS] [SHAPE] [TYPES...]
 set -euo pipefail
@@ -9,15 +9,11 @@ cd "$(dirname "$0")/.."
 runs="${1:-3}"; shape="${2:-llama110m}"; shift 2 || true
 types=("$@"); [ ${#types[@]} -gt 0 ] || types=(f32 f16 q8_0 q4_0 q4_1 q5_0 q5_1 q2_k q3_k q4_k q5_k q6_k iq4_nl iq4_xs q4_k_m)
 . bench/common.sh
-declare -A dec pre rss load
-for t in "${types[@]}"; do
-  f=build/bench-models/$shape-$t.gguf
-  [ -f "$f" ] || /usr/bin/python3 bench/make_bench_gguf.py "$f" "$shape" "$t" >&2
-done
+declare -A dec pre rss
+for t in "${types[@]}"; do bench_gguf "$shape" "$t" > /dev/null; done
 for ((r = 0; r < runs; r++)); do
   for t in "${types[@]}"; do
-    f=build/bench-models/$shape-$t.gguf
-    s=$(date +%s.%N)
+    f=$(bench_gguf "$shape" "$t")
     out=$($bin bench --offline -m "$f" --num-prompts 2 --concurrency 1 --input-len 16 --output-len 128)
     dec[$t]+="$(awk '/^output tok\/s/ {print $3}' <<<"$out") "
     rss[$t]=$(awk '/^peak rss/ {print $7}' <<<"$out" | tr -d '(;')

@@ -4,6 +4,8 @@
 
 #include <vector>
 
+#include <sys/mman.h>
+
 #include "core/error.h"
 #include "core/mapped_file.h"
 #include "model/ggml_quants.h"
@@ -141,6 +143,8 @@ ModelConfig load_gguf(const std::string& path, WeightStore& store) {
   const GgufFile f = parse_gguf(file.data(), file.size(), path);
   const ModelConfig c = gguf_model_config(f, path);
   const uint8_t* data = file.data() + f.data_offset;
+  // Every tensor is read once, in file order, and copied (WeightStore::own_copy): read ahead.
+  ::madvise(const_cast<uint8_t*>(file.data()), file.size(), MADV_SEQUENTIAL);
   const int index = store.add_file(std::move(file));
   store.set_keep_stored_types(true);
   for (const GgufTensorInfo& t : f.tensors) {

@@ -1,7 +1,10 @@
 #include "model/weight_store.h"
 
 #include <algorithm>
+#include <cstdlib>
 #include <cstring>
+
+#include <sys/mman.h>
 
 #include <cstdint>
 
@@ -66,9 +69,15 @@ const void* WeightStore::own_copy(const Entry& e, size_t align) {
   // truncation unmaps even its copied pages). Copied once at load; the file's pages go at once.
   if (e.owned && reinterpret_cast<uintptr_t>(e.view.data) % align == 0) return e.view.data;
   const size_t n = e.view.nbytes();
-  owned_bytes_.emplace_back(n + align);
-  uint8_t* base = owned_bytes_.back().data();
-  uint8_t* out = base + (align - reinterpret_cast<uintptr_t>(base) % align) % align;
+  // Large copies in 2 MiB pages where the kernel gives them (fewer page faults, fewer TLB misses
+  // in the matmuls); every byte is written by the memcpy, so nothing is zero-filled first.
+  constexpr size_t kHuge = size_t{2} << 20;
+  const size_t a = n >= 2 * kHuge ? kHuge : std::max<size_t>(align, alignof(std::max_align_t));
+  const size_t bytes = (n + a - 1) / a * a;
+  uint8_t* out = static_cast<uint8_t*>(std::aligned_alloc(a, std::max(bytes, a)));
+  if (out == nullptr) fail("out of memory copying tensor ({} bytes)", n);
+  copies_.emplace_back(out);
+  if (a == kHuge) ::madvise(out, bytes, MADV_HUGEPAGE);
   std::memcpy(out, e.view.data, n);
   if (!e.owned) files_.at(e.file_index).release_pages(e.view.data, n);
   return out;
@@ -241,6 +250,10 @@ kernels::WeightMatrix WeightStore::matrix(const std::string& name, int64_t n, in
   }
   packed_[name] = m;
   return m;
+}
+
+void WeightStore::FreeDeleter::operator()(uint8_t* p) const {
+  std::free(p);
 }
 
 void WeightStore::close_files() {

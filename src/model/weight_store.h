@@ -4,6 +4,7 @@
 
 #include <deque>
 #include <map>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -96,6 +97,12 @@ class WeightStore {
   std::map<std::string, Entry> tensors_;
   std::deque<std::vector<float>> owned_;
   std::deque<std::vector<uint8_t>> owned_bytes_;
+  // Copies of stored tensors: not zero-filled first, and in transparent huge pages when large
+  // (a 1 GB model's copy was half memset and page faults otherwise).
+  struct FreeDeleter {
+    void operator()(uint8_t* p) const;
+  };
+  std::deque<std::unique_ptr<uint8_t, FreeDeleter>> copies_;
   std::map<std::string, kernels::WeightMatrix> packed_;
   kernels::WeightType compute_type_ = kernels::WeightType::kF32;
   bool keep_stored_types_ = false;

@@ -63,7 +63,7 @@ def _typed(v):
 
 def gguf_bytes(metadata, tensors, version=3, alignment=32):
     """metadata: {key: value}; tensors: [(name, dims innermost first, ggml type, data bytes)]."""
-    out = b"GGUF" + struct.pack("<IQQ", version, len(tensors), len(metadata))
+    out = bytearray(b"GGUF" + struct.pack("<IQQ", version, len(tensors), len(metadata)))
     for key, v in metadata.items():
         t, value = _typed(v)
         out += _string(key) + struct.pack("<I", t) + _value(t, value)
@@ -77,8 +77,9 @@ def gguf_bytes(metadata, tensors, version=3, alignment=32):
         offset += (len(data) + alignment - 1) // alignment * alignment
     out += b"\0" * (-len(out) % alignment)
     for (_, _, _, data), at in zip(tensors, offsets):
-        out += data + b"\0" * (-len(data) % alignment)
-    return out
+        out += data
+        out += b"\0" * (-len(data) % alignment)
+    return bytes(out)
 
 
 def read_gguf(path):
