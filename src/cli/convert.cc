@@ -72,11 +72,8 @@ Plan parse_plan(const std::string& s) {
   return it->second;
 }
 
-const GgmlTypeInfo& info_of(GgmlType t) {
-  static std::map<GgmlType, GgmlTypeInfo> cache;
-  auto it = cache.find(t);
-  if (it == cache.end()) it = cache.emplace(t, *ggml_type_info(static_cast<uint32_t>(t))).first;
-  return it->second;
+int64_t block_of(GgmlType t) {
+  return ggml_type_info(static_cast<uint32_t>(t))->block_size;
 }
 
 // The type a tensor gets: 1-D tensors stay F32; a matrix whose rows are not whole blocks of the
@@ -94,12 +91,12 @@ GgmlType type_for(const Plan& plan, const std::string& name, int64_t rows, int64
         name.find(".attn_v.") != std::string::npos || name.find(".ffn_down.") != std::string::npos;
     if (name == "output.weight" || (v_or_down && more_bits)) t = GgmlType::kQ6_K;
   }
-  if (cols % info_of(t).block_size != 0) {
+  if (cols % block_of(t) != 0) {
     if (t == GgmlType::kQ4_K) t = GgmlType::kQ5_0;
     if (t == GgmlType::kQ5_K) t = GgmlType::kQ5_1;
     if (t == GgmlType::kQ6_K) t = GgmlType::kQ8_0;
   }
-  if (cols % info_of(t).block_size != 0) t = GgmlType::kF16;
+  if (cols % block_of(t) != 0) t = GgmlType::kF16;
   return t;
 }
 
@@ -294,6 +291,12 @@ struct ConvertOptions {
   std::string in, out, dtype, tokenizer;
 };
 
+void set_file_type(GgufWriter& g, const Plan& plan) {
+  g.set_u32("general.file_type", plan.file_type);
+  if (plan.base != GgmlType::kF32 && plan.base != GgmlType::kF16 && plan.base != GgmlType::kBF16)
+    g.set_u32("general.quantization_version", 2);
+}
+
 void check_output(const std::string& in, const std::string& out) {
   std::error_code ec;
   if (fs::path(out).extension() != ".gguf") fail("the output '{}' must end in .gguf", out);
@@ -318,9 +321,7 @@ int run_convert(const ConvertOptions& o) {
   GgufWriter g;
   g.set_string("general.architecture", arch);
   g.set_string("general.name", fs::path(o.in).filename().string());
-  g.set_u32("general.file_type", plan.file_type);
-  if (plan.base != GgmlType::kF32 && plan.base != GgmlType::kF16 && plan.base != GgmlType::kBF16)
-    g.set_u32("general.quantization_version", 2);
+  set_file_type(g, plan);
   const std::string p = arch + ".";
   g.set_u32(p + "context_length", static_cast<uint32_t>(c.max_seq_len));
   g.set_u32(p + "embedding_length", static_cast<uint32_t>(c.dim));
@@ -413,9 +414,7 @@ int requantize_gguf(const std::string& in, const std::string& out, const std::st
   const int64_t n_layers = static_cast<int64_t>(f.get_uint(arch + ".block_count", 0));
   GgufWriter g;
   for (const auto& [key, value] : f.metadata) g.set(key, value);
-  g.set_u32("general.file_type", plan.file_type);
-  if (plan.base != GgmlType::kF32 && plan.base != GgmlType::kF16 && plan.base != GgmlType::kBF16)
-    g.set_u32("general.quantization_version", 2);
+  set_file_type(g, plan);
   for (const GgufTensorInfo& t : f.tensors) {
     if (!ggml_can_dequantize(t.type)) {
       const auto info = ggml_type_info(static_cast<uint32_t>(t.type));

@@ -17,21 +17,29 @@ const QuantizedRows& prepare_activations(int64_t m, int64_t k, QuantizedBuffer& 
   return buf.rows;
 }
 
+namespace {
+
+// One block of 32 as Q8_0: d = max|x| / 127, q = x / d rounded half away from zero; returns d.
+float quantize_block32(const float* xb, int8_t* qb) {
+  float amax = 0.0f;
+  for (int e = 0; e < 32; ++e) amax = std::max(amax, std::fabs(xb[e]));
+  const float d = amax / 127.0f;
+  const float inv = d > 0.0f ? 1.0f / d : 0.0f;
+  for (int e = 0; e < 32; ++e) {
+    const float v = xb[e] * inv;  // |v| <= 127.5 by construction of inv
+    const int r = static_cast<int>(v + (v < 0.0f ? -0.5f : 0.5f));
+    qb[e] = static_cast<int8_t>(std::clamp(r, -127, 127));
+  }
+  return d;
+}
+
+}  // namespace
+
 void quantize_row(const float* x, int64_t i, int32_t c, QuantizedBuffer& buf) {
   const int64_t k = buf.rows.k, chunks = k / 64;
   for (int64_t b = 0; b < k / 32; ++b) {
-    const float* xb = x + i * k + b * 32;
     int8_t* qb = buf.q.data() + i * k + b * 32;
-    float amax = 0.0f;
-    for (int e = 0; e < 32; ++e) amax = std::max(amax, std::fabs(xb[e]));
-    const float d = amax / 127.0f;
-    const float inv = d > 0.0f ? 1.0f / d : 0.0f;
-    for (int e = 0; e < 32; ++e) {
-      // Round half away from zero; |v| <= 127.5 by construction of inv.
-      const float v = xb[e] * inv;
-      const int r = static_cast<int>(v + (v < 0.0f ? -0.5f : 0.5f));
-      qb[e] = static_cast<int8_t>(std::clamp(r, -127, 127));
-    }
+    const float d = quantize_block32(x + i * k + b * 32, qb);
     // Block b is lanes 0-7 (even b) or 8-15 (odd b) of chunk b / 2.
     float* sl = buf.scale.data() + (i * chunks + b / 2) * 16 + (b % 2) * 8;
     int32_t* cl = buf.corr.data() + (i * chunks + b / 2) * 16 + (b % 2) * 8;
@@ -54,19 +62,10 @@ const Q8Blocks& prepare_block_activations(int64_t m, int64_t k, Q8BlockBuffer& b
 void quantize_block_row(const float* x, int64_t i, Q8BlockBuffer& buf) {
   const int64_t k = buf.rows.k;
   for (int64_t b = 0; b < k / 32; ++b) {
-    const float* xb = x + i * k + b * 32;
     int8_t* qb = buf.q.data() + i * k + b * 32;
-    float amax = 0.0f;
-    for (int e = 0; e < 32; ++e) amax = std::max(amax, std::fabs(xb[e]));
-    const float d = amax / 127.0f;
-    const float inv = d > 0.0f ? 1.0f / d : 0.0f;
+    const float d = quantize_block32(x + i * k + b * 32, qb);
     int sum[2] = {0, 0};
-    for (int e = 0; e < 32; ++e) {
-      const float v = xb[e] * inv;  // |v| <= 127.5: round half away from zero
-      const int r = std::clamp(static_cast<int>(v + (v < 0.0f ? -0.5f : 0.5f)), -127, 127);
-      qb[e] = static_cast<int8_t>(r);
-      sum[e / 16] += r;
-    }
+    for (int e = 0; e < 32; ++e) sum[e / 16] += qb[e];
     buf.d[i * (k / 32) + b] = d;
     buf.sd[i * (k / 16) + 2 * b] = d * static_cast<float>(sum[0]);
     buf.sd[i * (k / 16) + 2 * b + 1] = d * static_cast<float>(sum[1]);

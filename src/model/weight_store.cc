@@ -198,9 +198,7 @@ kernels::WeightMatrix WeightStore::matrix(const std::string& name, int64_t n, in
     const float* p = transposed ? f32_transposed(name, {k, n}) : f32(name, {n, k});
     return {WeightType::kF32, p, nullptr, n, k};
   }
-  if (auto it = packed_.find(name); it != packed_.end()) return it->second;
-  entry(name);  // throws a clear error when missing
-  Entry& e = tensors_.find(name)->second;
+  Entry& e = tensors_.find(name)->second;  // `stored` above, writable
   check_shape(name, e, transposed ? Shape{k, n} : Shape{n, k});
   const bool in_place = !transposed && reinterpret_cast<uintptr_t>(e.view.data) % 2 == 0 &&
                         ((t == WeightType::kBF16 && e.view.dtype == DType::kBF16) ||
