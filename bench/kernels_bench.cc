@@ -13,7 +13,6 @@
 #include "core/thread_pool.h"
 #include "kernels/ggml_quants.h"
 #include "kernels/isa.h"
-#include "kernels/q8.h"
 
 namespace {
 
@@ -91,17 +90,32 @@ void run_blocks_gemv(benchmark::State& state, const IsaKernels* isa, tf::kernels
   std::normal_distribution<float> dist(0.0f, 1.0f);
   std::vector<float> x(static_cast<size_t>(k)), y(static_cast<size_t>(n));
   for (auto& v : x) v = dist(rng);
-  tf::kernels::Q8BlockBuffer buf;
-  tf::kernels::prepare_block_activations(1, k, buf);
-  tf::kernels::quantize_block_row(x.data(), 0, buf);
   const tf::kernels::WeightMatrix wm{t, b.data(), nullptr, n, k};
   for (auto _ : state) {
-    isa->matmul_cols_blocks(buf.rows, wm, 0, n, nullptr, y.data(), n, false);
+    isa->matmul_cols_blocks(x.data(), 1, k, wm, 0, n, nullptr, y.data(), n, false);
     benchmark::DoNotOptimize(y.data());
   }
   state.counters["GB/s(w)"] = benchmark::Counter(static_cast<double>(b.size()),
                                                  benchmark::Counter::kIsIterationInvariantRate,
                                                  benchmark::Counter::kIs1000);
+}
+
+// A prefill-sized product (m activation rows of k = 768 with n weight rows) of a block type, to
+// set against matmul/.../m/n/768 of f32 weights.
+void run_blocks_gemm(benchmark::State& state, const IsaKernels* isa, tf::kernels::WeightType t) {
+  const int64_t m = state.range(0), n = state.range(1), k = state.range(2);
+  const std::vector<uint8_t> b = random_blocks(t, n * k);
+  std::mt19937 rng(3);
+  std::normal_distribution<float> dist(0.0f, 1.0f);
+  std::vector<float> x(static_cast<size_t>(m * k)), y(static_cast<size_t>(m * n));
+  for (auto& v : x) v = dist(rng);
+  const tf::kernels::WeightMatrix wm{t, b.data(), nullptr, n, k};
+  for (auto _ : state) {
+    isa->matmul_cols_blocks(x.data(), m, k, wm, 0, n, nullptr, y.data(), n, false);
+    benchmark::DoNotOptimize(y.data());
+  }
+  state.counters["GFLOP/s"] = benchmark::Counter(
+      2.0 * m * n * k, benchmark::Counter::kIsIterationInvariantRate, benchmark::Counter::kIs1000);
 }
 
 void register_all() {
@@ -116,6 +130,10 @@ void register_all() {
       benchmark::RegisterBenchmark(("blocks_gemv/" + std::string(table->name) + "/" + name).c_str(),
                                    run_blocks_gemv, table, t)
           ->Unit(benchmark::kMillisecond);
+      benchmark::RegisterBenchmark(("blocks_gemm/" + std::string(table->name) + "/" + name).c_str(),
+                                   run_blocks_gemm, table, t)
+          ->Args({512, 768, 768})
+          ->Unit(benchmark::kMillisecond);
     }
   }
   std::vector<const IsaKernels*> tables = {&tf::kernels::kPortableKernels};
@@ -126,6 +144,7 @@ void register_all() {
     auto* b =
         benchmark::RegisterBenchmark((std::string("matmul/") + t->name).c_str(), run_matmul, t);
     b->Args({1, 2048, 768})->Args({1, 768, 768})->Args({16, 2048, 768})->Args({128, 768, 768});
+    b->Args({512, 768, 768});
     b->Unit(benchmark::kMicrosecond);
   }
 }

@@ -28,11 +28,11 @@ struct IsaKernels {
   void (*attend_queries)(const float* const* q, const int64_t* n_ctx, int n_q,
                          const PagedKvLayer& kv, const int32_t* block_table, int kv_head,
                          int head_dim, float scale, float* const* out);
-  // ggml block-format weights (weights.h: is_block_type) times activations quantized as
-  // Q8Blocks (q8.h); every table has one.
-  void (*matmul_cols_blocks)(const Q8Blocks& x, const WeightMatrix& w, int64_t n_begin,
-                             int64_t n_end, const float* bias, float* y, int64_t ldy,
-                             bool accumulate);
+  // ggml block-format weights (weights.h: is_block_type) times f32 activations, as matmul_cols;
+  // every table has one.
+  void (*matmul_cols_blocks)(const float* x, int64_t m, int64_t k, const WeightMatrix& w,
+                             int64_t n_begin, int64_t n_end, const float* bias, float* y,
+                             int64_t ldy, bool accumulate);
   // int8 or q4 weights times activations quantized by quantize_activations (q8.h) with the
   // offset q8_offset(w.type); nullptr where the ISA has no int8 dot product.
   void (*matmul_cols_q8)(const QuantizedRows& x, const WeightMatrix& w, int64_t n_begin,

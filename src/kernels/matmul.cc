@@ -21,8 +21,8 @@ void matmul_many(const float* x, int64_t m, std::span<const MatmulOutput> outs, 
     return;
   }
   // The activations in the form the kernels take, made once for all the matrices: quantized per
-  // block of 32 (int8 dot products), rounded to bf16 (bf16 dot products), or as they are. Row by
-  // row, so a row's result never depends on its batch.
+  // block of 32 (int8 dot products), rounded to bf16 (bf16 dot products), or as they are (f32
+  // and ggml's block formats). Row by row, so a row's result never depends on its batch.
   enum class Path { kF32, kQ8, kBf16, kBlocks } path = Path::kF32;
   if (is_block_type(w0.type)) {
     path = Path::kBlocks;
@@ -34,9 +34,7 @@ void matmul_many(const float* x, int64_t m, std::span<const MatmulOutput> outs, 
   }
   thread_local QuantizedBuffer q8_buffer;
   thread_local std::vector<uint16_t> bf16_buffer;
-  thread_local Q8BlockBuffer block_buffer;
-  QuantizedBuffer& q8 = q8_buffer;
-  Q8BlockBuffer& qb = block_buffer;  // references: the workers see the caller's buffers
+  QuantizedBuffer& q8 = q8_buffer;  // references: the workers see the caller's buffers
   std::vector<uint16_t>& xb = bf16_buffer;
   const QuantizedRows* xq = nullptr;
   if (path == Path::kQ8) {
@@ -45,14 +43,6 @@ void matmul_many(const float* x, int64_t m, std::span<const MatmulOutput> outs, 
         m,
         [&](int64_t i0, int64_t i1) {
           for (int64_t i = i0; i < i1; ++i) quantize_row(x, i, q8_offset(w0.type), q8);
-        },
-        16);
-  } else if (path == Path::kBlocks) {
-    prepare_block_activations(m, k, qb);
-    pool.parallel_for(
-        m,
-        [&](int64_t i0, int64_t i1) {
-          for (int64_t i = i0; i < i1; ++i) quantize_block_row(x, i, qb);
         },
         16);
   } else if (path == Path::kBf16) {
@@ -83,7 +73,7 @@ void matmul_many(const float* x, int64_t m, std::span<const MatmulOutput> outs, 
                 impl.matmul_cols_q8(*xq, o.w, j0, j1, o.bias, o.y, o.w.n, o.accumulate);
                 break;
               case Path::kBlocks:
-                impl.matmul_cols_blocks(qb.rows, o.w, j0, j1, o.bias, o.y, o.w.n, o.accumulate);
+                impl.matmul_cols_blocks(x, m, k, o.w, j0, j1, o.bias, o.y, o.w.n, o.accumulate);
                 break;
               case Path::kBf16:
                 impl.matmul_cols_bf16(xb.data(), m, k, o.w, j0, j1, o.bias, o.y, o.w.n,

@@ -50,28 +50,6 @@ void quantize_row(const float* x, int64_t i, int32_t c, QuantizedBuffer& buf) {
   }
 }
 
-const Q8Blocks& prepare_block_activations(int64_t m, int64_t k, Q8BlockBuffer& buf) {
-  TF_CHECK(k % 32 == 0);
-  buf.q.resize(static_cast<size_t>(m * k));
-  buf.d.resize(static_cast<size_t>(m * (k / 32)));
-  buf.sd.resize(static_cast<size_t>(m * (k / 16)));
-  buf.rows = {m, k, buf.q.data(), buf.d.data(), buf.sd.data()};
-  return buf.rows;
-}
-
-void quantize_block_row(const float* x, int64_t i, Q8BlockBuffer& buf) {
-  const int64_t k = buf.rows.k;
-  for (int64_t b = 0; b < k / 32; ++b) {
-    int8_t* qb = buf.q.data() + i * k + b * 32;
-    const float d = quantize_block32(x + i * k + b * 32, qb);
-    int sum[2] = {0, 0};
-    for (int e = 0; e < 32; ++e) sum[e / 16] += qb[e];
-    buf.d[i * (k / 32) + b] = d;
-    buf.sd[i * (k / 16) + 2 * b] = d * static_cast<float>(sum[0]);
-    buf.sd[i * (k / 16) + 2 * b + 1] = d * static_cast<float>(sum[1]);
-  }
-}
-
 const QuantizedRows& quantize_activations(const float* x, int64_t m, int64_t k, int32_t c,
                                           QuantizedBuffer& buf) {
   prepare_activations(m, k, buf);

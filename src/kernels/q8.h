@@ -41,27 +41,4 @@ void quantize_row(const float* x, int64_t i, int32_t c, QuantizedBuffer& buf);
 const QuantizedRows& quantize_activations(const float* x, int64_t m, int64_t k, int32_t c,
                                           QuantizedBuffer& buf);
 
-// Activations for the block kernels of ggml's formats (ggml_quants.h): each row in blocks of 32
-// as llama.cpp's Q8_0 (d = max|x| / 127, q = round(x / d)), plus each 16 values' sum of q times
-// d (for the formats with a per-block minimum). k % 32 == 0. (llama.cpp multiplies the
-// K-quants with blocks of 256 (Q8_K); blocks of 32 cost a float multiply-add per 32 values more
-// and are finer.) A row's quantization depends on that row alone.
-struct Q8Blocks {
-  int64_t m = 0, k = 0;
-  const int8_t* q = nullptr;  // [m, k]
-  const float* d = nullptr;   // [m, k / 32]
-  const float* sd = nullptr;  // [m, k / 16]: d times the sum of the 16 q values
-};
-struct Q8BlockBuffer {
-  std::vector<int8_t> q;
-  std::vector<float> d;
-  std::vector<float> sd;
-  Q8Blocks rows;
-};
-// Sizes buf for m rows of k (k % 32 == 0) and returns the view; fill rows with
-// quantize_block_row.
-const Q8Blocks& prepare_block_activations(int64_t m, int64_t k, Q8BlockBuffer& buf);
-// Quantizes row i of x [m, k] into buf.
-void quantize_block_row(const float* x, int64_t i, Q8BlockBuffer& buf);
-
 }  // namespace tf::kernels
