@@ -124,10 +124,55 @@ std::vector<uint8_t> encode(GgmlType t, const std::vector<float>& v) {
 std::string gguf_arch(const ModelConfig& c) {
   if (c.arch == Arch::kGpt2) return "gpt2";
   if (c.architecture == "Qwen2ForCausalLM") return "qwen2";
+  if (c.architecture == "Qwen3ForCausalLM") return "qwen3";
   if (c.architecture == "LlamaForCausalLM" || c.architecture == "MistralForCausalLM")
     return "llama";
   fail(ErrorKind::kUnsupported, "convert: architecture {} cannot be written as GGUF yet",
        c.architecture);
+}
+
+// RoPE scaling as llama.cpp reads it: linear and yarn as rope.scaling.* keys, Llama 3.1's as the
+// rope_freqs tensor (one divisor per rotated pair); the position-dependent kinds have no GGUF form.
+void write_rope_scaling(GgufWriter& g, const std::string& p, const ModelConfig& c) {
+  using K = RopeParams::Kind;
+  const RopeParams& r = c.rope;
+  switch (r.kind) {
+    case K::kDefault:
+      break;
+    case K::kLinear:
+    case K::kYarn:
+      g.set_string(p + "rope.scaling.type", r.kind == K::kLinear ? "linear" : "yarn");
+      g.set_f32(p + "rope.scaling.factor", static_cast<float>(r.factor));
+      if (r.kind == K::kYarn) {
+        g.set_u32(p + "rope.scaling.original_context_length",
+                  static_cast<uint32_t>(r.original_max_pos));
+        // llama.cpp multiplies this with YaRN's own 0.1 ln(factor) + 1.
+        const double attn = Rope(r, c.head_dim, c.rope_style).scale() / yarn_mscale(r.factor);
+        g.set_f32(p + "rope.scaling.attn_factor", static_cast<float>(attn));
+        g.set_f32(p + "rope.scaling.yarn_beta_fast", static_cast<float>(r.beta_fast));
+        g.set_f32(p + "rope.scaling.yarn_beta_slow", static_cast<float>(r.beta_slow));
+      }
+      break;
+    case K::kLlama3: {
+      RopeParams plain = r;
+      plain.kind = K::kDefault;
+      std::vector<float> scratch;
+      const Rope scaled(r, c.head_dim, c.rope_style), base(plain, c.head_dim, c.rope_style);
+      const int64_t half = scaled.rot_dim() / 2;
+      const float* fs = scaled.inv_freq(0, scratch);
+      const float* fb = base.inv_freq(0, scratch);
+      std::vector<float> factors(static_cast<size_t>(half));
+      for (int64_t i = 0; i < half; ++i) factors[i] = fb[i] / fs[i];
+      std::vector<uint8_t> bytes(factors.size() * sizeof(float));
+      std::memcpy(bytes.data(), factors.data(), bytes.size());
+      g.add_tensor("rope_freqs.weight", {half}, GgmlType::kF32, std::move(bytes));
+      break;
+    }
+    case K::kDynamic:
+    case K::kLongRope:
+      fail(ErrorKind::kUnsupported, "convert: rope scaling '{}' has no GGUF form",
+           rope_kind_name(r.kind));
+  }
 }
 
 // The GGUF name of a Hugging Face tensor name ("" for one GGUF does not keep).
@@ -141,6 +186,9 @@ std::string gguf_name(bool gpt2, const std::string& hf) {
       {"self_attn.q_proj.bias", "attn_q.bias"},
       {"self_attn.k_proj.bias", "attn_k.bias"},
       {"self_attn.v_proj.bias", "attn_v.bias"},
+      {"self_attn.o_proj.bias", "attn_output.bias"},
+      {"self_attn.q_norm.weight", "attn_q_norm.weight"},
+      {"self_attn.k_norm.weight", "attn_k_norm.weight"},
       {"post_attention_layernorm.weight", "ffn_norm.weight"},
       {"mlp.gate_proj.weight", "ffn_gate.weight"},
       {"mlp.up_proj.weight", "ffn_up.weight"},
@@ -333,8 +381,10 @@ int run_convert(const ConvertOptions& o) {
   } else {
     g.set_u32(p + "attention.head_count_kv", static_cast<uint32_t>(c.n_kv_heads));
     g.set_f32(p + "attention.layer_norm_rms_epsilon", c.norm_eps);
-    g.set_f32(p + "rope.freq_base", static_cast<float>(c.rope_theta));
-    g.set_u32(p + "rope.dimension_count", static_cast<uint32_t>(c.head_dim));
+    g.set_f32(p + "rope.freq_base", static_cast<float>(c.rope.theta));
+    const int64_t rot = c.rope.rot_dim > 0 ? c.rope.rot_dim : c.head_dim;
+    g.set_u32(p + "rope.dimension_count", static_cast<uint32_t>(rot));
+    write_rope_scaling(g, p, c);
     if (c.head_dim * c.n_heads != c.dim) {
       g.set_u32(p + "attention.key_length", static_cast<uint32_t>(c.head_dim));
       g.set_u32(p + "attention.value_length", static_cast<uint32_t>(c.head_dim));
@@ -355,6 +405,9 @@ int run_convert(const ConvertOptions& o) {
   // Hugging Face stores them) are permuted, per head, row i of the first half to 2i and of the
   // second half to 2i + 1.
   const bool permute_qk = arch == "llama" && c.rope_style == kernels::RopeStyle::kHalf;
+  if (permute_qk && c.rope.rot_dim > 0 && c.rope.rot_dim != c.head_dim)
+    fail(ErrorKind::kUnsupported,
+         "convert: partial rotary dimensions in a 'llama' GGUF are not written yet");
   const bool tied = c.tied_embeddings && !w.has("lm_head.weight");
   for (const std::string& name : w.names()) {
     const std::string gname = gguf_name(gpt2, name);

@@ -110,7 +110,14 @@ int run_inspect(const std::string& path, bool tensors) {
   row("context_length", fmt::format("{}", c.max_seq_len));
   row("norm_eps", fmt::format("{}", c.norm_eps));
   if (c.arch == Arch::kLlama) {
-    row("rope_theta", fmt::format("{}", c.rope_theta));
+    row("rope_theta", fmt::format("{}", c.rope.theta));
+    if (c.rope.kind != RopeParams::Kind::kDefault)
+      row("rope_scaling",
+          fmt::format("{} (factor {}, original context {})", rope_kind_name(c.rope.kind),
+                      c.rope.factor, c.rope.original_max_pos));
+    if (c.rope.rot_dim > 0 && c.rope.rot_dim != c.head_dim)
+      row("rotary_dims", fmt::format("{} of {}", c.rope.rot_dim, c.head_dim));
+    if (c.qk_norm) row("qk_norm", "yes");
     row("rope_style", c.rope_style == kernels::RopeStyle::kHalf ? "half (Hugging Face)"
                                                                 : "interleaved (Meta/llama2.c)");
     row("qkv_bias", c.qkv_bias ? "yes" : "no");

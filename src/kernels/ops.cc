@@ -29,14 +29,14 @@ void layer_norm(const float* x, const float* w, const float* b, float eps, int64
   }
 }
 
-void rope(float* x, int n_heads, int head_dim, int64_t pos, const float* inv_freq,
-          RopeStyle style) {
-  const int half = head_dim / 2;
+void rope(float* x, int n_heads, int head_dim, int64_t pos, const float* inv_freq, RopeStyle style,
+          int rot_dim, float scale) {
+  const int half = (rot_dim > 0 ? rot_dim : head_dim) / 2;
   for (int i = 0; i < half; ++i) {
     // Angles in double: positions reach 10^5 and f32 would lose the low bits of pos * freq.
     const double angle = static_cast<double>(pos) * inv_freq[i];
-    const float c = static_cast<float>(std::cos(angle));
-    const float s = static_cast<float>(std::sin(angle));
+    const float c = static_cast<float>(std::cos(angle)) * scale;
+    const float s = static_cast<float>(std::sin(angle)) * scale;
     for (int h = 0; h < n_heads; ++h) {
       float* v = x + static_cast<int64_t>(h) * head_dim;
       const int a = style == RopeStyle::kHalf ? i : 2 * i;

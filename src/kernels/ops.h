@@ -16,8 +16,11 @@ enum class RopeStyle {
   kInterleaved,  // Meta's original, llama2.c, GGUF: rotates (x[2i], x[2i + 1])
 };
 
-// Rotates each of n_heads heads of size head_dim at position pos. inv_freq has head_dim/2 entries.
-void rope(float* x, int n_heads, int head_dim, int64_t pos, const float* inv_freq, RopeStyle style);
+// Rotates the first rot_dim dimensions (0: all) of each of n_heads heads of size head_dim at
+// position pos, cos and sin multiplied by scale (YaRN's and LongRoPE's attention factor). inv_freq
+// has rot_dim/2 entries; style pairs (i, i + rot_dim/2) or (2i, 2i + 1).
+void rope(float* x, int n_heads, int head_dim, int64_t pos, const float* inv_freq, RopeStyle style,
+          int rot_dim = 0, float scale = 1.0f);
 
 // gate[i] = silu(gate[i]) * up[i]
 void silu_mul(float* gate, const float* up, int64_t n);

@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 
+#include <cstring>
 #include <vector>
 
 #include <sys/mman.h>
@@ -25,6 +26,9 @@ const std::pair<const char*, const char*> kLlamaBlock[] = {
     {"attn_q.bias", "self_attn.q_proj.bias"},
     {"attn_k.bias", "self_attn.k_proj.bias"},
     {"attn_v.bias", "self_attn.v_proj.bias"},
+    {"attn_output.bias", "self_attn.o_proj.bias"},
+    {"attn_q_norm.weight", "self_attn.q_norm.weight"},
+    {"attn_k_norm.weight", "self_attn.k_norm.weight"},
     {"ffn_norm.weight", "post_attention_layernorm.weight"},
     {"ffn_gate.weight", "mlp.gate_proj.weight"},
     {"ffn_down.weight", "mlp.down_proj.weight"},
@@ -41,8 +45,8 @@ const std::pair<const char*, const char*> kGpt2Block[] = {
     {"ffn_down.weight", "mlp.c_proj.weight"},     {"ffn_down.bias", "mlp.c_proj.bias"},
 };
 
-// The Hugging Face name of a GGUF tensor; empty for one the model does not use (rope_freqs and
-// the like are recomputed).
+// The Hugging Face name of a GGUF tensor; empty for one the model does not use (rope_freqs is
+// read into the configuration instead).
 std::string hf_name(bool gpt2, const std::string& name) {
   if (gpt2) {
     if (name == "token_embd.weight") return "transformer.wte.weight";
@@ -91,12 +95,16 @@ ModelConfig gguf_model_config(const GgufFile& f, const std::string& path) {
     c.architecture = "Qwen2ForCausalLM";
     c.rope_style = kernels::RopeStyle::kHalf;
     c.qkv_bias = true;
+  } else if (arch == "qwen3") {
+    c.architecture = "Qwen3ForCausalLM";
+    c.rope_style = kernels::RopeStyle::kHalf;
+    c.qk_norm = true;
   } else if (arch == "gpt2") {
     c.architecture = "GPT2LMHeadModel";
   } else {
     fail(ErrorKind::kUnsupported,
          "'{}': GGUF architecture '{}' (general.architecture) is not supported (llama, qwen2, "
-         "gpt2)",
+         "qwen3, gpt2)",
          path, arch);
   }
   c.arch = arch == "gpt2" ? Arch::kGpt2 : Arch::kLlama;
@@ -110,21 +118,34 @@ ModelConfig gguf_model_config(const GgufFile& f, const std::string& path) {
   c.head_dim = c.n_heads > 0 && c.dim % c.n_heads == 0 ? c.dim / c.n_heads : 0;
   if (f.find(p + "attention.key_length"))
     c.head_dim = static_cast<int64_t>(f.get_uint(p + "attention.key_length"));
-  if (f.find(p + "rope.dimension_count") &&
-      static_cast<int64_t>(f.get_uint(p + "rope.dimension_count")) != c.head_dim) {
-    fail(ErrorKind::kUnsupported,
-         "'{}': {}rope.dimension_count is {} but heads are {} wide (partial rotary is not "
-         "supported yet)",
-         path, p, f.get_uint(p + "rope.dimension_count"), c.head_dim);
+  if (f.find(p + "rope.dimension_count")) {
+    const uint64_t rot = f.get_uint(p + "rope.dimension_count");
+    if (rot == 0 || rot > static_cast<uint64_t>(c.head_dim))
+      fail("'{}': {}rope.dimension_count {} is out of range (heads are {} wide)", path, p, rot,
+           c.head_dim);
+    c.rope.rot_dim = static_cast<int64_t>(rot);
   }
   c.norm_eps = static_cast<float>(
       f.get_float(p + (c.arch == Arch::kGpt2 ? "attention.layer_norm_epsilon"
                                              : "attention.layer_norm_rms_epsilon"),
                   1e-5));
-  c.rope_theta = f.get_float(p + "rope.freq_base", 10000.0);
+  c.rope.theta = f.get_float(p + "rope.freq_base", 10000.0);
+  // llama.cpp's scaling keys (Llama 3.1's scaling comes as the rope_freqs tensor instead).
   const std::string scaling = f.get_string(p + "rope.scaling.type", "none");
-  if (scaling != "none") {
-    fail(ErrorKind::kUnsupported, "'{}': {}rope.scaling.type '{}' is not supported yet", path, p,
+  if (scaling == "linear" || scaling == "yarn") {
+    c.rope.kind = scaling == "linear" ? RopeParams::Kind::kLinear : RopeParams::Kind::kYarn;
+    c.rope.factor = f.get_float(p + "rope.scaling.factor", 1.0);
+    c.rope.original_max_pos = static_cast<int64_t>(f.get_uint(
+        p + "rope.scaling.original_context_length", static_cast<uint64_t>(c.max_seq_len)));
+    // llama.cpp multiplies its attn_factor (default 1) with YaRN's own 0.1 ln(factor) + 1.
+    if (c.rope.kind == RopeParams::Kind::kYarn)
+      c.rope.attention_factor =
+          f.get_float(p + "rope.scaling.attn_factor", 1.0) * yarn_mscale(c.rope.factor);
+    c.rope.beta_fast = f.get_float(p + "rope.scaling.yarn_beta_fast", 32.0);
+    c.rope.beta_slow = f.get_float(p + "rope.scaling.yarn_beta_slow", 1.0);
+  } else if (scaling != "none") {
+    fail(ErrorKind::kUnsupported,
+         "'{}': {}rope.scaling.type '{}' is not supported (none, linear, yarn are)", path, p,
          scaling);
   }
   const GgufTensorInfo* emb = f.tensor("token_embd.weight");
@@ -132,17 +153,38 @@ ModelConfig gguf_model_config(const GgufFile& f, const std::string& path) {
     fail("'{}': tensor 'token_embd.weight' is missing or not a matrix", path);
   c.vocab_size = emb->ne[1];
   c.tied_embeddings = f.tensor("output.weight") == nullptr;
+  if (c.arch == Arch::kLlama) {  // biases where the file has them (llama with attention_bias)
+    c.qkv_bias = c.qkv_bias || f.tensor("blk.0.attn_q.bias") != nullptr;
+    c.o_bias = f.tensor("blk.0.attn_output.bias") != nullptr;
+  }
   c.bos_id = static_cast<int32_t>(f.get_uint("tokenizer.ggml.bos_token_id", 1));
   c.eos_id = static_cast<int32_t>(f.get_uint("tokenizer.ggml.eos_token_id", 2));
   c.validate("'" + path + "'");
   return c;
 }
 
+namespace {
+// GGUF's rope_freqs.weight (F32, one divisor per rotated pair) into c.rope.freq_factors.
+void read_rope_freqs(const GgufFile& f, const uint8_t* data, const std::string& path,
+                     ModelConfig& c) {
+  const GgufTensorInfo* t = f.tensor("rope_freqs.weight");
+  if (t == nullptr) return;
+  const int64_t half = (c.rope.rot_dim > 0 ? c.rope.rot_dim : c.head_dim) / 2;
+  if (t->type != GgmlType::kF32 || t->ne.size() != 1 || t->ne[0] != half)
+    fail("'{}': tensor 'rope_freqs.weight' must be F32 of {} values", path, half);
+  std::vector<float> v(static_cast<size_t>(half));
+  std::memcpy(v.data(), data + t->offset, v.size() * sizeof(float));
+  c.rope.freq_factors.assign(v.begin(), v.end());
+  c.validate("'" + path + "'");
+}
+}  // namespace
+
 ModelConfig load_gguf(const std::string& path, WeightStore& store) {
   MappedFile file = MappedFile::open(path);
   const GgufFile f = parse_gguf(file.data(), file.size(), path);
-  const ModelConfig c = gguf_model_config(f, path);
+  ModelConfig c = gguf_model_config(f, path);
   const uint8_t* data = file.data() + f.data_offset;
+  read_rope_freqs(f, data, path, c);
   // Every tensor is read once, in file order, and copied (WeightStore::own_copy): read ahead.
   ::madvise(const_cast<uint8_t*>(file.data()), file.size(), MADV_SEQUENTIAL);
   const int index = store.add_file(std::move(file));

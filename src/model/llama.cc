@@ -6,6 +6,7 @@
 
 #include "kernels/matmul.h"
 #include "kernels/ops.h"
+#include "model/rope.h"
 #include "model/transformer.h"
 
 namespace tf {
@@ -14,7 +15,8 @@ namespace {
 struct LlamaLayer {
   const float* attn_norm;
   kernels::WeightMatrix wq, wk, wv, wo;
-  const float *bq = nullptr, *bk = nullptr, *bv = nullptr;
+  const float *bq = nullptr, *bk = nullptr, *bv = nullptr, *bo = nullptr;
+  const float *q_norm = nullptr, *k_norm = nullptr;  // per head (Qwen3)
   const float* ffn_norm;
   kernels::WeightMatrix w_gate, w_up, w_down;
 };
@@ -39,6 +41,11 @@ class LlamaModel final : public Model {
         L.bk = w.f32(p + "self_attn.k_proj.bias", {c.kv_dim()});
         L.bv = w.f32(p + "self_attn.v_proj.bias", {c.kv_dim()});
       }
+      if (c.o_bias) L.bo = w.f32(p + "self_attn.o_proj.bias", {c.dim});
+      if (c.qk_norm) {
+        L.q_norm = w.f32(p + "self_attn.q_norm.weight", {c.head_dim});
+        L.k_norm = w.f32(p + "self_attn.k_norm.weight", {c.head_dim});
+      }
       L.ffn_norm = w.f32(p + "post_attention_layernorm.weight", {c.dim});
       L.w_gate = w.matrix(p + "mlp.gate_proj.weight", c.ffn_dim, c.dim);
       L.w_up = w.matrix(p + "mlp.up_proj.weight", c.ffn_dim, c.dim);
@@ -49,12 +56,7 @@ class LlamaModel final : public Model {
     lm_head_ = (c.tied_embeddings && !w.has("lm_head.weight"))
                    ? embed_
                    : w.matrix("lm_head.weight", c.vocab_size, c.dim);
-    inv_freq_.resize(c.head_dim / 2);
-    for (int64_t i = 0; i < c.head_dim / 2; ++i) {
-      inv_freq_[i] =
-          static_cast<float>(1.0 / std::pow(c.rope_theta, static_cast<double>(2 * i) /
-                                                              static_cast<double>(c.head_dim)));
-    }
+    rope_ = Rope(c.rope, c.head_dim, c.rope_style);
   }
 
  protected:
@@ -84,14 +86,21 @@ class LlamaModel final : public Model {
           {L.wq, L.bq, a.q.data()}, {L.wk, L.bk, a.k.data()}, {L.wv, L.bv, a.v.data()}};
       kernels::matmul_many(a.xb.data(), T, qkv, pool);
       transformer::for_rows(pool, T, [&](int64_t i) {
-        kernels::rope(a.q.data() + i * q_dim, static_cast<int>(c.n_heads),
-                      static_cast<int>(c.head_dim), tokens[i].pos, inv_freq_.data(), c.rope_style);
-        kernels::rope(a.k.data() + i * kv_dim, static_cast<int>(c.n_kv_heads),
-                      static_cast<int>(c.head_dim), tokens[i].pos, inv_freq_.data(), c.rope_style);
+        float* q = a.q.data() + i * q_dim;
+        float* k = a.k.data() + i * kv_dim;
+        if (c.qk_norm) {
+          const int64_t hd = c.head_dim;
+          for (int64_t h = 0; h < c.n_heads; ++h)
+            kernels::rms_norm(q + h * hd, L.q_norm, c.norm_eps, hd, q + h * hd);
+          for (int64_t h = 0; h < c.n_kv_heads; ++h)
+            kernels::rms_norm(k + h * hd, L.k_norm, c.norm_eps, hd, k + h * hd);
+        }
+        rope_.apply(q, static_cast<int>(c.n_heads), tokens[i].pos);
+        rope_.apply(k, static_cast<int>(c.n_kv_heads), tokens[i].pos);
       });
       transformer::store_kv(batch, tokens, cache, a.k.data(), a.v.data(), pool);
       transformer::attention(batch, tokens, cache, c, a.q.data(), a.att.data(), pool);
-      kernels::matmul_add(a.att.data(), T, L.wo, nullptr, a.x.data(), pool);  // x += ...
+      kernels::matmul_add(a.att.data(), T, L.wo, L.bo, a.x.data(), pool);  // x += ...
 
       transformer::for_rows(pool, T, [&](int64_t i) {
         kernels::rms_norm(a.x.data() + i * dim, L.ffn_norm, c.norm_eps, dim, a.xb.data() + i * dim);
@@ -117,7 +126,7 @@ class LlamaModel final : public Model {
   const float* final_norm_ = nullptr;
   kernels::WeightMatrix lm_head_;
   std::vector<LlamaLayer> layers_;
-  std::vector<float> inv_freq_;
+  Rope rope_;
   transformer::Activations act_;
 };
 

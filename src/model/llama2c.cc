@@ -38,7 +38,7 @@ Llama2cLayout parse_llama2c(const uint8_t* data, size_t size, const std::string&
   c.max_seq_len = h[6];
   c.head_dim = (c.n_heads > 0 && c.dim % c.n_heads == 0) ? c.dim / c.n_heads : 0;
   c.norm_eps = 1e-5f;
-  c.rope_theta = 10000.0;
+  c.rope.theta = 10000.0;
   c.rope_style = kernels::RopeStyle::kInterleaved;
   c.tied_embeddings = L.shared_classifier;
   c.qkv_bias = false;

@@ -1,5 +1,7 @@
 #include "model/model_config.h"
 
+#include <algorithm>
+
 #include <nlohmann/json.hpp>
 
 #include "core/error.h"
@@ -35,9 +37,7 @@ void ModelConfig::validate(const std::string& source) const {
   }
   if (!(norm_eps > 0.0f && norm_eps < 1.0f))
     fail("{}: norm epsilon {} is out of range", source, norm_eps);
-  if (arch == Arch::kLlama && !(rope_theta > 1.0 && rope_theta < 1e12)) {
-    fail("{}: rope_theta {} is out of range", source, rope_theta);
-  }
+  if (arch == Arch::kLlama) validate_rope(rope, head_dim, source);
   if (bos_id >= vocab_size)
     fail("{}: bos_token_id {} >= vocab_size {}", source, bos_id, vocab_size);
   if (eos_id >= vocab_size)
@@ -117,6 +117,101 @@ ModelConfig parse_gpt2(const json& j, const std::string& source) {
   return c;
 }
 
+std::vector<double> get_num_list(const json& j, const char* key, const std::string& source) {
+  auto it = j.find(key);
+  if (it == j.end() || !it->is_array())
+    fail("{}: rope field '{}' must be a list of numbers", source, key);
+  std::vector<double> v;
+  for (const auto& e : *it) {
+    if (!e.is_number()) fail("{}: rope field '{}' must be a list of numbers", source, key);
+    v.push_back(e.get<double>());
+  }
+  return v;
+}
+
+// RoPE from transformers' config forms: v4 (`rope_theta`, `partial_rotary_factor` and
+// `rope_scaling` at the top) and v5 (`rope_parameters` holding all of them). An unknown kind is
+// an error, never a default.
+RopeParams parse_rope(const json& j, int64_t head_dim, int64_t max_pos, const std::string& source) {
+  using K = RopeParams::Kind;
+  RopeParams r;
+  const json* scaling = nullptr;
+  if (auto it = j.find("rope_parameters"); it != j.end() && !it->is_null()) {
+    if (!it->is_object()) fail("{}: rope_parameters must be an object", source);
+    scaling = &*it;
+  } else if (auto it2 = j.find("rope_scaling"); it2 != j.end() && !it2->is_null()) {
+    if (!it2->is_object()) fail("{}: rope_scaling must be an object", source);
+    scaling = &*it2;
+  }
+  // v5 keeps rope_theta and partial_rotary_factor inside rope_parameters; a checkpoint saved that
+  // way must not fall back to the default base.
+  r.theta = get_num_or(j, "rope_theta", 10000.0, source);
+  double partial = get_num_or(j, "partial_rotary_factor", 1.0, source);
+  if (scaling != nullptr) {
+    r.theta = get_num_or(*scaling, "rope_theta", r.theta, source);
+    partial = get_num_or(*scaling, "partial_rotary_factor", partial, source);
+  }
+  if (!(partial > 0.0 && partial <= 1.0))
+    fail("{}: partial_rotary_factor {} is out of range (0, 1]", source, partial);
+  r.rot_dim = static_cast<int64_t>(static_cast<double>(head_dim) * partial);
+  if (scaling == nullptr) return r;
+  const json& s = *scaling;
+  std::string kind =
+      get_string_or(s, "rope_type", get_string_or(s, "type", "default", source), source);
+  if (kind == "default") return r;
+  if (kind == "linear") {
+    r.kind = K::kLinear;
+  } else if (kind == "dynamic") {
+    r.kind = K::kDynamic;
+  } else if (kind == "yarn") {
+    r.kind = K::kYarn;
+  } else if (kind == "llama3") {
+    r.kind = K::kLlama3;
+  } else if (kind == "longrope" || kind == "su") {
+    r.kind = K::kLongRope;
+  } else {
+    fail(ErrorKind::kUnsupported,
+         "{}: rope scaling type '{}' is not supported (default, linear, dynamic, yarn, llama3, "
+         "longrope are)",
+         source, kind);
+  }
+  r.factor = get_num_or(s, "factor", r.kind == K::kLongRope ? 1.0 : -1.0, source);
+  if (r.factor <= 0.0) fail("{}: rope scaling '{}' needs a positive factor", source, kind);
+  r.attention_factor = get_num_or(s, "attention_factor", 0.0, source);
+  switch (r.kind) {
+    case K::kDynamic:
+      r.original_max_pos = max_pos;
+      break;
+    case K::kYarn:
+      r.original_max_pos = get_int_or(s, "original_max_position_embeddings", max_pos, source);
+      r.beta_fast = get_num_or(s, "beta_fast", 32.0, source);
+      r.beta_slow = get_num_or(s, "beta_slow", 1.0, source);
+      r.mscale = get_num_or(s, "mscale", 0.0, source);
+      r.mscale_all_dim = get_num_or(s, "mscale_all_dim", 0.0, source);
+      r.truncate = get_bool_or(s, "truncate", true, source);
+      break;
+    case K::kLlama3:
+      r.original_max_pos = get_int(s, "original_max_position_embeddings", source);
+      r.low_freq_factor = get_num_or(s, "low_freq_factor", 1.0, source);
+      r.high_freq_factor = get_num_or(s, "high_freq_factor", 4.0, source);
+      break;
+    case K::kLongRope: {
+      r.short_factor = get_num_list(s, "short_factor", source);
+      r.long_factor = get_num_list(s, "long_factor", source);
+      // Phi-3 keeps the pretrained context at the top and the scale as the ratio of the two.
+      const int64_t top = get_int_or(j, "original_max_position_embeddings", 0, source);
+      const int64_t inner = get_int_or(s, "original_max_position_embeddings", 0, source);
+      r.original_max_pos = top > 0 ? top : inner > 0 ? inner : max_pos;
+      if (top > 0 || inner > 0)
+        r.factor = static_cast<double>(max_pos) / static_cast<double>(r.original_max_pos);
+      break;
+    }
+    default:
+      break;
+  }
+  return r;
+}
+
 ModelConfig parse_llama(const json& j, const std::string& source, bool qwen2) {
   ModelConfig c;
   c.arch = Arch::kLlama;
@@ -129,17 +224,29 @@ ModelConfig parse_llama(const json& j, const std::string& source, bool qwen2) {
   c.ffn_dim = get_int(j, "intermediate_size", source);
   c.max_seq_len = get_int_or(j, "max_position_embeddings", 2048, source);
   c.norm_eps = static_cast<float>(get_num_or(j, "rms_norm_eps", 1e-6, source));
-  c.rope_theta = get_num_or(j, "rope_theta", 10000.0, source);
   c.rope_style = kernels::RopeStyle::kHalf;
   c.tied_embeddings = get_bool_or(j, "tie_word_embeddings", false, source);
-  c.qkv_bias = qwen2 || get_bool_or(j, "attention_bias", false, source);
+  // attention_bias puts biases on q, k, v and o (Llama, Qwen3); Qwen2 has q, k, v biases only.
+  const bool attention_bias = get_bool_or(j, "attention_bias", false, source);
+  c.qkv_bias = qwen2 || attention_bias;
+  c.o_bias = !qwen2 && attention_bias;
+  if (get_bool_or(j, "mlp_bias", false, source))
+    fail(ErrorKind::kUnsupported, "{}: mlp_bias is not supported", source);
   const std::string act = get_string_or(j, "hidden_act", "silu", source);
   if (act != "silu") {
     fail(ErrorKind::kUnsupported, "{}: hidden_act '{}' is not supported (silu is)", source, act);
   }
-  if (auto it = j.find("rope_scaling"); it != j.end() && !it->is_null()) {
-    fail(ErrorKind::kUnsupported, "{}: rope_scaling is not supported yet", source);
-  }
+  c.rope = parse_rope(j, c.head_dim, c.max_seq_len, source);
+  // The context a scaling extends to (as vLLM derives it): linear and dynamic stretch
+  // max_position_embeddings by the factor, yarn the original context; llama3 and longrope
+  // configs already name the extended one.
+  using K = RopeParams::Kind;
+  if (c.rope.kind == K::kLinear || c.rope.kind == K::kDynamic)
+    c.max_seq_len = static_cast<int64_t>(static_cast<double>(c.max_seq_len) * c.rope.factor);
+  else if (c.rope.kind == K::kYarn)
+    c.max_seq_len = std::max(
+        c.max_seq_len,
+        static_cast<int64_t>(static_cast<double>(c.rope.original_max_pos) * c.rope.factor));
   return c;
 }
 
@@ -169,10 +276,17 @@ ModelConfig parse_hf_config(const std::string& json_text, const std::string& sou
              (architecture.empty() && model_type == "qwen2")) {
     c = parse_llama(j, source, true);
     if (architecture.empty()) architecture = "Qwen2ForCausalLM";
+  } else if (architecture == "Qwen3ForCausalLM" ||
+             (architecture.empty() && model_type == "qwen3")) {
+    // Qwen3: Qwen2 without the QKV biases (attention_bias, false by default) and with an RMSNorm
+    // over each head of q and k.
+    c = parse_llama(j, source, false);
+    c.qk_norm = true;
+    if (architecture.empty()) architecture = "Qwen3ForCausalLM";
   } else {
     fail(ErrorKind::kUnsupported,
          "{}: unknown architecture '{}' (model_type '{}'); supported: GPT2LMHeadModel, "
-         "LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM",
+         "LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM, Qwen3ForCausalLM",
          source, architecture, model_type);
   }
   c.architecture = architecture;

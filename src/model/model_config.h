@@ -5,6 +5,7 @@
 #include <string>
 
 #include "kernels/ops.h"
+#include "model/rope.h"
 
 namespace tf {
 
@@ -27,10 +28,12 @@ struct ModelConfig {
   int64_t max_seq_len = 0;  // context length
 
   float norm_eps = 1e-5f;
-  double rope_theta = 10000.0;
+  RopeParams rope;  // theta, scaling, partial rotary
   kernels::RopeStyle rope_style = kernels::RopeStyle::kHalf;
   bool tied_embeddings = false;
   bool qkv_bias = false;
+  bool o_bias = false;   // attention output bias (Llama-style attention_bias: true)
+  bool qk_norm = false;  // RMSNorm over each head of q and k before RoPE (Qwen3)
 
   int32_t bos_id = -1;  // -1: none
   int32_t eos_id = -1;

@@ -30,7 +30,8 @@ TEST(HfConfig, ParsesLlama) {
   EXPECT_EQ(c.head_dim, 16);
   EXPECT_EQ(c.max_seq_len, 256);
   EXPECT_FLOAT_EQ(c.norm_eps, 1e-6f);
-  EXPECT_DOUBLE_EQ(c.rope_theta, 500000.0);
+  EXPECT_DOUBLE_EQ(c.rope.theta, 500000.0);
+  EXPECT_EQ(c.rope.kind, RopeParams::Kind::kDefault);
   EXPECT_EQ(c.eos_id, 2) << "the first of a list of EOS ids";
   EXPECT_FALSE(c.tied_embeddings);
   EXPECT_FALSE(c.qkv_bias);
@@ -85,11 +86,77 @@ TEST(HfConfig, RejectsBadConfigsByName) {
       std::string::npos);
   EXPECT_NE(with("\"rope_theta\":500000.0",
                  "\"rope_theta\":500000.0,\"rope_scaling\":{\"type\":\"yarn\"}")
-                .find("rope_scaling"),
+                .find("needs a positive factor"),
             std::string::npos);
+  // An unknown kind is refused by name, never computed as the default.
+  EXPECT_NE(with("\"rope_theta\":500000.0",
+                 "\"rope_theta\":500000.0,\"rope_scaling\":{\"rope_type\":\"mrope\"}")
+                .find("rope scaling type 'mrope' is not supported"),
+            std::string::npos);
+  EXPECT_NE(with("\"rope_theta\":500000.0",
+                 "\"rope_theta\":500000.0,\"rope_scaling\":{\"rope_type\":\"llama3\","
+                 "\"factor\":8}")
+                .find("original_max_position_embeddings"),
+            std::string::npos);
+  EXPECT_NE(with("\"rope_theta\":500000.0",
+                 "\"rope_theta\":500000.0,\"rope_scaling\":{\"rope_type\":\"longrope\","
+                 "\"short_factor\":[1,1],\"long_factor\":[1,1]}")
+                .find("8 values"),
+            std::string::npos);
+  EXPECT_NE(
+      with("\"rope_theta\":500000.0", "\"rope_theta\":500000.0,\"partial_rotary_factor\":0.3125")
+          .find("must be even"),
+      std::string::npos);
   EXPECT_NE(with("\"rope_theta\":500000.0", "\"rope_theta\":500000.0,\"hidden_act\":\"gelu\"")
                 .find("hidden_act"),
             std::string::npos);
+}
+
+TEST(ModelConfig, RopeScalingInEveryConfigForm) {
+  std::string s = kLlama;
+  auto with = [&](const std::string& extra) {
+    std::string t = s;
+    const std::string from = "\"rope_theta\":500000.0";
+    t.replace(t.find(from), from.size(), extra);
+    return parse_hf_config(t, "config.json");
+  };
+  // transformers v4: rope_theta and rope_scaling at the top.
+  ModelConfig c = with(
+      "\"rope_theta\":500000.0,\"rope_scaling\":{\"rope_type\":\"llama3\",\"factor\":8.0,"
+      "\"low_freq_factor\":1.0,\"high_freq_factor\":4.0,"
+      "\"original_max_position_embeddings\":64}");
+  EXPECT_EQ(c.rope.kind, RopeParams::Kind::kLlama3);
+  EXPECT_DOUBLE_EQ(c.rope.factor, 8.0);
+  EXPECT_EQ(c.rope.original_max_pos, 64);
+  // v5: everything inside rope_parameters, rope_theta included (not the default 10000).
+  c = with(
+      "\"rope_parameters\":{\"rope_type\":\"yarn\",\"rope_theta\":1000000.0,\"factor\":4.0,"
+      "\"original_max_position_embeddings\":32}");
+  EXPECT_EQ(c.rope.kind, RopeParams::Kind::kYarn);
+  EXPECT_DOUBLE_EQ(c.rope.theta, 1000000.0);
+  EXPECT_EQ(c.rope.original_max_pos, 32);
+  c = with("\"rope_parameters\":{\"rope_type\":\"default\",\"rope_theta\":250000.0}");
+  EXPECT_EQ(c.rope.kind, RopeParams::Kind::kDefault);
+  EXPECT_DOUBLE_EQ(c.rope.theta, 250000.0);
+  // Phi-3's longrope: the pretrained context at the top, the factor their ratio; "su" its old name.
+  c = with(
+      "\"rope_theta\":10000.0,\"original_max_position_embeddings\":64,\"rope_scaling\":{"
+      "\"type\":\"su\",\"short_factor\":[1,1,1,1,1,1,1,1],"
+      "\"long_factor\":[1,2,3,4,5,6,7,8]}");
+  EXPECT_EQ(c.rope.kind, RopeParams::Kind::kLongRope);
+  EXPECT_DOUBLE_EQ(c.rope.factor, 256.0 / 64.0);
+  // Partial rotary: a quarter of 16 dimensions.
+  c = with("\"rope_theta\":10000.0,\"partial_rotary_factor\":0.25");
+  EXPECT_EQ(c.rope.rot_dim, 4);
+}
+
+TEST(ModelConfig, Qwen3HasPerHeadQkNormAndNoBias) {
+  std::string s = kLlama;
+  s.replace(s.find("LlamaForCausalLM"), 16, "Qwen3ForCausalLM");
+  const ModelConfig c = parse_hf_config(s, "config.json");
+  EXPECT_EQ(c.architecture, "Qwen3ForCausalLM");
+  EXPECT_TRUE(c.qk_norm);
+  EXPECT_FALSE(c.qkv_bias);
 }
 
 }  // namespace

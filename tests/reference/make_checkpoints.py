@@ -156,12 +156,46 @@ def _qwen2_config(dtype):
     }
 
 
+def _scaled(base, **over):
+    cfg = dict(base)
+    cfg.update(over)
+    return dict(sorted(cfg.items()))
+
+
+def _qwen3_config(dtype):
+    # transformers v5's form: rope_theta inside rope_parameters (YaRN), per-head q/k norms.
+    cfg = dict(_llama_config(dtype, n_kv=2, tie=False, theta=10000.0, head_dim=16))
+    del cfg["rope_theta"], cfg["rope_scaling"]
+    cfg.update({"architectures": ["Qwen3ForCausalLM"], "model_type": "qwen3",
+                "rope_parameters": {"rope_type": "yarn", "rope_theta": 10000.0, "factor": 4.0,
+                                    "original_max_position_embeddings": 32},
+                "use_sliding_window": False, "sliding_window": None})
+    return dict(sorted(cfg.items()))
+
+
 KINDS = {
     "gpt2": lambda dt: _gpt2_config(dt),
     "llama_gqa": lambda dt: _llama_config(dt, n_kv=2, tie=False, theta=10000.0),
     "llama_tied": lambda dt: _llama_config(dt, n_kv=6, tie=True, theta=500000.0, head_dim=12),
     "qwen2": lambda dt: _qwen2_config(dt),
     "mistral": lambda dt: _mistral_config(dt),
+    # RoPE scalings (issue 21), contexts short enough that the test prompts cross them.
+    "llama31": lambda dt: _scaled(
+        _llama_config(dt, n_kv=2, tie=False, theta=10000.0),
+        rope_scaling={"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0,
+                      "high_freq_factor": 4.0, "original_max_position_embeddings": 32}),
+    "llama_linear": lambda dt: _scaled(_llama_config(dt, n_kv=2, tie=False, theta=10000.0),
+                                       rope_scaling={"type": "linear", "factor": 2.5}),
+    "llama_dynamic": lambda dt: _scaled(_llama_config(dt, n_kv=2, tie=False, theta=10000.0),
+                                        max_position_embeddings=8,
+                                        rope_scaling={"type": "dynamic", "factor": 4.0}),
+    # Phi-3's form, on Llama: the pretrained context at the top, partial rotary (6 of 12).
+    "llama_longrope": lambda dt: _scaled(
+        _llama_config(dt, n_kv=2, tie=False, theta=10000.0),
+        original_max_position_embeddings=8, partial_rotary_factor=0.5,
+        rope_scaling={"type": "longrope", "short_factor": [1.0, 1.5, 3.0],
+                      "long_factor": [1.2, 4.0, 16.0]}),
+    "qwen3": lambda dt: _qwen3_config(dt),
     # Rows of multiples of 64: the int8/q4 dot-product kernels take every matrix.
     "llama_wide": lambda dt: dict(_llama_config(dt, n_kv=2, tie=False, theta=10000.0),
                                   hidden_size=128, intermediate_size=256, num_attention_heads=4),
@@ -216,6 +250,7 @@ def _llama_weights(cfg, rng):
     hd = cfg.get("head_dim") or d // H
     ff = cfg["intermediate_size"]
     qkv_bias = cfg["model_type"] == "qwen2" or cfg.get("attention_bias", False)
+    qk_norm = cfg["model_type"] == "qwen3"
     w = {"model.embed_tokens.weight": _normal(rng, (V, d), 0.2)}
     for i in range(L):
         p = "model.layers.%d." % i
@@ -228,6 +263,9 @@ def _llama_weights(cfg, rng):
             w[p + "self_attn.q_proj.bias"] = _normal(rng, H * hd, 0.1)
             w[p + "self_attn.k_proj.bias"] = _normal(rng, KV * hd, 0.1)
             w[p + "self_attn.v_proj.bias"] = _normal(rng, KV * hd, 0.1)
+        if qk_norm:
+            w[p + "self_attn.q_norm.weight"] = _norm_weight(rng, hd)
+            w[p + "self_attn.k_norm.weight"] = _norm_weight(rng, hd)
         w[p + "self_attn.o_proj.weight"] = _normal(rng, (d, H * hd), 0.06)
         w[p + "post_attention_layernorm.weight"] = _norm_weight(rng, d)
         w[p + "mlp.gate_proj.weight"] = _normal(rng, (ff, d), 0.12)

@@ -97,6 +97,105 @@ def rope_adjacent(x, pos, theta):
     return out
 
 
+class Rope:
+    """Rotary embeddings with the scalings models ship with, from their papers and model
+    cards, in the config forms transformers writes (v4: rope_theta, partial_rotary_factor and
+    rope_scaling at the top; v5: all of it inside rope_parameters):
+
+    default   theta^(-2i/d) (Su et al., RoFormer)
+    linear    positions divided by the factor (Chen et al., position interpolation)
+    dynamic   NTK-aware: beyond the context L, base * (s*len/L - (s-1))^(d/(d-2))
+    yarn      per-dimension blend of interpolated and kept frequencies by how many turns the
+              dimension makes over the original context (Peng et al.; the released code's ramp
+              over dimension indices between floor/ceil of the beta_fast/beta_slow dimensions),
+              cos/sin times 0.1 ln(s) + 1
+    llama3    Meta's Llama 3.1 release: wavelengths above L/low kept divided by s, below L/high
+              kept, smooth in between
+    longrope  per-dimension divisors, short below the original context, long beyond (Ding et
+              al., Phi-3); cos/sin times sqrt(1 + ln(s)/ln(L)), s = max_pos / L
+
+    Position-dependent kinds (dynamic, longrope) take the length as the token's position + 1.
+    Only the first rot_dim = head_dim * partial_rotary_factor dimensions rotate."""
+
+    def __init__(self, cfg, head_dim):
+        rp = cfg.get("rope_parameters") or cfg.get("rope_scaling") or {}
+        self.theta = float(rp.get("rope_theta", cfg.get("rope_theta", 10000.0)))
+        partial = rp.get("partial_rotary_factor", cfg.get("partial_rotary_factor", 1.0))
+        self.dim = int(head_dim * partial)
+        self.kind = rp.get("rope_type", rp.get("type", "default"))
+        if self.kind == "su":
+            self.kind = "longrope"
+        if self.kind not in ("default", "linear", "dynamic", "yarn", "llama3", "longrope"):
+            raise ValueError("unknown rope kind %r" % self.kind)
+        self.rp = rp
+        self.max_pos = cfg.get("max_position_embeddings")
+        self.scale = 1.0
+        d = self.dim
+        self.base = 1.0 / self.theta ** (np.arange(0, d, 2, dtype=F) / d)
+        s = float(rp.get("factor", 1.0))
+        if self.kind == "linear":
+            self.inv = self.base / s
+        elif self.kind == "yarn":
+            L = rp.get("original_max_position_embeddings") or self.max_pos
+
+            def dim_of(turns):  # the dimension index turning `turns` times over L
+                return d * math.log(L / (turns * 2 * math.pi)) / (2 * math.log(self.theta))
+            lo = max(math.floor(dim_of(rp.get("beta_fast") or 32)), 0)
+            hi = min(math.ceil(dim_of(rp.get("beta_slow") or 1)), d - 1)
+            if lo == hi:
+                hi += 0.001
+            ramp = np.clip((np.arange(d // 2, dtype=F) - lo) / (hi - lo), 0.0, 1.0)
+            self.inv = self.base / s * ramp + self.base * (1.0 - ramp)
+            self.scale = rp.get("attention_factor") or (0.1 * math.log(s) + 1.0 if s > 1 else 1.0)
+        elif self.kind == "llama3":
+            L = rp["original_max_position_embeddings"]
+            lo_f, hi_f = rp.get("low_freq_factor", 1.0), rp.get("high_freq_factor", 4.0)
+            wl = 2 * math.pi / self.base
+            inv = np.where(wl > L / lo_f, self.base / s, self.base)
+            mid = (wl >= L / hi_f) & (wl <= L / lo_f)
+            t = (L / wl - lo_f) / (hi_f - lo_f)
+            self.inv = np.where(mid, (1 - t) * self.base / s + t * self.base, inv)
+        elif self.kind == "longrope":
+            self.L = cfg.get("original_max_position_embeddings") or \
+                rp.get("original_max_position_embeddings") or self.max_pos
+            s = self.max_pos / self.L if self.L != self.max_pos else s
+            self.short = self.base / np.asarray(rp["short_factor"], dtype=F)
+            self.long = self.base / np.asarray(rp["long_factor"], dtype=F)
+            self.scale = rp.get("attention_factor") or (
+                math.sqrt(1 + math.log(s) / math.log(self.L)) if s > 1 else 1.0)
+        elif self.kind == "dynamic":
+            self.s = s
+        if self.kind in ("default", "dynamic"):
+            self.inv = self.base
+
+    def freqs(self, p):
+        n = p + 1
+        if self.kind == "longrope":
+            return self.long if n > self.L else self.short
+        if self.kind == "dynamic" and n > self.max_pos:
+            d = self.dim
+            b = self.theta * (self.s * n / self.max_pos - (self.s - 1)) ** (d / (d - 2))
+            return 1.0 / b ** (np.arange(0, d, 2, dtype=F) / d)
+        return self.inv
+
+    def apply(self, x, pos, style="rotate_half"):
+        """x: [T, heads, hd] -> rotated copy; pairs (i, i + d/2) or (2i, 2i + 1) of the first d."""
+        d, half = self.dim, self.dim // 2
+        out = np.array(x, dtype=F)
+        for t, p in enumerate(pos):
+            ang = p * self.freqs(int(p))
+            c, sn = np.cos(ang) * self.scale, np.sin(ang) * self.scale
+            if style == "rotate_half":
+                a, b = x[t, :, :half], x[t, :, half:d]
+                out[t, :, :half] = a * c - b * sn
+                out[t, :, half:d] = a * sn + b * c
+            else:
+                a, b = x[t, :, 0:d:2], x[t, :, 1:d:2]
+                out[t, :, 0:d:2] = a * c - b * sn
+                out[t, :, 1:d:2] = a * sn + b * c
+        return out
+
+
 def _f(a):
     return np.asarray(a, dtype=F)
 
@@ -163,13 +262,14 @@ class Llama:
     Linear weights are PyTorch-style [out, in]: y = x @ W.T (+ b)."""
 
     def __init__(self, n_heads, n_kv_heads, head_dim, eps, rope_theta, rope_style,
-                 embed, layers, norm, head):
+                 embed, layers, norm, head, rope=None):
         self.n_heads = n_heads
         self.n_kv_heads = n_kv_heads
         self.head_dim = head_dim
         self.eps = eps
         self.rope_theta = float(rope_theta)
         self.rope = {"rotate_half": rope_rotate_half, "adjacent": rope_adjacent}[rope_style]
+        self.scaled_rope = rope  # a Rope (scaling, partial rotary) for Hugging Face configs
         self.embed = _f(embed)
         self.layers = [{k: _f(v) for k, v in L.items() if v is not None} for L in layers]
         self.norm = _f(norm)
@@ -195,8 +295,15 @@ class Llama:
             q = self._lin(h, L, "q_proj").reshape(T, H, hd)
             k = self._lin(h, L, "k_proj").reshape(T, KV, hd)
             v = self._lin(h, L, "v_proj").reshape(T, KV, hd)
-            q = self.rope(q, pos, self.rope_theta)
-            k = self.rope(k, pos, self.rope_theta)
+            if "q_norm.weight" in L:  # Qwen3: RMSNorm over each head before RoPE
+                q = rms_norm(q, L["q_norm.weight"], self.eps)
+                k = rms_norm(k, L["k_norm.weight"], self.eps)
+            if self.scaled_rope is not None:
+                q = self.scaled_rope.apply(q, pos)
+                k = self.scaled_rope.apply(k, pos)
+            else:
+                q = self.rope(q, pos, self.rope_theta)
+                k = self.rope(k, pos, self.rope_theta)
             x = x + self._lin(causal_attention(q, k, v), L, "o_proj")
             h = rms_norm(x, L["post_attention_layernorm.weight"], self.eps)
             m = silu(self._lin(h, L, "gate_proj")) * self._lin(h, L, "up_proj")
@@ -211,6 +318,7 @@ _LAYER_KEYS = {
     "k_proj.weight": "self_attn.k_proj.weight", "k_proj.bias": "self_attn.k_proj.bias",
     "v_proj.weight": "self_attn.v_proj.weight", "v_proj.bias": "self_attn.v_proj.bias",
     "o_proj.weight": "self_attn.o_proj.weight", "o_proj.bias": "self_attn.o_proj.bias",
+    "q_norm.weight": "self_attn.q_norm.weight", "k_norm.weight": "self_attn.k_norm.weight",
     "post_attention_layernorm.weight": "post_attention_layernorm.weight",
     "gate_proj.weight": "mlp.gate_proj.weight", "gate_proj.bias": "mlp.gate_proj.bias",
     "up_proj.weight": "mlp.up_proj.weight", "up_proj.bias": "mlp.up_proj.bias",
@@ -238,16 +346,16 @@ def _llama_from_hf(cfg, w, arch):
             if short.endswith(".bias"):
                 if not want_bias[short.split(".")[0]]:
                     continue
+            if short.startswith(("q_norm", "k_norm")) and arch != "qwen3":
+                continue
             L[short] = w[p + full]  # KeyError = missing tensor
         layers.append(L)
     embed = w["model.embed_tokens.weight"]
     # LlamaConfig, MistralConfig and Qwen2Config all default to untied.
     head = embed if cfg.get("tie_word_embeddings", False) else w["lm_head.weight"]
-    theta = cfg.get("rope_theta", 10000.0)
-    if cfg.get("rope_scaling"):
-        raise ValueError("reference does not implement rope_scaling")
-    m = Llama(n_heads, n_kv, head_dim, cfg.get("rms_norm_eps", 1e-6), theta, "rotate_half",
-              embed, layers, w["model.norm.weight"], head)
+    rope = Rope(cfg, head_dim)
+    m = Llama(n_heads, n_kv, head_dim, cfg.get("rms_norm_eps", 1e-6), rope.theta, "rotate_half",
+              embed, layers, w["model.norm.weight"], head, rope)
     m.cfg = cfg
     return m
 
@@ -257,6 +365,7 @@ _ARCHS = {
     "LlamaForCausalLM": "llama",
     "MistralForCausalLM": "mistral",
     "Qwen2ForCausalLM": "qwen2",
+    "Qwen3ForCausalLM": "qwen3",
 }
 
 
@@ -271,7 +380,7 @@ def load_hf(model_dir):
     w = safetensors_io.load_dir(model_dir)
     if arch == "gpt2":
         return GPT2(cfg, w)
-    if arch in ("llama", "mistral", "qwen2"):
+    if arch in ("llama", "mistral", "qwen2", "qwen3"):
         return _llama_from_hf(cfg, w, arch)
     raise ValueError("unsupported architecture %r" % (cfg.get("architectures"),))
 

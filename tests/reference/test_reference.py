@@ -258,6 +258,15 @@ class RandomCheckpoints(ToolCase):
     def test_mistral(self):
         self._run("mistral")
 
+    def test_llama31_rope_scaling(self):
+        self._run("llama31")
+
+    def test_llama_linear_rope_scaling(self):
+        self._run("llama_linear")
+
+    def test_qwen3_qk_norm_yarn_v5_config(self):
+        self._run("qwen3")
+
     def test_greedy_gpt2(self):
         path, model = _CKPTS.get("gpt2")
         self.check_greedy(path, model, [[5, 7, 11, 13, 17], [100]])
@@ -265,6 +274,24 @@ class RandomCheckpoints(ToolCase):
     def test_greedy_llama_gqa(self):
         path, model = _CKPTS.get("llama_gqa")
         self.check_greedy(path, model, [[5, 7, 11, 13, 17], [100]])
+
+
+class ScaledRopeAcrossTheOriginalContext(ToolCase):
+    """Position-dependent scalings: prompts longer than the original context of 8, so tokens
+    rotate with the extended frequencies past it (and the short ones before)."""
+
+    LENGTHS = (5, 20, 1)
+
+    def _run(self, kind, seed=1):
+        path, model = _CKPTS.get(kind)
+        prompts, decode = _random_batch(seed, self.LENGTHS, model.vocab_size)
+        self.check_logits(path, model, prompts, decode)
+
+    def test_dynamic_ntk(self):
+        self._run("llama_dynamic")
+
+    def test_longrope_partial_rotary(self):
+        self._run("llama_longrope")
 
 
 class Stories260K(ToolCase):
