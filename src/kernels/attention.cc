@@ -20,11 +20,11 @@ KvType parse_kv_type(const char* name) {
 }
 
 void attend_queries(const float* const* q, const int64_t* n_ctx, int n_q, const PagedKvLayer& kv,
-                    const int32_t* block_table, int kv_head, int head_dim, float scale,
-                    float* const* out) {
+                    const int32_t* block_table, int kv_head, int head_dim,
+                    const AttentionOpts& opts, float* const* out) {
   TF_CHECK(n_q >= 1 && n_q <= kMaxAttentionQueries);
   TF_CHECK(head_dim <= kMaxAttentionHeadDim);
-  isa().attend_queries(q, n_ctx, n_q, kv, block_table, kv_head, head_dim, scale, out);
+  isa().attend_queries(q, n_ctx, n_q, kv, block_table, kv_head, head_dim, opts, out);
 }
 
 void attend_head(const float* q, const PagedKvLayer& kv, const int32_t* block_table, int64_t n_ctx,

@@ -46,16 +46,28 @@ struct PagedKvLayer {
 };
 
 inline constexpr int kMaxAttentionQueries = 4;
+
+// What a layer's attention does besides softmax(scale * q·Kᵀ)·V. Converts from a plain scale.
+struct AttentionOpts {
+  float scale = 1.0f;
+  // > 0: each query attends only to its last `window` positions, itself included (sliding-window
+  // layers of Mistral, Gemma 2/3, Qwen2): keys [n_ctx - window, n_ctx).
+  int64_t window = 0;
+  // > 0: each scaled score becomes softcap * tanh(score / softcap) before the softmax (Gemma 2).
+  float softcap = 0.0f;
+  AttentionOpts(float s = 1.0f) : scale(s) {}  // NOLINT(google-explicit-constructor)
+};
 inline constexpr int kMaxAttentionHeadDim = 512;
 
 // n_q <= kMaxAttentionQueries queries of one sequence, each against positions [0, n_ctx[r]) of
-// its paged cache with KV head kv_head: out[r] = softmax(scale * q[r]·Kᵀ) · V (head_dim floats).
+// its paged cache (the last opts.window of them if set) with KV head kv_head:
+// out[r] = softmax(scale * q[r]·Kᵀ) · V (head_dim floats).
 // Keys are visited in fixed chunks of positions with an online softmax; the queries share the loads
 // of keys and values, and each query's arithmetic is the same whichever queries it is grouped
 // with (so a token's result does not depend on its batch or prefill chunk).
 void attend_queries(const float* const* q, const int64_t* n_ctx, int n_q, const PagedKvLayer& kv,
-                    const int32_t* block_table, int kv_head, int head_dim, float scale,
-                    float* const* out);
+                    const int32_t* block_table, int kv_head, int head_dim,
+                    const AttentionOpts& opts, float* const* out);
 
 // One query: attend_queries with n_q = 1.
 void attend_head(const float* q, const PagedKvLayer& kv, const int32_t* block_table, int64_t n_ctx,

@@ -27,7 +27,7 @@ struct IsaKernels {
   // Up to kMaxAttentionQueries queries of one sequence (see attend_queries in attention.h).
   void (*attend_queries)(const float* const* q, const int64_t* n_ctx, int n_q,
                          const PagedKvLayer& kv, const int32_t* block_table, int kv_head,
-                         int head_dim, float scale, float* const* out);
+                         int head_dim, const AttentionOpts& opts, float* const* out);
   // ggml block-format weights (weights.h: is_block_type) times f32 activations, as matmul_cols;
   // every table has one.
   void (*matmul_cols_blocks)(const float* x, int64_t m, int64_t k, const WeightMatrix& w,

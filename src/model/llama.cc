@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <deque>
 #include <vector>
 
 #include "kernels/matmul.h"
@@ -16,9 +17,13 @@ struct LlamaLayer {
   const float* attn_norm;
   kernels::WeightMatrix wq, wk, wv, wo;
   const float *bq = nullptr, *bk = nullptr, *bv = nullptr, *bo = nullptr;
-  const float *q_norm = nullptr, *k_norm = nullptr;  // per head (Qwen3)
+  const float *q_norm = nullptr, *k_norm = nullptr;  // per head (Qwen3, Gemma 3)
+  const float* attn_post_norm = nullptr;             // Gemma 2/3
   const float* ffn_norm;
+  const float* ffn_post_norm = nullptr;  // Gemma 2/3
   kernels::WeightMatrix w_gate, w_up, w_down;
+  kernels::AttentionOpts att;
+  const Rope* rope = nullptr;
 };
 
 class LlamaModel final : public Model {
@@ -28,10 +33,12 @@ class LlamaModel final : public Model {
     const ModelConfig& c = config_;
     WeightStore& w = weights_;
     embed_ = w.matrix("model.embed_tokens.weight", c.vocab_size, c.dim);
+    rope_ = Rope(c.rope, c.head_dim, c.rope_style);
+    if (c.has_local_rope) local_rope_ = Rope(c.local_rope, c.head_dim, c.rope_style);
     for (int64_t l = 0; l < c.n_layers; ++l) {
       const std::string p = "model.layers." + std::to_string(l) + ".";
       LlamaLayer L;
-      L.attn_norm = w.f32(p + "input_layernorm.weight", {c.dim});
+      L.attn_norm = norm(p + "input_layernorm.weight", c.dim);
       L.wq = w.matrix(p + "self_attn.q_proj.weight", c.q_dim(), c.dim);
       L.wk = w.matrix(p + "self_attn.k_proj.weight", c.kv_dim(), c.dim);
       L.wv = w.matrix(p + "self_attn.v_proj.weight", c.kv_dim(), c.dim);
@@ -43,20 +50,32 @@ class LlamaModel final : public Model {
       }
       if (c.o_bias) L.bo = w.f32(p + "self_attn.o_proj.bias", {c.dim});
       if (c.qk_norm) {
-        L.q_norm = w.f32(p + "self_attn.q_norm.weight", {c.head_dim});
-        L.k_norm = w.f32(p + "self_attn.k_norm.weight", {c.head_dim});
+        L.q_norm = norm(p + "self_attn.q_norm.weight", c.head_dim);
+        L.k_norm = norm(p + "self_attn.k_norm.weight", c.head_dim);
       }
-      L.ffn_norm = w.f32(p + "post_attention_layernorm.weight", {c.dim});
+      if (c.post_norms) {
+        // Gemma 2/3: post_attention_layernorm follows attention; the MLP has its own pre and post.
+        L.attn_post_norm = norm(p + "post_attention_layernorm.weight", c.dim);
+        L.ffn_norm = norm(p + "pre_feedforward_layernorm.weight", c.dim);
+        L.ffn_post_norm = norm(p + "post_feedforward_layernorm.weight", c.dim);
+      } else {
+        L.ffn_norm = norm(p + "post_attention_layernorm.weight", c.dim);
+      }
       L.w_gate = w.matrix(p + "mlp.gate_proj.weight", c.ffn_dim, c.dim);
       L.w_up = w.matrix(p + "mlp.up_proj.weight", c.ffn_dim, c.dim);
       L.w_down = w.matrix(p + "mlp.down_proj.weight", c.dim, c.ffn_dim);
+      L.att.scale =
+          c.attn_scale > 0.0f ? c.attn_scale : 1.0f / std::sqrt(static_cast<float>(c.head_dim));
+      L.att.softcap = c.attn_softcap;
+      const bool sliding = c.is_sliding(l);
+      if (sliding) L.att.window = c.sliding_window;
+      L.rope = sliding && c.has_local_rope ? &local_rope_ : &rope_;
       layers_.push_back(L);
     }
-    final_norm_ = w.f32("model.norm.weight", {c.dim});
+    final_norm_ = norm("model.norm.weight", c.dim);
     lm_head_ = (c.tied_embeddings && !w.has("lm_head.weight"))
                    ? embed_
                    : w.matrix("lm_head.weight", c.vocab_size, c.dim);
-    rope_ = Rope(c.rope, c.head_dim, c.rope_style);
   }
 
  protected:
@@ -71,10 +90,21 @@ class LlamaModel final : public Model {
     int64_t t = 0;
     for (const auto& s : batch) {
       for (int32_t id : s.tokens) {
-        embed_.dequantize_row(id, a.x.data() + t * dim);
+        float* row = a.x.data() + t * dim;
+        embed_.dequantize_row(id, row);
+        if (c.embed_scale > 0.0f)
+          for (int64_t i = 0; i < dim; ++i) row[i] *= c.embed_scale;
         ++t;
       }
     }
+    // out = x + norm(y) row by row (the norms after attention and MLP of Gemma 2/3).
+    const auto add_normed = [&](const float* y_norm, float* y) {
+      transformer::for_rows(pool, T, [&](int64_t i) {
+        float* yi = y + i * dim;
+        kernels::rms_norm(yi, y_norm, c.norm_eps, dim, yi);
+        kernels::add(a.x.data() + i * dim, yi, dim);
+      });
+    };
     for (int64_t l = 0; l < c.n_layers; ++l) {
       const LlamaLayer& L = layers_[l];
       const kernels::PagedKvLayer cache = kv.layer(l);
@@ -95,12 +125,17 @@ class LlamaModel final : public Model {
           for (int64_t h = 0; h < c.n_kv_heads; ++h)
             kernels::rms_norm(k + h * hd, L.k_norm, c.norm_eps, hd, k + h * hd);
         }
-        rope_.apply(q, static_cast<int>(c.n_heads), tokens[i].pos);
-        rope_.apply(k, static_cast<int>(c.n_kv_heads), tokens[i].pos);
+        L.rope->apply(q, static_cast<int>(c.n_heads), tokens[i].pos);
+        L.rope->apply(k, static_cast<int>(c.n_kv_heads), tokens[i].pos);
       });
       transformer::store_kv(batch, tokens, cache, a.k.data(), a.v.data(), pool);
-      transformer::attention(batch, tokens, cache, c, a.q.data(), a.att.data(), pool);
-      kernels::matmul_add(a.att.data(), T, L.wo, L.bo, a.x.data(), pool);  // x += ...
+      transformer::attention(batch, tokens, cache, c, a.q.data(), a.att.data(), pool, &L.att);
+      if (L.attn_post_norm != nullptr) {
+        kernels::matmul(a.att.data(), T, L.wo, L.bo, a.xb.data(), pool);
+        add_normed(L.attn_post_norm, a.xb.data());
+      } else {
+        kernels::matmul_add(a.att.data(), T, L.wo, L.bo, a.x.data(), pool);  // x += ...
+      }
 
       transformer::for_rows(pool, T, [&](int64_t i) {
         kernels::rms_norm(a.x.data() + i * dim, L.ffn_norm, c.norm_eps, dim, a.xb.data() + i * dim);
@@ -109,9 +144,21 @@ class LlamaModel final : public Model {
                                                {L.w_up, nullptr, a.h2.data()}};
       kernels::matmul_many(a.xb.data(), T, gate_up, pool);
       transformer::for_rows(pool, T, [&](int64_t i) {
-        kernels::silu_mul(a.h1.data() + i * ffn, a.h2.data() + i * ffn, ffn);
+        float* g = a.h1.data() + i * ffn;
+        const float* u = a.h2.data() + i * ffn;
+        if (c.act == ModelConfig::Act::kGeluTanh) {
+          kernels::gelu_tanh(g, ffn);
+          for (int64_t e = 0; e < ffn; ++e) g[e] *= u[e];
+        } else {
+          kernels::silu_mul(g, u, ffn);
+        }
       });
-      kernels::matmul_add(a.h1.data(), T, L.w_down, nullptr, a.x.data(), pool);
+      if (L.ffn_post_norm != nullptr) {
+        kernels::matmul(a.h1.data(), T, L.w_down, nullptr, a.xb.data(), pool);
+        add_normed(L.ffn_post_norm, a.xb.data());
+      } else {
+        kernels::matmul_add(a.h1.data(), T, L.w_down, nullptr, a.x.data(), pool);
+      }
     }
     const int64_t rows = transformer::gather_logit_rows(batch, a.x.data(), dim, a.xb.data());
     transformer::for_rows(pool, rows, [&](int64_t i) {
@@ -119,14 +166,32 @@ class LlamaModel final : public Model {
                         a.head_in.data() + i * dim);
     });
     kernels::matmul(a.head_in.data(), rows, lm_head_, nullptr, logits, pool);
+    if (c.final_softcap > 0.0f) {
+      const float cap = c.final_softcap, inv = 1.0f / cap;
+      const int64_t V = c.vocab_size;
+      transformer::for_rows(pool, rows, [&](int64_t i) {
+        for (float* v = logits + i * V; v < logits + (i + 1) * V; ++v)
+          *v = cap * std::tanh(*v * inv);
+      });
+    }
   }
 
  private:
+  // A norm's weights as applied: stored in place, or (1 + w) for Gemma (a copy).
+  const float* norm(const std::string& name, int64_t n) {
+    const float* w = weights_.f32(name, {n});
+    if (!config_.norm_plus_one) return w;
+    owned_.emplace_back(w, w + n);
+    for (float& v : owned_.back()) v += 1.0f;
+    return owned_.back().data();
+  }
+
   kernels::WeightMatrix embed_;
   const float* final_norm_ = nullptr;
   kernels::WeightMatrix lm_head_;
   std::vector<LlamaLayer> layers_;
-  Rope rope_;
+  Rope rope_, local_rope_;
+  std::deque<std::vector<float>> owned_;  // (1 + w) norms
   transformer::Activations act_;
 };
 

@@ -1,6 +1,8 @@
 #include "model/model_config.h"
 
 #include <algorithm>
+#include <cmath>
+#include <functional>
 
 #include <nlohmann/json.hpp>
 
@@ -38,6 +40,15 @@ void ModelConfig::validate(const std::string& source) const {
   if (!(norm_eps > 0.0f && norm_eps < 1.0f))
     fail("{}: norm epsilon {} is out of range", source, norm_eps);
   if (arch == Arch::kLlama) validate_rope(rope, head_dim, source);
+  if (has_local_rope) validate_rope(local_rope, head_dim, source);
+  if (sliding_window < 0 || sliding_window > (int64_t{1} << 24))
+    fail("{}: sliding_window {} is out of range", source, sliding_window);
+  if (!layer_sliding.empty() && static_cast<int64_t>(layer_sliding.size()) != n_layers)
+    fail("{}: {} layer types for {} layers", source, layer_sliding.size(), n_layers);
+  if (!(attn_softcap >= 0.0f && attn_softcap < 1e6f) ||
+      !(final_softcap >= 0.0f && final_softcap < 1e6f) ||
+      !(attn_scale >= 0.0f && attn_scale < 1e3f))
+    fail("{}: attention scale or soft-capping out of range", source);
   if (bos_id >= vocab_size)
     fail("{}: bos_token_id {} >= vocab_size {}", source, bos_id, vocab_size);
   if (eos_id >= vocab_size)
@@ -250,6 +261,83 @@ ModelConfig parse_llama(const json& j, const std::string& source, bool qwen2) {
   return c;
 }
 
+// Which layers slide: config's layer_types when written (transformers >= 4.53), else
+// sliding(i) (the architecture's default pattern).
+void set_sliding_layers(ModelConfig& c, const json& j, const std::string& source,
+                        const std::function<bool(int64_t)>& sliding) {
+  c.layer_sliding.assign(static_cast<size_t>(c.n_layers), 0);
+  if (auto it = j.find("layer_types"); it != j.end() && it->is_array()) {
+    if (static_cast<int64_t>(it->size()) != c.n_layers)
+      fail("{}: layer_types has {} entries for {} layers", source, it->size(), c.n_layers);
+    for (size_t i = 0; i < it->size(); ++i) {
+      const json& t = (*it)[i];
+      if (!t.is_string() ||
+          (t.get<std::string>() != "sliding_attention" && t.get<std::string>() != "full_attention"))
+        fail(ErrorKind::kUnsupported,
+             "{}: layer_types[{}] must be \"sliding_attention\" or \"full_attention\"", source, i);
+      c.layer_sliding[i] = t.get<std::string>() == "sliding_attention";
+    }
+    return;
+  }
+  for (int64_t i = 0; i < c.n_layers; ++i) c.layer_sliding[i] = sliding(i);
+}
+
+// Gemma 1/2/3 (text): the Llama block with GeGLU, (1 + w) RMSNorm, embeddings times
+// sqrt(hidden), and for 2/3 norms after attention and MLP, local sliding-window layers among
+// global ones, query_pre_attn_scalar; Gemma 2 soft-caps attention scores and logits; Gemma 3
+// normalizes q and k per head and gives local layers their own RoPE base.
+ModelConfig parse_gemma(const json& j, const std::string& source, int version) {
+  json k = j;
+  const std::string act = get_string_or(
+      j, "hidden_activation", get_string_or(j, "hidden_act", "gelu_pytorch_tanh", source), source);
+  if (act != "gelu_pytorch_tanh" && act != "gelu")
+    fail(ErrorKind::kUnsupported,
+         "{}: hidden_activation '{}' is not supported (gelu_pytorch_tanh "
+         "is)",
+         source, act);
+  k["hidden_act"] = "silu";  // parse_llama's check; the activation is set below
+  // Gemma 3 in transformers v5: one rope_parameters per layer type.
+  const json* per_type = nullptr;
+  if (auto it = j.find("rope_parameters");
+      it != j.end() && it->is_object() && it->contains("full_attention"))
+    per_type = &*it;
+  if (per_type != nullptr) k["rope_parameters"] = (*per_type)["full_attention"];
+  ModelConfig c = parse_llama(k, source, false);
+  c.act = ModelConfig::Act::kGeluTanh;
+  c.norm_plus_one = true;
+  c.tied_embeddings = get_bool_or(j, "tie_word_embeddings", true, source);
+  c.embed_scale = std::sqrt(static_cast<float>(c.dim));
+  if (version == 1) return c;
+  c.post_norms = true;
+  c.attn_scale =
+      static_cast<float>(1.0 / std::sqrt(get_num_or(j, "query_pre_attn_scalar",
+                                                    static_cast<double>(c.head_dim), source)));
+  c.attn_softcap = static_cast<float>(get_num_or(j, "attn_logit_softcapping", 0.0, source));
+  c.final_softcap = static_cast<float>(get_num_or(j, "final_logit_softcapping", 0.0, source));
+  if (c.attn_softcap < 0.0f || c.final_softcap < 0.0f)
+    fail("{}: soft-capping values must be positive", source);
+  c.sliding_window = get_int_or(j, "sliding_window", 0, source);
+  if (c.sliding_window < 0) fail("{}: sliding_window must be positive", source);
+  if (version == 2) {
+    set_sliding_layers(c, j, source, [](int64_t i) { return (i + 1) % 2 != 0; });
+    return c;
+  }
+  c.qk_norm = true;
+  const int64_t pattern = get_int_or(j, "sliding_window_pattern", 6, source);
+  if (pattern <= 0) fail("{}: sliding_window_pattern must be positive", source);
+  set_sliding_layers(c, j, source, [pattern](int64_t i) { return (i + 1) % pattern != 0; });
+  c.has_local_rope = true;
+  if (per_type != nullptr) {
+    json local = j;
+    local["rope_parameters"] = (*per_type).value("sliding_attention", json::object());
+    c.local_rope = parse_rope(local, c.head_dim, c.max_seq_len, source);
+  } else {
+    c.local_rope.theta = get_num_or(j, "rope_local_base_freq", 10000.0, source);
+    c.local_rope.rot_dim = c.rope.rot_dim;
+  }
+  return c;
+}
+
 }  // namespace
 
 ModelConfig parse_hf_config(const std::string& json_text, const std::string& source) {
@@ -283,21 +371,39 @@ ModelConfig parse_hf_config(const std::string& json_text, const std::string& sou
     c = parse_llama(j, source, false);
     c.qk_norm = true;
     if (architecture.empty()) architecture = "Qwen3ForCausalLM";
+  } else if (architecture == "GemmaForCausalLM" ||
+             (architecture.empty() && model_type == "gemma")) {
+    c = parse_gemma(j, source, 1);
+    if (architecture.empty()) architecture = "GemmaForCausalLM";
+  } else if (architecture == "Gemma2ForCausalLM" ||
+             (architecture.empty() && model_type == "gemma2")) {
+    c = parse_gemma(j, source, 2);
+    if (architecture.empty()) architecture = "Gemma2ForCausalLM";
+  } else if (architecture == "Gemma3ForCausalLM" ||
+             (architecture.empty() && model_type == "gemma3_text")) {
+    c = parse_gemma(j, source, 3);
+    if (architecture.empty()) architecture = "Gemma3ForCausalLM";
   } else {
     fail(ErrorKind::kUnsupported,
          "{}: unknown architecture '{}' (model_type '{}'); supported: GPT2LMHeadModel, "
-         "LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM, Qwen3ForCausalLM",
+         "LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM, Qwen3ForCausalLM, "
+         "GemmaForCausalLM, Gemma2ForCausalLM, Gemma3ForCausalLM",
          source, architecture, model_type);
   }
   c.architecture = architecture;
   c.format = "safetensors";
   c.bos_id = get_token_id(j, "bos_token_id", source);
   c.eos_id = get_token_id(j, "eos_token_id", source);
-  if (auto it = j.find("sliding_window"); it != j.end() && it->is_number_integer() &&
-                                          get_bool_or(j, "use_sliding_window", true, source) &&
-                                          it->get<int64_t>() < c.max_seq_len) {
-    // Mistral v0.1 attends within a window; limiting the context keeps our full attention exact.
-    c.max_seq_len = it->get<int64_t>();
+  const bool qwen = architecture == "Qwen2ForCausalLM" || architecture == "Qwen3ForCausalLM";
+  if (c.sliding_window == 0 && c.arch == Arch::kLlama) {
+    // Mistral (every layer) and Qwen2/3 with use_sliding_window (layers from max_window_layers).
+    const int64_t w = get_int_or(j, "sliding_window", 0, source);
+    if (w < 0) fail("{}: sliding_window must be positive", source);
+    if (w > 0 && w < c.max_seq_len && get_bool_or(j, "use_sliding_window", !qwen, source)) {
+      c.sliding_window = w;
+      const int64_t from = qwen ? get_int_or(j, "max_window_layers", 0, source) : 0;
+      set_sliding_layers(c, j, source, [from](int64_t i) { return i >= from; });
+    }
   }
   c.validate(source);
   return c;

@@ -3,6 +3,7 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "kernels/ops.h"
 #include "model/rope.h"
@@ -33,7 +34,26 @@ struct ModelConfig {
   bool tied_embeddings = false;
   bool qkv_bias = false;
   bool o_bias = false;   // attention output bias (Llama-style attention_bias: true)
-  bool qk_norm = false;  // RMSNorm over each head of q and k before RoPE (Qwen3)
+  bool qk_norm = false;  // RMSNorm over each head of q and k before RoPE (Qwen3, Gemma 3)
+
+  // Gemma's variations on the Llama block.
+  enum class Act { kSilu, kGeluTanh } act = Act::kSilu;  // of the gated MLP
+  bool norm_plus_one = false;  // RMSNorm weights stored as w, applied as (1 + w)
+  bool post_norms = false;     // norms after attention and MLP too (Gemma 2/3)
+  float embed_scale = 0.0f;    // > 0: embeddings multiplied by it (sqrt(hidden))
+  float attn_scale = 0.0f;     // > 0: instead of 1/sqrt(head_dim) (query_pre_attn_scalar^-0.5)
+  float attn_softcap = 0.0f;   // > 0: attention scores soft-capped (Gemma 2)
+  float final_softcap = 0.0f;  // > 0: logits soft-capped (Gemma 2)
+  // Sliding-window attention: the window and which layers use it (empty: none or all, as
+  // sliding_window says); sliding layers may have their own RoPE (Gemma 3's local base).
+  int64_t sliding_window = 0;
+  std::vector<uint8_t> layer_sliding;
+  bool has_local_rope = false;
+  RopeParams local_rope;
+  bool is_sliding(int64_t layer) const {
+    if (sliding_window <= 0) return false;
+    return layer_sliding.empty() || layer_sliding[static_cast<size_t>(layer)] != 0;
+  }
 
   int32_t bos_id = -1;  // -1: none
   int32_t eos_id = -1;

@@ -63,10 +63,12 @@ void store_kv(std::span<const SequenceChunk> batch, std::span<const TokenPositio
 
 void attention(std::span<const SequenceChunk> batch, std::span<const TokenPosition> tokens,
                const kernels::PagedKvLayer& layer, const ModelConfig& c, const float* q, float* out,
-               ThreadPool& pool) {
+               ThreadPool& pool, const kernels::AttentionOpts* opts) {
   const int64_t group = c.n_heads / c.n_kv_heads;
   const int hd = static_cast<int>(c.head_dim);
-  const float scale = 1.0f / std::sqrt(static_cast<float>(c.head_dim));
+  const kernels::AttentionOpts att =
+      opts != nullptr ? *opts
+                      : kernels::AttentionOpts(1.0f / std::sqrt(static_cast<float>(c.head_dim)));
   const int64_t q_dim = c.q_dim();
   // Tasks of up to kMaxAttentionQueries queries that share a sequence and a KV head (tokens of
   // a prefill chunk, the heads of a GQA group), so that they share the loads of its keys and
@@ -106,7 +108,7 @@ void attention(std::span<const SequenceChunk> batch, std::span<const TokenPositi
     }
     kernels::attend_queries(qs, n_ctx, static_cast<int>(task.count), layer,
                             batch[task.seq].block_table.data(), static_cast<int>(task.kv_head), hd,
-                            scale, outs);
+                            att, outs);
   });
 }
 

@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "core/thread_pool.h"
+#include "kernels/attention.h"
 #include "model/model.h"
 
 namespace tf::transformer {
@@ -25,10 +26,11 @@ void store_kv(std::span<const SequenceChunk> batch, std::span<const TokenPositio
               const kernels::PagedKvLayer& layer, const float* k, const float* v, ThreadPool& pool);
 
 // Causal attention of every token over its own sequence's cache (positions <= its own).
-// q is [T, n_heads * head_dim]; out has the same shape.
+// q is [T, n_heads * head_dim]; out has the same shape. opts: scale 1/sqrt(head_dim), no window
+// and no soft-cap unless given.
 void attention(std::span<const SequenceChunk> batch, std::span<const TokenPosition> tokens,
                const kernels::PagedKvLayer& layer, const ModelConfig& c, const float* q, float* out,
-               ThreadPool& pool);
+               ThreadPool& pool, const kernels::AttentionOpts* opts = nullptr);
 
 // Gathers the rows that need logits (all tokens of all_logits sequences, else each sequence's
 // last) from x into out; returns how many.

@@ -667,6 +667,63 @@ TEST(Attention, PagedMatchesContiguousReference) {
   }
 }
 
+// A sliding window and soft-capped scores (Gemma 2, Mistral): in every table, a query reads only
+// its last `window` positions (every row before them is NaN here, so reading one shows), scores
+// pass through cap * tanh(s / cap), and grouping with queries of other windows changes nothing.
+TEST(Attention, WindowAndSoftCapMatchTheReferenceInEveryTable) {
+  std::mt19937 rng(23);
+  const int head_dim = 16, block_size = 4;
+  const int64_t n_ctx = 41, window = 7, blocks = (n_ctx + block_size - 1) / block_size;
+  const float scale = 0.3f, cap = 1.5f;
+  const auto k = random_vector(n_ctx * head_dim, rng, -2.0f, 2.0f);
+  const auto v = random_vector(n_ctx * head_dim, rng);
+  std::vector<float> kpool(blocks * block_size * head_dim), vpool(kpool.size());
+  std::vector<int32_t> table(blocks);
+  std::iota(table.begin(), table.end(), 0);
+  PagedKvLayer layer;
+  layer.k = kpool.data();
+  layer.v = vpool.data();
+  layer.block_size = block_size;
+  layer.kv_dim = head_dim;
+  for (int64_t t = 0; t < n_ctx; ++t) {
+    const bool outside = t < n_ctx - window;
+    for (int e = 0; e < head_dim; ++e) {
+      layer.k_row(table.data(), t)[e] = outside ? kNaN : k[t * head_dim + e];
+      layer.v_row(table.data(), t)[e] = outside ? kNaN : v[t * head_dim + e];
+    }
+  }
+  const auto q = random_vector(head_dim, rng, -2.0f, 2.0f);
+  // Reference in double over the window.
+  std::vector<double> s(n_ctx, 0.0), want(head_dim, 0.0);
+  double mx = -1e300, z = 0.0;
+  for (int64_t t = n_ctx - window; t < n_ctx; ++t) {
+    double d = 0.0;
+    for (int e = 0; e < head_dim; ++e) d += static_cast<double>(q[e]) * k[t * head_dim + e];
+    s[t] = cap * std::tanh(d * scale / cap);
+    mx = std::max(mx, s[t]);
+  }
+  for (int64_t t = n_ctx - window; t < n_ctx; ++t) z += (s[t] = std::exp(s[t] - mx));
+  for (int64_t t = n_ctx - window; t < n_ctx; ++t)
+    for (int e = 0; e < head_dim; ++e) want[e] += s[t] / z * v[t * head_dim + e];
+  AttentionOpts opts(scale);
+  opts.window = window;
+  opts.softcap = cap;
+  for (const IsaKernels* t : supported_tables()) {
+    SCOPED_TRACE(t->name);
+    std::vector<float> alone(head_dim), grouped(3 * head_dim);
+    const float* q1 = q.data();
+    float* o1 = alone.data();
+    t->attend_queries(&q1, &n_ctx, 1, layer, table.data(), 0, head_dim, opts, &o1);
+    for (int e = 0; e < head_dim; ++e) ASSERT_NEAR(alone[e], want[e], 1e-5) << e;
+    // With queries at earlier positions (their windows reach further back, into the NaN rows).
+    const float* qs[3] = {q.data(), q.data(), q.data()};
+    float* outs[3] = {grouped.data() + head_dim, grouped.data(), grouped.data() + 2 * head_dim};
+    const int64_t ctx[3] = {n_ctx - 20, n_ctx, n_ctx - 9};
+    t->attend_queries(qs, ctx, 3, layer, table.data(), 0, head_dim, opts, outs);
+    for (int e = 0; e < head_dim; ++e) ASSERT_EQ(grouped[e], alone[e]) << e;
+  }
+}
+
 TEST(Attention, Bf16AndF16CachesMatchTheRoundedReferenceAndStayGroupInvariant) {
   std::mt19937 rng(77);
   const int block_size = 4, head_dim = 40, kv_dim = 2 * head_dim;  // 40: a vector tail

@@ -173,6 +173,32 @@ def _qwen3_config(dtype):
     return dict(sorted(cfg.items()))
 
 
+def _gemma_config(dtype, version):
+    # Small, every feature binding: 4 layers (local and global), a window of 4 (shorter than
+    # the prompts), query_pre_attn_scalar unlike head_dim, soft-caps the scores reach.
+    cfg = {
+        "architectures": ["Gemma%sForCausalLM" % ("" if version == 1 else version)],
+        "model_type": {1: "gemma", 2: "gemma2", 3: "gemma3_text"}[version],
+        "attention_bias": False, "attention_dropout": 0.0, "bos_token_id": 2,
+        "eos_token_id": 1, "head_dim": 16, "hidden_activation": "gelu_pytorch_tanh",
+        "hidden_size": 64, "initializer_range": 0.02, "intermediate_size": 96,
+        "max_position_embeddings": 128, "num_attention_heads": 4, "num_hidden_layers": 4,
+        "num_key_value_heads": 2, "rms_norm_eps": 1e-06, "rope_theta": 10000.0,
+        "tie_word_embeddings": True, "torch_dtype": TORCH_DTYPE[dtype],
+        "transformers_version": TRANSFORMERS_VERSION, "use_cache": True, "vocab_size": 1000,
+    }
+    if version >= 2:
+        cfg.update({"query_pre_attn_scalar": 24, "sliding_window": 4})
+    if version == 2:
+        cfg.update({"attn_logit_softcapping": 3.0, "final_logit_softcapping": 2.0})
+    if version == 3:
+        cfg.update({"sliding_window_pattern": 2, "rope_theta": 1000000.0,
+                    "rope_local_base_freq": 10000.0,
+                    "rope_scaling": {"rope_type": "linear", "factor": 2.0},
+                    "attn_logit_softcapping": None, "final_logit_softcapping": None})
+    return dict(sorted(cfg.items()))
+
+
 KINDS = {
     "gpt2": lambda dt: _gpt2_config(dt),
     "llama_gqa": lambda dt: _llama_config(dt, n_kv=2, tie=False, theta=10000.0),
@@ -196,6 +222,11 @@ KINDS = {
         rope_scaling={"type": "longrope", "short_factor": [1.0, 1.5, 3.0],
                       "long_factor": [1.2, 4.0, 16.0]}),
     "qwen3": lambda dt: _qwen3_config(dt),
+    "gemma": lambda dt: _gemma_config(dt, 1),
+    "gemma2": lambda dt: _gemma_config(dt, 2),
+    "gemma3": lambda dt: _gemma_config(dt, 3),
+    # Mistral with a real sliding window shorter than the prompts.
+    "mistral_window": lambda dt: _scaled(_mistral_config(dt), sliding_window=4),
     # Rows of multiples of 64: the int8/q4 dot-product kernels take every matrix.
     "llama_wide": lambda dt: dict(_llama_config(dt, n_kv=2, tie=False, theta=10000.0),
                                   hidden_size=128, intermediate_size=256, num_attention_heads=4),
@@ -240,6 +271,34 @@ def _gpt2_weights(cfg, rng, legacy):
         w[p + "mlp.c_proj.bias"] = _normal(rng, d, 0.05)
     w[pre + "ln_f.weight"] = _norm_weight(rng, d)
     w[pre + "ln_f.bias"] = _normal(rng, d, 0.05)
+    return w
+
+
+def _gemma_weights(cfg, rng):
+    d, L, V = cfg["hidden_size"], cfg["num_hidden_layers"], cfg["vocab_size"]
+    H, KV, hd, ff = (cfg["num_attention_heads"], cfg["num_key_value_heads"], cfg["head_dim"],
+                     cfg["intermediate_size"])
+    v = {"gemma": 1, "gemma2": 2, "gemma3_text": 3}[cfg["model_type"]]
+    w = {"model.embed_tokens.weight": _normal(rng, (V, d), 0.05)}
+    for i in range(L):
+        p = "model.layers.%d." % i
+        # Gemma's norms scale by (1 + w): weights near 0.
+        norms = ["input_layernorm", "post_attention_layernorm"]
+        if v >= 2:
+            norms += ["pre_feedforward_layernorm", "post_feedforward_layernorm"]
+        for n in norms:
+            w[p + n + ".weight"] = _normal(rng, d, 0.1)
+        w[p + "self_attn.q_proj.weight"] = _normal(rng, (H * hd, d), 0.15)
+        w[p + "self_attn.k_proj.weight"] = _normal(rng, (KV * hd, d), 0.15)
+        w[p + "self_attn.v_proj.weight"] = _normal(rng, (KV * hd, d), 0.12)
+        if v == 3:
+            w[p + "self_attn.q_norm.weight"] = _normal(rng, hd, 0.1)
+            w[p + "self_attn.k_norm.weight"] = _normal(rng, hd, 0.1)
+        w[p + "self_attn.o_proj.weight"] = _normal(rng, (d, H * hd), 0.06)
+        w[p + "mlp.gate_proj.weight"] = _normal(rng, (ff, d), 0.12)
+        w[p + "mlp.up_proj.weight"] = _normal(rng, (ff, d), 0.12)
+        w[p + "mlp.down_proj.weight"] = _normal(rng, (d, ff), 0.08)
+    w["model.norm.weight"] = _normal(rng, d, 0.1)
     return w
 
 
@@ -292,6 +351,8 @@ def write_checkpoint(out_dir, kind, dtype="F32", sharded=False, seed=0, legacy_g
     rng = np.random.default_rng(seed)
     if kind == "gpt2":
         w = _gpt2_weights(cfg, rng, legacy_gpt2_names)
+    elif cfg["model_type"].startswith("gemma"):
+        w = _gemma_weights(cfg, rng)
     else:
         w = _llama_weights(cfg, rng)
     with open(os.path.join(out_dir, "config.json"), "w") as f:

@@ -290,7 +290,7 @@ class Llama:
         H, KV, hd = self.n_heads, self.n_kv_heads, self.head_dim
         pos = np.arange(T)
         x = self.embed[ids]
-        for L in self.layers:
+        for li, L in enumerate(self.layers):
             h = rms_norm(x, L["input_layernorm.weight"], self.eps)
             q = self._lin(h, L, "q_proj").reshape(T, H, hd)
             k = self._lin(h, L, "k_proj").reshape(T, KV, hd)
@@ -304,7 +304,12 @@ class Llama:
             else:
                 q = self.rope(q, pos, self.rope_theta)
                 k = self.rope(k, pos, self.rope_theta)
-            x = x + self._lin(causal_attention(q, k, v), L, "o_proj")
+            win = self.windows[li] if getattr(self, "windows", None) else None
+            if win:
+                a = attention(q, k, v, 1.0 / math.sqrt(hd), window=win)
+            else:
+                a = causal_attention(q, k, v)
+            x = x + self._lin(a, L, "o_proj")
             h = rms_norm(x, L["post_attention_layernorm.weight"], self.eps)
             m = silu(self._lin(h, L, "gate_proj")) * self._lin(h, L, "up_proj")
             x = x + self._lin(m, L, "down_proj")
@@ -357,7 +362,123 @@ def _llama_from_hf(cfg, w, arch):
     m = Llama(n_heads, n_kv, head_dim, cfg.get("rms_norm_eps", 1e-6), rope.theta, "rotate_half",
               embed, layers, w["model.norm.weight"], head, rope)
     m.cfg = cfg
+    # Sliding windows: Mistral's on every layer; Qwen2/3's from max_window_layers when
+    # use_sliding_window; layer_types where the config lists them.
+    w_size = cfg.get("sliding_window")
+    qwen = arch in ("qwen2", "qwen3")
+    n = cfg["num_hidden_layers"]
+    if w_size and cfg.get("use_sliding_window", not qwen):
+        if "layer_types" in cfg:
+            m.windows = [w_size if t == "sliding_attention" else None for t in cfg["layer_types"]]
+        else:
+            first = cfg.get("max_window_layers", 0) if qwen else 0
+            m.windows = [w_size if i >= first else None for i in range(n)]
     return m
+
+
+def attention(q, k, v, scale, softcap=None, window=None):
+    """Causal attention with the options Gemma adds: q [T, H, hd], k/v [T, KV, hd].
+    softcap: scores become softcap * tanh(score / softcap); window W: query i sees keys
+    i - W < j <= i (W keys, itself included)."""
+    T, H, hd = q.shape
+    group = H // k.shape[1]
+    i, j = np.arange(T)[:, None], np.arange(T)[None, :]
+    mask = j > i
+    if window:
+        mask = mask | (j <= i - window)
+    out = np.empty((T, H, hd), dtype=F)
+    for h in range(H):
+        s = (q[:, h, :] @ k[:, h // group, :].T) * scale
+        if softcap:
+            s = softcap * np.tanh(s / softcap)
+        s[mask] = -np.inf
+        out[:, h, :] = softmax(s) @ v[:, h // group, :]
+    return out.reshape(T, H * hd)
+
+
+class Gemma:
+    """Gemma 1/2/3 text models, from the Gemma technical reports and model cards: GeGLU with the
+    tanh GELU, RMSNorm scaling by (1 + w), embeddings times sqrt(hidden), tied head; Gemma 2/3
+    add norms after attention and after the MLP, attention scaled by query_pre_attn_scalar^-1/2
+    and local layers attending to the last sliding_window tokens (Gemma 2: every other layer;
+    Gemma 3: all but every sliding_window_pattern-th); Gemma 2 soft-caps attention scores and
+    logits (cap * tanh(x / cap)); Gemma 3 RMS-normalizes q and k per head and rotates local
+    layers with rope_local_base_freq."""
+
+    def __init__(self, cfg, w, version):
+        self.cfg, self.version = cfg, version
+        d = cfg["hidden_size"]
+        self.H = cfg["num_attention_heads"]
+        self.KV = cfg.get("num_key_value_heads") or self.H
+        self.hd = cfg.get("head_dim") or d // self.H
+        self.eps = cfg.get("rms_norm_eps", 1e-6)
+        self.d = d
+        self.embed = _f(w["model.embed_tokens.weight"])
+        self.head = _f(w["lm_head.weight"]) if "lm_head.weight" in w else self.embed
+        self.vocab_size = self.head.shape[0]
+        self.norm = _f(w["model.norm.weight"])
+        n = cfg["num_hidden_layers"]
+        self.layers = []
+        for i in range(n):
+            p = "model.layers.%d." % i
+            self.layers.append({k[len(p):]: _f(v) for k, v in w.items() if k.startswith(p)})
+        rp = cfg.get("rope_parameters")
+        if rp and "full_attention" in rp:  # transformers v5: one per layer type
+            glob = dict(cfg, rope_parameters=rp["full_attention"])
+            loc = dict(cfg, rope_parameters=rp.get("sliding_attention", {}))
+        else:
+            glob = cfg
+            loc = {"rope_theta": cfg.get("rope_local_base_freq", 10000.0),
+                   "max_position_embeddings": cfg.get("max_position_embeddings")}
+        self.rope_global = Rope(glob, self.hd)
+        self.rope_local = Rope(loc, self.hd) if version == 3 else self.rope_global
+        if version == 1:
+            self.sliding = [False] * n
+        elif "layer_types" in cfg:
+            self.sliding = [t == "sliding_attention" for t in cfg["layer_types"]]
+        elif version == 2:
+            self.sliding = [(i + 1) % 2 != 0 for i in range(n)]
+        else:
+            pat = cfg.get("sliding_window_pattern", 6)
+            self.sliding = [(i + 1) % pat != 0 for i in range(n)]
+        qpas = cfg.get("query_pre_attn_scalar") if version > 1 else None
+        self.scale = (qpas or self.hd) ** -0.5
+
+    def _n(self, x, w):
+        return rms_norm(x, 1.0 + w, self.eps)
+
+    def logits(self, ids):
+        ids = np.asarray(ids, dtype=np.int64)
+        T = len(ids)
+        pos = np.arange(T)
+        cfg, v2 = self.cfg, self.version >= 2
+        x = self.embed[ids] * math.sqrt(self.d)
+        for i, L in enumerate(self.layers):
+            h = self._n(x, L["input_layernorm.weight"])
+            q = (h @ L["self_attn.q_proj.weight"].T).reshape(T, self.H, self.hd)
+            k = (h @ L["self_attn.k_proj.weight"].T).reshape(T, self.KV, self.hd)
+            v = (h @ L["self_attn.v_proj.weight"].T).reshape(T, self.KV, self.hd)
+            if self.version == 3:
+                q = self._n(q, L["self_attn.q_norm.weight"])
+                k = self._n(k, L["self_attn.k_norm.weight"])
+            rope = self.rope_local if self.sliding[i] else self.rope_global
+            q, k = rope.apply(q, pos), rope.apply(k, pos)
+            a = attention(q, k, v, self.scale, cfg.get("attn_logit_softcapping") if v2 else None,
+                          cfg.get("sliding_window") if self.sliding[i] else None)
+            o = a @ L["self_attn.o_proj.weight"].T
+            if v2:
+                o = self._n(o, L["post_attention_layernorm.weight"])
+            x = x + o
+            pre = L["pre_feedforward_layernorm.weight" if v2 else "post_attention_layernorm.weight"]
+            h = self._n(x, pre)
+            m = gelu_tanh(h @ L["mlp.gate_proj.weight"].T) * (h @ L["mlp.up_proj.weight"].T)
+            m = m @ L["mlp.down_proj.weight"].T
+            if v2:
+                m = self._n(m, L["post_feedforward_layernorm.weight"])
+            x = x + m
+        y = self._n(x, self.norm) @ self.head.T
+        cap = cfg.get("final_logit_softcapping") if v2 else None
+        return cap * np.tanh(y / cap) if cap else y
 
 
 _ARCHS = {
@@ -366,6 +487,9 @@ _ARCHS = {
     "MistralForCausalLM": "mistral",
     "Qwen2ForCausalLM": "qwen2",
     "Qwen3ForCausalLM": "qwen3",
+    "GemmaForCausalLM": "gemma",
+    "Gemma2ForCausalLM": "gemma2",
+    "Gemma3ForCausalLM": "gemma3",
 }
 
 
@@ -380,6 +504,8 @@ def load_hf(model_dir):
     w = safetensors_io.load_dir(model_dir)
     if arch == "gpt2":
         return GPT2(cfg, w)
+    if arch in ("gemma", "gemma2", "gemma3"):
+        return Gemma(cfg, w, {"gemma": 1, "gemma2": 2, "gemma3": 3}[arch])
     if arch in ("llama", "mistral", "qwen2", "qwen3"):
         return _llama_from_hf(cfg, w, arch)
     raise ValueError("unsupported architecture %r" % (cfg.get("architectures"),))

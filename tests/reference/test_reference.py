@@ -276,10 +276,7 @@ class RandomCheckpoints(ToolCase):
         self.check_greedy(path, model, [[5, 7, 11, 13, 17], [100]])
 
 
-class ScaledRopeAcrossTheOriginalContext(ToolCase):
-    """Position-dependent scalings: prompts longer than the original context of 8, so tokens
-    rotate with the extended frequencies past it (and the short ones before)."""
-
+class _LongPrompts(ToolCase):
     LENGTHS = (5, 20, 1)
 
     def _run(self, kind, seed=1):
@@ -287,11 +284,33 @@ class ScaledRopeAcrossTheOriginalContext(ToolCase):
         prompts, decode = _random_batch(seed, self.LENGTHS, model.vocab_size)
         self.check_logits(path, model, prompts, decode)
 
+
+class ScaledRopeAcrossTheOriginalContext(_LongPrompts):
+    """Position-dependent scalings: prompts longer than the original context of 8, so tokens
+    rotate with the extended frequencies past it (and the short ones before)."""
+
     def test_dynamic_ntk(self):
         self._run("llama_dynamic")
 
     def test_longrope_partial_rotary(self):
         self._run("llama_longrope")
+
+
+class SlidingWindowsAndGemma(_LongPrompts):
+    """Windows of 4 keys under prompts of up to 20 tokens; Gemma's norms, GeGLU, soft-caps,
+    local and global layers with their RoPE bases."""
+
+    def test_mistral_sliding_window(self):
+        self._run("mistral_window")
+
+    def test_gemma(self):
+        self._run("gemma")
+
+    def test_gemma2_softcaps_and_windows(self):
+        self._run("gemma2")
+
+    def test_gemma3_qk_norm_and_local_rope(self):
+        self._run("gemma3")
 
 
 class Stories260K(ToolCase):
