@@ -39,9 +39,17 @@ class LlamaModel final : public Model {
       const std::string p = "model.layers." + std::to_string(l) + ".";
       LlamaLayer L;
       L.attn_norm = norm(p + "input_layernorm.weight", c.dim);
-      L.wq = w.matrix(p + "self_attn.q_proj.weight", c.q_dim(), c.dim);
-      L.wk = w.matrix(p + "self_attn.k_proj.weight", c.kv_dim(), c.dim);
-      L.wv = w.matrix(p + "self_attn.v_proj.weight", c.kv_dim(), c.dim);
+      if (c.fused_qkv) {  // views of the fused matrices' row ranges
+        const auto qkv =
+            w.matrix(p + "self_attn.qkv_proj.weight", c.q_dim() + 2 * c.kv_dim(), c.dim);
+        L.wq = qkv.rows(0, c.q_dim());
+        L.wk = qkv.rows(c.q_dim(), c.kv_dim());
+        L.wv = qkv.rows(c.q_dim() + c.kv_dim(), c.kv_dim());
+      } else {
+        L.wq = w.matrix(p + "self_attn.q_proj.weight", c.q_dim(), c.dim);
+        L.wk = w.matrix(p + "self_attn.k_proj.weight", c.kv_dim(), c.dim);
+        L.wv = w.matrix(p + "self_attn.v_proj.weight", c.kv_dim(), c.dim);
+      }
       L.wo = w.matrix(p + "self_attn.o_proj.weight", c.dim, c.q_dim());
       if (c.qkv_bias) {
         L.bq = w.f32(p + "self_attn.q_proj.bias", {c.q_dim()});
@@ -61,8 +69,14 @@ class LlamaModel final : public Model {
       } else {
         L.ffn_norm = norm(p + "post_attention_layernorm.weight", c.dim);
       }
-      L.w_gate = w.matrix(p + "mlp.gate_proj.weight", c.ffn_dim, c.dim);
-      L.w_up = w.matrix(p + "mlp.up_proj.weight", c.ffn_dim, c.dim);
+      if (c.fused_qkv) {
+        const auto gate_up = w.matrix(p + "mlp.gate_up_proj.weight", 2 * c.ffn_dim, c.dim);
+        L.w_gate = gate_up.rows(0, c.ffn_dim);
+        L.w_up = gate_up.rows(c.ffn_dim, c.ffn_dim);
+      } else {
+        L.w_gate = w.matrix(p + "mlp.gate_proj.weight", c.ffn_dim, c.dim);
+        L.w_up = w.matrix(p + "mlp.up_proj.weight", c.ffn_dim, c.dim);
+      }
       L.w_down = w.matrix(p + "mlp.down_proj.weight", c.dim, c.ffn_dim);
       L.att.scale =
           c.attn_scale > 0.0f ? c.attn_scale : 1.0f / std::sqrt(static_cast<float>(c.head_dim));

@@ -371,6 +371,12 @@ ModelConfig parse_hf_config(const std::string& json_text, const std::string& sou
     c = parse_llama(j, source, false);
     c.qk_norm = true;
     if (architecture.empty()) architecture = "Qwen3ForCausalLM";
+  } else if (architecture == "Phi3ForCausalLM" || (architecture.empty() && model_type == "phi3")) {
+    // Phi-3/3.5/4 and Phi-4-mini: the Llama block with fused projections, LongRoPE, partial
+    // rotary (Phi-4-mini).
+    c = parse_llama(j, source, false);
+    c.fused_qkv = true;
+    if (architecture.empty()) architecture = "Phi3ForCausalLM";
   } else if (architecture == "GemmaForCausalLM" ||
              (architecture.empty() && model_type == "gemma")) {
     c = parse_gemma(j, source, 1);
@@ -387,7 +393,7 @@ ModelConfig parse_hf_config(const std::string& json_text, const std::string& sou
     fail(ErrorKind::kUnsupported,
          "{}: unknown architecture '{}' (model_type '{}'); supported: GPT2LMHeadModel, "
          "LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM, Qwen3ForCausalLM, "
-         "GemmaForCausalLM, Gemma2ForCausalLM, Gemma3ForCausalLM",
+         "Phi3ForCausalLM, GemmaForCausalLM, Gemma2ForCausalLM, Gemma3ForCausalLM",
          source, architecture, model_type);
   }
   c.architecture = architecture;

@@ -1,5 +1,7 @@
 #include <gtest/gtest.h>
 
+#include <cmath>
+
 #include "core/error.h"
 #include "model/model_config.h"
 
@@ -157,6 +159,47 @@ TEST(ModelConfig, Qwen3HasPerHeadQkNormAndNoBias) {
   EXPECT_EQ(c.architecture, "Qwen3ForCausalLM");
   EXPECT_TRUE(c.qk_norm);
   EXPECT_FALSE(c.qkv_bias);
+}
+
+TEST(ModelConfig, GemmaAndSlidingWindowLayers) {
+  std::string g3 = kLlama;
+  g3.replace(g3.find("LlamaForCausalLM"), 16, "Gemma3ForCausalLM");
+  g3.replace(g3.find("\"num_hidden_layers\":2"), 21,
+             "\"num_hidden_layers\":4,\"sliding_window\":16,\"sliding_window_pattern\":2,"
+             "\"query_pre_attn_scalar\":32,\"rope_local_base_freq\":10000.0");
+  ModelConfig c = parse_hf_config(g3, "config.json");
+  EXPECT_TRUE(c.norm_plus_one && c.post_norms && c.qk_norm && c.has_local_rope);
+  EXPECT_EQ(c.act, ModelConfig::Act::kGeluTanh);
+  EXPECT_FLOAT_EQ(c.attn_scale, 1.0f / std::sqrt(32.0f));
+  EXPECT_FLOAT_EQ(c.embed_scale, 8.0f);
+  EXPECT_EQ(c.sliding_window, 16);
+  // Pattern 2: layers 0 and 2 local, 1 and 3 global.
+  EXPECT_TRUE(c.is_sliding(0) && !c.is_sliding(1) && c.is_sliding(2) && !c.is_sliding(3));
+  EXPECT_DOUBLE_EQ(c.rope.theta, 500000.0);
+  EXPECT_DOUBLE_EQ(c.local_rope.theta, 10000.0);
+  // layer_types overrides the pattern; a wrong one is an error.
+  std::string typed = g3;
+  typed.replace(typed.find("\"sliding_window_pattern\":2"), 26,
+                "\"layer_types\":[\"full_attention\",\"sliding_attention\",\"full_attention\","
+                "\"full_attention\"]");
+  c = parse_hf_config(typed, "config.json");
+  EXPECT_TRUE(!c.is_sliding(0) && c.is_sliding(1) && !c.is_sliding(2));
+  std::string bad = typed;
+  bad.replace(bad.find("\"sliding_attention\""), 19, "\"chunked_attention\"");
+  EXPECT_NE(error_of(bad).find("layer_types[1]"), std::string::npos);
+  // Mistral: a real window on every layer, the context left as it is.
+  std::string m = kLlama;
+  m.replace(m.find("LlamaForCausalLM"), 16, "MistralForCausalLM");
+  m.replace(m.find("\"rms_norm_eps\""), 14, "\"sliding_window\":32,\"rms_norm_eps\"");
+  c = parse_hf_config(m, "config.json");
+  EXPECT_EQ(c.max_seq_len, 256);
+  EXPECT_TRUE(c.is_sliding(0) && c.is_sliding(1));
+}
+
+TEST(ModelConfig, Phi3FusesProjections) {
+  std::string s = kLlama;
+  s.replace(s.find("LlamaForCausalLM"), 16, "Phi3ForCausalLM");
+  EXPECT_TRUE(parse_hf_config(s, "config.json").fused_qkv);
 }
 
 }  // namespace

@@ -222,6 +222,14 @@ KINDS = {
         rope_scaling={"type": "longrope", "short_factor": [1.0, 1.5, 3.0],
                       "long_factor": [1.2, 4.0, 16.0]}),
     "qwen3": lambda dt: _qwen3_config(dt),
+    # Phi-4-mini's form: fused projections, LongRoPE past an original context of 8, partial
+    # rotary (12 of 16 dimensions), tied.
+    "phi3": lambda dt: _scaled(
+        _llama_config(dt, n_kv=2, tie=True, theta=10000.0, head_dim=16),
+        architectures=["Phi3ForCausalLM"], model_type="phi3", hidden_size=64,
+        num_attention_heads=4, original_max_position_embeddings=8, partial_rotary_factor=0.75,
+        rope_scaling={"type": "longrope", "short_factor": [1.0, 1.1, 1.3, 2.0, 3.0, 5.0],
+                      "long_factor": [1.0, 1.5, 2.5, 6.0, 12.0, 30.0]}),
     "gemma": lambda dt: _gemma_config(dt, 1),
     "gemma2": lambda dt: _gemma_config(dt, 2),
     "gemma3": lambda dt: _gemma_config(dt, 3),
@@ -333,6 +341,13 @@ def _llama_weights(cfg, rng):
     w["model.norm.weight"] = _norm_weight(rng, d)
     if not cfg.get("tie_word_embeddings", False):
         w["lm_head.weight"] = _normal(rng, (V, d), 0.2)
+    if cfg["model_type"] == "phi3":  # stored fused, as Phi-3 checkpoints are
+        for i in range(L):
+            p = "model.layers.%d." % i
+            w[p + "self_attn.qkv_proj.weight"] = np.concatenate(
+                [w.pop(p + "self_attn.%s_proj.weight" % n) for n in "qkv"])
+            w[p + "mlp.gate_up_proj.weight"] = np.concatenate(
+                [w.pop(p + "mlp.gate_proj.weight"), w.pop(p + "mlp.up_proj.weight")])
     return w
 
 

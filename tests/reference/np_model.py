@@ -344,6 +344,17 @@ def _llama_from_hf(cfg, w, arch):
                  "o_proj": o_bias, "gate_proj": mlp_bias, "up_proj": mlp_bias,
                  "down_proj": mlp_bias}
     layers = []
+    if arch == "phi3":  # fused projections: qkv_proj = [q; k; v], gate_up_proj = [gate; up]
+        w = dict(w)
+        q_dim, kv_dim, ff = n_heads * head_dim, n_kv * head_dim, cfg["intermediate_size"]
+        for i in range(cfg["num_hidden_layers"]):
+            p = "model.layers.%d." % i
+            qkv = w.pop(p + "self_attn.qkv_proj.weight")
+            w[p + "self_attn.q_proj.weight"] = qkv[:q_dim]
+            w[p + "self_attn.k_proj.weight"] = qkv[q_dim:q_dim + kv_dim]
+            w[p + "self_attn.v_proj.weight"] = qkv[q_dim + kv_dim:]
+            gu = w.pop(p + "mlp.gate_up_proj.weight")
+            w[p + "mlp.gate_proj.weight"], w[p + "mlp.up_proj.weight"] = gu[:ff], gu[ff:]
     for i in range(cfg["num_hidden_layers"]):
         p = "model.layers.%d." % i
         L = {}
@@ -487,6 +498,7 @@ _ARCHS = {
     "MistralForCausalLM": "mistral",
     "Qwen2ForCausalLM": "qwen2",
     "Qwen3ForCausalLM": "qwen3",
+    "Phi3ForCausalLM": "phi3",
     "GemmaForCausalLM": "gemma",
     "Gemma2ForCausalLM": "gemma2",
     "Gemma3ForCausalLM": "gemma3",
@@ -506,7 +518,7 @@ def load_hf(model_dir):
         return GPT2(cfg, w)
     if arch in ("gemma", "gemma2", "gemma3"):
         return Gemma(cfg, w, {"gemma": 1, "gemma2": 2, "gemma3": 3}[arch])
-    if arch in ("llama", "mistral", "qwen2", "qwen3"):
+    if arch in ("llama", "mistral", "qwen2", "qwen3", "phi3"):
         return _llama_from_hf(cfg, w, arch)
     raise ValueError("unsupported architecture %r" % (cfg.get("architectures"),))
 

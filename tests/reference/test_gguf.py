@@ -304,6 +304,8 @@ _LLAMA = {"input_layernorm.weight": "attn_norm.weight", "self_attn.q_proj.weight
           "self_attn.k_proj.weight": "attn_k.weight", "self_attn.v_proj.weight": "attn_v.weight",
           "self_attn.o_proj.weight": "attn_output.weight", "self_attn.q_proj.bias": "attn_q.bias",
           "self_attn.k_proj.bias": "attn_k.bias", "self_attn.v_proj.bias": "attn_v.bias",
+          "self_attn.q_norm.weight": "attn_q_norm.weight",
+          "self_attn.k_norm.weight": "attn_k_norm.weight",
           "post_attention_layernorm.weight": "ffn_norm.weight",
           "mlp.gate_proj.weight": "ffn_gate.weight", "mlp.up_proj.weight": "ffn_up.weight",
           "mlp.down_proj.weight": "ffn_down.weight"}
@@ -321,7 +323,8 @@ def hf_to_gguf(kind, seed, path):
     gpt2 = kind == "gpt2"
     w = make_checkpoints._gpt2_weights(cfg, rng, False) if gpt2 else \
         make_checkpoints._llama_weights(cfg, rng)
-    arch = "gpt2" if gpt2 else ("qwen2" if cfg["model_type"] == "qwen2" else "llama")
+    arch = "gpt2" if gpt2 else (cfg["model_type"] if cfg["model_type"] in ("qwen2", "qwen3")
+                                else "llama")
     tensors = []
 
     def add(name, a):
@@ -352,6 +355,7 @@ def hf_to_gguf(kind, seed, path):
         d, heads = cfg["hidden_size"], cfg["num_attention_heads"]
         kv = cfg.get("num_key_value_heads") or heads
         hd = cfg.get("head_dim") or d // heads
+        rope = cfg.get("rope_parameters") or cfg.get("rope_scaling") or {}
         meta = {arch + ".context_length": gguf_io.U32(cfg["max_position_embeddings"]),
                 arch + ".embedding_length": gguf_io.U32(d),
                 arch + ".feed_forward_length": gguf_io.U32(cfg["intermediate_size"]),
@@ -360,7 +364,28 @@ def hf_to_gguf(kind, seed, path):
                 arch + ".attention.head_count_kv": gguf_io.U32(kv),
                 arch + ".attention.key_length": gguf_io.U32(hd),
                 arch + ".attention.layer_norm_rms_epsilon": gguf_io.F32(cfg["rms_norm_eps"]),
-                arch + ".rope.freq_base": gguf_io.F32(cfg["rope_theta"])}
+                arch + ".rope.freq_base": gguf_io.F32(rope.get("rope_theta", cfg.get("rope_theta")))}
+        kind_ = rope.get("rope_type", rope.get("type"))
+        if kind_ == "yarn":  # llama.cpp's keys
+            meta[arch + ".rope.scaling.type"] = "yarn"
+            meta[arch + ".rope.scaling.factor"] = gguf_io.F32(rope["factor"])
+            meta[arch + ".rope.scaling.original_context_length"] = gguf_io.U32(
+                rope["original_max_position_embeddings"])
+        elif kind_ == "llama3":  # llama.cpp's converter: one divisor per frequency, rope_freqs
+            lo, hi, f = rope["low_freq_factor"], rope["high_freq_factor"], rope["factor"]
+            L = rope["original_max_position_embeddings"]
+            base = 1.0 / cfg["rope_theta"] ** (np.arange(0, hd, 2) / hd)
+            factors = []
+            for fr in base:
+                wl = 2 * np.pi / fr
+                if wl < L / hi:
+                    factors.append(1.0)
+                elif wl > L / lo:
+                    factors.append(f)
+                else:
+                    sm = (L / wl - lo) / (hi - lo)
+                    factors.append(1.0 / ((1 - sm) / f + sm))
+            add("rope_freqs.weight", np.array(factors))
 
         def permute(a, n):  # llama.cpp's converter: halves -> adjacent pairs
             return a.reshape(n, 2, a.shape[0] // n // 2, *a.shape[1:]).swapaxes(1, 2).reshape(a.shape)
@@ -417,6 +442,12 @@ class GgufArchitecturesTest(LogitsMixin, unittest.TestCase):
 
     def test_llama_tied(self):
         self.check("llama_tied", exact=False)
+
+    def test_llama31_rope_freqs(self):
+        self.check("llama31", exact=False)
+
+    def test_qwen3_yarn(self):
+        self.check("qwen3", exact=True)
 
 
 def tokenflow(*args):

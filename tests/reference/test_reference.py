@@ -295,6 +295,9 @@ class ScaledRopeAcrossTheOriginalContext(_LongPrompts):
     def test_longrope_partial_rotary(self):
         self._run("llama_longrope")
 
+    def test_phi3_fused_projections_longrope(self):
+        self._run("phi3")
+
 
 class SlidingWindowsAndGemma(_LongPrompts):
     """Windows of 4 keys under prompts of up to 20 tokens; Gemma's norms, GeGLU, soft-caps,
@@ -427,6 +430,11 @@ class NumpySelfCheck(unittest.TestCase):
                     self.assertNotIn("lm_head.weight", w)
                     continue
                 hd = cfg.get("head_dim") or cfg["hidden_size"] // cfg["num_attention_heads"]
+                if kind == "phi3":
+                    q_kv = (cfg["num_attention_heads"] + 2 * cfg["num_key_value_heads"]) * hd
+                    self.assertEqual(w["model.layers.0.self_attn.qkv_proj.weight"].shape,
+                                     (q_kv, cfg["hidden_size"]))
+                    continue
                 self.assertEqual(w["model.layers.0.self_attn.q_proj.weight"].shape,
                                  (cfg["num_attention_heads"] * hd, cfg["hidden_size"]))
                 self.assertEqual(w["model.layers.0.self_attn.k_proj.weight"].shape,
