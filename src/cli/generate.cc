@@ -95,7 +95,15 @@ int run_generate(GenerateOptions& o) {
     bo.input_file = o.input_file;
     bo.output_file = o.output_file;
     bo.concurrency = o.concurrency;
-    return run_batch_file(*m.engine, m.tokenizer, m.config(), bo);
+    const int rc = run_batch_file(*m.engine, m.tokenizer, m.config(), bo);
+    if (o.verbose) {
+      const EngineStats st = m.engine->stats();
+      std::fprintf(
+          stderr, "engine: %lld preemptions, %lld of %lld prompt tokens from the prefix cache\n",
+          static_cast<long long>(st.preemptions), static_cast<long long>(st.prefix_hit_tokens),
+          static_cast<long long>(st.prefix_queried_tokens));
+    }
+    return rc;
   }
 
   const auto t_load = std::chrono::steady_clock::now();

@@ -1,0 +1,105 @@
+"""Every architecture through the engine: the same greedy tokens alone and among many.
+
+For each architecture (random weights from make_checkpoints, every feature switched on), a
+batch job of 24 greedy requests whose prompts share a preamble longer than a KV block runs
+twice through `tokenflow generate --input-file`: one request at a time with room to spare, and
+all 48 at once in a KV cache far too small for them (continuous batching, prefix caching,
+preemption by recompute). Each request must produce the same tokens both ways.
+
+Needs TOKENFLOW_BIN (the tokenflow binary).
+"""
+
+import json
+import re
+import os
+import struct
+import subprocess
+import tempfile
+import unittest
+
+import make_checkpoints
+
+KINDS = ("llama31", "llama_longrope", "mistral_window", "qwen3", "phi3",
+         "gemma", "gemma2", "gemma3")
+TIMEOUT_S = 600
+
+
+def write_vocab(path, n):
+    """A llama2.c tokenizer.bin of n pieces (byte pieces at 3..258), so texts decode."""
+    pieces = []
+    for i in range(n):
+        if i < 3:
+            pieces.append([b"<unk>", b"<s>", b"</s>"][i])
+        elif i < 259:
+            pieces.append(("<0x%02X>" % (i - 3)).encode())
+        else:
+            pieces.append((" w%d" % i).encode())
+    with open(path, "wb") as f:
+        f.write(struct.pack("<i", max(len(p) for p in pieces)))
+        for p in pieces:
+            f.write(struct.pack("<fi", 0.0, len(p)))
+            f.write(p)
+
+
+class EngineArchitectures(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        cls.bin = os.environ.get("TOKENFLOW_BIN")
+        if not cls.bin:
+            raise unittest.SkipTest("TOKENFLOW_BIN is not set")
+        cls.tmp = tempfile.TemporaryDirectory(prefix="tf_engine_archs_")
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.tmp.cleanup()
+
+    def run_job(self, model, requests, concurrency, kv_memory, stats=None):
+        d = self.tmp.name
+        inp, out = os.path.join(d, "in.jsonl"), os.path.join(d, "out.jsonl")
+        if os.path.exists(out):
+            os.remove(out)  # an existing output file would be resumed, not rewritten
+        with open(inp, "w") as f:
+            for r in requests:
+                f.write(json.dumps(r) + "\n")
+        cmd = [self.bin, "generate", "-m", model, "--input-file", inp, "--output-file", out,
+               "--concurrency", str(concurrency), "--kv-cache-memory", kv_memory, "-v"]
+        r = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                           universal_newlines=True, timeout=TIMEOUT_S)
+        self.assertEqual(r.returncode, 0, "%s\n%s" % (" ".join(cmd), r.stderr[-2000:]))
+        m = re.search(r"engine: (\d+) preemptions, (\d+) of (\d+) prompt tokens", r.stderr)
+        self.assertIsNotNone(m, r.stderr[-2000:])
+        if stats is not None:
+            stats.update(preemptions=int(m.group(1)), prefix_hits=int(m.group(2)))
+        texts = []
+        with open(out) as f:
+            for line in f:
+                o = json.loads(line)
+                self.assertIsNone(o["error"], line)
+                texts.append(o["response"]["body"]["choices"][0]["text"])
+        self.assertEqual(len(texts), len(requests))
+        return texts
+
+    def test_same_tokens_alone_and_batched_cached_preempted(self):
+        preamble = list(range(300, 320))  # 20 tokens: more than one block of 16
+        tails = [[400, 401], [500], [600, 601, 602, 603], [700, 701, 702]]
+        requests = [{"prompt": preamble + tails[i % 4] + [800 + i // 4], "max_tokens": 64,
+                     "temperature": 0, "ignore_eos": True} for i in range(48)]
+        for kind in KINDS:
+            with self.subTest(kind=kind):
+                model = make_checkpoints.write_checkpoint(
+                    os.path.join(self.tmp.name, kind), kind, seed=7)
+                cfg = make_checkpoints.KINDS[kind]("F32")
+                write_vocab(os.path.join(model, "tokenizer.bin"), cfg["vocab_size"])
+                # ~90 tokens (6 blocks) per request and 48 at once in the smallest cache allowed
+                # (1 MiB: 64-113 blocks at these shapes): preemption is forced.
+                st = {}
+                batched = self.run_job(model, requests, 48, "1MiB", st)
+                self.assertGreater(st["preemptions"], 0, kind + ": the cache must force preemption")
+                self.assertGreater(st["prefix_hits"], 0, kind + ": the preamble must be shared")
+                for i in range(8):
+                    alone = self.run_job(model, [requests[i]], 1, "64MiB")[0]
+                    self.assertEqual(batched[i], alone, "%s request %d" % (kind, i))
+
+
+if __name__ == "__main__":
+    unittest.main()
