@@ -22,6 +22,12 @@ struct LlamaLayer {
   const float* ffn_norm;
   const float* ffn_post_norm = nullptr;  // Gemma 2/3
   kernels::WeightMatrix w_gate, w_up, w_down;
+  // Mixture of experts (moe): the router, each expert's MLP, a shared expert and its gate.
+  bool moe = false;
+  kernels::WeightMatrix router;
+  std::vector<kernels::WeightMatrix> e_gate, e_up, e_down;
+  bool shared = false;
+  kernels::WeightMatrix s_gate, s_up, s_down, s_gate_w;
   kernels::AttentionOpts att;
   const Rope* rope = nullptr;
 };
@@ -69,7 +75,9 @@ class LlamaModel final : public Model {
       } else {
         L.ffn_norm = norm(p + "post_attention_layernorm.weight", c.dim);
       }
-      if (c.fused_qkv) {
+      if (c.is_moe(l)) {
+        load_experts(L, p);
+      } else if (c.fused_qkv) {
         const auto gate_up = w.matrix(p + "mlp.gate_up_proj.weight", 2 * c.ffn_dim, c.dim);
         L.w_gate = gate_up.rows(0, c.ffn_dim);
         L.w_up = gate_up.rows(c.ffn_dim, c.ffn_dim);
@@ -77,7 +85,7 @@ class LlamaModel final : public Model {
         L.w_gate = w.matrix(p + "mlp.gate_proj.weight", c.ffn_dim, c.dim);
         L.w_up = w.matrix(p + "mlp.up_proj.weight", c.ffn_dim, c.dim);
       }
-      L.w_down = w.matrix(p + "mlp.down_proj.weight", c.dim, c.ffn_dim);
+      if (!L.moe) L.w_down = w.matrix(p + "mlp.down_proj.weight", c.dim, c.ffn_dim);
       L.att.scale =
           c.attn_scale > 0.0f ? c.attn_scale : 1.0f / std::sqrt(static_cast<float>(c.head_dim));
       L.att.softcap = c.attn_softcap;
@@ -154,6 +162,10 @@ class LlamaModel final : public Model {
       transformer::for_rows(pool, T, [&](int64_t i) {
         kernels::rms_norm(a.x.data() + i * dim, L.ffn_norm, c.norm_eps, dim, a.xb.data() + i * dim);
       });
+      if (L.moe) {
+        moe_mlp(L, T, pool);
+        continue;
+      }
       const kernels::MatmulOutput gate_up[] = {{L.w_gate, nullptr, a.h1.data()},
                                                {L.w_up, nullptr, a.h2.data()}};
       kernels::matmul_many(a.xb.data(), T, gate_up, pool);
@@ -191,6 +203,126 @@ class LlamaModel final : public Model {
   }
 
  private:
+  void load_experts(LlamaLayer& L, const std::string& p) {
+    const ModelConfig& c = config_;
+    WeightStore& w = weights_;
+    const bool mixtral = c.moe_names == ModelConfig::MoeNames::kMixtral;
+    const std::string moe = p + (mixtral ? "block_sparse_moe." : "mlp.");
+    L.moe = true;
+    L.router = w.matrix(moe + "gate.weight", c.n_experts, c.dim);
+    for (int64_t e = 0; e < c.n_experts; ++e) {
+      const std::string x = moe + "experts." + std::to_string(e) + ".";
+      const int64_t I = c.expert_ffn_dim;
+      L.e_gate.push_back(w.matrix(x + (mixtral ? "w1.weight" : "gate_proj.weight"), I, c.dim));
+      L.e_up.push_back(w.matrix(x + (mixtral ? "w3.weight" : "up_proj.weight"), I, c.dim));
+      L.e_down.push_back(w.matrix(x + (mixtral ? "w2.weight" : "down_proj.weight"), c.dim, I));
+    }
+    if (c.shared_ffn_dim > 0) {
+      L.shared = true;
+      const int64_t S = c.shared_ffn_dim;
+      L.s_gate = w.matrix(moe + "shared_expert.gate_proj.weight", S, c.dim);
+      L.s_up = w.matrix(moe + "shared_expert.up_proj.weight", S, c.dim);
+      L.s_down = w.matrix(moe + "shared_expert.down_proj.weight", c.dim, S);
+      if (c.shared_expert_gate) L.s_gate_w = w.matrix(moe + "shared_expert_gate.weight", 1, c.dim);
+    }
+  }
+
+  // The mixture of experts on a.xb (the normed rows), added into a.x. Each token's router
+  // softmax picks its top n_experts_used (ties to the lower index), weighted by their
+  // probabilities (renormalized over the chosen when norm_topk_prob). The batch's tokens are
+  // grouped by expert so that each chosen expert multiplies only its rows (decode reads only the
+  // experts its tokens chose); each token then sums its experts in expert order, so its result
+  // does not depend on the other tokens.
+  void moe_mlp(const LlamaLayer& L, int64_t T, ThreadPool& pool) {
+    const ModelConfig& c = config_;
+    transformer::Activations& a = act_;
+    const int64_t E = c.n_experts, K = c.n_experts_used, I = c.expert_ffn_dim, dim = c.dim;
+    const auto grow = [](std::vector<float>& v, int64_t n) {
+      if (static_cast<int64_t>(v.size()) < n) v.resize(static_cast<size_t>(n));
+    };
+    grow(moe_logits_, T * E);
+    kernels::matmul(a.xb.data(), T, L.router, nullptr, moe_logits_.data(), pool);
+    choice_.resize(static_cast<size_t>(T * K));
+    weight_.resize(static_cast<size_t>(T * K));
+    std::vector<int64_t>& count = moe_count_;
+    std::vector<int32_t>& idx = moe_idx_;
+    count.assign(static_cast<size_t>(E + 1), 0);
+    idx.resize(static_cast<size_t>(E));
+    for (int64_t t = 0; t < T; ++t) {
+      float* p = moe_logits_.data() + t * E;
+      kernels::softmax(p, E);
+      for (int64_t e = 0; e < E; ++e) idx[e] = static_cast<int32_t>(e);
+      std::partial_sort(idx.begin(), idx.begin() + K, idx.end(), [&](int32_t x, int32_t y) {
+        return p[x] > p[y] || (p[x] == p[y] && x < y);
+      });
+      float sum = 0.0f;
+      for (int64_t r = 0; r < K; ++r) sum += p[idx[r]];
+      // The chosen experts in expert order: the order their outputs are summed in.
+      std::sort(idx.begin(), idx.begin() + K);
+      for (int64_t r = 0; r < K; ++r) {
+        choice_[t * K + r] = idx[r];
+        weight_[t * K + r] = c.norm_topk_prob ? p[idx[r]] / sum : p[idx[r]];
+        ++count[idx[r] + 1];
+      }
+    }
+    for (int64_t e = 0; e < E; ++e) count[e + 1] += count[e];  // each expert's first slot
+    std::vector<int64_t>& next = moe_next_;
+    next.assign(count.begin(), count.end() - 1);
+    slot_.resize(static_cast<size_t>(T * K));
+    grow(moe_x_, T * K * dim);
+    grow(moe_h1_, T * K * I);
+    grow(moe_h2_, T * K * I);
+    grow(moe_y_, T * K * dim);
+    for (int64_t t = 0; t < T; ++t) {
+      for (int64_t r = 0; r < K; ++r) {
+        const int64_t s = next[choice_[t * K + r]]++;
+        slot_[t * K + r] = s;
+        std::copy_n(a.xb.data() + t * dim, dim, moe_x_.data() + s * dim);
+      }
+    }
+    for (int64_t e = 0; e < E; ++e) {
+      const int64_t b = count[e], n = count[e + 1] - count[e];
+      if (n == 0) continue;
+      const kernels::MatmulOutput gate_up[] = {{L.e_gate[e], nullptr, moe_h1_.data() + b * I},
+                                               {L.e_up[e], nullptr, moe_h2_.data() + b * I}};
+      kernels::matmul_many(moe_x_.data() + b * dim, n, gate_up, pool);
+      transformer::for_rows(pool, n, [&](int64_t i) {
+        kernels::silu_mul(moe_h1_.data() + (b + i) * I, moe_h2_.data() + (b + i) * I, I);
+      });
+      kernels::matmul(moe_h1_.data() + b * I, n, L.e_down[e], nullptr, moe_y_.data() + b * dim,
+                      pool);
+    }
+    if (L.shared) {
+      const int64_t S = c.shared_ffn_dim;
+      grow(shared_h1_, T * S);
+      grow(shared_h2_, T * S);
+      grow(shared_y_, T * dim);
+      grow(shared_g_, T);
+      const kernels::MatmulOutput gate_up[] = {{L.s_gate, nullptr, shared_h1_.data()},
+                                               {L.s_up, nullptr, shared_h2_.data()}};
+      kernels::matmul_many(a.xb.data(), T, gate_up, pool);
+      transformer::for_rows(pool, T, [&](int64_t i) {
+        kernels::silu_mul(shared_h1_.data() + i * S, shared_h2_.data() + i * S, S);
+      });
+      kernels::matmul(shared_h1_.data(), T, L.s_down, nullptr, shared_y_.data(), pool);
+      if (c.shared_expert_gate)
+        kernels::matmul(a.xb.data(), T, L.s_gate_w, nullptr, shared_g_.data(), pool);
+    }
+    transformer::for_rows(pool, T, [&](int64_t t) {
+      float* x = a.x.data() + t * dim;
+      for (int64_t r = 0; r < K; ++r) {
+        const float wgt = weight_[t * K + r];
+        const float* y = moe_y_.data() + slot_[t * K + r] * dim;
+        for (int64_t i = 0; i < dim; ++i) x[i] += wgt * y[i];
+      }
+      if (L.shared) {
+        const float g = c.shared_expert_gate ? 1.0f / (1.0f + std::exp(-shared_g_[t])) : 1.0f;
+        const float* y = shared_y_.data() + t * dim;
+        for (int64_t i = 0; i < dim; ++i) x[i] += g * y[i];
+      }
+    });
+  }
+
   // A norm's weights as applied: stored in place, or (1 + w) for Gemma (a copy).
   const float* norm(const std::string& name, int64_t n) {
     const float* w = weights_.f32(name, {n});
@@ -206,6 +338,13 @@ class LlamaModel final : public Model {
   std::vector<LlamaLayer> layers_;
   Rope rope_, local_rope_;
   std::deque<std::vector<float>> owned_;  // (1 + w) norms
+  // Mixture-of-experts scratch (grown, never shrunk).
+  std::vector<float> moe_logits_, moe_x_, moe_h1_, moe_h2_, moe_y_;
+  std::vector<float> shared_h1_, shared_h2_, shared_y_, shared_g_;
+  std::vector<int32_t> choice_;
+  std::vector<float> weight_;
+  std::vector<int64_t> slot_, moe_count_, moe_next_;
+  std::vector<int32_t> moe_idx_;
   transformer::Activations act_;
 };
 

@@ -45,6 +45,15 @@ void ModelConfig::validate(const std::string& source) const {
     fail("{}: sliding_window {} is out of range", source, sliding_window);
   if (!layer_sliding.empty() && static_cast<int64_t>(layer_sliding.size()) != n_layers)
     fail("{}: {} layer types for {} layers", source, layer_sliding.size(), n_layers);
+  if (n_experts != 0) {
+    positive(n_experts, "number of experts", 1 << 16);
+    positive(n_experts_used, "experts per token", n_experts);
+    positive(expert_ffn_dim, "expert intermediate size", 1 << 22);
+    if (shared_ffn_dim < 0 || shared_ffn_dim > (1 << 22))
+      fail("{}: shared expert intermediate size {} is out of range", source, shared_ffn_dim);
+    if (!layer_moe.empty() && static_cast<int64_t>(layer_moe.size()) != n_layers)
+      fail("{}: {} MoE layer flags for {} layers", source, layer_moe.size(), n_layers);
+  }
   if (!(attn_softcap >= 0.0f && attn_softcap < 1e6f) ||
       !(final_softcap >= 0.0f && final_softcap < 1e6f) ||
       !(attn_scale >= 0.0f && attn_scale < 1e3f))
@@ -338,6 +347,34 @@ ModelConfig parse_gemma(const json& j, const std::string& source, int version) {
   return c;
 }
 
+// Mixtral, Qwen2-MoE, Qwen3-MoE: the Llama / Qwen block with a mixture of experts for the MLP.
+void parse_moe(ModelConfig& c, const json& j, const std::string& source, bool mixtral) {
+  c.moe_names = mixtral ? ModelConfig::MoeNames::kMixtral : ModelConfig::MoeNames::kQwen;
+  c.n_experts = get_int(j, mixtral ? "num_local_experts" : "num_experts", source);
+  c.n_experts_used = get_int(j, "num_experts_per_tok", source);
+  if (mixtral) {
+    c.expert_ffn_dim = c.ffn_dim;
+    c.norm_topk_prob = true;  // Mixtral always renormalizes the chosen experts' weights
+    return;
+  }
+  c.expert_ffn_dim = get_int(j, "moe_intermediate_size", source);
+  c.shared_ffn_dim = get_int_or(j, "shared_expert_intermediate_size", 0, source);
+  c.shared_expert_gate = c.shared_ffn_dim > 0;
+  c.norm_topk_prob = get_bool_or(j, "norm_topk_prob", false, source);
+  // Dense layers: those in mlp_only_layers, and all but every decoder_sparse_step-th.
+  const int64_t step = get_int_or(j, "decoder_sparse_step", 1, source);
+  if (step <= 0) fail("{}: decoder_sparse_step must be positive", source);
+  c.layer_moe.assign(static_cast<size_t>(c.n_layers), 0);
+  for (int64_t i = 0; i < c.n_layers; ++i) c.layer_moe[i] = (i + 1) % step == 0;
+  if (auto it = j.find("mlp_only_layers"); it != j.end() && it->is_array()) {
+    for (const auto& v : *it) {
+      if (!v.is_number_integer() || v.get<int64_t>() < 0 || v.get<int64_t>() >= c.n_layers)
+        fail("{}: mlp_only_layers holds a layer out of range", source);
+      c.layer_moe[v.get<size_t>()] = 0;
+    }
+  }
+}
+
 }  // namespace
 
 ModelConfig parse_hf_config(const std::string& json_text, const std::string& source) {
@@ -371,6 +408,22 @@ ModelConfig parse_hf_config(const std::string& json_text, const std::string& sou
     c = parse_llama(j, source, false);
     c.qk_norm = true;
     if (architecture.empty()) architecture = "Qwen3ForCausalLM";
+  } else if (architecture == "MixtralForCausalLM" ||
+             (architecture.empty() && model_type == "mixtral")) {
+    c = parse_llama(j, source, false);
+    parse_moe(c, j, source, true);
+    if (architecture.empty()) architecture = "MixtralForCausalLM";
+  } else if (architecture == "Qwen2MoeForCausalLM" ||
+             (architecture.empty() && model_type == "qwen2_moe")) {
+    c = parse_llama(j, source, true);
+    parse_moe(c, j, source, false);
+    if (architecture.empty()) architecture = "Qwen2MoeForCausalLM";
+  } else if (architecture == "Qwen3MoeForCausalLM" ||
+             (architecture.empty() && model_type == "qwen3_moe")) {
+    c = parse_llama(j, source, false);
+    c.qk_norm = true;
+    parse_moe(c, j, source, false);
+    if (architecture.empty()) architecture = "Qwen3MoeForCausalLM";
   } else if (architecture == "Phi3ForCausalLM" || (architecture.empty() && model_type == "phi3")) {
     // Phi-3/3.5/4 and Phi-4-mini: the Llama block with fused projections, LongRoPE, partial
     // rotary (Phi-4-mini).
@@ -393,14 +446,15 @@ ModelConfig parse_hf_config(const std::string& json_text, const std::string& sou
     fail(ErrorKind::kUnsupported,
          "{}: unknown architecture '{}' (model_type '{}'); supported: GPT2LMHeadModel, "
          "LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM, Qwen3ForCausalLM, "
-         "Phi3ForCausalLM, GemmaForCausalLM, Gemma2ForCausalLM, Gemma3ForCausalLM",
+         "Phi3ForCausalLM, GemmaForCausalLM, Gemma2ForCausalLM, Gemma3ForCausalLM, "
+         "MixtralForCausalLM, Qwen2MoeForCausalLM, Qwen3MoeForCausalLM",
          source, architecture, model_type);
   }
   c.architecture = architecture;
   c.format = "safetensors";
   c.bos_id = get_token_id(j, "bos_token_id", source);
   c.eos_id = get_token_id(j, "eos_token_id", source);
-  const bool qwen = architecture == "Qwen2ForCausalLM" || architecture == "Qwen3ForCausalLM";
+  const bool qwen = architecture.rfind("Qwen", 0) == 0;
   if (c.sliding_window == 0 && c.arch == Arch::kLlama) {
     // Mistral (every layer) and Qwen2/3 with use_sliding_window (layers from max_window_layers).
     const int64_t w = get_int_or(j, "sliding_window", 0, source);

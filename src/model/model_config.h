@@ -51,6 +51,18 @@ struct ModelConfig {
   std::vector<uint8_t> layer_sliding;
   bool has_local_rope = false;
   RopeParams local_rope;
+  // Mixture of experts: n_experts MLPs of expert_ffn_dim, n_experts_used per token chosen by a
+  // router (softmax, top-k, renormalized when norm_topk_prob); a shared expert of
+  // shared_ffn_dim beside them (Qwen2-MoE: scaled by sigmoid of its own gate). Layers with
+  // layer_moe[l] == 0 are dense (ffn_dim).
+  enum class MoeNames { kQwen, kMixtral } moe_names = MoeNames::kQwen;
+  int64_t n_experts = 0, n_experts_used = 0, expert_ffn_dim = 0, shared_ffn_dim = 0;
+  bool norm_topk_prob = false;
+  bool shared_expert_gate = false;
+  std::vector<uint8_t> layer_moe;
+  bool is_moe(int64_t layer) const {
+    return n_experts > 0 && (layer_moe.empty() || layer_moe[static_cast<size_t>(layer)] != 0);
+  }
   bool is_sliding(int64_t layer) const {
     if (sliding_window <= 0) return false;
     return layer_sliding.empty() || layer_sliding[static_cast<size_t>(layer)] != 0;

@@ -230,6 +230,20 @@ KINDS = {
         num_attention_heads=4, original_max_position_embeddings=8, partial_rotary_factor=0.75,
         rope_scaling={"type": "longrope", "short_factor": [1.0, 1.1, 1.3, 2.0, 3.0, 5.0],
                       "long_factor": [1.0, 1.5, 2.5, 6.0, 12.0, 30.0]}),
+    # Mixtures of experts, small: uneven routing from random routers.
+    "mixtral": lambda dt: _scaled(_llama_config(dt, n_kv=2, tie=False, theta=10000.0),
+                                  architectures=["MixtralForCausalLM"], model_type="mixtral",
+                                  num_local_experts=4, num_experts_per_tok=2,
+                                  intermediate_size=48, sliding_window=None),
+    "qwen2moe": lambda dt: _scaled(
+        _qwen2_config(dt), architectures=["Qwen2MoeForCausalLM"], model_type="qwen2_moe",
+        num_experts=6, num_experts_per_tok=2, moe_intermediate_size=32,
+        shared_expert_intermediate_size=40, norm_topk_prob=False, decoder_sparse_step=1,
+        mlp_only_layers=[1]),
+    "qwen3moe": lambda dt: _scaled(
+        _qwen3_config(dt), architectures=["Qwen3MoeForCausalLM"], model_type="qwen3_moe",
+        num_experts=8, num_experts_per_tok=3, moe_intermediate_size=24, norm_topk_prob=True,
+        decoder_sparse_step=1, mlp_only_layers=[]),
     "gemma": lambda dt: _gemma_config(dt, 1),
     "gemma2": lambda dt: _gemma_config(dt, 2),
     "gemma3": lambda dt: _gemma_config(dt, 3),
@@ -310,14 +324,44 @@ def _gemma_weights(cfg, rng):
     return w
 
 
+def _moe_layer(cfg, i):
+    mt = cfg["model_type"]
+    if mt == "mixtral":
+        return True
+    if mt in ("qwen2_moe", "qwen3_moe"):
+        return i not in cfg.get("mlp_only_layers", []) and (i + 1) % cfg.get(
+            "decoder_sparse_step", 1) == 0
+    return False
+
+
+def _expert_weights(cfg, rng, w, p, d):
+    mixtral = cfg["model_type"] == "mixtral"
+    q = p + ("block_sparse_moe." if mixtral else "mlp.")
+    E = cfg["num_local_experts"] if mixtral else cfg["num_experts"]
+    I = cfg["intermediate_size"] if mixtral else cfg["moe_intermediate_size"]
+    names = ("w1", "w3", "w2") if mixtral else ("gate_proj", "up_proj", "down_proj")
+    w[q + "gate.weight"] = _normal(rng, (E, d), 0.3)  # a router that routes unevenly
+    for e in range(E):
+        x = q + "experts.%d." % e
+        w[x + names[0] + ".weight"] = _normal(rng, (I, d), 0.12)
+        w[x + names[1] + ".weight"] = _normal(rng, (I, d), 0.12)
+        w[x + names[2] + ".weight"] = _normal(rng, (d, I), 0.1)
+    S = cfg.get("shared_expert_intermediate_size")
+    if S:
+        w[q + "shared_expert.gate_proj.weight"] = _normal(rng, (S, d), 0.12)
+        w[q + "shared_expert.up_proj.weight"] = _normal(rng, (S, d), 0.12)
+        w[q + "shared_expert.down_proj.weight"] = _normal(rng, (d, S), 0.08)
+        w[q + "shared_expert_gate.weight"] = _normal(rng, (1, d), 0.3)
+
+
 def _llama_weights(cfg, rng):
     d, L, V = cfg["hidden_size"], cfg["num_hidden_layers"], cfg["vocab_size"]
     H = cfg["num_attention_heads"]
     KV = cfg.get("num_key_value_heads") or H
     hd = cfg.get("head_dim") or d // H
     ff = cfg["intermediate_size"]
-    qkv_bias = cfg["model_type"] == "qwen2" or cfg.get("attention_bias", False)
-    qk_norm = cfg["model_type"] == "qwen3"
+    qkv_bias = cfg["model_type"] in ("qwen2", "qwen2_moe") or cfg.get("attention_bias", False)
+    qk_norm = cfg["model_type"] in ("qwen3", "qwen3_moe")
     w = {"model.embed_tokens.weight": _normal(rng, (V, d), 0.2)}
     for i in range(L):
         p = "model.layers.%d." % i
@@ -335,6 +379,9 @@ def _llama_weights(cfg, rng):
             w[p + "self_attn.k_norm.weight"] = _norm_weight(rng, hd)
         w[p + "self_attn.o_proj.weight"] = _normal(rng, (d, H * hd), 0.06)
         w[p + "post_attention_layernorm.weight"] = _norm_weight(rng, d)
+        if _moe_layer(cfg, i):
+            _expert_weights(cfg, rng, w, p, d)
+            continue
         w[p + "mlp.gate_proj.weight"] = _normal(rng, (ff, d), 0.12)
         w[p + "mlp.up_proj.weight"] = _normal(rng, (ff, d), 0.12)
         w[p + "mlp.down_proj.weight"] = _normal(rng, (d, ff), 0.08)

@@ -256,6 +256,30 @@ class GPT2:
 
 # ---------------------------------------------------------------- Llama family
 
+def moe(h, M):
+    """Sparsely-gated mixture of experts (Shazeer et al. 2017; Mixtral, Qwen-MoE model cards):
+    per token, softmax over the router's logits, the top k experts (ties to the lower index),
+    their probabilities as weights (renormalized to sum 1 when M["norm"]), the weighted sum of
+    those experts' SwiGLU MLPs; plus a shared expert scaled by sigmoid(its gate) when present."""
+    out = np.zeros_like(h)
+    probs = softmax(h @ M["router"].T)
+    for t in range(h.shape[0]):
+        order = sorted(range(probs.shape[1]), key=lambda e: (-probs[t, e], e))[:M["k"]]
+        w = probs[t, order]
+        if M["norm"]:
+            w = w / w.sum()
+        for e, we in zip(order, w):
+            g, u, d = M["experts"][e]
+            out[t] += we * ((silu(h[t] @ g.T) * (h[t] @ u.T)) @ d.T)
+    if M.get("shared") is not None:
+        g, u, d = M["shared"]
+        s = (silu(h @ g.T) * (h @ u.T)) @ d.T
+        if M.get("shared_gate") is not None:
+            s = s / (1.0 + np.exp(-(h @ M["shared_gate"].T)))
+        out = out + s
+    return out
+
+
 class Llama:
     """Llama / Mistral / Qwen2 (and llama2.c, with adjacent-pair RoPE).
 
@@ -271,7 +295,8 @@ class Llama:
         self.rope = {"rotate_half": rope_rotate_half, "adjacent": rope_adjacent}[rope_style]
         self.scaled_rope = rope  # a Rope (scaling, partial rotary) for Hugging Face configs
         self.embed = _f(embed)
-        self.layers = [{k: _f(v) for k, v in L.items() if v is not None} for L in layers]
+        self.layers = [{k: (v if k == "moe" else _f(v)) for k, v in L.items() if v is not None}
+                       for L in layers]
         self.norm = _f(norm)
         self.head = _f(head)
         self.vocab_size = self.head.shape[0]
@@ -311,6 +336,9 @@ class Llama:
                 a = causal_attention(q, k, v)
             x = x + self._lin(a, L, "o_proj")
             h = rms_norm(x, L["post_attention_layernorm.weight"], self.eps)
+            if "moe" in L:
+                x = x + moe(h, L["moe"])
+                continue
             m = silu(self._lin(h, L, "gate_proj")) * self._lin(h, L, "up_proj")
             x = x + self._lin(m, L, "down_proj")
         x = rms_norm(x, self.norm, self.eps)
@@ -331,14 +359,37 @@ _LAYER_KEYS = {
 }
 
 
+def _moe_of(cfg, arch, w, p, i):
+    """Layer i's mixture of experts as moe() takes it, or None for a dense layer."""
+    if arch == "mixtral":
+        q = p + "block_sparse_moe."
+        names = ("w1", "w3", "w2")
+        E, norm = cfg["num_local_experts"], True
+    elif arch in ("qwen2_moe", "qwen3_moe"):
+        if i in cfg.get("mlp_only_layers", []) or (i + 1) % cfg.get("decoder_sparse_step", 1):
+            return None
+        q = p + "mlp."
+        names = ("gate_proj", "up_proj", "down_proj")
+        E, norm = cfg["num_experts"], cfg.get("norm_topk_prob", False)
+    else:
+        return None
+    M = {"router": _f(w[q + "gate.weight"]), "k": cfg["num_experts_per_tok"], "norm": norm,
+         "experts": [tuple(_f(w[q + "experts.%d.%s.weight" % (e, n)]) for n in names)
+                     for e in range(E)]}
+    if cfg.get("shared_expert_intermediate_size"):
+        M["shared"] = tuple(_f(w[q + "shared_expert.%s.weight" % n]) for n in names)
+        M["shared_gate"] = _f(w[q + "shared_expert_gate.weight"])
+    return M
+
+
 def _llama_from_hf(cfg, w, arch):
     hidden = cfg["hidden_size"]
     n_heads = cfg["num_attention_heads"]
     n_kv = cfg.get("num_key_value_heads") or n_heads
     head_dim = cfg.get("head_dim") or hidden // n_heads
     # Which optional biases the architecture has (HF ignores others in a file).
-    qkv_bias = arch == "qwen2" or bool(cfg.get("attention_bias", False))
-    o_bias = arch != "qwen2" and bool(cfg.get("attention_bias", False))
+    qkv_bias = arch in ("qwen2", "qwen2_moe") or bool(cfg.get("attention_bias", False))
+    o_bias = arch not in ("qwen2", "qwen2_moe") and bool(cfg.get("attention_bias", False))
     mlp_bias = arch == "llama" and bool(cfg.get("mlp_bias", False))
     want_bias = {"q_proj": qkv_bias, "k_proj": qkv_bias, "v_proj": qkv_bias,
                  "o_proj": o_bias, "gate_proj": mlp_bias, "up_proj": mlp_bias,
@@ -358,11 +409,17 @@ def _llama_from_hf(cfg, w, arch):
     for i in range(cfg["num_hidden_layers"]):
         p = "model.layers.%d." % i
         L = {}
+        moe_layer = _moe_of(cfg, arch, w, p, i)
+        if moe_layer is not None:
+            L["moe"] = moe_layer
         for short, full in _LAYER_KEYS.items():
+            if moe_layer is not None and short.split(".")[0] in ("gate_proj", "up_proj",
+                                                                 "down_proj"):
+                continue
             if short.endswith(".bias"):
                 if not want_bias[short.split(".")[0]]:
                     continue
-            if short.startswith(("q_norm", "k_norm")) and arch != "qwen3":
+            if short.startswith(("q_norm", "k_norm")) and arch not in ("qwen3", "qwen3_moe"):
                 continue
             L[short] = w[p + full]  # KeyError = missing tensor
         layers.append(L)
@@ -376,7 +433,7 @@ def _llama_from_hf(cfg, w, arch):
     # Sliding windows: Mistral's on every layer; Qwen2/3's from max_window_layers when
     # use_sliding_window; layer_types where the config lists them.
     w_size = cfg.get("sliding_window")
-    qwen = arch in ("qwen2", "qwen3")
+    qwen = arch.startswith("qwen")
     n = cfg["num_hidden_layers"]
     if w_size and cfg.get("use_sliding_window", not qwen):
         if "layer_types" in cfg:
@@ -499,6 +556,9 @@ _ARCHS = {
     "Qwen2ForCausalLM": "qwen2",
     "Qwen3ForCausalLM": "qwen3",
     "Phi3ForCausalLM": "phi3",
+    "MixtralForCausalLM": "mixtral",
+    "Qwen2MoeForCausalLM": "qwen2_moe",
+    "Qwen3MoeForCausalLM": "qwen3_moe",
     "GemmaForCausalLM": "gemma",
     "Gemma2ForCausalLM": "gemma2",
     "Gemma3ForCausalLM": "gemma3",
@@ -518,7 +578,8 @@ def load_hf(model_dir):
         return GPT2(cfg, w)
     if arch in ("gemma", "gemma2", "gemma3"):
         return Gemma(cfg, w, {"gemma": 1, "gemma2": 2, "gemma3": 3}[arch])
-    if arch in ("llama", "mistral", "qwen2", "qwen3", "phi3"):
+    if arch in ("llama", "mistral", "qwen2", "qwen3", "phi3", "mixtral", "qwen2_moe",
+                "qwen3_moe"):
         return _llama_from_hf(cfg, w, arch)
     raise ValueError("unsupported architecture %r" % (cfg.get("architectures"),))
 
