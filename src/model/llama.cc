@@ -237,9 +237,7 @@ class LlamaModel final : public Model {
     const ModelConfig& c = config_;
     transformer::Activations& a = act_;
     const int64_t E = c.n_experts, K = c.n_experts_used, I = c.expert_ffn_dim, dim = c.dim;
-    const auto grow = [](std::vector<float>& v, int64_t n) {
-      if (static_cast<int64_t>(v.size()) < n) v.resize(static_cast<size_t>(n));
-    };
+    using transformer::grow;
     grow(moe_logits_, T * E);
     kernels::matmul(a.xb.data(), T, L.router, nullptr, moe_logits_.data(), pool);
     choice_.resize(static_cast<size_t>(T * K));

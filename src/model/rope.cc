@@ -191,7 +191,9 @@ const float* Rope::inv_freq(int64_t pos, std::vector<float>& scratch) const {
                                                     static_cast<double>(p_.original_max_pos) -
                                                 (p_.factor - 1.0),
                                             dim / (dim - 2.0));
-    scratch = to_float(base_inv_freq(base, rot_dim_));
+    scratch.resize(static_cast<size_t>(rot_dim_ / 2));
+    for (int64_t i = 0; i < rot_dim_ / 2; ++i)
+      scratch[i] = static_cast<float>(1.0 / std::pow(base, static_cast<double>(2 * i) / dim));
     return scratch.data();
   }
   return inv_freq_.data();

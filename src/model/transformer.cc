@@ -9,11 +9,9 @@
 
 namespace tf::transformer {
 
-namespace {
 void grow(std::vector<float>& v, int64_t n) {
   if (static_cast<int64_t>(v.size()) < n) v.resize(static_cast<size_t>(n));
 }
-}  // namespace
 
 void Activations::ensure(int64_t n, const ModelConfig& c) {
   grow(x, n * c.dim);

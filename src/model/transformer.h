@@ -12,6 +12,9 @@
 
 namespace tf::transformer {
 
+// Grows v to at least n floats (scratch buffers only grow: steady state allocates nothing).
+void grow(std::vector<float>& v, int64_t n);
+
 // Scratch for one forward pass. Buffers only grow, so steady-state decoding allocates nothing.
 struct Activations {
   std::vector<float> x, xb, q, k, v, att, h1, h2, head_in;
