@@ -87,8 +87,9 @@ GgmlType type_for(const Plan& plan, const std::string& name, int64_t rows, int64
     if (name.rfind("blk.", 0) == 0) layer = std::stoi(name.substr(4));
     const bool more_bits = layer >= 0 && (layer < n_layers / 8 || layer >= 7 * n_layers / 8 ||
                                           (layer - n_layers / 8) % 3 == 2);
+    // ffn_down as llama.cpp matches it: the experts' and the shared expert's too.
     const bool v_or_down =
-        name.find(".attn_v.") != std::string::npos || name.find(".ffn_down.") != std::string::npos;
+        name.find(".attn_v.") != std::string::npos || name.find(".ffn_down") != std::string::npos;
     if (name == "output.weight" || (v_or_down && more_bits)) t = GgmlType::kQ6_K;
   }
   if (cols % block_of(t) != 0) {
@@ -125,8 +126,12 @@ std::string gguf_arch(const ModelConfig& c) {
   if (c.arch == Arch::kGpt2) return "gpt2";
   if (c.architecture == "Qwen2ForCausalLM") return "qwen2";
   if (c.architecture == "Qwen3ForCausalLM") return "qwen3";
-  if (c.architecture == "LlamaForCausalLM" || c.architecture == "MistralForCausalLM")
+  if (c.architecture == "LlamaForCausalLM" || c.architecture == "MistralForCausalLM" ||
+      c.architecture == "MixtralForCausalLM")
     return "llama";
+  if (c.architecture == "Qwen2MoeForCausalLM") return "qwen2moe";
+  if (c.architecture == "Qwen3MoeForCausalLM") return "qwen3moe";
+  if (c.architecture == "OlmoeForCausalLM") return "olmoe";
   fail(ErrorKind::kUnsupported, "convert: architecture {} cannot be written as GGUF yet",
        c.architecture);
 }
@@ -192,7 +197,13 @@ std::string gguf_name(bool gpt2, const std::string& hf) {
       {"post_attention_layernorm.weight", "ffn_norm.weight"},
       {"mlp.gate_proj.weight", "ffn_gate.weight"},
       {"mlp.up_proj.weight", "ffn_up.weight"},
-      {"mlp.down_proj.weight", "ffn_down.weight"}};
+      {"mlp.down_proj.weight", "ffn_down.weight"},
+      {"mlp.gate.weight", "ffn_gate_inp.weight"},
+      {"block_sparse_moe.gate.weight", "ffn_gate_inp.weight"},
+      {"mlp.shared_expert.gate_proj.weight", "ffn_gate_shexp.weight"},
+      {"mlp.shared_expert.up_proj.weight", "ffn_up_shexp.weight"},
+      {"mlp.shared_expert.down_proj.weight", "ffn_down_shexp.weight"},
+      {"mlp.shared_expert_gate.weight", "ffn_gate_inp_shexp.weight"}};
   static const std::map<std::string, std::string> gpt2_block = {
       {"ln_1", "attn_norm"}, {"attn.c_attn", "attn_qkv"}, {"attn.c_proj", "attn_output"},
       {"ln_2", "ffn_norm"},  {"mlp.c_fc", "ffn_up"},      {"mlp.c_proj", "ffn_down"}};
@@ -335,6 +346,42 @@ void write_vocab(GgufWriter& g, const LoadedTokenizer& lt, int64_t model_vocab) 
   if (!lt.chat_template.empty()) g.set_string("tokenizer.chat_template", lt.chat_template);
 }
 
+// Layer l's experts as GGUF stacks them: gate, up [E, I, H] and down [E, H, I] (which 0, 1, 2),
+// from one tensor per expert (transformers v4) or v5's stacked gate_up_proj / down_proj.
+std::vector<float> expert_stack(const WeightStore& w, const ModelConfig& c, int64_t l, int which) {
+  const int64_t E = c.n_experts, I = c.expert_ffn_dim, H = c.dim, n = I * H;
+  const std::string p = "model.layers." + std::to_string(l) + ".";
+  const bool mixtral = w.has(p + "block_sparse_moe.gate.weight");
+  const std::string x = p + (mixtral ? "block_sparse_moe." : "mlp.") + "experts.";
+  std::vector<float> out(static_cast<size_t>(E * n));
+  const auto to_f32 = [&](const std::string& name, int64_t offset, float* dst) {
+    const TensorView& v = w.get(name);
+    if (v.dtype != DType::kF32 && v.dtype != DType::kF16 && v.dtype != DType::kBF16)
+      fail(ErrorKind::kUnsupported, "convert: tensor '{}' is stored as {}", name,
+           dtype_name(v.dtype));
+    const size_t elem = dtype_size(v.dtype);
+    convert_to_f32(v.dtype, static_cast<const uint8_t*>(v.data) + offset * elem,
+                   static_cast<size_t>(n), dst);
+  };
+  if (w.has(x + "gate_up_proj")) {  // [E, 2I, H], gate rows first; down [E, H, I]
+    for (int64_t e = 0; e < E; ++e) {
+      if (which == 2)
+        to_f32(x + "down_proj", e * n, out.data() + e * n);
+      else
+        to_f32(x + "gate_up_proj", (2 * e + which) * n, out.data() + e * n);
+    }
+    return out;
+  }
+  static const char* v4[] = {"gate_proj", "up_proj", "down_proj"};
+  static const char* v4_mixtral[] = {"w1", "w3", "w2"};
+  for (int64_t e = 0; e < E; ++e) {
+    const std::string name =
+        x + std::to_string(e) + "." + (mixtral ? v4_mixtral[which] : v4[which]) + ".weight";
+    to_f32(name, 0, out.data() + e * n);
+  }
+  return out;
+}
+
 struct ConvertOptions {
   std::string in, out, dtype, tokenizer;
 };
@@ -390,6 +437,17 @@ int run_convert(const ConvertOptions& o) {
       g.set_u32(p + "attention.value_length", static_cast<uint32_t>(c.head_dim));
     }
   }
+  if (c.n_experts > 0) {
+    g.set_u32(p + "expert_count", static_cast<uint32_t>(c.n_experts));
+    g.set_u32(p + "expert_used_count", static_cast<uint32_t>(c.n_experts_used));
+    if (arch != "llama" && arch != "olmoe")
+      g.set_u32(p + "expert_feed_forward_length", static_cast<uint32_t>(c.expert_ffn_dim));
+    if (c.shared_ffn_dim > 0)
+      g.set_u32(p + "expert_shared_feed_forward_length", static_cast<uint32_t>(c.shared_ffn_dim));
+    // Only where the file's architecture would otherwise imply the other choice.
+    if (c.norm_topk_prob != (arch == "llama" || arch == "qwen3moe"))
+      g.set_bool(p + "expert_weights_norm", c.norm_topk_prob);
+  }
   if (o.tokenizer != "none") {
     const LoadedTokenizer lt = load_tokenizer(o.in, c.vocab_size, o.tokenizer);
     if (!lt.tokenizer)
@@ -409,6 +467,18 @@ int run_convert(const ConvertOptions& o) {
     fail(ErrorKind::kUnsupported,
          "convert: partial rotary dimensions in a 'llama' GGUF are not written yet");
   const bool tied = c.tied_embeddings && !w.has("lm_head.weight");
+  for (int64_t l = 0; l < c.n_layers; ++l) {
+    if (!c.is_moe(l)) continue;
+    static const char* stacked[] = {"ffn_gate_exps.weight", "ffn_up_exps.weight",
+                                    "ffn_down_exps.weight"};
+    for (int which = 0; which < 3; ++which) {
+      const int64_t rows = which == 2 ? c.dim : c.expert_ffn_dim;
+      const int64_t cols = which == 2 ? c.expert_ffn_dim : c.dim;
+      const std::string gname = "blk." + std::to_string(l) + "." + stacked[which];
+      const GgmlType t = type_for(plan, gname, rows, cols, c.n_layers);
+      g.add_tensor(gname, {cols, rows, c.n_experts}, t, encode(t, expert_stack(w, c, l, which)));
+    }
+  }
   for (const std::string& name : w.names()) {
     const std::string gname = gguf_name(gpt2, name);
     if (gname.empty()) continue;
@@ -444,9 +514,10 @@ int run_convert(const ConvertOptions& o) {
           }
       f.swap(t);
     }
-    const GgmlType t = type_for(plan, gname, rows, cols, c.n_layers);
+    const bool vector = v.shape.rank < 2 || gname.ends_with("ffn_gate_inp_shexp.weight");
+    const GgmlType t = type_for(plan, gname, vector ? 1 : rows, cols, c.n_layers);
     std::vector<int64_t> ne =
-        v.shape.rank >= 2 ? std::vector<int64_t>{cols, rows} : std::vector<int64_t>{cols};
+        vector ? std::vector<int64_t>{rows * cols} : std::vector<int64_t>{cols, rows};
     g.add_tensor(gname, std::move(ne), t, encode(t, f));
   }
   g.write(o.out);

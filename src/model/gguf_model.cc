@@ -33,6 +33,15 @@ const std::pair<const char*, const char*> kLlamaBlock[] = {
     {"ffn_gate.weight", "mlp.gate_proj.weight"},
     {"ffn_down.weight", "mlp.down_proj.weight"},
     {"ffn_up.weight", "mlp.up_proj.weight"},
+    // Mixtures of experts: the router, the experts stacked [E, rows, cols], the shared expert.
+    {"ffn_gate_inp.weight", "mlp.gate.weight"},
+    {"ffn_gate_exps.weight", "mlp.experts.gate_proj"},
+    {"ffn_up_exps.weight", "mlp.experts.up_proj"},
+    {"ffn_down_exps.weight", "mlp.experts.down_proj"},
+    {"ffn_gate_shexp.weight", "mlp.shared_expert.gate_proj.weight"},
+    {"ffn_up_shexp.weight", "mlp.shared_expert.up_proj.weight"},
+    {"ffn_down_shexp.weight", "mlp.shared_expert.down_proj.weight"},
+    {"ffn_gate_inp_shexp.weight", "mlp.shared_expert_gate.weight"},
 };
 
 // GPT-2's (llama.cpp writes the Conv1D matrices transposed, as [out, in] like every other).
@@ -71,6 +80,16 @@ std::string hf_name(bool gpt2, const std::string& name) {
   for (const auto& [gguf, hf] : kLlamaBlock) {
     if (rest == gguf) return fmt::format("model.layers.{}.{}", layer, hf);
   }
+  // Older Mixtral files: one tensor per expert, blk.N.ffn_{gate,up,down}.E.weight.
+  for (const char* m : {"gate", "up", "down"}) {
+    const std::string head = fmt::format("ffn_{}.", m);
+    if (rest.rfind(head, 0) != 0 || rest.size() <= head.size() + 7 ||
+        rest.compare(rest.size() - 7, 7, ".weight") != 0)
+      continue;
+    const std::string e = rest.substr(head.size(), rest.size() - 7 - head.size());
+    if (e.empty() || e.find_first_not_of("0123456789") != std::string::npos) continue;
+    return fmt::format("model.layers.{}.mlp.experts.{}.{}_proj.weight", layer, e, m);
+  }
   return {};
 }
 
@@ -78,6 +97,32 @@ int64_t positive(const GgufFile& f, const std::string& key) {
   const uint64_t v = f.get_uint(key);
   if (v == 0 || v > (uint64_t{1} << 31)) fail("GGUF metadata '{}' is {}: out of range", key, v);
   return static_cast<int64_t>(v);
+}
+
+// A mixture of experts: llama.cpp's {arch}.expert_* keys; a layer is sparse where it has a
+// router (blk.N.ffn_gate_inp). "llama" with experts is Mixtral. Whether the chosen experts'
+// weights are renormalized is fixed per architecture in llama.cpp (Mixtral, Qwen3-MoE: yes;
+// Qwen2-MoE, OLMoE: no) unless {arch}.expert_weights_norm says.
+void read_moe(const GgufFile& f, const std::string& p, const std::string& path, ModelConfig& c) {
+  const std::string arch = p.substr(0, p.size() - 1);
+  if (arch != "llama" && arch != "qwen2moe" && arch != "qwen3moe" && arch != "olmoe")
+    fail(ErrorKind::kUnsupported, "'{}': experts in a '{}' GGUF are not supported", path, arch);
+  if (arch == "llama") c.architecture = "MixtralForCausalLM";
+  c.n_experts = positive(f, p + "expert_count");
+  c.n_experts_used = positive(f, p + "expert_used_count");
+  c.expert_ffn_dim = f.find(p + "expert_feed_forward_length")
+                         ? positive(f, p + "expert_feed_forward_length")
+                         : c.ffn_dim;
+  if (f.find(p + "expert_shared_feed_forward_length"))
+    c.shared_ffn_dim = positive(f, p + "expert_shared_feed_forward_length");
+  else if (const GgufTensorInfo* t = f.tensor("blk.0.ffn_gate_shexp.weight");
+           t != nullptr && t->ne.size() == 2)
+    c.shared_ffn_dim = t->ne[1];
+  c.shared_expert_gate = f.tensor("blk.0.ffn_gate_inp_shexp.weight") != nullptr;
+  c.norm_topk_prob = f.get_bool(p + "expert_weights_norm", arch == "llama" || arch == "qwen3moe");
+  c.layer_moe.assign(static_cast<size_t>(c.n_layers), 0);
+  for (int64_t l = 0; l < c.n_layers; ++l)
+    c.layer_moe[l] = f.tensor(fmt::format("blk.{}.ffn_gate_inp.weight", l)) != nullptr;
 }
 
 }  // namespace
@@ -99,12 +144,24 @@ ModelConfig gguf_model_config(const GgufFile& f, const std::string& path) {
     c.architecture = "Qwen3ForCausalLM";
     c.rope_style = kernels::RopeStyle::kHalf;
     c.qk_norm = true;
+  } else if (arch == "qwen2moe") {
+    c.architecture = "Qwen2MoeForCausalLM";
+    c.rope_style = kernels::RopeStyle::kHalf;
+    c.qkv_bias = true;
+  } else if (arch == "qwen3moe") {
+    c.architecture = "Qwen3MoeForCausalLM";
+    c.rope_style = kernels::RopeStyle::kHalf;
+    c.qk_norm = true;
+  } else if (arch == "olmoe") {
+    c.architecture = "OlmoeForCausalLM";
+    c.rope_style = kernels::RopeStyle::kHalf;
+    c.qk_norm = c.qk_norm_full = true;
   } else if (arch == "gpt2") {
     c.architecture = "GPT2LMHeadModel";
   } else {
     fail(ErrorKind::kUnsupported,
          "'{}': GGUF architecture '{}' (general.architecture) is not supported (llama, qwen2, "
-         "qwen3, gpt2)",
+         "qwen3, qwen2moe, qwen3moe, olmoe, gpt2)",
          path, arch);
   }
   c.arch = arch == "gpt2" ? Arch::kGpt2 : Arch::kLlama;
@@ -157,6 +214,7 @@ ModelConfig gguf_model_config(const GgufFile& f, const std::string& path) {
     c.qkv_bias = c.qkv_bias || f.tensor("blk.0.attn_q.bias") != nullptr;
     c.o_bias = f.tensor("blk.0.attn_output.bias") != nullptr;
   }
+  if (f.find(p + "expert_count")) read_moe(f, p, path, c);
   c.bos_id = static_cast<int32_t>(f.get_uint("tokenizer.ggml.bos_token_id", 1));
   c.eos_id = static_cast<int32_t>(f.get_uint("tokenizer.ggml.eos_token_id", 2));
   c.validate("'" + path + "'");
@@ -200,6 +258,8 @@ ModelConfig load_gguf(const std::string& path, WeightStore& store) {
     Shape shape;
     shape.rank = static_cast<int>(t.ne.size());
     for (int d = 0; d < shape.rank; ++d) shape.dims[d] = t.ne[shape.rank - 1 - d];
+    if (shape.rank == 1 && name.ends_with("shared_expert_gate.weight"))
+      shape = Shape{1, shape.dims[0]};  // llama.cpp keeps the [1, hidden] gate as a vector
     const uint8_t* bytes = data + t.offset;
     if (t.type == GgmlType::kF32) {
       store.add(name, TensorView{DType::kF32, shape, bytes}, index);

@@ -17,8 +17,9 @@ struct LlamaLayer {
   const float* attn_norm;
   kernels::WeightMatrix wq, wk, wv, wo;
   const float *bq = nullptr, *bk = nullptr, *bv = nullptr, *bo = nullptr;
-  const float *q_norm = nullptr, *k_norm = nullptr;  // per head (Qwen3, Gemma 3)
-  const float* attn_post_norm = nullptr;             // Gemma 2/3
+  // per head (Qwen3, Gemma 3) or over the whole projection (OLMoE)
+  const float *q_norm = nullptr, *k_norm = nullptr;
+  const float* attn_post_norm = nullptr;  // Gemma 2/3
   const float* ffn_norm;
   const float* ffn_post_norm = nullptr;  // Gemma 2/3
   kernels::WeightMatrix w_gate, w_up, w_down;
@@ -64,8 +65,8 @@ class LlamaModel final : public Model {
       }
       if (c.o_bias) L.bo = w.f32(p + "self_attn.o_proj.bias", {c.dim});
       if (c.qk_norm) {
-        L.q_norm = norm(p + "self_attn.q_norm.weight", c.head_dim);
-        L.k_norm = norm(p + "self_attn.k_norm.weight", c.head_dim);
+        L.q_norm = norm(p + "self_attn.q_norm.weight", c.qk_norm_full ? c.q_dim() : c.head_dim);
+        L.k_norm = norm(p + "self_attn.k_norm.weight", c.qk_norm_full ? c.kv_dim() : c.head_dim);
       }
       if (c.post_norms) {
         // Gemma 2/3: post_attention_layernorm follows attention; the MLP has its own pre and post.
@@ -140,7 +141,10 @@ class LlamaModel final : public Model {
       transformer::for_rows(pool, T, [&](int64_t i) {
         float* q = a.q.data() + i * q_dim;
         float* k = a.k.data() + i * kv_dim;
-        if (c.qk_norm) {
+        if (c.qk_norm_full) {
+          kernels::rms_norm(q, L.q_norm, c.norm_eps, q_dim, q);
+          kernels::rms_norm(k, L.k_norm, c.norm_eps, kv_dim, k);
+        } else if (c.qk_norm) {
           const int64_t hd = c.head_dim;
           for (int64_t h = 0; h < c.n_heads; ++h)
             kernels::rms_norm(q + h * hd, L.q_norm, c.norm_eps, hd, q + h * hd);
@@ -206,16 +210,34 @@ class LlamaModel final : public Model {
   void load_experts(LlamaLayer& L, const std::string& p) {
     const ModelConfig& c = config_;
     WeightStore& w = weights_;
-    const bool mixtral = c.moe_names == ModelConfig::MoeNames::kMixtral;
+    // Mixtral's v4 names sit under block_sparse_moe (w1/w3/w2); transformers v5 saves every
+    // family under mlp.
+    const bool mixtral =
+        c.moe_names == ModelConfig::MoeNames::kMixtral && w.has(p + "block_sparse_moe.gate.weight");
     const std::string moe = p + (mixtral ? "block_sparse_moe." : "mlp.");
     L.moe = true;
     L.router = w.matrix(moe + "gate.weight", c.n_experts, c.dim);
-    for (int64_t e = 0; e < c.n_experts; ++e) {
-      const std::string x = moe + "experts." + std::to_string(e) + ".";
-      const int64_t I = c.expert_ffn_dim;
-      L.e_gate.push_back(w.matrix(x + (mixtral ? "w1.weight" : "gate_proj.weight"), I, c.dim));
-      L.e_up.push_back(w.matrix(x + (mixtral ? "w3.weight" : "up_proj.weight"), I, c.dim));
-      L.e_down.push_back(w.matrix(x + (mixtral ? "w2.weight" : "down_proj.weight"), c.dim, I));
+    const int64_t E = c.n_experts, I = c.expert_ffn_dim;
+    const std::string x = moe + "experts.";
+    if (w.has(x + "gate_up_proj")) {
+      // transformers v5: every expert's gate and up stacked [E, 2I, H] (gate first), down
+      // [E, H, I].
+      for (const auto& m : w.matrix_stack(x + "gate_up_proj", E, 2 * I, c.dim)) {
+        L.e_gate.push_back(m.rows(0, I));
+        L.e_up.push_back(m.rows(I, I));
+      }
+      L.e_down = w.matrix_stack(x + "down_proj", E, c.dim, I);
+    } else if (w.has(x + "gate_proj")) {  // GGUF's ffn_{gate,up,down}_exps: [E, I, H], [E, H, I]
+      L.e_gate = w.matrix_stack(x + "gate_proj", E, I, c.dim);
+      L.e_up = w.matrix_stack(x + "up_proj", E, I, c.dim);
+      L.e_down = w.matrix_stack(x + "down_proj", E, c.dim, I);
+    } else {  // one tensor per expert and matrix (transformers v4)
+      for (int64_t e = 0; e < E; ++e) {
+        const std::string xe = x + std::to_string(e) + ".";
+        L.e_gate.push_back(w.matrix(xe + (mixtral ? "w1.weight" : "gate_proj.weight"), I, c.dim));
+        L.e_up.push_back(w.matrix(xe + (mixtral ? "w3.weight" : "up_proj.weight"), I, c.dim));
+        L.e_down.push_back(w.matrix(xe + (mixtral ? "w2.weight" : "down_proj.weight"), c.dim, I));
+      }
     }
     if (c.shared_ffn_dim > 0) {
       L.shared = true;

@@ -348,10 +348,17 @@ ModelConfig parse_gemma(const json& j, const std::string& source, int version) {
 }
 
 // Mixtral, Qwen2-MoE, Qwen3-MoE: the Llama / Qwen block with a mixture of experts for the MLP.
-void parse_moe(ModelConfig& c, const json& j, const std::string& source, bool mixtral) {
+// OLMoE: Mixtral's routing (its norm_topk_prob, false in OLMoE's configs) under Qwen's names.
+void parse_moe(ModelConfig& c, const json& j, const std::string& source, bool mixtral,
+               bool olmoe = false) {
   c.moe_names = mixtral ? ModelConfig::MoeNames::kMixtral : ModelConfig::MoeNames::kQwen;
   c.n_experts = get_int(j, mixtral ? "num_local_experts" : "num_experts", source);
   c.n_experts_used = get_int(j, "num_experts_per_tok", source);
+  if (olmoe) {  // every layer sparse, experts of intermediate_size, no shared expert
+    c.expert_ffn_dim = c.ffn_dim;
+    c.norm_topk_prob = get_bool_or(j, "norm_topk_prob", false, source);
+    return;
+  }
   if (mixtral) {
     c.expert_ffn_dim = c.ffn_dim;
     c.norm_topk_prob = true;  // Mixtral always renormalizes the chosen experts' weights
@@ -424,6 +431,17 @@ ModelConfig parse_hf_config(const std::string& json_text, const std::string& sou
     c.qk_norm = true;
     parse_moe(c, j, source, false);
     if (architecture.empty()) architecture = "Qwen3MoeForCausalLM";
+  } else if (architecture == "OlmoeForCausalLM" ||
+             (architecture.empty() && model_type == "olmoe")) {
+    // OLMoE: Llama attention with one RMSNorm over the whole q and the whole k projection, a
+    // mixture of experts in every layer.
+    c = parse_llama(j, source, false);
+    c.qk_norm = c.qk_norm_full = true;
+    if (auto it = j.find("clip_qkv"); it != j.end() && !it->is_null())
+      fail(ErrorKind::kUnsupported, "{}: clip_qkv is not supported (null in OLMoE's releases)",
+           source);
+    parse_moe(c, j, source, false, true);
+    if (architecture.empty()) architecture = "OlmoeForCausalLM";
   } else if (architecture == "Phi3ForCausalLM" || (architecture.empty() && model_type == "phi3")) {
     // Phi-3/3.5/4 and Phi-4-mini: the Llama block with fused projections, LongRoPE, partial
     // rotary (Phi-4-mini).
@@ -447,7 +465,7 @@ ModelConfig parse_hf_config(const std::string& json_text, const std::string& sou
          "{}: unknown architecture '{}' (model_type '{}'); supported: GPT2LMHeadModel, "
          "LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM, Qwen3ForCausalLM, "
          "Phi3ForCausalLM, GemmaForCausalLM, Gemma2ForCausalLM, Gemma3ForCausalLM, "
-         "MixtralForCausalLM, Qwen2MoeForCausalLM, Qwen3MoeForCausalLM",
+         "MixtralForCausalLM, Qwen2MoeForCausalLM, Qwen3MoeForCausalLM, OlmoeForCausalLM",
          source, architecture, model_type);
   }
   c.architecture = architecture;

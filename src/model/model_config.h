@@ -33,9 +33,10 @@ struct ModelConfig {
   kernels::RopeStyle rope_style = kernels::RopeStyle::kHalf;
   bool tied_embeddings = false;
   bool qkv_bias = false;
-  bool o_bias = false;     // attention output bias (Llama-style attention_bias: true)
-  bool fused_qkv = false;  // one qkv_proj [q; k; v] and one gate_up_proj [gate; up] (Phi-3)
-  bool qk_norm = false;    // RMSNorm over each head of q and k before RoPE (Qwen3, Gemma 3)
+  bool o_bias = false;        // attention output bias (Llama-style attention_bias: true)
+  bool fused_qkv = false;     // one qkv_proj [q; k; v] and one gate_up_proj [gate; up] (Phi-3)
+  bool qk_norm = false;       // RMSNorm over each head of q and k before RoPE (Qwen3, Gemma 3)
+  bool qk_norm_full = false;  // with qk_norm: over the whole q and k projections (OLMoE)
 
   // Gemma's variations on the Llama block.
   enum class Act { kSilu, kGeluTanh } act = Act::kSilu;  // of the gated MLP

@@ -250,6 +250,23 @@ kernels::WeightMatrix WeightStore::matrix(const std::string& name, int64_t n, in
   return m;
 }
 
+std::vector<kernels::WeightMatrix> WeightStore::matrix_stack(const std::string& name, int64_t count,
+                                                             int64_t n, int64_t k) {
+  if (packed_.find(name) == packed_.end()) {
+    entry(name);  // throws a clear error when missing
+    Entry& e = tensors_.find(name)->second;
+    const bool blocks = e.blocks != kernels::WeightType::kF32;
+    check_shape(name, e, {count, n, k});
+    // The same bytes seen as one matrix of count * n rows (row-major, so nothing moves).
+    (blocks ? e.shape : e.view.shape) = Shape{count * n, k};
+  }
+  const kernels::WeightMatrix all = matrix(name, count * n, k);
+  std::vector<kernels::WeightMatrix> out;
+  out.reserve(static_cast<size_t>(count));
+  for (int64_t i = 0; i < count; ++i) out.push_back(all.rows(i * n, n));
+  return out;
+}
+
 void WeightStore::FreeDeleter::operator()(uint8_t* p) const {
   std::free(p);
 }

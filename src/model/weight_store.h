@@ -55,6 +55,11 @@ class WeightStore {
   // for q4, rows [out, in]) is used as stored, whatever the compute type.
   kernels::WeightMatrix matrix(const std::string& name, int64_t n, int64_t k,
                                bool transposed = false);
+  // A 3-D tensor [count, n, k] (experts stored stacked: GGUF's ffn_*_exps, transformers v5's
+  // mlp.experts.*_proj) as `count` matrices [n, k]: packed once as one [count * n, k] matrix,
+  // each a view of its rows.
+  std::vector<kernels::WeightMatrix> matrix_stack(const std::string& name, int64_t count, int64_t n,
+                                                  int64_t k);
   // What matrix() made of a tensor, or nullptr if it was not asked for.
   const kernels::WeightMatrix* packed_matrix(const std::string& name) const {
     auto it = packed_.find(name);

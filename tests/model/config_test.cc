@@ -202,5 +202,26 @@ TEST(ModelConfig, Phi3FusesProjections) {
   EXPECT_TRUE(parse_hf_config(s, "config.json").fused_qkv);
 }
 
+TEST(ModelConfig, OlmoeNormsWholeProjectionsAndRoutesWithoutRenormalizing) {
+  std::string s = kLlama;
+  s.replace(s.find("LlamaForCausalLM"), 16, "OlmoeForCausalLM");
+  s.replace(s.find("\"rms_norm_eps\""), 14,
+            "\"num_experts\":8,\"num_experts_per_tok\":2,\"clip_qkv\":null,\"rms_norm_eps\"");
+  const ModelConfig c = parse_hf_config(s, "config.json");
+  EXPECT_TRUE(c.qk_norm && c.qk_norm_full);
+  EXPECT_EQ(c.n_experts, 8);
+  EXPECT_EQ(c.n_experts_used, 2);
+  EXPECT_EQ(c.expert_ffn_dim, 128);  // intermediate_size is each expert's
+  EXPECT_FALSE(c.norm_topk_prob);
+  EXPECT_TRUE(c.is_moe(0) && c.is_moe(1));
+  // clip_qkv would clamp q, k, v: refused by name rather than ignored.
+  std::string clip = s;
+  clip.replace(clip.find("\"clip_qkv\":null"), 15, "\"clip_qkv\":8.0");
+  EXPECT_NE(error_of(clip).find("clip_qkv"), std::string::npos);
+  std::string over = s;
+  over.replace(over.find("\"num_experts_per_tok\":2"), 23, "\"num_experts_per_tok\":9");
+  EXPECT_NE(error_of(over).find("experts per token"), std::string::npos);
+}
+
 }  // namespace
 }  // namespace tf

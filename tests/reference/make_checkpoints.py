@@ -244,6 +244,14 @@ KINDS = {
         _qwen3_config(dt), architectures=["Qwen3MoeForCausalLM"], model_type="qwen3_moe",
         num_experts=8, num_experts_per_tok=3, moe_intermediate_size=24, norm_topk_prob=True,
         decoder_sparse_step=1, mlp_only_layers=[]),
+    # transformers v5's saved form: the experts of each layer stacked (gate_up_proj, down_proj).
+    "qwen3moe_v5": lambda dt: _scaled(KINDS["qwen3moe"](dt), transformers_version="5.0.0"),
+    "mixtral_v5": lambda dt: _scaled(KINDS["mixtral"](dt), transformers_version="5.0.0"),
+    # OLMoE: q/k RMSNorm over the whole projections, experts in every layer, no renormalizing.
+    "olmoe": lambda dt: _scaled(
+        _llama_config(dt, n_kv=2, tie=False, theta=10000.0), architectures=["OlmoeForCausalLM"],
+        model_type="olmoe", num_experts=6, num_experts_per_tok=2, intermediate_size=32,
+        norm_topk_prob=False, clip_qkv=None),
     "gemma": lambda dt: _gemma_config(dt, 1),
     "gemma2": lambda dt: _gemma_config(dt, 2),
     "gemma3": lambda dt: _gemma_config(dt, 3),
@@ -326,7 +334,7 @@ def _gemma_weights(cfg, rng):
 
 def _moe_layer(cfg, i):
     mt = cfg["model_type"]
-    if mt == "mixtral":
+    if mt in ("mixtral", "olmoe"):
         return True
     if mt in ("qwen2_moe", "qwen3_moe"):
         return i not in cfg.get("mlp_only_layers", []) and (i + 1) % cfg.get(
@@ -338,7 +346,7 @@ def _expert_weights(cfg, rng, w, p, d):
     mixtral = cfg["model_type"] == "mixtral"
     q = p + ("block_sparse_moe." if mixtral else "mlp.")
     E = cfg["num_local_experts"] if mixtral else cfg["num_experts"]
-    I = cfg["intermediate_size"] if mixtral else cfg["moe_intermediate_size"]
+    I = cfg["moe_intermediate_size"] if "moe_intermediate_size" in cfg else cfg["intermediate_size"]
     names = ("w1", "w3", "w2") if mixtral else ("gate_proj", "up_proj", "down_proj")
     w[q + "gate.weight"] = _normal(rng, (E, d), 0.3)  # a router that routes unevenly
     for e in range(E):
@@ -362,6 +370,7 @@ def _llama_weights(cfg, rng):
     ff = cfg["intermediate_size"]
     qkv_bias = cfg["model_type"] in ("qwen2", "qwen2_moe") or cfg.get("attention_bias", False)
     qk_norm = cfg["model_type"] in ("qwen3", "qwen3_moe")
+    full_qk_norm = cfg["model_type"] == "olmoe"
     w = {"model.embed_tokens.weight": _normal(rng, (V, d), 0.2)}
     for i in range(L):
         p = "model.layers.%d." % i
@@ -377,6 +386,9 @@ def _llama_weights(cfg, rng):
         if qk_norm:
             w[p + "self_attn.q_norm.weight"] = _norm_weight(rng, hd)
             w[p + "self_attn.k_norm.weight"] = _norm_weight(rng, hd)
+        if full_qk_norm:
+            w[p + "self_attn.q_norm.weight"] = _norm_weight(rng, H * hd)
+            w[p + "self_attn.k_norm.weight"] = _norm_weight(rng, KV * hd)
         w[p + "self_attn.o_proj.weight"] = _normal(rng, (d, H * hd), 0.06)
         w[p + "post_attention_layernorm.weight"] = _norm_weight(rng, d)
         if _moe_layer(cfg, i):
@@ -395,7 +407,31 @@ def _llama_weights(cfg, rng):
                 [w.pop(p + "self_attn.%s_proj.weight" % n) for n in "qkv"])
             w[p + "mlp.gate_up_proj.weight"] = np.concatenate(
                 [w.pop(p + "mlp.gate_proj.weight"), w.pop(p + "mlp.up_proj.weight")])
+    if cfg.get("transformers_version", "").startswith("5") and "num_experts_per_tok" in cfg:
+        _stack_experts(cfg, w)
     return w
+
+
+def _stack_experts(cfg, w):
+    """transformers v5's layout: under mlp. for every family, each layer's experts as
+    experts.gate_up_proj [E, 2I, H] (each expert's gate rows, then its up rows) and
+    experts.down_proj [E, H, I]."""
+    for i in range(cfg["num_hidden_layers"]):
+        p = "model.layers.%d." % i
+        for old in ("block_sparse_moe.", "mlp."):
+            if p + old + "gate.weight" in w:
+                break
+        else:
+            continue
+        names = ("w1", "w3", "w2") if old == "block_sparse_moe." else (
+            "gate_proj", "up_proj", "down_proj")
+        E = w[p + old + "gate.weight"].shape[0]
+        x = p + old + "experts.%d.%s.weight"
+        gu = [np.concatenate([w.pop(x % (e, names[0])), w.pop(x % (e, names[1]))]) for e in range(E)]
+        dn = [w.pop(x % (e, names[2])) for e in range(E)]
+        w[p + "mlp.gate.weight"] = w.pop(p + old + "gate.weight")
+        w[p + "mlp.experts.gate_up_proj"] = np.stack(gu)
+        w[p + "mlp.experts.down_proj"] = np.stack(dn)
 
 
 # ---------------------------------------------------------------- writer

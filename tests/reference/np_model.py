@@ -320,7 +320,11 @@ class Llama:
             q = self._lin(h, L, "q_proj").reshape(T, H, hd)
             k = self._lin(h, L, "k_proj").reshape(T, KV, hd)
             v = self._lin(h, L, "v_proj").reshape(T, KV, hd)
-            if "q_norm.weight" in L:  # Qwen3: RMSNorm over each head before RoPE
+            if "q_norm.weight" in L and L["q_norm.weight"].shape[0] == H * hd != hd:
+                # OLMoE: one RMSNorm over the whole q projection and one over the whole k
+                q = rms_norm(q.reshape(T, H * hd), L["q_norm.weight"], self.eps).reshape(T, H, hd)
+                k = rms_norm(k.reshape(T, KV * hd), L["k_norm.weight"], self.eps).reshape(T, KV, hd)
+            elif "q_norm.weight" in L:  # Qwen3: RMSNorm over each head before RoPE
                 q = rms_norm(q, L["q_norm.weight"], self.eps)
                 k = rms_norm(k, L["k_norm.weight"], self.eps)
             if self.scaled_rope is not None:
@@ -365,6 +369,10 @@ def _moe_of(cfg, arch, w, p, i):
         q = p + "block_sparse_moe."
         names = ("w1", "w3", "w2")
         E, norm = cfg["num_local_experts"], True
+    elif arch == "olmoe":  # every layer; Mixtral's routing, norm_topk_prob false by default
+        q = p + "mlp."
+        names = ("gate_proj", "up_proj", "down_proj")
+        E, norm = cfg["num_experts"], cfg.get("norm_topk_prob", False)
     elif arch in ("qwen2_moe", "qwen3_moe"):
         if i in cfg.get("mlp_only_layers", []) or (i + 1) % cfg.get("decoder_sparse_step", 1):
             return None
@@ -373,9 +381,19 @@ def _moe_of(cfg, arch, w, p, i):
         E, norm = cfg["num_experts"], cfg.get("norm_topk_prob", False)
     else:
         return None
+    if q + "gate.weight" not in w:  # transformers v5 saves Mixtral's under mlp. too
+        q = p + "mlp."
+    if q + "experts.gate_up_proj" in w:
+        # transformers v5: experts stacked, gate_up_proj [E, 2I, H] (gate rows first), down_proj
+        # [E, H, I]
+        gu, dn = _f(w[q + "experts.gate_up_proj"]), _f(w[q + "experts.down_proj"])
+        I = gu.shape[1] // 2
+        experts = [(gu[e, :I], gu[e, I:], dn[e]) for e in range(E)]
+    else:
+        experts = [tuple(_f(w[q + "experts.%d.%s.weight" % (e, n)]) for n in names)
+                   for e in range(E)]
     M = {"router": _f(w[q + "gate.weight"]), "k": cfg["num_experts_per_tok"], "norm": norm,
-         "experts": [tuple(_f(w[q + "experts.%d.%s.weight" % (e, n)]) for n in names)
-                     for e in range(E)]}
+         "experts": experts}
     if cfg.get("shared_expert_intermediate_size"):
         M["shared"] = tuple(_f(w[q + "shared_expert.%s.weight" % n]) for n in names)
         M["shared_gate"] = _f(w[q + "shared_expert_gate.weight"])
@@ -419,7 +437,8 @@ def _llama_from_hf(cfg, w, arch):
             if short.endswith(".bias"):
                 if not want_bias[short.split(".")[0]]:
                     continue
-            if short.startswith(("q_norm", "k_norm")) and arch not in ("qwen3", "qwen3_moe"):
+            if short.startswith(("q_norm", "k_norm")) and arch not in ("qwen3", "qwen3_moe",
+                                                                        "olmoe"):
                 continue
             L[short] = w[p + full]  # KeyError = missing tensor
         layers.append(L)
@@ -559,6 +578,7 @@ _ARCHS = {
     "MixtralForCausalLM": "mixtral",
     "Qwen2MoeForCausalLM": "qwen2_moe",
     "Qwen3MoeForCausalLM": "qwen3_moe",
+    "OlmoeForCausalLM": "olmoe",
     "GemmaForCausalLM": "gemma",
     "Gemma2ForCausalLM": "gemma2",
     "Gemma3ForCausalLM": "gemma3",
@@ -579,7 +599,7 @@ def load_hf(model_dir):
     if arch in ("gemma", "gemma2", "gemma3"):
         return Gemma(cfg, w, {"gemma": 1, "gemma2": 2, "gemma3": 3}[arch])
     if arch in ("llama", "mistral", "qwen2", "qwen3", "phi3", "mixtral", "qwen2_moe",
-                "qwen3_moe"):
+                "qwen3_moe", "olmoe"):
         return _llama_from_hf(cfg, w, arch)
     raise ValueError("unsupported architecture %r" % (cfg.get("architectures"),))
 

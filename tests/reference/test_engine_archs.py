@@ -20,7 +20,7 @@ import unittest
 import make_checkpoints
 
 KINDS = ("llama31", "llama_longrope", "mistral_window", "qwen3", "phi3",
-         "gemma", "gemma2", "gemma3", "mixtral", "qwen2moe", "qwen3moe")
+         "gemma", "gemma2", "gemma3", "mixtral", "qwen2moe", "qwen3moe", "olmoe")
 TIMEOUT_S = 600
 
 

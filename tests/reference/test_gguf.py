@@ -308,7 +308,17 @@ _LLAMA = {"input_layernorm.weight": "attn_norm.weight", "self_attn.q_proj.weight
           "self_attn.k_norm.weight": "attn_k_norm.weight",
           "post_attention_layernorm.weight": "ffn_norm.weight",
           "mlp.gate_proj.weight": "ffn_gate.weight", "mlp.up_proj.weight": "ffn_up.weight",
-          "mlp.down_proj.weight": "ffn_down.weight"}
+          "mlp.down_proj.weight": "ffn_down.weight",
+          # llama.cpp's mixture-of-experts tensors (the experts themselves are stacked below)
+          "mlp.gate.weight": "ffn_gate_inp.weight",
+          "block_sparse_moe.gate.weight": "ffn_gate_inp.weight",
+          "mlp.shared_expert.gate_proj.weight": "ffn_gate_shexp.weight",
+          "mlp.shared_expert.up_proj.weight": "ffn_up_shexp.weight",
+          "mlp.shared_expert.down_proj.weight": "ffn_down_shexp.weight",
+          "mlp.shared_expert_gate.weight": "ffn_gate_inp_shexp.weight"}
+# GGUF architecture names of the Hugging Face model types (Mixtral is llama.cpp's "llama").
+_GGUF_ARCH = {"qwen2": "qwen2", "qwen3": "qwen3", "qwen2_moe": "qwen2moe", "qwen3_moe": "qwen3moe",
+              "olmoe": "olmoe"}
 _GPT2 = {"ln_1": "attn_norm", "attn.c_attn": "attn_qkv", "attn.c_proj": "attn_output",
          "ln_2": "ffn_norm", "mlp.c_fc": "ffn_up", "mlp.c_proj": "ffn_down"}
 
@@ -323,8 +333,7 @@ def hf_to_gguf(kind, seed, path):
     gpt2 = kind == "gpt2"
     w = make_checkpoints._gpt2_weights(cfg, rng, False) if gpt2 else \
         make_checkpoints._llama_weights(cfg, rng)
-    arch = "gpt2" if gpt2 else (cfg["model_type"] if cfg["model_type"] in ("qwen2", "qwen3")
-                                else "llama")
+    arch = "gpt2" if gpt2 else _GGUF_ARCH.get(cfg["model_type"], "llama")
     tensors = []
 
     def add(name, a):
@@ -387,6 +396,38 @@ def hf_to_gguf(kind, seed, path):
                     factors.append(1.0 / ((1 - sm) / f + sm))
             add("rope_freqs.weight", np.array(factors))
 
+        E = cfg.get("num_local_experts") or cfg.get("num_experts")
+        if E:  # llama.cpp's {arch}.expert_* keys
+            meta[arch + ".expert_count"] = gguf_io.U32(E)
+            meta[arch + ".expert_used_count"] = gguf_io.U32(cfg["num_experts_per_tok"])
+            if "moe_intermediate_size" in cfg:
+                meta[arch + ".expert_feed_forward_length"] = gguf_io.U32(
+                    cfg["moe_intermediate_size"])
+            if cfg.get("shared_expert_intermediate_size"):
+                meta[arch + ".expert_shared_feed_forward_length"] = gguf_io.U32(
+                    cfg["shared_expert_intermediate_size"])
+            # Experts stacked [E, rows, cols] as ffn_{gate,up,down}_exps, from per-expert
+            # tensors (v4 names; Mixtral's w1 / w3 / w2).
+            stacks, stacked = {}, {}
+            for name in [n for n in w if ".experts." in n]:
+                _, _, layer, rest = name.split(".", 3)
+                a = w.pop(name)
+                if rest.endswith("experts.gate_up_proj"):  # transformers v5: [E, 2I, H]
+                    I = a.shape[1] // 2
+                    stacked[(int(layer), "gate")], stacked[(int(layer), "up")] = a[:, :I], a[:, I:]
+                    continue
+                if rest.endswith("experts.down_proj"):
+                    stacked[(int(layer), "down")] = a
+                    continue
+                e, which = rest.split(".experts.")[1].split(".")[:2]
+                which = {"w1": "gate", "w3": "up", "w2": "down", "gate_proj": "gate",
+                         "up_proj": "up", "down_proj": "down"}[which]
+                stacks.setdefault((int(layer), which), {})[int(e)] = a
+            for key, per in stacks.items():
+                stacked[key] = np.stack([per[e] for e in range(E)])
+            for (layer, which), a in sorted(stacked.items()):
+                add("blk.%d.ffn_%s_exps.weight" % (layer, which), a)
+
         def permute(a, n):  # llama.cpp's converter: halves -> adjacent pairs
             return a.reshape(n, 2, a.shape[0] // n // 2, *a.shape[1:]).swapaxes(1, 2).reshape(a.shape)
 
@@ -401,6 +442,8 @@ def hf_to_gguf(kind, seed, path):
                 _, _, layer, rest = name.split(".", 3)
                 if arch == "llama" and rest in ("self_attn.q_proj.weight", "self_attn.k_proj.weight"):
                     a = permute(a, heads if "q_proj" in rest else kv)
+                if rest == "mlp.shared_expert_gate.weight":
+                    a = a.reshape(-1)  # llama.cpp keeps this [1, hidden] gate as a vector
                 add("blk.%s.%s" % (layer, _LLAMA[rest]), a)
     meta = dict({"general.architecture": arch, "tokenizer.ggml.bos_token_id": gguf_io.U32(cfg["bos_token_id"]),
                  "tokenizer.ggml.eos_token_id": gguf_io.U32(cfg["eos_token_id"])}, **meta)
@@ -448,6 +491,19 @@ class GgufArchitecturesTest(LogitsMixin, unittest.TestCase):
 
     def test_qwen3_yarn(self):
         self.check("qwen3", exact=True)
+
+    # Mixtures of experts, the experts stacked as ffn_{gate,up,down}_exps.
+    def test_mixtral(self):
+        self.check("mixtral", exact=False)
+
+    def test_qwen2moe_shared_expert(self):
+        self.check("qwen2moe", exact=True)
+
+    def test_qwen3moe(self):
+        self.check("qwen3moe", exact=True)
+
+    def test_olmoe(self):
+        self.check("olmoe", exact=True)
 
 
 def tokenflow(*args):
@@ -555,7 +611,8 @@ class ConvertTest(LogitsMixin, unittest.TestCase):
                 self.assertLess(err, logit_bound)
 
     def test_hugging_face_checkpoints_convert_to_the_same_logits(self):
-        for kind, exact in (("gpt2", True), ("qwen2", True), ("llama_gqa", False)):
+        for kind, exact in (("gpt2", True), ("qwen2", True), ("llama_gqa", False),
+                            ("qwen2moe", True), ("mixtral_v5", False)):
             with self.subTest(kind=kind):
                 hf = make_checkpoints.write_checkpoint(os.path.join(self.tmp, kind), kind, seed=6)
                 out = os.path.join(self.tmp, kind + ".gguf")

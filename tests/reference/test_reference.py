@@ -312,6 +312,13 @@ class MixtureOfExperts(_LongPrompts):
     def test_qwen3_moe(self):
         self._run("qwen3moe")
 
+    def test_olmoe_whole_projection_qk_norm(self):
+        self._run("olmoe")
+
+    def test_experts_stacked_as_transformers_v5_saves_them(self):
+        self._run("qwen3moe_v5")
+        self._run("mixtral_v5")
+
 
 class SlidingWindowsAndGemma(_LongPrompts):
     """Windows of 4 keys under prompts of up to 20 tokens; Gemma's norms, GeGLU, soft-caps,
