@@ -5,7 +5,8 @@ norms F32. The blocks are random bytes with scales chosen so that weights have a
 0.02; the text such a model writes is meaningless, the speed is that of a real file.
 
     python3 bench/make_bench_gguf.py OUT.gguf SHAPE TYPE
-    SHAPE: llama110m | tinyllama      TYPE: f32 f16 bf16 q8_0 q4_0 q4_1 q5_0 q5_1 q2_k q3_k
+    SHAPE: llama110m | tinyllama | olmoe-mini | olmoe-mini-dense
+                                      TYPE: f32 f16 bf16 q8_0 q4_0 q4_1 q5_0 q5_1 q2_k q3_k
                                             q4_k q5_k q6_k iq4_nl iq4_xs q4_k_m
 """
 import os
@@ -15,7 +16,16 @@ import numpy as np
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests", "reference"))
 import gguf_io as io  # noqa: E402
-from make_bench_model import SHAPES  # noqa: E402
+from make_bench_model import SHAPES as _HF_SHAPES  # noqa: E402
+
+# A mixture of experts of OLMoE-1B-7B's form scaled down to half its width (64 experts, 8 per
+# token, q/k norms over the whole projections; 1.7B parameters, 0.37B active per token), and the
+# dense Llama of the same active size (its MLP as wide as the 8 chosen experts together).
+SHAPES = dict(_HF_SHAPES)
+SHAPES["olmoe-mini"] = dict(arch="olmoe", hidden=1024, layers=16, heads=16, kv=16, ffn=512,
+                            experts=64, used=8, vocab=32000, ctx=2048)
+SHAPES["olmoe-mini-dense"] = dict(arch="llama", hidden=1024, layers=16, heads=16, kv=16,
+                                  ffn=8 * 512, vocab=32000, ctx=2048)
 
 # ggml type id, values per block, bytes per block, [(f16 field offset, value)] per block.
 TYPES = {
@@ -57,7 +67,9 @@ def tensor(rng, type_name, rows, cols):
 def main():
     out, shape, type_name = sys.argv[1], sys.argv[2], sys.argv[3]
     s = SHAPES[shape]
-    assert s["arch"] == "llama"
+    arch = s["arch"]
+    assert arch in ("llama", "olmoe")
+    E = s.get("experts", 0)
     rng = np.random.default_rng(0)
     d, f, v, n = s["hidden"], s["ffn"], s["vocab"], s["layers"]
     hd = d // s["heads"]
@@ -80,21 +92,36 @@ def main():
             (p + "attn_v.weight",) + tensor(rng, big, kvd, d),
             (p + "attn_output.weight",) + tensor(rng, base, d, d),
             (p + "ffn_norm.weight", [d], 0, ones),
-            (p + "ffn_gate.weight",) + tensor(rng, base, f, d),
-            (p + "ffn_up.weight",) + tensor(rng, base, f, d),
-            (p + "ffn_down.weight",) + tensor(rng, big, d, f),
         ]
+        if E:  # OLMoE: q/k norms over the projections, an F32 router (as llama.cpp keeps it),
+            # the experts stacked [E, rows, cols]
+            tensors += [(p + "attn_q_norm.weight", [d], 0, ones),
+                        (p + "attn_k_norm.weight", [kvd], 0, np.ones(kvd, np.float32).tobytes()),
+                        (p + "ffn_gate_inp.weight",) + tensor(rng, "f32", E, d)]
+            for name, rows, cols, t in (("gate", f, d, base), ("up", f, d, base),
+                                        ("down", d, f, big)):
+                ne, g, data = tensor(rng, t, E * rows, cols)
+                tensors.append((p + f"ffn_{name}_exps.weight", [cols, rows, E], g, data))
+        else:
+            tensors += [
+                (p + "ffn_gate.weight",) + tensor(rng, base, f, d),
+                (p + "ffn_up.weight",) + tensor(rng, base, f, d),
+                (p + "ffn_down.weight",) + tensor(rng, big, d, f),
+            ]
     tensors.append(("output_norm.weight", [d], 0, ones))
     if mix:
         tensors.append(("output.weight",) + tensor(rng, "q6_k", v, d))
-    meta = {"general.architecture": "llama", "general.name": f"{shape}-{type_name}",
-            "llama.context_length": io.U32(s["ctx"]), "llama.embedding_length": io.U32(d),
-            "llama.block_count": io.U32(n), "llama.feed_forward_length": io.U32(f),
-            "llama.attention.head_count": io.U32(s["heads"]),
-            "llama.attention.head_count_kv": io.U32(s["kv"]),
-            "llama.attention.layer_norm_rms_epsilon": io.F32(1e-5),
-            "llama.rope.freq_base": io.F32(10000.0),
+    a = arch + "."
+    meta = {"general.architecture": arch, "general.name": f"{shape}-{type_name}",
+            a + "context_length": io.U32(s["ctx"]), a + "embedding_length": io.U32(d),
+            a + "block_count": io.U32(n), a + "feed_forward_length": io.U32(f),
+            a + "attention.head_count": io.U32(s["heads"]),
+            a + "attention.head_count_kv": io.U32(s["kv"]),
+            a + "attention.layer_norm_rms_epsilon": io.F32(1e-5),
+            a + "rope.freq_base": io.F32(10000.0),
             "tokenizer.ggml.bos_token_id": io.U32(1), "tokenizer.ggml.eos_token_id": io.U32(2)}
+    if E:
+        meta.update({a + "expert_count": io.U32(E), a + "expert_used_count": io.U32(s["used"])})
     # A synthetic SentencePiece vocabulary (as ../shared/models/kquant256's): unk, bos, eos, the
     # 256 byte tokens, then pieces.
     pieces = ["<unk>", "<s>", "</s>"] + ["<0x%02X>" % b for b in range(256)]

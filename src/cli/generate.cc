@@ -99,9 +99,12 @@ int run_generate(GenerateOptions& o) {
     if (o.verbose) {
       const EngineStats st = m.engine->stats();
       std::fprintf(
-          stderr, "engine: %lld preemptions, %lld of %lld prompt tokens from the prefix cache\n",
+          stderr,
+          "engine: %lld preemptions, %lld of %lld prompt tokens from the prefix cache, %lld "
+          "blocks released behind the sliding window\n",
           static_cast<long long>(st.preemptions), static_cast<long long>(st.prefix_hit_tokens),
-          static_cast<long long>(st.prefix_queried_tokens));
+          static_cast<long long>(st.prefix_queried_tokens),
+          static_cast<long long>(st.kv_window_releases));
     }
     return rc;
   }

@@ -98,7 +98,9 @@ Engine::Engine(Model& model, const Tokenizer* tokenizer, std::vector<int32_t> eo
       kv_(model.config(), blocks_for_budget(model.config(), config), config.block_size,
           config.kv_type),
       pool_(kv_.num_blocks(), config.block_size),
-      manager_(pool_, config.prefix_caching),
+      // Blocks behind the window are released only when every layer slides (a global layer,
+      // as Gemma 2/3's or Qwen's first max_window_layers, reads every key).
+      manager_(pool_, config.prefix_caching, model.config().window_of_every_layer()),
       scheduler_(config.scheduler, manager_) {
   if (config_.scheduler.max_num_batched_tokens < 1 || config_.scheduler.max_num_seqs < 1) {
     fail("max_num_batched_tokens and max_num_seqs must be at least 1");
@@ -404,6 +406,7 @@ void Engine::retire_and_record(const SchedulerOutput& sched) {
   stats_.prefix_hit_tokens = manager_.prefix_hits();
   stats_.preemptions = scheduler_.preemptions();
   stats_.kv_block_copies = scheduler_.block_copies();
+  stats_.kv_window_releases = manager_.window_releases();
   stats_.requests_finished += finished;
   stats_.prompt_tokens += prompt_tokens;
   stats_.generated_tokens += generated_tokens;

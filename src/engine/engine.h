@@ -43,7 +43,8 @@ struct EngineStats {
   int64_t kv_blocks_total = 0, kv_blocks_used = 0;
   int64_t prefix_queried_tokens = 0, prefix_hit_tokens = 0;
   int64_t preemptions = 0;
-  int64_t kv_block_copies = 0;  // shared blocks copied on first write (forks: n > 1, beams)
+  int64_t kv_block_copies = 0;     // shared blocks copied on first write (forks: n > 1, beams)
+  int64_t kv_window_releases = 0;  // blocks released behind every layer's sliding window
   int64_t requests_finished = 0;
   int64_t queued = 0;  // submitted and not yet scheduled (live, not as of the last step)
   int64_t prompt_tokens = 0, generated_tokens = 0;

@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "core/error.h"
+#include "kernels/attention.h"
 
 namespace tf {
 
@@ -70,7 +71,7 @@ void KvCacheManager::fork(const Sequence& parent, Sequence& child) {
   TF_CHECK(child.num_tokens() >= n &&
            std::equal(parent.tokens.begin(), parent.tokens.begin() + n, child.tokens.begin()));
   for (int64_t b = 0; b < blocks; ++b) {
-    pool_.retain(parent.block_table[b]);
+    if (parent.block_table[b] != kReleased) pool_.retain(parent.block_table[b]);
     child.block_table.push_back(parent.block_table[b]);
   }
   const int64_t full = std::min<int64_t>(n / pool_.block_size(), parent.block_hashes.size());
@@ -92,8 +93,26 @@ void KvCacheManager::cache_full_blocks(Sequence& seq, uint64_t salt) {
   }
 }
 
+void KvCacheManager::release_outside_window(Sequence& seq) {
+  if (window_ <= 0) return;
+  // The attention kernel reads keys in chunks of 16 positions from the chunk holding the first
+  // key a query attends: n_ctx - window for a query with n_ctx keys, and n_ctx >= num_computed
+  // (a padding row recomputes position num_computed - 1).
+  const int64_t first_key = seq.num_computed - window_;
+  if (first_key <= 0) return;
+  const int64_t keep_from = first_key / kernels::kAttentionKeyChunk * kernels::kAttentionKeyChunk;
+  const int64_t n = std::min<int64_t>(keep_from / pool_.block_size(),
+                                      static_cast<int64_t>(seq.block_table.size()));
+  for (int64_t b = n - 1; b >= 0 && seq.block_table[b] != kReleased; --b) {
+    pool_.release(seq.block_table[b]);
+    seq.block_table[b] = kReleased;
+    ++window_releases_;
+  }
+}
+
 void KvCacheManager::free(Sequence& seq) {
-  for (auto it = seq.block_table.rbegin(); it != seq.block_table.rend(); ++it) pool_.release(*it);
+  for (auto it = seq.block_table.rbegin(); it != seq.block_table.rend(); ++it)
+    if (*it != kReleased) pool_.release(*it);
   seq.block_table.clear();
   seq.block_hashes.clear();
   seq.num_computed = 0;

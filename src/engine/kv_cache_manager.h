@@ -19,8 +19,14 @@ struct BlockCopy {
 
 class KvCacheManager {
  public:
-  KvCacheManager(KvBlockPool& pool, bool prefix_caching)
-      : pool_(pool), prefix_caching_(prefix_caching) {}
+  // window > 0: every layer of the model attends only to its last `window` positions (Mistral,
+  // Qwen2 with all layers sliding), so blocks wholly before the window of a sequence's next
+  // query are released as it advances (release_outside_window).
+  KvCacheManager(KvBlockPool& pool, bool prefix_caching, int64_t window = 0)
+      : pool_(pool), prefix_caching_(prefix_caching), window_(window) {}
+
+  // A released block's place in a block table: positions no query will attend again.
+  static constexpr int32_t kReleased = -1;
 
   // For a sequence with nothing computed: retains the cached blocks of its longest cached prefix
   // (never all of its tokens: the last one must be computed for its logits) and sets
@@ -39,6 +45,12 @@ class KvCacheManager {
   void fork(const Sequence& parent, Sequence& child);
   // Registers the blocks that the computed tokens filled.
   void cache_full_blocks(Sequence& seq, uint64_t salt);
+  // With a window: releases the blocks of seq that lie wholly before every key its later queries
+  // can attend (queries at positions >= num_computed - 1, a padding row's recomputed token
+  // included), keeping the attention kernel's chunk of 16 keys that straddles the window's
+  // start. Their entries become kReleased (positions stay where they are); each block goes back
+  // to the pool (and stays findable in the prefix cache until reused).
+  void release_outside_window(Sequence& seq);
   // Releases every block (last block first, so a sequence's tail is evicted before its head).
   void free(Sequence& seq);
   // Blocks needed to hold num_tokens.
@@ -49,6 +61,8 @@ class KvCacheManager {
   int64_t prefix_queries() const { return queries_; }  // prompt tokens looked up
   int64_t prefix_hits() const { return hits_; }        // of those, found in the cache
   bool prefix_caching() const { return prefix_caching_; }
+  int64_t window() const { return window_; }
+  int64_t window_releases() const { return window_releases_; }  // blocks released so far
   KvBlockPool& pool() { return pool_; }
 
  private:
@@ -57,7 +71,8 @@ class KvCacheManager {
 
   KvBlockPool& pool_;
   bool prefix_caching_;
-  int64_t queries_ = 0, hits_ = 0;
+  int64_t window_;
+  int64_t queries_ = 0, hits_ = 0, window_releases_ = 0;
 };
 
 }  // namespace tf

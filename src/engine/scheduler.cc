@@ -202,6 +202,7 @@ std::vector<ReadySequence> Scheduler::update(const SchedulerOutput& out) {
     if (seq->padding || seq->status != SequenceStatus::kRunning) continue;
     seq->num_computed += out.chunks[i].count;
     kv_.cache_full_blocks(*seq, salt(seq));
+    kv_.release_outside_window(*seq);
     if (seq->num_computed == seq->num_tokens()) ready.push_back({seq, static_cast<int64_t>(i)});
   }
   return ready;

@@ -58,6 +58,10 @@ struct AttentionOpts {
   AttentionOpts(float s = 1.0f) : scale(s) {}  // NOLINT(google-explicit-constructor)
 };
 inline constexpr int kMaxAttentionHeadDim = 512;
+// Keys are read in chunks of this many positions, aligned to multiples of it: with a window, the
+// first chunk read is the one holding the first key in the window (earlier positions are never
+// touched, so their KV blocks may be released).
+inline constexpr int kAttentionKeyChunk = 16;
 
 // n_q <= kMaxAttentionQueries queries of one sequence, each against positions [0, n_ctx[r]) of
 // its paged cache (the last opts.window of them if set) with KV head kv_head:

@@ -1,5 +1,7 @@
 #include "model/model.h"
 
+#include "kernels/attention.h"
+
 #include <filesystem>
 #include <fstream>
 #include <sstream>
@@ -50,7 +52,14 @@ void Model::forward(std::span<const SequenceChunk> batch, KvCache& kv, float* lo
       fail("sequence {}: block table has {} blocks, {} needed for {} positions", i,
            s.block_table.size(), needed_blocks, s.start_pos + n);
     }
+    // When every layer slides, attention reads keys from the chunk of 16 positions that holds
+    // the chunk's first query's first key: blocks before it may have been released (-1).
+    const int64_t window = config_.window_of_every_layer();
+    constexpr int64_t kChunk = kernels::kAttentionKeyChunk;
+    const int64_t first_read =
+        window > 0 && s.start_pos + 1 > window ? (s.start_pos + 1 - window) / kChunk * kChunk : 0;
     for (int64_t b = 0; b < needed_blocks; ++b) {
+      if ((b + 1) * bs <= first_read && s.block_table[b] == -1) continue;
       if (s.block_table[b] < 0 || s.block_table[b] >= kv.num_blocks()) {
         fail("sequence {}: block id {} is outside the KV cache (0..{})", i, s.block_table[b],
              kv.num_blocks() - 1);

@@ -68,6 +68,13 @@ struct ModelConfig {
     if (sliding_window <= 0) return false;
     return layer_sliding.empty() || layer_sliding[static_cast<size_t>(layer)] != 0;
   }
+  // The sliding window when every layer has it (keys before it are never read again, so their
+  // KV blocks can go), else 0.
+  int64_t window_of_every_layer() const {
+    for (int64_t l = 0; l < n_layers; ++l)
+      if (!is_sliding(l)) return 0;
+    return sliding_window;
+  }
 
   int32_t bos_id = -1;  // -1: none
   int32_t eos_id = -1;

@@ -179,6 +179,7 @@ void Server::route(const HttpRequest& req, std::shared_ptr<HttpResponder> respon
                                 {"prefix_queried_tokens", s.prefix_queried_tokens},
                                 {"prefix_hit_tokens", s.prefix_hit_tokens},
                                 {"preemptions", s.preemptions},
+                                {"kv_window_releases", s.kv_window_releases},
                                 {"requests_finished", s.requests_finished},
                                 {"prompt_tokens", s.prompt_tokens},
                                 {"generated_tokens", s.generated_tokens}};

@@ -198,3 +198,66 @@ TEST(KvCacheManagerAlone, ACachedBlockIsRewrittenInPlaceOnlyWithTheTokensItsHash
 
 }  // namespace
 }  // namespace tf
+
+namespace tf {
+namespace {
+
+// Every layer sliding (window 20, blocks of 4): as a sequence advances, the blocks wholly before
+// the 16-key chunk that holds the first key its next query can attend go back to the pool; the
+// table keeps its length (positions stay), forks and free skip the released entries.
+TEST(KvCacheManagerWindow, BlocksBehindTheWindowGoBackToThePool) {
+  KvBlockPool pool(32, kBlock);
+  KvCacheManager kv(pool, /*prefix_caching=*/true, /*window=*/20);
+  Sequence a = make_sequence(40);
+  compute(kv, a);  // 10 blocks
+  kv.release_outside_window(a);
+  // A query at position >= 39 (a padding row recomputes 39) attends from 40 - 20 = 20 on; the
+  // chunk of 16 keys holding it starts at 16, in block 4: blocks 0-3 go.
+  ASSERT_EQ(a.block_table.size(), 10u);
+  for (int b = 0; b < 4; ++b) EXPECT_EQ(a.block_table[b], KvCacheManager::kReleased) << b;
+  for (int b = 4; b < 10; ++b) EXPECT_NE(a.block_table[b], KvCacheManager::kReleased) << b;
+  EXPECT_EQ(kv.window_releases(), 4);
+  EXPECT_EQ(pool.num_available(), 32 - 6);
+  pool.check_invariants();
+  // Growing by a chunk releases the next four; the released ones are not released twice.
+  for (int i = 0; i < 16; ++i) a.tokens.push_back(100 + i);
+  compute(kv, a);
+  kv.release_outside_window(a);
+  EXPECT_EQ(kv.window_releases(), 8);
+  EXPECT_EQ(a.block_table[7], KvCacheManager::kReleased);
+  EXPECT_NE(a.block_table[8], KvCacheManager::kReleased);
+  // A fork shares only what is still held.
+  Sequence c = child_of(a, 7);
+  kv.fork(a, c);
+  EXPECT_EQ(c.block_table, a.block_table);
+  for (int b = 8; b < 14; ++b) EXPECT_EQ(pool.refcount(a.block_table[b]), 2);
+  kv.free(c);
+  kv.free(a);
+  EXPECT_EQ(pool.num_available(), 32);
+  pool.check_invariants();
+  // Released blocks stay in the prefix cache until reused: the same prompt finds its first
+  // blocks again.
+  Sequence again = make_sequence(40);
+  EXPECT_EQ(kv.match_prefix(again, 0), 36);
+  kv.free(again);
+}
+
+TEST(KvCacheManagerWindow, NothingIsReleasedWithoutAWindowOrBeforeItFills) {
+  KvBlockPool pool(32, kBlock);
+  KvCacheManager plain(pool, true);
+  Sequence a = make_sequence(60);
+  compute(plain, a);
+  plain.release_outside_window(a);
+  EXPECT_EQ(plain.window_releases(), 0);
+  plain.free(a);
+  KvCacheManager wide(pool, true, /*window=*/100);
+  Sequence b = make_sequence(60);
+  compute(wide, b);
+  wide.release_outside_window(b);
+  EXPECT_EQ(wide.window_releases(), 0);
+  wide.free(b);
+  pool.check_invariants();
+}
+
+}  // namespace
+}  // namespace tf
