@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 
+#include <cmath>
 #include <cstring>
 #include <vector>
 
@@ -56,7 +57,11 @@ const std::pair<const char*, const char*> kGpt2Block[] = {
 
 // The Hugging Face name of a GGUF tensor; empty for one the model does not use (rope_freqs is
 // read into the configuration instead).
-std::string hf_name(bool gpt2, const std::string& name) {
+// Which GGUF naming a block follows besides the Llama one.
+enum class Names { kLlama, kGpt2, kGemma2, kPhi3 };
+
+std::string hf_name(Names names, const std::string& name) {
+  const bool gpt2 = names == Names::kGpt2;
   if (gpt2) {
     if (name == "token_embd.weight") return "transformer.wte.weight";
     if (name == "position_embd.weight") return "transformer.wpe.weight";
@@ -76,6 +81,22 @@ std::string hf_name(bool gpt2, const std::string& name) {
       if (rest == gguf) return fmt::format("transformer.h.{}.{}", layer, hf);
     }
     return {};
+  }
+  // Gemma 2/3: a norm before and after attention and the MLP (llama.cpp's ffn_norm is the one
+  // before the MLP); Phi-3: the fused projections.
+  if (names == Names::kGemma2) {
+    if (rest == "ffn_norm.weight")
+      return fmt::format("model.layers.{}.pre_feedforward_layernorm.weight", layer);
+    if (rest == "post_attention_norm.weight")
+      return fmt::format("model.layers.{}.post_attention_layernorm.weight", layer);
+    if (rest == "post_ffw_norm.weight")
+      return fmt::format("model.layers.{}.post_feedforward_layernorm.weight", layer);
+  }
+  if (names == Names::kPhi3) {
+    if (rest == "attn_qkv.weight")
+      return fmt::format("model.layers.{}.self_attn.qkv_proj.weight", layer);
+    if (rest == "ffn_up.weight")
+      return fmt::format("model.layers.{}.mlp.gate_up_proj.weight", layer);
   }
   for (const auto& [gguf, hf] : kLlamaBlock) {
     if (rest == gguf) return fmt::format("model.layers.{}.{}", layer, hf);
@@ -97,6 +118,47 @@ int64_t positive(const GgufFile& f, const std::string& key) {
   const uint64_t v = f.get_uint(key);
   if (v == 0 || v > (uint64_t{1} << 31)) fail("GGUF metadata '{}' is {}: out of range", key, v);
   return static_cast<int64_t>(v);
+}
+
+// Gemma 1/2/3 as llama.cpp runs them: GELU (tanh) MLP, embeddings scaled by sqrt(hidden), and
+// norms stored with the 1 already added (its converter writes 1 + w). Gemma 2/3: norms after
+// attention and the MLP; the score scale 1/sqrt(head_dim), or 1/sqrt(hidden / heads) for the 27B
+// models (46 / 62 layers), which llama.cpp derives rather than reads; sliding-window layers in a
+// pattern (every 2nd global in Gemma 2, every 6th in Gemma 3); Gemma 2's soft-caps (llama.cpp's
+// defaults 50 and 30 when the keys are absent); Gemma 3's q/k norms and its local layers' RoPE
+// base of 10000.
+void read_gemma(const GgufFile& f, const std::string& arch, const std::string& path,
+                ModelConfig& c) {
+  const std::string p = arch + ".";
+  c.act = ModelConfig::Act::kGeluTanh;
+  c.norm_plus_one = false;
+  c.embed_scale = std::sqrt(static_cast<float>(c.dim));
+  if (arch == "gemma") return;
+  c.post_norms = true;
+  const bool big = c.n_layers == (arch == "gemma2" ? 46 : 62);
+  c.attn_scale = static_cast<float>(
+      f.find(p + "attention.scale") ? f.get_float(p + "attention.scale", 0.0)
+                                    : 1.0 / std::sqrt(big ? static_cast<double>(c.dim / c.n_heads)
+                                                          : static_cast<double>(c.head_dim)));
+  const bool g2 = arch == "gemma2";
+  if (g2) {
+    c.attn_softcap = static_cast<float>(f.get_float(p + "attn_logit_softcapping", 50.0));
+    c.final_softcap = static_cast<float>(f.get_float(p + "final_logit_softcapping", 30.0));
+  } else {
+    c.qk_norm = true;
+    c.has_local_rope = true;
+    c.local_rope.theta = 10000.0;
+    c.local_rope.rot_dim = c.rope.rot_dim;
+    if (!f.find(p + "attention.sliding_window"))
+      fail("'{}': {}attention.sliding_window is missing", path, p);
+  }
+  c.sliding_window = static_cast<int64_t>(f.get_uint(p + "attention.sliding_window", 4096));
+  const uint64_t pattern = f.get_uint(p + "attention.sliding_window_pattern", g2 ? 2 : 6);
+  if (pattern == 0 || pattern > 1024)
+    fail("'{}': {}attention.sliding_window_pattern {} is out of range", path, p, pattern);
+  c.layer_sliding.assign(static_cast<size_t>(c.n_layers), 0);
+  for (int64_t l = 0; l < c.n_layers; ++l)
+    c.layer_sliding[l] = static_cast<uint64_t>(l) % pattern < pattern - 1;
 }
 
 // A mixture of experts: llama.cpp's {arch}.expert_* keys; a layer is sparse where it has a
@@ -156,12 +218,21 @@ ModelConfig gguf_model_config(const GgufFile& f, const std::string& path) {
     c.architecture = "OlmoeForCausalLM";
     c.rope_style = kernels::RopeStyle::kHalf;
     c.qk_norm = c.qk_norm_full = true;
+  } else if (arch == "gemma" || arch == "gemma2" || arch == "gemma3") {
+    c.architecture = arch == "gemma"    ? "GemmaForCausalLM"
+                     : arch == "gemma2" ? "Gemma2ForCausalLM"
+                                        : "Gemma3ForCausalLM";
+    c.rope_style = kernels::RopeStyle::kHalf;
+  } else if (arch == "phi3") {
+    c.architecture = "Phi3ForCausalLM";
+    c.rope_style = kernels::RopeStyle::kHalf;
+    c.fused_qkv = true;
   } else if (arch == "gpt2") {
     c.architecture = "GPT2LMHeadModel";
   } else {
     fail(ErrorKind::kUnsupported,
          "'{}': GGUF architecture '{}' (general.architecture) is not supported (llama, qwen2, "
-         "qwen3, qwen2moe, qwen3moe, olmoe, gpt2)",
+         "qwen3, qwen2moe, qwen3moe, olmoe, gemma, gemma2, gemma3, phi3, gpt2)",
          path, arch);
   }
   c.arch = arch == "gpt2" ? Arch::kGpt2 : Arch::kLlama;
@@ -215,6 +286,15 @@ ModelConfig gguf_model_config(const GgufFile& f, const std::string& path) {
     c.o_bias = f.tensor("blk.0.attn_output.bias") != nullptr;
   }
   if (f.find(p + "expert_count")) read_moe(f, p, path, c);
+  if (arch.rfind("gemma", 0) == 0) read_gemma(f, arch, path, c);
+  if (arch == "phi3") {
+    if (f.tensor("blk.0.attn_qkv.weight") == nullptr)
+      fail(ErrorKind::kUnsupported, "'{}': a phi3 GGUF without fused attn_qkv is not supported",
+           path);
+    const uint64_t w = f.get_uint(p + "attention.sliding_window", 0);
+    if (w > 0 && w < static_cast<uint64_t>(c.max_seq_len))
+      c.sliding_window = static_cast<int64_t>(w);  // every layer
+  }
   c.bos_id = static_cast<int32_t>(f.get_uint("tokenizer.ggml.bos_token_id", 1));
   c.eos_id = static_cast<int32_t>(f.get_uint("tokenizer.ggml.eos_token_id", 2));
   c.validate("'" + path + "'");
@@ -235,6 +315,35 @@ void read_rope_freqs(const GgufFile& f, const uint8_t* data, const std::string& 
   c.rope.freq_factors.assign(v.begin(), v.end());
   c.validate("'" + path + "'");
 }
+
+// Phi-3's LongRoPE: rope_factors_short / rope_factors_long (F32, one per rotated pair), the
+// pretrained context in rope.scaling.original_context_length and the attention factor llama.cpp's
+// converter derives in rope.scaling.attn_factor.
+void read_rope_factors(const GgufFile& f, const uint8_t* data, const std::string& path,
+                       ModelConfig& c) {
+  const GgufTensorInfo* s = f.tensor("rope_factors_short.weight");
+  const GgufTensorInfo* l = f.tensor("rope_factors_long.weight");
+  if (s == nullptr && l == nullptr) return;
+  const int64_t half = (c.rope.rot_dim > 0 ? c.rope.rot_dim : c.head_dim) / 2;
+  const auto read = [&](const GgufTensorInfo* t, const char* name) {
+    if (t == nullptr || t->type != GgmlType::kF32 || t->ne.size() != 1 || t->ne[0] != half)
+      fail("'{}': tensor '{}' must be F32 of {} values", path, name, half);
+    std::vector<float> v(static_cast<size_t>(half));
+    std::memcpy(v.data(), data + t->offset, v.size() * sizeof(float));
+    return std::vector<double>(v.begin(), v.end());
+  };
+  c.rope.kind = RopeParams::Kind::kLongRope;
+  c.rope.short_factor = read(s, "rope_factors_short.weight");
+  c.rope.long_factor = read(l, "rope_factors_long.weight");
+  const std::string p = f.get_string("general.architecture") + ".";
+  c.rope.original_max_pos = static_cast<int64_t>(
+      f.get_uint(p + "rope.scaling.original_context_length", static_cast<uint64_t>(c.max_seq_len)));
+  if (c.rope.original_max_pos <= 0 || c.rope.original_max_pos > c.max_seq_len)
+    fail("'{}': {}rope.scaling.original_context_length is out of range", path, p);
+  c.rope.factor = static_cast<double>(c.max_seq_len) / static_cast<double>(c.rope.original_max_pos);
+  c.rope.attention_factor = f.get_float(p + "rope.scaling.attn_factor", 0.0);
+  c.validate("'" + path + "'");
+}
 }  // namespace
 
 ModelConfig load_gguf(const std::string& path, WeightStore& store) {
@@ -243,12 +352,17 @@ ModelConfig load_gguf(const std::string& path, WeightStore& store) {
   ModelConfig c = gguf_model_config(f, path);
   const uint8_t* data = file.data() + f.data_offset;
   read_rope_freqs(f, data, path, c);
+  read_rope_factors(f, data, path, c);
   // Every tensor is read once, in file order, and copied (WeightStore::own_copy): read ahead.
   ::madvise(const_cast<uint8_t*>(file.data()), file.size(), MADV_SEQUENTIAL);
   const int index = store.add_file(std::move(file));
   store.set_keep_stored_types(true);
   for (const GgufTensorInfo& t : f.tensors) {
-    const std::string name = hf_name(c.arch == Arch::kGpt2, t.name);
+    const Names names = c.arch == Arch::kGpt2                 ? Names::kGpt2
+                        : c.post_norms                        ? Names::kGemma2
+                        : c.architecture == "Phi3ForCausalLM" ? Names::kPhi3
+                                                              : Names::kLlama;
+    const std::string name = hf_name(names, t.name);
     if (name.empty()) continue;
     const auto info = ggml_type_info(static_cast<uint32_t>(t.type));
     if (!ggml_can_dequantize(t.type))

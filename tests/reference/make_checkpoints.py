@@ -255,6 +255,11 @@ KINDS = {
     "gemma": lambda dt: _gemma_config(dt, 1),
     "gemma2": lambda dt: _gemma_config(dt, 2),
     "gemma3": lambda dt: _gemma_config(dt, 3),
+    # As llama.cpp's GGUF can hold them: the score scale from head_dim, Gemma 3's six-layer
+    # pattern (five local, one global).
+    "gemma2_gguf": lambda dt: _scaled(_gemma_config(dt, 2), query_pre_attn_scalar=16),
+    "gemma3_gguf": lambda dt: _scaled(_gemma_config(dt, 3), query_pre_attn_scalar=16,
+                                      sliding_window_pattern=6, num_hidden_layers=6),
     # Mistral with a real sliding window shorter than the prompts.
     "mistral_window": lambda dt: _scaled(_mistral_config(dt), sliding_window=4),
     # Rows of multiples of 64: the int8/q4 dot-product kernels take every matrix.

@@ -318,7 +318,14 @@ _LLAMA = {"input_layernorm.weight": "attn_norm.weight", "self_attn.q_proj.weight
           "mlp.shared_expert_gate.weight": "ffn_gate_inp_shexp.weight"}
 # GGUF architecture names of the Hugging Face model types (Mixtral is llama.cpp's "llama").
 _GGUF_ARCH = {"qwen2": "qwen2", "qwen3": "qwen3", "qwen2_moe": "qwen2moe", "qwen3_moe": "qwen3moe",
-              "olmoe": "olmoe"}
+              "olmoe": "olmoe", "gemma": "gemma", "gemma2": "gemma2", "gemma3_text": "gemma3",
+              "phi3": "phi3"}
+# Gemma 2/3's four norms (llama.cpp's ffn_norm is the one before the MLP) and Phi-3's fused
+# projections.
+_GEMMA2 = {"post_attention_layernorm.weight": "post_attention_norm.weight",
+           "pre_feedforward_layernorm.weight": "ffn_norm.weight",
+           "post_feedforward_layernorm.weight": "post_ffw_norm.weight"}
+_PHI3 = {"self_attn.qkv_proj.weight": "attn_qkv.weight", "mlp.gate_up_proj.weight": "ffn_up.weight"}
 _GPT2 = {"ln_1": "attn_norm", "attn.c_attn": "attn_qkv", "attn.c_proj": "attn_output",
          "ln_2": "ffn_norm", "mlp.c_fc": "ffn_up", "mlp.c_proj": "ffn_down"}
 
@@ -331,7 +338,9 @@ def hf_to_gguf(kind, seed, path):
     cfg = make_checkpoints.KINDS[kind]("F32")
     rng = np.random.default_rng(seed)
     gpt2 = kind == "gpt2"
+    gemma = cfg.get("model_type", "").startswith("gemma")
     w = make_checkpoints._gpt2_weights(cfg, rng, False) if gpt2 else \
+        make_checkpoints._gemma_weights(cfg, rng) if gemma else \
         make_checkpoints._llama_weights(cfg, rng)
     arch = "gpt2" if gpt2 else _GGUF_ARCH.get(cfg["model_type"], "llama")
     tensors = []
@@ -375,6 +384,29 @@ def hf_to_gguf(kind, seed, path):
                 arch + ".attention.layer_norm_rms_epsilon": gguf_io.F32(cfg["rms_norm_eps"]),
                 arch + ".rope.freq_base": gguf_io.F32(rope.get("rope_theta", cfg.get("rope_theta")))}
         kind_ = rope.get("rope_type", rope.get("type"))
+        if cfg.get("partial_rotary_factor"):
+            meta[arch + ".rope.dimension_count"] = gguf_io.U32(int(hd * cfg["partial_rotary_factor"]))
+        if gemma:
+            # llama.cpp's Gemma keys: soft-caps and the window (Gemma 2/3); the layer pattern and
+            # Gemma 3's local RoPE base are implied by the architecture; norms stored as 1 + w.
+            if cfg.get("attn_logit_softcapping"):
+                meta[arch + ".attn_logit_softcapping"] = gguf_io.F32(cfg["attn_logit_softcapping"])
+                meta[arch + ".final_logit_softcapping"] = gguf_io.F32(cfg["final_logit_softcapping"])
+            if cfg.get("sliding_window"):
+                meta[arch + ".attention.sliding_window"] = gguf_io.U32(cfg["sliding_window"])
+            for name in [n for n in w if n.endswith("norm.weight")]:
+                w[name] = w[name] + 1.0
+        if kind_ == "linear":
+            meta[arch + ".rope.scaling.type"] = "linear"
+            meta[arch + ".rope.scaling.factor"] = gguf_io.F32(rope["factor"])
+        elif kind_ == "longrope":  # Phi-3: the factor tensors, the pretrained context
+            orig = cfg["original_max_position_embeddings"]
+            scale = cfg["max_position_embeddings"] / orig
+            meta[arch + ".rope.scaling.original_context_length"] = gguf_io.U32(orig)
+            meta[arch + ".rope.scaling.attn_factor"] = gguf_io.F32(
+                np.sqrt(1 + np.log(scale) / np.log(orig)))
+            add("rope_factors_short.weight", np.array(rope["short_factor"]))
+            add("rope_factors_long.weight", np.array(rope["long_factor"]))
         if kind_ == "yarn":  # llama.cpp's keys
             meta[arch + ".rope.scaling.type"] = "yarn"
             meta[arch + ".rope.scaling.factor"] = gguf_io.F32(rope["factor"])
@@ -444,7 +476,9 @@ def hf_to_gguf(kind, seed, path):
                     a = permute(a, heads if "q_proj" in rest else kv)
                 if rest == "mlp.shared_expert_gate.weight":
                     a = a.reshape(-1)  # llama.cpp keeps this [1, hidden] gate as a vector
-                add("blk.%s.%s" % (layer, _LLAMA[rest]), a)
+                names = dict(_LLAMA, **(_GEMMA2 if arch in ("gemma2", "gemma3") else {}),
+                             **(_PHI3 if arch == "phi3" else {}))
+                add("blk.%s.%s" % (layer, names[rest]), a)
     meta = dict({"general.architecture": arch, "tokenizer.ggml.bos_token_id": gguf_io.U32(cfg["bos_token_id"]),
                  "tokenizer.ggml.eos_token_id": gguf_io.U32(cfg["eos_token_id"])}, **meta)
     gguf_io.write_gguf(path, meta, tensors)
@@ -504,6 +538,22 @@ class GgufArchitecturesTest(LogitsMixin, unittest.TestCase):
 
     def test_olmoe(self):
         self.check("olmoe", exact=True)
+
+    # Gemma (norms stored as 1 + w, as llama.cpp's converter writes them), Gemma 2 (soft-caps,
+    # every 2nd layer global), Gemma 3 (every 6th global, local RoPE base 10000), Phi-3 (fused
+    # projections, LongRoPE factors as tensors, partial rotary). llama.cpp derives Gemma's score
+    # scale from head_dim, so these checkpoints keep query_pre_attn_scalar = head_dim.
+    def test_gemma(self):
+        self.check("gemma", exact=False)
+
+    def test_gemma2(self):
+        self.check("gemma2_gguf", exact=False)
+
+    def test_gemma3(self):
+        self.check("gemma3_gguf", exact=False)
+
+    def test_phi3_longrope(self):
+        self.check("phi3", exact=False)  # the attention factor stored as F32
 
 
 def tokenflow(*args):
