@@ -8,10 +8,13 @@ Fixtures (tests/tokenizer/chat_templates/*.jinja) are the chat_template strings 
 tokenizer_config.json, byte for byte: Llama-2-7b-chat, Meta-Llama-3-8B-Instruct, Meta-Llama-3.1-8B-
 Instruct (the "26 Jul 2024" revision, with tools), Llama-3.2-Instruct, Mistral-7B-Instruct v0.1
 (as Mixtral-8x7B-Instruct ships it), v0.2 and v0.3 (with tools), Qwen1.5-Chat, Qwen2-Instruct,
-Qwen2.5-0.5B-Instruct (with tools), zephyr-7b-beta, TinyLlama-1.1B-Chat-v1.0, gemma-7b-it,
-Phi-3-mini, and templates of other models that exercise namespaces, macros-free tool calling and
+Qwen2.5-0.5B-Instruct (with tools), Qwen3 (as released, with <think>, reasoning_content and
+enable_thinking), Qwen3-4B-Thinking-2507, zephyr-7b-beta, TinyLlama-1.1B-Chat-v1.0, gemma-7b-it
+(which Gemma 2 ships too), gemma-3-it (content as a list of parts), Phi-3-mini, Phi-3.5-mini,
+Phi-4, Phi-4-mini (tools in the system message), and templates of other models that exercise namespaces, macros-free tool calling and
 whitespace control (deepseek-coder, firefunction-v1, functionary-v2.2, CodeLlama-70b, openchat,
-SOLAR, DeciLM, Smaug, Synatra, PiVoT-MoE, falcon-rw-1b-chat).
+SOLAR, DeciLM, Smaug, Synatra, PiVoT-MoE, falcon-rw-1b-chat). chat_templates/README.md says where
+each new fixture was taken from.
 
 Env: TF_RENDER_TEMPLATE (the render_template tool).
 """
@@ -126,6 +129,14 @@ TRICKY_USER = {"role": "user",
                "content": "  Line one\nline two\n\n\tTabbed — naïve café, 日本語, emoji 😀 "
                           "\"quotes\" 'single' {{ not_a_tag }} {% neither %}  "}
 TRICKY_ASSISTANT = {"role": "assistant", "content": "\n Ответ: ß → SS? ΣΑΣ \n"}
+REASONING_ASSISTANT = {"role": "assistant", "content": "\nIt is 4.",
+                       "reasoning_content": "\nThe user asks 2 + 2.\nThat is 4.\n\n"}
+THINK_ASSISTANT = {"role": "assistant",
+                   "content": "<think>\nLet me think.\n</think>\n\nHello! How can I help?"}
+PARTS_SYSTEM = {"role": "system", "content": [{"type": "text", "text": "You are terse."}]}
+PARTS_USER = {"role": "user", "content": [{"type": "text", "text": "  Describe this: "},
+                                          {"type": "image"},
+                                          {"type": "text", "text": "in one word. "}]}
 
 CONVERSATIONS = {
     "system_user": [SYSTEM, USER],
@@ -138,6 +149,14 @@ CONVERSATIONS = {
     "empty": [],
     "not_alternating": [USER, USER2],
     "assistant_first": [ASSISTANT, USER],
+    # Reasoning models (Qwen3): the thoughts as reasoning_content, or inline in the content.
+    "reasoning_content": [SYSTEM, USER, REASONING_ASSISTANT, USER2],
+    "ends_with_reasoning": [USER, REASONING_ASSISTANT],
+    "think_in_content": [USER, THINK_ASSISTANT, USER2],
+    "ends_with_think": [SYSTEM, USER, THINK_ASSISTANT],
+    # Content as a list of {"type": "text"} parts (Gemma 3, multimodal-style clients).
+    "content_parts": [PARTS_SYSTEM, PARTS_USER, ASSISTANT, USER2],
+    "content_parts_user_only": [PARTS_USER],
 }
 
 TOOLS = [{
@@ -168,6 +187,21 @@ TOOL_CALL_TURNS = [
     {"role": "user", "content": "Thanks!"},
 ]
 
+MULTI_STEP_TURNS = [
+    {"role": "system", "content": "You are a helpful assistant."},
+    {"role": "user", "content": "Compare the weather in Paris and Oslo."},
+    {"role": "assistant", "content": "", "reasoning_content": "Two cities, two calls.",
+     "tool_calls": [
+         {"type": "function", "function": {"name": "get_current_weather",
+                                           "arguments": {"location": "Paris"}}},
+         {"type": "function", "function": {"name": "get_current_weather",
+                                           "arguments": "{\"location\": \"Oslo\"}"}}]},
+    {"role": "tool", "content": "{\"temperature\": 21.5}"},
+    {"role": "tool", "content": "{\"temperature\": 3}"},
+    {"role": "assistant", "content": "<think>\nParis is warmer.\n</think>\n\nParis: 21.5 °C."},
+    {"role": "user", "content": "<tool_response>\n{\"note\": \"late result\"}\n</tool_response>"},
+]
+
 TOOL_CONTEXTS = {
     "tools_user_only": {"messages": [{"role": "user", "content": "Weather in Oslo?"}],
                         "tools": TOOLS},
@@ -175,6 +209,14 @@ TOOL_CONTEXTS = {
                           "tools": TOOLS},
     "tool_call_round_trip": {"messages": TOOL_CALL_TURNS, "tools": TOOLS},
     "tool_call_without_tools": {"messages": TOOL_CALL_TURNS},
+    # Qwen3: the last user turn is a wrapped tool response (the messages[::-1] scan skips it),
+    # two tool results in a row, thoughts before the call.
+    "multi_step_tool_calls": {"messages": MULTI_STEP_TURNS, "tools": TOOLS},
+    # Phi-4-mini: the tools as a JSON string on the system message.
+    "tools_in_system_message": {"messages": [
+        {"role": "system", "content": "You are a helpful assistant with some tools.",
+         "tools": json.dumps([t["function"] for t in TOOLS])},
+        {"role": "user", "content": "Weather in Oslo?"}]},
 }
 
 REAL_TEMPLATES = sorted(f for f in os.listdir(FIXTURES) if f.endswith(".jinja"))
@@ -186,7 +228,9 @@ class RealTemplates(JinjaComparison):
     def test_fixtures_present(self):
         for name in ["llama2_chat", "llama3_instruct", "llama3.1_instruct", "mistral_v0.1_instruct",
                      "mistral_v0.2_instruct", "mistral_v0.3_instruct", "qwen2_instruct",
-                     "qwen2.5_instruct", "zephyr", "tinyllama_chat", "gemma_it"]:
+                     "qwen2.5_instruct", "zephyr", "tinyllama_chat", "gemma_it", "qwen3",
+                     "qwen3_thinking_2507", "gemma3_it", "phi3.5_mini_instruct", "phi4",
+                     "phi4_mini_instruct"]:
             self.assertIn(name + ".jinja", REAL_TEMPLATES)
 
     def test_conversations(self):
@@ -222,6 +266,40 @@ class RealTemplates(JinjaComparison):
                            **extra}
                 self.assert_same(template, context)
 
+    def test_qwen3_enable_thinking(self):
+        for name in ["qwen3.jinja", "qwen3_thinking_2507.jinja"]:
+            template = read_fixture(name)
+            for extra in [{"enable_thinking": False}, {"enable_thinking": True},
+                          {"enable_thinking": None}, {"enable_thinking": 0}]:
+                for conv_name in ["system_user", "reasoning_content", "think_in_content"]:
+                    with self.subTest(template=name, extra=extra, conversation=conv_name):
+                        context = {"messages": CONVERSATIONS[conv_name],
+                                   "add_generation_prompt": True, **SPECIAL, **extra}
+                        self.assert_same(template, context)
+        # Thinking off: the prompt ends in an empty think block the model continues after.
+        context = {"messages": [USER], "add_generation_prompt": True, "enable_thinking": False,
+                   **SPECIAL}
+        want = ("<|im_start|>user\nHello, how are you?<|im_end|>\n"
+                "<|im_start|>assistant\n<think>\n\n</think>\n\n")
+        self.assertEqual(render_tokenflow(read_fixture("qwen3.jinja"), context), ("ok", want))
+        self.assertEqual(render_jinja(read_fixture("qwen3.jinja"), context), ("ok", want))
+        # Thoughts are kept only after the last user query, and re-emitted in a think block.
+        context = {"messages": CONVERSATIONS["ends_with_reasoning"], **SPECIAL}
+        self.assertEqual(render_tokenflow(read_fixture("qwen3.jinja"), context)[1],
+                         "<|im_start|>user\nHello, how are you?<|im_end|>\n<|im_start|>assistant\n"
+                         "<think>\nThe user asks 2 + 2.\nThat is 4.\n</think>\n\nIt is 4.<|im_end|>\n")
+
+    def test_gemma3_folds_the_system_message_into_the_first_turn(self):
+        template = read_fixture("gemma3_it.jinja")
+        context = {"messages": CONVERSATIONS["content_parts"], "add_generation_prompt": True,
+                   "bos_token": "<bos>"}
+        want = ("<bos><start_of_turn>user\nYou are terse.\n\nDescribe this:<start_of_image>in one "
+                "word.<end_of_turn>\n<start_of_turn>model\nI'm doing great. How can I help you "
+                "today?<end_of_turn>\n<start_of_turn>user\nI'd like to show off how chat templating "
+                "works!<end_of_turn>\n<start_of_turn>model\n")
+        self.assertEqual(render_jinja(template, context), ("ok", want))
+        self.assertEqual(render_tokenflow(template, context), ("ok", want))
+
     def test_gemma_refuses_a_system_message(self):
         template = read_fixture("gemma_it.jinja")
         context = {"messages": [SYSTEM, USER], "add_generation_prompt": True, **SPECIAL}
@@ -240,6 +318,10 @@ class RealTemplates(JinjaComparison):
                                    "user/assistant/user/assistant/..."))
 
 
+BUILTIN_NAMES = ["chatml", "llama2", "llama3", "mistral", "zephyr", "gemma", "tinyllama", "qwen3",
+                 "gemma3", "phi4"]
+
+
 class BuiltinTemplates(JinjaComparison):
     """builtin_chat_template(): the sources and their renderings."""
 
@@ -251,24 +333,24 @@ class BuiltinTemplates(JinjaComparison):
     def test_names(self):
         rc, out, _ = run_tool({}, ["--builtins"])
         self.assertEqual(rc, 0)
-        self.assertEqual(out.split(), ["chatml", "llama2", "llama3", "mistral", "zephyr", "gemma",
-                                       "tinyllama"])
+        self.assertEqual(out.split(), BUILTIN_NAMES)
 
     def test_unknown_family_lists_the_known_ones(self):
         rc, _, err = run_tool({}, ["--builtin-source", "nope"])
         self.assertEqual(rc, 1)
         self.assertIn("'nope'", err)
-        self.assertIn("chatml, llama2, llama3, mistral, zephyr, gemma, tinyllama", err)
+        self.assertIn(", ".join(BUILTIN_NAMES), err)
 
     def test_builtins_match_the_shipped_templates(self):
         shipped = {"llama2": "llama2_chat", "llama3": "llama3_instruct",
-                   "mistral": "mistral_v0.2_instruct", "zephyr": "zephyr", "gemma": "gemma_it"}
+                   "mistral": "mistral_v0.2_instruct", "zephyr": "zephyr", "gemma": "gemma_it",
+                   "qwen3": "qwen3", "gemma3": "gemma3_it", "phi4": "phi4"}
         for name, fixture in shipped.items():
             with self.subTest(name=name):
                 self.assertEqual(self.builtin_source(name), read_fixture(fixture + ".jinja"))
 
     def test_renderings(self):
-        for name in ["chatml", "llama2", "llama3", "mistral", "zephyr", "gemma", "tinyllama"]:
+        for name in BUILTIN_NAMES:
             template = self.builtin_source(name)
             for conv_name, messages in CONVERSATIONS.items():
                 for gen in (True, False):
@@ -390,6 +472,12 @@ METHODS = [
     "{{ 'a b c'.rsplit(' ', 1) }}|{{ '  a b  c '.split(none, 1) }}|{{ '  a b  c '.rsplit(none, 1) }}|"
     "{{ ''.split() }}|{{ ''.split(',') }}|{{ 'a\\nb\\r\\nc\\n'.splitlines() }}|"
     "{{ 'a\\nb'.splitlines(true) }}|{{ 'a<sep>b'.split(sep='<sep>') }}",
+    # Qwen3's reasoning split: multi-character separators, [0]/[-1], strip with a set of chars.
+    "{% set c = '<think>\\n a \\n</think>\\n\\nB\\n' %}"
+    "[{{ c.split('</think>')[0].rstrip('\\n').split('<think>')[-1].lstrip('\\n') }}]"
+    "[{{ c.split('</think>')[-1].lstrip('\\n') }}][{{ 'no tags'.split('</think>')[-1] }}]"
+    "[{{ '\\n\\nx\\n'.strip('\\n') }}][{{ '<think></think>'.split('<think>') }}]"
+    "[{{ 'a</think>b</think>c'.split('</think>') }}][{{ 'ab'.split('ab') }}]",
     "{{ s.startswith('  H') }} {{ s.endswith(('x', '  ')) }} {{ 'abc'.startswith('b', 1) }} "
     "{{ 'abc'.upper() }} {{ 'ABC'.lower() }} {{ 'hello wORLD it\\'s 2nd'.title() }} "
     "{{ 'hELLO world'.capitalize() }} {{ 'aaa'.replace('a', 'b', 2) }} {{ 'abc'.replace('', '-') }}",
@@ -489,9 +577,21 @@ TESTS = [
     "{{ name is callable }} {{ 'upper' is filter }} {{ 'nope' is filter }} {{ 'odd' is test }} "
     "{{ s is escaped }} {{ not x is defined }} {{ x is defined or 'fallback' }}",
     "{{ messages[0].content is string and messages[0].content is not mapping }}",
+    # Qwen3's enable_thinking test and Gemma 3's content checks.
+    "{{ false is false }} {{ 0 is false }} {{ none is false }} {{ '' is false }} "
+    "{{ x is defined and x is false }} {{ [] is iterable }} {{ {} is iterable }} "
+    "{{ 'x' is iterable }} {{ messages is iterable }} {{ [{'type': 'text'}] is string }}",
 ]
 
 STATEMENTS = [
+    "{% set ns = namespace(last=messages|length - 1, multi=true) %}{% for m in messages[::-1] %}"
+    "{% set index = (messages|length - 1) - loop.index0 %}{% if ns.multi and m.role == 'user' %}"
+    "{% set ns.multi = false %}{% set ns.last = index %}{% endif %}{{ index }}{{ loop.last }},"
+    "{% endfor %} {{ ns.last }} {{ ns.multi }} {% for m in messages %}{% if loop.index0 > ns.last %}"
+    "{{ m.role }}{% endif %}{% endfor %}",
+    "{% for m in [{'content': [{'type': 'text', 'text': ' a '}, {'type': 'image'}]}] %}"
+    "[{{ m['content'] | trim }}]{% for item in m['content'] %}{% if item['type'] == 'text' %}"
+    "[{{ item['text'] | trim }}]{% endif %}{% endfor %}{% endfor %}",
     "{% for m in messages %}{{ loop.index }}/{{ loop.index0 }}/{{ loop.revindex }}/"
     "{{ loop.revindex0 }}/{{ loop.first }}/{{ loop.last }}/{{ loop.length }}/"
     "{{ loop.previtem is defined }}/{{ loop.nextitem.role if loop.nextitem else '-' }}/"
