@@ -26,8 +26,8 @@ const std::unordered_set<std::string> kCommonFields = {
     "service_tier", "metadata", "store"};
 const std::unordered_set<std::string> kCompletionFields = {"prompt", "echo", "suffix"};
 const std::unordered_set<std::string> kChatFields = {
-    "messages", "max_completion_tokens", "top_logprobs",        "response_format",
-    "tools",    "tool_choice",           "parallel_tool_calls", "add_generation_prompt"};
+    "messages",    "max_completion_tokens", "top_logprobs",          "response_format",     "tools",
+    "tool_choice", "parallel_tool_calls",   "add_generation_prompt", "chat_template_kwargs"};
 
 // The sampling parameters a Predict instance may carry.
 const std::unordered_set<std::string> kPredictParams = {"max_tokens",
@@ -155,6 +155,16 @@ void read_body(const json& body, bool chat, bool log_prompt, CompletionRequest& 
       add = body["add_generation_prompt"].get<bool>();
     }
     r.add_generation_prompt = add;
+    if (present(body, "chat_template_kwargs")) {
+      const json& kw = body["chat_template_kwargs"];
+      if (!kw.is_object())
+        fail_field("chat_template_kwargs", "'chat_template_kwargs' must be an object");
+      for (const char* reserved : {"messages", "add_generation_prompt", "bos_token", "eos_token"})
+        if (kw.contains(reserved))
+          fail_field("chat_template_kwargs",
+                     "'chat_template_kwargs' may not set '{}' (a field of its own)", reserved);
+      r.chat_template_kwargs = kw;
+    }
   } else {
     r.prompts = read_completion_prompts(body);
   }

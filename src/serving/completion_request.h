@@ -38,6 +38,8 @@ struct CompletionRequest {
   std::vector<PromptInput> prompts;   // completions and Predict (one per instance)
   std::vector<ChatMessage> messages;  // chat (content parts joined: only text parts are taken)
   bool add_generation_prompt = true;
+  // More variables for the chat template (vLLM's chat_template_kwargs: Qwen3's enable_thinking).
+  nlohmann::json chat_template_kwargs = nlohmann::json::object();
   bool add_special_tokens = true;  // text prompts get BOS
   // Sampling as asked: max_tokens is meaningful only when max_tokens_given (else the planner's
   // default: 16 for completions, the room the context leaves for chat). Validated against the

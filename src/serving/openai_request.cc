@@ -209,8 +209,14 @@ std::vector<PromptInput> read_completion_prompts(const json& body) {
 std::string chat_template_source(const LoadedTokenizer& tokenizer, const ModelConfig& config) {
   if (!tokenizer.chat_template.empty()) return tokenizer.chat_template;
   const std::string& a = config.architecture;
-  if (a == "Qwen2ForCausalLM" || a == "GPT2LMHeadModel") return builtin_chat_template("chatml");
-  if (a == "MistralForCausalLM") return builtin_chat_template("mistral");
+  if (a == "Qwen3ForCausalLM" || a == "Qwen3MoeForCausalLM") return builtin_chat_template("qwen3");
+  if (a == "Qwen2ForCausalLM" || a == "Qwen2MoeForCausalLM" || a == "GPT2LMHeadModel")
+    return builtin_chat_template("chatml");
+  if (a == "MistralForCausalLM" || a == "MixtralForCausalLM")
+    return builtin_chat_template("mistral");
+  if (a == "Gemma3ForCausalLM") return builtin_chat_template("gemma3");
+  if (a == "GemmaForCausalLM" || a == "Gemma2ForCausalLM") return builtin_chat_template("gemma");
+  if (a == "Phi3ForCausalLM" && config.vocab_size == 100352) return builtin_chat_template("phi4");
   if (config.vocab_size >= 128000) return builtin_chat_template("llama3");
   return builtin_chat_template("llama2");
 }
@@ -248,12 +254,12 @@ std::vector<ChatMessage> read_chat_messages(const json& body) {
 
 std::vector<int32_t> render_chat_prompt(const std::vector<ChatMessage>& messages,
                                         bool add_generation_prompt,
-                                        const LoadedTokenizer& tokenizer,
-                                        const ModelConfig& config) {
+                                        const LoadedTokenizer& tokenizer, const ModelConfig& config,
+                                        const nlohmann::json& template_kwargs) {
   if (!tokenizer.tokenizer) fail("this model has no tokenizer, so it cannot take chat messages");
   const ChatTemplate tmpl = ChatTemplate::parse(chat_template_source(tokenizer, config));
-  const std::string text =
-      tmpl.apply(messages, add_generation_prompt, tokenizer.bos_token, tokenizer.eos_token);
+  const std::string text = tmpl.apply(messages, add_generation_prompt, tokenizer.bos_token,
+                                      tokenizer.eos_token, template_kwargs);
   return encode_prompt(*tokenizer.tokenizer, text, /*add_special_tokens=*/false, config.max_seq_len,
                        "messages");
 }

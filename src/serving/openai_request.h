@@ -48,10 +48,10 @@ std::vector<ChatMessage> read_chat_messages(const nlohmann::json& body);
 // Chat messages rendered with the model's chat template (or the built-in one for its family),
 // then tokenized without adding special tokens again (refused before that when the rendered
 // text cannot fit the model's context, as encode_prompt does).
-std::vector<int32_t> render_chat_prompt(const std::vector<ChatMessage>& messages,
-                                        bool add_generation_prompt,
-                                        const LoadedTokenizer& tokenizer,
-                                        const ModelConfig& config);
+std::vector<int32_t> render_chat_prompt(
+    const std::vector<ChatMessage>& messages, bool add_generation_prompt,
+    const LoadedTokenizer& tokenizer, const ModelConfig& config,
+    const nlohmann::json& template_kwargs = nlohmann::json::object());
 
 // The stop strings' limits (kMaxStopStrings, kMaxStopBytes): FieldError naming "stop".
 void check_stop_limits(const SamplingParams& params);

@@ -60,8 +60,8 @@ GenerationPlan plan_request(const CompletionRequest& req, const LoadedTokenizer&
     p.params.validate(cfg.vocab_size);
     if (req.chat) {
       if (req.messages.empty()) fail_field("messages", "'messages' must be a non-empty list");
-      p.prompts.push_back(
-          render_chat_prompt(req.messages, req.add_generation_prompt, tokenizer, cfg));
+      p.prompts.push_back(render_chat_prompt(req.messages, req.add_generation_prompt, tokenizer,
+                                             cfg, req.chat_template_kwargs));
     } else {
       if (req.prompts.empty()) fail_field("prompt", "'prompt' is required");
       for (const auto& prompt : req.prompts)

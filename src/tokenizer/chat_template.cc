@@ -275,7 +275,7 @@ std::string ChatTemplate::render(const nlohmann::json& context,
 
 std::string ChatTemplate::apply(const std::vector<ChatMessage>& messages,
                                 bool add_generation_prompt, const std::string& bos_token,
-                                const std::string& eos_token) const {
+                                const std::string& eos_token, const nlohmann::json& extra) const {
   nlohmann::ordered_json context;
   context["messages"] = nlohmann::ordered_json::array();
   for (const ChatMessage& m : messages) {
@@ -284,6 +284,7 @@ std::string ChatTemplate::apply(const std::vector<ChatMessage>& messages,
   context["add_generation_prompt"] = add_generation_prompt;
   context["bos_token"] = bos_token;
   context["eos_token"] = eos_token;
+  for (const auto& [key, value] : extra.items()) context[key] = value;
   return render(context);
 }
 

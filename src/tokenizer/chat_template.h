@@ -44,9 +44,11 @@ class ChatTemplate {
                      const ChatTemplateLimits& limits = {}) const;
   std::string render(const nlohmann::json& context, const ChatTemplateLimits& limits = {}) const;
 
-  // messages + add_generation_prompt + bos_token + eos_token.
+  // messages + add_generation_prompt + bos_token + eos_token, plus `extra` (an object of more
+  // variables: the chat API's chat_template_kwargs, e.g. Qwen3's enable_thinking).
   std::string apply(const std::vector<ChatMessage>& messages, bool add_generation_prompt,
-                    const std::string& bos_token, const std::string& eos_token) const;
+                    const std::string& bos_token, const std::string& eos_token,
+                    const nlohmann::json& extra = nlohmann::json::object()) const;
 
  private:
   struct Parsed;

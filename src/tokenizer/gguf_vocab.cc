@@ -1,5 +1,7 @@
 #include "tokenizer/gguf_vocab.h"
 
+#include <algorithm>
+
 #include "core/error.h"
 #include "core/mapped_file.h"
 #include "model/gguf.h"
@@ -137,6 +139,42 @@ std::unique_ptr<Tokenizer> gpt2_tokenizer(const GgufFile& f, const std::string& 
   return HfTokenizer::from_json(j.dump(), path);
 }
 
+// Every id that ends a generation, as llama.cpp collects them: EOS, the eot / eom ids where the
+// file names them, and the chat families' turn ends found in the vocabulary by text (Llama 3's
+// <|eot_id|> and <|eom_id|>, ChatML's <|im_end|> for Qwen, Phi's <|end|>, Gemma's <end_of_turn>,
+// <|endoftext|>), where the file marks them as control tokens (or has no token types). A
+// Qwen3 base GGUF whose EOS is <|endoftext|> then also stops at the end of a chat turn.
+std::vector<int32_t> end_of_generation_ids(const GgufFile& f,
+                                           const std::vector<std::string>& tokens,
+                                           const std::vector<int32_t>& types, uint64_t eos) {
+  std::vector<int32_t> ids = {static_cast<int32_t>(eos)};
+  const auto add = [&](uint64_t id) {
+    if (id < tokens.size() &&
+        std::find(ids.begin(), ids.end(), static_cast<int32_t>(id)) == ids.end())
+      ids.push_back(static_cast<int32_t>(id));
+  };
+  for (const char* key : {"tokenizer.ggml.eot_token_id", "tokenizer.ggml.eom_token_id"})
+    if (f.find(key)) add(f.get_uint(key));
+  static const char* kTurnEnds[] = {"<|eot_id|>",    "<|eom_id|>",    "<|im_end|>", "<|end|>",
+                                    "<end_of_turn>", "<|endoftext|>", "<|return|>"};
+  for (size_t i = 0; i < tokens.size(); ++i) {
+    if (!types.empty() && types[i] != 3) continue;  // 3: control
+    for (const char* t : kTurnEnds)
+      if (tokens[i] == t) add(i);
+  }
+  return ids;
+}
+
+std::vector<int32_t> token_types(const GgufFile& f, size_t n, const std::string& path) {
+  std::vector<int32_t> types;
+  if (!f.find("tokenizer.ggml.token_type")) return types;
+  for (double t : f.get_numbers("tokenizer.ggml.token_type"))
+    types.push_back(static_cast<int32_t>(t));
+  if (types.size() != n)
+    fail("'{}': tokenizer.ggml.token_type has {} entries for {} tokens", path, types.size(), n);
+  return types;
+}
+
 LoadedTokenizer gpt2_vocab(const GgufFile& f, const std::string& path) {
   const std::vector<std::string> tokens = f.get_strings("tokenizer.ggml.tokens");
   const uint64_t bos = f.get_uint("tokenizer.ggml.bos_token_id", 0);
@@ -152,11 +190,7 @@ LoadedTokenizer gpt2_vocab(const GgufFile& f, const std::string& path) {
   out.eos_token = tokens[eos];
   out.source = path;
   out.chat_template = f.get_string("tokenizer.chat_template", "");
-  out.stop_ids = {static_cast<int32_t>(eos)};
-  if (f.find("tokenizer.ggml.eot_token_id")) {
-    const uint64_t eot = f.get_uint("tokenizer.ggml.eot_token_id");
-    if (eot != eos && eot < tokens.size()) out.stop_ids.push_back(static_cast<int32_t>(eot));
-  }
+  out.stop_ids = end_of_generation_ids(f, tokens, token_types(f, tokens.size(), path), eos);
   return out;
 }
 
@@ -178,15 +212,9 @@ LoadedTokenizer load_gguf_tokenizer(const GgufFile& f, const std::string& path) 
   const uint64_t eos = f.get_uint("tokenizer.ggml.eos_token_id", 2);
   if (bos >= pieces.size() || eos >= pieces.size())
     fail("'{}': BOS {} or EOS {} is outside the vocabulary of {}", path, bos, eos, pieces.size());
-  std::vector<int32_t> types;
-  if (f.find("tokenizer.ggml.token_type")) {
-    for (double t : f.get_numbers("tokenizer.ggml.token_type"))
-      types.push_back(static_cast<int32_t>(t));
-    if (types.size() != pieces.size())
-      fail("'{}': tokenizer.ggml.token_type has {} entries for {} tokens", path, types.size(),
-           pieces.size());
-  }
+  std::vector<int32_t> types = token_types(f, pieces.size(), path);
   LoadedTokenizer out;
+  out.stop_ids = end_of_generation_ids(f, pieces, types, eos);
   out.bos_token = pieces[bos];
   out.eos_token = pieces[eos];
   // SentencePiece writes a space as U+2581; the llama2.c tokenizer holds plain spaces.
@@ -213,7 +241,6 @@ LoadedTokenizer load_gguf_tokenizer(const GgufFile& f, const std::string& path) 
   out.tokenizer = std::move(tok);
   out.source = path;
   out.chat_template = f.get_string("tokenizer.chat_template", "");
-  out.stop_ids = {static_cast<int32_t>(eos)};
   return out;
 }
 

@@ -17,6 +17,8 @@
 #include "core/error.h"
 #include "core/mapped_file.h"
 #include "model/ggml_quants.h"
+#include "model/gguf_writer.h"
+#include "tokenizer/gguf_vocab.h"
 
 namespace tf {
 namespace {
@@ -322,6 +324,31 @@ TEST(GgmlQuants, KQuantMixesDequantizeCloseToTheF32Weights) {
   EXPECT_GT(seen[GgmlType::kQ4_K], 0);
   EXPECT_GT(seen[GgmlType::kQ5_K], 0);
   EXPECT_GT(seen[GgmlType::kQ6_K], 0);
+}
+
+// Every id that ends a generation, as llama.cpp gathers them: EOS, the eot / eom keys, and the
+// chat families' turn ends found by text where the file marks them as control tokens.
+TEST(GgufVocab, StopsAtEosEotAndTheControlTurnEnds) {
+  const auto build = [](bool eot_key, const std::string& path) {
+    GgufWriter g;
+    g.set_string("general.architecture", "llama");
+    g.set_string("tokenizer.ggml.model", "llama");
+    g.set_strings("tokenizer.ggml.tokens",
+                  {"<unk>", "<s>", "</s>", "<|im_end|>", "<end_of_turn>", "<|eot_id|>", "a"});
+    g.set_f32s("tokenizer.ggml.scores", {0, 0, 0, 0, 0, 0, -1});
+    // <|im_end|> and <|eot_id|> control (3), <end_of_turn> an ordinary token here (1).
+    g.set_i32s("tokenizer.ggml.token_type", {2, 3, 3, 3, 1, 3, 1});
+    g.set_u32("tokenizer.ggml.bos_token_id", 1);
+    g.set_u32("tokenizer.ggml.eos_token_id", 2);
+    if (eot_key) g.set_u32("tokenizer.ggml.eot_token_id", 4);
+    g.write(path);
+  };
+  const std::string dir = ::testing::TempDir();
+  build(false, dir + "/eog_a.gguf");
+  EXPECT_EQ(load_gguf_tokenizer(dir + "/eog_a.gguf").stop_ids, (std::vector<int32_t>{2, 3, 5}));
+  // A file's eot id counts whatever its type.
+  build(true, dir + "/eog_b.gguf");
+  EXPECT_EQ(load_gguf_tokenizer(dir + "/eog_b.gguf").stop_ids, (std::vector<int32_t>{2, 4, 3, 5}));
 }
 
 }  // namespace

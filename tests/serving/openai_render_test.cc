@@ -4,7 +4,10 @@
 
 #include <gtest/gtest.h>
 
+#include "core/error.h"
 #include "serving/api_common.h"
+#include "serving/completion_request.h"
+#include "tokenizer/chat_template.h"
 
 namespace tf {
 namespace {
@@ -115,6 +118,33 @@ TEST(OpenAiRender, LogprobsInBothShapes) {
             R"({"content":[{"bytes":[53],"logprob":-0.5,"token":"5","top_logprobs":[)"
             R"({"bytes":[53],"logprob":-0.5,"token":"5"},{"bytes":[55],"logprob":-1.0,)"
             R"("token":"7"}]}],"refusal":null})");
+}
+
+TEST(ChatTemplateKwargs, ReachTheTemplateAndAreCheckedFirst) {
+  using nlohmann::json;
+  const json body = {{"messages", {{{"role", "user"}, {"content", "Hi"}}}},
+                     {"chat_template_kwargs", {{"enable_thinking", false}}}};
+  const CompletionRequest r = read_openai_request(body, /*chat=*/true);
+  EXPECT_EQ(r.chat_template_kwargs, (json{{"enable_thinking", false}}));
+  // Qwen3's template: thinking off renders the empty think block after the generation prompt.
+  const ChatTemplate qwen3 = ChatTemplate::parse(builtin_chat_template("qwen3"));
+  const std::string off =
+      qwen3.apply({{"user", "Hi"}}, true, "", "<|im_end|>", r.chat_template_kwargs);
+  EXPECT_NE(off.find("<|im_start|>assistant\n<think>\n\n</think>\n\n"), std::string::npos) << off;
+  const std::string on = qwen3.apply({{"user", "Hi"}}, true, "", "<|im_end|>");
+  EXPECT_EQ(on.find("<think>"), std::string::npos) << on;
+  // Not an object, or a field the request has its own parameter for: 400 naming it.
+  for (const json& bad : {json("enable_thinking"), json{{"messages", json::array()}},
+                          json{{"add_generation_prompt", false}}}) {
+    json b = body;
+    b["chat_template_kwargs"] = bad;
+    try {
+      read_openai_request(b, true);
+      ADD_FAILURE() << bad.dump();
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find("chat_template_kwargs"), std::string::npos) << e.what();
+    }
+  }
 }
 
 }  // namespace
