@@ -30,6 +30,7 @@ struct GenerateOptions {
   std::string prompt_ids;
   bool chat = false;
   std::string system;
+  std::string chat_template_kwargs;
   SamplingParams params;
   std::optional<uint64_t> seed;
   std::vector<std::string> logit_bias;
@@ -134,7 +135,15 @@ int run_generate(GenerateOptions& o) {
       std::vector<ChatMessage> messages;
       if (!o.system.empty()) messages.push_back({"system", o.system});
       messages.push_back({"user", o.prompt});
-      prompt = render_chat_prompt(messages, /*add_generation_prompt=*/true, loaded, cfg);
+      nlohmann::json kwargs = nlohmann::json::object();
+      if (!o.chat_template_kwargs.empty()) {
+        kwargs = nlohmann::json::parse(o.chat_template_kwargs, nullptr, /*allow_exceptions=*/false);
+        if (!kwargs.is_object())
+          fail(
+              "--chat-template-kwargs must be a JSON object, e.g. '{{\"enable_thinking\": "
+              "false}}'");
+      }
+      prompt = render_chat_prompt(messages, /*add_generation_prompt=*/true, loaded, cfg, kwargs);
     } else {
       prompt = tokenizer->encode(o.prompt, /*add_special_tokens=*/true);
     }
@@ -248,6 +257,9 @@ Action add_generate(CLI::App& app) {
   app.add_flag("--chat", o->chat,
                "send the prompt as a user message through the model's chat template");
   app.add_option("--system", o->system, "with --chat: a system message first");
+  app.add_option("--chat-template-kwargs", o->chat_template_kwargs,
+                 "with --chat: a JSON object of more template variables, e.g. "
+                 "'{\"enable_thinking\": false}' (Qwen3)");
   app.add_option("--max-tokens,-n", p.max_tokens, "tokens to generate at most")
       ->capture_default_str();
   app.add_option("--min-tokens", p.min_tokens, "no EOS or stop token before this many")

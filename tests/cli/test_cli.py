@@ -111,6 +111,14 @@ class DecodingFlagsTest(unittest.TestCase):
         # stories260K ships no template: the Llama 2 family's built-in one wraps the messages.
         self.assertIn("[INST]", out)
         self.assertIn("<<SYS>>", out)
+        # Template variables: a JSON object is taken (the Llama 2 template ignores this one);
+        # anything else is refused before the model runs.
+        self.gen("--chat", "--chat-template-kwargs", '{"enable_thinking": false}', "-n", "2")
+        for bad in ('{"enable_thinking": fals', '["enable_thinking"]'):
+            rc, _, err = run("generate", "-m", STORIES_BIN, "-p", "Hi", "--chat",
+                             "--chat-template-kwargs", bad, "-n", "2")
+            self.assertNotEqual(rc, 0)
+            self.assertIn("--chat-template-kwargs must be a JSON object", err)
 
     def test_beam_search(self):
         out, _ = self.gen("--num-beams", "3", "--num-return-sequences", "2", "-n", "10")
