@@ -19,6 +19,7 @@ each new fixture was taken from.
 Env: TF_RENDER_TEMPLATE (the render_template tool).
 """
 
+import atexit
 import datetime
 import json
 import os
@@ -91,16 +92,39 @@ def run_tool(request, args=()):
                                                                                      "replace")
 
 
+_LINES = None  # one render_template --lines process for the whole run (a process per render
+# costs ~50 ms under the sanitizers, and the suite renders thousands)
+
+
+def _close_lines():
+    if _LINES is not None:
+        _LINES.stdin.close()
+        _LINES.stdout.close()
+        _LINES.wait()
+
+
+atexit.register(_close_lines)
+
+
 def render_tokenflow(template, context, limits=None):
+    global _LINES
     request = {"template": template, "context": context}
     if limits:
         request["limits"] = limits
-    rc, out, err = run_tool(request)
-    if rc == 0:
-        return "ok", out
-    if rc == 1 and err.startswith("error: chat template: ") and err.count("\n") == 1:
-        return "error", err[len("error: "):].rstrip("\n")
-    raise AssertionError(f"render_template failed badly (rc={rc}): {err!r}")
+    if _LINES is None or _LINES.poll() is not None:
+        _LINES = subprocess.Popen([TOOL, "--lines"], stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+    _LINES.stdin.write(json.dumps(request, ensure_ascii=False).encode() + b"\n")
+    _LINES.stdin.flush()
+    line = _LINES.stdout.readline()
+    if not line:
+        raise AssertionError("render_template --lines ended (rc=%s)" % _LINES.wait())
+    answer = json.loads(line.decode("utf-8"))
+    if "ok" in answer:
+        return "ok", answer["ok"]
+    if "error" in answer and answer["error"].startswith("chat template: ") \
+            and "\n" not in answer["error"]:
+        return "error", answer["error"]
+    raise AssertionError(f"render_template failed badly: {answer!r}")
 
 
 def read_fixture(name):
