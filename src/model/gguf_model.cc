@@ -193,48 +193,40 @@ ModelConfig gguf_model_config(const GgufFile& f, const std::string& path) {
   ModelConfig c;
   c.format = "gguf";
   const std::string arch = f.get_string("general.architecture");
-  // llama.cpp's "llama" covers Llama 1-3 and Mistral; "qwen2" adds QKV biases and rotates
-  // halves (NEOX), where "llama" rotates adjacent pairs (its converter permuted Q and K for it).
-  if (arch == "llama") {
-    c.architecture = "LlamaForCausalLM";
-    c.rope_style = kernels::RopeStyle::kInterleaved;
-  } else if (arch == "qwen2") {
-    c.architecture = "Qwen2ForCausalLM";
-    c.rope_style = kernels::RopeStyle::kHalf;
-    c.qkv_bias = true;
-  } else if (arch == "qwen3") {
-    c.architecture = "Qwen3ForCausalLM";
-    c.rope_style = kernels::RopeStyle::kHalf;
-    c.qk_norm = true;
-  } else if (arch == "qwen2moe") {
-    c.architecture = "Qwen2MoeForCausalLM";
-    c.rope_style = kernels::RopeStyle::kHalf;
-    c.qkv_bias = true;
-  } else if (arch == "qwen3moe") {
-    c.architecture = "Qwen3MoeForCausalLM";
-    c.rope_style = kernels::RopeStyle::kHalf;
-    c.qk_norm = true;
-  } else if (arch == "olmoe") {
-    c.architecture = "OlmoeForCausalLM";
-    c.rope_style = kernels::RopeStyle::kHalf;
-    c.qk_norm = c.qk_norm_full = true;
-  } else if (arch == "gemma" || arch == "gemma2" || arch == "gemma3") {
-    c.architecture = arch == "gemma"    ? "GemmaForCausalLM"
-                     : arch == "gemma2" ? "Gemma2ForCausalLM"
-                                        : "Gemma3ForCausalLM";
-    c.rope_style = kernels::RopeStyle::kHalf;
-  } else if (arch == "phi3") {
-    c.architecture = "Phi3ForCausalLM";
-    c.rope_style = kernels::RopeStyle::kHalf;
-    c.fused_qkv = true;
-  } else if (arch == "gpt2") {
-    c.architecture = "GPT2LMHeadModel";
-  } else {
+  // llama.cpp's architectures: "llama" covers Llama 1-3, Mistral (and, with experts, Mixtral)
+  // and rotates adjacent pairs (its converter permuted Q and K for it); the others rotate halves
+  // (NEOX).
+  struct Known {
+    const char *gguf, *hf;
+    bool qkv_bias, qk_norm, qk_norm_full, fused_qkv;
+  };
+  static const Known kKnown[] = {
+      {"llama", "LlamaForCausalLM", false, false, false, false},
+      {"qwen2", "Qwen2ForCausalLM", true, false, false, false},
+      {"qwen3", "Qwen3ForCausalLM", false, true, false, false},
+      {"qwen2moe", "Qwen2MoeForCausalLM", true, false, false, false},
+      {"qwen3moe", "Qwen3MoeForCausalLM", false, true, false, false},
+      {"olmoe", "OlmoeForCausalLM", false, true, true, false},
+      {"gemma", "GemmaForCausalLM", false, false, false, false},
+      {"gemma2", "Gemma2ForCausalLM", false, false, false, false},
+      {"gemma3", "Gemma3ForCausalLM", false, false, false, false},
+      {"phi3", "Phi3ForCausalLM", false, false, false, true},
+      {"gpt2", "GPT2LMHeadModel", false, false, false, false},
+  };
+  const Known* k = nullptr;
+  for (const Known& e : kKnown)
+    if (arch == e.gguf) k = &e;
+  if (k == nullptr)
     fail(ErrorKind::kUnsupported,
          "'{}': GGUF architecture '{}' (general.architecture) is not supported (llama, qwen2, "
          "qwen3, qwen2moe, qwen3moe, olmoe, gemma, gemma2, gemma3, phi3, gpt2)",
          path, arch);
-  }
+  c.architecture = k->hf;
+  c.rope_style = arch == "llama" ? kernels::RopeStyle::kInterleaved : kernels::RopeStyle::kHalf;
+  c.qkv_bias = k->qkv_bias;
+  c.qk_norm = k->qk_norm;
+  c.qk_norm_full = k->qk_norm_full;
+  c.fused_qkv = k->fused_qkv;
   c.arch = arch == "gpt2" ? Arch::kGpt2 : Arch::kLlama;
   const std::string p = arch + ".";
   c.dim = positive(f, p + "embedding_length");
@@ -303,16 +295,22 @@ ModelConfig gguf_model_config(const GgufFile& f, const std::string& path) {
 
 namespace {
 // GGUF's rope_freqs.weight (F32, one divisor per rotated pair) into c.rope.freq_factors.
-void read_rope_freqs(const GgufFile& f, const uint8_t* data, const std::string& path,
-                     ModelConfig& c) {
-  const GgufTensorInfo* t = f.tensor("rope_freqs.weight");
-  if (t == nullptr) return;
+// A RoPE tensor of GGUF: F32, one value per rotated pair of c's heads.
+std::vector<double> rope_tensor(const GgufFile& f, const uint8_t* data, const std::string& path,
+                                const ModelConfig& c, const char* name) {
+  const GgufTensorInfo* t = f.tensor(name);
   const int64_t half = (c.rope.rot_dim > 0 ? c.rope.rot_dim : c.head_dim) / 2;
-  if (t->type != GgmlType::kF32 || t->ne.size() != 1 || t->ne[0] != half)
-    fail("'{}': tensor 'rope_freqs.weight' must be F32 of {} values", path, half);
+  if (t == nullptr || t->type != GgmlType::kF32 || t->ne.size() != 1 || t->ne[0] != half)
+    fail("'{}': tensor '{}' must be F32 of {} values", path, name, half);
   std::vector<float> v(static_cast<size_t>(half));
   std::memcpy(v.data(), data + t->offset, v.size() * sizeof(float));
-  c.rope.freq_factors.assign(v.begin(), v.end());
+  return {v.begin(), v.end()};
+}
+
+void read_rope_freqs(const GgufFile& f, const uint8_t* data, const std::string& path,
+                     ModelConfig& c) {
+  if (f.tensor("rope_freqs.weight") == nullptr) return;
+  c.rope.freq_factors = rope_tensor(f, data, path, c, "rope_freqs.weight");
   c.validate("'" + path + "'");
 }
 
@@ -324,17 +322,9 @@ void read_rope_factors(const GgufFile& f, const uint8_t* data, const std::string
   const GgufTensorInfo* s = f.tensor("rope_factors_short.weight");
   const GgufTensorInfo* l = f.tensor("rope_factors_long.weight");
   if (s == nullptr && l == nullptr) return;
-  const int64_t half = (c.rope.rot_dim > 0 ? c.rope.rot_dim : c.head_dim) / 2;
-  const auto read = [&](const GgufTensorInfo* t, const char* name) {
-    if (t == nullptr || t->type != GgmlType::kF32 || t->ne.size() != 1 || t->ne[0] != half)
-      fail("'{}': tensor '{}' must be F32 of {} values", path, name, half);
-    std::vector<float> v(static_cast<size_t>(half));
-    std::memcpy(v.data(), data + t->offset, v.size() * sizeof(float));
-    return std::vector<double>(v.begin(), v.end());
-  };
   c.rope.kind = RopeParams::Kind::kLongRope;
-  c.rope.short_factor = read(s, "rope_factors_short.weight");
-  c.rope.long_factor = read(l, "rope_factors_long.weight");
+  c.rope.short_factor = rope_tensor(f, data, path, c, "rope_factors_short.weight");
+  c.rope.long_factor = rope_tensor(f, data, path, c, "rope_factors_long.weight");
   const std::string p = f.get_string("general.architecture") + ".";
   c.rope.original_max_pos = static_cast<int64_t>(
       f.get_uint(p + "rope.scaling.original_context_length", static_cast<uint64_t>(c.max_seq_len)));
@@ -357,11 +347,11 @@ ModelConfig load_gguf(const std::string& path, WeightStore& store) {
   ::madvise(const_cast<uint8_t*>(file.data()), file.size(), MADV_SEQUENTIAL);
   const int index = store.add_file(std::move(file));
   store.set_keep_stored_types(true);
+  const Names names = c.arch == Arch::kGpt2                 ? Names::kGpt2
+                      : c.post_norms                        ? Names::kGemma2
+                      : c.architecture == "Phi3ForCausalLM" ? Names::kPhi3
+                                                            : Names::kLlama;
   for (const GgufTensorInfo& t : f.tensors) {
-    const Names names = c.arch == Arch::kGpt2                 ? Names::kGpt2
-                        : c.post_norms                        ? Names::kGemma2
-                        : c.architecture == "Phi3ForCausalLM" ? Names::kPhi3
-                                                              : Names::kLlama;
     const std::string name = hf_name(names, t.name);
     if (name.empty()) continue;
     const auto info = ggml_type_info(static_cast<uint32_t>(t.type));

@@ -32,6 +32,7 @@ void Model::forward(std::span<const SequenceChunk> batch, KvCache& kv, float* lo
                     ThreadPool& pool) {
   if (batch.empty()) fail("empty batch");
   const int64_t bs = kv.block_size();
+  const int64_t window = config_.window_of_every_layer();
   size_t total = 0;
   for (size_t i = 0; i < batch.size(); ++i) {
     const SequenceChunk& s = batch[i];
@@ -54,7 +55,6 @@ void Model::forward(std::span<const SequenceChunk> batch, KvCache& kv, float* lo
     }
     // When every layer slides, attention reads keys from the chunk of 16 positions that holds
     // the chunk's first query's first key: blocks before it may have been released (-1).
-    const int64_t window = config_.window_of_every_layer();
     constexpr int64_t kChunk = kernels::kAttentionKeyChunk;
     const int64_t first_read =
         window > 0 && s.start_pos + 1 > window ? (s.start_pos + 1 - window) / kChunk * kChunk : 0;
