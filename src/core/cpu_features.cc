@@ -55,6 +55,7 @@ CpuFeatures detect() {
   }
   unsigned eax1 = 0, ebx1 = 0, ecx1 = 0, edx1 = 0;
   __cpuid_count(7, 1, eax1, ebx1, ecx1, edx1);
+  f.avx_vnni = eax1 & (1u << 4);
   if (os_zmm) f.avx512_bf16 = eax1 & (1u << 5);
   return f;
 }
@@ -70,7 +71,8 @@ void apply_cap(CpuFeatures& f) {
   std::string_view c(cap);
   if (c == "portable") {
     f = CpuFeatures{};
-  } else if (c == "avx2") {
+  } else if (c == "avx2" || c == "avx2-vnni") {
+    if (c == "avx2") f.avx_vnni = false;  // an AVX2 + FMA machine (Zen 2/3, Haswell-Skylake)
     f.avx512f = f.avx512bw = f.avx512vl = f.avx512dq = false;
     f.avx512_vnni = f.avx512_bf16 = f.avx512_fp16 = false;
     f.amx_tile = f.amx_bf16 = f.amx_int8 = false;
@@ -93,6 +95,7 @@ std::string CpuFeatures::to_string() const {
   add(avx2, "avx2");
   add(fma, "fma");
   add(f16c, "f16c");
+  add(avx_vnni, "avx_vnni");
   add(avx512f, "avx512f");
   add(avx512bw, "avx512bw");
   add(avx512vl, "avx512vl");

@@ -13,6 +13,7 @@ struct CpuFeatures {
   bool avx2 = false;
   bool fma = false;
   bool f16c = false;
+  bool avx_vnni = false;  // AVX-VNNI: vpdpbusd on 256 bits (VEX), without AVX-512
   bool avx512f = false;
   bool avx512bw = false;
   bool avx512vl = false;
@@ -33,8 +34,9 @@ struct CpuFeatures {
   std::string to_string() const;  // "avx2 fma f16c avx512f ..."
 };
 
-// Detected once, then cached. TOKENFLOW_ISA=portable|avx2|avx512 caps what is reported (for tests
-// and benchmarks of the slower paths on a fast machine).
+// Detected once, then cached. TOKENFLOW_ISA=portable|avx2|avx2-vnni|avx512 caps what is reported
+// (for tests and benchmarks of the slower paths on a fast machine; avx2 is an AVX2 + FMA machine
+// without AVX-VNNI).
 const CpuFeatures& cpu_features();
 
 }  // namespace tf

@@ -8,6 +8,7 @@ std::vector<const IsaKernels*> supported_tables() {
 #if defined(__x86_64__)
   const CpuFeatures& f = cpu_features();
   if (f.has_avx2_kernels()) out.push_back(&kAvx2Kernels);
+  if (f.has_avx2_kernels() && f.avx_vnni) out.push_back(&kAvx2VnniKernels);
   if (f.has_avx512_kernels()) out.push_back(&kAvx512Kernels);
   if (f.has_avx512_kernels() && f.avx512_vnni) out.push_back(&kAvx512VnniKernels);
   if (f.has_avx512_kernels() && f.avx512_vnni && f.avx512_bf16) out.push_back(&kAvx512Bf16Kernels);

@@ -42,11 +42,19 @@ struct IsaKernels {
   void (*matmul_cols_bf16)(const uint16_t* x, int64_t m, int64_t k, const WeightMatrix& w,
                            int64_t n_begin, int64_t n_end, const float* bias, float* y, int64_t ldy,
                            bool accumulate);
+  // ggml's block formats, int8 and q4 weights times activations quantized per block of 32
+  // (q8.h: BlockQ8Rows), with int8 dot products; nullptr where the table widens those weights to
+  // f32 instead (matmul_cols_blocks, matmul_cols). Where set, matmul takes it for every m, so a
+  // row's result never depends on its batch.
+  void (*matmul_cols_blocks_q8)(const BlockQ8Rows& x, const WeightMatrix& w, int64_t n_begin,
+                                int64_t n_end, const float* bias, float* y, int64_t ldy,
+                                bool accumulate);
 };
 
 extern const IsaKernels kPortableKernels;
 #if defined(__x86_64__)
 extern const IsaKernels kAvx2Kernels;
+extern const IsaKernels kAvx2VnniKernels;  // AVX2 + AVX-VNNI (vpdpbusd on 256 bits)
 extern const IsaKernels kAvx512Kernels;
 extern const IsaKernels kAvx512VnniKernels;  // AVX-512 + VNNI: int8 dot products
 extern const IsaKernels kAvx512Bf16Kernels;  // AVX-512 + VNNI + BF16: bf16 dot products too

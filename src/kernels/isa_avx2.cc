@@ -5,4 +5,5 @@
 #define TF_VEC_WIDTH 8
 #define TF_TILE_M 2
 #define TF_TILE_N 4
+#define TF_ISA_INT8_BLOCKS 1
 #include "kernels/isa_impl.inc"

@@ -21,18 +21,23 @@ void matmul_many(const float* x, int64_t m, std::span<const MatmulOutput> outs, 
     return;
   }
   // The activations in the form the kernels take, made once for all the matrices: quantized per
-  // block of 32 (int8 dot products), rounded to bf16 (bf16 dot products), or as they are (f32
-  // and ggml's block formats). Row by row, so a row's result never depends on its batch.
-  enum class Path { kF32, kQ8, kBf16, kBlocks } path = Path::kF32;
+  // block of 32 (int8 dot products: VNNI's lane layout, or BlockQ8Rows for the AVX2 tables),
+  // rounded to bf16 (bf16 dot products), or as they are (f32 and ggml's block formats). Row by row,
+  // so a row's result never depends on its batch.
+  enum class Path { kF32, kQ8, kBf16, kBlocks, kBlocksQ8 } path = Path::kF32;
+  const bool int8_or_q4 = w0.type == WeightType::kI8 || w0.type == WeightType::kQ4;
   if (is_block_type(w0.type)) {
-    path = Path::kBlocks;
-  } else if (impl.matmul_cols_q8 != nullptr && k % 64 == 0 &&
-             (w0.type == WeightType::kI8 || w0.type == WeightType::kQ4)) {
+    path = impl.matmul_cols_blocks_q8 != nullptr ? Path::kBlocksQ8 : Path::kBlocks;
+  } else if (impl.matmul_cols_q8 != nullptr && k % 64 == 0 && int8_or_q4) {
     path = Path::kQ8;
+  } else if (impl.matmul_cols_blocks_q8 != nullptr && k % 32 == 0 && int8_or_q4) {
+    path = Path::kBlocksQ8;
   } else if (impl.matmul_cols_bf16 != nullptr && w0.type == WeightType::kBF16) {
     path = Path::kBf16;
   }
   thread_local QuantizedBuffer q8_buffer;
+  thread_local BlockQ8Buffer bq8_buffer;
+  BlockQ8Buffer& bq8 = bq8_buffer;
   thread_local std::vector<uint16_t> bf16_buffer;
   QuantizedBuffer& q8 = q8_buffer;  // references: the workers see the caller's buffers
   std::vector<uint16_t>& xb = bf16_buffer;
@@ -43,6 +48,14 @@ void matmul_many(const float* x, int64_t m, std::span<const MatmulOutput> outs, 
         m,
         [&](int64_t i0, int64_t i1) {
           for (int64_t i = i0; i < i1; ++i) quantize_row(x, i, q8_offset(w0.type), q8);
+        },
+        16);
+  } else if (path == Path::kBlocksQ8) {
+    prepare_block_activations(m, k, bq8);
+    pool.parallel_for(
+        m,
+        [&](int64_t i0, int64_t i1) {
+          for (int64_t i = i0; i < i1; ++i) quantize_block_row(x, i, bq8);
         },
         16);
   } else if (path == Path::kBf16) {
@@ -71,6 +84,9 @@ void matmul_many(const float* x, int64_t m, std::span<const MatmulOutput> outs, 
             switch (path) {
               case Path::kQ8:
                 impl.matmul_cols_q8(*xq, o.w, j0, j1, o.bias, o.y, o.w.n, o.accumulate);
+                break;
+              case Path::kBlocksQ8:
+                impl.matmul_cols_blocks_q8(bq8.rows, o.w, j0, j1, o.bias, o.y, o.w.n, o.accumulate);
                 break;
               case Path::kBlocks:
                 impl.matmul_cols_blocks(x, m, k, o.w, j0, j1, o.bias, o.y, o.w.n, o.accumulate);

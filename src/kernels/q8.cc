@@ -50,6 +50,29 @@ void quantize_row(const float* x, int64_t i, int32_t c, QuantizedBuffer& buf) {
   }
 }
 
+const BlockQ8Rows& prepare_block_activations(int64_t m, int64_t k, BlockQ8Buffer& buf) {
+  TF_CHECK(k % 32 == 0);
+  buf.q.resize(static_cast<size_t>(m * k));
+  buf.d.resize(static_cast<size_t>(m * k / 32));
+  buf.s16.resize(static_cast<size_t>(m * k / 16));
+  buf.rows = {m, k, buf.q.data(), buf.d.data(), buf.s16.data()};
+  return buf.rows;
+}
+
+void quantize_block_row(const float* x, int64_t i, BlockQ8Buffer& buf) {
+  const int64_t k = buf.rows.k;
+  for (int64_t b = 0; b < k / 32; ++b) {
+    int8_t* qb = buf.q.data() + i * k + b * 32;
+    const float d = quantize_block32(x + i * k + b * 32, qb);
+    buf.d[i * (k / 32) + b] = d;
+    for (int h = 0; h < 2; ++h) {
+      int sum = 0;
+      for (int e = 0; e < 16; ++e) sum += qb[16 * h + e];
+      buf.s16[i * (k / 16) + 2 * b + h] = d * static_cast<float>(sum);
+    }
+  }
+}
+
 const QuantizedRows& quantize_activations(const float* x, int64_t m, int64_t k, int32_t c,
                                           QuantizedBuffer& buf) {
   prepare_activations(m, k, buf);

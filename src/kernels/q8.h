@@ -33,6 +33,25 @@ inline int32_t q8_offset(WeightType t) {
   return t == WeightType::kQ4 ? 8 : 128;
 }
 
+// Activations for the int8 block kernels (IsaKernels::matmul_cols_blocks_q8: ggml's formats and
+// int8/q4 on the AVX2 tables): each row in blocks of 32 as Q8_0 (the same rounding as above), in
+// element order, with each block's scale and the sums the kernels' corrections need (a weight
+// format's minimum, or the offset that makes its quants unsigned).
+struct BlockQ8Rows {
+  int64_t m = 0, k = 0;        // k % 32 == 0
+  const int8_t* q = nullptr;   // [m, k]
+  const float* d = nullptr;    // [m, k / 32]: block scales
+  const float* s16 = nullptr;  // [m, k / 16]: d * the sum of each 16 quantized values
+};
+struct BlockQ8Buffer {
+  std::vector<int8_t> q;
+  std::vector<float> d, s16;
+  BlockQ8Rows rows;
+};
+// Sizes buf for m rows of k (k % 32 == 0); fill rows with quantize_block_row.
+const BlockQ8Rows& prepare_block_activations(int64_t m, int64_t k, BlockQ8Buffer& buf);
+void quantize_block_row(const float* x, int64_t i, BlockQ8Buffer& buf);
+
 // Sizes buf for m rows of k (k % 64 == 0) and returns the view; fill rows with quantize_row.
 const QuantizedRows& prepare_activations(int64_t m, int64_t k, QuantizedBuffer& buf);
 // Quantizes row i of x [m, k] into buf with the correction for offset c.

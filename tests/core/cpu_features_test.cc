@@ -44,9 +44,9 @@ TEST(CpuFeatures, ToStringListsExactlyTheFeaturesThatAreOn) {
   const CpuFeatures& d = cpu_features();
   const auto dw = words(d.to_string());
   int on = 0;
-  for (bool b :
-       {d.sse42, d.avx, d.avx2, d.fma, d.f16c, d.avx512f, d.avx512bw, d.avx512vl, d.avx512dq,
-        d.avx512_vnni, d.avx512_bf16, d.avx512_fp16, d.amx_tile, d.amx_bf16, d.amx_int8}) {
+  for (bool b : {d.sse42, d.avx, d.avx2, d.fma, d.f16c, d.avx_vnni, d.avx512f, d.avx512bw,
+                 d.avx512vl, d.avx512dq, d.avx512_vnni, d.avx512_bf16, d.avx512_fp16, d.amx_tile,
+                 d.amx_bf16, d.amx_int8}) {
     on += b ? 1 : 0;
   }
   if (on > 0) {
@@ -118,7 +118,7 @@ TEST(CpuFeaturesDeathTest, IsaCapLimitsWhatIsReported) {
   const char* before = std::getenv("TOKENFLOW_ISA");
   const std::optional<std::string> saved =
       before ? std::optional<std::string>(before) : std::nullopt;
-  for (const char* cap : {"portable", "avx2", "avx512"}) {
+  for (const char* cap : {"portable", "avx2", "avx2-vnni", "avx512"}) {
     SCOPED_TRACE(cap);
     setenv("TOKENFLOW_ISA", cap, 1);
     EXPECT_EXIT(
@@ -127,7 +127,8 @@ TEST(CpuFeaturesDeathTest, IsaCapLimitsWhatIsReported) {
           const std::string_view c(cap);
           bool ok = true;
           if (c == "portable") ok = !f.avx && !f.avx2 && !f.has_avx2_kernels();
-          if (c == "avx2") ok = !f.avx512f && !f.avx512bw && !f.has_avx512_kernels();
+          if (c == "avx2") ok = !f.avx512f && !f.avx512bw && !f.has_avx512_kernels() && !f.avx_vnni;
+          if (c == "avx2-vnni") ok = !f.avx512f && !f.has_avx512_kernels();
           if (c == "avx512") ok = !f.amx_tile && !f.amx_bf16 && !f.amx_int8;
           if (!ok) std::fprintf(stderr, "cap %s gave: %s\n", cap, f.to_string().c_str());
           std::fflush(nullptr);

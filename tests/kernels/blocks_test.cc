@@ -18,6 +18,7 @@
 #include "kernels/ggml_quants.h"
 #include "kernels/isa.h"
 #include "kernels/matmul.h"
+#include "kernels/q8.h"
 #include "kernels/weights.h"
 
 namespace tf::kernels {
@@ -160,6 +161,106 @@ TEST(BlockKernels, ARowsResultDoesNotDependOnTheBatchOrTheThreads) {
       }
     }
   }
+}
+
+// The int8 block kernels (matmul_cols_blocks_q8: the AVX2 tables) against an independent
+// computation: the activations quantized as Q8_0 (d = max|x| / 127, rounded half away from zero)
+// and dequantized, times the dequantized weights, summed in double. The kernels' integer sums are
+// exact, so only the f32 scalings and the correction terms round: bounded by the activations'
+// magnitude times the largest weight of each 16.
+struct Int8Case {
+  WeightType t;
+  std::vector<uint8_t> data, scales;
+  std::vector<float> w;  // dequantized [n, k]
+};
+
+Int8Case int8_case(WeightType t, int64_t n, int64_t k, std::mt19937& rng) {
+  Int8Case c{t, {}, {}, std::vector<float>(static_cast<size_t>(n * k))};
+  if (is_block_type(t)) {
+    c.data = random_blocks(t, n, k, rng);
+    c.w = dequantized(t, c.data, n, k);
+  } else {  // int8 / q4 from normal weights with an outlier
+    std::normal_distribution<float> normal(0.0f, 0.1f);
+    std::vector<float> src(static_cast<size_t>(n * k));
+    for (auto& v : src) v = normal(rng);
+    src[5] = 2.0f;
+    quantize_rows(t, src.data(), n, k, c.data, c.scales);
+    const WeightMatrix m{t, c.data.data(), c.scales.data(), n, k};
+    for (int64_t j = 0; j < n; ++j) m.dequantize_row(j, c.w.data() + j * k);
+  }
+  return c;
+}
+
+std::vector<float> q8_0_round_trip(const std::vector<float>& x) {
+  std::vector<float> out(x.size());
+  for (size_t b = 0; b < x.size(); b += 32) {
+    float amax = 0.0f;
+    for (size_t e = b; e < b + 32; ++e) amax = std::max(amax, std::fabs(x[e]));
+    const float d = amax / 127.0f;
+    for (size_t e = b; e < b + 32; ++e)
+      out[e] = d > 0.0f ? std::clamp(std::round(x[e] / d), -127.0f, 127.0f) * d : 0.0f;
+  }
+  return out;
+}
+
+TEST(BlockKernelsInt8, MatchTheQuantizedActivationsTimesTheDequantizedWeights) {
+  std::mt19937 rng(17);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  std::vector<WeightType> types(std::begin(kBlockTypes), std::end(kBlockTypes));
+  types.push_back(WeightType::kI8);
+  types.push_back(WeightType::kQ4);
+  int tables = 0;
+  for (const IsaKernels* table : supported_tables()) {
+    if (table->matmul_cols_blocks_q8 == nullptr) continue;
+    ++tables;
+    for (WeightType t : types) {
+      const int64_t bs = std::max<int64_t>(32, block_size(t));
+      for (int64_t blocks : {1, 3}) {
+        const int64_t k = blocks * bs, n = 11;
+        const Int8Case c = int8_case(t, n, k, rng);
+        const WeightMatrix wm{t, c.data.data(), c.scales.empty() ? nullptr : c.scales.data(), n, k};
+        // One tile of rows or fewer (decode: rows decoded 4 at a time) and more (a panel).
+        for (int64_t rows : {1, 2, 9}) {
+          SCOPED_TRACE(trace(table, t, k) + " m=" + std::to_string(rows));
+          std::vector<float> x(static_cast<size_t>(rows * k)), bias(n);
+          for (auto& v : x) v = normal(rng);
+          for (auto& v : bias) v = normal(rng);
+          x[3] = 50.0f;  // an outlier
+          const auto xq = q8_0_round_trip(x);
+          BlockQ8Buffer buf;
+          prepare_block_activations(rows, k, buf);
+          for (int64_t i = 0; i < rows; ++i) quantize_block_row(x.data(), i, buf);
+          std::vector<float> y(static_cast<size_t>(rows * n), 1.0f);
+          table->matmul_cols_blocks_q8(buf.rows, wm, 0, n, bias.data(), y.data(), n,
+                                       /*accumulate=*/true);
+          for (int64_t i = 0; i < rows; ++i) {
+            for (int64_t j = 0; j < n; ++j) {
+              double want = 1.0 + bias[j], mag = 1.0 + std::fabs(bias[j]);
+              for (int64_t p = 0; p < k; ++p) {
+                want += static_cast<double>(xq[i * k + p]) * c.w[j * k + p];
+                float group = 0.0f;
+                for (int64_t e = p / 16 * 16; e < p / 16 * 16 + 16; ++e)
+                  group = std::max(group, std::fabs(c.w[j * k + e]));
+                mag += std::fabs(static_cast<double>(xq[i * k + p])) * group;
+              }
+              ASSERT_NEAR(y[i * n + j], want, 3e-6 * mag + 1e-6) << "y[" << i << "," << j << "]";
+            }
+          }
+          // A row's result does not depend on the rows beside it.
+          std::vector<float> alone(n);
+          for (int64_t i = 0; i < rows && rows > 1; ++i) {
+            BlockQ8Buffer one;
+            prepare_block_activations(1, k, one);
+            quantize_block_row(x.data() + i * k, 0, one);
+            table->matmul_cols_blocks_q8(one.rows, wm, 0, n, bias.data(), alone.data(), n, false);
+            for (int64_t j = 0; j < n; ++j)
+              ASSERT_EQ(alone[j] + 1.0f, y[i * n + j]) << "row " << i << " col " << j;
+          }
+        }
+      }
+    }
+  }
+  if (tables == 0) GTEST_SKIP() << "no kernel table with int8 block dot products runs here";
 }
 
 TEST(BlockKernels, RowsAndDequantizeRowAddressWholeBlocks) {

@@ -47,6 +47,10 @@ TEST(Isa, DispatchPicksTheBestSupportedTable) {
   EXPECT_STREQ(kPortableKernels.name, "portable");
 #if defined(__x86_64__)
   EXPECT_STREQ(kAvx2Kernels.name, "avx2");
+  EXPECT_STREQ(kAvx2VnniKernels.name, "avx2-vnni");
+  EXPECT_NE(kAvx2Kernels.matmul_cols_blocks_q8, nullptr);
+  EXPECT_NE(kAvx2VnniKernels.matmul_cols_blocks_q8, nullptr);
+  EXPECT_EQ(kAvx512Kernels.matmul_cols_blocks_q8, nullptr);
   EXPECT_STREQ(kAvx512Kernels.name, "avx512");
   EXPECT_STREQ(kAvx512VnniKernels.name, "avx512-vnni");
   EXPECT_EQ(kAvx512Kernels.matmul_cols_q8, nullptr);
@@ -85,6 +89,8 @@ std::vector<TableCase> all_tables() {
 #if defined(__x86_64__)
   out.push_back(
       {&kAvx2Kernels, "AVX2 + FMA + F16C", [] { return cpu_features().has_avx2_kernels(); }});
+  out.push_back({&kAvx2VnniKernels, "AVX2 + FMA + F16C + AVX-VNNI",
+                 [] { return cpu_features().has_avx2_kernels() && cpu_features().avx_vnni; }});
   out.push_back(
       {&kAvx512Kernels, "AVX-512 F/BW/DQ/VL", [] { return cpu_features().has_avx512_kernels(); }});
   out.push_back({&kAvx512VnniKernels, "AVX-512 VNNI",
