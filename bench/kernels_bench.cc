@@ -13,6 +13,7 @@
 #include "core/thread_pool.h"
 #include "kernels/ggml_quants.h"
 #include "kernels/isa.h"
+#include "kernels/q8.h"
 
 namespace {
 
@@ -83,7 +84,23 @@ void run_dequant(benchmark::State& state, tf::kernels::WeightType t) {
                          benchmark::Counter::kIs1000);
 }
 
-void run_blocks_gemv(benchmark::State& state, const IsaKernels* isa, tf::kernels::WeightType t) {
+// What matmul runs for block weights on this table: the int8 block kernels with the activations
+// quantized (the AVX2 tables; the quantization is timed too), or the f32-widening ones.
+// widen: the table's f32-widening kernel even where it has the int8 one (same-run baseline).
+void table_blocks(const IsaKernels* isa, const std::vector<float>& x, int64_t m, int64_t k,
+                  const tf::kernels::WeightMatrix& wm, std::vector<float>& y, bool widen) {
+  if (isa->matmul_cols_blocks_q8 != nullptr && !widen) {
+    static tf::kernels::BlockQ8Buffer buf;
+    tf::kernels::prepare_block_activations(m, k, buf);
+    for (int64_t i = 0; i < m; ++i) tf::kernels::quantize_block_row(x.data(), i, buf);
+    isa->matmul_cols_blocks_q8(buf.rows, wm, 0, wm.n, nullptr, y.data(), wm.n, false);
+  } else {
+    isa->matmul_cols_blocks(x.data(), m, k, wm, 0, wm.n, nullptr, y.data(), wm.n, false);
+  }
+}
+
+void run_blocks_gemv(benchmark::State& state, const IsaKernels* isa, tf::kernels::WeightType t,
+                     bool widen) {
   const int64_t n = 4096, k = 4096;
   const std::vector<uint8_t> b = random_blocks(t, n * k);
   std::mt19937 rng(3);
@@ -92,7 +109,7 @@ void run_blocks_gemv(benchmark::State& state, const IsaKernels* isa, tf::kernels
   for (auto& v : x) v = dist(rng);
   const tf::kernels::WeightMatrix wm{t, b.data(), nullptr, n, k};
   for (auto _ : state) {
-    isa->matmul_cols_blocks(x.data(), 1, k, wm, 0, n, nullptr, y.data(), n, false);
+    table_blocks(isa, x, 1, k, wm, y, widen);
     benchmark::DoNotOptimize(y.data());
   }
   state.counters["GB/s(w)"] = benchmark::Counter(static_cast<double>(b.size()),
@@ -102,7 +119,8 @@ void run_blocks_gemv(benchmark::State& state, const IsaKernels* isa, tf::kernels
 
 // A prefill-sized product (m activation rows of k = 768 with n weight rows) of a block type, to
 // set against matmul/.../m/n/768 of f32 weights.
-void run_blocks_gemm(benchmark::State& state, const IsaKernels* isa, tf::kernels::WeightType t) {
+void run_blocks_gemm(benchmark::State& state, const IsaKernels* isa, tf::kernels::WeightType t,
+                     bool widen) {
   const int64_t m = state.range(0), n = state.range(1), k = state.range(2);
   const std::vector<uint8_t> b = random_blocks(t, n * k);
   std::mt19937 rng(3);
@@ -111,7 +129,7 @@ void run_blocks_gemm(benchmark::State& state, const IsaKernels* isa, tf::kernels
   for (auto& v : x) v = dist(rng);
   const tf::kernels::WeightMatrix wm{t, b.data(), nullptr, n, k};
   for (auto _ : state) {
-    isa->matmul_cols_blocks(x.data(), m, k, wm, 0, n, nullptr, y.data(), n, false);
+    table_blocks(isa, x, m, k, wm, y, widen);
     benchmark::DoNotOptimize(y.data());
   }
   state.counters["GFLOP/s"] = benchmark::Counter(
@@ -125,15 +143,19 @@ void register_all() {
         ->Unit(benchmark::kMillisecond);
   }
   for (const IsaKernels* table : tf::kernels::supported_tables()) {
-    for (tf::kernels::WeightType t : tf::kernels::kBlockTypes) {
-      const std::string name(tf::kernels::weight_type_name(t));
-      benchmark::RegisterBenchmark(("blocks_gemv/" + std::string(table->name) + "/" + name).c_str(),
-                                   run_blocks_gemv, table, t)
-          ->Unit(benchmark::kMillisecond);
-      benchmark::RegisterBenchmark(("blocks_gemm/" + std::string(table->name) + "/" + name).c_str(),
-                                   run_blocks_gemm, table, t)
-          ->Args({512, 768, 768})
-          ->Unit(benchmark::kMillisecond);
+    for (bool widen : {false, true}) {
+      if (widen && table->matmul_cols_blocks_q8 == nullptr) continue;
+      const std::string tname = std::string(table->name) + (widen ? "-widen" : "");
+      for (tf::kernels::WeightType t : tf::kernels::kBlockTypes) {
+        const std::string name(tf::kernels::weight_type_name(t));
+        benchmark::RegisterBenchmark(("blocks_gemv/" + tname + "/" + name).c_str(), run_blocks_gemv,
+                                     table, t, widen)
+            ->Unit(benchmark::kMillisecond);
+        benchmark::RegisterBenchmark(("blocks_gemm/" + tname + "/" + name).c_str(), run_blocks_gemm,
+                                     table, t, widen)
+            ->Args({512, 768, 768})
+            ->Unit(benchmark::kMillisecond);
+      }
     }
   }
   std::vector<const IsaKernels*> tables = {&tf::kernels::kPortableKernels};

@@ -55,7 +55,8 @@ const BlockQ8Rows& prepare_block_activations(int64_t m, int64_t k, BlockQ8Buffer
   buf.q.resize(static_cast<size_t>(m * k));
   buf.d.resize(static_cast<size_t>(m * k / 32));
   buf.s16.resize(static_cast<size_t>(m * k / 16));
-  buf.rows = {m, k, buf.q.data(), buf.d.data(), buf.s16.data()};
+  buf.s32.resize(static_cast<size_t>(m * k / 32));
+  buf.rows = {m, k, buf.q.data(), buf.d.data(), buf.s16.data(), buf.s32.data()};
   return buf.rows;
 }
 
@@ -65,11 +66,11 @@ void quantize_block_row(const float* x, int64_t i, BlockQ8Buffer& buf) {
     int8_t* qb = buf.q.data() + i * k + b * 32;
     const float d = quantize_block32(x + i * k + b * 32, qb);
     buf.d[i * (k / 32) + b] = d;
-    for (int h = 0; h < 2; ++h) {
-      int sum = 0;
-      for (int e = 0; e < 16; ++e) sum += qb[16 * h + e];
-      buf.s16[i * (k / 16) + 2 * b + h] = d * static_cast<float>(sum);
-    }
+    int sums[2] = {0, 0};
+    for (int e = 0; e < 32; ++e) sums[e / 16] += qb[e];
+    buf.s16[i * (k / 16) + 2 * b] = d * static_cast<float>(sums[0]);
+    buf.s16[i * (k / 16) + 2 * b + 1] = d * static_cast<float>(sums[1]);
+    buf.s32[i * (k / 32) + b] = d * static_cast<float>(sums[0] + sums[1]);
   }
 }
 

@@ -42,10 +42,11 @@ struct BlockQ8Rows {
   const int8_t* q = nullptr;   // [m, k]
   const float* d = nullptr;    // [m, k / 32]: block scales
   const float* s16 = nullptr;  // [m, k / 16]: d * the sum of each 16 quantized values
+  const float* s32 = nullptr;  // [m, k / 32]: d * the sum of each block's quantized values
 };
 struct BlockQ8Buffer {
   std::vector<int8_t> q;
-  std::vector<float> d, s16;
+  std::vector<float> d, s16, s32;
   BlockQ8Rows rows;
 };
 // Sizes buf for m rows of k (k % 32 == 0); fill rows with quantize_block_row.
