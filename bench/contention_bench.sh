@@ -5,7 +5,7 @@
 # Usage: bench/contention_bench.sh [RUNS] [MODEL] [extra tokenflow bench flags...]
 set -euo pipefail
 cd "$(dirname "$0")/.."
-runs="${1:-3}"; model="${2:-}"; shift 2 || true
+runs="${1:-3}"; model="${2:-}"; shift $(($# < 2 ? $# : 2))
 . bench/common.sh
 [ -n "$model" ] || model=$(bench_gguf llama110m q4_0)
 bins=("$bin"); [ -n "${BIN:-}" ] && bins+=("$BIN")

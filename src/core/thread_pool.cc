@@ -49,7 +49,7 @@ struct ChunkScope {
 //    spin and halves it when it was longer (a holder descheduled).
 // Under contention the budgets fall to 0 within a few calls and the pool just sleeps and wakes;
 // on an idle machine back-to-back calls keep them at the maximum.
-constexpr int64_t kMaxSpinNs = 50'000;
+constexpr int64_t kMaxSpinNs = 250'000;
 constexpr int64_t kMinSpinNs = 2'000;
 
 int64_t grown(int64_t budget) {
@@ -205,6 +205,14 @@ int ThreadPool::hardware_threads() {
   return std::max(n, 1);
 }
 
+int64_t ThreadPool::claim_position(int64_t c, int64_t pieces, int threads) {
+  const int64_t lanes = std::max<int64_t>(1, std::min<int64_t>(threads, pieces));
+  const int64_t s = pieces / lanes, e = pieces % lanes;  // the first e regions hold s + 1
+  const auto start = [&](int64_t t) { return t < e ? t * (s + 1) : e * (s + 1) + (t - e) * s; };
+  if (c < s * lanes) return start(c % lanes) + c / lanes;
+  return start(c - s * lanes) + s;
+}
+
 int64_t ThreadPool::num_pieces(int64_t n, int64_t min_chunk, int threads) {
   if (n <= 0) return 0;
   const int64_t by_size = std::max<int64_t>(1, n / std::max<int64_t>(1, min_chunk));
@@ -242,9 +250,10 @@ int ThreadPool::run_pieces(uint32_t* job_pieces) {
     // twice, so the counter passes the piece count by at most 2 * size() and never carries
     // into it.
     if (piece >= pieces) return ran;
+    const int64_t at = claim_position(piece, pieces, threads_);
     const int64_t q = n_ / pieces, r = n_ % pieces;
-    const int64_t begin = piece * q + std::min<int64_t>(piece, r);
-    const int64_t end = begin + q + (piece < r ? 1 : 0);
+    const int64_t begin = at * q + std::min<int64_t>(at, r);
+    const int64_t end = begin + q + (at < r ? 1 : 0);
     try {
       ChunkScope scope;
       (*fn_)(begin, end);

@@ -10,7 +10,7 @@
 // others took every piece finds nothing and goes back to waiting.
 //
 // Between calls workers spin only when that pays: never in a pool with more threads than the
-// CPUs the process may use, and otherwise for an adaptive budget (at most ~50 us) that shrinks
+// CPUs the process may use, and otherwise for an adaptive budget (at most 250 us) that shrinks
 // whenever a spin runs out or a worker comes too late for a call's pieces, and grows again when
 // spinning catches calls. Past it they sleep on a condition variable, so an idle server burns no
 // core and a busy machine is not fought over. The caller waiting for other threads' last pieces
@@ -55,6 +55,13 @@ class ThreadPool {
   // How many pieces parallel_for(n, fn, min_chunk) uses on a pool of `threads`: 0 for n <= 0,
   // else min(n / max(min_chunk, 1), kPiecesPerThread * threads), at least 1.
   static int64_t num_pieces(int64_t n, int64_t min_chunk, int threads);
+  // The position (0 = first in the range) of the c-th piece claimed. The pieces form one
+  // contiguous region per thread, and claims go round the regions: when the participants claim
+  // in turn (nobody descheduled), each runs one region front to back, a single stream of memory
+  // that the hardware prefetcher follows across pieces (claiming in range order measured 12 %
+  // slower on a bandwidth-bound f32 decode); a late or stalled thread's pieces are taken by the
+  // others all the same. A bijection on [0, pieces).
+  static int64_t claim_position(int64_t c, int64_t pieces, int threads);
 
   // The CPUs this process may use: the least of std::thread::hardware_concurrency(), the CPUs in
   // its sched_getaffinity mask and its cgroup's CPU quota (v2 cpu.max, v1 cfs_quota_us), rounded

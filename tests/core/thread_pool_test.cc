@@ -101,6 +101,28 @@ TEST(ThreadPool, NumPieces) {
   EXPECT_GT(ThreadPool::num_pieces(1000, 1, 2), 2) << "more pieces than threads";
 }
 
+TEST(ThreadPool, ClaimsGoRoundContiguousRegions) {
+  // A bijection for every shape, and with two threads claiming in turn each runs one contiguous
+  // region front to back.
+  for (int threads : {1, 2, 3, 4, 8}) {
+    for (int64_t pieces = 1; pieces <= 40; ++pieces) {
+      std::vector<int> seen(static_cast<size_t>(pieces), 0);
+      for (int64_t c = 0; c < pieces; ++c) {
+        const int64_t at = ThreadPool::claim_position(c, pieces, threads);
+        ASSERT_GE(at, 0);
+        ASSERT_LT(at, pieces);
+        ++seen[at];
+      }
+      for (int64_t i = 0; i < pieces; ++i) ASSERT_EQ(seen[i], 1) << threads << " " << pieces;
+    }
+  }
+  EXPECT_EQ(ThreadPool::claim_position(0, 8, 2), 0);
+  EXPECT_EQ(ThreadPool::claim_position(1, 8, 2), 4);
+  EXPECT_EQ(ThreadPool::claim_position(2, 8, 2), 1);
+  EXPECT_EQ(ThreadPool::claim_position(7, 8, 2), 7);
+  EXPECT_EQ(ThreadPool::claim_position(6, 7, 2), 3);  // regions of 4 and 3
+}
+
 TEST(ThreadPool, VisitsEveryIndexExactlyOnce) {
   for (int threads : kPoolSizes) {
     ThreadPool pool(threads);
