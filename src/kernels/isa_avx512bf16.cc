@@ -8,4 +8,5 @@
 #define TF_VEC_WIDTH 16
 #define TF_TILE_M 4
 #define TF_TILE_N 4
+#define TF_ISA_INT8_BLOCKS 1
 #include "kernels/isa_impl.inc"

@@ -28,7 +28,8 @@ struct QuantizedBuffer {
   QuantizedRows rows;
 };
 
-// The offset of the unsigned operand for weights of type t: int8 + 128, q4 nibbles are w + 8.
+// The offset of the unsigned operand for weights of type t: int8 and Q8_0 + 128, q4 nibbles are
+// w + 8.
 inline int32_t q8_offset(WeightType t) {
   return t == WeightType::kQ4 ? 8 : 128;
 }

@@ -257,4 +257,13 @@ void quantize_rows(WeightType t, const float* src, int64_t n, int64_t k, std::ve
   }
 }
 
+void q4_0_to_q4(const void* blocks, int64_t n, int64_t k, uint8_t* data, uint16_t* scales) {
+  TF_CHECK(k % kQ4Group == 0);
+  const auto* b = static_cast<const uint8_t*>(blocks);
+  for (int64_t g = 0; g < n * (k / kQ4Group); ++g, b += 18) {
+    std::memcpy(scales + g, b, 2);
+    std::memcpy(data + g * 16, b + 2, 16);
+  }
+}
+
 }  // namespace tf::kernels

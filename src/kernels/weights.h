@@ -82,4 +82,9 @@ struct WeightMatrix {
 void quantize_rows(WeightType t, const float* src, int64_t n, int64_t k, std::vector<uint8_t>& data,
                    std::vector<uint8_t>& scales);
 
+// ggml's Q4_0 blocks (f16 d, then 16 bytes of nibbles: element b low, b + 16 high, w = d (q - 8))
+// of n rows of k are exactly q4 with the scales kept apart: the nibbles to data (n * k / 2 bytes),
+// the scales to scales (n * k / 32 f16). Lossless, the same size; k % 32 == 0.
+void q4_0_to_q4(const void* blocks, int64_t n, int64_t k, uint8_t* data, uint16_t* scales);
+
 }  // namespace tf::kernels

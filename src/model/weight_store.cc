@@ -69,17 +69,22 @@ const void* WeightStore::own_copy(const Entry& e, size_t align) {
   // truncation unmaps even its copied pages). Copied once at load; the file's pages go at once.
   if (e.owned && reinterpret_cast<uintptr_t>(e.view.data) % align == 0) return e.view.data;
   const size_t n = e.view.nbytes();
-  // Large copies in 2 MiB pages where the kernel gives them (fewer page faults, fewer TLB misses
-  // in the matmuls); every byte is written by the memcpy, so nothing is zero-filled first.
+  uint8_t* out = alloc_bytes(n, align);
+  std::memcpy(out, e.view.data, n);
+  if (!e.owned) files_.at(e.file_index).release_pages(e.view.data, n);
+  return out;
+}
+
+uint8_t* WeightStore::alloc_bytes(size_t n, size_t align) {
+  // Large buffers in 2 MiB pages where the kernel gives them (fewer page faults, fewer TLB misses
+  // in the matmuls); the callers write every byte, so nothing is zero-filled first.
   constexpr size_t kHuge = size_t{2} << 20;
   const size_t a = n >= 2 * kHuge ? kHuge : std::max<size_t>(align, alignof(std::max_align_t));
   const size_t bytes = (n + a - 1) / a * a;
   uint8_t* out = static_cast<uint8_t*>(std::aligned_alloc(a, std::max(bytes, a)));
-  if (out == nullptr) fail("out of memory copying tensor ({} bytes)", n);
+  if (out == nullptr) fail("out of memory copying a tensor ({} bytes)", n);
   copies_.emplace_back(out);
   if (a == kHuge) ::madvise(out, bytes, MADV_HUGEPAGE);
-  std::memcpy(out, e.view.data, n);
-  if (!e.owned) files_.at(e.file_index).release_pages(e.view.data, n);
   return out;
 }
 
@@ -185,6 +190,21 @@ kernels::WeightMatrix WeightStore::matrix(const std::string& name, int64_t n, in
   if (keep_stored_types_ && compute_type_ == WeightType::kF32 && !transposed) {
     // Each matrix as the file stores it: a block format read in place by the block kernels,
     // f16 / bf16 by theirs.
+    if (stored.blocks == WeightType::kQ4_0) {
+      // Q4_0 is q4 with each block's scale beside its nibbles: moved apart at load (the same
+      // bytes, the same size), the matrix takes the q4 kernels, which read the nibbles in
+      // 64-byte steps with no per-block decoding (int8 dot products wherever the CPU has them).
+      check_shape(name, stored, {n, k});
+      const size_t groups = static_cast<size_t>(n * (k / kernels::kQ4Group));
+      uint8_t* data = alloc_bytes(groups * 16, 64);
+      auto* scales = reinterpret_cast<uint16_t*>(alloc_bytes(groups * 2, 64));
+      kernels::q4_0_to_q4(stored.view.data, n, k, data, scales);
+      if (!stored.owned)
+        files_.at(stored.file_index).release_pages(stored.view.data, stored.view.nbytes());
+      const kernels::WeightMatrix m{WeightType::kQ4, data, scales, n, k};
+      packed_[name] = m;
+      return m;
+    }
     if (stored.blocks != WeightType::kF32) {
       check_shape(name, stored, {n, k});
       const kernels::WeightMatrix m{stored.blocks, own_copy(stored, 64), nullptr, n, k};

@@ -92,6 +92,8 @@ class WeightStore {
   const Entry& entry(const std::string& name) const;
   // A copy of a tensor's stored bytes, aligned, owned by the store.
   const void* own_copy(const Entry& e, size_t align);
+  // n uninitialized bytes owned by the store (2 MiB pages when large), aligned to align.
+  uint8_t* alloc_bytes(size_t n, size_t align);
   void check_shape(const std::string& name, const Entry& e, const Shape& shape) const;
   float* alloc(size_t n);
   kernels::WeightMatrix prepacked(const std::string& name, int64_t n, int64_t k);

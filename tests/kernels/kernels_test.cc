@@ -50,7 +50,8 @@ TEST(Isa, DispatchPicksTheBestSupportedTable) {
   EXPECT_STREQ(kAvx2VnniKernels.name, "avx2-vnni");
   EXPECT_NE(kAvx2Kernels.matmul_cols_blocks_q8, nullptr);
   EXPECT_NE(kAvx2VnniKernels.matmul_cols_blocks_q8, nullptr);
-  EXPECT_EQ(kAvx512Kernels.matmul_cols_blocks_q8, nullptr);
+  EXPECT_NE(kAvx512Kernels.matmul_cols_blocks_q8, nullptr);
+  EXPECT_NE(kAvx512Bf16Kernels.matmul_cols_blocks_q8, nullptr);
   EXPECT_STREQ(kAvx512Kernels.name, "avx512");
   EXPECT_STREQ(kAvx512VnniKernels.name, "avx512-vnni");
   EXPECT_EQ(kAvx512Kernels.matmul_cols_q8, nullptr);

@@ -13,6 +13,7 @@
 #include "core/dtype.h"
 #include "core/error.h"
 #include "core/thread_pool.h"
+#include "kernels/ggml_quants.h"
 #include "kernels/isa.h"
 #include "kernels/matmul.h"
 #include "kernels/q8.h"
@@ -255,7 +256,7 @@ TEST(Weights, Int8DotProductsMatchTheQuantizedReference) {
     GTEST_SKIP() << "no AVX-512 VNNI on this CPU";
   }
   std::mt19937 rng(29);
-  for (WeightType t : {WeightType::kI8, WeightType::kQ4}) {
+  for (WeightType t : {WeightType::kI8, WeightType::kQ4, WeightType::kQ8_0}) {
     for (int64_t k : {64, 128, 192}) {
       for (int64_t m : {1, 3, 17}) {
         SCOPED_TRACE(std::string(weight_type_name(t)) + " m=" + std::to_string(m) +
@@ -265,12 +266,23 @@ TEST(Weights, Int8DotProductsMatchTheQuantizedReference) {
         auto x = random_vector(m * k, rng);
         x[5] = 40.0f;  // an outlier: its block gets a coarse scale, the others do not
         const auto bias = random_vector(n, rng);
-        Packed p(t, w, n, k);
+        // Q8_0 (read straight from its blocks) as ggml quantizes it; bytes past the end that
+        // a kernel reading too far would take in.
+        std::vector<uint8_t> blocks(n * k / 32 * 34 + 64, 0xAB);
+        Packed p(t == WeightType::kQ8_0 ? WeightType::kI8 : t, w, n, k);
+        if (t == WeightType::kQ8_0) {
+          quantize_blocks(t, w.data(), n * k, blocks.data());
+          p.m = {t, blocks.data(), nullptr, n, k};
+        }
         QuantizedBuffer buf;
         const QuantizedRows& xq = quantize_activations(x.data(), m, k, q8_offset(t), buf);
         std::vector<float> y(m * n), yf(m * n);
         kAvx512VnniKernels.matmul_cols_q8(xq, p.m, 0, n, bias.data(), y.data(), n, false);
-        kAvx512Kernels.matmul_cols(x.data(), m, k, p.m, 0, n, bias.data(), yf.data(), n, false);
+        if (t == WeightType::kQ8_0)
+          kAvx512Kernels.matmul_cols_blocks(x.data(), m, k, p.m, 0, n, bias.data(), yf.data(), n,
+                                            false);
+        else
+          kAvx512Kernels.matmul_cols(x.data(), m, k, p.m, 0, n, bias.data(), yf.data(), n, false);
         std::vector<float> row(k);
         for (int64_t j = 0; j < n; ++j) {
           p.m.dequantize_row(j, row.data());
