@@ -33,8 +33,9 @@ struct IsaKernels {
   void (*matmul_cols_blocks)(const float* x, int64_t m, int64_t k, const WeightMatrix& w,
                              int64_t n_begin, int64_t n_end, const float* bias, float* y,
                              int64_t ldy, bool accumulate);
-  // int8, q4 or Q8_0 weights (k % 64 == 0) times activations quantized by quantize_activations
-  // (q8.h) with the offset q8_offset(w.type); nullptr where the ISA has no int8 dot product.
+  // int8, q4, Q8_0 or Q4_K weights (k % 64 == 0) times activations quantized by
+  // quantize_activations (q8.h) with the offset q8_offset(w.type); nullptr where the ISA has no
+  // int8 dot product.
   void (*matmul_cols_q8)(const QuantizedRows& x, const WeightMatrix& w, int64_t n_begin,
                          int64_t n_end, const float* bias, float* y, int64_t ldy, bool accumulate);
   // bf16 weights times activations rounded to bf16 (x: [m, k] bf16 bits); nullptr where the ISA

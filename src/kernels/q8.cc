@@ -13,7 +13,8 @@ const QuantizedRows& prepare_activations(int64_t m, int64_t k, QuantizedBuffer& 
   buf.q.resize(static_cast<size_t>(m * k));
   buf.scale.resize(static_cast<size_t>(m * chunks * 16));
   buf.corr.resize(static_cast<size_t>(m * chunks * 16));
-  buf.rows = {m, k, buf.q.data(), buf.scale.data(), buf.corr.data()};
+  buf.sums.resize(static_cast<size_t>(m * k / 32));
+  buf.rows = {m, k, buf.q.data(), buf.scale.data(), buf.corr.data(), buf.sums.data()};
   return buf.rows;
 }
 
@@ -43,10 +44,14 @@ void quantize_row(const float* x, int64_t i, int32_t c, QuantizedBuffer& buf) {
     // Block b is lanes 0-7 (even b) or 8-15 (odd b) of chunk b / 2.
     float* sl = buf.scale.data() + (i * chunks + b / 2) * 16 + (b % 2) * 8;
     int32_t* cl = buf.corr.data() + (i * chunks + b / 2) * 16 + (b % 2) * 8;
+    int sum = 0;
     for (int l = 0; l < 8; ++l) {
+      const int lane = qb[4 * l] + qb[4 * l + 1] + qb[4 * l + 2] + qb[4 * l + 3];
       sl[l] = d;
-      cl[l] = -c * (qb[4 * l] + qb[4 * l + 1] + qb[4 * l + 2] + qb[4 * l + 3]);
+      cl[l] = -c * lane;
+      sum += lane;
     }
+    buf.sums[i * (k / 32) + b] = d * static_cast<float>(sum);
   }
 }
 

@@ -18,6 +18,9 @@ struct QuantizedRows {
   // unsigned operand carries (128 for int8 weights, 8 for q4 nibbles).
   const float* lane_scale = nullptr;   // [m, k / 64, 16]
   const int32_t* lane_corr = nullptr;  // [m, k / 64, 16]
+  // Per row, per block of 32: the block's scale times the sum of its quants (what a weight
+  // format's minimum per 32 multiplies).
+  const float* block_sum = nullptr;  // [m, k / 32]
 };
 
 // Owns the buffers; reused across calls.
@@ -25,12 +28,14 @@ struct QuantizedBuffer {
   std::vector<int8_t> q;
   std::vector<float> scale;
   std::vector<int32_t> corr;
+  std::vector<float> sums;
   QuantizedRows rows;
 };
 
 // The offset of the unsigned operand for weights of type t: int8 and Q8_0 + 128, q4 nibbles are
-// w + 8.
+// w + 8, Q4_K's are unsigned already (its minimum comes off through the block sums).
 inline int32_t q8_offset(WeightType t) {
+  if (t == WeightType::kQ4_K) return 0;
   return t == WeightType::kQ4 ? 8 : 128;
 }
 

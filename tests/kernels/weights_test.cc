@@ -256,8 +256,10 @@ TEST(Weights, Int8DotProductsMatchTheQuantizedReference) {
     GTEST_SKIP() << "no AVX-512 VNNI on this CPU";
   }
   std::mt19937 rng(29);
-  for (WeightType t : {WeightType::kI8, WeightType::kQ4, WeightType::kQ8_0}) {
-    for (int64_t k : {64, 128, 192}) {
+  for (WeightType t : {WeightType::kI8, WeightType::kQ4, WeightType::kQ8_0, WeightType::kQ4_K}) {
+    const bool blocks = is_block_type(t);
+    for (int64_t k : t == WeightType::kQ4_K ? std::vector<int64_t>{256, 512}
+                                            : std::vector<int64_t>{64, 128, 192}) {
       for (int64_t m : {1, 3, 17}) {
         SCOPED_TRACE(std::string(weight_type_name(t)) + " m=" + std::to_string(m) +
                      " k=" + std::to_string(k));
@@ -266,19 +268,19 @@ TEST(Weights, Int8DotProductsMatchTheQuantizedReference) {
         auto x = random_vector(m * k, rng);
         x[5] = 40.0f;  // an outlier: its block gets a coarse scale, the others do not
         const auto bias = random_vector(n, rng);
-        // Q8_0 (read straight from its blocks) as ggml quantizes it; bytes past the end that
-        // a kernel reading too far would take in.
-        std::vector<uint8_t> blocks(n * k / 32 * 34 + 64, 0xAB);
-        Packed p(t == WeightType::kQ8_0 ? WeightType::kI8 : t, w, n, k);
-        if (t == WeightType::kQ8_0) {
-          quantize_blocks(t, w.data(), n * k, blocks.data());
-          p.m = {t, blocks.data(), nullptr, n, k};
+        // Q8_0 and Q4_K (read straight from their blocks) as ggml quantizes them; bytes past
+        // the end that a kernel reading too far would take in.
+        std::vector<uint8_t> bytes(WeightMatrix::row_bytes(t, k) * n + 64, 0xAB);
+        Packed p(blocks ? WeightType::kI8 : t, w, n, k);
+        if (blocks) {
+          quantize_blocks(t, w.data(), n * k, bytes.data());
+          p.m = {t, bytes.data(), nullptr, n, k};
         }
         QuantizedBuffer buf;
         const QuantizedRows& xq = quantize_activations(x.data(), m, k, q8_offset(t), buf);
         std::vector<float> y(m * n), yf(m * n);
         kAvx512VnniKernels.matmul_cols_q8(xq, p.m, 0, n, bias.data(), y.data(), n, false);
-        if (t == WeightType::kQ8_0)
+        if (blocks)
           kAvx512Kernels.matmul_cols_blocks(x.data(), m, k, p.m, 0, n, bias.data(), yf.data(), n,
                                             false);
         else
