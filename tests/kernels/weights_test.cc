@@ -256,10 +256,11 @@ TEST(Weights, Int8DotProductsMatchTheQuantizedReference) {
     GTEST_SKIP() << "no AVX-512 VNNI on this CPU";
   }
   std::mt19937 rng(29);
-  for (WeightType t : {WeightType::kI8, WeightType::kQ4, WeightType::kQ8_0, WeightType::kQ4_K}) {
+  for (WeightType t : {WeightType::kI8, WeightType::kQ4, WeightType::kQ8_0, WeightType::kQ4_K,
+                       WeightType::kQ6_K}) {
     const bool blocks = is_block_type(t);
-    for (int64_t k : t == WeightType::kQ4_K ? std::vector<int64_t>{256, 512}
-                                            : std::vector<int64_t>{64, 128, 192}) {
+    for (int64_t k : blocks&& block_size(t) == 256 ? std::vector<int64_t>{256, 512}
+                                                   : std::vector<int64_t>{64, 128, 192}) {
       for (int64_t m : {1, 3, 17}) {
         SCOPED_TRACE(std::string(weight_type_name(t)) + " m=" + std::to_string(m) +
                      " k=" + std::to_string(k));
