@@ -76,7 +76,11 @@ void apply_cap(CpuFeatures& f) {
     f.avx512f = f.avx512bw = f.avx512vl = f.avx512dq = false;
     f.avx512_vnni = f.avx512_bf16 = f.avx512_fp16 = false;
     f.amx_tile = f.amx_bf16 = f.amx_int8 = false;
-  } else if (c == "avx512") {
+  } else if (c == "avx512" || c == "avx512-vnni" || c == "avx512-bf16") {
+    // One AVX-512 table and those below it: avx512 (Skylake-X: no VNNI, no BF16), avx512-vnni
+    // (Cascade Lake, Ice Lake), avx512-bf16 (Zen 4/5, Sapphire Rapids without its AMX).
+    if (c != "avx512-bf16") f.avx512_bf16 = f.avx512_fp16 = false;
+    if (c == "avx512") f.avx512_vnni = false;
     f.amx_tile = f.amx_bf16 = f.amx_int8 = false;
   }
 }

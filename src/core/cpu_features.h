@@ -34,9 +34,9 @@ struct CpuFeatures {
   std::string to_string() const;  // "avx2 fma f16c avx512f ..."
 };
 
-// Detected once, then cached. TOKENFLOW_ISA=portable|avx2|avx2-vnni|avx512 caps what is reported
-// (for tests and benchmarks of the slower paths on a fast machine; avx2 is an AVX2 + FMA machine
-// without AVX-VNNI).
+// Detected once, then cached. TOKENFLOW_ISA=portable|avx2|avx2-vnni|avx512|avx512-vnni|avx512-bf16
+// caps what is reported at that kernel table (for tests and benchmarks of the slower paths on a
+// fast machine; avx2 is an AVX2 + FMA machine without AVX-VNNI, avx512 one without VNNI or BF16).
 const CpuFeatures& cpu_features();
 
 }  // namespace tf

@@ -118,7 +118,8 @@ TEST(CpuFeaturesDeathTest, IsaCapLimitsWhatIsReported) {
   const char* before = std::getenv("TOKENFLOW_ISA");
   const std::optional<std::string> saved =
       before ? std::optional<std::string>(before) : std::nullopt;
-  for (const char* cap : {"portable", "avx2", "avx2-vnni", "avx512"}) {
+  for (const char* cap :
+       {"portable", "avx2", "avx2-vnni", "avx512", "avx512-vnni", "avx512-bf16"}) {
     SCOPED_TRACE(cap);
     setenv("TOKENFLOW_ISA", cap, 1);
     EXPECT_EXIT(
@@ -129,7 +130,10 @@ TEST(CpuFeaturesDeathTest, IsaCapLimitsWhatIsReported) {
           if (c == "portable") ok = !f.avx && !f.avx2 && !f.has_avx2_kernels();
           if (c == "avx2") ok = !f.avx512f && !f.avx512bw && !f.has_avx512_kernels() && !f.avx_vnni;
           if (c == "avx2-vnni") ok = !f.avx512f && !f.has_avx512_kernels();
-          if (c == "avx512") ok = !f.amx_tile && !f.amx_bf16 && !f.amx_int8;
+          const bool no_amx = !f.amx_tile && !f.amx_bf16 && !f.amx_int8;
+          if (c == "avx512") ok = no_amx && !f.avx512_vnni && !f.avx512_bf16;
+          if (c == "avx512-vnni") ok = no_amx && !f.avx512_bf16;
+          if (c == "avx512-bf16") ok = no_amx;
           if (!ok) std::fprintf(stderr, "cap %s gave: %s\n", cap, f.to_string().c_str());
           std::fflush(nullptr);
           std::_Exit(ok ? 0 : 1);
