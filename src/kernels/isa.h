@@ -33,7 +33,7 @@ struct IsaKernels {
   void (*matmul_cols_blocks)(const float* x, int64_t m, int64_t k, const WeightMatrix& w,
                              int64_t n_begin, int64_t n_end, const float* bias, float* y,
                              int64_t ldy, bool accumulate);
-  // int8, q4, Q8_0, Q4_K or Q6_K weights (k % 64 == 0) times activations quantized by
+  // int8, q4, Q8_0 or Q4_K-Q6_K weights (k % 64 == 0) times activations quantized by
   // quantize_activations (q8.h) with the offset q8_offset(w.type); nullptr where the ISA has no
   // int8 dot product.
   void (*matmul_cols_q8)(const QuantizedRows& x, const WeightMatrix& w, int64_t n_begin,

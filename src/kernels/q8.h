@@ -33,10 +33,10 @@ struct QuantizedBuffer {
 };
 
 // The offset of the unsigned operand for weights of type t: int8 and Q8_0 + 128, q4 nibbles are
-// w + 8, Q6_K's w + 32, Q4_K's are unsigned already (its minimum comes off through the block
-// sums).
+// w + 8, Q6_K's w + 32, Q4_K's and Q5_K's are unsigned already (its minimum comes off through the
+// block sums).
 inline int32_t q8_offset(WeightType t) {
-  if (t == WeightType::kQ4_K) return 0;
+  if (t == WeightType::kQ4_K || t == WeightType::kQ5_K) return 0;
   if (t == WeightType::kQ6_K) return 32;
   return t == WeightType::kQ4 ? 8 : 128;
 }

@@ -257,7 +257,7 @@ TEST(Weights, Int8DotProductsMatchTheQuantizedReference) {
   }
   std::mt19937 rng(29);
   for (WeightType t : {WeightType::kI8, WeightType::kQ4, WeightType::kQ8_0, WeightType::kQ4_K,
-                       WeightType::kQ6_K}) {
+                       WeightType::kQ5_K, WeightType::kQ6_K}) {
     const bool blocks = is_block_type(t);
     for (int64_t k : blocks&& block_size(t) == 256 ? std::vector<int64_t>{256, 512}
                                                    : std::vector<int64_t>{64, 128, 192}) {
