@@ -26,9 +26,7 @@ void matmul_many(const float* x, int64_t m, std::span<const MatmulOutput> outs, 
   // so a row's result never depends on its batch.
   enum class Path { kF32, kQ8, kBf16, kBlocks, kBlocksQ8 } path = Path::kF32;
   const bool int8_or_q4 = w0.type == WeightType::kI8 || w0.type == WeightType::kQ4;
-  if (impl.matmul_cols_q8 != nullptr && k % 64 == 0 &&
-      (int8_or_q4 || w0.type == WeightType::kQ8_0 || w0.type == WeightType::kQ4_K ||
-       w0.type == WeightType::kQ5_K || w0.type == WeightType::kQ6_K)) {
+  if (impl.matmul_cols_q8 != nullptr && k % 64 == 0 && q8_kernel_takes(w0.type)) {
     path = Path::kQ8;  // VNNI: Q8_0, Q4_K-Q6_K read straight from their blocks
   } else if (is_block_type(w0.type)) {
     path = impl.matmul_cols_blocks_q8 != nullptr ? Path::kBlocksQ8 : Path::kBlocks;

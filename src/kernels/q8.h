@@ -32,8 +32,15 @@ struct QuantizedBuffer {
   QuantizedRows rows;
 };
 
+// The weight types IsaKernels::matmul_cols_q8 takes: int8 and q4, and ggml's Q8_0 and Q4_K-Q6_K,
+// read straight from their blocks.
+inline bool q8_kernel_takes(WeightType t) {
+  return t == WeightType::kI8 || t == WeightType::kQ4 || t == WeightType::kQ8_0 ||
+         t == WeightType::kQ4_K || t == WeightType::kQ5_K || t == WeightType::kQ6_K;
+}
+
 // The offset of the unsigned operand for weights of type t: int8 and Q8_0 + 128, q4 nibbles are
-// w + 8, Q6_K's w + 32, Q4_K's and Q5_K's are unsigned already (its minimum comes off through the
+// w + 8, Q6_K's w + 32, Q4_K's and Q5_K's are unsigned already (their minima come off through the
 // block sums).
 inline int32_t q8_offset(WeightType t) {
   if (t == WeightType::kQ4_K || t == WeightType::kQ5_K) return 0;
