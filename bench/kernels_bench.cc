@@ -166,7 +166,8 @@ void register_all() {
     auto* b =
         benchmark::RegisterBenchmark((std::string("matmul/") + t->name).c_str(), run_matmul, t);
     b->Args({1, 2048, 768})->Args({1, 768, 768})->Args({16, 2048, 768})->Args({128, 768, 768});
-    b->Args({512, 768, 768});
+    b->Args({512, 768, 768})->Args({512, 768, 2048})->Args({512, 2048, 2048});
+    b->Args({4, 64, 768})->Args({16, 64, 768})->Args({64, 16, 768})->Args({16, 16, 256});
     b->Unit(benchmark::kMicrosecond);
   }
 }

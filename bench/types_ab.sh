@@ -2,7 +2,7 @@
 # Two binaries side by side per weight type (issue 22): decode tok/s of one sequence (16 prompt
 # tokens, 128 generated) and prefill tok/s of a 512-token prompt (from its time to first token),
 # RUNS interleaved runs, medians, new / old ratios. Types are GGUF types of
-# bench/make_bench_gguf.py, or int8 / q4 (tokenflow's own, packed at load from the f32 file).
+# bench/make_bench_gguf.py, or int8 / q4 / bf16 (tokenflow's own, packed at load from the f32 file).
 # TOKENFLOW_ISA in the environment picks the kernel table for both.
 # Usage: OLD=/path/to/old/tokenflow bench/types_ab.sh [RUNS] [SHAPE] [TYPES...]
 set -euo pipefail
@@ -14,7 +14,7 @@ old="${OLD:?set OLD to the binary to compare against}"
 declare -A dec pre
 model_args() {  # TYPE -> bench flags for the model
   case "$1" in
-    int8|q4) echo "-m $(bench_gguf "$shape" f32) --dtype $1" ;;
+    int8|q4|bf16) echo "-m $(bench_gguf "$shape" f32) --dtype $1" ;;
     *) echo "-m $(bench_gguf "$shape" "$1")" ;;
   esac
 }

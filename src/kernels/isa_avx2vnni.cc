@@ -7,6 +7,8 @@
 #define TF_VEC_WIDTH 8
 #define TF_TILE_M 2
 #define TF_TILE_N 4
+#define TF_F32_TILE_M 4  // the widening tile (f32, f16, int8, q4 weights)
+#define TF_F32_TILE_N 3
 #define TF_ISA_INT8_BLOCKS 1
 #define TF_ISA_AVXVNNI 1
 #include "kernels/isa_impl.inc"

@@ -6,5 +6,7 @@
 #define TF_VEC_WIDTH 16
 #define TF_TILE_M 4
 #define TF_TILE_N 4
+#define TF_F32_TILE_M 4  // the widening tile (f32, f16, int8, q4 weights)
+#define TF_F32_TILE_N 6
 #define TF_ISA_INT8_BLOCKS 1
 #include "kernels/isa_impl.inc"

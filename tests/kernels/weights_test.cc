@@ -3,6 +3,7 @@
 // for odd sizes; and results are bitwise independent of the batch around a row and of threads.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
 #include <random>
@@ -156,6 +157,48 @@ TEST(Weights, ARowsResultDoesNotDependOnTheBatchOrTheThreads) {
       for (int64_t i = 0; i < m; ++i)
         for (int64_t j = 0; j < 10; ++j) ASSERT_EQ(part[i * 10 + j], all[i * n + 5 + j]);
     }
+}
+
+// Batches are computed in cache blocks (64 activation rows x a few dozen weight rows, k in parts
+// of 512 when it is over 1024) with vector sums carried between the parts: every output must be
+// the bits of the same row computed alone (one pass over k), and near the reference. m = 70 and
+// n = 53 leave partial blocks and partial tiles on both sides; k = 2080 is four parts and a tail.
+TEST(Weights, CacheBlockedBatchesEqualEachRowAlone) {
+  std::mt19937 rng(23);
+  for (const IsaKernels* isa : supported_tables()) {
+    for (WeightType t : kTypes) {
+      for (int64_t k : {int64_t{1000}, int64_t{2080}, int64_t{2061}}) {
+        if (t == WeightType::kQ4 && k % 32 != 0) continue;
+        const int64_t m = 70, n = 53;
+        SCOPED_TRACE(std::string(weight_type_name(t)) + " " + isa->name +
+                     " k=" + std::to_string(k));
+        const auto w = random_vector(n * k, rng);
+        const auto x = random_vector(m * k, rng);
+        const auto bias = random_vector(n, rng);
+        const auto y0 = random_vector(m * n, rng);
+        Packed p(t, w, n, k);
+        std::vector<float> all = y0, alone(n);
+        isa->matmul_cols(x.data(), m, k, p.m, 0, n, bias.data(), all.data(), n, true);
+        std::vector<float> row(k);
+        for (int64_t i = 0; i < m; ++i) {
+          std::copy(y0.begin() + i * n, y0.begin() + (i + 1) * n, alone.begin());
+          isa->matmul_cols(x.data() + i * k, 1, k, p.m, 0, n, bias.data(), alone.data(), n, true);
+          for (int64_t j = 0; j < n; ++j) ASSERT_EQ(all[i * n + j], alone[j]) << i << "," << j;
+        }
+        for (int64_t j = 0; j < n; j += 13) {
+          p.m.dequantize_row(j, row.data());
+          for (int64_t i = 0; i < m; i += 11) {
+            double want = y0[i * n + j] + bias[j], mag = std::fabs(want);
+            for (int64_t q = 0; q < k; ++q) {
+              want += static_cast<double>(x[i * k + q]) * row[q];
+              mag += std::fabs(static_cast<double>(x[i * k + q]) * row[q]);
+            }
+            ASSERT_NEAR(all[i * n + j], want, 2e-6 * mag + 1e-6) << i << "," << j;
+          }
+        }
+      }
+    }
+  }
 }
 
 TEST(Weights, ManyMatricesInOneDispatchEqualSeparateCalls) {
