@@ -3,6 +3,10 @@
 #include <algorithm>
 #include <cmath>
 
+#if defined(__SSE2__)
+#include <emmintrin.h>
+#endif
+
 #include "core/error.h"
 
 namespace tf::kernels {
@@ -21,6 +25,41 @@ const QuantizedRows& prepare_activations(int64_t m, int64_t k, QuantizedBuffer& 
 namespace {
 
 // One block of 32 as Q8_0: d = max|x| / 127, q = x / d rounded half away from zero; returns d.
+#if defined(__SSE2__)
+// SSE2 (every x86-64 CPU), the same operations as the scalar form below lane by lane, so the
+// quants are the same bits: |x| by clearing the sign, the maximum with the running one second
+// (maxps returns its second operand for a NaN, as std::max keeps its first), x * (1 / d) plus
+// +-0.5 with x's sign, truncated, clamped to +-127.
+float quantize_block32(const float* xb, int8_t* qb) {
+  const __m128 sign = _mm_set1_ps(-0.0f);
+  __m128 v[8];
+  __m128 mx = _mm_setzero_ps();
+  for (int t = 0; t < 8; ++t) {
+    v[t] = _mm_loadu_ps(xb + 4 * t);
+    mx = _mm_max_ps(_mm_andnot_ps(sign, v[t]), mx);
+  }
+  mx = _mm_max_ps(mx, _mm_shuffle_ps(mx, mx, _MM_SHUFFLE(1, 0, 3, 2)));
+  mx = _mm_max_ps(mx, _mm_shuffle_ps(mx, mx, _MM_SHUFFLE(2, 3, 0, 1)));
+  const float amax = _mm_cvtss_f32(mx);
+  const float d = amax / 127.0f;
+  const __m128 inv = _mm_set1_ps(d > 0.0f ? 1.0f / d : 0.0f);
+  const __m128 half = _mm_set1_ps(0.5f);
+  const __m128i lo = _mm_set1_epi16(-127), hi = _mm_set1_epi16(127);
+  __m128i r16[4];
+  for (int t = 0; t < 4; ++t) {
+    __m128i r32[2];
+    for (int u = 0; u < 2; ++u) {
+      const __m128 q = _mm_mul_ps(v[2 * t + u], inv);
+      // q < 0 takes -0.5 (q = -0 takes -0.5 too, which truncates to the same 0)
+      r32[u] = _mm_cvttps_epi32(_mm_add_ps(q, _mm_or_ps(_mm_and_ps(q, sign), half)));
+    }
+    r16[t] = _mm_min_epi16(_mm_max_epi16(_mm_packs_epi32(r32[0], r32[1]), lo), hi);
+  }
+  _mm_storeu_si128(reinterpret_cast<__m128i*>(qb), _mm_packs_epi16(r16[0], r16[1]));
+  _mm_storeu_si128(reinterpret_cast<__m128i*>(qb + 16), _mm_packs_epi16(r16[2], r16[3]));
+  return d;
+}
+#else
 float quantize_block32(const float* xb, int8_t* qb) {
   float amax = 0.0f;
   for (int e = 0; e < 32; ++e) amax = std::max(amax, std::fabs(xb[e]));
@@ -33,6 +72,7 @@ float quantize_block32(const float* xb, int8_t* qb) {
   }
   return d;
 }
+#endif
 
 }  // namespace
 

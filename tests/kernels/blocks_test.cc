@@ -265,6 +265,44 @@ TEST(BlockKernelsInt8, MatchTheQuantizedActivationsTimesTheDequantizedWeights) {
   if (tables == 0) GTEST_SKIP() << "no kernel table with int8 block dot products runs here";
 }
 
+// The activation quantizer (vector code on x86) against the Q8_0 rule written out: d = max|x| /
+// 127, q = x * (1 / d) rounded half away from zero, clamped to +-127; the sums per 16 and 32.
+TEST(BlockQ8, QuantizerRoundsHalfAwayFromZeroAsQ8_0) {
+  const int64_t k = 96;
+  std::vector<float> x(k, 0.0f);
+  // Block 0: max 127, so d = 1 and x * (1 / d) is x itself: the halves show the rounding.
+  const float halves[] = {2.5f, -2.5f, 0.5f,   -0.5f, 126.5f,     -126.5f,
+                          0.4f, -0.0f, 127.0f, -1.5f, 1.4999999f, 3.0f};
+  for (size_t e = 0; e < std::size(halves); ++e) x[e] = halves[e];
+  const int want0[] = {3, -3, 1, -1, 127, -127, 0, 0, 127, -2, 1, 3};
+  // Block 1: random; block 2: all zero (d = 0, quants 0).
+  std::mt19937 rng(5);
+  std::normal_distribution<float> normal(0.0f, 3.0f);
+  for (int64_t e = 32; e < 64; ++e) x[e] = normal(rng);
+  BlockQ8Buffer buf;
+  prepare_block_activations(1, k, buf);
+  quantize_block_row(x.data(), 0, buf);
+  EXPECT_EQ(buf.d[0], 1.0f);
+  for (size_t e = 0; e < std::size(want0); ++e) EXPECT_EQ(buf.q[e], want0[e]) << "x = " << x[e];
+  for (int64_t b = 0; b < 3; ++b) {
+    float amax = 0.0f;
+    for (int64_t e = 32 * b; e < 32 * b + 32; ++e) amax = std::max(amax, std::fabs(x[e]));
+    const float d = amax / 127.0f, inv = d > 0.0f ? 1.0f / d : 0.0f;
+    EXPECT_EQ(buf.d[b], d);
+    int sums[2] = {0, 0};
+    for (int64_t e = 32 * b; e < 32 * b + 32; ++e) {
+      const float v = x[e] * inv;
+      const float r = std::trunc(v + (v < 0.0f ? -0.5f : 0.5f));
+      const int q = static_cast<int>(std::clamp(r, -127.0f, 127.0f));
+      ASSERT_EQ(buf.q[e], q) << "x[" << e << "] = " << x[e];
+      sums[(e % 32) / 16] += q;
+    }
+    EXPECT_EQ(buf.s16[2 * b], d * static_cast<float>(sums[0]));
+    EXPECT_EQ(buf.s16[2 * b + 1], d * static_cast<float>(sums[1]));
+    EXPECT_EQ(buf.s32[b], d * static_cast<float>(sums[0] + sums[1]));
+  }
+}
+
 TEST(BlockKernels, RowsAndDequantizeRowAddressWholeBlocks) {
   std::mt19937 rng(8);
   for (WeightType t : kBlockTypes) {
