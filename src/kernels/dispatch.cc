@@ -1,7 +1,39 @@
 #include "core/cpu_features.h"
+#include "kernels/amx.h"
 #include "kernels/isa.h"
 
+#if defined(__x86_64__)
+#include <sys/syscall.h>
+#include <unistd.h>
+#endif
+
 namespace tf::kernels {
+
+#if defined(__x86_64__)
+bool amx_enable() {
+  static const bool granted = [] {
+    const CpuFeatures& f = cpu_features();
+    if (!f.amx_tile || !f.amx_bf16) return false;
+    constexpr long kArchReqXcompPerm = 0x1023;  // asm/prctl.h
+    constexpr long kXfeatureXtiledata = 18;
+    return syscall(SYS_arch_prctl, kArchReqXcompPerm, kXfeatureXtiledata) == 0;
+  }();
+  return granted;
+}
+
+const IsaKernels& amx_kernels() {
+  static const IsaKernels table = [] {
+    IsaKernels t = kAvx512Bf16Kernels;
+    t.name = "amx";
+    t.matmul_cols_bf16 = &amx_matmul_cols_bf16;
+    t.bf16_packed_size = &amx_packed_bf16_size;
+    t.pack_bf16_rows = &amx_pack_bf16_rows;
+    t.bf16_col_granule = 16;
+    return t;
+  }();
+  return table;
+}
+#endif
 
 std::vector<const IsaKernels*> supported_tables() {
   std::vector<const IsaKernels*> out = {&kPortableKernels};
@@ -11,7 +43,10 @@ std::vector<const IsaKernels*> supported_tables() {
   if (f.has_avx2_kernels() && f.avx_vnni) out.push_back(&kAvx2VnniKernels);
   if (f.has_avx512_kernels()) out.push_back(&kAvx512Kernels);
   if (f.has_avx512_kernels() && f.avx512_vnni) out.push_back(&kAvx512VnniKernels);
-  if (f.has_avx512_kernels() && f.avx512_vnni && f.avx512_bf16) out.push_back(&kAvx512Bf16Kernels);
+  if (f.has_avx512_kernels() && f.avx512_vnni && f.avx512_bf16) {
+    out.push_back(&kAvx512Bf16Kernels);
+    if (amx_enable()) out.push_back(&amx_kernels());
+  }
 #endif
   return out;
 }

@@ -58,6 +58,10 @@ void matmul_many(const float* x, int64_t m, std::span<const MatmulOutput> outs, 
           for (int64_t i = i0; i < i1; ++i) quantize_block_row(x, i, bq8);
         },
         16);
+  } else if (path == Path::kBf16 && impl.pack_bf16_rows != nullptr) {
+    xb.resize(static_cast<size_t>(impl.bf16_packed_size(m, k)));  // the AMX tiles' layout
+    pool.parallel_for(
+        m, [&](int64_t i0, int64_t i1) { impl.pack_bf16_rows(x, m, k, i0, i1, xb.data()); }, 16);
   } else if (path == Path::kBf16) {
     xb.resize(static_cast<size_t>(m * k));
     pool.parallel_for(
@@ -67,20 +71,22 @@ void matmul_many(const float* x, int64_t m, std::span<const MatmulOutput> outs, 
         },
         16);
   }
-  // One dispatch over the groups of 4 output columns of every matrix, in order.
+  // One dispatch over the groups of g output columns of every matrix, in order (g = 4, or the
+  // AMX tiles' 16 rows).
+  const int64_t g = path == Path::kBf16 ? impl.bf16_col_granule : 4;
   int64_t total_groups = 0;
-  for (const auto& o : outs) total_groups += (o.w.n + 3) / 4;
+  for (const auto& o : outs) total_groups += (o.w.n + g - 1) / g;
   const int64_t work_per_col = std::max<int64_t>(1, m * k);
-  const int64_t min_cols = std::max<int64_t>(4, (1 << 14) / work_per_col);
+  const int64_t min_cols = std::max<int64_t>(g, (1 << 14) / work_per_col);
   pool.parallel_for(
       total_groups,
       [&](int64_t g0, int64_t g1) {
         int64_t base = 0;
         for (const auto& o : outs) {
-          const int64_t groups = (o.w.n + 3) / 4;
+          const int64_t groups = (o.w.n + g - 1) / g;
           const int64_t a = std::max(g0, base), b = std::min(g1, base + groups);
           if (a < b) {
-            const int64_t j0 = (a - base) * 4, j1 = std::min(o.w.n, (b - base) * 4);
+            const int64_t j0 = (a - base) * g, j1 = std::min(o.w.n, (b - base) * g);
             switch (path) {
               case Path::kQ8:
                 impl.matmul_cols_q8(*xq, o.w, j0, j1, o.bias, o.y, o.w.n, o.accumulate);
@@ -103,7 +109,7 @@ void matmul_many(const float* x, int64_t m, std::span<const MatmulOutput> outs, 
           base += groups;
         }
       },
-      (min_cols + 3) / 4);
+      (min_cols + g - 1) / g);
 }
 
 void matmul(const float* x, int64_t m, const WeightMatrix& w, const float* bias, float* y,

@@ -13,6 +13,7 @@
 #include "core/cpu_features.h"
 #include "core/dtype.h"
 #include "core/thread_pool.h"
+#include "kernels/amx.h"
 #include "kernels/attention.h"
 #include "kernels/isa.h"
 #include "kernels/matmul.h"
@@ -59,6 +60,10 @@ TEST(Isa, DispatchPicksTheBestSupportedTable) {
   EXPECT_EQ(kAvx512VnniKernels.matmul_cols_bf16, nullptr);
   EXPECT_STREQ(kAvx512Bf16Kernels.name, "avx512-bf16");
   EXPECT_NE(kAvx512Bf16Kernels.matmul_cols_bf16, nullptr);
+  EXPECT_STREQ(amx_kernels().name, "amx");
+  EXPECT_NE(amx_kernels().pack_bf16_rows, nullptr);
+  EXPECT_EQ(amx_kernels().bf16_col_granule, 16);
+  EXPECT_EQ(kAvx512Bf16Kernels.pack_bf16_rows, nullptr);
 #endif
 }
 
@@ -99,6 +104,10 @@ std::vector<TableCase> all_tables() {
   out.push_back({&kAvx512Bf16Kernels, "AVX-512 VNNI + BF16", [] {
                    const CpuFeatures& f = cpu_features();
                    return f.has_avx512_kernels() && f.avx512_vnni && f.avx512_bf16;
+                 }});
+  out.push_back({&amx_kernels(), "AVX-512 VNNI + BF16, AMX tiles + bf16 granted by Linux", [] {
+                   const CpuFeatures& f = cpu_features();
+                   return f.has_avx512_kernels() && f.avx512_vnni && f.avx512_bf16 && amx_enable();
                  }});
 #endif
   return out;

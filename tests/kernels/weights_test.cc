@@ -253,44 +253,64 @@ TEST(Weights, FusedResidualAddEqualsMatmulThenAdd) {
   }
 }
 
+// Every table with bf16 dot products (avx512-bf16's vdpbf16ps, the AMX tiles), in the activation
+// layout the table takes: n and k past whole tiles (the AMX tiles' 16 rows and 32 values), m past
+// whole blocks of 16 tokens, with and without the fused residual add.
 TEST(Weights, Bf16DotProductsMatchTheRoundedReference) {
-  if (!cpu_features().has_avx512_kernels() || !cpu_features().avx512_vnni ||
-      !cpu_features().avx512_bf16) {
-    GTEST_SKIP() << "no AVX512-BF16 on this CPU";
-  }
+  std::vector<const IsaKernels*> tables;
+  for (const IsaKernels* t : supported_tables())
+    if (t->matmul_cols_bf16 != nullptr) tables.push_back(t);
+  if (tables.empty()) GTEST_SKIP() << "no AVX512-BF16 on this CPU";
   std::mt19937 rng(31);
-  for (int64_t k : {1, 7, 32, 33, 64, 100}) {
-    for (int64_t m : {1, 3, 17}) {
-      SCOPED_TRACE("m=" + std::to_string(m) + " k=" + std::to_string(k));
-      const int64_t n = 9;
-      const auto w = random_vector(n * k, rng);
-      const auto x = random_vector(m * k, rng);
-      const auto bias = random_vector(n, rng);
-      Packed p(WeightType::kBF16, w, n, k);
-      std::vector<uint16_t> xb(m * k);
-      for (int64_t i = 0; i < m * k; ++i) xb[i] = f32_to_bf16(x[i]);
-      std::vector<float> y(m * n);
-      kAvx512Bf16Kernels.matmul_cols_bf16(xb.data(), m, k, p.m, 0, n, bias.data(), y.data(), n,
-                                          false);
-      std::vector<float> row(k);
-      for (int64_t j = 0; j < n; ++j) {
-        p.m.dequantize_row(j, row.data());
-        for (int64_t i = 0; i < m; ++i) {
-          double want = bias[j], mag = std::fabs(bias[j]), rounding = 0.0;
-          for (int64_t q = 0; q < k; ++q) {
-            const double xr = bf16_to_f32(xb[i * k + q]);
-            want += xr * row[q];
-            mag += std::fabs(xr * row[q]);
-            rounding += std::fabs(x[i * k + q] * 0x1p-8 * row[q]);
+  for (const IsaKernels* table : tables)
+    for (int64_t k : {1, 7, 32, 33, 64, 100})
+      for (int64_t m : {1, 3, 17, 40})
+        for (int64_t n : {9, 37}) {
+          SCOPED_TRACE(std::string(table->name) + " m=" + std::to_string(m) +
+                       " k=" + std::to_string(k) + " n=" + std::to_string(n));
+          const auto w = random_vector(n * k, rng);
+          const auto x = random_vector(m * k, rng);
+          const auto bias = random_vector(n, rng);
+          const auto residual = random_vector(m * n, rng);
+          Packed p(WeightType::kBF16, w, n, k);
+          std::vector<uint16_t> xb(m * k);
+          for (int64_t i = 0; i < m * k; ++i) xb[i] = f32_to_bf16(x[i]);
+          std::vector<uint16_t> packed = xb;
+          if (table->pack_bf16_rows != nullptr) {
+            packed.assign(table->bf16_packed_size(m, k), 0xffff);  // NaN unless written
+            table->pack_bf16_rows(x.data(), m, k, 0, m / 2, packed.data());
+            table->pack_bf16_rows(x.data(), m, k, m / 2, m, packed.data());
           }
-          ASSERT_NEAR(y[i * n + j], want, 2e-6 * mag + 1e-6) << "y[" << i << "," << j << "]";
-          double exact = bias[j];
-          for (int64_t q = 0; q < k; ++q) exact += static_cast<double>(x[i * k + q]) * row[q];
-          ASSERT_NEAR(y[i * n + j], exact, rounding + 2e-6 * mag + 1e-6);
+          // Two column ranges split at the table's granule, as matmul's threads take them.
+          const int64_t split = std::min<int64_t>(n, table->bf16_col_granule);
+          std::vector<float> y(m * n), acc = residual;
+          for (bool accumulate : {false, true}) {
+            float* out = accumulate ? acc.data() : y.data();
+            table->matmul_cols_bf16(packed.data(), m, k, p.m, 0, split, bias.data(), out, n,
+                                    accumulate);
+            table->matmul_cols_bf16(packed.data(), m, k, p.m, split, n, bias.data(), out, n,
+                                    accumulate);
+          }
+          std::vector<float> row(k);
+          for (int64_t j = 0; j < n; ++j) {
+            p.m.dequantize_row(j, row.data());
+            for (int64_t i = 0; i < m; ++i) {
+              double want = bias[j], mag = std::fabs(bias[j]), rounding = 0.0;
+              for (int64_t q = 0; q < k; ++q) {
+                const double xr = bf16_to_f32(xb[i * k + q]);
+                want += xr * row[q];
+                mag += std::fabs(xr * row[q]);
+                rounding += std::fabs(x[i * k + q] * 0x1p-8 * row[q]);
+              }
+              ASSERT_NEAR(y[i * n + j], want, 2e-6 * mag + 1e-6) << "y[" << i << "," << j << "]";
+              double exact = bias[j];
+              for (int64_t q = 0; q < k; ++q) exact += static_cast<double>(x[i * k + q]) * row[q];
+              ASSERT_NEAR(y[i * n + j], exact, rounding + 2e-6 * mag + 1e-6);
+              // The residual add is the same float addition as a separate one.
+              ASSERT_EQ(acc[i * n + j], residual[i * n + j] + y[i * n + j]);
+            }
+          }
         }
-      }
-    }
-  }
 }
 
 TEST(Weights, Int8DotProductsMatchTheQuantizedReference) {
