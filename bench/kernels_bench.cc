@@ -1,7 +1,8 @@
 // Micro-benchmarks of the f32 matmul per ISA table, at decode (GEMV) and prefill (GEMM) shapes;
 // the dequantization of every GGUF block format (the reference code `tokenflow quantize` and
 // embeddings use); and the block kernels' GEMV per format and table (4096 x 4096 weights, in
-// L3 or memory). Run: build/release/bench/bench_kernels --benchmark_repetitions=5
+// L3 or memory); the matrix tile kernels (AMX) per weight type. Run:
+// build/release/bench/bench_kernels --benchmark_repetitions=5
 // --benchmark_report_aggregates_only [--benchmark_filter=dequant]
 
 #include <benchmark/benchmark.h>
@@ -35,6 +36,37 @@ void run_matmul(benchmark::State& state, const IsaKernels* isa) {
       2.0 * m * n * k, benchmark::Counter::kIsIterationInvariantRate, benchmark::Counter::kIs1000);
   state.counters["GB/s(w)"] = benchmark::Counter(
       4.0 * n * k, benchmark::Counter::kIsIterationInvariantRate, benchmark::Counter::kIs1000);
+}
+
+// The matrix tile kernels (AMX) for bf16 and Q8_0 weights, one thread: the kernel alone,
+// the activations laid out once outside the loop.
+void run_tiles(benchmark::State& state, const IsaKernels* isa, tf::kernels::WeightType t) {
+  const int64_t m = state.range(0), n = state.range(1), k = state.range(2);
+  std::mt19937 rng(1);
+  std::normal_distribution<float> dist(0.0f, 0.02f);
+  std::vector<float> x(m * k), w(n * k), y(m * n);
+  for (auto& v : x) v = dist(rng);
+  for (auto& v : w) v = dist(rng);
+  std::vector<uint8_t> data, scales;
+  if (t == tf::kernels::WeightType::kQ8_0) {
+    data.resize(n * k / 32 * 34);
+    tf::kernels::quantize_blocks(t, w.data(), n * k, data.data());
+  } else {
+    tf::kernels::quantize_rows(t, w.data(), n, k, data, scales);
+  }
+  const tf::kernels::WeightMatrix wm{t, data.data(), scales.empty() ? nullptr : scales.data(), n,
+                                     k};
+  std::vector<uint8_t> xt(isa->tiles->packed_bytes(t, m, k));
+  isa->tiles->pack_rows(t, x.data(), m, k, 0, m, xt.data());
+  for (auto _ : state) {
+    isa->tiles->matmul_cols(xt.data(), m, k, wm, 0, n, nullptr, y.data(), n, false);
+    benchmark::DoNotOptimize(y.data());
+  }
+  state.counters["GFLOP/s"] = benchmark::Counter(
+      2.0 * m * n * k, benchmark::Counter::kIsIterationInvariantRate, benchmark::Counter::kIs1000);
+  state.counters["GB/s(w)"] = benchmark::Counter(static_cast<double>(data.size() + scales.size()),
+                                                 benchmark::Counter::kIsIterationInvariantRate,
+                                                 benchmark::Counter::kIs1000);
 }
 
 // n values of random blocks of type t (finite scales), quantized from random floats.
@@ -169,6 +201,19 @@ void register_all() {
     b->Args({512, 768, 768})->Args({512, 768, 2048})->Args({512, 2048, 2048});
     b->Args({4, 64, 768})->Args({16, 64, 768})->Args({64, 16, 768})->Args({16, 16, 256});
     b->Unit(benchmark::kMicrosecond);
+  }
+  for (const IsaKernels* t : tf::kernels::supported_tables()) {
+    if (t->tiles == nullptr) continue;
+    for (auto wt : {tf::kernels::WeightType::kBF16, tf::kernels::WeightType::kQ8_0}) {
+      auto* b = benchmark::RegisterBenchmark(
+          (std::string("tiles/") + t->name + "/" + std::string(tf::kernels::weight_type_name(wt)))
+              .c_str(),
+          run_tiles, t, wt);
+      b->Args({1, 2048, 768})->Args({1, 4096, 4096})->Args({16, 2048, 768});
+      b->Args({512, 768, 768})->Args({512, 2048, 768})->Args({512, 768, 2048});
+      b->Args({512, 2048, 2048})->Args({512, 5632, 2048});
+      b->Unit(benchmark::kMicrosecond);
+    }
   }
 }
 

@@ -1,6 +1,6 @@
-// AMX bf16 tile kernels (see amx.h). Built with -mamx-tile -mamx-bf16 and the AVX-512 flags;
-// reached only through the AMX kernel table, which dispatch lists only on a CPU with AMX whose
-// kernel granted the tile state.
+// AMX tile kernels (see amx.h). Built with -mamx-tile -mamx-bf16 -mamx-int8 and the AVX-512
+// flags; reached only through the AMX kernel table, which dispatch lists only on a CPU with AMX
+// whose kernel granted the tile state.
 
 #include "kernels/amx.h"
 
@@ -8,9 +8,11 @@
 
 #include <algorithm>
 #include <cstring>
+#include <vector>
 
 #include "core/dtype.h"
 #include "core/error.h"
+#include "kernels/q8.h"
 
 namespace tf::kernels {
 namespace {
@@ -19,9 +21,7 @@ constexpr int kRows = 16;    // tile rows: weight rows (A), k pairs (B), weight 
 constexpr int kK = 32;       // bf16 values of k per tile row
 constexpr int kBlock = 512;  // uint16 per packed activation block (16 tokens x 32 values)
 
-// The palette 1 configuration: tiles 0-3 accumulators (16 weight rows x 16 tokens of f32),
-// 4-5 weights (16 rows x 32 bf16), 6-7 activations (16 pairs x 16 tokens x 2 bf16); all
-// 16 rows of 64 bytes.
+// A palette 1 configuration.
 struct alignas(64) TileConfig {
   uint8_t palette = 1;
   uint8_t start_row = 0;
@@ -30,13 +30,22 @@ struct alignas(64) TileConfig {
   uint8_t rows[16] = {};
 };
 
-void configure_tiles() {
+// bf16: tiles 0-3 accumulators (16 weight rows x 16 tokens of f32), 4-5 weights (16 rows x 32
+// bf16), 6-7 activations (16 pairs x 16 tokens x 2 bf16); all 16 rows of 64 bytes.
+// ldtilecfg through asm with the configuration as a memory operand: GCC 12's _tile_loadconfig
+// does not tell the optimizer that it reads the structure, and the int8 configuration's stores
+// were dropped as dead (a zero configuration: SIGILL at the first tile load).
+inline void load_tile_config(const TileConfig& c) {
+  asm volatile("ldtilecfg %0" : : "m"(c));
+}
+
+void configure_bf16_tiles() {
   TileConfig c;
   for (int t = 0; t < 8; ++t) {
     c.colsb[t] = 64;
     c.rows[t] = kRows;
   }
-  _tile_loadconfig(&c);
+  load_tile_config(c);
 }
 
 // 16 weight rows from j at k block kb: straight from the matrix when the block is whole,
@@ -88,28 +97,21 @@ void block(const uint16_t* w, int64_t n, int64_t k, int64_t j, const uint16_t* x
   if constexpr (NA == 2 && NB == 2) _tile_stored(3, c[3], 64);
 }
 
-// The epilogue of one C tile: y[token][row] (+)= c[row][token] + bias[row], the same additions as
-// the other tables' (sum, then bias, then the residual).
-void write_tile(const float (&c)[kRows][kRows], int64_t rows, int64_t tokens, int64_t j, int64_t i,
-                const float* bias, float* y, int64_t ldy, bool accumulate) {
+// y[t][j + r] from the f32 sums s(r, t) (sum, then bias, then the residual, as every table).
+template <class Sum>
+inline void write_sums(Sum s, int64_t rows, int64_t tokens, int64_t j, int64_t i, const float* bias,
+                       float* y, int64_t ldy, bool accumulate) {
   for (int64_t t = 0; t < tokens; ++t) {
     float* out = y + (i + t) * ldy + j;
     for (int64_t r = 0; r < rows; ++r) {
-      float s = c[r][t];
-      if (bias != nullptr) s += bias[j + r];
-      out[r] = accumulate ? out[r] + s : s;
+      float v = s(r, t);
+      if (bias != nullptr) v += bias[j + r];
+      out[r] = accumulate ? out[r] + v : v;
     }
   }
 }
 
-}  // namespace
-
-int64_t amx_packed_bf16_size(int64_t m, int64_t k) {
-  return (m + kRows - 1) / kRows * ((k + kK - 1) / kK) * kBlock;
-}
-
-void amx_pack_bf16_rows(const float* x, int64_t m, int64_t k, int64_t i0, int64_t i1,
-                        uint16_t* out) {
+void pack_bf16_rows(const float* x, int64_t m, int64_t k, int64_t i0, int64_t i1, uint16_t* out) {
   const int64_t k_blocks = (k + kK - 1) / kK;
   for (int64_t i = i0; i < i1; ++i) {
     const int64_t t = i % kRows;
@@ -133,15 +135,14 @@ void amx_pack_bf16_rows(const float* x, int64_t m, int64_t k, int64_t i0, int64_
   }
 }
 
-void amx_matmul_cols_bf16(const uint16_t* x, int64_t m, int64_t k, const WeightMatrix& w,
-                          int64_t n_begin, int64_t n_end, const float* bias, float* y, int64_t ldy,
-                          bool accumulate) {
+void bf16_cols(const uint16_t* x, int64_t m, int64_t k, const WeightMatrix& w, int64_t n_begin,
+               int64_t n_end, const float* bias, float* y, int64_t ldy, bool accumulate) {
   TF_CHECK(n_begin % kRows == 0 || n_begin >= n_end);
   const uint16_t* wd = static_cast<const uint16_t*>(w.data);
   const int64_t n = w.n, k_blocks = (k + kK - 1) / kK, m_blocks = (m + kRows - 1) / kRows;
   alignas(64) float c[4][kRows][kRows];
   alignas(64) uint16_t scratch[2][kRows * kK];
-  configure_tiles();
+  configure_bf16_tiles();
   for (int64_t j = n_begin; j < n_end; j += 2 * kRows) {
     const bool two_a = n_end - j > kRows;
     for (int64_t mb = 0; mb < m_blocks; mb += 2) {
@@ -159,13 +160,315 @@ void amx_matmul_cols_bf16(const uint16_t* x, int64_t m, int64_t k, const WeightM
         const int64_t rows = std::min<int64_t>(kRows, n_end - j0);
         for (int b = 0; b < (two_b ? 2 : 1); ++b) {
           const int64_t i = (mb + b) * kRows;
-          write_tile(c[a * 2 + b], rows, std::min<int64_t>(kRows, m - i), j0, i, bias, y, ldy,
-                     accumulate);
+          const float(&sums)[kRows][kRows] = c[a * 2 + b];  // [weight row][token]
+          write_sums([&](int64_t r, int64_t t) { return sums[r][t]; }, rows,
+                     std::min<int64_t>(kRows, m - i), j0, i, bias, y, ldy, accumulate);
         }
       }
     }
   }
   _tile_release();
+}
+
+// ---- Q8_0 weights ---------------------------------------------------------------------------
+
+constexpr int64_t kQBlock = 512;  // bytes per packed activation block (16 tokens x 32 quants)
+
+int64_t q8_quant_bytes(int64_t m, int64_t k) {
+  return (m + kRows - 1) / kRows * (k / kK) * kQBlock;
+}
+
+void pack_q8_rows(const float* x, int64_t m, int64_t k, int64_t i0, int64_t i1, uint8_t* out) {
+  const int64_t k_blocks = k / kK;
+  int8_t* quants = reinterpret_cast<int8_t*>(out);
+  float* scales = reinterpret_cast<float*>(out + q8_quant_bytes(m, k));
+  alignas(64) int8_t q[kK];
+  for (int64_t i = i0; i < i1; ++i) {
+    const int64_t mb = i / kRows, t = i % kRows;
+    for (int64_t kb = 0; kb < k_blocks; ++kb) {
+      const float d = quantize_q8_block32(x + i * k + kb * kK, q);
+      int8_t* block = quants + (mb * k_blocks + kb) * kQBlock + 4 * t;
+      for (int r = 0; r < 8; ++r) std::memcpy(block + r * 64, q + 4 * r, 4);
+      scales[(mb * k_blocks + kb) * kRows + t] = d;
+    }
+  }
+  if (i1 == m && m % kRows != 0) {  // the last block's tokens past m: zero quants and scales
+    const int64_t mb = m / kRows;
+    for (int64_t kb = 0; kb < k_blocks; ++kb)
+      for (int64_t t = m % kRows; t < kRows; ++t) {
+        int8_t* block = quants + (mb * k_blocks + kb) * kQBlock + 4 * t;
+        for (int r = 0; r < 8; ++r) std::memset(block + r * 64, 0, 4);
+        scales[(mb * k_blocks + kb) * kRows + t] = 0.0f;
+      }
+  }
+}
+
+// Weight rows [j, j + rows) of Q8_0 weights: each block's 16 x 32 quants
+// as a tile source and the rows' scales per block.
+struct Q8Rows {
+  const int8_t* base;    // quants of block 0 of row j
+  int64_t stride;        // bytes from one row's block to the next row's
+  int64_t block_step;    // bytes from one block to the next
+  int64_t block_offset;  // bytes from a row's start to its first quant
+
+  Q8Rows(const WeightMatrix& w, int64_t j, int64_t rows, float* dw /*[k_blocks][16]*/) {
+    const int64_t k_blocks = w.k / kK;
+    {
+      const uint8_t* d = static_cast<const uint8_t*>(w.data);
+      stride = k_blocks * 34;
+      block_step = 34;
+      block_offset = 2;
+      base = reinterpret_cast<const int8_t*>(d + j * stride + 2);
+      // The 16 rows' f16 scales of each block by one gather (4 bytes: the scale and the block's
+      // first two quants, all inside the block), widened by F16C: the same values as f16_to_f32.
+      const __m512i index = _mm512_mullo_epi32(
+          _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15),
+          _mm512_set1_epi32(static_cast<int>(stride)));
+      const __mmask16 valid = static_cast<__mmask16>((1u << rows) - 1);
+      for (int64_t kb = 0; kb < k_blocks; ++kb) {
+        const __m512i h = _mm512_mask_i32gather_epi32(_mm512_setzero_si512(), valid, index,
+                                                      d + j * stride + kb * 34, 1);
+        _mm512_storeu_ps(dw + kb * kRows, _mm512_cvtph_ps(_mm512_cvtepi32_epi16(h)));
+      }
+    }
+  }
+};
+
+// int8: tiles 0, 1 int32 products (16 weight rows x 16 tokens), 2, 4 weights (16 rows x 32
+// int8), 3, 5 activations (8 quads x 16 tokens x 4 int8).
+void configure_int8_tiles() {
+  TileConfig c;
+  for (int t : {0, 1}) {
+    c.colsb[t] = 64;
+    c.rows[t] = kRows;
+  }
+  for (int t : {2, 4}) {
+    c.colsb[t] = 32;
+    c.rows[t] = kRows;
+  }
+  for (int t : {3, 5}) {
+    c.colsb[t] = 64;
+    c.rows[t] = 8;
+  }
+  load_tile_config(c);
+}
+
+// One block of 32 of 16 weight rows: their quants as a tile source (through `scratch`, zero-padded,
+// for the matrix's last rows).
+inline const int8_t* weight_quants(const Q8Rows& src, int64_t rows, int64_t kb, int8_t* scratch,
+                                   int64_t& stride) {
+  const int8_t* a = src.base + kb * src.block_step;
+  stride = src.stride;
+  if (rows == kRows) return a;
+  std::memset(scratch, 0, kRows * kK);
+  for (int64_t r = 0; r < rows; ++r) std::memcpy(scratch + r * kK, a + r * src.stride, kK);
+  stride = kK;
+  return scratch;
+}
+
+// Sums of lanes within each half of a 16-lane int32 vector, two vectors at a time (the lane
+// pairings of isa_impl.inc's fold, levels 2-4, on integers: exact in any order).
+typedef int32_t v16i __attribute__((vector_size(64)));
+#define TF_SV __builtin_shufflevector
+inline v16i fold_quads(v16i a, v16i b) {
+  return TF_SV(a, b, 0, 1, 2, 3, 8, 9, 10, 11, 16, 17, 18, 19, 24, 25, 26, 27) +
+         TF_SV(a, b, 4, 5, 6, 7, 12, 13, 14, 15, 20, 21, 22, 23, 28, 29, 30, 31);
+}
+inline v16i fold_pairs(v16i a, v16i b) {
+  return TF_SV(a, b, 0, 1, 4, 5, 8, 9, 12, 13, 16, 17, 20, 21, 24, 25, 28, 29) +
+         TF_SV(a, b, 2, 3, 6, 7, 10, 11, 14, 15, 18, 19, 22, 23, 26, 27, 30, 31);
+}
+inline v16i fold_lanes(v16i a, v16i b) {
+  return TF_SV(a, b, 0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30) +
+         TF_SV(a, b, 1, 3, 5, 7, 9, 11, 13, 15, 17, 19, 21, 23, 25, 27, 29, 31);
+}
+#undef TF_SV
+
+// One token (m = 1, decode), 16 weight rows at a time with AVX-512 VNNI instead of tiles (a tile
+// product of one token leaves 15/16 of the unit idle and costs a tile store and reload per
+// block: 0.7-0.85x the VNNI decode). Each block's dot product is exact in int32 (vpdpbusd on
+// the weights made unsigned, w + 128, less 128 x the block's activation sum), so the f32 part,
+// fma(float(product), dx * dw, sum) block after block, is the tiles' own arithmetic: the same
+// bits as the token's row in any batch.
+void q8_gemv(const uint8_t* x, int64_t k, const WeightMatrix& w, int64_t n_begin, int64_t n_end,
+             const float* bias, float* y, bool accumulate) {
+  const int64_t k_blocks = k / kK;
+  const int8_t* xq = reinterpret_cast<const int8_t*>(x);
+  const float* xd = reinterpret_cast<const float*>(x + q8_quant_bytes(1, k));
+  thread_local std::vector<int8_t> row_buffer;
+  thread_local std::vector<int32_t> corr_buffer;
+  thread_local std::vector<float> dw_buffer;
+  row_buffer.resize(static_cast<size_t>(k));
+  corr_buffer.resize(static_cast<size_t>(k_blocks));
+  dw_buffer.resize(static_cast<size_t>(k_blocks * kRows));
+  int8_t* row = row_buffer.data();
+  int32_t* corr = corr_buffer.data();
+  float* dw = dw_buffer.data();
+  for (int64_t kb = 0; kb < k_blocks; ++kb) {  // the token's quants back in order
+    int32_t sum = 0;
+    for (int r = 0; r < 8; ++r) {
+      std::memcpy(row + kb * kK + 4 * r, xq + kb * kQBlock + r * 64, 4);
+      for (int e = 0; e < 4; ++e) sum += row[kb * kK + 4 * r + e];
+    }
+    corr[kb] = 128 * sum;
+  }
+  const __m512i flip = _mm512_set1_epi8(static_cast<char>(0x80));
+  for (int64_t j = n_begin; j < n_end; j += kRows) {
+    const int64_t rows = std::min<int64_t>(kRows, n_end - j);
+    const Q8Rows src(w, j, rows, dw);
+    const int8_t* rp[kRows];  // rows past the matrix repeat its last (their scales are zero)
+    for (int r = 0; r < kRows; ++r) rp[r] = src.base + std::min<int64_t>(r, rows - 1) * src.stride;
+    __m512 acc = _mm512_setzero_ps();
+    for (int64_t kb = 0; kb < k_blocks; ++kb) {
+      const __m512i xv = _mm512_broadcast_i64x4(
+          _mm256_loadu_si256(reinterpret_cast<const __m256i*>(row + kb * kK)));
+      const int64_t off = kb * src.block_step;
+      v16i d[8];
+      for (int p = 0; p < 8; ++p) {
+        __m512i wv = _mm512_inserti64x4(
+            _mm512_castsi256_si512(
+                _mm256_loadu_si256(reinterpret_cast<const __m256i*>(rp[2 * p] + off))),
+            _mm256_loadu_si256(reinterpret_cast<const __m256i*>(rp[2 * p + 1] + off)), 1);
+        wv = _mm512_xor_si512(wv, flip);
+        d[p] = reinterpret_cast<v16i>(_mm512_dpbusd_epi32(_mm512_setzero_si512(), wv, xv));
+      }
+      const v16i s = fold_lanes(fold_pairs(fold_quads(d[0], d[1]), fold_quads(d[2], d[3])),
+                                fold_pairs(fold_quads(d[4], d[5]), fold_quads(d[6], d[7]))) -
+                     corr[kb];
+      acc = _mm512_fmadd_ps(
+          _mm512_cvtepi32_ps(reinterpret_cast<__m512i>(s)),
+          _mm512_mul_ps(_mm512_set1_ps(xd[kb * kRows]), _mm512_loadu_ps(dw + kb * kRows)), acc);
+    }
+    alignas(64) float sums[kRows];
+    _mm512_store_ps(sums, acc);
+    write_sums([&](int64_t r, int64_t) { return sums[r]; }, rows, 1, j, 0, bias, y, 0, accumulate);
+  }
+}
+
+// Per block: the int32 products of the tile, times (weight scale x activation scale), added to
+// f32 sums, block after block; one vector of 16 tokens per weight row. (One token: q8_gemv,
+// the same arithmetic.)
+void q8_cols(const uint8_t* x, int64_t m, int64_t k, const WeightMatrix& w, int64_t n_begin,
+             int64_t n_end, const float* bias, float* y, int64_t ldy, bool accumulate) {
+  TF_CHECK(n_begin % kRows == 0 || n_begin >= n_end);
+  const int64_t k_blocks = k / kK, m_blocks = (m + kRows - 1) / kRows;
+  const int8_t* xq = reinterpret_cast<const int8_t*>(x);
+  const float* xd = reinterpret_cast<const float*>(x + q8_quant_bytes(m, k));
+  thread_local std::vector<float> dw_buffer;
+  dw_buffer.resize(static_cast<size_t>(k_blocks * kRows));
+  float* dw = dw_buffer.data();
+  alignas(64) int32_t c[2][kRows][kRows];
+  alignas(64) int8_t scratch[kRows * kK];
+  alignas(64) float sums[kRows][kRows];
+  if (m == 1) return q8_gemv(x, k, w, n_begin, n_end, bias, y, accumulate);
+  configure_int8_tiles();
+  constexpr int64_t c_stride = 64;
+  // Block kb's products into c[kb % 2], on tiles of their own per parity (0 / 2 / 3 and
+  // 1 / 4 / 5): the vector loads of block kb - 1's products then wait for a tile store issued one
+  // block earlier, not for the one just issued (a tile store does not forward to loads; waiting
+  // for it each block cost ~25 % of a decode).
+  auto issue = [&](const Q8Rows& src, int64_t rows, const int8_t* xb, int64_t kb) {
+    int64_t stride = 0;
+    const int8_t* a = weight_quants(src, rows, kb, scratch, stride);
+    if (kb % 2 == 0) {
+      _tile_loadd(2, a, stride);
+      _tile_loadd(3, xb + kb * kQBlock, 64);
+      _tile_zero(0);
+      _tile_dpbssd(0, 2, 3);
+      _tile_stored(0, c[0], c_stride);
+    } else {
+      _tile_loadd(4, a, stride);
+      _tile_loadd(5, xb + kb * kQBlock, 64);
+      _tile_zero(1);
+      _tile_dpbssd(1, 4, 5);
+      _tile_stored(1, c[1], c_stride);
+    }
+  };
+  for (int64_t j = n_begin; j < n_end; j += kRows) {
+    const int64_t rows = std::min<int64_t>(kRows, n_end - j);
+    const Q8Rows src(w, j, rows, dw);
+    // The next 16 rows (one contiguous region) fetched while these are computed: the scales'
+    // gathers above otherwise meet every cache miss of a block of rows at once.
+    const char* next =
+        reinterpret_cast<const char*>(src.base - src.block_offset) + kRows * src.stride;
+    const int64_t next_lines = j + kRows < n_end ? (kRows * src.stride + 63) / 64 : 0;
+    const int64_t lines_per_block = (next_lines + k_blocks - 1) / k_blocks;
+    auto prefetch_next = [&](int64_t kb) {
+      for (int64_t l = kb * lines_per_block; l < std::min(next_lines, (kb + 1) * lines_per_block);
+           ++l)
+        _mm_prefetch(next + l * 64, _MM_HINT_T0);
+    };
+    for (int64_t mb = 0; mb < m_blocks; ++mb) {
+      __m512 acc[kRows];
+      for (int r = 0; r < kRows; ++r) acc[r] = _mm512_setzero_ps();
+      const int8_t* xb = xq + mb * k_blocks * kQBlock;
+      const float* xs = xd + mb * k_blocks * kRows;
+      auto consume = [&](int64_t kb) {
+        const __m512 dx = _mm512_loadu_ps(xs + kb * kRows);
+        for (int r = 0; r < kRows; ++r) {
+          const __m512 p = _mm512_cvtepi32_ps(_mm512_load_si512(c[kb % 2][r]));
+          acc[r] =
+              _mm512_fmadd_ps(p, _mm512_mul_ps(_mm512_set1_ps(dw[kb * kRows + r]), dx), acc[r]);
+        }
+      };
+      issue(src, rows, xb, 0);
+      for (int64_t kb = 1; kb < k_blocks; ++kb) {
+        issue(src, rows, xb, kb);
+        if (mb == 0) prefetch_next(kb - 1);
+        consume(kb - 1);
+      }
+      if (mb == 0) prefetch_next(k_blocks - 1);
+      consume(k_blocks - 1);
+      for (int r = 0; r < kRows; ++r) _mm512_store_ps(sums[r], acc[r]);
+      const int64_t i = mb * kRows;
+      write_sums([&](int64_t r, int64_t t) { return sums[r][t]; }, rows,
+                 std::min<int64_t>(kRows, m - i), j, i, bias, y, ldy, accumulate);
+    }
+  }
+  _tile_release();
+}
+
+// ---- the table's entry points ----------------------------------------------------------------
+
+bool takes(WeightType t, int64_t k) {
+  if (t == WeightType::kBF16) return true;
+  // Not tokenflow's int8 (a scale per row): its VNNI kernel decodes one token ~1.2x faster than
+  // q8_gemv does, and every m must take one path. (Its prefill on the tiles was 2.2x.)
+  return t == WeightType::kQ8_0 && k % kK == 0;
+}
+
+int64_t packed_bytes(WeightType t, int64_t m, int64_t k) {
+  const int64_t m_blocks = (m + kRows - 1) / kRows;
+  if (t == WeightType::kBF16) return m_blocks * ((k + kK - 1) / kK) * kBlock * 2;
+  return q8_quant_bytes(m, k) + m_blocks * (k / kK) * kRows * static_cast<int64_t>(sizeof(float));
+}
+
+void pack_rows(WeightType t, const float* x, int64_t m, int64_t k, int64_t i0, int64_t i1,
+               uint8_t* out) {
+  if (t == WeightType::kBF16)
+    pack_bf16_rows(x, m, k, i0, i1, reinterpret_cast<uint16_t*>(out));
+  else
+    pack_q8_rows(x, m, k, i0, i1, out);
+}
+
+void matmul_cols(const uint8_t* x, int64_t m, int64_t k, const WeightMatrix& w, int64_t n_begin,
+                 int64_t n_end, const float* bias, float* y, int64_t ldy, bool accumulate) {
+  switch (w.type) {
+    case WeightType::kBF16:
+      return bf16_cols(reinterpret_cast<const uint16_t*>(x), m, k, w, n_begin, n_end, bias, y, ldy,
+                       accumulate);
+    case WeightType::kQ8_0:
+      return q8_cols(x, m, k, w, n_begin, n_end, bias, y, ldy, accumulate);
+    default:
+      TF_CHECK(!"amx tiles: bf16 or Q8_0 weights expected");
+  }
+}
+
+}  // namespace
+
+const TileKernels& amx_tile_kernels() {
+  static const TileKernels t{&takes, &packed_bytes, &pack_rows, &matmul_cols, kRows};
+  return t;
 }
 
 }  // namespace tf::kernels

@@ -1,22 +1,32 @@
 #pragma once
-// AMX tile kernels (Intel Sapphire Rapids and later: amx_tile + amx_bf16). bf16 weights times
-// activations rounded to bf16 with tdpbf16ps: each instruction a 16 x 16 x 32 block of
-// multiply-adds into f32 tile accumulators.
+// AMX tile kernels (Intel Sapphire Rapids and later: amx_tile, amx_bf16, amx_int8), the
+// TileKernels of the "amx" table (isa.h).
 //
-// The weights stay in their row-major [n, k] bf16 layout (one tile: 16 weight rows x 32 values,
-// loaded with the row stride), so every other path reads them as before. The activations are
-// laid out once per call in tdpbf16ps's "VNNI" B-operand form, one 1 KiB block per 16 rows
-// (tokens) x 32 values of k:
-//   block (mb, kb) at uint16 offset (mb * k_blocks + kb) * 512; in it, element
+// bf16 weights: tdpbf16ps, each instruction a 16 x 16 x 32 block of multiply-adds into f32 tile
+// accumulators. The weights stay in their row-major [n, k] layout (a tile: 16 weight rows x 32
+// values, loaded with the row stride), so every other path reads them as before. The
+// activations are rounded to bf16 and laid out once per call in tdpbf16ps's B-operand form, one
+// 1 KiB block per 16 rows (tokens) x 32 values of k:
+//   block (mb, kb) at element (mb * k_blocks + kb) * 512; in it, element
 //   r * 32 + 2 * t + e  =  bf16(x[mb * 16 + t][kb * 32 + 2 * r + e])   (r, t < 16; e < 2),
-// zero past m and past k. A tile's products are C[weight row][token], written transposed to y.
+// zero past m and past k. Each output is the tile's f32 sum over k in blocks of 32, in order.
 //
-// Each output is a sum over k in blocks of 32, in order, for whatever m and whichever thread:
-// matmul takes this path for every m where the table has it, and splits the columns in groups
-// of 16 (IsaKernels::col_granule), so a row's result never depends on its batch or the threads.
+// Q8_0 weights: tdpbssd (int8 x int8 into int32) one block of 32 at a time: 16 weight rows x 32
+// quants (straight from the Q8_0 blocks, with the rows' stride) times 16 tokens' quants of the
+// same block, then the int32 products scaled by the weight's and the activation's scale and
+// summed in f32, block after block. One token (decode) takes AVX-512 VNNI instead, with each
+// block's int32 product exact too and the same f32 steps, so its bits are the tiles'. The activations are quantized per block of 32 as Q8_0
+// (q8.h: quantize_q8_block32, scale = max|x| / 127) and laid out per 16 tokens x 32 values:
+//   block (mb, kb) at byte (mb * k_blocks + kb) * 512: byte r * 64 + 4 * t + e =
+//   q(x[mb * 16 + t][kb * 32 + 4 * r + e])   (r < 8, t < 16, e < 4),
+// then the scales as floats [m_blocks][k_blocks][16]; zero past m.
+//
+// A row's result is the same sequence of operations for whatever m and whichever thread, so
+// batch invariance holds (matmul takes the tiles for every m).
 
 #include <cstdint>
 
+#include "kernels/isa.h"
 #include "kernels/weights.h"
 
 namespace tf::kernels {
@@ -24,23 +34,11 @@ namespace tf::kernels {
 #if defined(__x86_64__)
 // Asks Linux for the AMX tile state (arch_prctl ARCH_REQ_XCOMP_PERM, once per process); false
 // where the kernel refuses (before 5.16) or the CPU lacks AMX. Must succeed before any tile use.
-// (dispatch.cc, built for any x86-64; the rest is in amx.cc, built with the AMX flags and called
-// only through the AMX table.)
+// (dispatch.cc, built for any x86-64; the kernels are in amx.cc, built with the AMX flags and
+// reached only through the AMX table.)
 bool amx_enable();
 
-// uint16 elements of the packed activations of m rows of k.
-int64_t amx_packed_bf16_size(int64_t m, int64_t k);
-// Rounds rows [i0, i1) of x ([m, k] f32) to bf16 into the packed layout above; the call with
-// i1 == m also zeroes the padding rows of the last block (k's padding is written by each row).
-void amx_pack_bf16_rows(const float* x, int64_t m, int64_t k, int64_t i0, int64_t i1,
-                        uint16_t* out);
-
-// y[i, j] (+)= dot(x[i, :], w[j, :]) + bias[j] for i < m, j in [n_begin, n_end); x packed by
-// amx_pack_bf16_rows; n_begin a multiple of 16. The IsaKernels::matmul_cols_bf16 of the AMX
-// table.
-void amx_matmul_cols_bf16(const uint16_t* x, int64_t m, int64_t k, const WeightMatrix& w,
-                          int64_t n_begin, int64_t n_end, const float* bias, float* y, int64_t ldy,
-                          bool accumulate);
+const TileKernels& amx_tile_kernels();
 #endif
 
 }  // namespace tf::kernels

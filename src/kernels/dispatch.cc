@@ -13,7 +13,7 @@ namespace tf::kernels {
 bool amx_enable() {
   static const bool granted = [] {
     const CpuFeatures& f = cpu_features();
-    if (!f.amx_tile || !f.amx_bf16) return false;
+    if (!f.amx_tile || !f.amx_bf16 || !f.amx_int8) return false;
     constexpr long kArchReqXcompPerm = 0x1023;  // asm/prctl.h
     constexpr long kXfeatureXtiledata = 18;
     return syscall(SYS_arch_prctl, kArchReqXcompPerm, kXfeatureXtiledata) == 0;
@@ -25,10 +25,7 @@ const IsaKernels& amx_kernels() {
   static const IsaKernels table = [] {
     IsaKernels t = kAvx512Bf16Kernels;
     t.name = "amx";
-    t.matmul_cols_bf16 = &amx_matmul_cols_bf16;
-    t.bf16_packed_size = &amx_packed_bf16_size;
-    t.pack_bf16_rows = &amx_pack_bf16_rows;
-    t.bf16_col_granule = 16;
+    t.tiles = &amx_tile_kernels();
     return t;
   }();
   return table;

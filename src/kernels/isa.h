@@ -11,6 +11,22 @@
 
 namespace tf::kernels {
 
+// Kernels on matrix tiles (amx.h), for the weight types takes() accepts. Their activations are
+// laid out once per call (packed_bytes, pack_rows over ranges of rows, in parallel) in the
+// tiles' operand layout for that weight type, and the columns are split in groups of
+// col_granule (the tiles' rows), so that a column's grouping, and with it its bits, never depends
+// on the threads. matmul takes them for every m, so a row's result never depends on its batch.
+struct TileKernels {
+  bool (*takes)(WeightType t, int64_t k);
+  int64_t (*packed_bytes)(WeightType t, int64_t m, int64_t k);
+  void (*pack_rows)(WeightType t, const float* x, int64_t m, int64_t k, int64_t i0, int64_t i1,
+                    uint8_t* out);
+  void (*matmul_cols)(const uint8_t* x, int64_t m, int64_t k, const WeightMatrix& w,
+                      int64_t n_begin, int64_t n_end, const float* bias, float* y, int64_t ldy,
+                      bool accumulate);
+  int col_granule;
+};
+
 struct IsaKernels {
   const char* name;
   // y[i, j] = dot(x[i, :], w[j, :]) (+ bias[j]) for i < m and j in [n_begin, n_end), or with
@@ -50,15 +66,8 @@ struct IsaKernels {
   void (*matmul_cols_blocks_q8)(const BlockQ8Rows& x, const WeightMatrix& w, int64_t n_begin,
                                 int64_t n_end, const float* bias, float* y, int64_t ldy,
                                 bool accumulate);
-  // Where set, matmul_cols_bf16 takes its activations in this layout instead of row-major bf16:
-  // bf16_packed_size(m, k) elements, rows [i0, i1) of x written by pack_bf16_rows (the AMX
-  // table: amx.h). nullptr elsewhere.
-  int64_t (*bf16_packed_size)(int64_t m, int64_t k);
-  void (*pack_bf16_rows)(const float* x, int64_t m, int64_t k, int64_t i0, int64_t i1,
-                         uint16_t* out);
-  // matmul_cols_bf16's column ranges start at multiples of this (the AMX tiles' 16 rows), so
-  // that the columns' grouping, and with it their bits, does not depend on the threads.
-  int bf16_col_granule;
+  // Matrix tiles (AMX) for the weight types tiles->takes: nullptr on every table but the AMX one.
+  const TileKernels* tiles;
 };
 
 extern const IsaKernels kPortableKernels;
@@ -68,8 +77,8 @@ extern const IsaKernels kAvx2VnniKernels;  // AVX2 + AVX-VNNI (vpdpbusd on 256 b
 extern const IsaKernels kAvx512Kernels;
 extern const IsaKernels kAvx512VnniKernels;  // AVX-512 + VNNI: int8 dot products
 extern const IsaKernels kAvx512Bf16Kernels;  // AVX-512 + VNNI + BF16: bf16 dot products too
-// kAvx512Bf16Kernels with AMX tiles for bf16 weights (amx.h); listed by supported_tables() only
-// where the CPU has amx_tile + amx_bf16 and Linux grants the tile state.
+// kAvx512Bf16Kernels with AMX tiles (amx.h: bf16 and Q8_0 weights); listed by
+// supported_tables() only where the CPU has amx_tile + amx_bf16 and Linux grants the tile state.
 const IsaKernels& amx_kernels();
 #endif
 

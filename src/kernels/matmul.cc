@@ -24,9 +24,11 @@ void matmul_many(const float* x, int64_t m, std::span<const MatmulOutput> outs, 
   // block of 32 (int8 dot products: VNNI's lane layout, or BlockQ8Rows for the AVX2 tables),
   // rounded to bf16 (bf16 dot products), or as they are (f32 and ggml's block formats). Row by row,
   // so a row's result never depends on its batch.
-  enum class Path { kF32, kQ8, kBf16, kBlocks, kBlocksQ8 } path = Path::kF32;
+  enum class Path { kF32, kQ8, kBf16, kBlocks, kBlocksQ8, kTiles } path = Path::kF32;
   const bool int8_or_q4 = w0.type == WeightType::kI8 || w0.type == WeightType::kQ4;
-  if (impl.matmul_cols_q8 != nullptr && k % 64 == 0 && q8_kernel_takes(w0.type)) {
+  if (impl.tiles != nullptr && impl.tiles->takes(w0.type, k)) {
+    path = Path::kTiles;  // AMX: the activations in the tiles' layout
+  } else if (impl.matmul_cols_q8 != nullptr && k % 64 == 0 && q8_kernel_takes(w0.type)) {
     path = Path::kQ8;  // VNNI: Q8_0, Q4_K-Q6_K read straight from their blocks
   } else if (is_block_type(w0.type)) {
     path = impl.matmul_cols_blocks_q8 != nullptr ? Path::kBlocksQ8 : Path::kBlocks;
@@ -39,6 +41,8 @@ void matmul_many(const float* x, int64_t m, std::span<const MatmulOutput> outs, 
   thread_local BlockQ8Buffer bq8_buffer;
   BlockQ8Buffer& bq8 = bq8_buffer;
   thread_local std::vector<uint16_t> bf16_buffer;
+  thread_local std::vector<uint8_t> tiles_buffer;
+  std::vector<uint8_t>& xt = tiles_buffer;
   QuantizedBuffer& q8 = q8_buffer;  // references: the workers see the caller's buffers
   std::vector<uint16_t>& xb = bf16_buffer;
   const QuantizedRows* xq = nullptr;
@@ -58,10 +62,12 @@ void matmul_many(const float* x, int64_t m, std::span<const MatmulOutput> outs, 
           for (int64_t i = i0; i < i1; ++i) quantize_block_row(x, i, bq8);
         },
         16);
-  } else if (path == Path::kBf16 && impl.pack_bf16_rows != nullptr) {
-    xb.resize(static_cast<size_t>(impl.bf16_packed_size(m, k)));  // the AMX tiles' layout
+  } else if (path == Path::kTiles) {
+    xt.resize(static_cast<size_t>(impl.tiles->packed_bytes(w0.type, m, k)));
     pool.parallel_for(
-        m, [&](int64_t i0, int64_t i1) { impl.pack_bf16_rows(x, m, k, i0, i1, xb.data()); }, 16);
+        m,
+        [&](int64_t i0, int64_t i1) { impl.tiles->pack_rows(w0.type, x, m, k, i0, i1, xt.data()); },
+        16);
   } else if (path == Path::kBf16) {
     xb.resize(static_cast<size_t>(m * k));
     pool.parallel_for(
@@ -73,7 +79,7 @@ void matmul_many(const float* x, int64_t m, std::span<const MatmulOutput> outs, 
   }
   // One dispatch over the groups of g output columns of every matrix, in order (g = 4, or the
   // AMX tiles' 16 rows).
-  const int64_t g = path == Path::kBf16 ? impl.bf16_col_granule : 4;
+  const int64_t g = path == Path::kTiles ? impl.tiles->col_granule : 4;
   int64_t total_groups = 0;
   for (const auto& o : outs) total_groups += (o.w.n + g - 1) / g;
   const int64_t work_per_col = std::max<int64_t>(1, m * k);
@@ -100,6 +106,10 @@ void matmul_many(const float* x, int64_t m, std::span<const MatmulOutput> outs, 
               case Path::kBf16:
                 impl.matmul_cols_bf16(xb.data(), m, k, o.w, j0, j1, o.bias, o.y, o.w.n,
                                       o.accumulate);
+                break;
+              case Path::kTiles:
+                impl.tiles->matmul_cols(xt.data(), m, k, o.w, j0, j1, o.bias, o.y, o.w.n,
+                                        o.accumulate);
                 break;
               case Path::kF32:
                 impl.matmul_cols(x, m, k, o.w, j0, j1, o.bias, o.y, o.w.n, o.accumulate);

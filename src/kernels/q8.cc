@@ -22,15 +22,12 @@ const QuantizedRows& prepare_activations(int64_t m, int64_t k, QuantizedBuffer& 
   return buf.rows;
 }
 
-namespace {
-
-// One block of 32 as Q8_0: d = max|x| / 127, q = x / d rounded half away from zero; returns d.
 #if defined(__SSE2__)
 // SSE2 (every x86-64 CPU), the same operations as the scalar form below lane by lane, so the
 // quants are the same bits: |x| by clearing the sign, the maximum with the running one second
 // (maxps returns its second operand for a NaN, as std::max keeps its first), x * (1 / d) plus
 // +-0.5 with x's sign, truncated, clamped to +-127.
-float quantize_block32(const float* xb, int8_t* qb) {
+float quantize_q8_block32(const float* xb, int8_t* qb) {
   const __m128 sign = _mm_set1_ps(-0.0f);
   __m128 v[8];
   __m128 mx = _mm_setzero_ps();
@@ -60,7 +57,7 @@ float quantize_block32(const float* xb, int8_t* qb) {
   return d;
 }
 #else
-float quantize_block32(const float* xb, int8_t* qb) {
+float quantize_q8_block32(const float* xb, int8_t* qb) {
   float amax = 0.0f;
   for (int e = 0; e < 32; ++e) amax = std::max(amax, std::fabs(xb[e]));
   const float d = amax / 127.0f;
@@ -74,13 +71,11 @@ float quantize_block32(const float* xb, int8_t* qb) {
 }
 #endif
 
-}  // namespace
-
 void quantize_row(const float* x, int64_t i, int32_t c, QuantizedBuffer& buf) {
   const int64_t k = buf.rows.k, chunks = k / 64;
   for (int64_t b = 0; b < k / 32; ++b) {
     int8_t* qb = buf.q.data() + i * k + b * 32;
-    const float d = quantize_block32(x + i * k + b * 32, qb);
+    const float d = quantize_q8_block32(x + i * k + b * 32, qb);
     // Block b is lanes 0-7 (even b) or 8-15 (odd b) of chunk b / 2.
     float* sl = buf.scale.data() + (i * chunks + b / 2) * 16 + (b % 2) * 8;
     int32_t* cl = buf.corr.data() + (i * chunks + b / 2) * 16 + (b % 2) * 8;
@@ -109,7 +104,7 @@ void quantize_block_row(const float* x, int64_t i, BlockQ8Buffer& buf) {
   const int64_t k = buf.rows.k;
   for (int64_t b = 0; b < k / 32; ++b) {
     int8_t* qb = buf.q.data() + i * k + b * 32;
-    const float d = quantize_block32(x + i * k + b * 32, qb);
+    const float d = quantize_q8_block32(x + i * k + b * 32, qb);
     buf.d[i * (k / 32) + b] = d;
     int sums[2] = {0, 0};
     for (int e = 0; e < 32; ++e) sums[e / 16] += qb[e];

@@ -23,6 +23,10 @@ struct QuantizedRows {
   const float* block_sum = nullptr;  // [m, k / 32]
 };
 
+// One block of 32 as Q8_0: d = max|x| / 127, q = x / d rounded half away from zero (clamped to
+// +-127); returns d. Every activation quantizer of the int8 kernels rounds with this.
+float quantize_q8_block32(const float* xb, int8_t* qb);
+
 // Owns the buffers; reused across calls.
 struct QuantizedBuffer {
   std::vector<int8_t> q;

@@ -61,9 +61,9 @@ TEST(Isa, DispatchPicksTheBestSupportedTable) {
   EXPECT_STREQ(kAvx512Bf16Kernels.name, "avx512-bf16");
   EXPECT_NE(kAvx512Bf16Kernels.matmul_cols_bf16, nullptr);
   EXPECT_STREQ(amx_kernels().name, "amx");
-  EXPECT_NE(amx_kernels().pack_bf16_rows, nullptr);
-  EXPECT_EQ(amx_kernels().bf16_col_granule, 16);
-  EXPECT_EQ(kAvx512Bf16Kernels.pack_bf16_rows, nullptr);
+  EXPECT_NE(amx_kernels().tiles, nullptr);
+  EXPECT_EQ(amx_kernels().tiles->col_granule, 16);
+  EXPECT_EQ(kAvx512Bf16Kernels.tiles, nullptr);
 #endif
 }
 

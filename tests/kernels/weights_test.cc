@@ -253,9 +253,8 @@ TEST(Weights, FusedResidualAddEqualsMatmulThenAdd) {
   }
 }
 
-// Every table with bf16 dot products (avx512-bf16's vdpbf16ps, the AMX tiles), in the activation
-// layout the table takes: n and k past whole tiles (the AMX tiles' 16 rows and 32 values), m past
-// whole blocks of 16 tokens, with and without the fused residual add.
+// Every table with bf16 dot products (vdpbf16ps) on row-major bf16 activations, with and
+// without the fused residual add.
 TEST(Weights, Bf16DotProductsMatchTheRoundedReference) {
   std::vector<const IsaKernels*> tables;
   for (const IsaKernels* t : supported_tables())
@@ -264,53 +263,146 @@ TEST(Weights, Bf16DotProductsMatchTheRoundedReference) {
   std::mt19937 rng(31);
   for (const IsaKernels* table : tables)
     for (int64_t k : {1, 7, 32, 33, 64, 100})
-      for (int64_t m : {1, 3, 17, 40})
-        for (int64_t n : {9, 37}) {
-          SCOPED_TRACE(std::string(table->name) + " m=" + std::to_string(m) +
-                       " k=" + std::to_string(k) + " n=" + std::to_string(n));
-          const auto w = random_vector(n * k, rng);
-          const auto x = random_vector(m * k, rng);
-          const auto bias = random_vector(n, rng);
-          const auto residual = random_vector(m * n, rng);
-          Packed p(WeightType::kBF16, w, n, k);
-          std::vector<uint16_t> xb(m * k);
-          for (int64_t i = 0; i < m * k; ++i) xb[i] = f32_to_bf16(x[i]);
-          std::vector<uint16_t> packed = xb;
-          if (table->pack_bf16_rows != nullptr) {
-            packed.assign(table->bf16_packed_size(m, k), 0xffff);  // NaN unless written
-            table->pack_bf16_rows(x.data(), m, k, 0, m / 2, packed.data());
-            table->pack_bf16_rows(x.data(), m, k, m / 2, m, packed.data());
-          }
-          // Two column ranges split at the table's granule, as matmul's threads take them.
-          const int64_t split = std::min<int64_t>(n, table->bf16_col_granule);
-          std::vector<float> y(m * n), acc = residual;
-          for (bool accumulate : {false, true}) {
-            float* out = accumulate ? acc.data() : y.data();
-            table->matmul_cols_bf16(packed.data(), m, k, p.m, 0, split, bias.data(), out, n,
-                                    accumulate);
-            table->matmul_cols_bf16(packed.data(), m, k, p.m, split, n, bias.data(), out, n,
-                                    accumulate);
-          }
-          std::vector<float> row(k);
-          for (int64_t j = 0; j < n; ++j) {
-            p.m.dequantize_row(j, row.data());
-            for (int64_t i = 0; i < m; ++i) {
-              double want = bias[j], mag = std::fabs(bias[j]), rounding = 0.0;
-              for (int64_t q = 0; q < k; ++q) {
-                const double xr = bf16_to_f32(xb[i * k + q]);
-                want += xr * row[q];
-                mag += std::fabs(xr * row[q]);
-                rounding += std::fabs(x[i * k + q] * 0x1p-8 * row[q]);
-              }
-              ASSERT_NEAR(y[i * n + j], want, 2e-6 * mag + 1e-6) << "y[" << i << "," << j << "]";
-              double exact = bias[j];
-              for (int64_t q = 0; q < k; ++q) exact += static_cast<double>(x[i * k + q]) * row[q];
-              ASSERT_NEAR(y[i * n + j], exact, rounding + 2e-6 * mag + 1e-6);
-              // The residual add is the same float addition as a separate one.
-              ASSERT_EQ(acc[i * n + j], residual[i * n + j] + y[i * n + j]);
+      for (int64_t m : {1, 3, 17}) {
+        SCOPED_TRACE(std::string(table->name) + " m=" + std::to_string(m) +
+                     " k=" + std::to_string(k));
+        const int64_t n = 9;
+        const auto w = random_vector(n * k, rng);
+        const auto x = random_vector(m * k, rng);
+        const auto bias = random_vector(n, rng);
+        const auto residual = random_vector(m * n, rng);
+        Packed p(WeightType::kBF16, w, n, k);
+        std::vector<uint16_t> xb(m * k);
+        for (int64_t i = 0; i < m * k; ++i) xb[i] = f32_to_bf16(x[i]);
+        std::vector<float> y(m * n), acc = residual;
+        table->matmul_cols_bf16(xb.data(), m, k, p.m, 0, n, bias.data(), y.data(), n, false);
+        table->matmul_cols_bf16(xb.data(), m, k, p.m, 0, n, bias.data(), acc.data(), n, true);
+        std::vector<float> row(k);
+        for (int64_t j = 0; j < n; ++j) {
+          p.m.dequantize_row(j, row.data());
+          for (int64_t i = 0; i < m; ++i) {
+            double want = bias[j], mag = std::fabs(bias[j]), rounding = 0.0;
+            for (int64_t q = 0; q < k; ++q) {
+              const double xr = bf16_to_f32(xb[i * k + q]);
+              want += xr * row[q];
+              mag += std::fabs(xr * row[q]);
+              rounding += std::fabs(x[i * k + q] * 0x1p-8 * row[q]);
             }
+            ASSERT_NEAR(y[i * n + j], want, 2e-6 * mag + 1e-6) << "y[" << i << "," << j << "]";
+            double exact = bias[j];
+            for (int64_t q = 0; q < k; ++q) exact += static_cast<double>(x[i * k + q]) * row[q];
+            ASSERT_NEAR(y[i * n + j], exact, rounding + 2e-6 * mag + 1e-6);
+            ASSERT_EQ(acc[i * n + j], residual[i * n + j] + y[i * n + j]);
           }
         }
+      }
+}
+
+// Q8_0's rule for one block of 32 activations, written out here (scale max|x| / 127, quants
+// rounded half away from zero): the values the int8 tiles multiply.
+void q8_reference_block(const float* x, double* out, double* half_step) {
+  float amax = 0.0f;
+  for (int e = 0; e < 32; ++e) amax = std::max(amax, std::fabs(x[e]));
+  const float d = amax / 127.0f;
+  for (int e = 0; e < 32; ++e) {
+    const float v = d > 0.0f ? x[e] * (1.0f / d) : 0.0f;
+    out[e] = d * std::clamp(std::trunc(v + (v < 0.0f ? -0.5f : 0.5f)), -127.0f, 127.0f);
+  }
+  *half_step = d / 2.0;
+}
+
+// The matrix tile kernels (AMX) of every table that has them, for each weight type they take, in
+// their own activation layout: near the reference of the rounded / quantized activations and the
+// dequantized weights, near the exact product within the activations' rounding, the fused
+// residual add the same float addition, and each row's bits the same alone as in a batch and
+// for any split of the columns at the tiles' granule. n, k and m past whole tiles.
+TEST(Weights, TileKernelsMatchTheReference) {
+  std::vector<const IsaKernels*> tables;
+  for (const IsaKernels* t : supported_tables())
+    if (t->tiles != nullptr) tables.push_back(t);
+  if (tables.empty()) GTEST_SKIP() << "no matrix tiles (AMX) on this CPU";
+  std::mt19937 rng(37);
+  for (const IsaKernels* table : tables) {
+    const TileKernels& tiles = *table->tiles;
+    for (WeightType t : {WeightType::kBF16, WeightType::kQ8_0}) {
+      const bool bf16 = t == WeightType::kBF16;
+      EXPECT_TRUE(tiles.takes(t, 64)) << weight_type_name(t);
+      if (!bf16) {
+        EXPECT_FALSE(tiles.takes(t, 48)) << weight_type_name(t);
+      }
+      for (int64_t k :
+           bf16 ? std::vector<int64_t>{1, 33, 100, 128} : std::vector<int64_t>{32, 96, 256})
+        for (int64_t m : {1, 3, 17, 40})
+          for (int64_t n : {9, 37}) {
+            SCOPED_TRACE(std::string(table->name) + " " + std::string(weight_type_name(t)) + " m=" +
+                         std::to_string(m) + " k=" + std::to_string(k) + " n=" + std::to_string(n));
+            const auto w = random_vector(n * k, rng);
+            auto x = random_vector(m * k, rng);
+            x[std::min<int64_t>(5, m * k - 1)] = 40.0f;  // an outlier block
+            const auto bias = random_vector(n, rng);
+            const auto residual = random_vector(m * n, rng);
+            std::vector<uint8_t> bytes(WeightMatrix::row_bytes(t, k) * n + 64, 0xAB);
+            Packed p(t == WeightType::kQ8_0 ? WeightType::kI8 : t, w, n, k);
+            if (t == WeightType::kQ8_0) {
+              quantize_blocks(t, w.data(), n * k, bytes.data());
+              p.m = {t, bytes.data(), nullptr, n, k};
+            }
+            // Activations packed in two ranges of rows (as matmul's threads do), over a buffer
+            // of garbage.
+            auto run = [&](const float* xs, int64_t rows, const float* r, std::vector<float>& y,
+                           bool accumulate, int64_t split) {
+              std::vector<uint8_t> packed(tiles.packed_bytes(t, rows, k), 0xEE);
+              tiles.pack_rows(t, xs, rows, k, 0, rows / 2, packed.data());
+              tiles.pack_rows(t, xs, rows, k, rows / 2, rows, packed.data());
+              y.assign(r, r + rows * n);
+              tiles.matmul_cols(packed.data(), rows, k, p.m, 0, split, bias.data(), y.data(), n,
+                                accumulate);
+              tiles.matmul_cols(packed.data(), rows, k, p.m, split, n, bias.data(), y.data(), n,
+                                accumulate);
+            };
+            std::vector<float> y, acc;
+            run(x.data(), m, residual.data(), y, false, std::min<int64_t>(n, tiles.col_granule));
+            run(x.data(), m, residual.data(), acc, true, n);
+            std::vector<float> row(k), xr(k);
+            for (int64_t i = 0; i < m; ++i) {
+              double rounding = 0.0;  // per element, the activation's rounding bound
+              std::vector<double> half(k);
+              for (int64_t b = 0; b * 32 < k; ++b) {
+                if (bf16) {
+                  for (int64_t q = b * 32; q < std::min(k, b * 32 + 32); ++q) {
+                    xr[q] = bf16_to_f32(f32_to_bf16(x[i * k + q]));
+                    half[q] = std::fabs(x[i * k + q]) * 0x1p-8;
+                  }
+                } else {
+                  double v[32], h = 0.0;
+                  q8_reference_block(x.data() + i * k + b * 32, v, &h);
+                  for (int e = 0; e < 32; ++e) {
+                    xr[b * 32 + e] = static_cast<float>(v[e]);
+                    half[b * 32 + e] = h;
+                  }
+                }
+              }
+              std::vector<float> alone;
+              run(x.data() + i * k, 1, residual.data(), alone, false, n);
+              for (int64_t j = 0; j < n; ++j) {
+                p.m.dequantize_row(j, row.data());
+                double want = bias[j], exact = bias[j], mag = std::fabs(bias[j]);
+                rounding = 0.0;
+                for (int64_t q = 0; q < k; ++q) {
+                  want += static_cast<double>(xr[q]) * row[q];
+                  exact += static_cast<double>(x[i * k + q]) * row[q];
+                  mag += std::fabs(static_cast<double>(xr[q]) * row[q]);
+                  rounding += half[q] * std::fabs(row[q]);
+                }
+                ASSERT_NEAR(y[i * n + j], want, 2e-6 * mag + 1e-6) << "y[" << i << "," << j << "]";
+                ASSERT_NEAR(y[i * n + j], exact, rounding + 2e-6 * mag + 1e-6);
+                ASSERT_EQ(acc[i * n + j], residual[i * n + j] + y[i * n + j]);
+                ASSERT_EQ(alone[j], y[i * n + j]) << "row " << i << " alone, column " << j;
+              }
+            }
+          }
+    }
+  }
 }
 
 TEST(Weights, Int8DotProductsMatchTheQuantizedReference) {
