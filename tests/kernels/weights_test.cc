@@ -49,6 +49,28 @@ std::vector<int64_t> ks_for(WeightType t) {
   return {1, 3, 7, 16, 17, 33, 64, 100};
 }
 
+// For every output (i, j): the reference bias[j] + sum over k of act(i, q) * w[j][q] in double,
+// its magnitude (sum of |products|) and the bound on how far the activations' rounding moves it
+// (sum of round(i, q) * |w[j][q]|), handed to check(i, j, want, mag, rounding).
+template <class Act, class Round, class Check>
+void for_each_reference(const WeightMatrix& w, int64_t m, int64_t n, int64_t k, const float* bias,
+                        Act act, Round round, Check check) {
+  std::vector<float> row(k);
+  for (int64_t j = 0; j < n; ++j) {
+    w.dequantize_row(j, row.data());
+    for (int64_t i = 0; i < m; ++i) {
+      double want = bias[j], mag = std::fabs(bias[j]), rounding = 0.0;
+      for (int64_t q = 0; q < k; ++q) {
+        const double a = act(i, q);
+        want += a * row[q];
+        mag += std::fabs(a * row[q]);
+        rounding += round(i, q) * std::fabs(row[q]);
+      }
+      check(i, j, want, mag, rounding);
+    }
+  }
+}
+
 TEST(Weights, QuantizationErrorIsWithinTheTypesBound) {
   std::mt19937 rng(5);
   const int64_t n = 7, k = 96;
@@ -277,24 +299,19 @@ TEST(Weights, Bf16DotProductsMatchTheRoundedReference) {
         std::vector<float> y(m * n), acc = residual;
         table->matmul_cols_bf16(xb.data(), m, k, p.m, 0, n, bias.data(), y.data(), n, false);
         table->matmul_cols_bf16(xb.data(), m, k, p.m, 0, n, bias.data(), acc.data(), n, true);
-        std::vector<float> row(k);
-        for (int64_t j = 0; j < n; ++j) {
-          p.m.dequantize_row(j, row.data());
-          for (int64_t i = 0; i < m; ++i) {
-            double want = bias[j], mag = std::fabs(bias[j]), rounding = 0.0;
-            for (int64_t q = 0; q < k; ++q) {
-              const double xr = bf16_to_f32(xb[i * k + q]);
-              want += xr * row[q];
-              mag += std::fabs(xr * row[q]);
-              rounding += std::fabs(x[i * k + q] * 0x1p-8 * row[q]);
-            }
-            ASSERT_NEAR(y[i * n + j], want, 2e-6 * mag + 1e-6) << "y[" << i << "," << j << "]";
-            double exact = bias[j];
-            for (int64_t q = 0; q < k; ++q) exact += static_cast<double>(x[i * k + q]) * row[q];
-            ASSERT_NEAR(y[i * n + j], exact, rounding + 2e-6 * mag + 1e-6);
-            ASSERT_EQ(acc[i * n + j], residual[i * n + j] + y[i * n + j]);
-          }
-        }
+        for_each_reference(
+            p.m, m, n, k, bias.data(),
+            [&](int64_t i, int64_t q) { return static_cast<double>(bf16_to_f32(xb[i * k + q])); },
+            [&](int64_t i, int64_t q) { return std::fabs(x[i * k + q] * 0x1p-8); },
+            [&](int64_t i, int64_t j, double want, double mag, double rounding) {
+              ASSERT_NEAR(y[i * n + j], want, 2e-6 * mag + 1e-6) << "y[" << i << "," << j << "]";
+              std::vector<float> row(k);
+              p.m.dequantize_row(j, row.data());
+              double exact = bias[j];
+              for (int64_t q = 0; q < k; ++q) exact += static_cast<double>(x[i * k + q]) * row[q];
+              ASSERT_NEAR(y[i * n + j], exact, rounding + 2e-6 * mag + 1e-6);
+              ASSERT_EQ(acc[i * n + j], residual[i * n + j] + y[i * n + j]);
+            });
       }
 }
 
@@ -488,24 +505,19 @@ TEST(Weights, Int8DotProductsMatchTheQuantizedReference) {
                                             false);
         else
           kAvx512Kernels.matmul_cols(x.data(), m, k, p.m, 0, n, bias.data(), yf.data(), n, false);
-        std::vector<float> row(k);
-        for (int64_t j = 0; j < n; ++j) {
-          p.m.dequantize_row(j, row.data());
-          for (int64_t i = 0; i < m; ++i) {
-            double want = bias[j], mag = std::fabs(bias[j]), rounding = 0.0;
-            for (int64_t q = 0; q < k; ++q) {
-              const double d = xq.lane_scale[(i * (k / 64) + q / 64) * 16 + (q % 64) / 4];
-              const double xd = xq.q[i * k + q] * d;
-              want += xd * row[q];
-              mag += std::fabs(xd * row[q]);
-              rounding += d / 2 * std::fabs(row[q]);  // |x - xd| <= d / 2
-            }
-            // Exact integer sums: only the f32 scaling rounds.
-            ASSERT_NEAR(y[i * n + j], want, 1e-5 * mag + 1e-6) << "y[" << i << "," << j << "]";
-            // And as close to the unquantized activations as rounding them allows.
-            ASSERT_NEAR(y[i * n + j], yf[i * n + j], rounding + 1e-5 * mag + 1e-5);
-          }
-        }
+        auto scale = [&](int64_t i, int64_t q) {
+          return static_cast<double>(xq.lane_scale[(i * (k / 64) + q / 64) * 16 + (q % 64) / 4]);
+        };
+        for_each_reference(
+            p.m, m, n, k, bias.data(),
+            [&](int64_t i, int64_t q) { return xq.q[i * k + q] * scale(i, q); },
+            [&](int64_t i, int64_t q) { return scale(i, q) / 2; },  // |x - xd| <= d / 2
+            [&](int64_t i, int64_t j, double want, double mag, double rounding) {
+              // Exact integer sums: only the f32 scaling rounds.
+              ASSERT_NEAR(y[i * n + j], want, 1e-5 * mag + 1e-6) << "y[" << i << "," << j << "]";
+              // And as close to the unquantized activations as rounding them allows.
+              ASSERT_NEAR(y[i * n + j], yf[i * n + j], rounding + 1e-5 * mag + 1e-5);
+            });
       }
     }
   }
