@@ -503,10 +503,17 @@ class GgufArchitecturesTest(LogitsMixin, unittest.TestCase):
                 self.assertTrue(np.array_equal(got, ref))
             else:
                 np.testing.assert_allclose(got, ref, rtol=0, atol=1e-4 * np.abs(ref).max())
-            # And with weights packed to bf16 from either file, still the same model.
-            np.testing.assert_allclose(self.logits(g, prompts, extra=("--dtype", "bf16")),
-                                       self.logits(hf, prompts, extra=("--dtype", "bf16")),
-                                       rtol=0, atol=1e-3 * np.abs(ref).max())
+            # And with weights packed to bf16 from either file, still the same model: the same bits
+            # where the layouts are the same. Where they are not (llama's permuted Q/K rows sum in
+            # another order), a few activations round to bf16 the other way, each moving logits
+            # by a fraction of one bf16 step: within 2^-8 of the largest logit (seen: 2e-3 with
+            # the AMX bf16 tiles in the ASan build).
+            b16 = self.logits(g, prompts, extra=("--dtype", "bf16"))
+            b16_ref = self.logits(hf, prompts, extra=("--dtype", "bf16"))
+            if exact:
+                self.assertTrue(np.array_equal(b16, b16_ref))
+            else:
+                np.testing.assert_allclose(b16, b16_ref, rtol=0, atol=2.0 ** -8 * np.abs(ref).max())
 
     def test_gpt2(self):
         self.check("gpt2", exact=True)
