@@ -12,6 +12,7 @@
 
 #include "core/dtype.h"
 #include "core/error.h"
+#include "kernels/lane_fold.h"
 #include "kernels/q8.h"
 
 namespace tf::kernels {
@@ -30,8 +31,6 @@ struct alignas(64) TileConfig {
   uint8_t rows[16] = {};
 };
 
-// bf16: tiles 0-3 accumulators (16 weight rows x 16 tokens of f32), 4-5 weights (16 rows x 32
-// bf16), 6-7 activations (16 pairs x 16 tokens x 2 bf16); all 16 rows of 64 bytes.
 // ldtilecfg through asm with the configuration as a memory operand: GCC 12's _tile_loadconfig
 // does not tell the optimizer that it reads the structure, and the int8 configuration's stores
 // were dropped as dead (a zero configuration: SIGILL at the first tile load).
@@ -39,6 +38,8 @@ inline void load_tile_config(const TileConfig& c) {
   asm volatile("ldtilecfg %0" : : "m"(c));
 }
 
+// bf16: tiles 0-3 accumulators (16 weight rows x 16 tokens of f32), 4-5 weights (16 rows x 32
+// bf16), 6-7 activations (16 pairs x 16 tokens x 2 bf16); all 16 rows of 64 bytes.
 void configure_bf16_tiles() {
   TileConfig c;
   for (int t = 0; t < 8; ++t) {
@@ -185,7 +186,8 @@ void bf16_cols(const uint16_t* x, int64_t m, int64_t k, const WeightMatrix& w, i
 
 // ---- Q8_0 weights ---------------------------------------------------------------------------
 
-constexpr int64_t kQBlock = 512;  // bytes per packed activation block (16 tokens x 32 quants)
+constexpr int64_t kQBlock = 512;    // bytes per packed activation block (16 tokens x 32 quants)
+constexpr int64_t kQ8_0Bytes = 34;  // one Q8_0 block: f16 scale, 32 quants
 
 int64_t q8_quant_bytes(int64_t m, int64_t k) {
   return (m + kRows - 1) / kRows * (k / kK) * kQBlock;
@@ -219,30 +221,24 @@ void pack_q8_rows(const float* x, int64_t m, int64_t k, int64_t i0, int64_t i1, 
 // Weight rows [j, j + rows) of Q8_0 weights: each block's 16 x 32 quants
 // as a tile source and the rows' scales per block.
 struct Q8Rows {
-  const int8_t* base;    // quants of block 0 of row j
-  int64_t stride;        // bytes from one row's block to the next row's
-  int64_t block_step;    // bytes from one block to the next
-  int64_t block_offset;  // bytes from a row's start to its first quant
+  const int8_t* base;  // quants of block 0 of row j
+  int64_t stride;      // bytes from one row's block to the next row's
 
   Q8Rows(const WeightMatrix& w, int64_t j, int64_t rows, float* dw /*[k_blocks][16]*/) {
     const int64_t k_blocks = w.k / kK;
-    {
-      const uint8_t* d = static_cast<const uint8_t*>(w.data);
-      stride = k_blocks * 34;
-      block_step = 34;
-      block_offset = 2;
-      base = reinterpret_cast<const int8_t*>(d + j * stride + 2);
-      // The 16 rows' f16 scales of each block by one gather (4 bytes: the scale and the block's
-      // first two quants, all inside the block), widened by F16C: the same values as f16_to_f32.
-      const __m512i index = _mm512_mullo_epi32(
-          _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15),
-          _mm512_set1_epi32(static_cast<int>(stride)));
-      const __mmask16 valid = static_cast<__mmask16>((1u << rows) - 1);
-      for (int64_t kb = 0; kb < k_blocks; ++kb) {
-        const __m512i h = _mm512_mask_i32gather_epi32(_mm512_setzero_si512(), valid, index,
-                                                      d + j * stride + kb * 34, 1);
-        _mm512_storeu_ps(dw + kb * kRows, _mm512_cvtph_ps(_mm512_cvtepi32_epi16(h)));
-      }
+    const uint8_t* d = static_cast<const uint8_t*>(w.data);
+    stride = k_blocks * kQ8_0Bytes;
+    base = reinterpret_cast<const int8_t*>(d + j * stride + 2);
+    // The 16 rows' f16 scales of each block by one gather (4 bytes: the scale and the block's
+    // first two quants, all inside the block), widened by F16C: the same values as f16_to_f32.
+    const __m512i index =
+        _mm512_mullo_epi32(_mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15),
+                           _mm512_set1_epi32(static_cast<int>(stride)));
+    const __mmask16 valid = static_cast<__mmask16>((1u << rows) - 1);
+    for (int64_t kb = 0; kb < k_blocks; ++kb) {
+      const __m512i h = _mm512_mask_i32gather_epi32(_mm512_setzero_si512(), valid, index,
+                                                    d + j * stride + kb * kQ8_0Bytes, 1);
+      _mm512_storeu_ps(dw + kb * kRows, _mm512_cvtph_ps(_mm512_cvtepi32_epi16(h)));
     }
   }
 };
@@ -270,7 +266,7 @@ void configure_int8_tiles() {
 // for the matrix's last rows).
 inline const int8_t* weight_quants(const Q8Rows& src, int64_t rows, int64_t kb, int8_t* scratch,
                                    int64_t& stride) {
-  const int8_t* a = src.base + kb * src.block_step;
+  const int8_t* a = src.base + kb * kQ8_0Bytes;
   stride = src.stride;
   if (rows == kRows) return a;
   std::memset(scratch, 0, kRows * kK);
@@ -279,23 +275,17 @@ inline const int8_t* weight_quants(const Q8Rows& src, int64_t rows, int64_t kb, 
   return scratch;
 }
 
-// Sums of lanes within each half of a 16-lane int32 vector, two vectors at a time (the lane
-// pairings of isa_impl.inc's fold, levels 2-4, on integers: exact in any order).
+// Exact int32 lane sums within each half of a 16-lane vector: lane_fold.h's levels 2-4.
 typedef int32_t v16i __attribute__((vector_size(64)));
-#define TF_SV __builtin_shufflevector
 inline v16i fold_quads(v16i a, v16i b) {
-  return TF_SV(a, b, 0, 1, 2, 3, 8, 9, 10, 11, 16, 17, 18, 19, 24, 25, 26, 27) +
-         TF_SV(a, b, 4, 5, 6, 7, 12, 13, 14, 15, 20, 21, 22, 23, 28, 29, 30, 31);
+  return fold<16, 2>(a, b);
 }
 inline v16i fold_pairs(v16i a, v16i b) {
-  return TF_SV(a, b, 0, 1, 4, 5, 8, 9, 12, 13, 16, 17, 20, 21, 24, 25, 28, 29) +
-         TF_SV(a, b, 2, 3, 6, 7, 10, 11, 14, 15, 18, 19, 22, 23, 26, 27, 30, 31);
+  return fold<16, 3>(a, b);
 }
 inline v16i fold_lanes(v16i a, v16i b) {
-  return TF_SV(a, b, 0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30) +
-         TF_SV(a, b, 1, 3, 5, 7, 9, 11, 13, 15, 17, 19, 21, 23, 25, 27, 29, 31);
+  return fold<16, 4>(a, b);
 }
-#undef TF_SV
 
 // One token (m = 1, decode), 16 weight rows at a time with AVX-512 VNNI instead of tiles (a tile
 // product of one token leaves 15/16 of the unit idle and costs a tile store and reload per
@@ -332,7 +322,7 @@ void q8_gemv(const uint8_t* x, int64_t k, const WeightMatrix& w, int64_t n_begin
     corr[kb] = 128 * sum;
   }
   const __m512i flip = _mm512_set1_epi8(static_cast<char>(0x80));
-  if (w.n * k_blocks * 34 >= kStreamingBytes) {
+  if (w.n * k_blocks * kQ8_0Bytes >= kStreamingBytes) {
     // Per row, in address order (one sequential stream), each block's exact product and scale,
     // stored [row][block]; then the f32 steps block after block with the 16 rows' values
     // gathered from that buffer: the same steps as below.
@@ -341,10 +331,10 @@ void q8_gemv(const uint8_t* x, int64_t k, const WeightMatrix& w, int64_t n_begin
     prod_buffer.resize(static_cast<size_t>(kRows * kbp));
     int32_t* prod = prod_buffer.data();
     const uint8_t* wbytes = static_cast<const uint8_t*>(w.data);
-    const int64_t row_bytes = k_blocks * 34;
+    const int64_t row_bytes = k_blocks * kQ8_0Bytes;
     const __m512i block_index =
         _mm512_mullo_epi32(_mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15),
-                           _mm512_set1_epi32(34));
+                           _mm512_set1_epi32(kQ8_0Bytes));
     const __m512i row_index =
         _mm512_mullo_epi32(_mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15),
                            _mm512_set1_epi32(static_cast<int>(kbp)));
@@ -368,10 +358,10 @@ void q8_gemv(const uint8_t* x, int64_t k, const WeightMatrix& w, int64_t n_begin
             // blocks b and b + 1 (an odd last block alone, the upper half zero)
             const bool two = b + 1 < k_blocks;
             const __m256i lo =
-                _mm256_loadu_si256(reinterpret_cast<const __m256i*>(wr + b * 34 + 2));
-            const __m256i hi =
-                two ? _mm256_loadu_si256(reinterpret_cast<const __m256i*>(wr + (b + 1) * 34 + 2))
-                    : _mm256_setzero_si256();
+                _mm256_loadu_si256(reinterpret_cast<const __m256i*>(wr + b * kQ8_0Bytes + 2));
+            const __m256i hi = two ? _mm256_loadu_si256(reinterpret_cast<const __m256i*>(
+                                         wr + (b + 1) * kQ8_0Bytes + 2))
+                                   : _mm256_setzero_si256();
             __m512i wv =
                 _mm512_xor_si512(_mm512_inserti64x4(_mm512_castsi256_si512(lo), hi, 1), flip);
             __m512i xv = _mm512_castsi256_si512(
@@ -391,7 +381,7 @@ void q8_gemv(const uint8_t* x, int64_t k, const WeightMatrix& w, int64_t n_begin
           _mm512_storeu_si512(prod + r * kbp + b0,
                               _mm512_sub_epi32(reinterpret_cast<__m512i>(sums), c));
           const __m512i h = _mm512_mask_i32gather_epi32(_mm512_setzero_si512(), valid, block_index,
-                                                        wr + b0 * 34, 1);
+                                                        wr + b0 * kQ8_0Bytes, 1);
           _mm512_storeu_ps(dw + r * kbp + b0, _mm512_cvtph_ps(_mm512_cvtepi32_epi16(h)));
         }
       }
@@ -418,7 +408,7 @@ void q8_gemv(const uint8_t* x, int64_t k, const WeightMatrix& w, int64_t n_begin
     for (int64_t kb = 0; kb < k_blocks; ++kb) {
       const __m512i xv = _mm512_broadcast_i64x4(
           _mm256_loadu_si256(reinterpret_cast<const __m256i*>(row + kb * kK)));
-      const int64_t off = kb * src.block_step;
+      const int64_t off = kb * kQ8_0Bytes;
       v16i d[8];
       for (int p = 0; p < 8; ++p) {
         __m512i wv = _mm512_inserti64x4(
@@ -447,6 +437,7 @@ void q8_gemv(const uint8_t* x, int64_t k, const WeightMatrix& w, int64_t n_begin
 void q8_cols(const uint8_t* x, int64_t m, int64_t k, const WeightMatrix& w, int64_t n_begin,
              int64_t n_end, const float* bias, float* y, int64_t ldy, bool accumulate) {
   TF_CHECK(n_begin % kRows == 0 || n_begin >= n_end);
+  if (m == 1) return q8_gemv(x, k, w, n_begin, n_end, bias, y, accumulate);
   const int64_t k_blocks = k / kK, m_blocks = (m + kRows - 1) / kRows;
   const int8_t* xq = reinterpret_cast<const int8_t*>(x);
   const float* xd = reinterpret_cast<const float*>(x + q8_quant_bytes(m, k));
@@ -456,7 +447,6 @@ void q8_cols(const uint8_t* x, int64_t m, int64_t k, const WeightMatrix& w, int6
   alignas(64) int32_t c[2][kRows][kRows];
   alignas(64) int8_t scratch[kRows * kK];
   alignas(64) float sums[kRows][kRows];
-  if (m == 1) return q8_gemv(x, k, w, n_begin, n_end, bias, y, accumulate);
   configure_int8_tiles();
   constexpr int64_t c_stride = 64;
   // Block kb's products into c[kb % 2], on tiles of their own per parity (0 / 2 / 3 and
@@ -486,17 +476,6 @@ void q8_cols(const uint8_t* x, int64_t m, int64_t k, const WeightMatrix& w, int6
     for (int64_t j = n_begin; j < n_end; j += kRows) {
       const int64_t rows = std::min<int64_t>(kRows, n_end - j);
       const Q8Rows src(w, j, rows, dw);
-      // The next 16 rows (one contiguous region) fetched while these are computed: the scales'
-      // gathers above otherwise meet every cache miss of a block of rows at once.
-      const char* next =
-          reinterpret_cast<const char*>(src.base - src.block_offset) + kRows * src.stride;
-      const int64_t next_lines = j + kRows < n_end ? (kRows * src.stride + 63) / 64 : 0;
-      const int64_t lines_per_block = (next_lines + k_blocks - 1) / k_blocks;
-      auto prefetch_next = [&](int64_t kb) {
-        for (int64_t l = kb * lines_per_block; l < std::min(next_lines, (kb + 1) * lines_per_block);
-             ++l)
-          _mm_prefetch(next + l * 64, _MM_HINT_T0);
-      };
       for (int64_t mb = m0; mb < m1; ++mb) {
         __m512 acc[kRows];
         for (int r = 0; r < kRows; ++r) acc[r] = _mm512_setzero_ps();
@@ -513,10 +492,8 @@ void q8_cols(const uint8_t* x, int64_t m, int64_t k, const WeightMatrix& w, int6
         issue(src, rows, xb, 0);
         for (int64_t kb = 1; kb < k_blocks; ++kb) {
           issue(src, rows, xb, kb);
-          if (mb == m0) prefetch_next(kb - 1);
           consume(kb - 1);
         }
-        if (mb == m0) prefetch_next(k_blocks - 1);
         consume(k_blocks - 1);
         for (int r = 0; r < kRows; ++r) _mm512_store_ps(sums[r], acc[r]);
         const int64_t i = mb * kRows;

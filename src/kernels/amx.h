@@ -15,8 +15,9 @@
 // quants (straight from the Q8_0 blocks, with the rows' stride) times 16 tokens' quants of the
 // same block, then the int32 products scaled by the weight's and the activation's scale and
 // summed in f32, block after block. One token (decode) takes AVX-512 VNNI instead, with each
-// block's int32 product exact too and the same f32 steps, so its bits are the tiles'. The activations are quantized per block of 32 as Q8_0
-// (q8.h: quantize_q8_block32, scale = max|x| / 127) and laid out per 16 tokens x 32 values:
+// block's int32 product exact too and the same f32 steps, so its bits are the tiles'. The
+// activations are quantized per block of 32 as Q8_0 (q8.h: quantize_q8_block32, scale = max|x| /
+// 127) and laid out per 16 tokens x 32 values:
 //   block (mb, kb) at byte (mb * k_blocks + kb) * 512: byte r * 64 + 4 * t + e =
 //   q(x[mb * 16 + t][kb * 32 + 4 * r + e])   (r < 8, t < 16, e < 4),
 // then the scales as floats [m_blocks][k_blocks][16]; zero past m.
