@@ -43,13 +43,23 @@ int run_quantize(const QuantizeOptions& o) {
   const WeightStore& w = model->weights();
   // Buffers for tensors converted here (bf16/f16 in their stored layout); deque: stable.
   std::deque<std::vector<uint16_t>> converted;
+  std::deque<std::vector<uint8_t>> rows_of_panels;
+  std::deque<std::vector<uint16_t>> scales_of_panels;
   std::vector<SafetensorsOutput> out;
   int64_t bytes = 0;
   for (const std::string& name : w.names()) {
     const TensorView& v = w.get(name);
     const kernels::WeightMatrix* m = w.packed_matrix(name);
-    if (m != nullptr &&
-        (m->type == kernels::WeightType::kI8 || m->type == kernels::WeightType::kQ4)) {
+    if (m != nullptr && m->type == kernels::WeightType::kQ4Panels) {
+      // Laid out in the kernels' panels at load: written as the q4 rows the format stores.
+      rows_of_panels.emplace_back(static_cast<size_t>(m->n * m->k / 2));
+      scales_of_panels.emplace_back(static_cast<size_t>(m->n * (m->k / kernels::kQ4Group)));
+      kernels::q4_panels_to_rows(*m, rows_of_panels.back().data(), scales_of_panels.back().data());
+      out.push_back({name, DType::kU8, {m->n, m->k / 2}, rows_of_panels.back().data()});
+      out.push_back({name + ".tf_scales", DType::kF16, {m->n, m->k / kernels::kQ4Group},
+                     scales_of_panels.back().data()});
+    } else if (m != nullptr &&
+               (m->type == kernels::WeightType::kI8 || m->type == kernels::WeightType::kQ4)) {
       // Packed rows [out, in], with the scales beside them.
       if (m->type == kernels::WeightType::kI8) {
         out.push_back({name, DType::kI8, {m->n, m->k}, m->data});

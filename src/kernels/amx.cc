@@ -505,6 +505,115 @@ void q8_cols(const uint8_t* x, int64_t m, int64_t k, const WeightMatrix& w, int6
   _tile_release();
 }
 
+// ---- the panel types ------------------------------------------------------------------------
+
+// Tokens from which the panel types take the tiles: below it, the VNNI panel kernel (the same
+// integers and f32 steps) is faster, a tile product of few tokens leaving most of it idle.
+constexpr int64_t kPanelTileTokens = 4;
+
+template <WeightType T>
+void panel_tiles(const BlockQ8Rows& x, const WeightMatrix& w, int64_t n_begin, int64_t n_end,
+                 const float* bias, float* y, int64_t ldy, bool accumulate) {
+  constexpr int64_t kB = T == WeightType::kQ8_0Panels ? 32 : 16;  // bytes of a row's block
+  constexpr int64_t kTileBytes = kRows * kK;                      // one block of a panel: 512
+  const int64_t m = x.m, k = x.k, kb = k / kK, m_tiles = (m + kRows - 1) / kRows;
+  const int64_t row_bytes = WeightMatrix::row_bytes(T, k);
+  thread_local std::vector<int8_t> unpacked_buffer, xpad_buffer;
+  thread_local std::vector<uint8_t> pad_data;
+  thread_local std::vector<uint16_t> pad_scales;
+  thread_local std::vector<float> dw_buffer, xs_buffer;
+  unpacked_buffer.resize(static_cast<size_t>(kb * kTileBytes));
+  dw_buffer.resize(static_cast<size_t>(kb * kRows));
+  xs_buffer.resize(static_cast<size_t>(kb * kRows));
+  int8_t* unpacked = unpacked_buffer.data();
+  float* dw = dw_buffer.data();
+  float* xs = xs_buffer.data();
+  // The last tile's tokens past m read zeros (their sums are not written).
+  const int64_t tail = m % kRows;
+  if (tail != 0) {
+    xpad_buffer.assign(static_cast<size_t>(kRows * k), 0);
+    std::memcpy(xpad_buffer.data(), x.q + (m - tail) * k, static_cast<size_t>(tail * k));
+  }
+  alignas(64) int32_t c[2][kRows][kRows];  // [token][weight row]
+  alignas(64) float sums[kRows][kRows];
+  configure_int8_tiles();  // 0, 1: products; 2, 4: tokens (16 x 32); 3, 5: weights (8 x 64)
+  const __m512i low = _mm512_set1_epi8(0x0F), eight = _mm512_set1_epi8(8);
+  const int64_t chunk = token_chunk(kRows * k);
+  for (int64_t t0 = 0; t0 < m_tiles; t0 += chunk) {
+    const int64_t t1 = std::min(m_tiles, t0 + chunk);
+    for (int64_t j = n_begin; j < n_end; j += kRows) {
+      const int64_t rows = std::min<int64_t>(kRows, n_end - j);
+      const uint8_t* pd = static_cast<const uint8_t*>(w.data) + j * row_bytes;
+      const uint16_t* ps = static_cast<const uint16_t*>(w.scales) + j * kb;
+      if (w.n - j < kRows) {  // a short last panel, padded to 16 rows as the VNNI kernel does
+        pad_data.resize(static_cast<size_t>(kb * kRows * kB));
+        pad_scales.resize(static_cast<size_t>(kb * kRows));
+        pad_panel(w, j / kRows, pad_data.data(), pad_scales.data());
+        pd = pad_data.data();
+        ps = pad_scales.data();
+      }
+      for (int64_t b = 0; b < kb; ++b)
+        _mm512_storeu_ps(dw + b * kRows, _mm512_cvtph_ps(_mm256_loadu_si256(
+                                             reinterpret_cast<const __m256i*>(ps + b * kRows))));
+      const int8_t* wt = reinterpret_cast<const int8_t*>(pd);  // Q8_0: the panel's own bytes
+      if constexpr (T == WeightType::kQ4Panels) {
+        for (int64_t b = 0; b < kb; ++b)
+          for (int u = 0; u < 4; ++u) {
+            const __m512i v = _mm512_loadu_si512(pd + b * kRows * kB + 64 * u);
+            int8_t* o = unpacked + b * kTileBytes;
+            _mm512_storeu_si512(o + 64 * u, _mm512_sub_epi8(_mm512_and_si512(v, low), eight));
+            _mm512_storeu_si512(
+                o + 64 * (u + 4),
+                _mm512_sub_epi8(_mm512_and_si512(_mm512_srli_epi16(v, 4), low), eight));
+          }
+        wt = unpacked;
+      }
+      for (int64_t mt = t0; mt < t1; ++mt) {
+        const int64_t i = mt * kRows, tokens = std::min<int64_t>(kRows, m - i);
+        const int8_t* xa = tokens == kRows ? x.q + i * k : xpad_buffer.data();
+        for (int64_t b = 0; b < kb; ++b)
+          for (int64_t t = 0; t < kRows; ++t)
+            xs[b * kRows + t] = t < tokens ? x.d[(i + t) * kb + b] : 0.0f;
+        // Block b's products into c[b % 2] on tiles of their own per parity (as q8_cols).
+        auto issue = [&](int64_t b) {
+          if (b % 2 == 0) {
+            _tile_loadd(2, xa + b * kK, k);
+            _tile_loadd(3, wt + b * kTileBytes, 64);
+            _tile_zero(0);
+            _tile_dpbssd(0, 2, 3);
+            _tile_stored(0, c[0], 64);
+          } else {
+            _tile_loadd(4, xa + b * kK, k);
+            _tile_loadd(5, wt + b * kTileBytes, 64);
+            _tile_zero(1);
+            _tile_dpbssd(1, 4, 5);
+            _tile_stored(1, c[1], 64);
+          }
+        };
+        __m512 acc[kRows];
+        for (int t = 0; t < kRows; ++t) acc[t] = _mm512_setzero_ps();
+        auto consume = [&](int64_t b) {
+          const __m512 d = _mm512_loadu_ps(dw + b * kRows);
+          for (int t = 0; t < kRows; ++t) {
+            const __m512 p = _mm512_cvtepi32_ps(_mm512_load_si512(c[b % 2][t]));
+            acc[t] = _mm512_fmadd_ps(p, _mm512_mul_ps(_mm512_set1_ps(xs[b * kRows + t]), d), acc[t]);
+          }
+        };
+        issue(0);
+        for (int64_t b = 1; b < kb; ++b) {
+          issue(b);
+          consume(b - 1);
+        }
+        consume(kb - 1);
+        for (int t = 0; t < kRows; ++t) _mm512_store_ps(sums[t], acc[t]);
+        write_sums([&](int64_t r, int64_t t) { return sums[t][r]; }, rows, tokens, j, i, bias, y,
+                   ldy, accumulate);
+      }
+    }
+  }
+  _tile_release();
+}
+
 // ---- the table's entry points ----------------------------------------------------------------
 
 bool takes(WeightType t, int64_t k) {
@@ -542,6 +651,20 @@ void matmul_cols(const uint8_t* x, int64_t m, int64_t k, const WeightMatrix& w, 
 }
 
 }  // namespace
+
+void amx_matmul_cols_panels(const BlockQ8Rows& x, const WeightMatrix& w, int64_t n_begin,
+                            int64_t n_end, const float* bias, float* y, int64_t ldy,
+                            bool accumulate) {
+  if (x.m < kPanelTileTokens)
+    return kAvx512Bf16Kernels.matmul_cols_panels(x, w, n_begin, n_end, bias, y, ldy, accumulate);
+  if (n_begin >= n_end) return;
+  TF_CHECK(n_begin % kRows == 0 && (n_end % kRows == 0 || n_end == w.n));
+  TF_CHECK(x.k == w.k && w.k % kK == 0);
+  if (w.type == WeightType::kQ4Panels)
+    return panel_tiles<WeightType::kQ4Panels>(x, w, n_begin, n_end, bias, y, ldy, accumulate);
+  TF_CHECK(w.type == WeightType::kQ8_0Panels);
+  panel_tiles<WeightType::kQ8_0Panels>(x, w, n_begin, n_end, bias, y, ldy, accumulate);
+}
 
 const TileKernels& amx_tile_kernels() {
   static const TileKernels t{&takes, &packed_bytes, &pack_rows, &matmul_cols, kRows};

@@ -26,6 +26,7 @@ const IsaKernels& amx_kernels() {
     IsaKernels t = kAvx512Bf16Kernels;
     t.name = "amx";
     t.tiles = &amx_tile_kernels();
+    t.matmul_cols_panels = &amx_matmul_cols_panels;
     return t;
   }();
   return table;

@@ -4,6 +4,7 @@
 #include <vector>
 
 #include "core/dtype.h"
+#include "core/error.h"
 #include "core/thread_pool.h"
 #include "kernels/isa.h"
 
@@ -24,9 +25,13 @@ void matmul_many(const float* x, int64_t m, std::span<const MatmulOutput> outs, 
   // block of 32 (int8 dot products: VNNI's lane layout, or BlockQ8Rows for the AVX2 tables),
   // rounded to bf16 (bf16 dot products), or as they are (f32 and ggml's block formats). Row by row,
   // so a row's result never depends on its batch.
-  enum class Path { kF32, kQ8, kBf16, kBlocks, kBlocksQ8, kTiles } path = Path::kF32;
+  enum class Path { kF32, kQ8, kBf16, kBlocks, kBlocksQ8, kTiles, kPanels } path = Path::kF32;
   const bool int8_or_q4 = w0.type == WeightType::kI8 || w0.type == WeightType::kQ4;
-  if (impl.tiles != nullptr && impl.tiles->takes(w0.type, k)) {
+  if (is_panel_type(w0.type)) {
+    // The loader lays weights out in panels only for a table with panel kernels.
+    TF_CHECK(impl.matmul_cols_panels != nullptr);
+    path = Path::kPanels;  // activations as for the block kernels
+  } else if (impl.tiles != nullptr && impl.tiles->takes(w0.type, k)) {
     path = Path::kTiles;  // AMX: the activations in the tiles' layout
   } else if (impl.matmul_cols_q8 != nullptr && k % 64 == 0 && q8_kernel_takes(w0.type)) {
     path = Path::kQ8;  // VNNI: Q8_0, Q4_K-Q6_K read straight from their blocks
@@ -54,7 +59,7 @@ void matmul_many(const float* x, int64_t m, std::span<const MatmulOutput> outs, 
           for (int64_t i = i0; i < i1; ++i) quantize_row(x, i, q8_offset(w0.type), q8);
         },
         16);
-  } else if (path == Path::kBlocksQ8) {
+  } else if (path == Path::kBlocksQ8 || path == Path::kPanels) {
     prepare_block_activations(m, k, bq8);
     pool.parallel_for(
         m,
@@ -77,9 +82,10 @@ void matmul_many(const float* x, int64_t m, std::span<const MatmulOutput> outs, 
         },
         16);
   }
-  // One dispatch over the groups of g output columns of every matrix, in order (g = 4, or the
-  // AMX tiles' 16 rows).
-  const int64_t g = path == Path::kTiles ? impl.tiles->col_granule : 4;
+  // One dispatch over the groups of g output columns of every matrix, in order (g = 4, the AMX
+  // tiles' 16 rows, or a panel's 16).
+  const int64_t g =
+      path == Path::kTiles ? impl.tiles->col_granule : path == Path::kPanels ? kPanelRows : 4;
   int64_t total_groups = 0;
   for (const auto& o : outs) total_groups += (o.w.n + g - 1) / g;
   const int64_t work_per_col = std::max<int64_t>(1, m * k);
@@ -106,6 +112,9 @@ void matmul_many(const float* x, int64_t m, std::span<const MatmulOutput> outs, 
               case Path::kBf16:
                 impl.matmul_cols_bf16(xb.data(), m, k, o.w, j0, j1, o.bias, o.y, o.w.n,
                                       o.accumulate);
+                break;
+              case Path::kPanels:
+                impl.matmul_cols_panels(bq8.rows, o.w, j0, j1, o.bias, o.y, o.w.n, o.accumulate);
                 break;
               case Path::kTiles:
                 impl.tiles->matmul_cols(xt.data(), m, k, o.w, j0, j1, o.bias, o.y, o.w.n,

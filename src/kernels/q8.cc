@@ -96,7 +96,9 @@ const BlockQ8Rows& prepare_block_activations(int64_t m, int64_t k, BlockQ8Buffer
   buf.d.resize(static_cast<size_t>(m * k / 32));
   buf.s16.resize(static_cast<size_t>(m * k / 16));
   buf.s32.resize(static_cast<size_t>(m * k / 32));
-  buf.rows = {m, k, buf.q.data(), buf.d.data(), buf.s16.data(), buf.s32.data()};
+  buf.q32.resize(static_cast<size_t>(m * k / 32));
+  buf.rows = {m,           k, buf.q.data(), buf.d.data(), buf.s16.data(), buf.s32.data(),
+              buf.q32.data()};
   return buf.rows;
 }
 
@@ -111,6 +113,7 @@ void quantize_block_row(const float* x, int64_t i, BlockQ8Buffer& buf) {
     buf.s16[i * (k / 16) + 2 * b] = d * static_cast<float>(sums[0]);
     buf.s16[i * (k / 16) + 2 * b + 1] = d * static_cast<float>(sums[1]);
     buf.s32[i * (k / 32) + b] = d * static_cast<float>(sums[0] + sums[1]);
+    buf.q32[i * (k / 32) + b] = sums[0] + sums[1];
   }
 }
 

@@ -62,10 +62,12 @@ struct BlockQ8Rows {
   const float* d = nullptr;    // [m, k / 32]: block scales
   const float* s16 = nullptr;  // [m, k / 16]: d * the sum of each 16 quantized values
   const float* s32 = nullptr;  // [m, k / 32]: d * the sum of each block's quantized values
+  const int32_t* q32 = nullptr;  // [m, k / 32]: the sum of each block's quantized values
 };
 struct BlockQ8Buffer {
   std::vector<int8_t> q;
   std::vector<float> d, s16, s32;
+  std::vector<int32_t> q32;
   BlockQ8Rows rows;
 };
 // Sizes buf for m rows of k (k % 32 == 0); fill rows with quantize_block_row.

@@ -22,6 +22,10 @@ std::string_view weight_type_name(WeightType t) {
       return "int8";
     case WeightType::kQ4:
       return "q4";
+    case WeightType::kQ4Panels:
+      return "q4-panels";
+    case WeightType::kQ8_0Panels:
+      return "q8_0-panels";
     case WeightType::kQ8_0:
       return "q8_0";
     case WeightType::kQ4_0:
@@ -80,6 +84,8 @@ int64_t block_bytes(WeightType t) {
       return 2;
     case WeightType::kI8:
     case WeightType::kQ4:  // not a block format: its scales live apart (row_bytes: k / 2)
+    case WeightType::kQ4Panels:
+    case WeightType::kQ8_0Panels:
       return 1;
     case WeightType::kQ8_0:
       return 34;
@@ -126,8 +132,10 @@ int64_t WeightMatrix::row_bytes(WeightType t, int64_t k) {
     case WeightType::kF16:
       return k * 2;
     case WeightType::kI8:
+    case WeightType::kQ8_0Panels:
       return k;
     case WeightType::kQ4:
+    case WeightType::kQ4Panels:
       return k / 2;
     default:
       return k / block_size(t) * block_bytes(t);
@@ -137,20 +145,44 @@ int64_t WeightMatrix::row_bytes(WeightType t, int64_t k) {
 int64_t WeightMatrix::bytes() const {
   int64_t b = row_bytes(type, k) * n;
   if (type == WeightType::kI8) b += n * 4;
-  if (type == WeightType::kQ4) b += n * (k / kQ4Group) * 2;
+  if (type == WeightType::kQ4 || is_panel_type(type)) b += n * (k / kQ4Group) * 2;
   return b;
 }
 
 WeightMatrix WeightMatrix::rows(int64_t first, int64_t count) const {
   TF_CHECK(first >= 0 && count >= 0 && first + count <= n);
+  if (is_panel_type(type))
+    TF_CHECK(first % kPanelRows == 0 && (count % kPanelRows == 0 || first + count == n));
   WeightMatrix w = *this;
   w.n = count;
   w.data = static_cast<const uint8_t*>(data) + first * row_bytes(type, k);
   if (type == WeightType::kI8) w.scales = static_cast<const float*>(scales) + first;
-  if (type == WeightType::kQ4)
+  if (type == WeightType::kQ4 || is_panel_type(type))
     w.scales = static_cast<const uint16_t*>(scales) + first * (k / kQ4Group);
   return w;
 }
+
+namespace {
+
+// Bytes of one row's block of 32 in a panel (B in weights.h).
+int64_t panel_block_bytes(WeightType t) {
+  return t == WeightType::kQ8_0Panels ? 32 : 16;
+}
+
+// Where panel p of w lies: its rows, its first data byte and its first scale.
+struct PanelAt {
+  int64_t rows;
+  const uint8_t* data;
+  const uint16_t* scales;
+};
+PanelAt panel_at(const WeightMatrix& w, int64_t p) {
+  const int64_t r0 = p * kPanelRows;
+  return {std::min<int64_t>(kPanelRows, w.n - r0),
+          static_cast<const uint8_t*>(w.data) + r0 * WeightMatrix::row_bytes(w.type, w.k),
+          static_cast<const uint16_t*>(w.scales) + r0 * (w.k / kQ4Group)};
+}
+
+}  // namespace
 
 void WeightMatrix::dequantize_row(int64_t r, float* out) const {
   TF_CHECK(r >= 0 && r < n);
@@ -182,6 +214,25 @@ void WeightMatrix::dequantize_row(int64_t r, float* out) const {
       }
       return;
     }
+    case WeightType::kQ4Panels:
+    case WeightType::kQ8_0Panels: {
+      const PanelAt at = panel_at(*this, r / kPanelRows);
+      const int64_t R = at.rows, rr = r % kPanelRows, B = panel_block_bytes(type);
+      for (int64_t b = 0; b < k / kQ4Group; ++b) {
+        const float s = f16_to_f32(at.scales[b * R + rr]);
+        const uint8_t* blk = at.data + b * R * B;
+        for (int64_t i = 0; i < B; ++i) {
+          const uint8_t v = blk[(i / 4) * 4 * R + 4 * rr + i % 4];
+          if (type == WeightType::kQ8_0Panels) {
+            out[b * 32 + i] = static_cast<float>(static_cast<int8_t>(v)) * s;
+          } else {
+            out[b * 32 + i] = static_cast<float>((v & 0xF) - 8) * s;
+            out[b * 32 + i + 16] = static_cast<float>((v >> 4) - 8) * s;
+          }
+        }
+      }
+      return;
+    }
     default:
       dequantize_blocks(type, row, k, out);
       return;
@@ -190,7 +241,7 @@ void WeightMatrix::dequantize_row(int64_t r, float* out) const {
 
 void quantize_rows(WeightType t, const float* src, int64_t n, int64_t k, std::vector<uint8_t>& data,
                    std::vector<uint8_t>& scales) {
-  if (is_block_type(t))
+  if (is_block_type(t) || is_panel_type(t))
     fail("packing to {} is not supported; use f32, bf16, f16, int8 or q4", weight_type_name(t));
   if (t == WeightType::kQ4 && k % kQ4Group != 0)
     fail("q4 needs rows of a multiple of {} elements, got {}", kQ4Group, k);
@@ -264,6 +315,75 @@ void q4_0_to_q4(const void* blocks, int64_t n, int64_t k, uint8_t* data, uint16_
     std::memcpy(scales + g, b, 2);
     std::memcpy(data + g * 16, b + 2, 16);
   }
+}
+
+WeightType panel_type(WeightType t) {
+  TF_CHECK(t == WeightType::kQ4 || t == WeightType::kQ4_0 || t == WeightType::kQ8_0);
+  return t == WeightType::kQ8_0 ? WeightType::kQ8_0Panels : WeightType::kQ4Panels;
+}
+
+WeightMatrix pack_panels(WeightType t, const void* src_data, const void* src_scales, int64_t n,
+                         int64_t k, uint8_t* data, uint16_t* scales) {
+  TF_CHECK(k % kQ4Group == 0);
+  const WeightMatrix out{panel_type(t), data, scales, n, k};
+  const int64_t kb = k / kQ4Group, B = panel_block_bytes(out.type);
+  const auto* src = static_cast<const uint8_t*>(src_data);
+  // Row r's block b: its B quant bytes and its f16 scale, as the source stores them.
+  auto source = [&](int64_t r, int64_t b, uint16_t& d) -> const uint8_t* {
+    if (t == WeightType::kQ4) {
+      d = static_cast<const uint16_t*>(src_scales)[r * kb + b];
+      return src + r * (k / 2) + b * 16;
+    }
+    const int64_t bytes = t == WeightType::kQ8_0 ? 34 : 18;
+    const uint8_t* blk = src + (r * kb + b) * bytes;
+    std::memcpy(&d, blk, 2);
+    return blk + 2;
+  };
+  for (int64_t p = 0; p * kPanelRows < n; ++p) {
+    const PanelAt at = panel_at(out, p);
+    auto* pd = const_cast<uint8_t*>(at.data);
+    auto* ps = const_cast<uint16_t*>(at.scales);
+    const int64_t R = at.rows;
+    for (int64_t r = 0; r < R; ++r)
+      for (int64_t b = 0; b < kb; ++b) {
+        const uint8_t* q = source(p * kPanelRows + r, b, ps[b * R + r]);
+        for (int64_t u = 0; u < B / 4; ++u)
+          std::memcpy(pd + b * R * B + u * 4 * R + 4 * r, q + 4 * u, 4);
+      }
+  }
+  return out;
+}
+
+void q4_panels_to_rows(const WeightMatrix& w, uint8_t* data, uint16_t* scales) {
+  TF_CHECK(w.type == WeightType::kQ4Panels);
+  const int64_t kb = w.k / kQ4Group;
+  for (int64_t p = 0; p * kPanelRows < w.n; ++p) {
+    const PanelAt at = panel_at(w, p);
+    const int64_t R = at.rows;
+    for (int64_t r = 0; r < R; ++r)
+      for (int64_t b = 0; b < kb; ++b) {
+        const int64_t row = p * kPanelRows + r;
+        scales[row * kb + b] = at.scales[b * R + r];
+        for (int64_t u = 0; u < 4; ++u)
+          std::memcpy(data + row * (w.k / 2) + b * 16 + 4 * u, at.data + b * R * 16 + u * 4 * R + 4 * r,
+                      4);
+      }
+  }
+}
+
+void pad_panel(const WeightMatrix& w, int64_t p, uint8_t* data, uint16_t* scales) {
+  TF_CHECK(is_panel_type(w.type));
+  const PanelAt at = panel_at(w, p);
+  const int64_t kb = w.k / kQ4Group, R = at.rows, B = panel_block_bytes(w.type);
+  std::memset(data, 0, static_cast<size_t>(kb * kPanelRows * B));
+  std::memset(scales, 0, static_cast<size_t>(kb * kPanelRows) * sizeof(uint16_t));
+  for (int64_t b = 0; b < kb; ++b)
+    for (int64_t r = 0; r < R; ++r) {
+      scales[b * kPanelRows + r] = at.scales[b * R + r];
+      for (int64_t u = 0; u < B / 4; ++u)
+        std::memcpy(data + b * kPanelRows * B + u * 4 * kPanelRows + 4 * r,
+                    at.data + b * R * B + u * 4 * R + 4 * r, 4);
+    }
 }
 
 }  // namespace tf::kernels

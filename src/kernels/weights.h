@@ -12,6 +12,18 @@
 //   ggml block formats (q8_0 ... iq4_xs, as GGUF files store them, read in place): each row is
 //        k / block_size(t) blocks of block_bytes(t) bytes, scales inside the blocks (layouts in
 //        ggml_quants.h). k must be a multiple of the block size.
+//   q4-panels, q8_0-panels: q4 (or Q4_0) and Q8_0 with the scales apart (f16, as q4's) and the
+//        rows interleaved in panels of 16, in the bytes those rows take row-major (so a panel of
+//        rows [16P, 16P + R) starts at data + 16P * row_bytes and scales + 16P * k / 32; R = 16
+//        but for a matrix's last panel, R = n - 16P). Per block b of 32 values of a panel:
+//          scales[b * R + r]                    the f16 scale of row 16P + r,
+//          bytes [b * R * B + u * 4R + 4r + e]  byte 4u + e of that row's block (e < 4),
+//        where a row's block is B bytes: Q8_0's 32 quants (B = 32, w = q * d), or q4's 16 bytes
+//        (B = 16: byte i holds value i in its low nibble and i + 16 in its high, w = (q - 8) d).
+//        So each 64 bytes hold 4 consecutive values of each of 16 rows: the B operand of an AMX
+//        int8 tile with the weight rows as its columns, and for one token, vpdpbusd against the
+//        token's 4 values broadcast leaves every lane one row's sum with no reduction. The
+//        kernels' own layout (pack_panels), chosen at load where the table has panel kernels.
 
 #include <cstdint>
 #include <string_view>
@@ -25,6 +37,8 @@ enum class WeightType : uint8_t {
   kF16,
   kI8,
   kQ4,
+  kQ4Panels,    // q4 in panels of 16 rows (above)
+  kQ8_0Panels,  // Q8_0 in panels of 16 rows (above)
   // ggml's block formats, as GGUF stores them.
   kQ8_0,
   kQ4_0,
@@ -54,6 +68,11 @@ int64_t block_size(WeightType t);
 int64_t block_bytes(WeightType t);
 
 inline constexpr int kQ4Group = 32;
+inline constexpr int kPanelRows = 16;
+
+constexpr bool is_panel_type(WeightType t) {
+  return t == WeightType::kQ4Panels || t == WeightType::kQ8_0Panels;
+}
 
 // "f32", "bf16", "f16", "int8", "q4", and ggml's names in lower case ("q4_k", "iq4_xs").
 std::string_view weight_type_name(WeightType t);
@@ -63,14 +82,16 @@ WeightType parse_weight_type(std::string_view name);
 struct WeightMatrix {
   WeightType type = WeightType::kF32;
   const void* data = nullptr;
-  const void* scales = nullptr;  // i8: float[n]; q4: uint16_t (f16) [n * k / 32]; else none
+  // i8: float[n]; q4 and the panel types: uint16_t (f16) [n * k / 32]; else none
+  const void* scales = nullptr;
   int64_t n = 0, k = 0;
 
   // Bytes of one row's data (not counting scales).
   static int64_t row_bytes(WeightType t, int64_t k);
   // Bytes of all rows plus scales.
   int64_t bytes() const;
-  // Rows [first, first + count) as a matrix of their own (no copy).
+  // Rows [first, first + count) as a matrix of their own (no copy). The panel types take whole
+  // panels only: first % 16 == 0, and count % 16 == 0 unless the range ends at n.
   WeightMatrix rows(int64_t first, int64_t count) const;
   // Row r widened to f32 (an embedding lookup).
   void dequantize_row(int64_t r, float* out) const;
@@ -86,5 +107,20 @@ void quantize_rows(WeightType t, const float* src, int64_t n, int64_t k, std::ve
 // of n rows of k are exactly q4 with the scales kept apart: the nibbles to data (n * k / 2 bytes),
 // the scales to scales (n * k / 32 f16). Lossless, the same size; k % 32 == 0.
 void q4_0_to_q4(const void* blocks, int64_t n, int64_t k, uint8_t* data, uint16_t* scales);
+
+// The panel type of q4, Q4_0 or Q8_0 weights (kQ4Panels or kQ8_0Panels).
+WeightType panel_type(WeightType t);
+// Lays out n rows of k (k % 32 == 0) of q4 (src_data, src_scales), Q4_0 or Q8_0 blocks
+// (src_data; src_scales unused) in panel_type(t)'s layout: data gets row_bytes * n bytes, scales
+// n * k / 32 f16. Lossless: dequantize_row gives the source's values.
+WeightMatrix pack_panels(WeightType t, const void* src_data, const void* src_scales, int64_t n,
+                         int64_t k, uint8_t* data, uint16_t* scales);
+// The inverse for q4-panels: q4 rows (data k / 2 bytes a row, scales k / 32 f16 a row).
+void q4_panels_to_rows(const WeightMatrix& w, uint8_t* data, uint16_t* scales);
+// Panel p of w (p < ceil(n / 16)) as a whole panel of 16 rows in `data` (k / 32 blocks of
+// 16 * B bytes) and `scales` (k / 32 x 16 f16): a short last panel padded with zero bytes and
+// scales. The kernels read a short panel through this, so a row's arithmetic is the same in any
+// panel.
+void pad_panel(const WeightMatrix& w, int64_t p, uint8_t* data, uint16_t* scales);
 
 }  // namespace tf::kernels

@@ -42,7 +42,7 @@ class Gpt2Model final : public Model {
       L.ln1_w = w.f32(p + "ln_1.weight", {c.dim});
       L.ln1_b = w.f32(p + "ln_1.bias", {c.dim});
       const kernels::WeightMatrix qkv =
-          w.matrix(p + "attn.c_attn.weight", 3 * c.dim, c.dim, conv1d);
+          w.matrix(p + "attn.c_attn.weight", 3 * c.dim, c.dim, conv1d, c.dim);
       L.w_q = qkv.rows(0, c.dim);
       L.w_k = qkv.rows(c.dim, c.dim);
       L.w_v = qkv.rows(2 * c.dim, c.dim);

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <numeric>
 #include <deque>
 #include <vector>
 
@@ -47,8 +48,8 @@ class LlamaModel final : public Model {
       LlamaLayer L;
       L.attn_norm = norm(p + "input_layernorm.weight", c.dim);
       if (c.fused_qkv) {  // views of the fused matrices' row ranges
-        const auto qkv =
-            w.matrix(p + "self_attn.qkv_proj.weight", c.q_dim() + 2 * c.kv_dim(), c.dim);
+        const auto qkv = w.matrix(p + "self_attn.qkv_proj.weight", c.q_dim() + 2 * c.kv_dim(),
+                                  c.dim, false, std::gcd(c.q_dim(), c.kv_dim()));
         L.wq = qkv.rows(0, c.q_dim());
         L.wk = qkv.rows(c.q_dim(), c.kv_dim());
         L.wv = qkv.rows(c.q_dim() + c.kv_dim(), c.kv_dim());
@@ -79,7 +80,8 @@ class LlamaModel final : public Model {
       if (c.is_moe(l)) {
         load_experts(L, p);
       } else if (c.fused_qkv) {
-        const auto gate_up = w.matrix(p + "mlp.gate_up_proj.weight", 2 * c.ffn_dim, c.dim);
+        const auto gate_up =
+            w.matrix(p + "mlp.gate_up_proj.weight", 2 * c.ffn_dim, c.dim, false, c.ffn_dim);
         L.w_gate = gate_up.rows(0, c.ffn_dim);
         L.w_up = gate_up.rows(c.ffn_dim, c.ffn_dim);
       } else {
@@ -222,7 +224,7 @@ class LlamaModel final : public Model {
     if (w.has(x + "gate_up_proj")) {
       // transformers v5: every expert's gate and up stacked [E, 2I, H] (gate first), down
       // [E, H, I].
-      for (const auto& m : w.matrix_stack(x + "gate_up_proj", E, 2 * I, c.dim)) {
+      for (const auto& m : w.matrix_stack(x + "gate_up_proj", E, 2 * I, c.dim, I)) {
         L.e_gate.push_back(m.rows(0, I));
         L.e_up.push_back(m.rows(I, I));
       }

@@ -1,6 +1,8 @@
 #include "model/weight_store.h"
 
 #include <algorithm>
+#include <numeric>
+#include <string_view>
 #include <cstdlib>
 #include <cstring>
 
@@ -10,6 +12,7 @@
 
 #include "core/error.h"
 #include "kernels/ggml_quants.h"
+#include "kernels/isa.h"
 
 namespace tf {
 
@@ -156,7 +159,32 @@ const void* WeightStore::aligned_bytes(const std::string& name, DType dtype, con
   return own_copy(e, std::max<size_t>(align, 1));
 }
 
-kernels::WeightMatrix WeightStore::prepacked(const std::string& name, int64_t n, int64_t k) {
+namespace {
+
+// Whether matrix() lays q4 / Q4_0 / Q8_0 weights out in panels (see the header).
+bool use_panels(int64_t n, int64_t k, int64_t row_unit) {
+  static const bool on = [] {
+    const char* e = std::getenv("TOKENFLOW_PANELS");
+    return kernels::isa().matmul_cols_panels != nullptr &&
+           !(e != nullptr && std::string_view(e) == "0");
+  }();
+  return on && k % kernels::kQ4Group == 0 &&
+         (row_unit == 0 || row_unit == n || row_unit % kernels::kPanelRows == 0);
+}
+
+}  // namespace
+
+kernels::WeightMatrix WeightStore::to_panels(kernels::WeightType t, const void* data,
+                                             const void* scales, int64_t n, int64_t k) {
+  const kernels::WeightType p = kernels::panel_type(t);
+  uint8_t* pd = alloc_bytes(static_cast<size_t>(kernels::WeightMatrix::row_bytes(p, k) * n), 64);
+  auto* ps = reinterpret_cast<uint16_t*>(
+      alloc_bytes(static_cast<size_t>(n * (k / kernels::kQ4Group)) * sizeof(uint16_t), 64));
+  return kernels::pack_panels(t, data, scales, n, k, pd, ps);
+}
+
+kernels::WeightMatrix WeightStore::prepacked(const std::string& name, int64_t n, int64_t k,
+                                             bool panels) {
   using kernels::WeightType;
   kernels::WeightMatrix m;
   m.n = n;
@@ -172,16 +200,18 @@ kernels::WeightMatrix WeightStore::prepacked(const std::string& name, int64_t n,
     m.type = WeightType::kQ4;
     m.data = aligned_bytes(name, DType::kU8, {n, k / 2}, 1);
     m.scales = aligned_bytes(name + ".tf_scales", DType::kF16, {n, k / kernels::kQ4Group}, 2);
+    if (panels) m = to_panels(WeightType::kQ4, m.data, m.scales, n, k);
   }
   packed_[name] = m;
   return m;
 }
 
 kernels::WeightMatrix WeightStore::matrix(const std::string& name, int64_t n, int64_t k,
-                                          bool transposed) {
+                                          bool transposed, int64_t row_unit) {
   using kernels::WeightType;
   if (auto it = packed_.find(name); it != packed_.end()) return it->second;
-  if (has(name + ".tf_scale") || has(name + ".tf_scales")) return prepacked(name, n, k);
+  const bool panels = !transposed && use_panels(n, k, row_unit);
+  if (has(name + ".tf_scale") || has(name + ".tf_scales")) return prepacked(name, n, k, panels);
   const Entry& stored = entry(name);  // throws a clear error when missing
   // q4 groups need rows of a multiple of 32: other matrices (stories260K's 172-wide FFN) are
   // kept in int8, the next narrowest type.
@@ -195,6 +225,13 @@ kernels::WeightMatrix WeightStore::matrix(const std::string& name, int64_t n, in
       // bytes, the same size), the matrix takes the q4 kernels, which read the nibbles in
       // 64-byte steps with no per-block decoding (int8 dot products wherever the CPU has them).
       check_shape(name, stored, {n, k});
+      if (panels) {  // the kernels' panels straight from the blocks (the same size again)
+        const kernels::WeightMatrix m = to_panels(WeightType::kQ4_0, stored.view.data, nullptr, n, k);
+        if (!stored.owned)
+          files_.at(stored.file_index).release_pages(stored.view.data, stored.view.nbytes());
+        packed_[name] = m;
+        return m;
+      }
       const size_t groups = static_cast<size_t>(n * (k / kernels::kQ4Group));
       uint8_t* data = alloc_bytes(groups * 16, 64);
       auto* scales = reinterpret_cast<uint16_t*>(alloc_bytes(groups * 2, 64));
@@ -202,6 +239,14 @@ kernels::WeightMatrix WeightStore::matrix(const std::string& name, int64_t n, in
       if (!stored.owned)
         files_.at(stored.file_index).release_pages(stored.view.data, stored.view.nbytes());
       const kernels::WeightMatrix m{WeightType::kQ4, data, scales, n, k};
+      packed_[name] = m;
+      return m;
+    }
+    if (stored.blocks == WeightType::kQ8_0 && panels) {
+      check_shape(name, stored, {n, k});
+      const kernels::WeightMatrix m = to_panels(WeightType::kQ8_0, stored.view.data, nullptr, n, k);
+      if (!stored.owned)
+        files_.at(stored.file_index).release_pages(stored.view.data, stored.view.nbytes());
       packed_[name] = m;
       return m;
     }
@@ -265,13 +310,20 @@ kernels::WeightMatrix WeightStore::matrix(const std::string& name, int64_t n, in
     converted_bytes_ += data.size() + scales.size();
     m.data = data.data();
     m.scales = scales.empty() ? nullptr : scales.data();
+    if (t == WeightType::kQ4 && panels) {
+      // Laid out again in panels; the row-major copy goes.
+      m = to_panels(WeightType::kQ4, m.data, m.scales, n, k);
+      std::vector<uint8_t>().swap(data);
+      std::vector<uint8_t>().swap(scales);
+    }
   }
   packed_[name] = m;
   return m;
 }
 
 std::vector<kernels::WeightMatrix> WeightStore::matrix_stack(const std::string& name, int64_t count,
-                                                             int64_t n, int64_t k) {
+                                                             int64_t n, int64_t k,
+                                                             int64_t row_unit) {
   if (packed_.find(name) == packed_.end()) {
     entry(name);  // throws a clear error when missing
     Entry& e = tensors_.find(name)->second;
@@ -280,7 +332,8 @@ std::vector<kernels::WeightMatrix> WeightStore::matrix_stack(const std::string& 
     // The same bytes seen as one matrix of count * n rows (row-major, so nothing moves).
     (blocks ? e.shape : e.view.shape) = Shape{count * n, k};
   }
-  const kernels::WeightMatrix all = matrix(name, count * n, k);
+  const kernels::WeightMatrix all =
+      matrix(name, count * n, k, false, row_unit == 0 ? n : std::gcd(n, row_unit));
   std::vector<kernels::WeightMatrix> out;
   out.reserve(static_cast<size_t>(count));
   for (int64_t i = 0; i < count; ++i) out.push_back(all.rows(i * n, n));

@@ -53,13 +53,17 @@ class WeightStore {
   // are not a multiple of 32 is packed as int8.
   // A matrix stored packed by `tokenflow quantize` (NAME + ".tf_scale" for int8, ".tf_scales"
   // for q4, rows [out, in]) is used as stored, whatever the compute type.
+  // q4, Q4_0 and Q8_0 matrices are laid out in panels of 16 rows (weights.h) where the kernel
+  // table has panel kernels (and TOKENFLOW_PANELS is not 0); a matrix the model views in row
+  // ranges (WeightMatrix::rows) says so by row_unit, the rows those ranges start at being
+  // multiples of it: panels then only if row_unit is a multiple of 16. 0: not viewed in parts.
   kernels::WeightMatrix matrix(const std::string& name, int64_t n, int64_t k,
-                               bool transposed = false);
+                               bool transposed = false, int64_t row_unit = 0);
   // A 3-D tensor [count, n, k] (experts stored stacked: GGUF's ffn_*_exps, transformers v5's
   // mlp.experts.*_proj) as `count` matrices [n, k]: packed once as one [count * n, k] matrix,
-  // each a view of its rows.
+  // each a view of its rows (row_unit: as matrix(), for views within each matrix).
   std::vector<kernels::WeightMatrix> matrix_stack(const std::string& name, int64_t count, int64_t n,
-                                                  int64_t k);
+                                                  int64_t k, int64_t row_unit = 0);
   // What matrix() made of a tensor, or nullptr if it was not asked for.
   const kernels::WeightMatrix* packed_matrix(const std::string& name) const {
     auto it = packed_.find(name);
@@ -96,7 +100,10 @@ class WeightStore {
   uint8_t* alloc_bytes(size_t n, size_t align);
   void check_shape(const std::string& name, const Entry& e, const Shape& shape) const;
   float* alloc(size_t n);
-  kernels::WeightMatrix prepacked(const std::string& name, int64_t n, int64_t k);
+  kernels::WeightMatrix prepacked(const std::string& name, int64_t n, int64_t k, bool panels);
+  // m (q4 rows, Q4_0 or Q8_0 blocks) laid out in panels in buffers of this store.
+  kernels::WeightMatrix to_panels(kernels::WeightType t, const void* data, const void* scales,
+                                  int64_t n, int64_t k);
   // The bytes of a tensor with the given dtype and shape, aligned to `align` (copied if not).
   const void* aligned_bytes(const std::string& name, DType dtype, const Shape& shape, size_t align);
 

@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <limits>
 #include <random>
 #include <string>
@@ -466,6 +467,134 @@ TEST(Weights, TileKernelsLargeQ8_0MatrixDecodesAsItsBatch) {
       for (int e = 0; e < 32; ++e) rounding += amax / 127.0 / 2.0 * std::fabs(row[b * 32 + e]);
     }
     EXPECT_NEAR(batch[j], want, rounding + 2e-6 * mag + 1e-6) << j;  // row 0
+  }
+}
+
+// The panel layouts (q4-panels, q8_0-panels) from q4 rows and from Q4_0 / Q8_0 blocks: lossless
+// (every row dequantizes as its source; q4 comes back byte for byte), row views of whole panels,
+// and the panel kernels of every table that has them (VNNI for few tokens, AMX tiles for more)
+// near the reference of Q8_0-rounded activations and the dequantized weights, the fused residual
+// add the same float addition, and each row's bits the same alone, in any batch, for any split of
+// the columns at a panel, and on every table. n leaves a short last panel; garbage past the bytes.
+TEST(Weights, PanelKernelsMatchTheReference) {
+  std::vector<const IsaKernels*> tables;
+  for (const IsaKernels* t : supported_tables())
+    if (t->matmul_cols_panels != nullptr) tables.push_back(t);
+  std::mt19937 rng(43);
+  for (WeightType src : {WeightType::kQ4, WeightType::kQ4_0, WeightType::kQ8_0})
+    for (int64_t k : {32, 96, 256})
+      for (int64_t n : {9, 48, 53}) {
+        SCOPED_TRACE(std::string(weight_type_name(src)) + " k=" + std::to_string(k) +
+                     " n=" + std::to_string(n));
+        const auto w = random_vector(n * k, rng);
+        Packed q4(WeightType::kQ4, w, n, k);
+        std::vector<uint8_t> blocks(WeightMatrix::row_bytes(src == WeightType::kQ4 ? WeightType::kQ4_0 : src, k) * n);
+        if (src != WeightType::kQ4) quantize_blocks(src, w.data(), n * k, blocks.data());
+        const WeightMatrix source = src == WeightType::kQ4
+                                        ? q4.m
+                                        : WeightMatrix{src, blocks.data(), nullptr, n, k};
+        const WeightType pt = panel_type(src);
+        std::vector<uint8_t> data(WeightMatrix::row_bytes(pt, k) * n + 64, 0xAB);
+        std::vector<uint16_t> scales(n * (k / 32) + 32, 0x7E00);  // NaN past the end
+        const WeightMatrix pm = pack_panels(src, source.data, source.scales, n, k, data.data(),
+                                            scales.data());
+        ASSERT_EQ(pm.type, pt);
+        ASSERT_EQ(pm.bytes(), WeightMatrix::row_bytes(pt, k) * n + n * (k / 32) * 2);
+        std::vector<float> a(k), b(k);
+        for (int64_t j = 0; j < n; ++j) {
+          source.dequantize_row(j, a.data());
+          pm.dequantize_row(j, b.data());
+          ASSERT_EQ(a, b) << "row " << j;
+        }
+        if (n > 16) {
+          pm.rows(16, n - 16).dequantize_row(n - 17, b.data());
+          source.dequantize_row(n - 1, a.data());
+          EXPECT_EQ(a, b);
+        }
+        if (src == WeightType::kQ4) {
+          std::vector<uint8_t> rows(n * k / 2);
+          std::vector<uint16_t> sc(n * (k / 32));
+          q4_panels_to_rows(pm, rows.data(), sc.data());
+          EXPECT_TRUE(std::equal(rows.begin(), rows.end(), q4.data.begin()));
+          EXPECT_EQ(0, std::memcmp(sc.data(), q4.scales.data(), sc.size() * 2));
+        }
+        if (tables.empty()) continue;
+        for (int64_t m : {1, 2, 3, 5, 17, 40}) {
+          SCOPED_TRACE("m=" + std::to_string(m));
+          auto x = random_vector(m * k, rng);
+          x[std::min<int64_t>(5, m * k - 1)] = 40.0f;  // an outlier block
+          const auto bias = random_vector(n, rng);
+          const auto residual = random_vector(m * n, rng);
+          auto run = [&](const IsaKernels* table, const float* xs, int64_t rows, bool accumulate,
+                         int64_t split) {
+            BlockQ8Buffer buf;
+            prepare_block_activations(rows, k, buf);
+            for (int64_t i = 0; i < rows; ++i) quantize_block_row(xs, i, buf);
+            std::vector<float> y(residual.begin(), residual.begin() + rows * n);
+            table->matmul_cols_panels(buf.rows, pm, 0, split, bias.data(), y.data(), n,
+                                      accumulate);
+            table->matmul_cols_panels(buf.rows, pm, split, n, bias.data(), y.data(), n,
+                                      accumulate);
+            return y;
+          };
+          const auto y = run(tables[0], x.data(), m, false, std::min<int64_t>(n, 16));
+          for (const IsaKernels* table : tables) {
+            SCOPED_TRACE(table->name);
+            ASSERT_EQ(run(table, x.data(), m, false, n), y) << "bits differ across tables";
+            const auto acc = run(table, x.data(), m, true, n);
+            std::vector<float> row(k);
+            for (int64_t i = 0; i < m; ++i) {
+              const auto alone = run(table, x.data() + i * k, 1, false, std::min<int64_t>(n, 16));
+              std::vector<double> xr(k), half(k);
+              for (int64_t bl = 0; bl < k / 32; ++bl) {
+                double h = 0.0;
+                q8_reference_block(x.data() + i * k + bl * 32, xr.data() + bl * 32, &h);
+                std::fill(half.begin() + bl * 32, half.begin() + bl * 32 + 32, h);
+              }
+              for (int64_t j = 0; j < n; ++j) {
+                source.dequantize_row(j, row.data());
+                double want = bias[j], exact = bias[j], mag = std::fabs(bias[j]), rounding = 0.0;
+                for (int64_t q = 0; q < k; ++q) {
+                  want += xr[q] * row[q];
+                  exact += static_cast<double>(x[i * k + q]) * row[q];
+                  mag += std::fabs(xr[q] * row[q]);
+                  rounding += half[q] * std::fabs(row[q]);
+                }
+                ASSERT_NEAR(y[i * n + j], want, 2e-6 * mag + 1e-6) << "y[" << i << "," << j << "]";
+                ASSERT_NEAR(y[i * n + j], exact, rounding + 2e-6 * mag + 1e-6);
+                ASSERT_EQ(acc[i * n + j], residual[i * n + j] + y[i * n + j]);
+                ASSERT_EQ(alone[j], y[i * n + j]) << "row " << i << " alone, column " << j;
+              }
+            }
+          }
+        }
+      }
+  if (tables.empty()) GTEST_SKIP() << "layouts checked; no panel kernels (AVX-512 VNNI) here";
+}
+
+// matmul() takes the panel kernels for the panel types, with the columns split among threads at
+// panels: the same bits as one thread, whatever the batch around a row.
+TEST(Weights, PanelMatmulIsBatchAndThreadInvariant) {
+  if (isa().matmul_cols_panels == nullptr) GTEST_SKIP() << "no panel kernels (AVX-512 VNNI) here";
+  std::mt19937 rng(47);
+  const int64_t n = 213, k = 320;
+  const auto w = random_vector(n * k, rng);
+  std::vector<uint8_t> blocks(WeightMatrix::row_bytes(WeightType::kQ4_0, k) * n);
+  quantize_blocks(WeightType::kQ4_0, w.data(), n * k, blocks.data());
+  std::vector<uint8_t> data(n * k / 2);
+  std::vector<uint16_t> scales(n * k / 32);
+  const WeightMatrix pm =
+      pack_panels(WeightType::kQ4_0, blocks.data(), nullptr, n, k, data.data(), scales.data());
+  const int64_t m = 37;
+  const auto x = random_vector(m * k, rng);
+  ThreadPool one(1), two(2);
+  std::vector<float> y1(m * n), y2(m * n), alone(n);
+  matmul(x.data(), m, pm, nullptr, y1.data(), one);
+  matmul(x.data(), m, pm, nullptr, y2.data(), two);
+  ASSERT_EQ(y1, y2);
+  for (int64_t i : {int64_t{0}, int64_t{20}, m - 1}) {
+    matmul(x.data() + i * k, 1, pm, nullptr, alone.data(), two);
+    for (int64_t j = 0; j < n; ++j) ASSERT_EQ(alone[j], y1[i * n + j]) << i << "," << j;
   }
 }
 
