@@ -1,7 +1,7 @@
 // Micro-benchmarks of the f32 matmul per ISA table, at decode (GEMV) and prefill (GEMM) shapes;
 // the dequantization of every GGUF block format (the reference code `tokenflow quantize` and
 // embeddings use); and the block kernels' GEMV per format and table (4096 x 4096 weights, in
-// L3 or memory); the matrix tile kernels (AMX) per weight type. Run:
+// L3 or memory); the matrix tile kernels (AMX) per weight type; the panel kernels per table. Run:
 // build/release/bench/bench_kernels --benchmark_repetitions=5
 // --benchmark_report_aggregates_only [--benchmark_filter=dequant]
 
@@ -65,6 +65,36 @@ void run_tiles(benchmark::State& state, const IsaKernels* isa, tf::kernels::Weig
   state.counters["GFLOP/s"] = benchmark::Counter(
       2.0 * m * n * k, benchmark::Counter::kIsIterationInvariantRate, benchmark::Counter::kIs1000);
   state.counters["GB/s(w)"] = benchmark::Counter(static_cast<double>(data.size() + scales.size()),
+                                                 benchmark::Counter::kIsIterationInvariantRate,
+                                                 benchmark::Counter::kIs1000);
+}
+
+// The panel kernels (q4-panels from Q4_0, q8_0-panels) of a table, one thread: the kernel alone,
+// the activations quantized once outside the loop.
+void run_panels(benchmark::State& state, const IsaKernels* isa, tf::kernels::WeightType src) {
+  const int64_t m = state.range(0), n = state.range(1), k = state.range(2);
+  std::mt19937 rng(1);
+  std::normal_distribution<float> dist(0.0f, 0.02f);
+  std::vector<float> x(m * k), w(n * k), y(m * n);
+  for (auto& v : x) v = dist(rng);
+  for (auto& v : w) v = dist(rng);
+  std::vector<uint8_t> blocks(tf::kernels::WeightMatrix::row_bytes(src, k) * n);
+  tf::kernels::quantize_blocks(src, w.data(), n * k, blocks.data());
+  const auto pt = tf::kernels::panel_type(src);
+  std::vector<uint8_t> data(tf::kernels::WeightMatrix::row_bytes(pt, k) * n);
+  std::vector<uint16_t> scales(n * k / 32);
+  const auto wm =
+      tf::kernels::pack_panels(src, blocks.data(), nullptr, n, k, data.data(), scales.data());
+  tf::kernels::BlockQ8Buffer buf;
+  tf::kernels::prepare_block_activations(m, k, buf);
+  for (int64_t i = 0; i < m; ++i) tf::kernels::quantize_block_row(x.data(), i, buf);
+  for (auto _ : state) {
+    isa->matmul_cols_panels(buf.rows, wm, 0, n, nullptr, y.data(), n, false);
+    benchmark::DoNotOptimize(y.data());
+  }
+  state.counters["GFLOP/s"] = benchmark::Counter(
+      2.0 * m * n * k, benchmark::Counter::kIsIterationInvariantRate, benchmark::Counter::kIs1000);
+  state.counters["GB/s(w)"] = benchmark::Counter(static_cast<double>(wm.bytes()),
                                                  benchmark::Counter::kIsIterationInvariantRate,
                                                  benchmark::Counter::kIs1000);
 }
@@ -211,6 +241,18 @@ void register_all() {
           run_tiles, t, wt);
       b->Args({1, 2048, 768})->Args({1, 4096, 4096})->Args({16, 2048, 768});
       b->Args({512, 768, 768})->Args({512, 2048, 768})->Args({512, 768, 2048});
+      b->Args({512, 2048, 2048})->Args({512, 5632, 2048});
+      b->Unit(benchmark::kMicrosecond);
+    }
+  }
+  for (const IsaKernels* t : tf::kernels::supported_tables()) {
+    if (t->matmul_cols_panels == nullptr) continue;
+    for (auto wt : {tf::kernels::WeightType::kQ4_0, tf::kernels::WeightType::kQ8_0}) {
+      auto* b = benchmark::RegisterBenchmark(
+          (std::string("panels/") + t->name + "/" + std::string(tf::kernels::weight_type_name(wt)))
+              .c_str(),
+          run_panels, t, wt);
+      b->Args({1, 2048, 768})->Args({1, 4096, 4096})->Args({4, 2048, 768})->Args({16, 2048, 768});
       b->Args({512, 2048, 2048})->Args({512, 5632, 2048});
       b->Unit(benchmark::kMicrosecond);
     }

@@ -509,7 +509,7 @@ void q8_cols(const uint8_t* x, int64_t m, int64_t k, const WeightMatrix& w, int6
 
 // Tokens from which the panel types take the tiles: below it, the VNNI panel kernel (the same
 // integers and f32 steps) is faster, a tile product of few tokens leaving most of it idle.
-constexpr int64_t kPanelTileTokens = 4;
+constexpr int64_t kPanelTileTokens = 12;
 
 template <WeightType T>
 void panel_tiles(const BlockQ8Rows& x, const WeightMatrix& w, int64_t n_begin, int64_t n_end,
@@ -518,29 +518,43 @@ void panel_tiles(const BlockQ8Rows& x, const WeightMatrix& w, int64_t n_begin, i
   constexpr int64_t kTileBytes = kRows * kK;                      // one block of a panel: 512
   const int64_t m = x.m, k = x.k, kb = k / kK, m_tiles = (m + kRows - 1) / kRows;
   const int64_t row_bytes = WeightMatrix::row_bytes(T, k);
-  thread_local std::vector<int8_t> unpacked_buffer, xpad_buffer;
+  thread_local std::vector<int8_t> unpacked_buffer, xpack_buffer;
   thread_local std::vector<uint8_t> pad_data;
   thread_local std::vector<uint16_t> pad_scales;
   thread_local std::vector<float> dw_buffer, xs_buffer;
+  const int64_t chunk = token_chunk(kRows * k);
   unpacked_buffer.resize(static_cast<size_t>(kb * kTileBytes));
   dw_buffer.resize(static_cast<size_t>(kb * kRows));
-  xs_buffer.resize(static_cast<size_t>(kb * kRows));
+  xpack_buffer.resize(static_cast<size_t>(std::min(chunk, m_tiles) * kb * kTileBytes));
+  xs_buffer.resize(static_cast<size_t>(std::min(chunk, m_tiles) * kb * kRows));
   int8_t* unpacked = unpacked_buffer.data();
+  int8_t* xpack = xpack_buffer.data();
   float* dw = dw_buffer.data();
   float* xs = xs_buffer.data();
-  // The last tile's tokens past m read zeros (their sums are not written).
-  const int64_t tail = m % kRows;
-  if (tail != 0) {
-    xpad_buffer.assign(static_cast<size_t>(kRows * k), 0);
-    std::memcpy(xpad_buffer.data(), x.q + (m - tail) * k, static_cast<size_t>(tail * k));
-  }
   alignas(64) int32_t c[2][kRows][kRows];  // [token][weight row]
   alignas(64) float sums[kRows][kRows];
   configure_int8_tiles();  // 0, 1: products; 2, 4: tokens (16 x 32); 3, 5: weights (8 x 64)
   const __m512i low = _mm512_set1_epi8(0x0F), eight = _mm512_set1_epi8(8);
-  const int64_t chunk = token_chunk(kRows * k);
   for (int64_t t0 = 0; t0 < m_tiles; t0 += chunk) {
     const int64_t t1 = std::min(m_tiles, t0 + chunk);
+    // The chunk's tokens per tile and block, 16 x 32 quants in a row (a tile read with the rows'
+    // stride k would take 16 lines of few cache sets when k is a power of two), and their scales
+    // [tile][block][token]; tokens past m zero.
+    for (int64_t mt = t0; mt < t1; ++mt) {
+      const int64_t i = mt * kRows, tokens = std::min<int64_t>(kRows, m - i);
+      int8_t* xp = xpack + (mt - t0) * kb * kTileBytes;
+      float* xsp = xs + (mt - t0) * kb * kRows;
+      for (int64_t b = 0; b < kb; ++b)
+        for (int64_t t = 0; t < kRows; ++t) {
+          if (t < tokens) {
+            std::memcpy(xp + b * kTileBytes + t * kK, x.q + (i + t) * k + b * kK, kK);
+            xsp[b * kRows + t] = x.d[(i + t) * kb + b];
+          } else {
+            std::memset(xp + b * kTileBytes + t * kK, 0, kK);
+            xsp[b * kRows + t] = 0.0f;
+          }
+        }
+    }
     for (int64_t j = n_begin; j < n_end; j += kRows) {
       const int64_t rows = std::min<int64_t>(kRows, n_end - j);
       const uint8_t* pd = static_cast<const uint8_t*>(w.data) + j * row_bytes;
@@ -570,20 +584,18 @@ void panel_tiles(const BlockQ8Rows& x, const WeightMatrix& w, int64_t n_begin, i
       }
       for (int64_t mt = t0; mt < t1; ++mt) {
         const int64_t i = mt * kRows, tokens = std::min<int64_t>(kRows, m - i);
-        const int8_t* xa = tokens == kRows ? x.q + i * k : xpad_buffer.data();
-        for (int64_t b = 0; b < kb; ++b)
-          for (int64_t t = 0; t < kRows; ++t)
-            xs[b * kRows + t] = t < tokens ? x.d[(i + t) * kb + b] : 0.0f;
+        const int8_t* xa = xpack + (mt - t0) * kb * kTileBytes;
+        const float* xsp = xs + (mt - t0) * kb * kRows;
         // Block b's products into c[b % 2] on tiles of their own per parity (as q8_cols).
         auto issue = [&](int64_t b) {
           if (b % 2 == 0) {
-            _tile_loadd(2, xa + b * kK, k);
+            _tile_loadd(2, xa + b * kTileBytes, kK);
             _tile_loadd(3, wt + b * kTileBytes, 64);
             _tile_zero(0);
             _tile_dpbssd(0, 2, 3);
             _tile_stored(0, c[0], 64);
           } else {
-            _tile_loadd(4, xa + b * kK, k);
+            _tile_loadd(4, xa + b * kTileBytes, kK);
             _tile_loadd(5, wt + b * kTileBytes, 64);
             _tile_zero(1);
             _tile_dpbssd(1, 4, 5);
@@ -596,7 +608,8 @@ void panel_tiles(const BlockQ8Rows& x, const WeightMatrix& w, int64_t n_begin, i
           const __m512 d = _mm512_loadu_ps(dw + b * kRows);
           for (int t = 0; t < kRows; ++t) {
             const __m512 p = _mm512_cvtepi32_ps(_mm512_load_si512(c[b % 2][t]));
-            acc[t] = _mm512_fmadd_ps(p, _mm512_mul_ps(_mm512_set1_ps(xs[b * kRows + t]), d), acc[t]);
+            acc[t] =
+                _mm512_fmadd_ps(p, _mm512_mul_ps(_mm512_set1_ps(xsp[b * kRows + t]), d), acc[t]);
           }
         };
         issue(0);
