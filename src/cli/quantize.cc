@@ -44,20 +44,30 @@ int run_quantize(const QuantizeOptions& o) {
   // Buffers for tensors converted here (bf16/f16 in their stored layout); deque: stable.
   std::deque<std::vector<uint16_t>> converted;
   std::deque<std::vector<uint8_t>> rows_of_panels;
-  std::deque<std::vector<uint16_t>> scales_of_panels;
+  std::deque<std::vector<uint8_t>> scales_of_panels;
   std::vector<SafetensorsOutput> out;
   int64_t bytes = 0;
   for (const std::string& name : w.names()) {
     const TensorView& v = w.get(name);
     const kernels::WeightMatrix* m = w.packed_matrix(name);
-    if (m != nullptr && m->type == kernels::WeightType::kQ4Panels) {
-      // Laid out in the kernels' panels at load: written as the q4 rows the format stores.
-      rows_of_panels.emplace_back(static_cast<size_t>(m->n * m->k / 2));
-      scales_of_panels.emplace_back(static_cast<size_t>(m->n * (m->k / kernels::kQ4Group)));
-      kernels::q4_panels_to_rows(*m, rows_of_panels.back().data(), scales_of_panels.back().data());
-      out.push_back({name, DType::kU8, {m->n, m->k / 2}, rows_of_panels.back().data()});
-      out.push_back({name + ".tf_scales", DType::kF16, {m->n, m->k / kernels::kQ4Group},
-                     scales_of_panels.back().data()});
+    if (m != nullptr &&
+        (m->type == kernels::WeightType::kQ4Panels || m->type == kernels::WeightType::kI8Panels)) {
+      // Laid out in the kernels' panels at load: written as the rows the format stores.
+      const bool q4 = m->type == kernels::WeightType::kQ4Panels;
+      rows_of_panels.emplace_back(static_cast<size_t>(q4 ? m->n * m->k / 2 : m->n * m->k));
+      scales_of_panels.emplace_back(
+          static_cast<size_t>(kernels::panel_scale_bytes(m->type, m->n, m->k)));
+      kernels::panels_to_rows(*m, rows_of_panels.back().data(), scales_of_panels.back().data());
+      if (q4) {
+        out.push_back({name, DType::kU8, {m->n, m->k / 2}, rows_of_panels.back().data()});
+        out.push_back({name + ".tf_scales",
+                       DType::kF16,
+                       {m->n, m->k / kernels::kQ4Group},
+                       scales_of_panels.back().data()});
+      } else {
+        out.push_back({name, DType::kI8, {m->n, m->k}, rows_of_panels.back().data()});
+        out.push_back({name + ".tf_scale", DType::kF32, {m->n}, scales_of_panels.back().data()});
+      }
     } else if (m != nullptr &&
                (m->type == kernels::WeightType::kI8 || m->type == kernels::WeightType::kQ4)) {
       // Packed rows [out, in], with the scales beside them.

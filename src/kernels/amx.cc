@@ -514,13 +514,13 @@ constexpr int64_t kPanelTileTokens = 12;
 template <WeightType T>
 void panel_tiles(const BlockQ8Rows& x, const WeightMatrix& w, int64_t n_begin, int64_t n_end,
                  const float* bias, float* y, int64_t ldy, bool accumulate) {
-  constexpr int64_t kB = T == WeightType::kQ8_0Panels ? 32 : 16;  // bytes of a row's block
-  constexpr int64_t kTileBytes = kRows * kK;                      // one block of a panel: 512
+  constexpr int64_t kB = T == WeightType::kQ4Panels ? 16 : 32;  // bytes of a row's block
+  constexpr int64_t kTileBytes = kRows * kK;                    // one block of a panel: 512
   const int64_t m = x.m, k = x.k, kb = k / kK, m_tiles = (m + kRows - 1) / kRows;
   const int64_t row_bytes = WeightMatrix::row_bytes(T, k);
   thread_local std::vector<int8_t> unpacked_buffer, xpack_buffer;
   thread_local std::vector<uint8_t> pad_data;
-  thread_local std::vector<uint16_t> pad_scales;
+  thread_local std::vector<uint32_t> pad_scales;  // f16 [kb][16], or i8-panels' 16 floats
   thread_local std::vector<float> dw_buffer, xs_buffer;
   const int64_t chunk = token_chunk(kRows * k);
   unpacked_buffer.resize(static_cast<size_t>(kb * kTileBytes));
@@ -558,7 +558,9 @@ void panel_tiles(const BlockQ8Rows& x, const WeightMatrix& w, int64_t n_begin, i
     for (int64_t j = n_begin; j < n_end; j += kRows) {
       const int64_t rows = std::min<int64_t>(kRows, n_end - j);
       const uint8_t* pd = static_cast<const uint8_t*>(w.data) + j * row_bytes;
-      const uint16_t* ps = static_cast<const uint16_t*>(w.scales) + j * kb;
+      const void* ps = T == WeightType::kI8Panels
+                           ? static_cast<const void*>(static_cast<const float*>(w.scales) + j)
+                           : static_cast<const uint16_t*>(w.scales) + j * kb;
       if (w.n - j < kRows) {  // a short last panel, padded to 16 rows as the VNNI kernel does
         pad_data.resize(static_cast<size_t>(kb * kRows * kB));
         pad_scales.resize(static_cast<size_t>(kb * kRows));
@@ -566,9 +568,12 @@ void panel_tiles(const BlockQ8Rows& x, const WeightMatrix& w, int64_t n_begin, i
         pd = pad_data.data();
         ps = pad_scales.data();
       }
-      for (int64_t b = 0; b < kb; ++b)
-        _mm512_storeu_ps(dw + b * kRows, _mm512_cvtph_ps(_mm256_loadu_si256(
-                                             reinterpret_cast<const __m256i*>(ps + b * kRows))));
+      for (int64_t b = 0; b < kb; ++b)  // the rows' scales per block (int8: the same for each)
+        _mm512_storeu_ps(dw + b * kRows,
+                         T == WeightType::kI8Panels
+                             ? _mm512_loadu_ps(ps)
+                             : _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(
+                                   static_cast<const uint16_t*>(ps) + b * kRows))));
       const int8_t* wt = reinterpret_cast<const int8_t*>(pd);  // Q8_0: the panel's own bytes
       if constexpr (T == WeightType::kQ4Panels) {
         for (int64_t b = 0; b < kb; ++b)
@@ -675,6 +680,8 @@ void amx_matmul_cols_panels(const BlockQ8Rows& x, const WeightMatrix& w, int64_t
   TF_CHECK(x.k == w.k && w.k % kK == 0);
   if (w.type == WeightType::kQ4Panels)
     return panel_tiles<WeightType::kQ4Panels>(x, w, n_begin, n_end, bias, y, ldy, accumulate);
+  if (w.type == WeightType::kI8Panels)
+    return panel_tiles<WeightType::kI8Panels>(x, w, n_begin, n_end, bias, y, ldy, accumulate);
   TF_CHECK(w.type == WeightType::kQ8_0Panels);
   panel_tiles<WeightType::kQ8_0Panels>(x, w, n_begin, n_end, bias, y, ldy, accumulate);
 }

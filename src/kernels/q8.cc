@@ -97,8 +97,7 @@ const BlockQ8Rows& prepare_block_activations(int64_t m, int64_t k, BlockQ8Buffer
   buf.s16.resize(static_cast<size_t>(m * k / 16));
   buf.s32.resize(static_cast<size_t>(m * k / 32));
   buf.q32.resize(static_cast<size_t>(m * k / 32));
-  buf.rows = {m,           k, buf.q.data(), buf.d.data(), buf.s16.data(), buf.s32.data(),
-              buf.q32.data()};
+  buf.rows = {m, k, buf.q.data(), buf.d.data(), buf.s16.data(), buf.s32.data(), buf.q32.data()};
   return buf.rows;
 }
 

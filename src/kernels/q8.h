@@ -57,11 +57,11 @@ inline int32_t q8_offset(WeightType t) {
 // element order, with each block's scale and the sums the kernels' corrections need (a weight
 // format's minimum, or the offset that makes its quants unsigned).
 struct BlockQ8Rows {
-  int64_t m = 0, k = 0;        // k % 32 == 0
-  const int8_t* q = nullptr;   // [m, k]
-  const float* d = nullptr;    // [m, k / 32]: block scales
-  const float* s16 = nullptr;  // [m, k / 16]: d * the sum of each 16 quantized values
-  const float* s32 = nullptr;  // [m, k / 32]: d * the sum of each block's quantized values
+  int64_t m = 0, k = 0;          // k % 32 == 0
+  const int8_t* q = nullptr;     // [m, k]
+  const float* d = nullptr;      // [m, k / 32]: block scales
+  const float* s16 = nullptr;    // [m, k / 16]: d * the sum of each 16 quantized values
+  const float* s32 = nullptr;    // [m, k / 32]: d * the sum of each block's quantized values
   const int32_t* q32 = nullptr;  // [m, k / 32]: the sum of each block's quantized values
 };
 struct BlockQ8Buffer {

@@ -26,6 +26,8 @@ std::string_view weight_type_name(WeightType t) {
       return "q4-panels";
     case WeightType::kQ8_0Panels:
       return "q8_0-panels";
+    case WeightType::kI8Panels:
+      return "i8-panels";
     case WeightType::kQ8_0:
       return "q8_0";
     case WeightType::kQ4_0:
@@ -86,6 +88,7 @@ int64_t block_bytes(WeightType t) {
     case WeightType::kQ4:  // not a block format: its scales live apart (row_bytes: k / 2)
     case WeightType::kQ4Panels:
     case WeightType::kQ8_0Panels:
+    case WeightType::kI8Panels:
       return 1;
     case WeightType::kQ8_0:
       return 34;
@@ -133,6 +136,7 @@ int64_t WeightMatrix::row_bytes(WeightType t, int64_t k) {
       return k * 2;
     case WeightType::kI8:
     case WeightType::kQ8_0Panels:
+    case WeightType::kI8Panels:
       return k;
     case WeightType::kQ4:
     case WeightType::kQ4Panels:
@@ -144,8 +148,9 @@ int64_t WeightMatrix::row_bytes(WeightType t, int64_t k) {
 
 int64_t WeightMatrix::bytes() const {
   int64_t b = row_bytes(type, k) * n;
-  if (type == WeightType::kI8) b += n * 4;
-  if (type == WeightType::kQ4 || is_panel_type(type)) b += n * (k / kQ4Group) * 2;
+  if (type == WeightType::kI8 || type == WeightType::kI8Panels) b += n * 4;
+  if (type == WeightType::kQ4 || type == WeightType::kQ4Panels || type == WeightType::kQ8_0Panels)
+    b += n * (k / kQ4Group) * 2;
   return b;
 }
 
@@ -156,8 +161,9 @@ WeightMatrix WeightMatrix::rows(int64_t first, int64_t count) const {
   WeightMatrix w = *this;
   w.n = count;
   w.data = static_cast<const uint8_t*>(data) + first * row_bytes(type, k);
-  if (type == WeightType::kI8) w.scales = static_cast<const float*>(scales) + first;
-  if (type == WeightType::kQ4 || is_panel_type(type))
+  if (type == WeightType::kI8 || type == WeightType::kI8Panels)
+    w.scales = static_cast<const float*>(scales) + first;
+  if (type == WeightType::kQ4 || type == WeightType::kQ4Panels || type == WeightType::kQ8_0Panels)
     w.scales = static_cast<const uint16_t*>(scales) + first * (k / kQ4Group);
   return w;
 }
@@ -166,20 +172,24 @@ namespace {
 
 // Bytes of one row's block of 32 in a panel (B in weights.h).
 int64_t panel_block_bytes(WeightType t) {
-  return t == WeightType::kQ8_0Panels ? 32 : 16;
+  return t == WeightType::kQ4Panels ? 16 : 32;
 }
 
-// Where panel p of w lies: its rows, its first data byte and its first scale.
+// Where panel p of w lies: its rows, its first data byte and its first scale (f16, or
+// i8-panels' floats).
 struct PanelAt {
   int64_t rows;
   const uint8_t* data;
   const uint16_t* scales;
+  const float* row_scales;
 };
 PanelAt panel_at(const WeightMatrix& w, int64_t p) {
   const int64_t r0 = p * kPanelRows;
+  const bool i8 = w.type == WeightType::kI8Panels;
   return {std::min<int64_t>(kPanelRows, w.n - r0),
           static_cast<const uint8_t*>(w.data) + r0 * WeightMatrix::row_bytes(w.type, w.k),
-          static_cast<const uint16_t*>(w.scales) + r0 * (w.k / kQ4Group)};
+          i8 ? nullptr : static_cast<const uint16_t*>(w.scales) + r0 * (w.k / kQ4Group),
+          i8 ? static_cast<const float*>(w.scales) + r0 : nullptr};
 }
 
 }  // namespace
@@ -215,15 +225,16 @@ void WeightMatrix::dequantize_row(int64_t r, float* out) const {
       return;
     }
     case WeightType::kQ4Panels:
-    case WeightType::kQ8_0Panels: {
+    case WeightType::kQ8_0Panels:
+    case WeightType::kI8Panels: {
       const PanelAt at = panel_at(*this, r / kPanelRows);
       const int64_t R = at.rows, rr = r % kPanelRows, B = panel_block_bytes(type);
       for (int64_t b = 0; b < k / kQ4Group; ++b) {
-        const float s = f16_to_f32(at.scales[b * R + rr]);
+        const float s = at.row_scales ? at.row_scales[rr] : f16_to_f32(at.scales[b * R + rr]);
         const uint8_t* blk = at.data + b * R * B;
         for (int64_t i = 0; i < B; ++i) {
           const uint8_t v = blk[(i / 4) * 4 * R + 4 * rr + i % 4];
-          if (type == WeightType::kQ8_0Panels) {
+          if (B == 32) {
             out[b * 32 + i] = static_cast<float>(static_cast<int8_t>(v)) * s;
           } else {
             out[b * 32 + i] = static_cast<float>((v & 0xF) - 8) * s;
@@ -318,18 +329,34 @@ void q4_0_to_q4(const void* blocks, int64_t n, int64_t k, uint8_t* data, uint16_
 }
 
 WeightType panel_type(WeightType t) {
-  TF_CHECK(t == WeightType::kQ4 || t == WeightType::kQ4_0 || t == WeightType::kQ8_0);
-  return t == WeightType::kQ8_0 ? WeightType::kQ8_0Panels : WeightType::kQ4Panels;
+  switch (t) {
+    case WeightType::kQ4:
+    case WeightType::kQ4_0:
+      return WeightType::kQ4Panels;
+    case WeightType::kQ8_0:
+      return WeightType::kQ8_0Panels;
+    case WeightType::kI8:
+      return WeightType::kI8Panels;
+    default:
+      TF_CHECK(!"panel_type: q4, Q4_0, Q8_0 or int8 expected");
+      return t;
+  }
+}
+
+int64_t panel_scale_bytes(WeightType t, int64_t n, int64_t k) {
+  return t == WeightType::kI8Panels ? n * 4 : n * (k / kQ4Group) * 2;
 }
 
 WeightMatrix pack_panels(WeightType t, const void* src_data, const void* src_scales, int64_t n,
-                         int64_t k, uint8_t* data, uint16_t* scales) {
+                         int64_t k, uint8_t* data, void* scales) {
   TF_CHECK(k % kQ4Group == 0);
   const WeightMatrix out{panel_type(t), data, scales, n, k};
   const int64_t kb = k / kQ4Group, B = panel_block_bytes(out.type);
   const auto* src = static_cast<const uint8_t*>(src_data);
-  // Row r's block b: its B quant bytes and its f16 scale, as the source stores them.
+  if (t == WeightType::kI8) std::memcpy(scales, src_scales, static_cast<size_t>(n) * 4);
+  // Row r's block b: its B quant bytes (and, but for int8, its f16 scale) as the source has them.
   auto source = [&](int64_t r, int64_t b, uint16_t& d) -> const uint8_t* {
+    if (t == WeightType::kI8) return src + r * k + b * 32;
     if (t == WeightType::kQ4) {
       d = static_cast<const uint16_t*>(src_scales)[r * kb + b];
       return src + r * (k / 2) + b * 16;
@@ -344,9 +371,10 @@ WeightMatrix pack_panels(WeightType t, const void* src_data, const void* src_sca
     auto* pd = const_cast<uint8_t*>(at.data);
     auto* ps = const_cast<uint16_t*>(at.scales);
     const int64_t R = at.rows;
+    uint16_t unused = 0;
     for (int64_t r = 0; r < R; ++r)
       for (int64_t b = 0; b < kb; ++b) {
-        const uint8_t* q = source(p * kPanelRows + r, b, ps[b * R + r]);
+        const uint8_t* q = source(p * kPanelRows + r, b, ps ? ps[b * R + r] : unused);
         for (int64_t u = 0; u < B / 4; ++u)
           std::memcpy(pd + b * R * B + u * 4 * R + 4 * r, q + 4 * u, 4);
       }
@@ -354,32 +382,41 @@ WeightMatrix pack_panels(WeightType t, const void* src_data, const void* src_sca
   return out;
 }
 
-void q4_panels_to_rows(const WeightMatrix& w, uint8_t* data, uint16_t* scales) {
-  TF_CHECK(w.type == WeightType::kQ4Panels);
-  const int64_t kb = w.k / kQ4Group;
+void panels_to_rows(const WeightMatrix& w, uint8_t* data, void* scales) {
+  TF_CHECK(w.type == WeightType::kQ4Panels || w.type == WeightType::kI8Panels);
+  const int64_t kb = w.k / kQ4Group, B = panel_block_bytes(w.type);
+  const int64_t row_bytes = WeightMatrix::row_bytes(w.type, w.k);
+  if (w.type == WeightType::kI8Panels) std::memcpy(scales, w.scales, static_cast<size_t>(w.n) * 4);
   for (int64_t p = 0; p * kPanelRows < w.n; ++p) {
     const PanelAt at = panel_at(w, p);
     const int64_t R = at.rows;
     for (int64_t r = 0; r < R; ++r)
       for (int64_t b = 0; b < kb; ++b) {
         const int64_t row = p * kPanelRows + r;
-        scales[row * kb + b] = at.scales[b * R + r];
-        for (int64_t u = 0; u < 4; ++u)
-          std::memcpy(data + row * (w.k / 2) + b * 16 + 4 * u, at.data + b * R * 16 + u * 4 * R + 4 * r,
-                      4);
+        if (at.scales != nullptr)
+          static_cast<uint16_t*>(scales)[row * kb + b] = at.scales[b * R + r];
+        for (int64_t u = 0; u < B / 4; ++u)
+          std::memcpy(data + row * row_bytes + b * B + 4 * u,
+                      at.data + b * R * B + u * 4 * R + 4 * r, 4);
       }
   }
 }
 
-void pad_panel(const WeightMatrix& w, int64_t p, uint8_t* data, uint16_t* scales) {
+void pad_panel(const WeightMatrix& w, int64_t p, uint8_t* data, void* scales) {
   TF_CHECK(is_panel_type(w.type));
   const PanelAt at = panel_at(w, p);
   const int64_t kb = w.k / kQ4Group, R = at.rows, B = panel_block_bytes(w.type);
   std::memset(data, 0, static_cast<size_t>(kb * kPanelRows * B));
-  std::memset(scales, 0, static_cast<size_t>(kb * kPanelRows) * sizeof(uint16_t));
+  if (at.row_scales != nullptr) {
+    auto* s = static_cast<float*>(scales);
+    for (int64_t r = 0; r < kPanelRows; ++r) s[r] = r < R ? at.row_scales[r] : 0.0f;
+  } else {
+    std::memset(scales, 0, static_cast<size_t>(kb * kPanelRows) * sizeof(uint16_t));
+  }
   for (int64_t b = 0; b < kb; ++b)
     for (int64_t r = 0; r < R; ++r) {
-      scales[b * kPanelRows + r] = at.scales[b * R + r];
+      if (at.scales != nullptr)
+        static_cast<uint16_t*>(scales)[b * kPanelRows + r] = at.scales[b * R + r];
       for (int64_t u = 0; u < B / 4; ++u)
         std::memcpy(data + b * kPanelRows * B + u * 4 * kPanelRows + 4 * r,
                     at.data + b * R * B + u * 4 * R + 4 * r, 4);

@@ -12,14 +12,16 @@
 //   ggml block formats (q8_0 ... iq4_xs, as GGUF files store them, read in place): each row is
 //        k / block_size(t) blocks of block_bytes(t) bytes, scales inside the blocks (layouts in
 //        ggml_quants.h). k must be a multiple of the block size.
-//   q4-panels, q8_0-panels: q4 (or Q4_0) and Q8_0 with the scales apart (f16, as q4's) and the
-//        rows interleaved in panels of 16, in the bytes those rows take row-major (so a panel of
-//        rows [16P, 16P + R) starts at data + 16P * row_bytes and scales + 16P * k / 32; R = 16
-//        but for a matrix's last panel, R = n - 16P). Per block b of 32 values of a panel:
-//          scales[b * R + r]                    the f16 scale of row 16P + r,
+//   q4-panels, q8_0-panels, i8-panels: q4 (or Q4_0), Q8_0 with the scales apart (f16, as q4's),
+//        and int8 (its scales per row, as i8's), with the rows interleaved in panels of 16, in the
+//        bytes those rows take row-major (so a panel of rows [16P, 16P + R) starts at
+//        data + 16P * row_bytes and scales + 16P * k / 32 (i8-panels: scales + 16P); R = 16 but
+//        for a matrix's last panel, R = n - 16P). Per block b of 32 values of a panel:
+//          scales[b * R + r]                    the f16 scale of row 16P + r (i8-panels: [r]),
 //          bytes [b * R * B + u * 4R + 4r + e]  byte 4u + e of that row's block (e < 4),
-//        where a row's block is B bytes: Q8_0's 32 quants (B = 32, w = q * d), or q4's 16 bytes
-//        (B = 16: byte i holds value i in its low nibble and i + 16 in its high, w = (q - 8) d).
+//        where a row's block is B bytes: Q8_0's or int8's 32 quants (B = 32, w = q * d), or q4's
+//        16 bytes (B = 16: byte i holds value i in its low nibble and i + 16 in its high,
+//        w = (q - 8) d).
 //        So each 64 bytes hold 4 consecutive values of each of 16 rows: the B operand of an AMX
 //        int8 tile with the weight rows as its columns, and for one token, vpdpbusd against the
 //        token's 4 values broadcast leaves every lane one row's sum with no reduction. The
@@ -39,6 +41,7 @@ enum class WeightType : uint8_t {
   kQ4,
   kQ4Panels,    // q4 in panels of 16 rows (above)
   kQ8_0Panels,  // Q8_0 in panels of 16 rows (above)
+  kI8Panels,    // int8 in panels of 16 rows (above)
   // ggml's block formats, as GGUF stores them.
   kQ8_0,
   kQ4_0,
@@ -71,7 +74,7 @@ inline constexpr int kQ4Group = 32;
 inline constexpr int kPanelRows = 16;
 
 constexpr bool is_panel_type(WeightType t) {
-  return t == WeightType::kQ4Panels || t == WeightType::kQ8_0Panels;
+  return t == WeightType::kQ4Panels || t == WeightType::kQ8_0Panels || t == WeightType::kI8Panels;
 }
 
 // "f32", "bf16", "f16", "int8", "q4", and ggml's names in lower case ("q4_k", "iq4_xs").
@@ -82,7 +85,7 @@ WeightType parse_weight_type(std::string_view name);
 struct WeightMatrix {
   WeightType type = WeightType::kF32;
   const void* data = nullptr;
-  // i8: float[n]; q4 and the panel types: uint16_t (f16) [n * k / 32]; else none
+  // i8, i8-panels: float[n]; q4 and the other panel types: uint16_t (f16) [n * k / 32]; else none
   const void* scales = nullptr;
   int64_t n = 0, k = 0;
 
@@ -108,19 +111,22 @@ void quantize_rows(WeightType t, const float* src, int64_t n, int64_t k, std::ve
 // the scales to scales (n * k / 32 f16). Lossless, the same size; k % 32 == 0.
 void q4_0_to_q4(const void* blocks, int64_t n, int64_t k, uint8_t* data, uint16_t* scales);
 
-// The panel type of q4, Q4_0 or Q8_0 weights (kQ4Panels or kQ8_0Panels).
+// The panel type of q4, Q4_0, Q8_0 or int8 weights.
 WeightType panel_type(WeightType t);
-// Lays out n rows of k (k % 32 == 0) of q4 (src_data, src_scales), Q4_0 or Q8_0 blocks
+// Bytes of the scales of n rows of k of a panel type (as of its source type).
+int64_t panel_scale_bytes(WeightType t, int64_t n, int64_t k);
+// Lays out n rows of k (k % 32 == 0) of q4 or int8 (src_data, src_scales), Q4_0 or Q8_0 blocks
 // (src_data; src_scales unused) in panel_type(t)'s layout: data gets row_bytes * n bytes, scales
-// n * k / 32 f16. Lossless: dequantize_row gives the source's values.
+// panel_scale_bytes. Lossless: dequantize_row gives the source's values.
 WeightMatrix pack_panels(WeightType t, const void* src_data, const void* src_scales, int64_t n,
-                         int64_t k, uint8_t* data, uint16_t* scales);
-// The inverse for q4-panels: q4 rows (data k / 2 bytes a row, scales k / 32 f16 a row).
-void q4_panels_to_rows(const WeightMatrix& w, uint8_t* data, uint16_t* scales);
+                         int64_t k, uint8_t* data, void* scales);
+// The inverse for q4-panels and i8-panels: q4 / int8 rows (data k / 2 or k bytes a row, scales as
+// that type's).
+void panels_to_rows(const WeightMatrix& w, uint8_t* data, void* scales);
 // Panel p of w (p < ceil(n / 16)) as a whole panel of 16 rows in `data` (k / 32 blocks of
-// 16 * B bytes) and `scales` (k / 32 x 16 f16): a short last panel padded with zero bytes and
-// scales. The kernels read a short panel through this, so a row's arithmetic is the same in any
-// panel.
-void pad_panel(const WeightMatrix& w, int64_t p, uint8_t* data, uint16_t* scales);
+// 16 * B bytes) and `scales` (k / 32 x 16 f16, or i8-panels' 16 floats): a short last panel padded
+// with zero bytes and scales. The kernels read a short panel through this, so a row's arithmetic
+// is the same in any panel.
+void pad_panel(const WeightMatrix& w, int64_t p, uint8_t* data, void* scales);
 
 }  // namespace tf::kernels

@@ -2,8 +2,8 @@
 
 #include <algorithm>
 #include <cmath>
-#include <numeric>
 #include <deque>
+#include <numeric>
 #include <vector>
 
 #include "kernels/matmul.h"

@@ -1,10 +1,10 @@
 #include "model/weight_store.h"
 
 #include <algorithm>
-#include <numeric>
-#include <string_view>
 #include <cstdlib>
 #include <cstring>
+#include <numeric>
+#include <string_view>
 
 #include <sys/mman.h>
 
@@ -178,8 +178,7 @@ kernels::WeightMatrix WeightStore::to_panels(kernels::WeightType t, const void* 
                                              const void* scales, int64_t n, int64_t k) {
   const kernels::WeightType p = kernels::panel_type(t);
   uint8_t* pd = alloc_bytes(static_cast<size_t>(kernels::WeightMatrix::row_bytes(p, k) * n), 64);
-  auto* ps = reinterpret_cast<uint16_t*>(
-      alloc_bytes(static_cast<size_t>(n * (k / kernels::kQ4Group)) * sizeof(uint16_t), 64));
+  uint8_t* ps = alloc_bytes(static_cast<size_t>(kernels::panel_scale_bytes(p, n, k)), 64);
   return kernels::pack_panels(t, data, scales, n, k, pd, ps);
 }
 
@@ -193,6 +192,7 @@ kernels::WeightMatrix WeightStore::prepacked(const std::string& name, int64_t n,
     m.type = WeightType::kI8;
     m.data = aligned_bytes(name, DType::kI8, {n, k}, 1);
     m.scales = aligned_bytes(name + ".tf_scale", DType::kF32, {n}, 4);
+    if (panels) m = to_panels(WeightType::kI8, m.data, m.scales, n, k);
   } else {
     if (k % kernels::kQ4Group != 0)
       fail("tensor '{}' is stored as q4 but its rows of {} are not a multiple of {}", name, k,
@@ -226,7 +226,8 @@ kernels::WeightMatrix WeightStore::matrix(const std::string& name, int64_t n, in
       // 64-byte steps with no per-block decoding (int8 dot products wherever the CPU has them).
       check_shape(name, stored, {n, k});
       if (panels) {  // the kernels' panels straight from the blocks (the same size again)
-        const kernels::WeightMatrix m = to_panels(WeightType::kQ4_0, stored.view.data, nullptr, n, k);
+        const kernels::WeightMatrix m =
+            to_panels(WeightType::kQ4_0, stored.view.data, nullptr, n, k);
         if (!stored.owned)
           files_.at(stored.file_index).release_pages(stored.view.data, stored.view.nbytes());
         packed_[name] = m;
@@ -310,9 +311,9 @@ kernels::WeightMatrix WeightStore::matrix(const std::string& name, int64_t n, in
     converted_bytes_ += data.size() + scales.size();
     m.data = data.data();
     m.scales = scales.empty() ? nullptr : scales.data();
-    if (t == WeightType::kQ4 && panels) {
+    if ((t == WeightType::kQ4 || t == WeightType::kI8) && panels) {
       // Laid out again in panels; the row-major copy goes.
-      m = to_panels(WeightType::kQ4, m.data, m.scales, n, k);
+      m = to_panels(t, m.data, m.scales, n, k);
       std::vector<uint8_t>().swap(data);
       std::vector<uint8_t>().swap(scales);
     }

@@ -481,25 +481,27 @@ TEST(Weights, PanelKernelsMatchTheReference) {
   for (const IsaKernels* t : supported_tables())
     if (t->matmul_cols_panels != nullptr) tables.push_back(t);
   std::mt19937 rng(43);
-  for (WeightType src : {WeightType::kQ4, WeightType::kQ4_0, WeightType::kQ8_0})
+  for (WeightType src : {WeightType::kQ4, WeightType::kQ4_0, WeightType::kQ8_0, WeightType::kI8})
     for (int64_t k : {32, 96, 256})
       for (int64_t n : {9, 48, 53}) {
         SCOPED_TRACE(std::string(weight_type_name(src)) + " k=" + std::to_string(k) +
                      " n=" + std::to_string(n));
         const auto w = random_vector(n * k, rng);
-        Packed q4(WeightType::kQ4, w, n, k);
-        std::vector<uint8_t> blocks(WeightMatrix::row_bytes(src == WeightType::kQ4 ? WeightType::kQ4_0 : src, k) * n);
-        if (src != WeightType::kQ4) quantize_blocks(src, w.data(), n * k, blocks.data());
-        const WeightMatrix source = src == WeightType::kQ4
-                                        ? q4.m
+        Packed q4(WeightType::kQ4, w, n, k), i8(WeightType::kI8, w, n, k);
+        const bool rows = src == WeightType::kQ4 || src == WeightType::kI8;
+        std::vector<uint8_t> blocks(rows ? 0 : WeightMatrix::row_bytes(src, k) * n);
+        if (!rows) quantize_blocks(src, w.data(), n * k, blocks.data());
+        const WeightMatrix source = src == WeightType::kQ4 ? q4.m
+                                    : src == WeightType::kI8
+                                        ? i8.m
                                         : WeightMatrix{src, blocks.data(), nullptr, n, k};
         const WeightType pt = panel_type(src);
         std::vector<uint8_t> data(WeightMatrix::row_bytes(pt, k) * n + 64, 0xAB);
-        std::vector<uint16_t> scales(n * (k / 32) + 32, 0x7E00);  // NaN past the end
-        const WeightMatrix pm = pack_panels(src, source.data, source.scales, n, k, data.data(),
-                                            scales.data());
+        std::vector<uint16_t> scales(panel_scale_bytes(pt, n, k) / 2 + 32, 0x7E00);  // NaN past it
+        const WeightMatrix pm =
+            pack_panels(src, source.data, source.scales, n, k, data.data(), scales.data());
         ASSERT_EQ(pm.type, pt);
-        ASSERT_EQ(pm.bytes(), WeightMatrix::row_bytes(pt, k) * n + n * (k / 32) * 2);
+        ASSERT_EQ(pm.bytes(), WeightMatrix::row_bytes(pt, k) * n + panel_scale_bytes(pt, n, k));
         std::vector<float> a(k), b(k);
         for (int64_t j = 0; j < n; ++j) {
           source.dequantize_row(j, a.data());
@@ -511,12 +513,13 @@ TEST(Weights, PanelKernelsMatchTheReference) {
           source.dequantize_row(n - 1, a.data());
           EXPECT_EQ(a, b);
         }
-        if (src == WeightType::kQ4) {
-          std::vector<uint8_t> rows(n * k / 2);
-          std::vector<uint16_t> sc(n * (k / 32));
-          q4_panels_to_rows(pm, rows.data(), sc.data());
-          EXPECT_TRUE(std::equal(rows.begin(), rows.end(), q4.data.begin()));
-          EXPECT_EQ(0, std::memcmp(sc.data(), q4.scales.data(), sc.size() * 2));
+        if (src == WeightType::kQ4 || src == WeightType::kI8) {
+          const Packed& rm = src == WeightType::kQ4 ? q4 : i8;
+          std::vector<uint8_t> rows(WeightMatrix::row_bytes(src, k) * n);
+          std::vector<uint8_t> sc(panel_scale_bytes(pt, n, k));
+          panels_to_rows(pm, rows.data(), sc.data());
+          EXPECT_TRUE(std::equal(rows.begin(), rows.end(), rm.data.begin()));
+          EXPECT_TRUE(std::equal(sc.begin(), sc.end(), rm.scales.begin()));
         }
         if (tables.empty()) continue;
         for (int64_t m : {1, 2, 3, 5, 17, 40}) {
@@ -531,10 +534,8 @@ TEST(Weights, PanelKernelsMatchTheReference) {
             prepare_block_activations(rows, k, buf);
             for (int64_t i = 0; i < rows; ++i) quantize_block_row(xs, i, buf);
             std::vector<float> y(residual.begin(), residual.begin() + rows * n);
-            table->matmul_cols_panels(buf.rows, pm, 0, split, bias.data(), y.data(), n,
-                                      accumulate);
-            table->matmul_cols_panels(buf.rows, pm, split, n, bias.data(), y.data(), n,
-                                      accumulate);
+            table->matmul_cols_panels(buf.rows, pm, 0, split, bias.data(), y.data(), n, accumulate);
+            table->matmul_cols_panels(buf.rows, pm, split, n, bias.data(), y.data(), n, accumulate);
             return y;
           };
           const auto y = run(tables[0], x.data(), m, false, std::min<int64_t>(n, 16));
