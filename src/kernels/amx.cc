@@ -525,8 +525,10 @@ void panel_tiles(const BlockQ8Rows& x, const WeightMatrix& w, int64_t n_begin, i
   const int64_t chunk = token_chunk(kRows * k);
   unpacked_buffer.resize(static_cast<size_t>(kb * kTileBytes));
   dw_buffer.resize(static_cast<size_t>(kb * kRows));
-  xpack_buffer.resize(static_cast<size_t>(std::min(chunk, m_tiles) * kb * kTileBytes));
-  xs_buffer.resize(static_cast<size_t>(std::min(chunk, m_tiles) * kb * kRows));
+  if (x.tq == nullptr) {
+    xpack_buffer.resize(static_cast<size_t>(std::min(chunk, m_tiles) * kb * kTileBytes));
+    xs_buffer.resize(static_cast<size_t>(std::min(chunk, m_tiles) * kb * kRows));
+  }
   int8_t* unpacked = unpacked_buffer.data();
   int8_t* xpack = xpack_buffer.data();
   float* dw = dw_buffer.data();
@@ -539,22 +541,26 @@ void panel_tiles(const BlockQ8Rows& x, const WeightMatrix& w, int64_t n_begin, i
     const int64_t t1 = std::min(m_tiles, t0 + chunk);
     // The chunk's tokens per tile and block, 16 x 32 quants in a row (a tile read with the rows'
     // stride k would take 16 lines of few cache sets when k is a power of two), and their scales
-    // [tile][block][token]; tokens past m zero.
-    for (int64_t mt = t0; mt < t1; ++mt) {
-      const int64_t i = mt * kRows, tokens = std::min<int64_t>(kRows, m - i);
-      int8_t* xp = xpack + (mt - t0) * kb * kTileBytes;
-      float* xsp = xs + (mt - t0) * kb * kRows;
-      for (int64_t b = 0; b < kb; ++b)
-        for (int64_t t = 0; t < kRows; ++t) {
-          if (t < tokens) {
-            std::memcpy(xp + b * kTileBytes + t * kK, x.q + (i + t) * k + b * kK, kK);
-            xsp[b * kRows + t] = x.d[(i + t) * kb + b];
-          } else {
-            std::memset(xp + b * kTileBytes + t * kK, 0, kK);
-            xsp[b * kRows + t] = 0.0f;
+    // [tile][block][token]; tokens past m zero. matmul lays them out so once per call
+    // (BlockQ8Rows::tq); else here, per chunk.
+    if (x.tq == nullptr)
+      for (int64_t mt = t0; mt < t1; ++mt) {
+        const int64_t i = mt * kRows, tokens = std::min<int64_t>(kRows, m - i);
+        int8_t* xp = xpack + (mt - t0) * kb * kTileBytes;
+        float* xsp = xs + (mt - t0) * kb * kRows;
+        for (int64_t b = 0; b < kb; ++b)
+          for (int64_t t = 0; t < kRows; ++t) {
+            if (t < tokens) {
+              std::memcpy(xp + b * kTileBytes + t * kK, x.q + (i + t) * k + b * kK, kK);
+              xsp[b * kRows + t] = x.d[(i + t) * kb + b];
+            } else {
+              std::memset(xp + b * kTileBytes + t * kK, 0, kK);
+              xsp[b * kRows + t] = 0.0f;
+            }
           }
-        }
-    }
+      }
+    const int8_t* xq_chunk = x.tq != nullptr ? x.tq + t0 * kb * kTileBytes : xpack;
+    const float* xd_chunk = x.td != nullptr ? x.td + t0 * kb * kRows : xs;
     for (int64_t j = n_begin; j < n_end; j += kRows) {
       const int64_t rows = std::min<int64_t>(kRows, n_end - j);
       const uint8_t* pd = static_cast<const uint8_t*>(w.data) + j * row_bytes;
@@ -589,8 +595,8 @@ void panel_tiles(const BlockQ8Rows& x, const WeightMatrix& w, int64_t n_begin, i
       }
       for (int64_t mt = t0; mt < t1; ++mt) {
         const int64_t i = mt * kRows, tokens = std::min<int64_t>(kRows, m - i);
-        const int8_t* xa = xpack + (mt - t0) * kb * kTileBytes;
-        const float* xsp = xs + (mt - t0) * kb * kRows;
+        const int8_t* xa = xq_chunk + (mt - t0) * kb * kTileBytes;
+        const float* xsp = xd_chunk + (mt - t0) * kb * kRows;
         // Block b's products into c[b % 2] on tiles of their own per parity (as q8_cols).
         auto issue = [&](int64_t b) {
           if (b % 2 == 0) {

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 
 #if defined(__SSE2__)
 #include <emmintrin.h>
@@ -90,14 +91,30 @@ void quantize_row(const float* x, int64_t i, int32_t c, QuantizedBuffer& buf) {
   }
 }
 
-const BlockQ8Rows& prepare_block_activations(int64_t m, int64_t k, BlockQ8Buffer& buf) {
+const BlockQ8Rows& prepare_block_activations(int64_t m, int64_t k, BlockQ8Buffer& buf, bool tiles) {
   TF_CHECK(k % 32 == 0);
+  const int64_t m_tiles = (m + 15) / 16;
+  buf.tq.resize(tiles ? static_cast<size_t>(m_tiles * 16 * k) : 0);
+  buf.td.resize(tiles ? static_cast<size_t>(m_tiles * 16 * k / 32) : 0);
+  if (tiles && m % 16 != 0) {  // the last tile's rows past m: zero quants and scales
+    const int64_t last = (m_tiles - 1) * 16 * k;
+    std::memset(buf.tq.data() + last, 0, static_cast<size_t>(16 * k));
+    std::memset(buf.td.data() + last / 32, 0, static_cast<size_t>(16 * k / 32) * sizeof(float));
+  }
   buf.q.resize(static_cast<size_t>(m * k));
   buf.d.resize(static_cast<size_t>(m * k / 32));
   buf.s16.resize(static_cast<size_t>(m * k / 16));
   buf.s32.resize(static_cast<size_t>(m * k / 32));
   buf.q32.resize(static_cast<size_t>(m * k / 32));
-  buf.rows = {m, k, buf.q.data(), buf.d.data(), buf.s16.data(), buf.s32.data(), buf.q32.data()};
+  buf.rows = {m,
+              k,
+              buf.q.data(),
+              buf.d.data(),
+              buf.s16.data(),
+              buf.s32.data(),
+              buf.q32.data(),
+              tiles ? buf.tq.data() : nullptr,
+              tiles ? buf.td.data() : nullptr};
   return buf.rows;
 }
 
@@ -113,6 +130,11 @@ void quantize_block_row(const float* x, int64_t i, BlockQ8Buffer& buf) {
     buf.s16[i * (k / 16) + 2 * b + 1] = d * static_cast<float>(sums[1]);
     buf.s32[i * (k / 32) + b] = d * static_cast<float>(sums[0] + sums[1]);
     buf.q32[i * (k / 32) + b] = sums[0] + sums[1];
+    if (buf.rows.tq != nullptr) {  // tile i / 16, block b, row i % 16
+      const int64_t at = ((i / 16) * (k / 32) + b) * 16 + i % 16;
+      std::memcpy(buf.tq.data() + at * 32, qb, 32);
+      buf.td[at] = d;
+    }
   }
 }
 

@@ -63,15 +63,22 @@ struct BlockQ8Rows {
   const float* s16 = nullptr;    // [m, k / 16]: d * the sum of each 16 quantized values
   const float* s32 = nullptr;    // [m, k / 32]: d * the sum of each block's quantized values
   const int32_t* q32 = nullptr;  // [m, k / 32]: the sum of each block's quantized values
+  // Prepared with tiles: the same quants per 16 rows and block, 16 x 32 in a row
+  // ([ceil(m / 16)][k / 32][16][32], rows past m zero), and their scales
+  // ([ceil(m / 16)][k / 32][16]): the A operand of the AMX panel tiles (amx.h). Else nullptr.
+  const int8_t* tq = nullptr;
+  const float* td = nullptr;
 };
 struct BlockQ8Buffer {
-  std::vector<int8_t> q;
-  std::vector<float> d, s16, s32;
+  std::vector<int8_t> q, tq;
+  std::vector<float> d, s16, s32, td;
   std::vector<int32_t> q32;
   BlockQ8Rows rows;
 };
-// Sizes buf for m rows of k (k % 32 == 0); fill rows with quantize_block_row.
-const BlockQ8Rows& prepare_block_activations(int64_t m, int64_t k, BlockQ8Buffer& buf);
+// Sizes buf for m rows of k (k % 32 == 0), with the tiles' layout too if `tiles`; fill rows with
+// quantize_block_row.
+const BlockQ8Rows& prepare_block_activations(int64_t m, int64_t k, BlockQ8Buffer& buf,
+                                             bool tiles = false);
 void quantize_block_row(const float* x, int64_t i, BlockQ8Buffer& buf);
 
 // Sizes buf for m rows of k (k % 64 == 0) and returns the view; fill rows with quantize_row.

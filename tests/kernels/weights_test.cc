@@ -530,8 +530,8 @@ TEST(Weights, PanelKernelsMatchTheReference) {
           const auto residual = random_vector(m * n, rng);
           auto run = [&](const IsaKernels* table, const float* xs, int64_t rows, bool accumulate,
                          int64_t split) {
-            BlockQ8Buffer buf;
-            prepare_block_activations(rows, k, buf);
+            BlockQ8Buffer buf;  // odd batches also laid out for the tiles, as matmul does
+            prepare_block_activations(rows, k, buf, rows % 2 == 1);
             for (int64_t i = 0; i < rows; ++i) quantize_block_row(xs, i, buf);
             std::vector<float> y(residual.begin(), residual.begin() + rows * n);
             table->matmul_cols_panels(buf.rows, pm, 0, split, bias.data(), y.data(), n, accumulate);
