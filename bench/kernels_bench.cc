@@ -38,7 +38,7 @@ void run_matmul(benchmark::State& state, const IsaKernels* isa) {
       4.0 * n * k, benchmark::Counter::kIsIterationInvariantRate, benchmark::Counter::kIs1000);
 }
 
-// The matrix tile kernels (AMX) for bf16 and Q8_0 weights, one thread: the kernel alone,
+// The matrix tile kernels (AMX) for bf16 weights, one thread: the kernel alone,
 // the activations laid out once outside the loop.
 void run_tiles(benchmark::State& state, const IsaKernels* isa, tf::kernels::WeightType t) {
   const int64_t m = state.range(0), n = state.range(1), k = state.range(2);
@@ -48,12 +48,7 @@ void run_tiles(benchmark::State& state, const IsaKernels* isa, tf::kernels::Weig
   for (auto& v : x) v = dist(rng);
   for (auto& v : w) v = dist(rng);
   std::vector<uint8_t> data, scales;
-  if (t == tf::kernels::WeightType::kQ8_0) {
-    data.resize(n * k / 32 * 34);
-    tf::kernels::quantize_blocks(t, w.data(), n * k, data.data());
-  } else {
-    tf::kernels::quantize_rows(t, w.data(), n, k, data, scales);
-  }
+  tf::kernels::quantize_rows(t, w.data(), n, k, data, scales);
   const tf::kernels::WeightMatrix wm{t, data.data(), scales.empty() ? nullptr : scales.data(), n,
                                      k};
   std::vector<uint8_t> xt(isa->tiles->packed_bytes(t, m, k));
@@ -234,7 +229,7 @@ void register_all() {
   }
   for (const IsaKernels* t : tf::kernels::supported_tables()) {
     if (t->tiles == nullptr) continue;
-    for (auto wt : {tf::kernels::WeightType::kBF16, tf::kernels::WeightType::kQ8_0}) {
+    for (auto wt : {tf::kernels::WeightType::kBF16}) {  // the quantized types: panels/ below
       auto* b = benchmark::RegisterBenchmark(
           (std::string("tiles/") + t->name + "/" + std::string(tf::kernels::weight_type_name(wt)))
               .c_str(),

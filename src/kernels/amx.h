@@ -11,16 +11,7 @@
 //   r * 32 + 2 * t + e  =  bf16(x[mb * 16 + t][kb * 32 + 2 * r + e])   (r, t < 16; e < 2),
 // zero past m and past k. Each output is the tile's f32 sum over k in blocks of 32, in order.
 //
-// Q8_0 weights: tdpbssd (int8 x int8 into int32) one block of 32 at a time: 16 weight rows x 32
-// quants (straight from the Q8_0 blocks, with the rows' stride) times 16 tokens' quants of the
-// same block, then the int32 products scaled by the weight's and the activation's scale and
-// summed in f32, block after block. One token (decode) takes AVX-512 VNNI instead, with each
-// block's int32 product exact too and the same f32 steps, so its bits are the tiles'. The
-// activations are quantized per block of 32 as Q8_0 (q8.h: quantize_q8_block32, scale = max|x| /
-// 127) and laid out per 16 tokens x 32 values:
-//   block (mb, kb) at byte (mb * k_blocks + kb) * 512: byte r * 64 + 4 * t + e =
-//   q(x[mb * 16 + t][kb * 32 + 4 * r + e])   (r < 8, t < 16, e < 4),
-// then the scales as floats [m_blocks][k_blocks][16]; zero past m.
+// The quantized types take the tiles as panels (weights.h; amx_matmul_cols_panels below).
 //
 // A row's result is the same sequence of operations for whatever m and whichever thread, so
 // batch invariance holds (matmul takes the tiles for every m).

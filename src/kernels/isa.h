@@ -85,7 +85,7 @@ extern const IsaKernels kAvx2VnniKernels;  // AVX2 + AVX-VNNI (vpdpbusd on 256 b
 extern const IsaKernels kAvx512Kernels;
 extern const IsaKernels kAvx512VnniKernels;  // AVX-512 + VNNI: int8 dot products
 extern const IsaKernels kAvx512Bf16Kernels;  // AVX-512 + VNNI + BF16: bf16 dot products too
-// kAvx512Bf16Kernels with AMX tiles (amx.h: bf16 and Q8_0 weights); listed by
+// kAvx512Bf16Kernels with AMX tiles (amx.h: bf16 weights, and the panel types); listed by
 // supported_tables() only where the CPU has amx_tile + amx_bf16 and Linux grants the tile state.
 const IsaKernels& amx_kernels();
 #endif

@@ -3,7 +3,7 @@
 // integer): fold<W, L>(a, b) adds the lanes of a and of b in pairs W / 2^L apart within each
 // group of W / 2^(L-1), the sums of a in the low half of the result and b's in the high half.
 // Levels 1..log2(W) in turn reduce a vector to one sum; isa_impl.inc builds hsum_many and
-// fold_level from them, amx.cc its exact integer block sums (levels 2-4: within each half).
+// fold_level from them.
 //
 // Internal linkage: the kernel files are compiled with different -m flags, and a shared inline
 // definition could be merged into one copy built for the widest of them.

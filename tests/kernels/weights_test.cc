@@ -342,12 +342,11 @@ TEST(Weights, TileKernelsMatchTheReference) {
   std::mt19937 rng(37);
   for (const IsaKernels* table : tables) {
     const TileKernels& tiles = *table->tiles;
-    for (WeightType t : {WeightType::kBF16, WeightType::kQ8_0}) {
+    // The quantized types take the tiles as panels (PanelKernelsMatchTheReference).
+    EXPECT_FALSE(tiles.takes(WeightType::kQ8_0, 64));
+    for (WeightType t : {WeightType::kBF16}) {
       const bool bf16 = t == WeightType::kBF16;
       EXPECT_TRUE(tiles.takes(t, 64)) << weight_type_name(t);
-      if (!bf16) {
-        EXPECT_FALSE(tiles.takes(t, 48)) << weight_type_name(t);
-      }
       for (int64_t k :
            bf16 ? std::vector<int64_t>{1, 33, 100, 128} : std::vector<int64_t>{32, 96, 256})
         for (int64_t m : {1, 3, 17, 40})
@@ -420,53 +419,6 @@ TEST(Weights, TileKernelsMatchTheReference) {
             }
           }
     }
-  }
-}
-
-// A Q8_0 matrix past the size where one token's kernel reads a row at a time (amx.cc:
-// kStreamingBytes, 4 MiB): the token alone the same bits as in a batch on the tiles, and near the
-// reference. n leaves a partial tile of rows.
-TEST(Weights, TileKernelsLargeQ8_0MatrixDecodesAsItsBatch) {
-  const IsaKernels* table = nullptr;
-  for (const IsaKernels* t : supported_tables())
-    if (t->tiles != nullptr) table = t;
-  if (table == nullptr) GTEST_SKIP() << "no matrix tiles (AMX) on this CPU";
-  const TileKernels& tiles = *table->tiles;
-  const WeightType t = WeightType::kQ8_0;
-  const int64_t n = 977, k = 4320, m = 3;  // 135 blocks a row (odd, not a multiple of 16)
-  ASSERT_GE(WeightMatrix::row_bytes(t, k) * n, int64_t{4} << 20);
-  std::mt19937 rng(41);
-  const auto w = random_vector(n * k, rng);
-  const auto x = random_vector(m * k, rng);
-  std::vector<uint8_t> bytes(WeightMatrix::row_bytes(t, k) * n);
-  quantize_blocks(t, w.data(), n * k, bytes.data());
-  const WeightMatrix wm{t, bytes.data(), nullptr, n, k};
-  auto run = [&](const float* xs, int64_t rows, std::vector<float>& y) {
-    std::vector<uint8_t> packed(tiles.packed_bytes(t, rows, k));
-    tiles.pack_rows(t, xs, rows, k, 0, rows, packed.data());
-    y.assign(rows * n, 0.0f);
-    tiles.matmul_cols(packed.data(), rows, k, wm, 0, 496, nullptr, y.data(), n, false);
-    tiles.matmul_cols(packed.data(), rows, k, wm, 496, n, nullptr, y.data(), n, false);
-  };
-  std::vector<float> batch, alone, row(k);
-  run(x.data(), m, batch);
-  for (int64_t i = 0; i < m; ++i) {
-    run(x.data() + i * k, 1, alone);
-    for (int64_t j = 0; j < n; ++j) ASSERT_EQ(alone[j], batch[i * n + j]) << i << "," << j;
-  }
-  for (int64_t j : {int64_t{0}, int64_t{500}, n - 1}) {
-    wm.dequantize_row(j, row.data());
-    double want = 0.0, mag = 0.0, rounding = 0.0;
-    for (int64_t q = 0; q < k; ++q) {
-      want += static_cast<double>(x[q]) * row[q];
-      mag += std::fabs(static_cast<double>(x[q]) * row[q]);
-    }
-    for (int64_t b = 0; b < k / 32; ++b) {
-      float amax = 0.0f;
-      for (int e = 0; e < 32; ++e) amax = std::max(amax, std::fabs(x[b * 32 + e]));
-      for (int e = 0; e < 32; ++e) rounding += amax / 127.0 / 2.0 * std::fabs(row[b * 32 + e]);
-    }
-    EXPECT_NEAR(batch[j], want, rounding + 2e-6 * mag + 1e-6) << j;  // row 0
   }
 }
 
