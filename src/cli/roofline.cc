@@ -70,6 +70,14 @@ Packed pack(kernels::WeightType t, int64_t n, int64_t k, std::mt19937& rng) {
   Packed p;
   kernels::quantize_rows(t, w.data(), n, k, p.data, p.scales);
   p.m = {t, p.data.data(), p.scales.empty() ? nullptr : p.scales.data(), n, k};
+  if ((t == kernels::WeightType::kI8 || t == kernels::WeightType::kQ4) &&
+      kernels::use_weight_panels()) {  // as the loader lays them out
+    Packed q;
+    q.data.resize(p.data.size());
+    q.scales.resize(static_cast<size_t>(kernels::panel_scale_bytes(kernels::panel_type(t), n, k)));
+    q.m = kernels::pack_panels(t, p.m.data, p.m.scales, n, k, q.data.data(), q.scales.data());
+    return q;
+  }
   return p;
 }
 
@@ -77,7 +85,8 @@ double gemv_gbs(kernels::WeightType t, int64_t n, int64_t k, ThreadPool& pool, s
   const Packed gemv = pack(t, n, k, rng);
   const int copies = static_cast<int>((int64_t{512} << 20) / gemv.m.bytes()) + 1;
   std::vector<Packed> mats(static_cast<size_t>(copies), gemv);
-  for (auto& p : mats) p.m = {t, p.data.data(), p.scales.empty() ? nullptr : p.scales.data(), n, k};
+  for (auto& p : mats)
+    p.m = {gemv.m.type, p.data.data(), p.scales.empty() ? nullptr : p.scales.data(), n, k};
   std::vector<float> x(static_cast<size_t>(k), 0.5f), y(static_cast<size_t>(n));
   const double s = best_seconds(3, [&] {
     for (const auto& p : mats) kernels::matmul(x.data(), 1, p.m, nullptr, y.data(), pool);

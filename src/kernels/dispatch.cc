@@ -1,3 +1,6 @@
+#include <cstdlib>
+#include <string_view>
+
 #include "core/cpu_features.h"
 #include "kernels/amx.h"
 #include "kernels/isa.h"
@@ -52,6 +55,14 @@ std::vector<const IsaKernels*> supported_tables() {
 const IsaKernels& isa() {
   static const IsaKernels* table = supported_tables().back();
   return *table;
+}
+
+bool use_weight_panels() {
+  static const bool on = [] {
+    const char* e = std::getenv("TOKENFLOW_PANELS");
+    return isa().matmul_cols_panels != nullptr && !(e != nullptr && std::string_view(e) == "0");
+  }();
+  return on;
 }
 
 }  // namespace tf::kernels

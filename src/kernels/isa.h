@@ -94,5 +94,8 @@ const IsaKernels& amx_kernels();
 std::vector<const IsaKernels*> supported_tables();
 // The best of them, chosen once.
 const IsaKernels& isa();
+// Whether weights go in panels (weights.h) at load: isa() has panel kernels and TOKENFLOW_PANELS
+// is not "0" (the switch that lets a benchmark compare the row-major kernels in one binary).
+bool use_weight_panels();
 
 }  // namespace tf::kernels

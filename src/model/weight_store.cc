@@ -163,12 +163,7 @@ namespace {
 
 // Whether matrix() lays q4 / Q4_0 / Q8_0 weights out in panels (see the header).
 bool use_panels(int64_t n, int64_t k, int64_t row_unit) {
-  static const bool on = [] {
-    const char* e = std::getenv("TOKENFLOW_PANELS");
-    return kernels::isa().matmul_cols_panels != nullptr &&
-           !(e != nullptr && std::string_view(e) == "0");
-  }();
-  return on && k % kernels::kQ4Group == 0 &&
+  return kernels::use_weight_panels() && k % kernels::kQ4Group == 0 &&
          (row_unit == 0 || row_unit == n || row_unit % kernels::kPanelRows == 0);
 }
 
