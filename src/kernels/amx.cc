@@ -294,38 +294,42 @@ void panel_tiles(const BlockQ8Rows& x, const WeightMatrix& w, int64_t n_begin, i
         const int64_t i = mt * kRows, tokens = std::min<int64_t>(kRows, m - i);
         const int8_t* xa = xq_chunk + (mt - t0) * kb * kTileBytes;
         const float* xsp = xd_chunk + (mt - t0) * kb * kRows;
-        // Block b's products into c[b % 2] on tiles of their own per parity (as q8_cols).
-        auto issue = [&](int64_t b) {
-          if (b % 2 == 0) {
-            _tile_loadd(2, xa + b * kTileBytes, kK);
-            _tile_loadd(3, wt + b * kTileBytes, 64);
-            _tile_zero(0);
-            _tile_dpbssd(0, 2, 3);
-            _tile_stored(0, c[0], 64);
-          } else {
-            _tile_loadd(4, xa + b * kTileBytes, kK);
-            _tile_loadd(5, wt + b * kTileBytes, 64);
-            _tile_zero(1);
-            _tile_dpbssd(1, 4, 5);
-            _tile_stored(1, c[1], 64);
-          }
-        };
+        // Block b's products into c[b % 2] on tiles of their own per parity, consumed one block
+        // late: the vector loads of a block's products then wait for a tile store issued a
+        // block earlier (a tile store does not forward to loads). No lambdas here: an
+        // accumulator array captured by reference lived on the stack.
         __m512 acc[kRows];
         for (int t = 0; t < kRows; ++t) acc[t] = _mm512_setzero_ps();
-        auto consume = [&](int64_t b) {
-          const __m512 d = _mm512_loadu_ps(dw + b * kRows);
-          for (int t = 0; t < kRows; ++t) {
-            const __m512 p = _mm512_cvtepi32_ps(_mm512_load_si512(c[b % 2][t]));
-            acc[t] =
-                _mm512_fmadd_ps(p, _mm512_mul_ps(_mm512_set1_ps(xsp[b * kRows + t]), d), acc[t]);
+        _tile_loadd(2, xa, kK);
+        _tile_loadd(3, wt, 64);
+        _tile_zero(0);
+        _tile_dpbssd(0, 2, 3);
+        _tile_stored(0, c[0], 64);
+        for (int64_t b = 1; b <= kb; ++b) {
+          if (b < kb) {
+            if (b % 2 == 0) {
+              _tile_loadd(2, xa + b * kTileBytes, kK);
+              _tile_loadd(3, wt + b * kTileBytes, 64);
+              _tile_zero(0);
+              _tile_dpbssd(0, 2, 3);
+              _tile_stored(0, c[0], 64);
+            } else {
+              _tile_loadd(4, xa + b * kTileBytes, kK);
+              _tile_loadd(5, wt + b * kTileBytes, 64);
+              _tile_zero(1);
+              _tile_dpbssd(1, 4, 5);
+              _tile_stored(1, c[1], 64);
+            }
           }
-        };
-        issue(0);
-        for (int64_t b = 1; b < kb; ++b) {
-          issue(b);
-          consume(b - 1);
+          const int64_t pb = b - 1;  // the block consumed now
+          const int32_t(*cp)[kRows] = c[pb % 2];
+          const float* xb = xsp + pb * kRows;
+          const __m512 d = _mm512_loadu_ps(dw + pb * kRows);
+          for (int t = 0; t < kRows; ++t) {
+            const __m512 p = _mm512_cvtepi32_ps(_mm512_load_si512(cp[t]));
+            acc[t] = _mm512_fmadd_ps(p, _mm512_mul_ps(_mm512_set1_ps(xb[t]), d), acc[t]);
+          }
         }
-        consume(kb - 1);
         for (int t = 0; t < kRows; ++t) _mm512_store_ps(sums[t], acc[t]);
         write_sums([&](int64_t r, int64_t t) { return sums[t][r]; }, rows, tokens, j, i, bias, y,
                    ldy, accumulate);
