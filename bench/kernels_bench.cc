@@ -38,15 +38,24 @@ void run_matmul(benchmark::State& state, const IsaKernels* isa) {
       4.0 * n * k, benchmark::Counter::kIsIterationInvariantRate, benchmark::Counter::kIs1000);
 }
 
+// Activations [m, k] and weights [n, k] of a trained model's scale (normal, sigma 0.02).
+struct Operands {
+  std::vector<float> x, w;
+  Operands(int64_t m, int64_t n, int64_t k) : x(m * k), w(n * k) {
+    std::mt19937 rng(1);
+    std::normal_distribution<float> dist(0.0f, 0.02f);
+    for (auto& v : x) v = dist(rng);
+    for (auto& v : w) v = dist(rng);
+  }
+};
+
 // The matrix tile kernels (AMX) for bf16 weights, one thread: the kernel alone,
 // the activations laid out once outside the loop.
 void run_tiles(benchmark::State& state, const IsaKernels* isa, tf::kernels::WeightType t) {
   const int64_t m = state.range(0), n = state.range(1), k = state.range(2);
-  std::mt19937 rng(1);
-  std::normal_distribution<float> dist(0.0f, 0.02f);
-  std::vector<float> x(m * k), w(n * k), y(m * n);
-  for (auto& v : x) v = dist(rng);
-  for (auto& v : w) v = dist(rng);
+  const Operands o(m, n, k);
+  const std::vector<float>&x = o.x, &w = o.w;
+  std::vector<float> y(m * n);
   std::vector<uint8_t> data, scales;
   tf::kernels::quantize_rows(t, w.data(), n, k, data, scales);
   const tf::kernels::WeightMatrix wm{t, data.data(), scales.empty() ? nullptr : scales.data(), n,
@@ -68,11 +77,9 @@ void run_tiles(benchmark::State& state, const IsaKernels* isa, tf::kernels::Weig
 // the activations quantized once outside the loop.
 void run_panels(benchmark::State& state, const IsaKernels* isa, tf::kernels::WeightType src) {
   const int64_t m = state.range(0), n = state.range(1), k = state.range(2);
-  std::mt19937 rng(1);
-  std::normal_distribution<float> dist(0.0f, 0.02f);
-  std::vector<float> x(m * k), w(n * k), y(m * n);
-  for (auto& v : x) v = dist(rng);
-  for (auto& v : w) v = dist(rng);
+  const Operands o(m, n, k);
+  const std::vector<float>&x = o.x, &w = o.w;
+  std::vector<float> y(m * n);
   std::vector<uint8_t> blocks(tf::kernels::WeightMatrix::row_bytes(src, k) * n);
   tf::kernels::quantize_blocks(src, w.data(), n * k, blocks.data());
   const auto pt = tf::kernels::panel_type(src);
