@@ -204,6 +204,12 @@ void configure_int8_tiles() {
   load_tile_config(c);
 }
 
+// 16 unsigned bytes (a Q4_K sub-block's scale or minimum for 16 rows) as floats.
+inline __m512 k4_factor(const uint8_t* p) {
+  return _mm512_cvtepi32_ps(
+      _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p))));
+}
+
 // Tokens from which the panel types take the tiles: below it, the VNNI panel kernel (the same
 // integers and f32 steps) is faster, a tile product of few tokens leaving most of it idle.
 constexpr int64_t kPanelTileTokens = 12;
@@ -213,23 +219,30 @@ void panel_tiles(const BlockQ8Rows& x, const WeightMatrix& w, int64_t n_begin, i
                  const float* bias, float* y, int64_t ldy, bool accumulate) {
   constexpr int64_t kB = T == WeightType::kQ4Panels ? 16 : 32;  // bytes of a row's block
   constexpr int64_t kTileBytes = kRows * kK;                    // one block of a panel: 512
+  // Q4_K: unsigned nibbles (tdpbsud) and a minimum per sub-block, subtracted through the tokens'
+  // quant sums.
+  constexpr bool kK4 = T == WeightType::kQ4_KPanels;
   const int64_t m = x.m, k = x.k, kb = k / kK, m_tiles = (m + kRows - 1) / kRows;
   const int64_t row_bytes = WeightMatrix::row_bytes(T, k);
   thread_local std::vector<int8_t> unpacked_buffer, xpack_buffer;
   thread_local std::vector<uint8_t> pad_data;
   thread_local std::vector<uint32_t> pad_scales;  // f16 [kb][16], or i8-panels' 16 floats
-  thread_local std::vector<float> dw_buffer, xs_buffer;
+  thread_local std::vector<float> dw_buffer, dm_buffer, xs_buffer, xsum_buffer;
   const int64_t chunk = token_chunk(kRows * k);
   unpacked_buffer.resize(static_cast<size_t>(kb * kTileBytes));
   dw_buffer.resize(static_cast<size_t>(kb * kRows));
+  if (kK4) dm_buffer.resize(static_cast<size_t>(kb * kRows));
   if (x.tq == nullptr) {
     xpack_buffer.resize(static_cast<size_t>(std::min(chunk, m_tiles) * kb * kTileBytes));
     xs_buffer.resize(static_cast<size_t>(std::min(chunk, m_tiles) * kb * kRows));
+    xsum_buffer.resize(xs_buffer.size());
   }
   int8_t* unpacked = unpacked_buffer.data();
   int8_t* xpack = xpack_buffer.data();
   float* dw = dw_buffer.data();
+  float* dm = dm_buffer.data();
   float* xs = xs_buffer.data();
+  float* xsum = xsum_buffer.data();
   alignas(64) int32_t c[2][kRows][kRows];  // [token][weight row]
   alignas(64) float sums[kRows][kRows];
   configure_int8_tiles();  // 0, 1: products; 2, 4: tokens (16 x 32); 3, 5: weights (8 x 64)
@@ -245,39 +258,72 @@ void panel_tiles(const BlockQ8Rows& x, const WeightMatrix& w, int64_t n_begin, i
         const int64_t i = mt * kRows, tokens = std::min<int64_t>(kRows, m - i);
         int8_t* xp = xpack + (mt - t0) * kb * kTileBytes;
         float* xsp = xs + (mt - t0) * kb * kRows;
+        float* xss = xsum + (mt - t0) * kb * kRows;
         for (int64_t b = 0; b < kb; ++b)
           for (int64_t t = 0; t < kRows; ++t) {
             if (t < tokens) {
               std::memcpy(xp + b * kTileBytes + t * kK, x.q + (i + t) * k + b * kK, kK);
               xsp[b * kRows + t] = x.d[(i + t) * kb + b];
+              xss[b * kRows + t] = static_cast<float>(x.q32[(i + t) * kb + b]);
             } else {
               std::memset(xp + b * kTileBytes + t * kK, 0, kK);
               xsp[b * kRows + t] = 0.0f;
+              xss[b * kRows + t] = 0.0f;
             }
           }
       }
     const int8_t* xq_chunk = x.tq != nullptr ? x.tq + t0 * kb * kTileBytes : xpack;
     const float* xd_chunk = x.td != nullptr ? x.td + t0 * kb * kRows : xs;
+    const float* xsum_chunk = x.ts != nullptr ? x.ts + t0 * kb * kRows : xsum;
     for (int64_t j = n_begin; j < n_end; j += kRows) {
       const int64_t rows = std::min<int64_t>(kRows, n_end - j);
       const uint8_t* pd = static_cast<const uint8_t*>(w.data) + j * row_bytes;
-      const void* ps = T == WeightType::kI8Panels
+      const void* ps = kK4 ? nullptr  // Q4_K: its factors inside the panel
+                       : T == WeightType::kI8Panels
                            ? static_cast<const void*>(static_cast<const float*>(w.scales) + j)
                            : static_cast<const uint16_t*>(w.scales) + j * kb;
       if (w.n - j < kRows) {  // a short last panel, padded to 16 rows as the VNNI kernel does
-        pad_data.resize(static_cast<size_t>(kb * kRows * kB));
+        pad_data.resize(static_cast<size_t>(kK4 ? row_bytes * kRows : kb * kRows * kB));
         pad_scales.resize(static_cast<size_t>(kb * kRows));
         pad_panel(w, j / kRows, pad_data.data(), pad_scales.data());
         pd = pad_data.data();
         ps = pad_scales.data();
       }
-      for (int64_t b = 0; b < kb; ++b)  // the rows' scales per block (int8: the same for each)
-        _mm512_storeu_ps(dw + b * kRows,
-                         T == WeightType::kI8Panels
-                             ? _mm512_loadu_ps(ps)
-                             : _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(
-                                   static_cast<const uint16_t*>(ps) + b * kRows))));
       const int8_t* wt = reinterpret_cast<const int8_t*>(pd);  // Q8_0: the panel's own bytes
+      if constexpr (kK4) {
+        // Per sub-block b: d sc and dmin m of the 16 rows (as the VNNI kernel computes them), and
+        // its nibbles unpacked: the low ones of each 64 values are sub-block 2j, the high 2j + 1.
+        for (int64_t sb = 0; sb < kb / 8; ++sb) {
+          const uint8_t* q = pd + sb * 148 * kRows;
+          const uint8_t* ds = q + 128 * kRows;
+          const __m512 d =
+              _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(ds)));
+          const __m512 dmin =
+              _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(ds + 32)));
+          for (int s = 0; s < 8; ++s) {
+            const int64_t b = sb * 8 + s;
+            _mm512_storeu_ps(dw + b * kRows, _mm512_mul_ps(d, k4_factor(ds + 64 + 16 * s)));
+            _mm512_storeu_ps(dm + b * kRows, _mm512_mul_ps(dmin, k4_factor(ds + 192 + 16 * s)));
+          }
+          for (int jj = 0; jj < 4; ++jj)
+            for (int u = 0; u < 8; ++u) {
+              const __m512i v = _mm512_loadu_si512(q + jj * 512 + 64 * u);
+              int8_t* o = unpacked + (sb * 8 + 2 * jj) * kTileBytes;
+              _mm512_storeu_si512(o + 64 * u, _mm512_and_si512(v, low));
+              _mm512_storeu_si512(o + kTileBytes + 64 * u,
+                                  _mm512_and_si512(_mm512_srli_epi16(v, 4), low));
+            }
+        }
+        wt = unpacked;
+      } else {
+        for (int64_t b = 0; b < kb; ++b)  // the rows' scales per block (int8: the same for each)
+          _mm512_storeu_ps(
+              dw + b * kRows,
+              T == WeightType::kI8Panels
+                  ? _mm512_loadu_ps(ps)
+                  : _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(
+                        static_cast<const uint16_t*>(ps) + b * kRows))));
+      }
       if constexpr (T == WeightType::kQ4Panels) {
         for (int64_t b = 0; b < kb; ++b)
           for (int u = 0; u < 4; ++u) {
@@ -303,7 +349,10 @@ void panel_tiles(const BlockQ8Rows& x, const WeightMatrix& w, int64_t n_begin, i
         _tile_loadd(2, xa, kK);
         _tile_loadd(3, wt, 64);
         _tile_zero(0);
-        _tile_dpbssd(0, 2, 3);
+        if constexpr (kK4)
+          _tile_dpbsud(0, 2, 3);
+        else
+          _tile_dpbssd(0, 2, 3);
         _tile_stored(0, c[0], 64);
         for (int64_t b = 1; b <= kb; ++b) {
           if (b < kb) {
@@ -311,13 +360,19 @@ void panel_tiles(const BlockQ8Rows& x, const WeightMatrix& w, int64_t n_begin, i
               _tile_loadd(2, xa + b * kTileBytes, kK);
               _tile_loadd(3, wt + b * kTileBytes, 64);
               _tile_zero(0);
-              _tile_dpbssd(0, 2, 3);
+              if constexpr (kK4)
+                _tile_dpbsud(0, 2, 3);
+              else
+                _tile_dpbssd(0, 2, 3);
               _tile_stored(0, c[0], 64);
             } else {
               _tile_loadd(4, xa + b * kTileBytes, kK);
               _tile_loadd(5, wt + b * kTileBytes, 64);
               _tile_zero(1);
-              _tile_dpbssd(1, 4, 5);
+              if constexpr (kK4)
+                _tile_dpbsud(1, 4, 5);
+              else
+                _tile_dpbssd(1, 4, 5);
               _tile_stored(1, c[1], 64);
             }
           }
@@ -327,7 +382,12 @@ void panel_tiles(const BlockQ8Rows& x, const WeightMatrix& w, int64_t n_begin, i
           const __m512 d = _mm512_loadu_ps(dw + pb * kRows);
           for (int t = 0; t < kRows; ++t) {
             const __m512 p = _mm512_cvtepi32_ps(_mm512_load_si512(cp[t]));
-            acc[t] = _mm512_fmadd_ps(p, _mm512_mul_ps(_mm512_set1_ps(xb[t]), d), acc[t]);
+            const __m512 dx = _mm512_set1_ps(xb[t]);
+            acc[t] = _mm512_fmadd_ps(p, _mm512_mul_ps(dx, d), acc[t]);
+            if constexpr (kK4)
+              acc[t] = _mm512_fnmadd_ps(
+                  _mm512_set1_ps(xsum_chunk[(mt - t0) * kb * kRows + pb * kRows + t]),
+                  _mm512_mul_ps(dx, _mm512_loadu_ps(dm + pb * kRows)), acc[t]);
           }
         }
         for (int t = 0; t < kRows; ++t) _mm512_store_ps(sums[t], acc[t]);
@@ -378,6 +438,8 @@ void amx_matmul_cols_panels(const BlockQ8Rows& x, const WeightMatrix& w, int64_t
     return panel_tiles<WeightType::kQ4Panels>(x, w, n_begin, n_end, bias, y, ldy, accumulate);
   if (w.type == WeightType::kI8Panels)
     return panel_tiles<WeightType::kI8Panels>(x, w, n_begin, n_end, bias, y, ldy, accumulate);
+  if (w.type == WeightType::kQ4_KPanels)
+    return panel_tiles<WeightType::kQ4_KPanels>(x, w, n_begin, n_end, bias, y, ldy, accumulate);
   TF_CHECK(w.type == WeightType::kQ8_0Panels);
   panel_tiles<WeightType::kQ8_0Panels>(x, w, n_begin, n_end, bias, y, ldy, accumulate);
 }

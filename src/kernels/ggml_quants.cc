@@ -8,6 +8,19 @@
 #include "core/error.h"
 
 namespace tf::kernels {
+
+// Q4_K / Q5_K: sub-block j's 6-bit scale and min in 12 bytes (j < 4: the low 6 bits of bytes j and
+// j + 4; else 4 bits from byte j + 4 and the top 2 bits of bytes j - 4 and j).
+void scale_min_k4(int j, const uint8_t* s, int& sc, int& m) {
+  if (j < 4) {
+    sc = s[j] & 63;
+    m = s[j + 4] & 63;
+  } else {
+    sc = (s[j + 4] & 0xF) | ((s[j - 4] >> 6) << 4);
+    m = (s[j + 4] >> 4) | ((s[j] >> 6) << 4);
+  }
+}
+
 namespace {
 
 float half(const uint8_t* p) {
@@ -61,18 +74,6 @@ void q5(const uint8_t* b, float* y, bool with_min) {
       y[j] = d * (lo - 16);
       y[j + 16] = d * (hi - 16);
     }
-  }
-}
-
-// Q4_K / Q5_K: sub-block j's 6-bit scale and min in 12 bytes (j < 4: the low 6 bits of bytes j and
-// j + 4; else 4 bits from byte j + 4 and the top 2 bits of bytes j - 4 and j).
-void scale_min_k4(int j, const uint8_t* s, int& sc, int& m) {
-  if (j < 4) {
-    sc = s[j] & 63;
-    m = s[j + 4] & 63;
-  } else {
-    sc = (s[j + 4] & 0xF) | ((s[j - 4] >> 6) << 4);
-    m = (s[j + 4] >> 4) | ((s[j] >> 6) << 4);
   }
 }
 

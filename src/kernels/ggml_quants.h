@@ -21,6 +21,9 @@
 
 namespace tf::kernels {
 
+// Q4_K / Q5_K: sub-block j's (0..7) 6-bit scale and minimum from a super-block's 12 scale bytes.
+void scale_min_k4(int j, const uint8_t* s, int& sc, int& m);
+
 // Dequantizes n values (a multiple of block_size(t)) of block type t stored at data into out.
 void dequantize_blocks(WeightType t, const void* data, int64_t n, float* out);
 

@@ -96,10 +96,12 @@ const BlockQ8Rows& prepare_block_activations(int64_t m, int64_t k, BlockQ8Buffer
   const int64_t m_tiles = (m + 15) / 16;
   buf.tq.resize(tiles ? static_cast<size_t>(m_tiles * 16 * k) : 0);
   buf.td.resize(tiles ? static_cast<size_t>(m_tiles * 16 * k / 32) : 0);
+  buf.ts.resize(buf.td.size());
   if (tiles && m % 16 != 0) {  // the last tile's rows past m: zero quants and scales
     const int64_t last = (m_tiles - 1) * 16 * k;
     std::memset(buf.tq.data() + last, 0, static_cast<size_t>(16 * k));
     std::memset(buf.td.data() + last / 32, 0, static_cast<size_t>(16 * k / 32) * sizeof(float));
+    std::memset(buf.ts.data() + last / 32, 0, static_cast<size_t>(16 * k / 32) * sizeof(float));
   }
   buf.q.resize(static_cast<size_t>(m * k));
   buf.d.resize(static_cast<size_t>(m * k / 32));
@@ -114,7 +116,8 @@ const BlockQ8Rows& prepare_block_activations(int64_t m, int64_t k, BlockQ8Buffer
               buf.s32.data(),
               buf.q32.data(),
               tiles ? buf.tq.data() : nullptr,
-              tiles ? buf.td.data() : nullptr};
+              tiles ? buf.td.data() : nullptr,
+              tiles ? buf.ts.data() : nullptr};
   return buf.rows;
 }
 
@@ -134,6 +137,7 @@ void quantize_block_row(const float* x, int64_t i, BlockQ8Buffer& buf) {
       const int64_t at = ((i / 16) * (k / 32) + b) * 16 + i % 16;
       std::memcpy(buf.tq.data() + at * 32, qb, 32);
       buf.td[at] = d;
+      buf.ts[at] = static_cast<float>(sums[0] + sums[1]);
     }
   }
 }

@@ -65,13 +65,15 @@ struct BlockQ8Rows {
   const int32_t* q32 = nullptr;  // [m, k / 32]: the sum of each block's quantized values
   // Prepared with tiles: the same quants per 16 rows and block, 16 x 32 in a row
   // ([ceil(m / 16)][k / 32][16][32], rows past m zero), and their scales
-  // ([ceil(m / 16)][k / 32][16]): the A operand of the AMX panel tiles (amx.h). Else nullptr.
+  // ([ceil(m / 16)][k / 32][16]) and quant sums as floats (ts, as td): the A operand of the AMX
+  // panel tiles (amx.h). Else nullptr.
   const int8_t* tq = nullptr;
   const float* td = nullptr;
+  const float* ts = nullptr;
 };
 struct BlockQ8Buffer {
   std::vector<int8_t> q, tq;
-  std::vector<float> d, s16, s32, td;
+  std::vector<float> d, s16, s32, td, ts;
   std::vector<int32_t> q32;
   BlockQ8Rows rows;
 };

@@ -28,6 +28,8 @@ std::string_view weight_type_name(WeightType t) {
       return "q8_0-panels";
     case WeightType::kI8Panels:
       return "i8-panels";
+    case WeightType::kQ4_KPanels:
+      return "q4_k-panels";
     case WeightType::kQ8_0:
       return "q8_0";
     case WeightType::kQ4_0:
@@ -89,6 +91,7 @@ int64_t block_bytes(WeightType t) {
     case WeightType::kQ4Panels:
     case WeightType::kQ8_0Panels:
     case WeightType::kI8Panels:
+    case WeightType::kQ4_KPanels:
       return 1;
     case WeightType::kQ8_0:
       return 34;
@@ -141,6 +144,8 @@ int64_t WeightMatrix::row_bytes(WeightType t, int64_t k) {
     case WeightType::kQ4:
     case WeightType::kQ4Panels:
       return k / 2;
+    case WeightType::kQ4_KPanels:
+      return k / 256 * 148;
     default:
       return k / block_size(t) * block_bytes(t);
   }
@@ -192,6 +197,33 @@ PanelAt panel_at(const WeightMatrix& w, int64_t p) {
           i8 ? static_cast<const float*>(w.scales) + r0 : nullptr};
 }
 
+WeightMatrix pack_q4_k_panels(const void* blocks, int64_t n, int64_t k, uint8_t* data) {
+  TF_CHECK(k % 256 == 0);
+  const int64_t sbs = k / 256, row_bytes = sbs * 148;
+  const auto* src = static_cast<const uint8_t*>(blocks);
+  for (int64_t p = 0; p * kPanelRows < n; ++p) {
+    const int64_t R = std::min<int64_t>(kPanelRows, n - p * kPanelRows);
+    uint8_t* panel = data + p * kPanelRows * row_bytes;
+    for (int64_t r = 0; r < R; ++r)
+      for (int64_t sb = 0; sb < sbs; ++sb) {
+        const uint8_t* b = src + ((p * kPanelRows + r) * sbs + sb) * 144;  // d, dmin, scales, qs
+        uint8_t* o = panel + sb * 148 * R;
+        for (int64_t j = 0; j < 4; ++j)
+          for (int64_t u = 0; u < 8; ++u)
+            std::memcpy(o + j * 32 * R + u * 4 * R + 4 * r, b + 16 + 32 * j + 4 * u, 4);
+        std::memcpy(o + 128 * R + 2 * r, b, 2);
+        std::memcpy(o + 130 * R + 2 * r, b + 2, 2);
+        for (int s = 0; s < 8; ++s) {
+          int sc = 0, m = 0;
+          scale_min_k4(s, b + 4, sc, m);
+          o[132 * R + s * R + r] = static_cast<uint8_t>(sc);
+          o[140 * R + s * R + r] = static_cast<uint8_t>(m);
+        }
+      }
+  }
+  return {WeightType::kQ4_KPanels, data, nullptr, n, k};
+}
+
 }  // namespace
 
 void WeightMatrix::dequantize_row(int64_t r, float* out) const {
@@ -239,6 +271,30 @@ void WeightMatrix::dequantize_row(int64_t r, float* out) const {
           } else {
             out[b * 32 + i] = static_cast<float>((v & 0xF) - 8) * s;
             out[b * 32 + i + 16] = static_cast<float>((v >> 4) - 8) * s;
+          }
+        }
+      }
+      return;
+    }
+    case WeightType::kQ4_KPanels: {
+      const int64_t p = r / kPanelRows, rr = r % kPanelRows;
+      const int64_t R = std::min<int64_t>(kPanelRows, n - p * kPanelRows);
+      const uint8_t* panel = static_cast<const uint8_t*>(data) + p * kPanelRows * (k / 256 * 148);
+      for (int64_t sb = 0; sb < k / 256; ++sb) {
+        const uint8_t* q = panel + sb * 148 * R;
+        const uint8_t* ds = q + 128 * R;
+        uint16_t h[2];
+        std::memcpy(&h[0], ds + 2 * rr, 2);
+        std::memcpy(&h[1], ds + 2 * R + 2 * rr, 2);
+        const float d = f16_to_f32(h[0]), dmin = f16_to_f32(h[1]);
+        const uint8_t* sc = ds + 4 * R;
+        const uint8_t* mn = sc + 8 * R;
+        for (int s = 0; s < 8; ++s) {  // as Q4_K: d sc q - dmin m, in f32
+          const float d1 = d * sc[s * R + rr], m1 = dmin * mn[s * R + rr];
+          const int64_t j = s / 2;
+          for (int i = 0; i < 32; ++i) {
+            const uint8_t v = q[j * 32 * R + (i / 4) * 4 * R + 4 * rr + i % 4];
+            out[sb * 256 + s * 32 + i] = d1 * ((s % 2 == 0 ? v : v >> 4) & 0xF) - m1;
           }
         }
       }
@@ -337,6 +393,8 @@ WeightType panel_type(WeightType t) {
       return WeightType::kQ8_0Panels;
     case WeightType::kI8:
       return WeightType::kI8Panels;
+    case WeightType::kQ4_K:
+      return WeightType::kQ4_KPanels;
     default:
       TF_CHECK(!"panel_type: q4, Q4_0, Q8_0 or int8 expected");
       return t;
@@ -344,12 +402,14 @@ WeightType panel_type(WeightType t) {
 }
 
 int64_t panel_scale_bytes(WeightType t, int64_t n, int64_t k) {
+  if (t == WeightType::kQ4_KPanels) return 0;
   return t == WeightType::kI8Panels ? n * 4 : n * (k / kQ4Group) * 2;
 }
 
 WeightMatrix pack_panels(WeightType t, const void* src_data, const void* src_scales, int64_t n,
                          int64_t k, uint8_t* data, void* scales) {
   TF_CHECK(k % kQ4Group == 0);
+  if (t == WeightType::kQ4_K) return pack_q4_k_panels(src_data, n, k, data);
   const WeightMatrix out{panel_type(t), data, scales, n, k};
   const int64_t kb = k / kQ4Group, B = panel_block_bytes(out.type);
   const auto* src = static_cast<const uint8_t*>(src_data);
@@ -404,6 +464,25 @@ void panels_to_rows(const WeightMatrix& w, uint8_t* data, void* scales) {
 
 void pad_panel(const WeightMatrix& w, int64_t p, uint8_t* data, void* scales) {
   TF_CHECK(is_panel_type(w.type));
+  if (w.type == WeightType::kQ4_KPanels) {  // each super-block's parts from R rows to 16
+    const int64_t R = std::min<int64_t>(kPanelRows, w.n - p * kPanelRows);
+    const uint8_t* src = static_cast<const uint8_t*>(w.data) + p * kPanelRows * (w.k / 256 * 148);
+    std::memset(data, 0, static_cast<size_t>(w.k / 256 * 148 * kPanelRows));
+    for (int64_t sb = 0; sb < w.k / 256; ++sb) {
+      const uint8_t* s = src + sb * 148 * R;
+      uint8_t* o = data + sb * 148 * kPanelRows;
+      // runs of 4 bytes per row (the nibbles: 32 runs), 2 (d, dmin: 2 runs), 1 (sc, m: 16 runs)
+      for (int64_t u = 0; u < 32; ++u)
+        std::memcpy(o + u * 4 * kPanelRows, s + u * 4 * R, static_cast<size_t>(4 * R));
+      for (int64_t u = 0; u < 2; ++u)
+        std::memcpy(o + 128 * kPanelRows + u * 2 * kPanelRows, s + 128 * R + u * 2 * R,
+                    static_cast<size_t>(2 * R));
+      for (int64_t u = 0; u < 16; ++u)
+        std::memcpy(o + 132 * kPanelRows + u * kPanelRows, s + 132 * R + u * R,
+                    static_cast<size_t>(R));
+    }
+    return;
+  }
   const PanelAt at = panel_at(w, p);
   const int64_t kb = w.k / kQ4Group, R = at.rows, B = panel_block_bytes(w.type);
   std::memset(data, 0, static_cast<size_t>(kb * kPanelRows * B));

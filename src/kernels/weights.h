@@ -22,6 +22,12 @@
 //        where a row's block is B bytes: Q8_0's or int8's 32 quants (B = 32, w = q * d), or q4's
 //        16 bytes (B = 16: byte i holds value i in its low nibble and i + 16 in its high,
 //        w = (q - 8) d).
+//   q4_k-panels: Q4_K in panels of 16 rows, per super-block of 256 values and panel of R rows
+//        148R bytes: the nibbles as q4-panels' but per 64 values (byte j * 32R + u * 4R + 4r + e
+//        is byte 32j + 4u + e of the row's qs: low nibble value 64j + 4u + e, high nibble value
+//        64j + 32 + 4u + e), then d[R] and dmin[R] (f16), then the 6-bit scales sc[8][R] and
+//        minima m[8][R] unpacked to bytes (so 148 bytes a row per 256 values, Q4_K's 144 + 4:
+//        w = d sc q - dmin m per sub-block of 32). No separate scales.
 //        So each 64 bytes hold 4 consecutive values of each of 16 rows: the B operand of an AMX
 //        int8 tile with the weight rows as its columns, and for one token, vpdpbusd against the
 //        token's 4 values broadcast leaves every lane one row's sum with no reduction. The
@@ -42,6 +48,7 @@ enum class WeightType : uint8_t {
   kQ4Panels,    // q4 in panels of 16 rows (above)
   kQ8_0Panels,  // Q8_0 in panels of 16 rows (above)
   kI8Panels,    // int8 in panels of 16 rows (above)
+  kQ4_KPanels,  // Q4_K in panels of 16 rows (above)
   // ggml's block formats, as GGUF stores them.
   kQ8_0,
   kQ4_0,
@@ -74,7 +81,8 @@ inline constexpr int kQ4Group = 32;
 inline constexpr int kPanelRows = 16;
 
 constexpr bool is_panel_type(WeightType t) {
-  return t == WeightType::kQ4Panels || t == WeightType::kQ8_0Panels || t == WeightType::kI8Panels;
+  return t == WeightType::kQ4Panels || t == WeightType::kQ8_0Panels || t == WeightType::kI8Panels ||
+         t == WeightType::kQ4_KPanels;
 }
 
 // "f32", "bf16", "f16", "int8", "q4", and ggml's names in lower case ("q4_k", "iq4_xs").
@@ -111,11 +119,12 @@ void quantize_rows(WeightType t, const float* src, int64_t n, int64_t k, std::ve
 // the scales to scales (n * k / 32 f16). Lossless, the same size; k % 32 == 0.
 void q4_0_to_q4(const void* blocks, int64_t n, int64_t k, uint8_t* data, uint16_t* scales);
 
-// The panel type of q4, Q4_0, Q8_0 or int8 weights.
+// The panel type of q4, Q4_0, Q8_0, int8 or Q4_K weights.
 WeightType panel_type(WeightType t);
 // Bytes of the scales of n rows of k of a panel type (as of its source type).
 int64_t panel_scale_bytes(WeightType t, int64_t n, int64_t k);
-// Lays out n rows of k (k % 32 == 0) of q4 or int8 (src_data, src_scales), Q4_0 or Q8_0 blocks
+// Lays out n rows of k (k % 32 == 0; Q4_K: % 256) of q4 or int8 (src_data, src_scales), Q4_0,
+// Q8_0 or Q4_K blocks
 // (src_data; src_scales unused) in panel_type(t)'s layout: data gets row_bytes * n bytes, scales
 // panel_scale_bytes. Lossless: dequantize_row gives the source's values.
 WeightMatrix pack_panels(WeightType t, const void* src_data, const void* src_scales, int64_t n,

@@ -238,9 +238,9 @@ kernels::WeightMatrix WeightStore::matrix(const std::string& name, int64_t n, in
       packed_[name] = m;
       return m;
     }
-    if (stored.blocks == WeightType::kQ8_0 && panels) {
-      check_shape(name, stored, {n, k});
-      const kernels::WeightMatrix m = to_panels(WeightType::kQ8_0, stored.view.data, nullptr, n, k);
+    if ((stored.blocks == WeightType::kQ8_0 || stored.blocks == WeightType::kQ4_K) && panels) {
+      check_shape(name, stored, {n, k});  // (Q4_K's rows are whole super-blocks: k % 256 == 0)
+      const kernels::WeightMatrix m = to_panels(stored.blocks, stored.view.data, nullptr, n, k);
       if (!stored.owned)
         files_.at(stored.file_index).release_pages(stored.view.data, stored.view.nbytes());
       packed_[name] = m;
