@@ -111,18 +111,41 @@ inline void write_sums(Sum s, int64_t rows, int64_t tokens, int64_t j, int64_t i
   }
 }
 
+// 16 floats rounded to bf16 as f32_to_bf16 does (to nearest even; a NaN stays a NaN, made
+// quiet), each in the high half of its lane. (vcvtne2ps2bf16 would flush denormals.)
+inline __m512i bf16_high_halves(__m512i bits) {
+  const __mmask16 nan = _mm512_cmpgt_epu32_mask(
+      _mm512_and_si512(bits, _mm512_set1_epi32(0x7fffffff)), _mm512_set1_epi32(0x7f800000));
+  const __m512i odd = _mm512_and_si512(_mm512_srli_epi32(bits, 16), _mm512_set1_epi32(1));
+  const __m512i rounded = _mm512_add_epi32(bits, _mm512_add_epi32(_mm512_set1_epi32(0x7fff), odd));
+  return _mm512_mask_mov_epi32(rounded, nan, _mm512_or_si512(bits, _mm512_set1_epi32(0x400000)));
+}
+
 void pack_bf16_rows(const float* x, int64_t m, int64_t k, int64_t i0, int64_t i1, uint16_t* out) {
   const int64_t k_blocks = (k + kK - 1) / kK;
+  // Word w of a block's 16 pairs is the high half of value w: word 2w + 1 of the two vectors.
+  alignas(64) uint16_t pick[32];
+  for (int w = 0; w < 32; ++w) pick[w] = static_cast<uint16_t>(2 * w + 1);
+  const __m512i pick_high = _mm512_load_si512(pick);
+  // Pair r of a token's block goes to dword r * 16 (r * 32 values) of the block.
+  const __m512i pair_at =
+      _mm512_mullo_epi32(_mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15),
+                         _mm512_set1_epi32(16));
   for (int64_t i = i0; i < i1; ++i) {
     const int64_t t = i % kRows;
     uint16_t* blocks = out + (i / kRows) * k_blocks * kBlock + 2 * t;
     const float* row = x + i * k;
-    for (int64_t kb = 0; kb < k_blocks; ++kb)
-      for (int r = 0; r < kRows; ++r)
-        for (int e = 0; e < 2; ++e) {
-          const int64_t q = kb * kK + 2 * r + e;
-          blocks[kb * kBlock + r * kK + e] = q < k ? f32_to_bf16(row[q]) : 0;
-        }
+    for (int64_t kb = 0; kb < k_blocks; ++kb) {
+      const int64_t q = kb * kK, left = k - q;  // values past k are zero
+      const __mmask16 lo = left >= 16 ? 0xFFFF : static_cast<__mmask16>((1u << left) - 1);
+      const __mmask16 hi = left >= kK   ? 0xFFFF
+                           : left <= 16 ? 0
+                                        : static_cast<__mmask16>((1u << (left - 16)) - 1);
+      const __m512i a = bf16_high_halves(_mm512_maskz_loadu_epi32(lo, row + q));
+      const __m512i b = bf16_high_halves(_mm512_maskz_loadu_epi32(hi, row + q + 16));
+      _mm512_i32scatter_epi32(blocks + kb * kBlock, pair_at,
+                              _mm512_permutex2var_epi16(a, pick_high, b), 4);
+    }
   }
   if (i1 == m && m % kRows != 0) {  // the last block's rows past m
     uint16_t* blocks = out + (m / kRows) * k_blocks * kBlock;

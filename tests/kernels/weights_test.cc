@@ -422,6 +422,42 @@ TEST(Weights, TileKernelsMatchTheReference) {
   }
 }
 
+// The tiles' bf16 activation layout (amx.h): element r * 32 + 2t + e of block (mb, kb) is
+// f32_to_bf16 of x[16 mb + t][32 kb + 2r + e], zero past k and past m, with f32_to_bf16's
+// rounding for ties, denormals, infinities and NaNs.
+TEST(Weights, TileActivationLayoutRoundsAsF32ToBf16) {
+  const IsaKernels* table = nullptr;
+  for (const IsaKernels* t : supported_tables())
+    if (t->tiles != nullptr) table = t;
+  if (table == nullptr) GTEST_SKIP() << "no matrix tiles (AMX) on this CPU";
+  // Ties to even (down and up), just past and short of a tie, denormals, the largest finite
+  // value rounding to infinity, infinities, NaNs (one whose payload is only in the low bits).
+  const uint32_t specials[] = {0x3F808000u, 0x3F818000u, 0xBF808000u, 0x3F808001u, 0x3F807FFFu,
+                               0x00012345u, 0x80400000u, 0x7F7FFFFFu, 0x7F800000u, 0xFF800000u,
+                               0x7FC00000u, 0x7F800001u, 0x80000000u, 0x3F7FFFFFu};
+  std::mt19937 rng(53);
+  for (int64_t k : {16, 45, 64, 100}) {
+    const int64_t m = 19, k_blocks = (k + 31) / 32;
+    auto x = random_vector(m * k, rng);
+    for (size_t s = 0; s < std::size(specials); ++s)
+      std::memcpy(&x[(s * 37) % x.size()], &specials[s], 4);
+    std::vector<uint8_t> packed(table->tiles->packed_bytes(WeightType::kBF16, m, k), 0xEE);
+    table->tiles->pack_rows(WeightType::kBF16, x.data(), m, k, 0, 7, packed.data());
+    table->tiles->pack_rows(WeightType::kBF16, x.data(), m, k, 7, m, packed.data());
+    const auto* h = reinterpret_cast<const uint16_t*>(packed.data());
+    for (int64_t mb = 0; mb * 16 < m; ++mb)
+      for (int64_t kb = 0; kb < k_blocks; ++kb)
+        for (int r = 0; r < 16; ++r)
+          for (int t = 0; t < 16; ++t)
+            for (int e = 0; e < 2; ++e) {
+              const int64_t i = mb * 16 + t, q = kb * 32 + 2 * r + e;
+              const uint16_t want = i < m && q < k ? f32_to_bf16(x[i * k + q]) : 0;
+              ASSERT_EQ(h[(mb * k_blocks + kb) * 512 + r * 32 + 2 * t + e], want)
+                  << "k=" << k << " token " << i << " value " << q;
+            }
+  }
+}
+
 // The panel layouts (q4-panels, q8_0-panels) from q4 rows and from Q4_0 / Q8_0 blocks: lossless
 // (every row dequantizes as its source; q4 comes back byte for byte), row views of whole panels,
 // and the panel kernels of every table that has them (VNNI for few tokens, AMX tiles for more)
