@@ -227,20 +227,6 @@ void configure_int8_tiles() {
   load_tile_config(c);
 }
 
-// One block's int32 products into tile C from 16 tokens' quants (tile A, 16 x 32 from xa) and a
-// panel block (tile B, 8 x 64 from w: signed, or unsigned for Q4_K), stored to c.
-template <bool kUnsignedWeights, int C, int A, int B>
-inline void int_block(const int8_t* xa, const int8_t* w, int32_t (*c)[kRows]) {
-  _tile_loadd(A, xa, kK);
-  _tile_loadd(B, w, 64);
-  _tile_zero(C);
-  if constexpr (kUnsignedWeights)
-    _tile_dpbsud(C, A, B);
-  else
-    _tile_dpbssd(C, A, B);
-  _tile_stored(C, c, 64);
-}
-
 // 16 unsigned bytes (a Q4_K sub-block's scale or minimum for 16 rows) as floats.
 inline __m512 k4_factor(const uint8_t* p) {
   return _mm512_cvtepi32_ps(
@@ -383,13 +369,35 @@ void panel_tiles(const BlockQ8Rows& x, const WeightMatrix& w, int64_t n_begin, i
         // accumulator array captured by reference lived on the stack.
         __m512 acc[kRows];
         for (int t = 0; t < kRows; ++t) acc[t] = _mm512_setzero_ps();
-        int_block<kK4, 0, 2, 3>(xa, wt, c[0]);
+        _tile_loadd(2, xa, kK);
+        _tile_loadd(3, wt, 64);
+        _tile_zero(0);
+        if constexpr (kK4)
+          _tile_dpbsud(0, 2, 3);
+        else
+          _tile_dpbssd(0, 2, 3);
+        _tile_stored(0, c[0], 64);
         for (int64_t b = 1; b <= kb; ++b) {
           if (b < kb) {
-            if (b % 2 == 0)
-              int_block<kK4, 0, 2, 3>(xa + b * kTileBytes, wt + b * kTileBytes, c[0]);
-            else
-              int_block<kK4, 1, 4, 5>(xa + b * kTileBytes, wt + b * kTileBytes, c[1]);
+            if (b % 2 == 0) {
+              _tile_loadd(2, xa + b * kTileBytes, kK);
+              _tile_loadd(3, wt + b * kTileBytes, 64);
+              _tile_zero(0);
+              if constexpr (kK4)
+                _tile_dpbsud(0, 2, 3);
+              else
+                _tile_dpbssd(0, 2, 3);
+              _tile_stored(0, c[0], 64);
+            } else {
+              _tile_loadd(4, xa + b * kTileBytes, kK);
+              _tile_loadd(5, wt + b * kTileBytes, 64);
+              _tile_zero(1);
+              if constexpr (kK4)
+                _tile_dpbsud(1, 4, 5);
+              else
+                _tile_dpbssd(1, 4, 5);
+              _tile_stored(1, c[1], 64);
+            }
           }
           const int64_t pb = b - 1;  // the block consumed now
           const int32_t(*cp)[kRows] = c[pb % 2];
