@@ -88,7 +88,9 @@ void run_panels(benchmark::State& state, const IsaKernels* isa, tf::kernels::Wei
   const auto wm =
       tf::kernels::pack_panels(src, blocks.data(), nullptr, n, k, data.data(), scales.data());
   tf::kernels::BlockQ8Buffer buf;
-  tf::kernels::prepare_block_activations(m, k, buf);
+  // As matmul prepares them (the AMX tiles' layout from the tiles' token count).
+  tf::kernels::prepare_block_activations(m, k, buf,
+                                         isa->tiles != nullptr && m >= isa->tiles->panel_tokens);
   for (int64_t i = 0; i < m; ++i) tf::kernels::quantize_block_row(x.data(), i, buf);
   for (auto _ : state) {
     isa->matmul_cols_panels(buf.rows, wm, 0, n, nullptr, y.data(), n, false);

@@ -233,8 +233,9 @@ inline __m512 k4_factor(const uint8_t* p) {
       _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p))));
 }
 
-// Tokens from which the panel types take the tiles: below it, the VNNI panel kernel (the same
-// integers and f32 steps) is faster, a tile product of few tokens leaving most of it idle.
+// Tokens from which the panel types take the tiles (TileKernels::panel_tokens): below it, the
+// VNNI panel kernel (the same integers and f32 steps) is faster, a tile product of few tokens
+// leaving most of it idle.
 constexpr int64_t kPanelTileTokens = 12;
 
 template <WeightType T>
@@ -247,57 +248,27 @@ void panel_tiles(const BlockQ8Rows& x, const WeightMatrix& w, int64_t n_begin, i
   constexpr bool kK4 = T == WeightType::kQ4_KPanels;
   const int64_t m = x.m, k = x.k, kb = k / kK, m_tiles = (m + kRows - 1) / kRows;
   const int64_t row_bytes = WeightMatrix::row_bytes(T, k);
-  thread_local std::vector<int8_t> unpacked_buffer, xpack_buffer;
+  thread_local std::vector<int8_t> unpacked_buffer;
   thread_local std::vector<uint8_t> pad_data;
   thread_local std::vector<uint32_t> pad_scales;  // f16 [kb][16], or i8-panels' 16 floats
-  thread_local std::vector<float> dw_buffer, dm_buffer, xs_buffer, xsum_buffer;
+  thread_local std::vector<float> dw_buffer, dm_buffer;
   const int64_t chunk = token_chunk(kRows * k);
   unpacked_buffer.resize(static_cast<size_t>(kb * kTileBytes));
   dw_buffer.resize(static_cast<size_t>(kb * kRows));
   if (kK4) dm_buffer.resize(static_cast<size_t>(kb * kRows));
-  if (x.tq == nullptr) {
-    xpack_buffer.resize(static_cast<size_t>(std::min(chunk, m_tiles) * kb * kTileBytes));
-    xs_buffer.resize(static_cast<size_t>(std::min(chunk, m_tiles) * kb * kRows));
-    xsum_buffer.resize(xs_buffer.size());
-  }
   int8_t* unpacked = unpacked_buffer.data();
-  int8_t* xpack = xpack_buffer.data();
   float* dw = dw_buffer.data();
   float* dm = dm_buffer.data();
-  float* xs = xs_buffer.data();
-  float* xsum = xsum_buffer.data();
   alignas(64) int32_t c[2][kRows][kRows];  // [token][weight row]
   alignas(64) float sums[kRows][kRows];
   configure_int8_tiles();  // 0, 1: products; 2, 4: tokens (16 x 32); 3, 5: weights (8 x 64)
   const __m512i low = _mm512_set1_epi8(0x0F), eight = _mm512_set1_epi8(8);
   for (int64_t t0 = 0; t0 < m_tiles; t0 += chunk) {
     const int64_t t1 = std::min(m_tiles, t0 + chunk);
-    // The chunk's tokens per tile and block, 16 x 32 quants in a row (a tile read with the rows'
-    // stride k would take 16 lines of few cache sets when k is a power of two), and their scales
-    // [tile][block][token]; tokens past m zero. matmul lays them out so once per call
-    // (BlockQ8Rows::tq); else here, per chunk.
-    if (x.tq == nullptr)
-      for (int64_t mt = t0; mt < t1; ++mt) {
-        const int64_t i = mt * kRows, tokens = std::min<int64_t>(kRows, m - i);
-        int8_t* xp = xpack + (mt - t0) * kb * kTileBytes;
-        float* xsp = xs + (mt - t0) * kb * kRows;
-        float* xss = xsum + (mt - t0) * kb * kRows;
-        for (int64_t b = 0; b < kb; ++b)
-          for (int64_t t = 0; t < kRows; ++t) {
-            if (t < tokens) {
-              std::memcpy(xp + b * kTileBytes + t * kK, x.q + (i + t) * k + b * kK, kK);
-              xsp[b * kRows + t] = x.d[(i + t) * kb + b];
-              xss[b * kRows + t] = static_cast<float>(x.q32[(i + t) * kb + b]);
-            } else {
-              std::memset(xp + b * kTileBytes + t * kK, 0, kK);
-              xsp[b * kRows + t] = 0.0f;
-              xss[b * kRows + t] = 0.0f;
-            }
-          }
-      }
-    const int8_t* xq_chunk = x.tq != nullptr ? x.tq + t0 * kb * kTileBytes : xpack;
-    const float* xd_chunk = x.td != nullptr ? x.td + t0 * kb * kRows : xs;
-    const float* xsum_chunk = x.ts != nullptr ? x.ts + t0 * kb * kRows : xsum;
+    // The chunk's tokens per tile and block (BlockQ8Rows::tq, td, ts: laid out once per call).
+    const int8_t* xq_chunk = x.tq + t0 * kb * kTileBytes;
+    const float* xd_chunk = x.td + t0 * kb * kRows;
+    const float* xsum_chunk = x.ts + t0 * kb * kRows;
     for (int64_t j = n_begin; j < n_end; j += kRows) {
       const int64_t rows = std::min<int64_t>(kRows, n_end - j);
       const uint8_t* pd = static_cast<const uint8_t*>(w.data) + j * row_bytes;
@@ -452,7 +423,8 @@ void matmul_cols(const uint8_t* x, int64_t m, int64_t k, const WeightMatrix& w, 
 void amx_matmul_cols_panels(const BlockQ8Rows& x, const WeightMatrix& w, int64_t n_begin,
                             int64_t n_end, const float* bias, float* y, int64_t ldy,
                             bool accumulate) {
-  if (x.m < kPanelTileTokens)
+  // Without the tiles' activation layout (fewer than kPanelTileTokens tokens): VNNI.
+  if (x.tq == nullptr)
     return kAvx512Bf16Kernels.matmul_cols_panels(x, w, n_begin, n_end, bias, y, ldy, accumulate);
   if (n_begin >= n_end) return;
   TF_CHECK(n_begin % kRows == 0 && (n_end % kRows == 0 || n_end == w.n));
@@ -468,7 +440,8 @@ void amx_matmul_cols_panels(const BlockQ8Rows& x, const WeightMatrix& w, int64_t
 }
 
 const TileKernels& amx_tile_kernels() {
-  static const TileKernels t{&takes, &packed_bytes, &pack_rows, &matmul_cols, kRows};
+  static const TileKernels t{&takes,       &packed_bytes, &pack_rows,
+                             &matmul_cols, kRows,         kPanelTileTokens};
   return t;
 }
 

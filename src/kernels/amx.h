@@ -33,13 +33,13 @@ bool amx_enable();
 
 const TileKernels& amx_tile_kernels();
 
-// The panel types (weights.h) on tiles: tdpbssd per block of 32 with the tokens' quants as the A
-// operand (16 tokens x 32, copied per tile and block from BlockQ8Rows) and the panel's block as
-// the B operand (8 rows of 16 weight rows x 4 values: Q8_0's and int8's straight from the panel,
-// q4's unpacked once per panel to signed nibble - 8), then the int32 tile scaled per block into
-// f32 sums. Few tokens take
-// the VNNI panel kernel of the avx512-bf16 table, whose integers and f32 steps are the same, so
-// the bits do not depend on m. (IsaKernels::matmul_cols_panels of the amx table.)
+// The panel types (weights.h) on tiles: tdpbssd (Q4_K: tdpbsud) per block of 32 with the tokens'
+// quants as the A operand (BlockQ8Rows::tq: 16 tokens x 32 per tile and block) and the panel's
+// block as the B operand (8 rows of 16 weight rows x 4 values: Q8_0's and int8's straight from
+// the panel, q4's and Q4_K's unpacked once per panel), then the int32 tile scaled per block into
+// f32 sums. Activations without that layout (matmul gives it from TileKernels::panel_tokens
+// tokens) take the VNNI panel kernel of the avx512-bf16 table, whose integers and f32 steps are
+// the same, so the bits do not depend on m. (IsaKernels::matmul_cols_panels of the amx table.)
 void amx_matmul_cols_panels(const BlockQ8Rows& x, const WeightMatrix& w, int64_t n_begin,
                             int64_t n_end, const float* bias, float* y, int64_t ldy,
                             bool accumulate);

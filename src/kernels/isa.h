@@ -25,6 +25,10 @@ struct TileKernels {
                       int64_t n_begin, int64_t n_end, const float* bias, float* y, int64_t ldy,
                       bool accumulate);
   int col_granule;
+  // Tokens from which the panel types (matmul_cols_panels) take the tiles; matmul then lays the
+  // activations out for them (prepare_block_activations' `tiles`), and without that layout the
+  // table's panel kernel takes its VNNI form.
+  int64_t panel_tokens;
 };
 
 struct IsaKernels {

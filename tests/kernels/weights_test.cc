@@ -515,7 +515,7 @@ TEST(Weights, PanelKernelsMatchTheReference) {
           EXPECT_TRUE(std::equal(sc.begin(), sc.end(), rm.scales.begin()));
         }
         if (tables.empty()) continue;
-        for (int64_t m : {1, 2, 3, 5, 17, 40}) {
+        for (int64_t m : {1, 2, 3, 5, 17, 33, 40}) {
           SCOPED_TRACE("m=" + std::to_string(m));
           auto x = random_vector(m * k, rng);
           x[std::min<int64_t>(5, m * k - 1)] = 40.0f;  // an outlier block
@@ -523,7 +523,9 @@ TEST(Weights, PanelKernelsMatchTheReference) {
           const auto residual = random_vector(m * n, rng);
           auto run = [&](const IsaKernels* table, const float* xs, int64_t rows, bool accumulate,
                          int64_t split) {
-            BlockQ8Buffer buf;  // odd batches also laid out for the tiles, as matmul does
+            // Odd batches laid out for the tiles too (the AMX table then takes them), as matmul
+            // does from TileKernels::panel_tokens; the others take the VNNI form on every table.
+            BlockQ8Buffer buf;
             prepare_block_activations(rows, k, buf, rows % 2 == 1);
             for (int64_t i = 0; i < rows; ++i) quantize_block_row(xs, i, buf);
             std::vector<float> y(residual.begin(), residual.begin() + rows * n);
