@@ -417,8 +417,8 @@ WeightMatrix pack_panels(WeightType t, const void* src_data, const void* src_sca
   // Row r's block b: its B quant bytes (and, but for int8, its f16 scale) as the source has them.
   auto source = [&](int64_t r, int64_t b, uint16_t& d) -> const uint8_t* {
     if (t == WeightType::kI8) return src + r * k + b * 32;
-    if (t == WeightType::kQ4) {
-      d = static_cast<const uint16_t*>(src_scales)[r * kb + b];
+    if (t == WeightType::kQ4) {  // (scales read bytewise: straight from a file, any alignment)
+      std::memcpy(&d, static_cast<const uint8_t*>(src_scales) + (r * kb + b) * 2, 2);
       return src + r * (k / 2) + b * 16;
     }
     const int64_t bytes = t == WeightType::kQ8_0 ? 34 : 18;

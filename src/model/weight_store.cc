@@ -148,15 +148,24 @@ const float* WeightStore::f32_transposed(const std::string& name, const Shape& s
   return out;
 }
 
-const void* WeightStore::aligned_bytes(const std::string& name, DType dtype, const Shape& shape,
-                                       size_t align) {
+const WeightStore::Entry& WeightStore::checked(const std::string& name, DType dtype,
+                                               const Shape& shape) const {
   const Entry& e = entry(name);
   if (e.view.dtype != dtype) {
     fail("tensor '{}' in '{}' has dtype {}, expected {}", name, files_.at(e.file_index).path(),
          dtype_name(e.view.dtype), dtype_name(dtype));
   }
   check_shape(name, e, shape);
-  return own_copy(e, std::max<size_t>(align, 1));
+  return e;
+}
+
+const void* WeightStore::aligned_bytes(const std::string& name, DType dtype, const Shape& shape,
+                                       size_t align) {
+  return own_copy(checked(name, dtype, shape), std::max<size_t>(align, 1));
+}
+
+void WeightStore::release_source(const Entry& e) {
+  if (!e.owned) files_.at(e.file_index).release_pages(e.view.data, e.view.nbytes());
 }
 
 namespace {
@@ -183,19 +192,24 @@ kernels::WeightMatrix WeightStore::prepacked(const std::string& name, int64_t n,
   kernels::WeightMatrix m;
   m.n = n;
   m.k = k;
-  if (has(name + ".tf_scale")) {
-    m.type = WeightType::kI8;
-    m.data = aligned_bytes(name, DType::kI8, {n, k}, 1);
-    m.scales = aligned_bytes(name + ".tf_scale", DType::kF32, {n}, 4);
-    if (panels) m = to_panels(WeightType::kI8, m.data, m.scales, n, k);
+  const bool i8 = has(name + ".tf_scale");
+  if (!i8 && k % kernels::kQ4Group != 0)
+    fail("tensor '{}' is stored as q4 but its rows of {} are not a multiple of {}", name, k,
+         kernels::kQ4Group);
+  const std::string scale_name = name + (i8 ? ".tf_scale" : ".tf_scales");
+  const DType data_type = i8 ? DType::kI8 : DType::kU8, scale_type = i8 ? DType::kF32 : DType::kF16;
+  const Shape data_shape = i8 ? Shape{n, k} : Shape{n, k / 2};
+  const Shape scale_shape = i8 ? Shape{n} : Shape{n, k / kernels::kQ4Group};
+  m.type = i8 ? WeightType::kI8 : WeightType::kQ4;
+  if (panels) {  // laid out straight from the file: no row-major copy first
+    const Entry& d = checked(name, data_type, data_shape);
+    const Entry& s = checked(scale_name, scale_type, scale_shape);
+    m = to_panels(m.type, d.view.data, s.view.data, n, k);
+    release_source(d);
+    release_source(s);
   } else {
-    if (k % kernels::kQ4Group != 0)
-      fail("tensor '{}' is stored as q4 but its rows of {} are not a multiple of {}", name, k,
-           kernels::kQ4Group);
-    m.type = WeightType::kQ4;
-    m.data = aligned_bytes(name, DType::kU8, {n, k / 2}, 1);
-    m.scales = aligned_bytes(name + ".tf_scales", DType::kF16, {n, k / kernels::kQ4Group}, 2);
-    if (panels) m = to_panels(WeightType::kQ4, m.data, m.scales, n, k);
+    m.data = aligned_bytes(name, data_type, data_shape, 1);
+    m.scales = aligned_bytes(scale_name, scale_type, scale_shape, i8 ? 4 : 2);
   }
   packed_[name] = m;
   return m;
@@ -215,34 +229,26 @@ kernels::WeightMatrix WeightStore::matrix(const std::string& name, int64_t n, in
   if (keep_stored_types_ && compute_type_ == WeightType::kF32 && !transposed) {
     // Each matrix as the file stores it: a block format read in place by the block kernels,
     // f16 / bf16 by theirs.
+    if (panels && (stored.blocks == WeightType::kQ4_0 || stored.blocks == WeightType::kQ8_0 ||
+                   stored.blocks == WeightType::kQ4_K)) {
+      // The kernels' panels straight from the blocks (Q4_K's rows are whole super-blocks).
+      check_shape(name, stored, {n, k});
+      const kernels::WeightMatrix m = to_panels(stored.blocks, stored.view.data, nullptr, n, k);
+      release_source(stored);
+      packed_[name] = m;
+      return m;
+    }
     if (stored.blocks == WeightType::kQ4_0) {
       // Q4_0 is q4 with each block's scale beside its nibbles: moved apart at load (the same
       // bytes, the same size), the matrix takes the q4 kernels, which read the nibbles in
       // 64-byte steps with no per-block decoding (int8 dot products wherever the CPU has them).
       check_shape(name, stored, {n, k});
-      if (panels) {  // the kernels' panels straight from the blocks (the same size again)
-        const kernels::WeightMatrix m =
-            to_panels(WeightType::kQ4_0, stored.view.data, nullptr, n, k);
-        if (!stored.owned)
-          files_.at(stored.file_index).release_pages(stored.view.data, stored.view.nbytes());
-        packed_[name] = m;
-        return m;
-      }
       const size_t groups = static_cast<size_t>(n * (k / kernels::kQ4Group));
       uint8_t* data = alloc_bytes(groups * 16, 64);
       auto* scales = reinterpret_cast<uint16_t*>(alloc_bytes(groups * 2, 64));
       kernels::q4_0_to_q4(stored.view.data, n, k, data, scales);
-      if (!stored.owned)
-        files_.at(stored.file_index).release_pages(stored.view.data, stored.view.nbytes());
+      release_source(stored);
       const kernels::WeightMatrix m{WeightType::kQ4, data, scales, n, k};
-      packed_[name] = m;
-      return m;
-    }
-    if ((stored.blocks == WeightType::kQ8_0 || stored.blocks == WeightType::kQ4_K) && panels) {
-      check_shape(name, stored, {n, k});  // (Q4_K's rows are whole super-blocks: k % 256 == 0)
-      const kernels::WeightMatrix m = to_panels(stored.blocks, stored.view.data, nullptr, n, k);
-      if (!stored.owned)
-        files_.at(stored.file_index).release_pages(stored.view.data, stored.view.nbytes());
       packed_[name] = m;
       return m;
     }

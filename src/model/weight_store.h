@@ -104,6 +104,10 @@ class WeightStore {
   // q4 or int8 rows, Q4_0, Q8_0 or Q4_K blocks laid out in panels in buffers of this store.
   kernels::WeightMatrix to_panels(kernels::WeightType t, const void* data, const void* scales,
                                   int64_t n, int64_t k);
+  // The entry of a tensor that must have this dtype and shape (a clear error otherwise).
+  const Entry& checked(const std::string& name, DType dtype, const Shape& shape) const;
+  // Drops a mapped tensor's pages once what it held was copied or converted.
+  void release_source(const Entry& e);
   // The bytes of a tensor with the given dtype and shape, aligned to `align` (copied if not).
   const void* aligned_bytes(const std::string& name, DType dtype, const Shape& shape, size_t align);
 
