@@ -73,8 +73,8 @@ void run_tiles(benchmark::State& state, const IsaKernels* isa, tf::kernels::Weig
                                                  benchmark::Counter::kIs1000);
 }
 
-// The panel kernels (q4-panels from Q4_0, q8_0-panels) of a table, one thread: the kernel alone,
-// the activations quantized once outside the loop.
+// The panel kernels (q4-panels from Q4_0, q8_0-panels, q4_k-, q6_k-panels) of a table, one thread:
+// the kernel alone, the activations quantized once outside the loop.
 void run_panels(benchmark::State& state, const IsaKernels* isa, tf::kernels::WeightType src) {
   const int64_t m = state.range(0), n = state.range(1), k = state.range(2);
   const Operands o(m, n, k);
@@ -89,8 +89,9 @@ void run_panels(benchmark::State& state, const IsaKernels* isa, tf::kernels::Wei
       tf::kernels::pack_panels(src, blocks.data(), nullptr, n, k, data.data(), scales.data());
   tf::kernels::BlockQ8Buffer buf;
   // As matmul prepares them (the AMX tiles' layout from the tiles' token count).
-  tf::kernels::prepare_block_activations(m, k, buf,
-                                         isa->tiles != nullptr && m >= isa->tiles->panel_tokens);
+  tf::kernels::prepare_block_activations(
+      m, k, buf,
+      isa->tiles != nullptr && isa->tiles->takes(pt, k) && m >= isa->tiles->panel_tokens);
   for (int64_t i = 0; i < m; ++i) tf::kernels::quantize_block_row(x.data(), i, buf);
   for (auto _ : state) {
     isa->matmul_cols_panels(buf.rows, wm, 0, n, nullptr, y.data(), n, false);
@@ -252,7 +253,7 @@ void register_all() {
   for (const IsaKernels* t : tf::kernels::supported_tables()) {
     if (t->matmul_cols_panels == nullptr) continue;
     for (auto wt : {tf::kernels::WeightType::kQ4_0, tf::kernels::WeightType::kQ8_0,
-                    tf::kernels::WeightType::kQ4_K}) {
+                    tf::kernels::WeightType::kQ4_K, tf::kernels::WeightType::kQ6_K}) {
       auto* b = benchmark::RegisterBenchmark(
           (std::string("panels/") + t->name + "/" + std::string(tf::kernels::weight_type_name(wt)))
               .c_str(),

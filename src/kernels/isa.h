@@ -11,7 +11,8 @@
 
 namespace tf::kernels {
 
-// Kernels on matrix tiles (amx.h), for the weight types takes() accepts. Their activations are
+// Kernels on matrix tiles (amx.h), for the weight types takes() accepts (matmul_cols: the
+// unquantized ones; the panel types through IsaKernels::matmul_cols_panels). Their activations are
 // laid out once per call (packed_bytes, pack_rows over ranges of rows, in parallel) in the
 // tiles' operand layout for that weight type, and the columns are split in groups of
 // col_granule (the tiles' rows), so that a column's grouping, and with it its bits, never depends
@@ -25,7 +26,7 @@ struct TileKernels {
                       int64_t n_begin, int64_t n_end, const float* bias, float* y, int64_t ldy,
                       bool accumulate);
   int col_granule;
-  // Tokens from which the panel types (matmul_cols_panels) take the tiles; matmul then lays the
+  // Tokens from which the panel types takes() accepts take the tiles; matmul then lays the
   // activations out for them (prepare_block_activations' `tiles`), and without that layout the
   // table's panel kernel takes its VNNI form.
   int64_t panel_tokens;

@@ -61,8 +61,9 @@ void matmul_many(const float* x, int64_t m, std::span<const MatmulOutput> outs, 
         16);
   } else if (path == Path::kBlocksQ8 || path == Path::kPanels) {
     // The AMX panel tiles read the activations per 16 rows and block.
-    prepare_block_activations(
-        m, k, bq8, path == Path::kPanels && impl.tiles != nullptr && m >= impl.tiles->panel_tokens);
+    prepare_block_activations(m, k, bq8,
+                              path == Path::kPanels && impl.tiles != nullptr &&
+                                  impl.tiles->takes(w0.type, k) && m >= impl.tiles->panel_tokens);
     pool.parallel_for(
         m,
         [&](int64_t i0, int64_t i1) {

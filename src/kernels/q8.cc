@@ -108,6 +108,7 @@ const BlockQ8Rows& prepare_block_activations(int64_t m, int64_t k, BlockQ8Buffer
   buf.s16.resize(static_cast<size_t>(m * k / 16));
   buf.s32.resize(static_cast<size_t>(m * k / 32));
   buf.q32.resize(static_cast<size_t>(m * k / 32));
+  buf.q16.resize(static_cast<size_t>(m * k / 32));
   buf.rows = {m,
               k,
               buf.q.data(),
@@ -115,6 +116,7 @@ const BlockQ8Rows& prepare_block_activations(int64_t m, int64_t k, BlockQ8Buffer
               buf.s16.data(),
               buf.s32.data(),
               buf.q32.data(),
+              buf.q16.data(),
               tiles ? buf.tq.data() : nullptr,
               tiles ? buf.td.data() : nullptr,
               tiles ? buf.ts.data() : nullptr};
@@ -133,6 +135,7 @@ void quantize_block_row(const float* x, int64_t i, BlockQ8Buffer& buf) {
     buf.s16[i * (k / 16) + 2 * b + 1] = d * static_cast<float>(sums[1]);
     buf.s32[i * (k / 32) + b] = d * static_cast<float>(sums[0] + sums[1]);
     buf.q32[i * (k / 32) + b] = sums[0] + sums[1];
+    buf.q16[i * (k / 32) + b] = sums[0];
     if (buf.rows.tq != nullptr) {  // tile i / 16, block b, row i % 16
       const int64_t at = ((i / 16) * (k / 32) + b) * 16 + i % 16;
       std::memcpy(buf.tq.data() + at * 32, qb, 32);

@@ -63,6 +63,7 @@ struct BlockQ8Rows {
   const float* s16 = nullptr;    // [m, k / 16]: d * the sum of each 16 quantized values
   const float* s32 = nullptr;    // [m, k / 32]: d * the sum of each block's quantized values
   const int32_t* q32 = nullptr;  // [m, k / 32]: the sum of each block's quantized values
+  const int32_t* q16 = nullptr;  // [m, k / 32]: the sum of each block's first 16 (Q6_K's scales)
   // Prepared with tiles: the same quants per 16 rows and block, 16 x 32 in a row
   // ([ceil(m / 16)][k / 32][16][32], rows past m zero), and their scales
   // ([ceil(m / 16)][k / 32][16]) and quant sums as floats (ts, as td): the A operand of the AMX
@@ -74,7 +75,7 @@ struct BlockQ8Rows {
 struct BlockQ8Buffer {
   std::vector<int8_t> q, tq;
   std::vector<float> d, s16, s32, td, ts;
-  std::vector<int32_t> q32;
+  std::vector<int32_t> q32, q16;
   BlockQ8Rows rows;
 };
 // Sizes buf for m rows of k (k % 32 == 0), with the tiles' layout too if `tiles`; fill rows with

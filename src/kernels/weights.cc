@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <span>
 
 #include "core/dtype.h"
 #include "core/error.h"
@@ -30,6 +31,8 @@ std::string_view weight_type_name(WeightType t) {
       return "i8-panels";
     case WeightType::kQ4_KPanels:
       return "q4_k-panels";
+    case WeightType::kQ6_KPanels:
+      return "q6_k-panels";
     case WeightType::kQ8_0:
       return "q8_0";
     case WeightType::kQ4_0:
@@ -92,6 +95,7 @@ int64_t block_bytes(WeightType t) {
     case WeightType::kQ8_0Panels:
     case WeightType::kI8Panels:
     case WeightType::kQ4_KPanels:
+    case WeightType::kQ6_KPanels:
       return 1;
     case WeightType::kQ8_0:
       return 34;
@@ -146,6 +150,8 @@ int64_t WeightMatrix::row_bytes(WeightType t, int64_t k) {
       return k / 2;
     case WeightType::kQ4_KPanels:
       return k / 256 * 148;
+    case WeightType::kQ6_KPanels:
+      return k / 256 * 210;
     default:
       return k / block_size(t) * block_bytes(t);
   }
@@ -224,6 +230,43 @@ WeightMatrix pack_q4_k_panels(const void* blocks, int64_t n, int64_t k, uint8_t*
   return {WeightType::kQ4_KPanels, data, nullptr, n, k};
 }
 
+// Q6_K's block (ql[128], qh[64], sc[16], d) into a q6_k-panels super-block of R rows (weights.h).
+WeightMatrix pack_q6_k_panels(const void* blocks, int64_t n, int64_t k, uint8_t* data) {
+  TF_CHECK(k % 256 == 0);
+  const int64_t sbs = k / 256, row_bytes = sbs * 210;
+  const auto* src = static_cast<const uint8_t*>(blocks);
+  for (int64_t p = 0; p * kPanelRows < n; ++p) {
+    const int64_t R = std::min<int64_t>(kPanelRows, n - p * kPanelRows);
+    uint8_t* panel = data + p * kPanelRows * row_bytes;
+    std::memset(panel, 0, static_cast<size_t>(R * row_bytes));
+    for (int64_t r = 0; r < R; ++r)
+      for (int64_t sb = 0; sb < sbs; ++sb) {
+        const uint8_t* b = src + ((p * kPanelRows + r) * sbs + sb) * 210;
+        uint8_t* o = panel + sb * 210 * R;
+        for (int i = 0; i < 256; ++i) {  // value i's 6 bits, as ggml's dequantize_row_q6_K
+          const int half = i / 128, quarter = (i % 128) / 32, l = i % 32;
+          const int lo = (b[half * 64 + (quarter % 2) * 32 + l] >> (4 * (quarter / 2))) & 0xF;
+          const int hi = (b[128 + half * 32 + l] >> (2 * quarter)) & 3;
+          const int j = i / 32, v = i % 32, u = (v % 16) / 4, e = v % 4, t = v / 16;
+          uint8_t* blk = o + j * 24 * R;
+          blk[u * 4 * R + 4 * r + e] |= static_cast<uint8_t>(lo << (4 * t));
+          blk[16 * R + t * 4 * R + 4 * r + e] |= static_cast<uint8_t>(hi << (2 * u));
+        }
+        std::memcpy(o + 192 * R + 2 * r, b + 208, 2);
+        for (int s = 0; s < 16; ++s) o[194 * R + s * R + r] = b[192 + s];
+      }
+  }
+  return {WeightType::kQ6_KPanels, data, nullptr, n, k};
+}
+
+// The parts of a q4_k-panels / q6_k-panels super-block: `count` runs of `width` bytes a row, each
+// run R rows side by side (so a short panel pads run by run).
+struct SuperBlockPart {
+  int count, width;
+};
+constexpr SuperBlockPart kQ4_KRuns[] = {{32, 4}, {2, 2}, {16, 1}};
+constexpr SuperBlockPart kQ6_KRuns[] = {{48, 4}, {1, 2}, {16, 1}};
+
 }  // namespace
 
 void WeightMatrix::dequantize_row(int64_t r, float* out) const {
@@ -296,6 +339,26 @@ void WeightMatrix::dequantize_row(int64_t r, float* out) const {
             const uint8_t v = q[j * 32 * R + (i / 4) * 4 * R + 4 * rr + i % 4];
             out[sb * 256 + s * 32 + i] = d1 * ((s % 2 == 0 ? v : v >> 4) & 0xF) - m1;
           }
+        }
+      }
+      return;
+    }
+    case WeightType::kQ6_KPanels: {
+      const int64_t p = r / kPanelRows, rr = r % kPanelRows;
+      const int64_t R = std::min<int64_t>(kPanelRows, n - p * kPanelRows);
+      const uint8_t* panel = static_cast<const uint8_t*>(data) + p * kPanelRows * (k / 256 * 210);
+      for (int64_t sb = 0; sb < k / 256; ++sb) {
+        const uint8_t* o = panel + sb * 210 * R;
+        uint16_t h;
+        std::memcpy(&h, o + 192 * R + 2 * rr, 2);
+        const float d = f16_to_f32(h);
+        for (int i = 0; i < 256; ++i) {  // as Q6_K: d sc (q - 32), in f32
+          const int j = i / 32, v = i % 32, u = (v % 16) / 4, e = v % 4, t = v / 16;
+          const uint8_t* blk = o + j * 24 * R;
+          const int lo = (blk[u * 4 * R + 4 * rr + e] >> (4 * t)) & 0xF;
+          const int hi = (blk[16 * R + t * 4 * R + 4 * rr + e] >> (2 * u)) & 3;
+          const int sc = static_cast<int8_t>(o[194 * R + (i / 16) * R + rr]);
+          out[sb * 256 + i] = d * sc * ((lo | (hi << 4)) - 32);
         }
       }
       return;
@@ -395,14 +458,16 @@ WeightType panel_type(WeightType t) {
       return WeightType::kI8Panels;
     case WeightType::kQ4_K:
       return WeightType::kQ4_KPanels;
+    case WeightType::kQ6_K:
+      return WeightType::kQ6_KPanels;
     default:
-      TF_CHECK(!"panel_type: q4, Q4_0, Q8_0 or int8 expected");
+      TF_CHECK(!"panel_type: q4, Q4_0, Q8_0, int8, Q4_K or Q6_K expected");
       return t;
   }
 }
 
 int64_t panel_scale_bytes(WeightType t, int64_t n, int64_t k) {
-  if (t == WeightType::kQ4_KPanels) return 0;
+  if (t == WeightType::kQ4_KPanels || t == WeightType::kQ6_KPanels) return 0;
   return t == WeightType::kI8Panels ? n * 4 : n * (k / kQ4Group) * 2;
 }
 
@@ -410,6 +475,7 @@ WeightMatrix pack_panels(WeightType t, const void* src_data, const void* src_sca
                          int64_t k, uint8_t* data, void* scales) {
   TF_CHECK(k % kQ4Group == 0);
   if (t == WeightType::kQ4_K) return pack_q4_k_panels(src_data, n, k, data);
+  if (t == WeightType::kQ6_K) return pack_q6_k_panels(src_data, n, k, data);
   const WeightMatrix out{panel_type(t), data, scales, n, k};
   const int64_t kb = k / kQ4Group, B = panel_block_bytes(out.type);
   const auto* src = static_cast<const uint8_t*>(src_data);
@@ -464,22 +530,23 @@ void panels_to_rows(const WeightMatrix& w, uint8_t* data, void* scales) {
 
 void pad_panel(const WeightMatrix& w, int64_t p, uint8_t* data, void* scales) {
   TF_CHECK(is_panel_type(w.type));
-  if (w.type == WeightType::kQ4_KPanels) {  // each super-block's parts from R rows to 16
+  if (w.type == WeightType::kQ4_KPanels || w.type == WeightType::kQ6_KPanels) {
+    // Each super-block's parts from R rows to 16, run by run.
+    const bool q4_k = w.type == WeightType::kQ4_KPanels;
     const int64_t R = std::min<int64_t>(kPanelRows, w.n - p * kPanelRows);
-    const uint8_t* src = static_cast<const uint8_t*>(w.data) + p * kPanelRows * (w.k / 256 * 148);
-    std::memset(data, 0, static_cast<size_t>(w.k / 256 * 148 * kPanelRows));
+    const int64_t sb_bytes = q4_k ? 148 : 210;  // a row's per super-block
+    const uint8_t* src =
+        static_cast<const uint8_t*>(w.data) + p * kPanelRows * (w.k / 256 * sb_bytes);
+    std::memset(data, 0, static_cast<size_t>(w.k / 256 * sb_bytes * kPanelRows));
     for (int64_t sb = 0; sb < w.k / 256; ++sb) {
-      const uint8_t* s = src + sb * 148 * R;
-      uint8_t* o = data + sb * 148 * kPanelRows;
-      // runs of 4 bytes per row (the nibbles: 32 runs), 2 (d, dmin: 2 runs), 1 (sc, m: 16 runs)
-      for (int64_t u = 0; u < 32; ++u)
-        std::memcpy(o + u * 4 * kPanelRows, s + u * 4 * R, static_cast<size_t>(4 * R));
-      for (int64_t u = 0; u < 2; ++u)
-        std::memcpy(o + 128 * kPanelRows + u * 2 * kPanelRows, s + 128 * R + u * 2 * R,
-                    static_cast<size_t>(2 * R));
-      for (int64_t u = 0; u < 16; ++u)
-        std::memcpy(o + 132 * kPanelRows + u * kPanelRows, s + 132 * R + u * R,
-                    static_cast<size_t>(R));
+      const uint8_t* s = src + sb * sb_bytes * R;
+      uint8_t* o = data + sb * sb_bytes * kPanelRows;
+      for (const SuperBlockPart& part : q4_k ? std::span(kQ4_KRuns) : std::span(kQ6_KRuns))
+        for (int u = 0; u < part.count; ++u) {
+          std::memcpy(o, s, static_cast<size_t>(part.width * R));
+          o += part.width * kPanelRows;
+          s += part.width * R;
+        }
     }
     return;
   }

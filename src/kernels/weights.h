@@ -28,6 +28,12 @@
 //        64j + 32 + 4u + e), then d[R] and dmin[R] (f16), then the 6-bit scales sc[8][R] and
 //        minima m[8][R] unpacked to bytes (so 148 bytes a row per 256 values, Q4_K's 144 + 4:
 //        w = d sc q - dmin m per sub-block of 32). No separate scales.
+//   q6_k-panels: Q6_K in panels of 16 rows, per super-block of 256 values and panel of R rows
+//        210R bytes (Q6_K's own size): per block j < 8 of 32 values, 24R bytes at j * 24R: the
+//        low 4 bits of the 6-bit quants q as q4-panels' nibbles (byte u * 4R + 4r + e: value
+//        4u + e low, 16 + 4u + e high, u < 4), then their high 2 bits, 2 bits a value (byte
+//        16R + t * 4R + 4r + e, bits 2u..2u+1: value 16t + 4u + e); then d[R] (f16) at 192R and
+//        the int8 scales sc[16][R] at 194R (w = d sc (q - 32) per sub-block of 16).
 //        So each 64 bytes hold 4 consecutive values of each of 16 rows: the B operand of an AMX
 //        int8 tile with the weight rows as its columns, and for one token, vpdpbusd against the
 //        token's 4 values broadcast leaves every lane one row's sum with no reduction. The
@@ -49,6 +55,7 @@ enum class WeightType : uint8_t {
   kQ8_0Panels,  // Q8_0 in panels of 16 rows (above)
   kI8Panels,    // int8 in panels of 16 rows (above)
   kQ4_KPanels,  // Q4_K in panels of 16 rows (above)
+  kQ6_KPanels,  // Q6_K in panels of 16 rows (above)
   // ggml's block formats, as GGUF stores them.
   kQ8_0,
   kQ4_0,
@@ -82,7 +89,7 @@ inline constexpr int kPanelRows = 16;
 
 constexpr bool is_panel_type(WeightType t) {
   return t == WeightType::kQ4Panels || t == WeightType::kQ8_0Panels || t == WeightType::kI8Panels ||
-         t == WeightType::kQ4_KPanels;
+         t == WeightType::kQ4_KPanels || t == WeightType::kQ6_KPanels;
 }
 
 // "f32", "bf16", "f16", "int8", "q4", and ggml's names in lower case ("q4_k", "iq4_xs").
@@ -119,7 +126,7 @@ void quantize_rows(WeightType t, const float* src, int64_t n, int64_t k, std::ve
 // the scales to scales (n * k / 32 f16). Lossless, the same size; k % 32 == 0.
 void q4_0_to_q4(const void* blocks, int64_t n, int64_t k, uint8_t* data, uint16_t* scales);
 
-// The panel type of q4, Q4_0, Q8_0, int8 or Q4_K weights.
+// The panel type of q4, Q4_0, Q8_0, int8, Q4_K or Q6_K weights.
 WeightType panel_type(WeightType t);
 // Bytes of the scales of n rows of k of a panel type (as of its source type).
 int64_t panel_scale_bytes(WeightType t, int64_t n, int64_t k);

@@ -469,10 +469,10 @@ TEST(Weights, PanelKernelsMatchTheReference) {
   for (const IsaKernels* t : supported_tables())
     if (t->matmul_cols_panels != nullptr) tables.push_back(t);
   std::mt19937 rng(43);
-  for (WeightType src :
-       {WeightType::kQ4, WeightType::kQ4_0, WeightType::kQ8_0, WeightType::kI8, WeightType::kQ4_K})
-    for (int64_t k : src == WeightType::kQ4_K ? std::vector<int64_t>{256, 512}
-                                              : std::vector<int64_t>{32, 96, 256})
+  for (WeightType src : {WeightType::kQ4, WeightType::kQ4_0, WeightType::kQ8_0, WeightType::kI8,
+                         WeightType::kQ4_K, WeightType::kQ6_K})
+    for (int64_t k : block_size(src) == 256 ? std::vector<int64_t>{256, 512}
+                                            : std::vector<int64_t>{32, 96, 256})
       for (int64_t n : {9, 48, 53}) {
         SCOPED_TRACE(std::string(weight_type_name(src)) + " k=" + std::to_string(k) +
                      " n=" + std::to_string(n));
@@ -494,6 +494,9 @@ TEST(Weights, PanelKernelsMatchTheReference) {
         ASSERT_EQ(pm.bytes(), WeightMatrix::row_bytes(pt, k) * n + panel_scale_bytes(pt, n, k));
         if (src == WeightType::kQ4_K) {  // Q4_K's 144 bytes per 256 values, scales unpacked: 148
           ASSERT_EQ(pm.bytes() * 144, source.bytes() * 148);
+        }
+        if (src == WeightType::kQ6_K) {
+          ASSERT_EQ(pm.bytes(), source.bytes());  // Q6_K's own size
         }
         std::vector<float> a(k), b(k);
         for (int64_t j = 0; j < n; ++j) {
