@@ -31,6 +31,8 @@ std::string_view weight_type_name(WeightType t) {
       return "i8-panels";
     case WeightType::kQ4_KPanels:
       return "q4_k-panels";
+    case WeightType::kQ5_KPanels:
+      return "q5_k-panels";
     case WeightType::kQ6_KPanels:
       return "q6_k-panels";
     case WeightType::kQ8_0:
@@ -95,6 +97,7 @@ int64_t block_bytes(WeightType t) {
     case WeightType::kQ8_0Panels:
     case WeightType::kI8Panels:
     case WeightType::kQ4_KPanels:
+    case WeightType::kQ5_KPanels:
     case WeightType::kQ6_KPanels:
       return 1;
     case WeightType::kQ8_0:
@@ -150,6 +153,8 @@ int64_t WeightMatrix::row_bytes(WeightType t, int64_t k) {
       return k / 2;
     case WeightType::kQ4_KPanels:
       return k / 256 * 148;
+    case WeightType::kQ5_KPanels:
+      return k / 256 * 180;
     case WeightType::kQ6_KPanels:
       return k / 256 * 210;
     default:
@@ -203,31 +208,40 @@ PanelAt panel_at(const WeightMatrix& w, int64_t p) {
           i8 ? static_cast<const float*>(w.scales) + r0 : nullptr};
 }
 
-WeightMatrix pack_q4_k_panels(const void* blocks, int64_t n, int64_t k, uint8_t* data) {
+// Q4_K's (d, dmin, scales, qs) or Q5_K's (d, dmin, scales, qh, qs) blocks into q4_k- / q5_k-panels.
+WeightMatrix pack_k45_panels(bool q5, const void* blocks, int64_t n, int64_t k, uint8_t* data) {
   TF_CHECK(k % 256 == 0);
-  const int64_t sbs = k / 256, row_bytes = sbs * 148;
+  const int64_t in = q5 ? 176 : 144, out = q5 ? 180 : 148;  // bytes a row per super-block
+  const int64_t sbs = k / 256, row_bytes = sbs * out, qs = q5 ? 48 : 16, ds = q5 ? 160 : 128;
   const auto* src = static_cast<const uint8_t*>(blocks);
   for (int64_t p = 0; p * kPanelRows < n; ++p) {
     const int64_t R = std::min<int64_t>(kPanelRows, n - p * kPanelRows);
     uint8_t* panel = data + p * kPanelRows * row_bytes;
+    std::memset(panel, 0, static_cast<size_t>(R * row_bytes));  // (Q5_K's fifth bits are or-ed in)
     for (int64_t r = 0; r < R; ++r)
       for (int64_t sb = 0; sb < sbs; ++sb) {
-        const uint8_t* b = src + ((p * kPanelRows + r) * sbs + sb) * 144;  // d, dmin, scales, qs
-        uint8_t* o = panel + sb * 148 * R;
+        const uint8_t* b = src + ((p * kPanelRows + r) * sbs + sb) * in;
+        uint8_t* o = panel + sb * out * R;
         for (int64_t j = 0; j < 4; ++j)
-          for (int64_t u = 0; u < 8; ++u)
-            std::memcpy(o + j * 32 * R + u * 4 * R + 4 * r, b + 16 + 32 * j + 4 * u, 4);
-        std::memcpy(o + 128 * R + 2 * r, b, 2);
-        std::memcpy(o + 130 * R + 2 * r, b + 2, 2);
+          for (int64_t u = 0; u < 8; ++u) {
+            std::memcpy(o + j * 32 * R + u * 4 * R + 4 * r, b + qs + 32 * j + 4 * u, 4);
+            if (q5)  // value 64j + 32t + 4u + e's fifth bit: Q5_K's qh[4u + e], bit 2j + t
+              for (int t = 0; t < 2; ++t)
+                for (int e = 0; e < 4; ++e)
+                  o[128 * R + j * 8 * R + t * 4 * R + 4 * r + e] |=
+                      static_cast<uint8_t>(((b[16 + 4 * u + e] >> (2 * j + t)) & 1) << u);
+          }
+        std::memcpy(o + ds * R + 2 * r, b, 2);
+        std::memcpy(o + (ds + 2) * R + 2 * r, b + 2, 2);
         for (int s = 0; s < 8; ++s) {
           int sc = 0, m = 0;
           scale_min_k4(s, b + 4, sc, m);
-          o[132 * R + s * R + r] = static_cast<uint8_t>(sc);
-          o[140 * R + s * R + r] = static_cast<uint8_t>(m);
+          o[(ds + 4) * R + s * R + r] = static_cast<uint8_t>(sc);
+          o[(ds + 12) * R + s * R + r] = static_cast<uint8_t>(m);
         }
       }
   }
-  return {WeightType::kQ4_KPanels, data, nullptr, n, k};
+  return {q5 ? WeightType::kQ5_KPanels : WeightType::kQ4_KPanels, data, nullptr, n, k};
 }
 
 // Q6_K's block (ql[128], qh[64], sc[16], d) into a q6_k-panels super-block of R rows (weights.h).
@@ -265,6 +279,7 @@ struct SuperBlockPart {
   int count, width;
 };
 constexpr SuperBlockPart kQ4_KRuns[] = {{32, 4}, {2, 2}, {16, 1}};
+constexpr SuperBlockPart kQ5_KRuns[] = {{32, 4}, {8, 4}, {2, 2}, {16, 1}};
 constexpr SuperBlockPart kQ6_KRuns[] = {{48, 4}, {1, 2}, {16, 1}};
 
 }  // namespace
@@ -319,25 +334,31 @@ void WeightMatrix::dequantize_row(int64_t r, float* out) const {
       }
       return;
     }
-    case WeightType::kQ4_KPanels: {
-      const int64_t p = r / kPanelRows, rr = r % kPanelRows;
+    case WeightType::kQ4_KPanels:
+    case WeightType::kQ5_KPanels: {
+      const bool q5 = type == WeightType::kQ5_KPanels;
+      const int64_t p = r / kPanelRows, rr = r % kPanelRows, sb_bytes = q5 ? 180 : 148;
       const int64_t R = std::min<int64_t>(kPanelRows, n - p * kPanelRows);
-      const uint8_t* panel = static_cast<const uint8_t*>(data) + p * kPanelRows * (k / 256 * 148);
+      const uint8_t* panel =
+          static_cast<const uint8_t*>(data) + p * kPanelRows * (k / 256 * sb_bytes);
       for (int64_t sb = 0; sb < k / 256; ++sb) {
-        const uint8_t* q = panel + sb * 148 * R;
-        const uint8_t* ds = q + 128 * R;
+        const uint8_t* q = panel + sb * sb_bytes * R;
+        const uint8_t* ds = q + (sb_bytes - 20) * R;
         uint16_t h[2];
         std::memcpy(&h[0], ds + 2 * rr, 2);
         std::memcpy(&h[1], ds + 2 * R + 2 * rr, 2);
         const float d = f16_to_f32(h[0]), dmin = f16_to_f32(h[1]);
         const uint8_t* sc = ds + 4 * R;
         const uint8_t* mn = sc + 8 * R;
-        for (int s = 0; s < 8; ++s) {  // as Q4_K: d sc q - dmin m, in f32
+        for (int s = 0; s < 8; ++s) {  // as Q4_K / Q5_K: d sc q - dmin m, in f32
           const float d1 = d * sc[s * R + rr], m1 = dmin * mn[s * R + rr];
-          const int64_t j = s / 2;
+          const int64_t j = s / 2, t = s % 2;
           for (int i = 0; i < 32; ++i) {
-            const uint8_t v = q[j * 32 * R + (i / 4) * 4 * R + 4 * rr + i % 4];
-            out[sb * 256 + s * 32 + i] = d1 * ((s % 2 == 0 ? v : v >> 4) & 0xF) - m1;
+            const int64_t u = i / 4, e = i % 4;
+            const uint8_t v = q[j * 32 * R + u * 4 * R + 4 * rr + e];
+            int value = (t == 0 ? v : v >> 4) & 0xF;
+            if (q5) value += ((q[128 * R + j * 8 * R + t * 4 * R + 4 * rr + e] >> u) & 1) << 4;
+            out[sb * 256 + s * 32 + i] = d1 * value - m1;
           }
         }
       }
@@ -458,23 +479,27 @@ WeightType panel_type(WeightType t) {
       return WeightType::kI8Panels;
     case WeightType::kQ4_K:
       return WeightType::kQ4_KPanels;
+    case WeightType::kQ5_K:
+      return WeightType::kQ5_KPanels;
     case WeightType::kQ6_K:
       return WeightType::kQ6_KPanels;
     default:
-      TF_CHECK(!"panel_type: q4, Q4_0, Q8_0, int8, Q4_K or Q6_K expected");
+      TF_CHECK(!"panel_type: q4, Q4_0, Q8_0, int8, Q4_K, Q5_K or Q6_K expected");
       return t;
   }
 }
 
 int64_t panel_scale_bytes(WeightType t, int64_t n, int64_t k) {
-  if (t == WeightType::kQ4_KPanels || t == WeightType::kQ6_KPanels) return 0;
+  if (t == WeightType::kQ4_KPanels || t == WeightType::kQ5_KPanels || t == WeightType::kQ6_KPanels)
+    return 0;
   return t == WeightType::kI8Panels ? n * 4 : n * (k / kQ4Group) * 2;
 }
 
 WeightMatrix pack_panels(WeightType t, const void* src_data, const void* src_scales, int64_t n,
                          int64_t k, uint8_t* data, void* scales) {
   TF_CHECK(k % kQ4Group == 0);
-  if (t == WeightType::kQ4_K) return pack_q4_k_panels(src_data, n, k, data);
+  if (t == WeightType::kQ4_K || t == WeightType::kQ5_K)
+    return pack_k45_panels(t == WeightType::kQ5_K, src_data, n, k, data);
   if (t == WeightType::kQ6_K) return pack_q6_k_panels(src_data, n, k, data);
   const WeightMatrix out{panel_type(t), data, scales, n, k};
   const int64_t kb = k / kQ4Group, B = panel_block_bytes(out.type);
@@ -530,18 +555,22 @@ void panels_to_rows(const WeightMatrix& w, uint8_t* data, void* scales) {
 
 void pad_panel(const WeightMatrix& w, int64_t p, uint8_t* data, void* scales) {
   TF_CHECK(is_panel_type(w.type));
-  if (w.type == WeightType::kQ4_KPanels || w.type == WeightType::kQ6_KPanels) {
+  if (w.type == WeightType::kQ4_KPanels || w.type == WeightType::kQ5_KPanels ||
+      w.type == WeightType::kQ6_KPanels) {
     // Each super-block's parts from R rows to 16, run by run.
-    const bool q4_k = w.type == WeightType::kQ4_KPanels;
+    using Parts = std::span<const SuperBlockPart>;
+    const Parts parts = w.type == WeightType::kQ4_KPanels   ? Parts(kQ4_KRuns)
+                        : w.type == WeightType::kQ5_KPanels ? Parts(kQ5_KRuns)
+                                                            : Parts(kQ6_KRuns);
     const int64_t R = std::min<int64_t>(kPanelRows, w.n - p * kPanelRows);
-    const int64_t sb_bytes = q4_k ? 148 : 210;  // a row's per super-block
+    const int64_t sb_bytes = WeightMatrix::row_bytes(w.type, 256);  // a row's per super-block
     const uint8_t* src =
         static_cast<const uint8_t*>(w.data) + p * kPanelRows * (w.k / 256 * sb_bytes);
     std::memset(data, 0, static_cast<size_t>(w.k / 256 * sb_bytes * kPanelRows));
     for (int64_t sb = 0; sb < w.k / 256; ++sb) {
       const uint8_t* s = src + sb * sb_bytes * R;
       uint8_t* o = data + sb * sb_bytes * kPanelRows;
-      for (const SuperBlockPart& part : q4_k ? std::span(kQ4_KRuns) : std::span(kQ6_KRuns))
+      for (const SuperBlockPart& part : parts)
         for (int u = 0; u < part.count; ++u) {
           std::memcpy(o, s, static_cast<size_t>(part.width * R));
           o += part.width * kPanelRows;

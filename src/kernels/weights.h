@@ -28,6 +28,10 @@
 //        64j + 32 + 4u + e), then d[R] and dmin[R] (f16), then the 6-bit scales sc[8][R] and
 //        minima m[8][R] unpacked to bytes (so 148 bytes a row per 256 values, Q4_K's 144 + 4:
 //        w = d sc q - dmin m per sub-block of 32). No separate scales.
+//   q5_k-panels: Q5_K in panels of 16 rows, per super-block of 256 values and panel of R rows
+//        180R bytes: the low 4 bits as q4_k-panels' nibbles (128R), then the fifth bits (byte
+//        128R + j * 8R + t * 4R + 4r + e, bit u: value 64j + 32t + 4u + e), then d, dmin, sc and
+//        m as q4_k-panels' (52R; Q5_K's 176 bytes a row + 4, its 6-bit scales unpacked).
 //   q6_k-panels: Q6_K in panels of 16 rows, per super-block of 256 values and panel of R rows
 //        210R bytes (Q6_K's own size): per block j < 8 of 32 values, 24R bytes at j * 24R: the
 //        low 4 bits of the 6-bit quants q as q4-panels' nibbles (byte u * 4R + 4r + e: value
@@ -55,6 +59,7 @@ enum class WeightType : uint8_t {
   kQ8_0Panels,  // Q8_0 in panels of 16 rows (above)
   kI8Panels,    // int8 in panels of 16 rows (above)
   kQ4_KPanels,  // Q4_K in panels of 16 rows (above)
+  kQ5_KPanels,  // Q5_K in panels of 16 rows (above)
   kQ6_KPanels,  // Q6_K in panels of 16 rows (above)
   // ggml's block formats, as GGUF stores them.
   kQ8_0,
@@ -89,7 +94,8 @@ inline constexpr int kPanelRows = 16;
 
 constexpr bool is_panel_type(WeightType t) {
   return t == WeightType::kQ4Panels || t == WeightType::kQ8_0Panels || t == WeightType::kI8Panels ||
-         t == WeightType::kQ4_KPanels || t == WeightType::kQ6_KPanels;
+         t == WeightType::kQ4_KPanels || t == WeightType::kQ5_KPanels ||
+         t == WeightType::kQ6_KPanels;
 }
 
 // "f32", "bf16", "f16", "int8", "q4", and ggml's names in lower case ("q4_k", "iq4_xs").
@@ -126,7 +132,7 @@ void quantize_rows(WeightType t, const float* src, int64_t n, int64_t k, std::ve
 // the scales to scales (n * k / 32 f16). Lossless, the same size; k % 32 == 0.
 void q4_0_to_q4(const void* blocks, int64_t n, int64_t k, uint8_t* data, uint16_t* scales);
 
-// The panel type of q4, Q4_0, Q8_0, int8, Q4_K or Q6_K weights.
+// The panel type of q4, Q4_0, Q8_0, int8, Q4_K, Q5_K or Q6_K weights.
 WeightType panel_type(WeightType t);
 // Bytes of the scales of n rows of k of a panel type (as of its source type).
 int64_t panel_scale_bytes(WeightType t, int64_t n, int64_t k);

@@ -470,7 +470,7 @@ TEST(Weights, PanelKernelsMatchTheReference) {
     if (t->matmul_cols_panels != nullptr) tables.push_back(t);
   std::mt19937 rng(43);
   for (WeightType src : {WeightType::kQ4, WeightType::kQ4_0, WeightType::kQ8_0, WeightType::kI8,
-                         WeightType::kQ4_K, WeightType::kQ6_K})
+                         WeightType::kQ4_K, WeightType::kQ5_K, WeightType::kQ6_K})
     for (int64_t k : block_size(src) == 256 ? std::vector<int64_t>{256, 512}
                                             : std::vector<int64_t>{32, 96, 256})
       for (int64_t n : {9, 48, 53}) {
@@ -494,6 +494,9 @@ TEST(Weights, PanelKernelsMatchTheReference) {
         ASSERT_EQ(pm.bytes(), WeightMatrix::row_bytes(pt, k) * n + panel_scale_bytes(pt, n, k));
         if (src == WeightType::kQ4_K) {  // Q4_K's 144 bytes per 256 values, scales unpacked: 148
           ASSERT_EQ(pm.bytes() * 144, source.bytes() * 148);
+        }
+        if (src == WeightType::kQ5_K) {  // Q5_K's 176, scales unpacked: 180
+          ASSERT_EQ(pm.bytes() * 176, source.bytes() * 180);
         }
         if (src == WeightType::kQ6_K) {
           ASSERT_EQ(pm.bytes(), source.bytes());  // Q6_K's own size
@@ -568,13 +571,13 @@ TEST(Weights, PanelKernelsMatchTheReference) {
           }
         }
       }
-  if (tables.empty()) GTEST_SKIP() << "layouts checked; no panel kernels (AVX-512 VNNI) here";
+  if (tables.empty()) GTEST_SKIP() << "layouts checked; no panel kernels (AVX2 or AVX-512 VNNI) here";
 }
 
 // matmul() takes the panel kernels for the panel types, with the columns split among threads at
 // panels: the same bits as one thread, whatever the batch around a row.
 TEST(Weights, PanelMatmulIsBatchAndThreadInvariant) {
-  if (isa().matmul_cols_panels == nullptr) GTEST_SKIP() << "no panel kernels (AVX-512 VNNI) here";
+  if (isa().matmul_cols_panels == nullptr) GTEST_SKIP() << "no panel kernels (AVX2 or AVX-512 VNNI) here";
   std::mt19937 rng(47);
   const int64_t n = 213, k = 320;
   const auto w = random_vector(n * k, rng);
