@@ -247,10 +247,8 @@ void panel_tiles(const BlockQ8Rows& x, const WeightMatrix& w, int64_t n_begin, i
   // quant sums.
   constexpr bool kK4 = T == WeightType::kQ4_KPanels;
   const int64_t m = x.m, k = x.k, kb = k / kK, m_tiles = (m + kRows - 1) / kRows;
-  const int64_t row_bytes = WeightMatrix::row_bytes(T, k);
   thread_local std::vector<int8_t> unpacked_buffer;
-  thread_local std::vector<uint8_t> pad_data;
-  thread_local std::vector<uint32_t> pad_scales;  // f16 [kb][16], or i8-panels' 16 floats
+  thread_local PanelPadding pad;
   thread_local std::vector<float> dw_buffer, dm_buffer;
   const int64_t chunk = token_chunk(kRows * k);
   unpacked_buffer.resize(static_cast<size_t>(kb * kTileBytes));
@@ -271,18 +269,11 @@ void panel_tiles(const BlockQ8Rows& x, const WeightMatrix& w, int64_t n_begin, i
     const float* xsum_chunk = x.ts + t0 * kb * kRows;
     for (int64_t j = n_begin; j < n_end; j += kRows) {
       const int64_t rows = std::min<int64_t>(kRows, n_end - j);
-      const uint8_t* pd = static_cast<const uint8_t*>(w.data) + j * row_bytes;
-      const void* ps = kK4 ? nullptr  // Q4_K: its factors inside the panel
-                       : T == WeightType::kI8Panels
-                           ? static_cast<const void*>(static_cast<const float*>(w.scales) + j)
-                           : static_cast<const uint16_t*>(w.scales) + j * kb;
-      if (w.n - j < kRows) {  // a short last panel, padded to 16 rows as the VNNI kernel does
-        pad_data.resize(static_cast<size_t>(kK4 ? row_bytes * kRows : kb * kRows * kB));
-        pad_scales.resize(static_cast<size_t>(kb * kRows));
-        pad_panel(w, j / kRows, pad_data.data(), pad_scales.data());
-        pd = pad_data.data();
-        ps = pad_scales.data();
-      }
+      // A short last panel padded to 16 rows, as the VNNI kernel reads it (Q4_K: its factors
+      // inside the panel).
+      const WholePanel panel = whole_panel(w, j / kRows, pad);
+      const uint8_t* pd = panel.data;
+      const void* ps = panel.scales;
       const int8_t* wt = reinterpret_cast<const int8_t*>(pd);  // Q8_0: the panel's own bytes
       if constexpr (kK4) {
         // Per sub-block b: d sc and dmin m of the 16 rows (as the VNNI kernel computes them), and
@@ -398,8 +389,8 @@ void panel_tiles(const BlockQ8Rows& x, const WeightMatrix& w, int64_t n_begin, i
 bool takes(WeightType t, int64_t) {
   // bf16 by the tiles' own layout; the quantized types as panels (amx_matmul_cols_panels), but
   // Q5_K and Q6_K (their VNNI kernels).
-  return t == WeightType::kBF16 || (is_panel_type(t) && t != WeightType::kQ5_KPanels &&
-                                    t != WeightType::kQ6_KPanels);
+  return t == WeightType::kBF16 ||
+         (is_panel_type(t) && t != WeightType::kQ5_KPanels && t != WeightType::kQ6_KPanels);
 }
 
 int64_t packed_bytes(WeightType t, int64_t m, int64_t k) {

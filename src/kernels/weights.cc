@@ -553,6 +553,21 @@ void panels_to_rows(const WeightMatrix& w, uint8_t* data, void* scales) {
   }
 }
 
+WholePanel whole_panel(const WeightMatrix& w, int64_t p, PanelPadding& pad) {
+  const int64_t j = p * kPanelRows, kb = w.k / kQ4Group;
+  const int64_t row_bytes = WeightMatrix::row_bytes(w.type, w.k);
+  if (w.n - j < kPanelRows) {
+    pad.data.resize(static_cast<size_t>(row_bytes * kPanelRows));
+    pad.scales.resize(static_cast<size_t>(kb * kPanelRows));
+    pad_panel(w, p, pad.data.data(), pad.scales.data());
+    return {pad.data.data(), pad.scales.data()};
+  }
+  const uint8_t* data = static_cast<const uint8_t*>(w.data) + j * row_bytes;
+  if (w.scales == nullptr) return {data, nullptr};  // the K-quants' panels
+  if (w.type == WeightType::kI8Panels) return {data, static_cast<const float*>(w.scales) + j};
+  return {data, static_cast<const uint16_t*>(w.scales) + j * kb};
+}
+
 void pad_panel(const WeightMatrix& w, int64_t p, uint8_t* data, void* scales) {
   TF_CHECK(is_panel_type(w.type));
   if (w.type == WeightType::kQ4_KPanels || w.type == WeightType::kQ5_KPanels ||

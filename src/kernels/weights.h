@@ -150,5 +150,17 @@ void panels_to_rows(const WeightMatrix& w, uint8_t* data, void* scales);
 // with zero bytes and scales. The kernels read a short panel through this, so a row's arithmetic
 // is the same in any panel.
 void pad_panel(const WeightMatrix& w, int64_t p, uint8_t* data, void* scales);
+// Panel p of w as a whole panel of 16 rows, as the kernels read it: its bytes and scales
+// (nullptr for the K-quants' panels, which hold their own) where they lie, or for a short last
+// panel, pad_panel's copies in `pad`.
+struct WholePanel {
+  const uint8_t* data;
+  const void* scales;
+};
+struct PanelPadding {
+  std::vector<uint8_t> data;
+  std::vector<uint32_t> scales;  // 4 bytes each: room for f16 [k / 32][16] and i8's 16 floats
+};
+WholePanel whole_panel(const WeightMatrix& w, int64_t p, PanelPadding& pad);
 
 }  // namespace tf::kernels
