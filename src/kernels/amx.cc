@@ -387,10 +387,10 @@ void panel_tiles(const BlockQ8Rows& x, const WeightMatrix& w, int64_t n_begin, i
 // ---- the table's entry points ----------------------------------------------------------------
 
 bool takes(WeightType t, int64_t) {
-  // bf16 by the tiles' own layout; the quantized types as panels (amx_matmul_cols_panels), but
-  // Q5_K and Q6_K (their VNNI kernels).
-  return t == WeightType::kBF16 ||
-         (is_panel_type(t) && t != WeightType::kQ5_KPanels && t != WeightType::kQ6_KPanels);
+  // bf16 by the tiles' own layout; q4 / Q4_0, Q8_0, int8 and Q4_K as panels
+  // (amx_matmul_cols_panels; the other panel types: their VNNI kernels).
+  return t == WeightType::kBF16 || t == WeightType::kQ4Panels || t == WeightType::kQ8_0Panels ||
+         t == WeightType::kI8Panels || t == WeightType::kQ4_KPanels;
 }
 
 int64_t packed_bytes(WeightType t, int64_t m, int64_t k) {
@@ -416,9 +416,9 @@ void matmul_cols(const uint8_t* x, int64_t m, int64_t k, const WeightMatrix& w, 
 void amx_matmul_cols_panels(const BlockQ8Rows& x, const WeightMatrix& w, int64_t n_begin,
                             int64_t n_end, const float* bias, float* y, int64_t ldy,
                             bool accumulate) {
-  // Without the tiles' activation layout (fewer than kPanelTileTokens tokens), and Q5_K and Q6_K
-  // (not laid out for the tiles; Q6_K's scales per 16 values would need a tile product and its
-  // epilogue per 16): VNNI.
+  // Without the tiles' activation layout (fewer than kPanelTileTokens tokens), and the panel types
+  // the tiles do not take (Q5_K, Q6_K, IQ4: Q6_K's scales per 16 values would need a tile product
+  // and its epilogue per 16): VNNI.
   if (x.tq == nullptr || !takes(w.type, w.k))
     return kAvx512Bf16Kernels.matmul_cols_panels(x, w, n_begin, n_end, bias, y, ldy, accumulate);
   if (n_begin >= n_end) return;

@@ -30,8 +30,7 @@ float half(const uint8_t* p) {
 }
 
 // The non-linear 4-bit values of IQ4_NL and IQ4_XS.
-constexpr int8_t kIq4nl[16] = {-127, -104, -83, -65, -49, -35, -22, -10,
-                               1,    13,   25,  38,  53,  69,  89,  113};
+constexpr const int8_t (&kIq4nl)[16] = kIq4nlValues;
 
 void q8_0(const uint8_t* b, float* y) {
   const float d = half(b);

@@ -21,6 +21,10 @@
 
 namespace tf::kernels {
 
+// IQ4_NL's and IQ4_XS's non-linear values, indexed by the nibbles.
+inline constexpr int8_t kIq4nlValues[16] = {-127, -104, -83, -65, -49, -35, -22, -10,
+                                            1,    13,   25,  38,  53,  69,  89,  113};
+
 // Q4_K / Q5_K: sub-block j's (0..7) 6-bit scale and minimum from a super-block's 12 scale bytes.
 void scale_min_k4(int j, const uint8_t* s, int& sc, int& m);
 

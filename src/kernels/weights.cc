@@ -33,6 +33,10 @@ std::string_view weight_type_name(WeightType t) {
       return "q4_k-panels";
     case WeightType::kQ5_KPanels:
       return "q5_k-panels";
+    case WeightType::kIQ4_NLPanels:
+      return "iq4_nl-panels";
+    case WeightType::kIQ4_XSPanels:
+      return "iq4_xs-panels";
     case WeightType::kQ6_KPanels:
       return "q6_k-panels";
     case WeightType::kQ8_0:
@@ -99,6 +103,8 @@ int64_t block_bytes(WeightType t) {
     case WeightType::kQ4_KPanels:
     case WeightType::kQ5_KPanels:
     case WeightType::kQ6_KPanels:
+    case WeightType::kIQ4_NLPanels:
+    case WeightType::kIQ4_XSPanels:
       return 1;
     case WeightType::kQ8_0:
       return 34;
@@ -150,7 +156,10 @@ int64_t WeightMatrix::row_bytes(WeightType t, int64_t k) {
       return k;
     case WeightType::kQ4:
     case WeightType::kQ4Panels:
+    case WeightType::kIQ4_NLPanels:
       return k / 2;
+    case WeightType::kIQ4_XSPanels:
+      return k / 256 * 138;
     case WeightType::kQ4_KPanels:
       return k / 256 * 148;
     case WeightType::kQ5_KPanels:
@@ -165,7 +174,8 @@ int64_t WeightMatrix::row_bytes(WeightType t, int64_t k) {
 int64_t WeightMatrix::bytes() const {
   int64_t b = row_bytes(type, k) * n;
   if (type == WeightType::kI8 || type == WeightType::kI8Panels) b += n * 4;
-  if (type == WeightType::kQ4 || type == WeightType::kQ4Panels || type == WeightType::kQ8_0Panels)
+  if (type == WeightType::kQ4 || type == WeightType::kQ4Panels || type == WeightType::kQ8_0Panels ||
+      type == WeightType::kIQ4_NLPanels)
     b += n * (k / kQ4Group) * 2;
   return b;
 }
@@ -179,7 +189,8 @@ WeightMatrix WeightMatrix::rows(int64_t first, int64_t count) const {
   w.data = static_cast<const uint8_t*>(data) + first * row_bytes(type, k);
   if (type == WeightType::kI8 || type == WeightType::kI8Panels)
     w.scales = static_cast<const float*>(scales) + first;
-  if (type == WeightType::kQ4 || type == WeightType::kQ4Panels || type == WeightType::kQ8_0Panels)
+  if (type == WeightType::kQ4 || type == WeightType::kQ4Panels || type == WeightType::kQ8_0Panels ||
+      type == WeightType::kIQ4_NLPanels)
     w.scales = static_cast<const uint16_t*>(scales) + first * (k / kQ4Group);
   return w;
 }
@@ -188,7 +199,7 @@ namespace {
 
 // Bytes of one row's block of 32 in a panel (B in weights.h).
 int64_t panel_block_bytes(WeightType t) {
-  return t == WeightType::kQ4Panels ? 16 : 32;
+  return t == WeightType::kQ4Panels || t == WeightType::kIQ4_NLPanels ? 16 : 32;
 }
 
 // Where panel p of w lies: its rows, its first data byte and its first scale (f16, or
@@ -244,6 +255,33 @@ WeightMatrix pack_k45_panels(bool q5, const void* blocks, int64_t n, int64_t k, 
   return {q5 ? WeightType::kQ5_KPanels : WeightType::kQ4_KPanels, data, nullptr, n, k};
 }
 
+// IQ4_XS's blocks (d, scales_h, scales_l[4], qs[128]) into iq4_xs-panels (weights.h).
+WeightMatrix pack_iq4_xs_panels(const void* blocks, int64_t n, int64_t k, uint8_t* data) {
+  TF_CHECK(k % 256 == 0);
+  const int64_t sbs = k / 256, row_bytes = sbs * 138;
+  const auto* src = static_cast<const uint8_t*>(blocks);
+  for (int64_t p = 0; p * kPanelRows < n; ++p) {
+    const int64_t R = std::min<int64_t>(kPanelRows, n - p * kPanelRows);
+    uint8_t* panel = data + p * kPanelRows * row_bytes;
+    for (int64_t r = 0; r < R; ++r)
+      for (int64_t sb = 0; sb < sbs; ++sb) {
+        const uint8_t* b = src + ((p * kPanelRows + r) * sbs + sb) * 136;
+        uint8_t* o = panel + sb * 138 * R;
+        uint16_t scales_h;
+        std::memcpy(&scales_h, b + 2, 2);
+        for (int ib = 0; ib < 8; ++ib) {
+          for (int u = 0; u < 4; ++u)
+            std::memcpy(o + ib * 16 * R + u * 4 * R + 4 * r, b + 8 + 16 * ib + 4 * u, 4);
+          const int ls =
+              ((b[4 + ib / 2] >> (4 * (ib % 2))) & 0xF) | (((scales_h >> (2 * ib)) & 3) << 4);
+          o[130 * R + ib * R + r] = static_cast<uint8_t>(static_cast<int8_t>(ls - 32));
+        }
+        std::memcpy(o + 128 * R + 2 * r, b, 2);
+      }
+  }
+  return {WeightType::kIQ4_XSPanels, data, nullptr, n, k};
+}
+
 // Q6_K's block (ql[128], qh[64], sc[16], d) into a q6_k-panels super-block of R rows (weights.h).
 WeightMatrix pack_q6_k_panels(const void* blocks, int64_t n, int64_t k, uint8_t* data) {
   TF_CHECK(k % 256 == 0);
@@ -280,6 +318,7 @@ struct SuperBlockPart {
 };
 constexpr SuperBlockPart kQ4_KRuns[] = {{32, 4}, {2, 2}, {16, 1}};
 constexpr SuperBlockPart kQ5_KRuns[] = {{32, 4}, {8, 4}, {2, 2}, {16, 1}};
+constexpr SuperBlockPart kIQ4_XSRuns[] = {{32, 4}, {1, 2}, {8, 1}};
 constexpr SuperBlockPart kQ6_KRuns[] = {{48, 4}, {1, 2}, {16, 1}};
 
 }  // namespace
@@ -316,7 +355,9 @@ void WeightMatrix::dequantize_row(int64_t r, float* out) const {
     }
     case WeightType::kQ4Panels:
     case WeightType::kQ8_0Panels:
-    case WeightType::kI8Panels: {
+    case WeightType::kI8Panels:
+    case WeightType::kIQ4_NLPanels: {
+      const bool iq4 = type == WeightType::kIQ4_NLPanels;
       const PanelAt at = panel_at(*this, r / kPanelRows);
       const int64_t R = at.rows, rr = r % kPanelRows, B = panel_block_bytes(type);
       for (int64_t b = 0; b < k / kQ4Group; ++b) {
@@ -326,6 +367,9 @@ void WeightMatrix::dequantize_row(int64_t r, float* out) const {
           const uint8_t v = blk[(i / 4) * 4 * R + 4 * rr + i % 4];
           if (B == 32) {
             out[b * 32 + i] = static_cast<float>(static_cast<int8_t>(v)) * s;
+          } else if (iq4) {
+            out[b * 32 + i] = static_cast<float>(kIq4nlValues[v & 0xF]) * s;
+            out[b * 32 + i + 16] = static_cast<float>(kIq4nlValues[v >> 4]) * s;
           } else {
             out[b * 32 + i] = static_cast<float>((v & 0xF) - 8) * s;
             out[b * 32 + i + 16] = static_cast<float>((v >> 4) - 8) * s;
@@ -359,6 +403,26 @@ void WeightMatrix::dequantize_row(int64_t r, float* out) const {
             int value = (t == 0 ? v : v >> 4) & 0xF;
             if (q5) value += ((q[128 * R + j * 8 * R + t * 4 * R + 4 * rr + e] >> u) & 1) << 4;
             out[sb * 256 + s * 32 + i] = d1 * value - m1;
+          }
+        }
+      }
+      return;
+    }
+    case WeightType::kIQ4_XSPanels: {
+      const int64_t p = r / kPanelRows, rr = r % kPanelRows;
+      const int64_t R = std::min<int64_t>(kPanelRows, n - p * kPanelRows);
+      const uint8_t* panel = static_cast<const uint8_t*>(data) + p * kPanelRows * (k / 256 * 138);
+      for (int64_t sb = 0; sb < k / 256; ++sb) {
+        const uint8_t* o = panel + sb * 138 * R;
+        uint16_t h;
+        std::memcpy(&h, o + 128 * R + 2 * rr, 2);
+        const float d = f16_to_f32(h);
+        for (int ib = 0; ib < 8; ++ib) {  // as IQ4_XS: (d (ls - 32)) T[q], in f32
+          const float dl = d * static_cast<int8_t>(o[130 * R + ib * R + rr]);
+          for (int i = 0; i < 16; ++i) {
+            const uint8_t v = o[ib * 16 * R + (i / 4) * 4 * R + 4 * rr + i % 4];
+            out[sb * 256 + ib * 32 + i] = dl * kIq4nlValues[v & 0xF];
+            out[sb * 256 + ib * 32 + i + 16] = dl * kIq4nlValues[v >> 4];
           }
         }
       }
@@ -483,14 +547,19 @@ WeightType panel_type(WeightType t) {
       return WeightType::kQ5_KPanels;
     case WeightType::kQ6_K:
       return WeightType::kQ6_KPanels;
+    case WeightType::kIQ4_NL:
+      return WeightType::kIQ4_NLPanels;
+    case WeightType::kIQ4_XS:
+      return WeightType::kIQ4_XSPanels;
     default:
-      TF_CHECK(!"panel_type: q4, Q4_0, Q8_0, int8, Q4_K, Q5_K or Q6_K expected");
+      TF_CHECK(!"panel_type: q4, Q4_0, Q8_0, int8, Q4_K, Q5_K, Q6_K, IQ4_NL or IQ4_XS expected");
       return t;
   }
 }
 
 int64_t panel_scale_bytes(WeightType t, int64_t n, int64_t k) {
-  if (t == WeightType::kQ4_KPanels || t == WeightType::kQ5_KPanels || t == WeightType::kQ6_KPanels)
+  if (t == WeightType::kQ4_KPanels || t == WeightType::kQ5_KPanels ||
+      t == WeightType::kQ6_KPanels || t == WeightType::kIQ4_XSPanels)
     return 0;
   return t == WeightType::kI8Panels ? n * 4 : n * (k / kQ4Group) * 2;
 }
@@ -501,6 +570,7 @@ WeightMatrix pack_panels(WeightType t, const void* src_data, const void* src_sca
   if (t == WeightType::kQ4_K || t == WeightType::kQ5_K)
     return pack_k45_panels(t == WeightType::kQ5_K, src_data, n, k, data);
   if (t == WeightType::kQ6_K) return pack_q6_k_panels(src_data, n, k, data);
+  if (t == WeightType::kIQ4_XS) return pack_iq4_xs_panels(src_data, n, k, data);
   const WeightMatrix out{panel_type(t), data, scales, n, k};
   const int64_t kb = k / kQ4Group, B = panel_block_bytes(out.type);
   const auto* src = static_cast<const uint8_t*>(src_data);
@@ -512,7 +582,7 @@ WeightMatrix pack_panels(WeightType t, const void* src_data, const void* src_sca
       std::memcpy(&d, static_cast<const uint8_t*>(src_scales) + (r * kb + b) * 2, 2);
       return src + r * (k / 2) + b * 16;
     }
-    const int64_t bytes = t == WeightType::kQ8_0 ? 34 : 18;
+    const int64_t bytes = t == WeightType::kQ8_0 ? 34 : 18;  // Q4_0's and IQ4_NL's: 18
     const uint8_t* blk = src + (r * kb + b) * bytes;
     std::memcpy(&d, blk, 2);
     return blk + 2;
@@ -571,12 +641,13 @@ WholePanel whole_panel(const WeightMatrix& w, int64_t p, PanelPadding& pad) {
 void pad_panel(const WeightMatrix& w, int64_t p, uint8_t* data, void* scales) {
   TF_CHECK(is_panel_type(w.type));
   if (w.type == WeightType::kQ4_KPanels || w.type == WeightType::kQ5_KPanels ||
-      w.type == WeightType::kQ6_KPanels) {
+      w.type == WeightType::kQ6_KPanels || w.type == WeightType::kIQ4_XSPanels) {
     // Each super-block's parts from R rows to 16, run by run.
     using Parts = std::span<const SuperBlockPart>;
     const Parts parts = w.type == WeightType::kQ4_KPanels   ? Parts(kQ4_KRuns)
                         : w.type == WeightType::kQ5_KPanels ? Parts(kQ5_KRuns)
-                                                            : Parts(kQ6_KRuns);
+                        : w.type == WeightType::kQ6_KPanels ? Parts(kQ6_KRuns)
+                                                            : Parts(kIQ4_XSRuns);
     const int64_t R = std::min<int64_t>(kPanelRows, w.n - p * kPanelRows);
     const int64_t sb_bytes = WeightMatrix::row_bytes(w.type, 256);  // a row's per super-block
     const uint8_t* src =

@@ -28,6 +28,12 @@
 //        64j + 32 + 4u + e), then d[R] and dmin[R] (f16), then the 6-bit scales sc[8][R] and
 //        minima m[8][R] unpacked to bytes (so 148 bytes a row per 256 values, Q4_K's 144 + 4:
 //        w = d sc q - dmin m per sub-block of 32). No separate scales.
+//   iq4_nl-panels: IQ4_NL as q4-panels (its nibbles and f16 scales in q4-panels' places; the
+//        nibbles index ggml_quants.h's kIq4nlValues: w = T[q] d).
+//   iq4_xs-panels: IQ4_XS in panels of 16 rows, per super-block of 256 values and panel of R rows
+//        138R bytes (IQ4_XS's 136 + 2): the 8 blocks' nibbles as iq4_nl-panels' (block j at
+//        j * 16R), then d[R] (f16) at 128R, then the blocks' scales sc[8][R] (int8, IQ4_XS's
+//        6-bit scale - 32) at 130R: w = d sc T[q].
 //   q5_k-panels: Q5_K in panels of 16 rows, per super-block of 256 values and panel of R rows
 //        180R bytes: the low 4 bits as q4_k-panels' nibbles (128R), then the fifth bits (byte
 //        128R + j * 8R + t * 4R + 4r + e, bit u: value 64j + 32t + 4u + e), then d, dmin, sc and
@@ -55,12 +61,14 @@ enum class WeightType : uint8_t {
   kF16,
   kI8,
   kQ4,
-  kQ4Panels,    // q4 in panels of 16 rows (above)
-  kQ8_0Panels,  // Q8_0 in panels of 16 rows (above)
-  kI8Panels,    // int8 in panels of 16 rows (above)
-  kQ4_KPanels,  // Q4_K in panels of 16 rows (above)
-  kQ5_KPanels,  // Q5_K in panels of 16 rows (above)
-  kQ6_KPanels,  // Q6_K in panels of 16 rows (above)
+  kQ4Panels,      // q4 in panels of 16 rows (above)
+  kQ8_0Panels,    // Q8_0 in panels of 16 rows (above)
+  kI8Panels,      // int8 in panels of 16 rows (above)
+  kQ4_KPanels,    // Q4_K in panels of 16 rows (above)
+  kQ5_KPanels,    // Q5_K in panels of 16 rows (above)
+  kIQ4_NLPanels,  // IQ4_NL in panels of 16 rows (above)
+  kIQ4_XSPanels,  // IQ4_XS in panels of 16 rows (above)
+  kQ6_KPanels,    // Q6_K in panels of 16 rows (above)
   // ggml's block formats, as GGUF stores them.
   kQ8_0,
   kQ4_0,
@@ -95,7 +103,8 @@ inline constexpr int kPanelRows = 16;
 constexpr bool is_panel_type(WeightType t) {
   return t == WeightType::kQ4Panels || t == WeightType::kQ8_0Panels || t == WeightType::kI8Panels ||
          t == WeightType::kQ4_KPanels || t == WeightType::kQ5_KPanels ||
-         t == WeightType::kQ6_KPanels;
+         t == WeightType::kQ6_KPanels || t == WeightType::kIQ4_NLPanels ||
+         t == WeightType::kIQ4_XSPanels;
 }
 
 // "f32", "bf16", "f16", "int8", "q4", and ggml's names in lower case ("q4_k", "iq4_xs").
@@ -132,7 +141,7 @@ void quantize_rows(WeightType t, const float* src, int64_t n, int64_t k, std::ve
 // the scales to scales (n * k / 32 f16). Lossless, the same size; k % 32 == 0.
 void q4_0_to_q4(const void* blocks, int64_t n, int64_t k, uint8_t* data, uint16_t* scales);
 
-// The panel type of q4, Q4_0, Q8_0, int8, Q4_K, Q5_K or Q6_K weights.
+// The panel type of q4, Q4_0, Q8_0, int8, Q4_K, Q5_K, Q6_K, IQ4_NL or IQ4_XS weights.
 WeightType panel_type(WeightType t);
 // Bytes of the scales of n rows of k of a panel type (as of its source type).
 int64_t panel_scale_bytes(WeightType t, int64_t n, int64_t k);

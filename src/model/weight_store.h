@@ -53,11 +53,11 @@ class WeightStore {
   // are not a multiple of 32 is packed as int8.
   // A matrix stored packed by `tokenflow quantize` (NAME + ".tf_scale" for int8, ".tf_scales"
   // for q4, rows [out, in]) is used as stored, whatever the compute type.
-  // q4, Q4_0, Q8_0, int8, Q4_K, Q5_K and Q6_K matrices are laid out in panels of 16 rows (weights.h)
-  // where the kernel table has panel kernels (and TOKENFLOW_PANELS is not 0); a matrix the model
-  // views in row ranges (WeightMatrix::rows) says so by row_unit, the rows those ranges start at
-  // being multiples of it: panels then only if row_unit is a multiple of 16. 0: not viewed in
-  // parts.
+  // q4, Q4_0, Q8_0, int8, Q4_K, Q5_K, Q6_K, IQ4_NL and IQ4_XS matrices are laid out in panels of 16
+  // rows (weights.h) where the kernel table has panel kernels (and TOKENFLOW_PANELS is not 0); a
+  // matrix the model views in row ranges (WeightMatrix::rows) says so by row_unit, the rows those
+  // ranges start at being multiples of it: panels then only if row_unit is a multiple of 16. 0: not
+  // viewed in parts.
   kernels::WeightMatrix matrix(const std::string& name, int64_t n, int64_t k,
                                bool transposed = false, int64_t row_unit = 0);
   // A 3-D tensor [count, n, k] (experts stored stacked: GGUF's ffn_*_exps, transformers v5's
@@ -102,7 +102,8 @@ class WeightStore {
   void check_shape(const std::string& name, const Entry& e, const Shape& shape) const;
   float* alloc(size_t n);
   kernels::WeightMatrix prepacked(const std::string& name, int64_t n, int64_t k, bool panels);
-  // q4 or int8 rows, Q4_0, Q8_0, Q4_K, Q5_K or Q6_K blocks laid out in panels in buffers of this store.
+  // q4 or int8 rows, Q4_0, Q8_0, Q4_K, Q5_K, Q6_K or IQ4 blocks laid out in panels in buffers of
+  // this store.
   kernels::WeightMatrix to_panels(kernels::WeightType t, const void* data, const void* scales,
                                   int64_t n, int64_t k);
   // The entry of a tensor that must have this dtype and shape (a clear error otherwise).

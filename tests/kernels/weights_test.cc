@@ -469,8 +469,9 @@ TEST(Weights, PanelKernelsMatchTheReference) {
   for (const IsaKernels* t : supported_tables())
     if (t->matmul_cols_panels != nullptr) tables.push_back(t);
   std::mt19937 rng(43);
-  for (WeightType src : {WeightType::kQ4, WeightType::kQ4_0, WeightType::kQ8_0, WeightType::kI8,
-                         WeightType::kQ4_K, WeightType::kQ5_K, WeightType::kQ6_K})
+  for (WeightType src :
+       {WeightType::kQ4, WeightType::kQ4_0, WeightType::kQ8_0, WeightType::kI8, WeightType::kQ4_K,
+        WeightType::kQ5_K, WeightType::kQ6_K, WeightType::kIQ4_NL, WeightType::kIQ4_XS})
     for (int64_t k : block_size(src) == 256 ? std::vector<int64_t>{256, 512}
                                             : std::vector<int64_t>{32, 96, 256})
       for (int64_t n : {9, 48, 53}) {
@@ -480,7 +481,15 @@ TEST(Weights, PanelKernelsMatchTheReference) {
         Packed q4(WeightType::kQ4, w, n, k), i8(WeightType::kI8, w, n, k);
         const bool rows = src == WeightType::kQ4 || src == WeightType::kI8;
         std::vector<uint8_t> blocks(rows ? 0 : WeightMatrix::row_bytes(src, k) * n);
-        if (!rows) quantize_blocks(src, w.data(), n * k, blocks.data());
+        if (src == WeightType::kIQ4_XS) {  // no quantizer here: random blocks, sane scales
+          for (auto& byte : blocks) byte = static_cast<uint8_t>(rng());
+          for (size_t at = 0; at < blocks.size(); at += 136) {
+            const uint16_t d = f32_to_f16(0.002f * static_cast<float>(1 + rng() % 8));
+            std::memcpy(blocks.data() + at, &d, 2);
+          }
+        } else if (!rows) {
+          quantize_blocks(src, w.data(), n * k, blocks.data());
+        }
         const WeightMatrix source = src == WeightType::kQ4 ? q4.m
                                     : src == WeightType::kI8
                                         ? i8.m
@@ -497,6 +506,9 @@ TEST(Weights, PanelKernelsMatchTheReference) {
         }
         if (src == WeightType::kQ5_K) {  // Q5_K's 176, scales unpacked: 180
           ASSERT_EQ(pm.bytes() * 176, source.bytes() * 180);
+        }
+        if (src == WeightType::kIQ4_XS) {  // IQ4_XS's 136, its scales unpacked: 138
+          ASSERT_EQ(pm.bytes() * 136, source.bytes() * 138);
         }
         if (src == WeightType::kQ6_K) {
           ASSERT_EQ(pm.bytes(), source.bytes());  // Q6_K's own size
@@ -571,13 +583,15 @@ TEST(Weights, PanelKernelsMatchTheReference) {
           }
         }
       }
-  if (tables.empty()) GTEST_SKIP() << "layouts checked; no panel kernels (AVX2 or AVX-512 VNNI) here";
+  if (tables.empty())
+    GTEST_SKIP() << "layouts checked; no panel kernels (AVX2 or AVX-512 VNNI) here";
 }
 
 // matmul() takes the panel kernels for the panel types, with the columns split among threads at
 // panels: the same bits as one thread, whatever the batch around a row.
 TEST(Weights, PanelMatmulIsBatchAndThreadInvariant) {
-  if (isa().matmul_cols_panels == nullptr) GTEST_SKIP() << "no panel kernels (AVX2 or AVX-512 VNNI) here";
+  if (isa().matmul_cols_panels == nullptr)
+    GTEST_SKIP() << "no panel kernels (AVX2 or AVX-512 VNNI) here";
   std::mt19937 rng(47);
   const int64_t n = 213, k = 320;
   const auto w = random_vector(n * k, rng);
