@@ -254,7 +254,8 @@ void register_all() {
     if (t->matmul_cols_panels == nullptr) continue;
     for (auto wt : {tf::kernels::WeightType::kQ4_0, tf::kernels::WeightType::kQ8_0,
                     tf::kernels::WeightType::kQ4_K, tf::kernels::WeightType::kQ5_K,
-                    tf::kernels::WeightType::kQ6_K}) {
+                    tf::kernels::WeightType::kQ6_K, tf::kernels::WeightType::kIQ4_NL,
+                    tf::kernels::WeightType::kIQ4_XS}) {
       auto* b = benchmark::RegisterBenchmark(
           (std::string("panels/") + t->name + "/" + std::string(tf::kernels::weight_type_name(wt)))
               .c_str(),

@@ -321,6 +321,24 @@ constexpr SuperBlockPart kQ5_KRuns[] = {{32, 4}, {8, 4}, {2, 2}, {16, 1}};
 constexpr SuperBlockPart kIQ4_XSRuns[] = {{32, 4}, {1, 2}, {8, 1}};
 constexpr SuperBlockPart kQ6_KRuns[] = {{48, 4}, {1, 2}, {16, 1}};
 
+// Row r of a matrix in one of the super-block panel types (sb_bytes a row per 256 values): its
+// panel's first byte, the panel's rows R and r's place rr in it.
+struct SuperBlockRow {
+  const uint8_t* panel;
+  int64_t R, rr;
+};
+SuperBlockRow super_block_row(const WeightMatrix& w, int64_t r, int64_t sb_bytes) {
+  const int64_t p = r / kPanelRows;
+  return {static_cast<const uint8_t*>(w.data) + p * kPanelRows * (w.k / 256 * sb_bytes),
+          std::min<int64_t>(kPanelRows, w.n - p * kPanelRows), r % kPanelRows};
+}
+
+float f16_at(const uint8_t* p) {  // any alignment
+  uint16_t h;
+  std::memcpy(&h, p, 2);
+  return f16_to_f32(h);
+}
+
 }  // namespace
 
 void WeightMatrix::dequantize_row(int64_t r, float* out) const {
@@ -381,17 +399,12 @@ void WeightMatrix::dequantize_row(int64_t r, float* out) const {
     case WeightType::kQ4_KPanels:
     case WeightType::kQ5_KPanels: {
       const bool q5 = type == WeightType::kQ5_KPanels;
-      const int64_t p = r / kPanelRows, rr = r % kPanelRows, sb_bytes = q5 ? 180 : 148;
-      const int64_t R = std::min<int64_t>(kPanelRows, n - p * kPanelRows);
-      const uint8_t* panel =
-          static_cast<const uint8_t*>(data) + p * kPanelRows * (k / 256 * sb_bytes);
+      const int64_t sb_bytes = q5 ? 180 : 148;
+      const auto [panel, R, rr] = super_block_row(*this, r, sb_bytes);
       for (int64_t sb = 0; sb < k / 256; ++sb) {
         const uint8_t* q = panel + sb * sb_bytes * R;
         const uint8_t* ds = q + (sb_bytes - 20) * R;
-        uint16_t h[2];
-        std::memcpy(&h[0], ds + 2 * rr, 2);
-        std::memcpy(&h[1], ds + 2 * R + 2 * rr, 2);
-        const float d = f16_to_f32(h[0]), dmin = f16_to_f32(h[1]);
+        const float d = f16_at(ds + 2 * rr), dmin = f16_at(ds + 2 * R + 2 * rr);
         const uint8_t* sc = ds + 4 * R;
         const uint8_t* mn = sc + 8 * R;
         for (int s = 0; s < 8; ++s) {  // as Q4_K / Q5_K: d sc q - dmin m, in f32
@@ -409,14 +422,10 @@ void WeightMatrix::dequantize_row(int64_t r, float* out) const {
       return;
     }
     case WeightType::kIQ4_XSPanels: {
-      const int64_t p = r / kPanelRows, rr = r % kPanelRows;
-      const int64_t R = std::min<int64_t>(kPanelRows, n - p * kPanelRows);
-      const uint8_t* panel = static_cast<const uint8_t*>(data) + p * kPanelRows * (k / 256 * 138);
+      const auto [panel, R, rr] = super_block_row(*this, r, 138);
       for (int64_t sb = 0; sb < k / 256; ++sb) {
         const uint8_t* o = panel + sb * 138 * R;
-        uint16_t h;
-        std::memcpy(&h, o + 128 * R + 2 * rr, 2);
-        const float d = f16_to_f32(h);
+        const float d = f16_at(o + 128 * R + 2 * rr);
         for (int ib = 0; ib < 8; ++ib) {  // as IQ4_XS: (d (ls - 32)) T[q], in f32
           const float dl = d * static_cast<int8_t>(o[130 * R + ib * R + rr]);
           for (int i = 0; i < 16; ++i) {
@@ -429,14 +438,10 @@ void WeightMatrix::dequantize_row(int64_t r, float* out) const {
       return;
     }
     case WeightType::kQ6_KPanels: {
-      const int64_t p = r / kPanelRows, rr = r % kPanelRows;
-      const int64_t R = std::min<int64_t>(kPanelRows, n - p * kPanelRows);
-      const uint8_t* panel = static_cast<const uint8_t*>(data) + p * kPanelRows * (k / 256 * 210);
+      const auto [panel, R, rr] = super_block_row(*this, r, 210);
       for (int64_t sb = 0; sb < k / 256; ++sb) {
         const uint8_t* o = panel + sb * 210 * R;
-        uint16_t h;
-        std::memcpy(&h, o + 192 * R + 2 * rr, 2);
-        const float d = f16_to_f32(h);
+        const float d = f16_at(o + 192 * R + 2 * rr);
         for (int i = 0; i < 256; ++i) {  // as Q6_K: d sc (q - 32), in f32
           const int j = i / 32, v = i % 32, u = (v % 16) / 4, e = v % 4, t = v / 16;
           const uint8_t* blk = o + j * 24 * R;
