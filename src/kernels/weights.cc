@@ -219,28 +219,39 @@ PanelAt panel_at(const WeightMatrix& w, int64_t p) {
           i8 ? static_cast<const float*>(w.scales) + r0 : nullptr};
 }
 
-// Q4_K's (d, dmin, scales, qs) or Q5_K's (d, dmin, scales, qh, qs) blocks into q4_k- / q5_k-panels.
-WeightMatrix pack_k45_panels(bool q5, const void* blocks, int64_t n, int64_t k, uint8_t* data) {
+// Calls fn(block, out, R, r) for each row r's super-block of `in` bytes (a ggml K-quant block) and
+// its place `out` in a panel of R rows taking `out_bytes` a row per super-block, the panels zeroed
+// first.
+template <typename Fn>
+void for_each_super_block(const void* blocks, int64_t n, int64_t k, int64_t in, int64_t out_bytes,
+                          uint8_t* data, Fn fn) {
   TF_CHECK(k % 256 == 0);
-  const int64_t in = q5 ? 176 : 144, out = q5 ? 180 : 148;  // bytes a row per super-block
-  const int64_t sbs = k / 256, row_bytes = sbs * out, qs = q5 ? 48 : 16, ds = q5 ? 160 : 128;
+  const int64_t sbs = k / 256, row_bytes = sbs * out_bytes;
   const auto* src = static_cast<const uint8_t*>(blocks);
   for (int64_t p = 0; p * kPanelRows < n; ++p) {
     const int64_t R = std::min<int64_t>(kPanelRows, n - p * kPanelRows);
     uint8_t* panel = data + p * kPanelRows * row_bytes;
-    std::memset(panel, 0, static_cast<size_t>(R * row_bytes));  // (Q5_K's fifth bits are or-ed in)
+    std::memset(panel, 0, static_cast<size_t>(R * row_bytes));
     for (int64_t r = 0; r < R; ++r)
-      for (int64_t sb = 0; sb < sbs; ++sb) {
-        const uint8_t* b = src + ((p * kPanelRows + r) * sbs + sb) * in;
-        uint8_t* o = panel + sb * out * R;
+      for (int64_t sb = 0; sb < sbs; ++sb)
+        fn(src + ((p * kPanelRows + r) * sbs + sb) * in, panel + sb * out_bytes * R, R, r);
+  }
+}
+
+// Q4_K's (d, dmin, scales, qs) or Q5_K's (d, dmin, scales, qh, qs) blocks into q4_k- / q5_k-panels.
+WeightMatrix pack_k45_panels(bool q5, const void* blocks, int64_t n, int64_t k, uint8_t* data) {
+  const int64_t qs = q5 ? 48 : 16, ds = q5 ? 160 : 128;
+  for_each_super_block(
+      blocks, n, k, q5 ? 176 : 144, q5 ? 180 : 148, data,
+      [&](const uint8_t* b, uint8_t* o, int64_t R, int64_t r) {
         for (int64_t j = 0; j < 4; ++j)
           for (int64_t u = 0; u < 8; ++u) {
             std::memcpy(o + j * 32 * R + u * 4 * R + 4 * r, b + qs + 32 * j + 4 * u, 4);
-            if (q5)  // value 64j + 32t + 4u + e's fifth bit: Q5_K's qh[4u + e], bit 2j + t
-              for (int t = 0; t < 2; ++t)
-                for (int e = 0; e < 4; ++e)
-                  o[128 * R + j * 8 * R + t * 4 * R + 4 * r + e] |=
-                      static_cast<uint8_t>(((b[16 + 4 * u + e] >> (2 * j + t)) & 1) << u);
+            // value 64j + 32t + 4u + e's fifth bit: Q5_K's qh[4u + e], bit 2j + t
+            for (int t = 0; q5 && t < 2; ++t)
+              for (int e = 0; e < 4; ++e)
+                o[128 * R + j * 8 * R + t * 4 * R + 4 * r + e] |=
+                    static_cast<uint8_t>(((b[16 + 4 * u + e] >> (2 * j + t)) & 1) << u);
           }
         std::memcpy(o + ds * R + 2 * r, b, 2);
         std::memcpy(o + (ds + 2) * R + 2 * r, b + 2, 2);
@@ -250,23 +261,14 @@ WeightMatrix pack_k45_panels(bool q5, const void* blocks, int64_t n, int64_t k, 
           o[(ds + 4) * R + s * R + r] = static_cast<uint8_t>(sc);
           o[(ds + 12) * R + s * R + r] = static_cast<uint8_t>(m);
         }
-      }
-  }
+      });
   return {q5 ? WeightType::kQ5_KPanels : WeightType::kQ4_KPanels, data, nullptr, n, k};
 }
 
 // IQ4_XS's blocks (d, scales_h, scales_l[4], qs[128]) into iq4_xs-panels (weights.h).
 WeightMatrix pack_iq4_xs_panels(const void* blocks, int64_t n, int64_t k, uint8_t* data) {
-  TF_CHECK(k % 256 == 0);
-  const int64_t sbs = k / 256, row_bytes = sbs * 138;
-  const auto* src = static_cast<const uint8_t*>(blocks);
-  for (int64_t p = 0; p * kPanelRows < n; ++p) {
-    const int64_t R = std::min<int64_t>(kPanelRows, n - p * kPanelRows);
-    uint8_t* panel = data + p * kPanelRows * row_bytes;
-    for (int64_t r = 0; r < R; ++r)
-      for (int64_t sb = 0; sb < sbs; ++sb) {
-        const uint8_t* b = src + ((p * kPanelRows + r) * sbs + sb) * 136;
-        uint8_t* o = panel + sb * 138 * R;
+  for_each_super_block(
+      blocks, n, k, 136, 138, data, [](const uint8_t* b, uint8_t* o, int64_t R, int64_t r) {
         uint16_t scales_h;
         std::memcpy(&scales_h, b + 2, 2);
         for (int ib = 0; ib < 8; ++ib) {
@@ -277,24 +279,14 @@ WeightMatrix pack_iq4_xs_panels(const void* blocks, int64_t n, int64_t k, uint8_
           o[130 * R + ib * R + r] = static_cast<uint8_t>(static_cast<int8_t>(ls - 32));
         }
         std::memcpy(o + 128 * R + 2 * r, b, 2);
-      }
-  }
+      });
   return {WeightType::kIQ4_XSPanels, data, nullptr, n, k};
 }
 
 // Q6_K's block (ql[128], qh[64], sc[16], d) into a q6_k-panels super-block of R rows (weights.h).
 WeightMatrix pack_q6_k_panels(const void* blocks, int64_t n, int64_t k, uint8_t* data) {
-  TF_CHECK(k % 256 == 0);
-  const int64_t sbs = k / 256, row_bytes = sbs * 210;
-  const auto* src = static_cast<const uint8_t*>(blocks);
-  for (int64_t p = 0; p * kPanelRows < n; ++p) {
-    const int64_t R = std::min<int64_t>(kPanelRows, n - p * kPanelRows);
-    uint8_t* panel = data + p * kPanelRows * row_bytes;
-    std::memset(panel, 0, static_cast<size_t>(R * row_bytes));
-    for (int64_t r = 0; r < R; ++r)
-      for (int64_t sb = 0; sb < sbs; ++sb) {
-        const uint8_t* b = src + ((p * kPanelRows + r) * sbs + sb) * 210;
-        uint8_t* o = panel + sb * 210 * R;
+  for_each_super_block(
+      blocks, n, k, 210, 210, data, [](const uint8_t* b, uint8_t* o, int64_t R, int64_t r) {
         for (int i = 0; i < 256; ++i) {  // value i's 6 bits, as ggml's dequantize_row_q6_K
           const int half = i / 128, quarter = (i % 128) / 32, l = i % 32;
           const int lo = (b[half * 64 + (quarter % 2) * 32 + l] >> (4 * (quarter / 2))) & 0xF;
@@ -306,8 +298,7 @@ WeightMatrix pack_q6_k_panels(const void* blocks, int64_t n, int64_t k, uint8_t*
         }
         std::memcpy(o + 192 * R + 2 * r, b + 208, 2);
         for (int s = 0; s < 16; ++s) o[194 * R + s * R + r] = b[192 + s];
-      }
-  }
+      });
   return {WeightType::kQ6_KPanels, data, nullptr, n, k};
 }
 
