@@ -21,25 +21,22 @@ void scale_min_k4(int j, const uint8_t* s, int& sc, int& m) {
   }
 }
 
-namespace {
-
-float half(const uint8_t* p) {
+float f16_at(const uint8_t* p) {
   uint16_t h;
   std::memcpy(&h, p, 2);
   return f16_to_f32(h);
 }
 
-// The non-linear 4-bit values of IQ4_NL and IQ4_XS.
-constexpr const int8_t (&kIq4nl)[16] = kIq4nlValues;
+namespace {
 
 void q8_0(const uint8_t* b, float* y) {
-  const float d = half(b);
+  const float d = f16_at(b);
   const auto* q = reinterpret_cast<const int8_t*>(b + 2);
   for (int i = 0; i < 32; ++i) y[i] = d * q[i];
 }
 
 void q4_0(const uint8_t* b, float* y) {
-  const float d = half(b);
+  const float d = f16_at(b);
   const uint8_t* q = b + 2;
   for (int j = 0; j < 16; ++j) {
     y[j] = d * ((q[j] & 0xF) - 8);
@@ -48,7 +45,7 @@ void q4_0(const uint8_t* b, float* y) {
 }
 
 void q4_1(const uint8_t* b, float* y) {
-  const float d = half(b), m = half(b + 2);
+  const float d = f16_at(b), m = f16_at(b + 2);
   const uint8_t* q = b + 4;
   for (int j = 0; j < 16; ++j) {
     y[j] = d * (q[j] & 0xF) + m;
@@ -58,7 +55,7 @@ void q4_1(const uint8_t* b, float* y) {
 
 // Q5_0 / Q5_1: value j's fifth bit is bit j of qh (j < 16 low nibbles, 16.. high ones).
 void q5(const uint8_t* b, float* y, bool with_min) {
-  const float d = half(b), m = with_min ? half(b + 2) : 0.0f;
+  const float d = f16_at(b), m = with_min ? f16_at(b + 2) : 0.0f;
   const uint8_t* p = b + (with_min ? 4 : 2);
   uint32_t qh;
   std::memcpy(&qh, p, 4);
@@ -77,7 +74,7 @@ void q5(const uint8_t* b, float* y, bool with_min) {
 }
 
 void q4_k(const uint8_t* b, float* y) {
-  const float d = half(b), dmin = half(b + 2);
+  const float d = f16_at(b), dmin = f16_at(b + 2);
   const uint8_t* scales = b + 4;
   const uint8_t* q = b + 16;
   for (int j = 0; j < 8; j += 2) {  // 64 values: 32 low nibbles, then 32 high ones
@@ -93,7 +90,7 @@ void q4_k(const uint8_t* b, float* y) {
 }
 
 void q5_k(const uint8_t* b, float* y) {
-  const float d = half(b), dmin = half(b + 2);
+  const float d = f16_at(b), dmin = f16_at(b + 2);
   const uint8_t* scales = b + 4;
   const uint8_t* qh = b + 16;
   const uint8_t* q = b + 48;
@@ -116,7 +113,7 @@ void q6_k(const uint8_t* b, float* y) {
   const uint8_t* ql = b;
   const uint8_t* qh = b + 128;
   const auto* sc = reinterpret_cast<const int8_t*>(b + 192);
-  const float d = half(b + 208);
+  const float d = f16_at(b + 208);
   for (int n = 0; n < 2; ++n) {  // two halves of 128 values
     for (int l = 0; l < 32; ++l) {
       const int is = l / 16;
@@ -139,7 +136,7 @@ void q6_k(const uint8_t* b, float* y) {
 void q2_k(const uint8_t* b, float* y) {
   const uint8_t* scales = b;
   const uint8_t* q = b + 16;
-  const float d = half(b + 80), dmin = half(b + 82);
+  const float d = f16_at(b + 80), dmin = f16_at(b + 82);
   int is = 0;
   for (int n = 0; n < 2; ++n) {  // two halves of 128 values, 32 bytes of 2-bit q each
     for (int shift = 0; shift < 8; shift += 2) {
@@ -157,7 +154,7 @@ void q3_k(const uint8_t* b, float* y) {
   const uint8_t* hm = b;
   const uint8_t* q = b + 32;
   const uint8_t* packed = b + 96;
-  const float d = half(b + 108);
+  const float d = f16_at(b + 108);
   // 16 6-bit scales: the low 4 bits from bytes 0-7 (nibbles), the top 2 from bytes 8-11.
   int scales[16];
   for (int i = 0; i < 16; ++i) {
@@ -183,16 +180,16 @@ void q3_k(const uint8_t* b, float* y) {
 }
 
 void iq4_nl(const uint8_t* b, float* y) {
-  const float d = half(b);
+  const float d = f16_at(b);
   const uint8_t* q = b + 2;
   for (int j = 0; j < 16; ++j) {
-    y[j] = d * kIq4nl[q[j] & 0xF];
-    y[j + 16] = d * kIq4nl[q[j] >> 4];
+    y[j] = d * kIq4nlValues[q[j] & 0xF];
+    y[j + 16] = d * kIq4nlValues[q[j] >> 4];
   }
 }
 
 void iq4_xs(const uint8_t* b, float* y) {
-  const float d = half(b);
+  const float d = f16_at(b);
   uint16_t scales_h;
   std::memcpy(&scales_h, b + 2, 2);
   const uint8_t* scales_l = b + 4;
@@ -202,8 +199,8 @@ void iq4_xs(const uint8_t* b, float* y) {
         ((scales_l[ib / 2] >> (4 * (ib % 2))) & 0xF) | (((scales_h >> (2 * ib)) & 3) << 4);
     const float dl = d * (ls - 32);
     for (int j = 0; j < 16; ++j) {
-      y[j] = dl * kIq4nl[q[j] & 0xF];
-      y[j + 16] = dl * kIq4nl[q[j] >> 4];
+      y[j] = dl * kIq4nlValues[q[j] & 0xF];
+      y[j + 16] = dl * kIq4nlValues[q[j] >> 4];
     }
     y += 32;
     q += 16;
@@ -293,7 +290,7 @@ float signed_max(const float* x, int n) {
 void symmetric32(const float* x, float divisor, int offset, int qmax, uint8_t* d_at, int* q) {
   const float d = signed_max(x, 32) / divisor;
   put_half(d_at, d);
-  const float ds = half(d_at);
+  const float ds = f16_at(d_at);
   const float id = ds != 0.0f ? 1.0f / ds : 0.0f;
   for (int i = 0; i < 32; ++i) q[i] = nearest(x[i] * id + static_cast<float>(offset), 0, qmax);
 }
@@ -307,7 +304,7 @@ void affine32(const float* x, int qmax, uint8_t* dm_at, int* q) {
   }
   put_half(dm_at, (mx - mn) / static_cast<float>(qmax));
   put_half(dm_at + 2, mn);
-  const float d = half(dm_at), m = half(dm_at + 2);
+  const float d = f16_at(dm_at), m = f16_at(dm_at + 2);
   const float id = d != 0.0f ? 1.0f / d : 0.0f;
   for (int i = 0; i < 32; ++i) q[i] = nearest((x[i] - m) * id, 0, qmax);
 }
@@ -340,7 +337,7 @@ void quantize_k45(const float* x, int qmax, uint8_t* b, bool five) {
   const float max_min = *std::max_element(minv, minv + 8);
   put_half(b, max_scale / 63.0f);
   put_half(b + 2, max_min / 63.0f);
-  const float d = half(b), dmin = half(b + 2);
+  const float d = f16_at(b), dmin = f16_at(b + 2);
   int sc[8], m[8];
   for (int j = 0; j < 8; ++j) {
     sc[j] = d > 0.0f ? nearest(scale[j] / d, 0, 63) : 0;
@@ -379,7 +376,7 @@ void quantize_q6_k(const float* x, uint8_t* b) {
   float amax = 0.0f;
   for (float v : scale) amax = std::max(amax, std::fabs(v));
   put_half(b + 208, amax / 127.0f);
-  const float d = half(b + 208);
+  const float d = f16_at(b + 208);
   auto* sc = reinterpret_cast<int8_t*>(b + 192);
   int L[256];
   for (int s = 0; s < 16; ++s) {
@@ -402,16 +399,16 @@ void quantize_q6_k(const float* x, uint8_t* b) {
 }
 
 void quantize_iq4_nl(const float* x, uint8_t* b) {
-  put_half(b, signed_max(x, 32) / static_cast<float>(kIq4nl[0]));
-  const float d = half(b);
+  put_half(b, signed_max(x, 32) / static_cast<float>(kIq4nlValues[0]));
+  const float d = f16_at(b);
   const float id = d != 0.0f ? 1.0f / d : 0.0f;
   int q[32];
   for (int i = 0; i < 32; ++i) {
     const float v = x[i] * id;
     int best = 0;
     for (int t = 1; t < 16; ++t) {
-      if (std::fabs(v - static_cast<float>(kIq4nl[t])) <
-          std::fabs(v - static_cast<float>(kIq4nl[best])))
+      if (std::fabs(v - static_cast<float>(kIq4nlValues[t])) <
+          std::fabs(v - static_cast<float>(kIq4nlValues[best])))
         best = t;
     }
     q[i] = best;
@@ -454,7 +451,7 @@ void quantize_blocks(WeightType t, const float* x, int64_t n, void* out) {
       case WeightType::kQ8_0: {
         const float d = std::fabs(signed_max(x, 32)) / 127.0f;
         put_half(b, d);
-        const float ds = half(b);
+        const float ds = f16_at(b);
         const float id = ds != 0.0f ? 1.0f / ds : 0.0f;
         for (int j = 0; j < 32; ++j)
           reinterpret_cast<int8_t*>(b + 2)[j] = static_cast<int8_t>(nearest(x[j] * id, -127, 127));

@@ -25,6 +25,9 @@ namespace tf::kernels {
 inline constexpr int8_t kIq4nlValues[16] = {-127, -104, -83, -65, -49, -35, -22, -10,
                                             1,    13,   25,  38,  53,  69,  89,  113};
 
+// The f16 at p (any alignment) as a float.
+float f16_at(const uint8_t* p);
+
 // Q4_K / Q5_K: sub-block j's (0..7) 6-bit scale and minimum from a super-block's 12 scale bytes.
 void scale_min_k4(int j, const uint8_t* s, int& sc, int& m);
 

@@ -73,11 +73,12 @@ struct IsaKernels {
                                 bool accumulate);
   // Matrix tiles (AMX) for the weight types tiles->takes: nullptr on every table but the AMX one.
   const TileKernels* tiles;
-  // The panel types (weights.h: q4-, q8_0-, i8-, q4_k-, q6_k-panels) times activations quantized
-  // per block of 32 (BlockQ8Rows): each block's (Q6_K: sub-block's) product exact in int32, then
-  // fma(float(product), dx * dw, sum) block after block, so every path, table and m gives a row
-  // the same bits. n_begin a multiple of 16, n_end too or w.n. nullptr where the table has none
-  // (portable, avx512 without VNNI: the loader then keeps the rows as they are).
+  // The panel types (weights.h: q4-, q8_0-, i8-, q4_k-, q5_k-, q6_k-, iq4_nl-, iq4_xs-panels)
+  // times activations quantized per block of 32 (BlockQ8Rows): each block's (Q6_K: sub-block's)
+  // product exact in int32, then fma(float(product), dx * dw, sum) block after block, so every
+  // path, table and m gives a row the same bits. n_begin a multiple of 16, n_end too or w.n.
+  // nullptr where the table has none (portable, avx512 without VNNI: the loader then keeps the rows
+  // as they are).
   void (*matmul_cols_panels)(const BlockQ8Rows& x, const WeightMatrix& w, int64_t n_begin,
                              int64_t n_end, const float* bias, float* y, int64_t ldy,
                              bool accumulate);

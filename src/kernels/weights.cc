@@ -324,12 +324,6 @@ SuperBlockRow super_block_row(const WeightMatrix& w, int64_t r, int64_t sb_bytes
           std::min<int64_t>(kPanelRows, w.n - p * kPanelRows), r % kPanelRows};
 }
 
-float f16_at(const uint8_t* p) {  // any alignment
-  uint16_t h;
-  std::memcpy(&h, p, 2);
-  return f16_to_f32(h);
-}
-
 }  // namespace
 
 void WeightMatrix::dequantize_row(int64_t r, float* out) const {
@@ -525,6 +519,23 @@ void q4_0_to_q4(const void* blocks, int64_t n, int64_t k, uint8_t* data, uint16_
   for (int64_t g = 0; g < n * (k / kQ4Group); ++g, b += 18) {
     std::memcpy(scales + g, b, 2);
     std::memcpy(data + g * 16, b + 2, 16);
+  }
+}
+
+bool has_panel_type(WeightType t) {
+  switch (t) {
+    case WeightType::kQ4:
+    case WeightType::kQ4_0:
+    case WeightType::kQ8_0:
+    case WeightType::kI8:
+    case WeightType::kQ4_K:
+    case WeightType::kQ5_K:
+    case WeightType::kQ6_K:
+    case WeightType::kIQ4_NL:
+    case WeightType::kIQ4_XS:
+      return true;
+    default:
+      return false;
   }
 }
 

@@ -141,7 +141,10 @@ void quantize_rows(WeightType t, const float* src, int64_t n, int64_t k, std::ve
 // the scales to scales (n * k / 32 f16). Lossless, the same size; k % 32 == 0.
 void q4_0_to_q4(const void* blocks, int64_t n, int64_t k, uint8_t* data, uint16_t* scales);
 
-// The panel type of q4, Q4_0, Q8_0, int8, Q4_K, Q5_K, Q6_K, IQ4_NL or IQ4_XS weights.
+// Whether weights of type t have a panel layout: q4, Q4_0, Q8_0, int8, Q4_K, Q5_K, Q6_K, IQ4_NL
+// and IQ4_XS do.
+bool has_panel_type(WeightType t);
+// The panel type of such weights.
 WeightType panel_type(WeightType t);
 // Bytes of the scales of n rows of k of a panel type (as of its source type).
 int64_t panel_scale_bytes(WeightType t, int64_t n, int64_t k);

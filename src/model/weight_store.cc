@@ -170,8 +170,8 @@ void WeightStore::release_source(const Entry& e) {
 
 namespace {
 
-// Whether matrix() lays q4 / int8 / Q4_0 / Q8_0 / Q4_K / Q5_K / Q6_K / IQ4 weights out in panels
-// (see the header).
+// Whether matrix() lays weights with a panel type (kernels::has_panel_type) out in panels (see
+// the header).
 bool use_panels(int64_t n, int64_t k, int64_t row_unit) {
   return kernels::use_weight_panels() && k % kernels::kQ4Group == 0 &&
          (row_unit == 0 || row_unit == n || row_unit % kernels::kPanelRows == 0);
@@ -230,10 +230,7 @@ kernels::WeightMatrix WeightStore::matrix(const std::string& name, int64_t n, in
   if (keep_stored_types_ && compute_type_ == WeightType::kF32 && !transposed) {
     // Each matrix as the file stores it: a block format read in place by the block kernels,
     // f16 / bf16 by theirs.
-    if (panels && (stored.blocks == WeightType::kQ4_0 || stored.blocks == WeightType::kQ8_0 ||
-                   stored.blocks == WeightType::kQ4_K || stored.blocks == WeightType::kQ5_K ||
-                   stored.blocks == WeightType::kQ6_K || stored.blocks == WeightType::kIQ4_NL ||
-                   stored.blocks == WeightType::kIQ4_XS)) {
+    if (panels && kernels::has_panel_type(stored.blocks)) {
       // The kernels' panels straight from the blocks (the K-quants' rows: whole super-blocks).
       check_shape(name, stored, {n, k});
       const kernels::WeightMatrix m = to_panels(stored.blocks, stored.view.data, nullptr, n, k);
