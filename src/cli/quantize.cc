@@ -80,6 +80,7 @@ int run_quantize(const QuantizeOptions& o) {
             {name + ".tf_scales", DType::kF16, {m->n, m->k / kernels::kQ4Group}, m->scales});
       }
     } else if (m != nullptr &&
+               (m->type == kernels::WeightType::kBF16 || m->type == kernels::WeightType::kF16) &&
                v.dtype != (m->type == kernels::WeightType::kBF16 ? DType::kBF16 : DType::kF16)) {
       // bf16 / f16: the same tensor in the narrower type, in its stored layout (a plain
       // checkpoint of that dtype).

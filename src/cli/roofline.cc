@@ -78,6 +78,12 @@ Packed pack(kernels::WeightType t, int64_t n, int64_t k, std::mt19937& rng) {
     q.m = kernels::pack_panels(t, p.m.data, p.m.scales, n, k, q.data.data(), q.scales.data());
     return q;
   }
+  if (t == kernels::WeightType::kF32 && kernels::use_f32_panels()) {  // likewise
+    Packed q;
+    q.data.resize(p.data.size());
+    q.m = kernels::pack_f32_panels(w.data(), n, k, reinterpret_cast<float*>(q.data.data()));
+    return q;
+  }
   return p;
 }
 

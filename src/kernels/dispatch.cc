@@ -57,11 +57,20 @@ const IsaKernels& isa() {
   return *table;
 }
 
+namespace {
+bool panels_allowed() {
+  const char* e = std::getenv("TOKENFLOW_PANELS");
+  return !(e != nullptr && std::string_view(e) == "0");
+}
+}  // namespace
+
 bool use_weight_panels() {
-  static const bool on = [] {
-    const char* e = std::getenv("TOKENFLOW_PANELS");
-    return isa().matmul_cols_panels != nullptr && !(e != nullptr && std::string_view(e) == "0");
-  }();
+  static const bool on = isa().matmul_cols_panels != nullptr && panels_allowed();
+  return on;
+}
+
+bool use_f32_panels() {
+  static const bool on = isa().f32_panels && panels_allowed();
   return on;
 }
 

@@ -8,5 +8,8 @@
 #define TF_TILE_N 4
 #define TF_F32_TILE_M 4  // the widening tile (f32, f16, int8, q4 weights)
 #define TF_F32_TILE_N 6
+#define TF_F32P_TILE_M 14  // the f32-panels tile: 14 rows x 2 panels (28 accumulators)
+#define TF_F32P_TILE_P 2
+#define TF_F32_PANELS 1
 #define TF_ISA_INT8_BLOCKS 1
 #include "kernels/isa_impl.inc"

@@ -39,6 +39,8 @@ std::string_view weight_type_name(WeightType t) {
       return "iq4_xs-panels";
     case WeightType::kQ6_KPanels:
       return "q6_k-panels";
+    case WeightType::kF32Panels:
+      return "f32-panels";
     case WeightType::kQ8_0:
       return "q8_0";
     case WeightType::kQ4_0:
@@ -91,6 +93,7 @@ int64_t block_size(WeightType t) {
 int64_t block_bytes(WeightType t) {
   switch (t) {
     case WeightType::kF32:
+    case WeightType::kF32Panels:
       return 4;
     case WeightType::kBF16:
     case WeightType::kF16:
@@ -146,6 +149,7 @@ WeightType parse_weight_type(std::string_view name) {
 int64_t WeightMatrix::row_bytes(WeightType t, int64_t k) {
   switch (t) {
     case WeightType::kF32:
+    case WeightType::kF32Panels:
       return k * 4;
     case WeightType::kBF16:
     case WeightType::kF16:
@@ -182,7 +186,7 @@ int64_t WeightMatrix::bytes() const {
 
 WeightMatrix WeightMatrix::rows(int64_t first, int64_t count) const {
   TF_CHECK(first >= 0 && count >= 0 && first + count <= n);
-  if (is_panel_type(type))
+  if (is_any_panel_type(type))
     TF_CHECK(first % kPanelRows == 0 && (count % kPanelRows == 0 || first + count == n));
   WeightMatrix w = *this;
   w.n = count;
@@ -333,6 +337,13 @@ void WeightMatrix::dequantize_row(int64_t r, float* out) const {
     case WeightType::kF32:
       std::memcpy(out, row, static_cast<size_t>(k) * 4);
       return;
+    case WeightType::kF32Panels: {
+      const int64_t first = r / kPanelRows * kPanelRows,
+                    rows = std::min<int64_t>(kPanelRows, n - first);
+      const float* panel = static_cast<const float*>(data) + first * k;
+      for (int64_t c = 0; c < k; ++c) out[c] = panel[c * rows + (r - first)];
+      return;
+    }
     case WeightType::kBF16:
       convert_to_f32(DType::kBF16, row, static_cast<size_t>(k), out);
       return;
@@ -446,7 +457,7 @@ void WeightMatrix::dequantize_row(int64_t r, float* out) const {
 
 void quantize_rows(WeightType t, const float* src, int64_t n, int64_t k, std::vector<uint8_t>& data,
                    std::vector<uint8_t>& scales) {
-  if (is_block_type(t) || is_panel_type(t))
+  if (is_block_type(t) || is_any_panel_type(t))
     fail("packing to {} is not supported; use f32, bf16, f16, int8 or q4", weight_type_name(t));
   if (t == WeightType::kQ4 && k % kQ4Group != 0)
     fail("q4 needs rows of a multiple of {} elements, got {}", kQ4Group, k);
@@ -689,6 +700,23 @@ void pad_panel(const WeightMatrix& w, int64_t p, uint8_t* data, void* scales) {
         std::memcpy(data + b * kPanelRows * B + u * 4 * kPanelRows + 4 * r,
                     at.data + b * R * B + u * 4 * R + 4 * r, 4);
     }
+}
+
+WeightMatrix pack_f32_panels(const float* src, int64_t n, int64_t k, float* data, bool transposed) {
+  for (int64_t first = 0; first < n; first += kPanelRows) {
+    const int64_t r_count = std::min<int64_t>(kPanelRows, n - first);
+    float* panel = data + first * k;
+    if (transposed) {  // src [k, n]: a panel's column is r_count floats of src's row c
+      for (int64_t c = 0; c < k; ++c)
+        std::memcpy(panel + c * r_count, src + c * n + first, static_cast<size_t>(r_count) * 4);
+      continue;
+    }
+    for (int64_t r = 0; r < r_count; ++r) {
+      const float* row = src + (first + r) * k;
+      for (int64_t c = 0; c < k; ++c) panel[c * r_count + r] = row[c];
+    }
+  }
+  return {WeightType::kF32Panels, data, nullptr, n, k};
 }
 
 }  // namespace tf::kernels

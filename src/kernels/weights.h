@@ -48,6 +48,10 @@
 //        int8 tile with the weight rows as its columns, and for one token, vpdpbusd against the
 //        token's 4 values broadcast leaves every lane one row's sum with no reduction. The
 //        kernels' own layout (pack_panels), chosen at load where the table has panel kernels.
+//   f32-panels: f32 in panels of 16 rows, column by column: panel P (rows [16P, 16P + R), R = 16
+//        but for a matrix's last panel) at data + 16P * k floats holds element (16P + r, c) at
+//        c * R + r. The same size as f32 rows; the f32 GEMM's layout (pack_f32_panels), chosen at
+//        load where the table's f32_panels says it pays.
 
 #include <cstdint>
 #include <string_view>
@@ -69,6 +73,7 @@ enum class WeightType : uint8_t {
   kIQ4_NLPanels,  // IQ4_NL in panels of 16 rows (above)
   kIQ4_XSPanels,  // IQ4_XS in panels of 16 rows (above)
   kQ6_KPanels,    // Q6_K in panels of 16 rows (above)
+  kF32Panels,     // f32 in panels of 16 rows, column by column (above)
   // ggml's block formats, as GGUF stores them.
   kQ8_0,
   kQ4_0,
@@ -105,6 +110,11 @@ constexpr bool is_panel_type(WeightType t) {
          t == WeightType::kQ4_KPanels || t == WeightType::kQ5_KPanels ||
          t == WeightType::kQ6_KPanels || t == WeightType::kIQ4_NLPanels ||
          t == WeightType::kIQ4_XSPanels;
+}
+// The quantized panel types above (int8 dot products) or f32-panels (an f32 GEMM): all of them
+// take whole panels only (WeightMatrix::rows).
+constexpr bool is_any_panel_type(WeightType t) {
+  return is_panel_type(t) || t == WeightType::kF32Panels;
 }
 
 // "f32", "bf16", "f16", "int8", "q4", and ggml's names in lower case ("q4_k", "iq4_xs").
@@ -174,5 +184,10 @@ struct PanelPadding {
   std::vector<uint32_t> scales;  // 4 bytes each: room for f16 [k / 32][16] and i8's 16 floats
 };
 WholePanel whole_panel(const WeightMatrix& w, int64_t p, PanelPadding& pad);
+
+// f32 rows [n, k] (or with `transposed`, their transpose [k, n]) as f32-panels (data: n * k
+// floats). Lossless; dequantize_row gives the rows back.
+WeightMatrix pack_f32_panels(const float* src, int64_t n, int64_t k, float* data,
+                             bool transposed = false);
 
 }  // namespace tf::kernels

@@ -187,6 +187,39 @@ kernels::WeightMatrix WeightStore::to_panels(kernels::WeightType t, const void* 
   return kernels::pack_panels(t, data, scales, n, k, pd, ps);
 }
 
+kernels::WeightMatrix WeightStore::f32_panels(const std::string& name, int64_t n, int64_t k,
+                                              bool transposed) {
+  Entry& e = tensors_.find(name)->second;
+  check_shape(name, e, transposed ? Shape{k, n} : Shape{n, k});
+  // The rows straight from the mapped file where it holds aligned f32 (no row-major copy is
+  // kept), else from the f32 form f32() made or a temporary one.
+  const bool mapped = e.converted == nullptr && e.blocks == kernels::WeightType::kF32 &&
+                      e.view.dtype == DType::kF32 &&
+                      reinterpret_cast<uintptr_t>(e.view.data) % alignof(float) == 0;
+  std::vector<float> tmp;
+  const float* src = e.converted;
+  if (mapped) {
+    src = static_cast<const float*>(e.view.data);
+  } else if (src == nullptr) {
+    if (e.blocks == kernels::WeightType::kF32 && e.view.dtype != DType::kF32 &&
+        e.view.dtype != DType::kF16 && e.view.dtype != DType::kBF16) {
+      fail(ErrorKind::kUnsupported, "tensor '{}' in '{}' has dtype {}; F32, F16 or BF16 expected",
+           name, files_.at(e.file_index).path(), dtype_name(e.view.dtype));
+    }
+    tmp.resize(static_cast<size_t>(n * k));
+    if (e.blocks != kernels::WeightType::kF32)
+      kernels::dequantize_blocks(e.blocks, e.view.data, n * k, tmp.data());
+    else
+      convert_to_f32(e.view.dtype, e.view.data, tmp.size(), tmp.data());
+    src = tmp.data();
+  }
+  auto* data = reinterpret_cast<float*>(alloc_bytes(static_cast<size_t>(n * k) * 4, 64));
+  const kernels::WeightMatrix m = kernels::pack_f32_panels(src, n, k, data, transposed);
+  if (mapped) release_source(e);
+  packed_[name] = m;
+  return m;
+}
+
 kernels::WeightMatrix WeightStore::prepacked(const std::string& name, int64_t n, int64_t k,
                                              bool panels) {
   using kernels::WeightType;
@@ -262,6 +295,12 @@ kernels::WeightMatrix WeightStore::matrix(const std::string& name, int64_t n, in
     if (stored.view.dtype == DType::kBF16) t = WeightType::kBF16;
   }
   if (t == WeightType::kF32) {
+    // In panels where every part of the matrix (all of it, or each row_unit rows of a fused or
+    // stacked one) is whole panels: a matrix then takes the same kernel, and its rows the same
+    // bits, whether a file stores it on its own, fused or stacked.
+    if (kernels::use_f32_panels() && n % kernels::kPanelRows == 0 &&
+        (row_unit == 0 || row_unit % kernels::kPanelRows == 0))
+      return f32_panels(name, n, k, transposed);
     const float* p = transposed ? f32_transposed(name, {k, n}) : f32(name, {n, k});
     return {WeightType::kF32, p, nullptr, n, k};
   }

@@ -24,8 +24,8 @@
 namespace tf::kernels {
 namespace {
 
-const WeightType kTypes[] = {WeightType::kF32, WeightType::kBF16, WeightType::kF16, WeightType::kI8,
-                             WeightType::kQ4};
+const WeightType kTypes[] = {WeightType::kF32, WeightType::kBF16, WeightType::kF16,
+                             WeightType::kI8,  WeightType::kQ4,   WeightType::kF32Panels};
 
 std::vector<float> random_vector(size_t n, std::mt19937& rng) {
   std::normal_distribution<float> dist(0.0f, 1.0f);
@@ -39,6 +39,11 @@ struct Packed {
   std::vector<uint8_t> data, scales;
   WeightMatrix m;
   Packed(WeightType t, const std::vector<float>& w, int64_t n, int64_t k) {
+    if (t == WeightType::kF32Panels) {  // the f32 GEMM's layout (pack_f32_panels)
+      data.resize(static_cast<size_t>(n * k) * 4 + 64, 0xAB);
+      m = pack_f32_panels(w.data(), n, k, reinterpret_cast<float*>(data.data()));
+      return;
+    }
     quantize_rows(t, w.data(), n, k, data, scales);
     data.resize(data.size() + 64, 0xAB);  // reading past the end shows in the results
     m = {t, data.data(), scales.empty() ? nullptr : scales.data(), n, k};
@@ -88,6 +93,7 @@ TEST(Weights, QuantizationErrorIsWithinTheTypesBound) {
         const float x = w[r * k + i], err = std::fabs(row[i] - x);
         switch (t) {
           case WeightType::kF32:
+          case WeightType::kF32Panels:
             ASSERT_EQ(row[i], x);
             break;
           case WeightType::kBF16:
@@ -173,12 +179,14 @@ TEST(Weights, ARowsResultDoesNotDependOnTheBatchOrTheThreads) {
           ASSERT_EQ(all2[i * n + j], all[i * n + j]) << weight_type_name(t);
         }
       }
-      // A sub-matrix of rows reads the same weights.
-      const WeightMatrix tail = p.m.rows(5, 10);
-      std::vector<float> part(m * 10);
+      // A sub-matrix of rows reads the same weights (panels: whole ones, up to a short last one).
+      const bool panels = is_any_panel_type(t);
+      const int64_t r0 = panels ? 16 : 5, rc = panels ? n - 16 : 10;
+      const WeightMatrix tail = p.m.rows(r0, rc);
+      std::vector<float> part(m * rc);
       matmul(x.data(), m, tail, nullptr, part.data(), two);
       for (int64_t i = 0; i < m; ++i)
-        for (int64_t j = 0; j < 10; ++j) ASSERT_EQ(part[i * 10 + j], all[i * n + 5 + j]);
+        for (int64_t j = 0; j < rc; ++j) ASSERT_EQ(part[i * rc + j], all[i * n + r0 + j]);
     }
 }
 
@@ -222,6 +230,31 @@ TEST(Weights, CacheBlockedBatchesEqualEachRowAlone) {
       }
     }
   }
+}
+
+// f32-panels: panel P of R rows holds element (16P + r, c) at 16P * k + c * R + r, packed alike
+// from rows or from their transpose (GPT-2's Conv1D), and gives the rows back.
+TEST(Weights, F32PanelsAreTheRowsColumnByColumn) {
+  std::mt19937 rng(53);
+  const int64_t n = 37, k = 11;  // two whole panels and one of 5 rows
+  const auto w = random_vector(n * k, rng);
+  std::vector<float> wt(n * k), a(n * k), b(n * k), row(k);
+  for (int64_t r = 0; r < n; ++r)
+    for (int64_t c = 0; c < k; ++c) wt[c * n + r] = w[r * k + c];
+  const WeightMatrix pa = pack_f32_panels(w.data(), n, k, a.data());
+  pack_f32_panels(wt.data(), n, k, b.data(), /*transposed=*/true);
+  EXPECT_EQ(a, b);
+  EXPECT_EQ(pa.type, WeightType::kF32Panels);
+  EXPECT_EQ(pa.bytes(), n * k * 4);
+  for (int64_t r = 0; r < n; ++r) {
+    const int64_t first = r / 16 * 16, rows = std::min<int64_t>(16, n - first);
+    for (int64_t c = 0; c < k; ++c)
+      ASSERT_EQ(a[first * k + c * rows + r - first], w[r * k + c]) << r << "," << c;
+    pa.dequantize_row(r, row.data());
+    ASSERT_TRUE(std::equal(row.begin(), row.end(), w.begin() + r * k)) << r;
+  }
+  EXPECT_EQ(pa.rows(32, 5).n, 5);
+  EXPECT_THROW(pa.rows(8, 16), Error);  // not whole panels
 }
 
 TEST(Weights, ManyMatricesInOneDispatchEqualSeparateCalls) {
