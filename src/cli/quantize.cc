@@ -79,20 +79,22 @@ int run_quantize(const QuantizeOptions& o) {
         out.push_back(
             {name + ".tf_scales", DType::kF16, {m->n, m->k / kernels::kQ4Group}, m->scales});
       }
-    } else if (m != nullptr &&
-               (m->type == kernels::WeightType::kBF16 || m->type == kernels::WeightType::kF16) &&
-               v.dtype != (m->type == kernels::WeightType::kBF16 ? DType::kBF16 : DType::kF16)) {
-      // bf16 / f16: the same tensor in the narrower type, in its stored layout (a plain
-      // checkpoint of that dtype).
+    } else if (const kernels::WeightType half =
+                   m == nullptr                                  ? kernels::WeightType::kF32
+                   : m->type == kernels::WeightType::kBF16Panels ? kernels::WeightType::kBF16
+                   : m->type == kernels::WeightType::kF16Panels  ? kernels::WeightType::kF16
+                                                                 : m->type;
+               (half == kernels::WeightType::kBF16 || half == kernels::WeightType::kF16) &&
+               v.dtype != (half == kernels::WeightType::kBF16 ? DType::kBF16 : DType::kF16)) {
+      // bf16 / f16 (in rows or panels at load): the same tensor in the narrower type, in its
+      // stored layout (a plain checkpoint of that dtype), rounded as the loader rounded it.
+      const bool bf16 = half == kernels::WeightType::kBF16;
       std::vector<float> f(static_cast<size_t>(v.numel()));
       convert_to_f32(v.dtype, v.data, f.size(), f.data());
       converted.emplace_back(f.size());
-      for (size_t i = 0; i < f.size(); ++i) {
-        converted.back()[i] =
-            m->type == kernels::WeightType::kBF16 ? f32_to_bf16(f[i]) : f32_to_f16(f[i]);
-      }
-      out.push_back({name, m->type == kernels::WeightType::kBF16 ? DType::kBF16 : DType::kF16,
-                     v.shape, converted.back().data()});
+      for (size_t i = 0; i < f.size(); ++i)
+        converted.back()[i] = bf16 ? f32_to_bf16(f[i]) : f32_to_f16(f[i]);
+      out.push_back({name, bf16 ? DType::kBF16 : DType::kF16, v.shape, converted.back().data()});
     } else {
       out.push_back({name, v.dtype, v.shape, v.data});  // norms, biases: as they are
     }

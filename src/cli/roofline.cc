@@ -78,10 +78,17 @@ Packed pack(kernels::WeightType t, int64_t n, int64_t k, std::mt19937& rng) {
     q.m = kernels::pack_panels(t, p.m.data, p.m.scales, n, k, q.data.data(), q.scales.data());
     return q;
   }
-  if (t == kernels::WeightType::kF32 && kernels::use_f32_panels()) {  // likewise
+  if (kernels::use_float_panels(t) && t == kernels::WeightType::kF32) {  // likewise
     Packed q;
     q.data.resize(p.data.size());
     q.m = kernels::pack_f32_panels(w.data(), n, k, reinterpret_cast<float*>(q.data.data()));
+    return q;
+  }
+  if (kernels::use_float_panels(t)) {  // f16, bf16
+    Packed q;
+    q.data.resize(p.data.size());
+    q.m = kernels::pack_half_panels(t, reinterpret_cast<const uint16_t*>(p.data.data()), n, k,
+                                    reinterpret_cast<uint16_t*>(q.data.data()));
     return q;
   }
   return p;

@@ -69,9 +69,11 @@ bool use_weight_panels() {
   return on;
 }
 
-bool use_f32_panels() {
+bool use_float_panels(WeightType t) {
   static const bool on = isa().f32_panels && panels_allowed();
-  return on;
+  // bf16 keeps its own dot products (and tiles) where the table has them.
+  return on && (t == WeightType::kF32 || t == WeightType::kF16 ||
+                (t == WeightType::kBF16 && isa().matmul_cols_bf16 == nullptr));
 }
 
 }  // namespace tf::kernels

@@ -82,9 +82,9 @@ struct IsaKernels {
   void (*matmul_cols_panels)(const BlockQ8Rows& x, const WeightMatrix& w, int64_t n_begin,
                              int64_t n_end, const float* bias, float* y, int64_t ldy,
                              bool accumulate);
-  // Whether the loader lays f32 weights out as f32-panels for this table (where its outer-product
-  // GEMM was measured faster than the row-major dot products). Every table's matmul_cols takes
-  // f32-panels.
+  // Whether the loader lays f32 (f16, bf16) weights out as f32- (f16-, bf16-) panels for this
+  // table (where its outer-product GEMM was measured faster than the row-major dot products).
+  // Every table's matmul_cols takes them.
   bool f32_panels;
 };
 
@@ -107,7 +107,9 @@ const IsaKernels& isa();
 // Whether weights go in panels (weights.h) at load: isa() has panel kernels and TOKENFLOW_PANELS
 // is not "0" (the switch that lets a benchmark compare the row-major kernels in one binary).
 bool use_weight_panels();
-// Whether f32 weights go in f32-panels at load: isa().f32_panels, and TOKENFLOW_PANELS not "0".
-bool use_f32_panels();
+// Whether weights of type t (f32, f16 or bf16) go in float panels (weights.h: f32-panels) at
+// load: isa().f32_panels, TOKENFLOW_PANELS not "0", and for bf16 no bf16 dot products in the
+// table (those are faster than widening it).
+bool use_float_panels(WeightType t);
 
 }  // namespace tf::kernels

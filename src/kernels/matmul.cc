@@ -88,8 +88,8 @@ void matmul_many(const float* x, int64_t m, std::span<const MatmulOutput> outs, 
   // One dispatch over the groups of g output columns of every matrix, in order (g = 4, the AMX
   // tiles' 16 rows, or a panel's 16, f32-panels' too).
   const int64_t g = path == Path::kTiles ? impl.tiles->col_granule
-                    : path == Path::kPanels || w0.type == WeightType::kF32Panels ? kPanelRows
-                                                                                 : 4;
+                    : path == Path::kPanels || is_float_panel_type(w0.type) ? kPanelRows
+                                                                            : 4;
   int64_t total_groups = 0;
   for (const auto& o : outs) total_groups += (o.w.n + g - 1) / g;
   const int64_t work_per_col = std::max<int64_t>(1, m * k);

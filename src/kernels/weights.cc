@@ -41,6 +41,10 @@ std::string_view weight_type_name(WeightType t) {
       return "q6_k-panels";
     case WeightType::kF32Panels:
       return "f32-panels";
+    case WeightType::kF16Panels:
+      return "f16-panels";
+    case WeightType::kBF16Panels:
+      return "bf16-panels";
     case WeightType::kQ8_0:
       return "q8_0";
     case WeightType::kQ4_0:
@@ -97,6 +101,8 @@ int64_t block_bytes(WeightType t) {
       return 4;
     case WeightType::kBF16:
     case WeightType::kF16:
+    case WeightType::kF16Panels:
+    case WeightType::kBF16Panels:
       return 2;
     case WeightType::kI8:
     case WeightType::kQ4:  // not a block format: its scales live apart (row_bytes: k / 2)
@@ -153,6 +159,8 @@ int64_t WeightMatrix::row_bytes(WeightType t, int64_t k) {
       return k * 4;
     case WeightType::kBF16:
     case WeightType::kF16:
+    case WeightType::kF16Panels:
+    case WeightType::kBF16Panels:
       return k * 2;
     case WeightType::kI8:
     case WeightType::kQ8_0Panels:
@@ -337,11 +345,22 @@ void WeightMatrix::dequantize_row(int64_t r, float* out) const {
     case WeightType::kF32:
       std::memcpy(out, row, static_cast<size_t>(k) * 4);
       return;
-    case WeightType::kF32Panels: {
+    case WeightType::kF32Panels:
+    case WeightType::kF16Panels:
+    case WeightType::kBF16Panels: {
       const int64_t first = r / kPanelRows * kPanelRows,
-                    rows = std::min<int64_t>(kPanelRows, n - first);
-      const float* panel = static_cast<const float*>(data) + first * k;
-      for (int64_t c = 0; c < k; ++c) out[c] = panel[c * rows + (r - first)];
+                    rows = std::min<int64_t>(kPanelRows, n - first), at = r - first;
+      if (type == WeightType::kF32Panels) {
+        const float* panel = static_cast<const float*>(data) + first * k;
+        for (int64_t c = 0; c < k; ++c) out[c] = panel[c * rows + at];
+      } else {
+        const uint16_t* panel = static_cast<const uint16_t*>(data) + first * k;
+        const bool f16 = type == WeightType::kF16Panels;
+        for (int64_t c = 0; c < k; ++c) {
+          const uint16_t h = panel[c * rows + at];
+          out[c] = f16 ? f16_to_f32(h) : bf16_to_f32(h);
+        }
+      }
       return;
     }
     case WeightType::kBF16:
@@ -702,21 +721,52 @@ void pad_panel(const WeightMatrix& w, int64_t p, uint8_t* data, void* scales) {
     }
 }
 
-WeightMatrix pack_f32_panels(const float* src, int64_t n, int64_t k, float* data, bool transposed) {
+namespace {
+
+// Rows [n, k] of T (or their transpose [k, n]) as panels of 16 rows, column by column.
+template <class T>
+void pack_columns(const T* src, int64_t n, int64_t k, T* data, bool transposed) {
   for (int64_t first = 0; first < n; first += kPanelRows) {
     const int64_t r_count = std::min<int64_t>(kPanelRows, n - first);
-    float* panel = data + first * k;
-    if (transposed) {  // src [k, n]: a panel's column is r_count floats of src's row c
+    T* panel = data + first * k;
+    if (transposed) {  // src [k, n]: a panel's column is r_count elements of src's row c
       for (int64_t c = 0; c < k; ++c)
-        std::memcpy(panel + c * r_count, src + c * n + first, static_cast<size_t>(r_count) * 4);
+        std::memcpy(panel + c * r_count, src + c * n + first, sizeof(T) * r_count);
       continue;
     }
     for (int64_t r = 0; r < r_count; ++r) {
-      const float* row = src + (first + r) * k;
+      const T* row = src + (first + r) * k;
       for (int64_t c = 0; c < k; ++c) panel[c * r_count + r] = row[c];
     }
   }
+}
+
+}  // namespace
+
+WeightMatrix pack_f32_panels(const float* src, int64_t n, int64_t k, float* data, bool transposed) {
+  pack_columns(src, n, k, data, transposed);
   return {WeightType::kF32Panels, data, nullptr, n, k};
+}
+
+WeightMatrix pack_half_panels(WeightType t, const uint16_t* src, int64_t n, int64_t k,
+                              uint16_t* data) {
+  TF_CHECK(t == WeightType::kF16 || t == WeightType::kBF16);
+  pack_columns(src, n, k, data, false);
+  return {float_panel_type(t), data, nullptr, n, k};
+}
+
+WeightType float_panel_type(WeightType t) {
+  switch (t) {
+    case WeightType::kF32:
+      return WeightType::kF32Panels;
+    case WeightType::kF16:
+      return WeightType::kF16Panels;
+    case WeightType::kBF16:
+      return WeightType::kBF16Panels;
+    default:
+      TF_CHECK(!"not f32, f16 or bf16");
+  }
+  return t;
 }
 
 }  // namespace tf::kernels

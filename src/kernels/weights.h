@@ -52,6 +52,8 @@
 //        but for a matrix's last panel) at data + 16P * k floats holds element (16P + r, c) at
 //        c * R + r. The same size as f32 rows; the f32 GEMM's layout (pack_f32_panels), chosen at
 //        load where the table's f32_panels says it pays.
+//   f16-panels, bf16-panels: f16 / bf16 laid out as f32-panels (2 bytes an element), widened to
+//        f32 by the same GEMM.
 
 #include <cstdint>
 #include <string_view>
@@ -74,6 +76,8 @@ enum class WeightType : uint8_t {
   kIQ4_XSPanels,  // IQ4_XS in panels of 16 rows (above)
   kQ6_KPanels,    // Q6_K in panels of 16 rows (above)
   kF32Panels,     // f32 in panels of 16 rows, column by column (above)
+  kF16Panels,     // f16 likewise
+  kBF16Panels,    // bf16 likewise
   // ggml's block formats, as GGUF stores them.
   kQ8_0,
   kQ4_0,
@@ -111,10 +115,14 @@ constexpr bool is_panel_type(WeightType t) {
          t == WeightType::kQ6_KPanels || t == WeightType::kIQ4_NLPanels ||
          t == WeightType::kIQ4_XSPanels;
 }
-// The quantized panel types above (int8 dot products) or f32-panels (an f32 GEMM): all of them
+// The quantized panel types above (int8 dot products) or f32-, f16- and bf16-panels (the f32
+// outer-product GEMM: is_float_panel_type): all of them
 // take whole panels only (WeightMatrix::rows).
+constexpr bool is_float_panel_type(WeightType t) {
+  return t == WeightType::kF32Panels || t == WeightType::kF16Panels || t == WeightType::kBF16Panels;
+}
 constexpr bool is_any_panel_type(WeightType t) {
-  return is_panel_type(t) || t == WeightType::kF32Panels;
+  return is_panel_type(t) || is_float_panel_type(t);
 }
 
 // "f32", "bf16", "f16", "int8", "q4", and ggml's names in lower case ("q4_k", "iq4_xs").
@@ -189,5 +197,10 @@ WholePanel whole_panel(const WeightMatrix& w, int64_t p, PanelPadding& pad);
 // floats). Lossless; dequantize_row gives the rows back.
 WeightMatrix pack_f32_panels(const float* src, int64_t n, int64_t k, float* data,
                              bool transposed = false);
+// f16 or bf16 rows [n, k] (t: kF16 or kBF16) as f16- / bf16-panels (data: n * k elements).
+WeightMatrix pack_half_panels(WeightType t, const uint16_t* src, int64_t n, int64_t k,
+                              uint16_t* data);
+// The float panel type of f32, f16 or bf16.
+WeightType float_panel_type(WeightType t);
 
 }  // namespace tf::kernels

@@ -170,6 +170,15 @@ void WeightStore::release_source(const Entry& e) {
 
 namespace {
 
+// Whether matrix() lays f32, f16 or bf16 weights out in float panels: where every part of the
+// matrix (all of it, or each row_unit rows of a fused or stacked one) is whole panels, so that a
+// matrix takes the same kernel, and its rows the same bits, whether a file stores it on its own,
+// fused or stacked.
+bool float_panels(kernels::WeightType t, int64_t n, int64_t row_unit) {
+  return kernels::use_float_panels(t) && n % kernels::kPanelRows == 0 &&
+         (row_unit == 0 || row_unit % kernels::kPanelRows == 0);
+}
+
 // Whether matrix() lays weights with a panel type (kernels::has_panel_type) out in panels (see
 // the header).
 bool use_panels(int64_t n, int64_t k, int64_t row_unit) {
@@ -295,12 +304,7 @@ kernels::WeightMatrix WeightStore::matrix(const std::string& name, int64_t n, in
     if (stored.view.dtype == DType::kBF16) t = WeightType::kBF16;
   }
   if (t == WeightType::kF32) {
-    // In panels where every part of the matrix (all of it, or each row_unit rows of a fused or
-    // stacked one) is whole panels: a matrix then takes the same kernel, and its rows the same
-    // bits, whether a file stores it on its own, fused or stacked.
-    if (kernels::use_f32_panels() && n % kernels::kPanelRows == 0 &&
-        (row_unit == 0 || row_unit % kernels::kPanelRows == 0))
-      return f32_panels(name, n, k, transposed);
+    if (float_panels(WeightType::kF32, n, row_unit)) return f32_panels(name, n, k, transposed);
     const float* p = transposed ? f32_transposed(name, {k, n}) : f32(name, {n, k});
     return {WeightType::kF32, p, nullptr, n, k};
   }
@@ -309,6 +313,16 @@ kernels::WeightMatrix WeightStore::matrix(const std::string& name, int64_t n, in
   const bool in_place = !transposed && reinterpret_cast<uintptr_t>(e.view.data) % 2 == 0 &&
                         ((t == WeightType::kBF16 && e.view.dtype == DType::kBF16) ||
                          (t == WeightType::kF16 && e.view.dtype == DType::kF16));
+  const bool half_panels =
+      (t == WeightType::kF16 || t == WeightType::kBF16) && float_panels(t, n, row_unit);
+  if (in_place && half_panels) {  // from the file's rows straight into panels
+    auto* d = reinterpret_cast<uint16_t*>(alloc_bytes(static_cast<size_t>(n * k) * 2, 64));
+    const kernels::WeightMatrix m =
+        kernels::pack_half_panels(t, static_cast<const uint16_t*>(e.view.data), n, k, d);
+    release_source(e);
+    packed_[name] = m;
+    return m;
+  }
   kernels::WeightMatrix m{t, in_place ? own_copy(e, 64) : e.view.data, nullptr, n, k};
   if (!in_place) {
     // An f32 view of the source, temporary unless it is the mapped bytes themselves.
@@ -356,6 +370,10 @@ kernels::WeightMatrix WeightStore::matrix(const std::string& name, int64_t n, in
       m = to_panels(t, m.data, m.scales, n, k);
       std::vector<uint8_t>().swap(data);
       std::vector<uint8_t>().swap(scales);
+    } else if (half_panels) {  // likewise
+      auto* d = reinterpret_cast<uint16_t*>(alloc_bytes(data.size(), 64));
+      m = kernels::pack_half_panels(t, reinterpret_cast<const uint16_t*>(data.data()), n, k, d);
+      std::vector<uint8_t>().swap(data);
     }
   }
   packed_[name] = m;

@@ -57,9 +57,9 @@ class WeightStore {
   // rows (weights.h) where the kernel table has panel kernels (and TOKENFLOW_PANELS is not 0); a
   // matrix the model views in row ranges (WeightMatrix::rows) says so by row_unit, the rows those
   // ranges start at being multiples of it: panels then only if row_unit is a multiple of 16. 0: not
-  // viewed in parts. f32 matrices go in f32-panels where the table's f32_panels says so, n and
-  // row_unit (if set) being multiples of 16 (so a matrix gets the same layout, and its rows the
-  // same bits, stored alone, fused or stacked).
+  // viewed in parts. f32, f16 and bf16 matrices go in float panels where use_float_panels says so,
+  // n and row_unit (if set) being multiples of 16 (so a matrix gets the same layout, and its rows
+  // the same bits, stored alone, fused or stacked).
   kernels::WeightMatrix matrix(const std::string& name, int64_t n, int64_t k,
                                bool transposed = false, int64_t row_unit = 0);
   // A 3-D tensor [count, n, k] (experts stored stacked: GGUF's ffn_*_exps, transformers v5's
@@ -103,7 +103,7 @@ class WeightStore {
   uint8_t* alloc_bytes(size_t n, size_t align);
   void check_shape(const std::string& name, const Entry& e, const Shape& shape) const;
   float* alloc(size_t n);
-  // f32 weights as f32-panels (kernels::use_f32_panels), cached as the packed types are.
+  // f32 weights as f32-panels (kernels::use_float_panels), cached as the packed types are.
   kernels::WeightMatrix f32_panels(const std::string& name, int64_t n, int64_t k, bool transposed);
   kernels::WeightMatrix prepacked(const std::string& name, int64_t n, int64_t k, bool panels);
   // q4 or int8 rows, Q4_0, Q8_0, Q4_K, Q5_K, Q6_K or IQ4 blocks laid out in panels in buffers of

@@ -24,8 +24,9 @@
 namespace tf::kernels {
 namespace {
 
-const WeightType kTypes[] = {WeightType::kF32, WeightType::kBF16, WeightType::kF16,
-                             WeightType::kI8,  WeightType::kQ4,   WeightType::kF32Panels};
+const WeightType kTypes[] = {WeightType::kF32,       WeightType::kBF16,      WeightType::kF16,
+                             WeightType::kI8,        WeightType::kQ4,        WeightType::kF32Panels,
+                             WeightType::kF16Panels, WeightType::kBF16Panels};
 
 std::vector<float> random_vector(size_t n, std::mt19937& rng) {
   std::normal_distribution<float> dist(0.0f, 1.0f);
@@ -42,6 +43,15 @@ struct Packed {
     if (t == WeightType::kF32Panels) {  // the f32 GEMM's layout (pack_f32_panels)
       data.resize(static_cast<size_t>(n * k) * 4 + 64, 0xAB);
       m = pack_f32_panels(w.data(), n, k, reinterpret_cast<float*>(data.data()));
+      return;
+    }
+    if (t == WeightType::kF16Panels || t == WeightType::kBF16Panels) {  // rounded, then laid out
+      const WeightType half = t == WeightType::kF16Panels ? WeightType::kF16 : WeightType::kBF16;
+      std::vector<uint8_t> rows;
+      quantize_rows(half, w.data(), n, k, rows, scales);
+      data.resize(rows.size() + 64, 0xAB);
+      m = pack_half_panels(half, reinterpret_cast<const uint16_t*>(rows.data()), n, k,
+                           reinterpret_cast<uint16_t*>(data.data()));
       return;
     }
     quantize_rows(t, w.data(), n, k, data, scales);
@@ -97,9 +107,11 @@ TEST(Weights, QuantizationErrorIsWithinTheTypesBound) {
             ASSERT_EQ(row[i], x);
             break;
           case WeightType::kBF16:
+          case WeightType::kBF16Panels:
             ASSERT_LE(err, std::fabs(x) * 0x1p-8f) << i;
             break;
           case WeightType::kF16:
+          case WeightType::kF16Panels:
             ASSERT_LE(err, std::fabs(x) * 0x1p-11f + 1e-7f) << i;
             break;
           case WeightType::kI8:
