@@ -734,10 +734,10 @@ void pack_columns(const T* src, int64_t n, int64_t k, T* data, bool transposed) 
         std::memcpy(panel + c * r_count, src + c * n + first, sizeof(T) * r_count);
       continue;
     }
-    for (int64_t r = 0; r < r_count; ++r) {
-      const T* row = src + (first + r) * k;
-      for (int64_t c = 0; c < k; ++c) panel[c * r_count + r] = row[c];
-    }
+    // Column by column: the writes sequential, the reads r_count sequential streams.
+    const T* rows = src + first * k;
+    for (int64_t c = 0; c < k; ++c)
+      for (int64_t r = 0; r < r_count; ++r) panel[c * r_count + r] = rows[r * k + c];
   }
 }
 
