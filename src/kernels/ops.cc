@@ -57,10 +57,13 @@ void silu_mul(float* gate, const float* up, int64_t n) {
 }
 
 void gelu_tanh(float* x, int64_t n) {
-  constexpr float kAlpha = 0.7978845608028654f;  // sqrt(2 / pi)
+  // 0.5 v (1 + tanh(u)) is v / (1 + exp(-2u)) (1 + tanh(u) = 2 / (1 + exp(-2u))): the same
+  // function with one exp, where tanhf (through expm1f) was ~17 % of a GPT-2 prefill. No
+  // cancellation: the sum in the denominator is of two positive terms.
+  constexpr float kTwoAlpha = 2.0f * 0.7978845608028654f;  // 2 sqrt(2 / pi)
   for (int64_t i = 0; i < n; ++i) {
     const float v = x[i];
-    x[i] = 0.5f * v * (1.0f + std::tanh(kAlpha * (v + 0.044715f * v * v * v)));
+    x[i] = v / (1.0f + std::exp(-kTwoAlpha * (v + 0.044715f * v * v * v)));
   }
 }
 
