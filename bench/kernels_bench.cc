@@ -1,17 +1,23 @@
 // Micro-benchmarks of the f32 matmul per ISA table, at decode (GEMV) and prefill (GEMM) shapes;
 // the dequantization of every GGUF block format (the reference code `tokenflow quantize` and
 // embeddings use); and the block kernels' GEMV per format and table (4096 x 4096 weights, in
-// L3 or memory); the matrix tile kernels (AMX) per weight type; the panel kernels per table. Run:
+// L3 or memory); the matrix tile kernels (AMX) per weight type; the panel kernels per table;
+// attention over a paged cache per table and KV type (a causal prefill in tasks of 4 queries, as
+// transformer::attention groups them, and one query against a long context). Run:
 // build/release/bench/bench_kernels --benchmark_repetitions=5
 // --benchmark_report_aggregates_only [--benchmark_filter=dequant]
 
 #include <benchmark/benchmark.h>
 
+#include <algorithm>
+#include <bit>
+#include <cstring>
 #include <random>
 #include <vector>
 
 #include "core/cpu_features.h"
 #include "core/thread_pool.h"
+#include "kernels/attention.h"
 #include "kernels/ggml_quants.h"
 #include "kernels/isa.h"
 #include "kernels/q8.h"
@@ -267,10 +273,89 @@ void register_all() {
   }
 }
 
+// Attention of one KV head, one thread: range(0) = queries 0..T-1 of a causal prefill (T
+// tokens, tasks of range(1) consecutive queries, as transformer::attention groups a prompt's
+// tokens), or with range(1) = 0 one query at position T (decode). head_dim range(2).
+void run_attention(benchmark::State& state, const IsaKernels* isa, tf::kernels::KvType type) {
+  const int64_t t = state.range(0), group = state.range(1);
+  const int hd = static_cast<int>(state.range(2));
+  constexpr int kBlock = 16;
+  const int64_t ctx = t + 1, blocks = (ctx + kBlock - 1) / kBlock;
+  std::mt19937 rng(1);
+  std::normal_distribution<float> dist(0.0f, 1.0f);
+  std::vector<uint8_t> k(blocks * kBlock * hd * 4), v(k.size());
+  std::vector<float> q(ctx * hd), out(ctx * hd);
+  for (auto& x : q) x = dist(rng);
+  const int es = tf::kernels::kv_type_size(type);
+  for (size_t i = 0; i + es <= k.size(); i += es) {
+    const float a = dist(rng), b = dist(rng);
+    if (es == 4) {
+      std::memcpy(&k[i], &a, 4);
+      std::memcpy(&v[i], &b, 4);
+    } else {  // bf16 / f16 bits of a modest value: the top half of the f32 works for bf16 only,
+              // so f16 takes a fixed pattern of normal numbers
+      const uint16_t ka = type == tf::kernels::KvType::kBF16
+                              ? static_cast<uint16_t>(std::bit_cast<uint32_t>(a) >> 16)
+                              : static_cast<uint16_t>(0x3000 + (rng() & 0x0fff));
+      const uint16_t vb = type == tf::kernels::KvType::kBF16
+                              ? static_cast<uint16_t>(std::bit_cast<uint32_t>(b) >> 16)
+                              : static_cast<uint16_t>(0x3000 + (rng() & 0x0fff));
+      std::memcpy(&k[i], &ka, 2);
+      std::memcpy(&v[i], &vb, 2);
+    }
+  }
+  std::vector<int32_t> table(blocks);
+  for (int64_t b = 0; b < blocks; ++b) table[b] = static_cast<int32_t>(blocks - 1 - b);
+  tf::kernels::PagedKvLayer kv{k.data(), v.data(), kBlock, hd, type};
+  const tf::kernels::AttentionOpts opts(0.125f);
+  double flops = 0;
+  for (auto _ : state) {
+    flops = 0;
+    if (group == 0) {
+      const float* qs[1] = {q.data()};
+      float* os[1] = {out.data()};
+      const int64_t n[1] = {ctx};
+      isa->attend_queries(qs, n, 1, kv, table.data(), 0, hd, opts, os);
+      flops = 4.0 * ctx * hd;
+    } else {
+      for (int64_t f = 0; f < t; f += group) {
+        const float* qs[tf::kernels::kMaxAttentionQueries];
+        float* os[tf::kernels::kMaxAttentionQueries];
+        int64_t n[tf::kernels::kMaxAttentionQueries];
+        const int64_t cnt = std::min(group, t - f);
+        for (int64_t r = 0; r < cnt; ++r) {
+          qs[r] = q.data() + (f + r) * hd;
+          os[r] = out.data() + (f + r) * hd;
+          n[r] = f + r + 1;
+          flops += 4.0 * n[r] * hd;
+        }
+        isa->attend_queries(qs, n, static_cast<int>(cnt), kv, table.data(), 0, hd, opts, os);
+      }
+    }
+    benchmark::DoNotOptimize(out.data());
+  }
+  state.counters["GFLOP/s"] = benchmark::Counter(
+      flops, benchmark::Counter::kIsIterationInvariantRate, benchmark::Counter::kIs1000);
+}
+
+void register_attention() {
+  for (const IsaKernels* t : tf::kernels::supported_tables()) {
+    for (auto kt : {tf::kernels::KvType::kF32, tf::kernels::KvType::kBF16}) {
+      auto* b = benchmark::RegisterBenchmark((std::string("attention/") + t->name + "/" +
+                                              (kt == tf::kernels::KvType::kF32 ? "f32" : "bf16"))
+                                                 .c_str(),
+                                             run_attention, t, kt);
+      b->Args({512, 4, 64})->Args({512, 4, 128})->Args({2048, 0, 64})->Args({2048, 0, 128});
+      b->Unit(benchmark::kMicrosecond);
+    }
+  }
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   register_all();
+  register_attention();
   benchmark::Initialize(&argc, argv);
   benchmark::RunSpecifiedBenchmarks();
   benchmark::Shutdown();

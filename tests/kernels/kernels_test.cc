@@ -593,7 +593,8 @@ struct AttnCase {
 TEST(Attention, PagedMatchesContiguousReference) {
   std::mt19937 rng(21);
   for (AttnCase ac : {AttnCase{4, 2, 8, 13}, AttnCase{6, 2, 12, 1}, AttnCase{2, 1, 16, 4},
-                      AttnCase{8, 8, 5, 19}, AttnCase{4, 1, 64, 30}}) {
+                      AttnCase{8, 8, 5, 19}, AttnCase{4, 1, 64, 30}, AttnCase{2, 1, 64, 35},
+                      AttnCase{2, 2, 128, 40}, AttnCase{2, 1, 40, 35}}) {
     SCOPED_TRACE("heads=" + std::to_string(ac.n_heads) +
                  " kv_heads=" + std::to_string(ac.n_kv_heads) +
                  " head_dim=" + std::to_string(ac.head_dim) + " n_ctx=" + std::to_string(ac.n_ctx));
@@ -653,6 +654,14 @@ TEST(Attention, PagedMatchesContiguousReference) {
           for (int e = 0; e < ac.head_dim; ++e)
             ASSERT_EQ(grouped[ac.head_dim + e], alone[e]) << t->name << " nq=" << nq << " e=" << e;
         }
+        // Grouped with a longer context (a prompt's earlier token beside its later ones: the
+        // group reads whole chunks where the query alone reads part of its last one).
+        const int64_t shorter = std::max<int64_t>(1, ac.n_ctx - 5);
+        t->attend_queries(&q1, &shorter, 1, layer, table.data(), kv_head, ac.head_dim, scale, &o1);
+        const int64_t ctx_long[2] = {ac.n_ctx, shorter};
+        t->attend_queries(qs, ctx_long, 2, layer, table.data(), kv_head, ac.head_dim, scale, outs);
+        for (int e = 0; e < ac.head_dim; ++e)
+          ASSERT_EQ(grouped[ac.head_dim + e], alone[e]) << t->name << " shorter, e=" << e;
       }
       // Naive reference in double.
       std::vector<double> s(ac.n_ctx);
