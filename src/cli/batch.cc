@@ -34,7 +34,8 @@ struct Job {
   std::vector<int32_t> prompt;
   SamplingParams params;
   std::string model;
-  std::string error;  // set when the line could not be turned into a request
+  std::string error;  // set when the line could not be turned into a request, or failed
+  std::string error_code = "invalid_request";  // "server_error": the engine failed on it
 };
 
 Job parse_line(const std::string& text, size_t line, const LoadedTokenizer& tok,
@@ -76,7 +77,7 @@ json result_line(const Job& job, const std::vector<CompletedSequence>& seqs,
     return {{"id", id},
             {"custom_id", job.custom_id},
             {"response", nullptr},
-            {"error", {{"code", "invalid_request"}, {"message", job.error}}}};
+            {"error", {{"code", job.error_code}, {"message", job.error}}}};
   }
   json choices = json::array();
   int64_t completion_tokens = 0;
@@ -177,6 +178,12 @@ int run_batch_file(Engine& engine, const LoadedTokenizer& tok, const ModelConfig
           r.prompt = job.prompt;
           r.params = job.params;
           seqs = run_to_completion(engine, r);
+          for (const auto& s : seqs) {
+            if (!s.error.empty()) {
+              job.error = s.error;
+              job.error_code = "server_error";
+            }
+          }
           if (job.params.candidates() > job.params.n) {  // best_of: the n most likely
             std::stable_sort(seqs.begin(), seqs.end(), [](const auto& a, const auto& b) {
               return a.cumulative_logprob > b.cumulative_logprob;
@@ -187,6 +194,7 @@ int run_batch_file(Engine& engine, const LoadedTokenizer& tok, const ModelConfig
           job.error = e.what();
         }
       }
+      if (!job.error.empty()) seqs.clear();
       for (const auto& s : seqs) tokens += static_cast<int64_t>(s.tokens.size());
       const std::string line =
           result_line(job, seqs, static_cast<int64_t>(job.prompt.size())).dump() + "\n";

@@ -225,11 +225,24 @@ void Engine::loop() {
     try {
       step();
     } catch (const std::exception& e) {
-      // A bug must not leave clients hanging: end every active request with abort.
+      // A bug must not leave clients hanging: end every active request, as failed (a server
+      // error, not a cancellation).
       log::error("engine step failed: {}", e.what());
       for (auto& r : active_) {
+        // Every sequence still open ends with the error (beam search: the request as one).
+        std::vector<int32_t> open;
+        if (!r->group.beam_search()) {
+          for (const auto& s : r->group.sequences())
+            if (s->status != SequenceStatus::kFinished) open.push_back(s->index);
+        }
+        if (open.empty()) open.push_back(0);
         r->group.remove_all(scheduler_);
-        r->stream->push(aborted_output());
+        for (size_t i = 0; i < open.size(); ++i) {
+          RequestOutput out = failed_output();
+          out.index = open[i];
+          out.request_done = i + 1 == open.size();
+          r->stream->push(std::move(out));
+        }
         leave_queue(*r);
       }
       active_.clear();
@@ -430,6 +443,7 @@ void append_output(CompletedSequence& s, const RequestOutput& o) {
     s.finish = o.finish;
     s.cumulative_logprob = o.cumulative_logprob;
   }
+  if (!o.error.empty()) s.error = o.error;
 }
 
 }  // namespace tf

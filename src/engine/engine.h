@@ -136,6 +136,7 @@ struct CompletedSequence {
   FinishReason finish = FinishReason::kNone;
   double cumulative_logprob = 0.0;
   std::vector<SampleResult> logprobs;
+  std::string error;  // the engine failed on it (RequestOutput::error)
 };
 // Adds one output event to the sequence it belongs to.
 void append_output(CompletedSequence& seq, const RequestOutput& out);

@@ -62,6 +62,9 @@ struct RequestOutput {
   FinishReason finish = FinishReason::kNone;
   double cumulative_logprob = 0.0;  // set with finish (when logprobs or best_of ask for it)
   bool request_done = false;        // the last event of the request
+  // Set (with finish kAbort) when the engine failed while running the request: a server error
+  // (500 / INTERNAL), not a cancellation. What clients may be told; the log has the cause.
+  std::string error;
 };
 
 struct RequestTimings {
@@ -115,6 +118,12 @@ inline RequestOutput aborted_output() {
   RequestOutput out;
   out.finish = FinishReason::kAbort;
   out.request_done = true;
+  return out;
+}
+// The last event of a request the engine failed on.
+inline RequestOutput failed_output() {
+  RequestOutput out = aborted_output();
+  out.error = "internal error: the model failed while generating (the server log has the cause)";
   return out;
 }
 

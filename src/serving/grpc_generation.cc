@@ -71,13 +71,6 @@ std::shared_ptr<ServedModel> resolve_model(GrpcCall& call, ServingState& state,
   return m;
 }
 
-// What a finished job ends with: DEADLINE_EXCEEDED when it ran past its deadline and a sequence
-// was stopped for it, else OK.
-grpc::Status end_status(const JobSummary& summary, std::chrono::milliseconds limit) {
-  if (!summary.timed_out) return grpc::Status::OK;
-  return grpc::Status(grpc::StatusCode::DEADLINE_EXCEEDED, deadline_message(limit));
-}
-
 // Starts the plan's job on the call's strand; books it as REST does when it ends (record_job),
 // then calls done(job, summary, client_gone).
 void start_job(GrpcContext& ctx, std::shared_ptr<GenerationPlan> plan,
@@ -235,6 +228,14 @@ class StreamReactor final : public grpc::ServerWriteReactor<v1::GenerateStreamRe
 };
 
 }  // namespace
+
+// What a finished job ends with: INTERNAL when the engine failed on it, DEADLINE_EXCEEDED when it
+// ran past its deadline and a sequence was stopped for it, else OK.
+grpc::Status end_status(const JobSummary& summary, std::chrono::milliseconds limit) {
+  if (!summary.error.empty()) return grpc::Status(grpc::StatusCode::INTERNAL, summary.error);
+  if (!summary.timed_out) return grpc::Status::OK;
+  return grpc::Status(grpc::StatusCode::DEADLINE_EXCEEDED, deadline_message(limit));
+}
 
 namespace {
 

@@ -49,6 +49,11 @@ class GenerationServiceImpl final : public v1::GenerationService::CallbackServic
 CompletionRequest read_generate_request(const v1::GenerateRequest& request, bool stream,
                                         bool log_prompt = false);
 
+// What a finished job ends with: INTERNAL when the engine failed on it (summary.error),
+// DEADLINE_EXCEEDED when it ran past its deadline (limit) and a sequence was stopped for it, else
+// OK. Generate, GenerateStream and Predict alike.
+grpc::Status end_status(const JobSummary& summary, std::chrono::milliseconds limit);
+
 // The answers as pure functions of what came out. A unary response: the returned sequences of
 // every prompt (summary.returned), logprobs when asked, the usage.
 void generate_response_proto(const std::vector<std::vector<GeneratedSequence>>& results,

@@ -6,6 +6,7 @@
 #include <cstring>
 #include <set>
 
+#include "serving/grpc_generation.h"
 #include "serving/tfserving_api.h"
 
 namespace tf {
@@ -207,9 +208,9 @@ grpc::ServerUnaryReactor* PredictionServiceImpl::Predict(grpc::CallbackServerCon
             const JobSummary summary = summarize(*plan, job, *r->call.record);
             record_job(summary, *r->call.record, plan->admission.get());
             if (client_gone) return r->finish(client_gone_status(r->server_ctx));
-            if (summary.timed_out)  // as Generate ends (before, OK with "abort")
-              return r->finish(grpc::Status(grpc::StatusCode::DEADLINE_EXCEEDED,
-                                            deadline_message(plan->time_limit)));
+            // As Generate ends (before, OK with "abort").
+            const grpc::Status status = end_status(summary, plan->time_limit);
+            if (!status.ok()) return r->finish(status);
             predict_response_proto(predict_outputs(job.results(), plan->logprobs),
                                    request->output_filter(), response);
             answered_spec(*plan->model, response->mutable_model_spec());

@@ -26,8 +26,10 @@ JobSummary summarize_job(const GenerationJob& job, const ReturnRule& rule,
       s.completion_tokens += static_cast<int64_t>(seqs[k].tokens.size());
       if (s.finish.empty()) s.finish = finish_reason_name(seqs[k].finish);
     }
-    for (const auto& seq : seqs)
+    for (const auto& seq : seqs) {
       s.timed_out = s.timed_out || (past && seq.finish == FinishReason::kAbort);
+      if (s.error.empty()) s.error = seq.error;
+    }
   }
   s.ttft_ms = job.first_token_ms(received);
   return s;

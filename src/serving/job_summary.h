@@ -33,6 +33,8 @@ struct JobSummary {
   // The deadline passed and at least one sequence was stopped for it: the request timed out
   // (504 / DEADLINE_EXCEEDED where nothing was sent yet).
   bool timed_out = false;
+  // The engine failed on a sequence of the job (500 / INTERNAL): what the client is told.
+  std::string error;
 };
 
 JobSummary summarize_job(const GenerationJob& job, const ReturnRule& rule,

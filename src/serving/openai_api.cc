@@ -103,6 +103,12 @@ void handle_openai_generation(ServingState& state, const HttpRequest& req,
       const JobSummary summary = summarize(*parsed, job, *record);
       record_job(summary, *record, parsed->admission.get());
       if (client_gone) return log_request(*record, 499);
+      if (!summary.error.empty()) {  // the headers are out: the error travels in the stream
+        responder->write("data: " + openai_error_body(500, summary.error, "server_error") + "\n\n");
+        responder->write("data: [DONE]\n\n");
+        responder->end();
+        return log_request(*record, 500);
+      }
       if (parsed->include_usage) responder->write(sse(openai_usage_chunk(*shared, summary)));
       responder->write("data: [DONE]\n\n");
       responder->end();
@@ -131,6 +137,10 @@ void handle_openai_generation(ServingState& state, const HttpRequest& req,
     const JobSummary summary = summarize(*parsed, job, *record);
     record_job(summary, *record, parsed->admission.get());
     if (client_gone) return log_request(*record, 499);
+    if (!summary.error.empty()) {
+      responder->send(500, openai_error_body(500, summary.error, "server_error"));
+      return log_request(*record, 500);
+    }
     if (summary.timed_out) {
       responder->send(504, openai_error_body(504, deadline_message(limit), "timeout"));
       return log_request(*record, 504);

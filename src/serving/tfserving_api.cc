@@ -97,6 +97,10 @@ void predict(ServingState& state, std::shared_ptr<ServedModel> model, const Http
     const JobSummary summary = summarize(*plan, job, *record);
     record_job(summary, *record, plan->admission.get());
     if (client_gone) return log_request(*record, 499);
+    if (!summary.error.empty()) {
+      responder->send(500, tfserving_error_body(summary.error));
+      return log_request(*record, 500);
+    }
     if (summary.timed_out) {  // as completions answer it (before, a 200 with "abort")
       responder->send(504, tfserving_error_body(deadline_message(plan->time_limit)));
       return log_request(*record, 504);

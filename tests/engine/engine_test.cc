@@ -560,15 +560,18 @@ TEST_F(EngineTest, BatchTimeoutGathersAFirstBatch) {
 namespace tf {
 namespace {
 
-// A model whose forward pass takes as long as the test says: to see a wedged engine.
+// A model whose forward pass takes as long as the test says (to see a wedged engine), or fails
+// when told to (to see what a failing step does).
 class SlowModel final : public Model {
  public:
   explicit SlowModel(ModelConfig c) : Model(std::move(c), WeightStore()) {}
   std::atomic<int> delay_ms{0};
+  std::atomic<bool> fail{false};
 
  protected:
   void run(std::span<const SequenceChunk> batch, std::span<const TokenPosition>, KvCache&,
            float* logits, ThreadPool&) override {
+    if (fail) throw std::runtime_error("injected model failure");
     std::this_thread::sleep_for(std::chrono::milliseconds(delay_ms.load()));
     const int64_t rows = Model::logit_rows(batch);
     for (int64_t i = 0; i < rows * config_.vocab_size; ++i) logits[i] = 0.0f;
@@ -587,6 +590,37 @@ ModelConfig tiny_config() {
   c.ffn_dim = 8;
   c.max_seq_len = 64;
   return c;
+}
+
+// A step that throws ends its requests as failed (an error the APIs turn into 500 / INTERNAL,
+// not a plain "abort"), frees what they held, and the engine goes on serving.
+TEST(EngineFailure, AFailedStepEndsItsRequestsWithAnErrorAndTheEngineGoesOn) {
+  SlowModel model(tiny_config());
+  EngineConfig c;
+  c.kv_cache_bytes = 16 * KvCache::bytes_per_block(model.config(), 16);
+  c.threads = 1;
+  Engine e(model, nullptr, {}, c);
+  GenerationRequest r;
+  r.prompt = {1, 2, 3};
+  r.params.max_tokens = 4;
+  r.params.temperature = 0.0f;
+  r.params.n = 2;
+  model.fail = true;
+  const auto failed = run_to_completion(e, r);
+  ASSERT_EQ(failed.size(), 2u);
+  for (const auto& s : failed) {
+    EXPECT_EQ(s.finish, FinishReason::kAbort);
+    EXPECT_NE(s.error.find("internal error"), std::string::npos) << s.error;
+    EXPECT_EQ(s.error.find("injected"), std::string::npos) << "the cause stays in the log";
+  }
+  model.fail = false;
+  const auto ok = run_to_completion(e, r);
+  ASSERT_EQ(ok.size(), 2u);
+  for (const auto& s : ok) {
+    EXPECT_EQ(s.finish, FinishReason::kLength);
+    EXPECT_EQ(s.tokens.size(), 4u);
+    EXPECT_TRUE(s.error.empty());
+  }
 }
 
 TEST(EngineLiveness, AStepLongerThanTheLimitReadsAsNotResponsive) {

@@ -2,8 +2,14 @@
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
+#include <condition_variable>
+#include <mutex>
+
 #include "serving/api_common.h"
 #include "serving/generation_job.h"
+#include "serving/grpc_generation.h"
+#include "serving/job_host.h"
+#include "serving/job_summary.h"
 #include "serving/openai_api.h"
 #include "serving/planner.h"
 #include "serving/tfserving_api.h"
@@ -49,6 +55,81 @@ TEST(ErrorBody, OpenAiShapeWithStatusTypeAndParam) {
   EXPECT_EQ(http_status_of(std::runtime_error("x")), 500);
   // Odd bytes never make the JSON writer throw.
   EXPECT_NO_THROW(dump_json(nlohmann::json{{"text", std::string("\xff\xfe", 2)}}));
+}
+
+// A model whose every step fails.
+class FailingModel final : public Model {
+ public:
+  explicit FailingModel(ModelConfig c) : Model(std::move(c), WeightStore()) {}
+
+ protected:
+  void run(std::span<const SequenceChunk>, std::span<const TokenPosition>, KvCache&, float*,
+           ThreadPool&) override {
+    throw std::runtime_error("injected model failure");
+  }
+};
+
+// Runs posted work at once, one at a time.
+class InlineHost final : public JobHost {
+ public:
+  void post(std::function<void()> fn) override {
+    std::lock_guard<std::recursive_mutex> lock(mu_);
+    fn();
+  }
+  void on_disconnect(std::function<void()>) override {}
+  bool disconnected() const override { return false; }
+
+ private:
+  std::recursive_mutex mu_;
+};
+
+// A job the engine fails on sums up as a server error, which every API answers as one (500 /
+// INTERNAL), not as a 200 whose choices end in "abort" or a deadline.
+TEST(JobSummary, AnEngineFailureIsAServerError) {
+  ModelConfig c;
+  c.architecture = "Failing";
+  c.vocab_size = 8;
+  c.dim = c.head_dim = c.ffn_dim = 8;
+  c.n_layers = c.n_heads = c.n_kv_heads = 1;
+  c.max_seq_len = 64;
+  FailingModel model(c);
+  EngineConfig ec;
+  ec.kv_cache_bytes = 16 * KvCache::bytes_per_block(c, 16);
+  ec.threads = 1;
+  Engine engine(model, nullptr, {}, ec);
+  JobRegistry registry;
+  std::mutex mu;
+  std::condition_variable cv;
+  bool done = false;
+  JobSummary summary;
+  const auto received = std::chrono::steady_clock::now();
+  std::vector<GenerationRequest> reqs(2);
+  for (auto& r : reqs) {
+    r.prompt = {1, 2, 3};
+    r.params.max_tokens = 4;
+  }
+  GenerationJob::start(engine, std::move(reqs), std::make_shared<InlineHost>(), registry, nullptr,
+                       [&](const GenerationJob& job, bool client_gone) {
+                         EXPECT_FALSE(client_gone);
+                         std::lock_guard<std::mutex> lock(mu);
+                         summary = summarize_job(job, ReturnRule{}, received,
+                                                 received + std::chrono::hours(1));
+                         done = true;
+                         cv.notify_all();
+                       });
+  std::unique_lock<std::mutex> lock(mu);
+  cv.wait(lock, [&] { return done; });
+  EXPECT_NE(summary.error.find("internal error"), std::string::npos) << summary.error;
+  EXPECT_FALSE(summary.timed_out);
+  const grpc::Status status = end_status(summary, std::chrono::milliseconds(1000));
+  EXPECT_EQ(status.error_code(), grpc::StatusCode::INTERNAL);
+  EXPECT_EQ(status.error_message(), summary.error);
+  // With no error, the same summary ends as before: OK, or DEADLINE_EXCEEDED when timed out.
+  summary.error.clear();
+  EXPECT_TRUE(end_status(summary, std::chrono::milliseconds(1000)).ok());
+  summary.timed_out = true;
+  EXPECT_EQ(end_status(summary, std::chrono::milliseconds(1000)).error_code(),
+            grpc::StatusCode::DEADLINE_EXCEEDED);
 }
 
 TEST(BestOf, KeepsTheMostLikelyBestFirst) {
