@@ -346,6 +346,7 @@ void register_attention() {
                                                  .c_str(),
                                              run_attention, t, kt);
       b->Args({512, 4, 64})->Args({512, 4, 128})->Args({2048, 0, 64})->Args({2048, 0, 128});
+      b->Args({80, 0, 64});
       b->Unit(benchmark::kMicrosecond);
     }
   }
