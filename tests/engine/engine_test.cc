@@ -592,14 +592,19 @@ ModelConfig tiny_config() {
   return c;
 }
 
+// One thread, 16 blocks of 16 tokens.
+EngineConfig tiny_engine_config(const Model& model) {
+  EngineConfig c;
+  c.kv_cache_bytes = 16 * KvCache::bytes_per_block(model.config(), 16);
+  c.threads = 1;
+  return c;
+}
+
 // A step that throws ends its requests as failed (an error the APIs turn into 500 / INTERNAL,
 // not a plain "abort"), frees what they held, and the engine goes on serving.
 TEST(EngineFailure, AFailedStepEndsItsRequestsWithAnErrorAndTheEngineGoesOn) {
   SlowModel model(tiny_config());
-  EngineConfig c;
-  c.kv_cache_bytes = 16 * KvCache::bytes_per_block(model.config(), 16);
-  c.threads = 1;
-  Engine e(model, nullptr, {}, c);
+  Engine e(model, nullptr, {}, tiny_engine_config(model));
   GenerationRequest r;
   r.prompt = {1, 2, 3};
   r.params.max_tokens = 4;
@@ -625,10 +630,7 @@ TEST(EngineFailure, AFailedStepEndsItsRequestsWithAnErrorAndTheEngineGoesOn) {
 
 TEST(EngineLiveness, AStepLongerThanTheLimitReadsAsNotResponsive) {
   SlowModel model(tiny_config());
-  EngineConfig c;
-  c.kv_cache_bytes = 16 * KvCache::bytes_per_block(model.config(), 16);
-  c.threads = 1;
-  Engine e(model, nullptr, {}, c);
+  Engine e(model, nullptr, {}, tiny_engine_config(model));
   EXPECT_TRUE(e.responsive(std::chrono::milliseconds(50))) << "idle is responsive";
   model.delay_ms = 400;
   GenerationRequest r;
