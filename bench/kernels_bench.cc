@@ -338,7 +338,26 @@ void run_attention(benchmark::State& state, const IsaKernels* isa, tf::kernels::
       flops, benchmark::Counter::kIsIterationInvariantRate, benchmark::Counter::kIs1000);
 }
 
+// The activation quantizer of the block and panel kernels (Q8_0 blocks with their sums), one
+// thread: range(0) rows of range(1) floats, with the AMX tiles' layout when range(2) is 1.
+void run_quantize_activations(benchmark::State& state) {
+  const int64_t m = state.range(0), k = state.range(1);
+  const Operands o(m, 1, k);
+  tf::kernels::BlockQ8Buffer buf;
+  tf::kernels::prepare_block_activations(m, k, buf, state.range(2) != 0);
+  for (auto _ : state) {
+    for (int64_t i = 0; i < m; ++i) tf::kernels::quantize_block_row(o.x.data(), i, buf);
+    benchmark::DoNotOptimize(buf.rows.q);
+  }
+  state.counters["GB/s(x)"] = benchmark::Counter(
+      4.0 * m * k, benchmark::Counter::kIsIterationInvariantRate, benchmark::Counter::kIs1000);
+}
+
 void register_attention() {
+  benchmark::RegisterBenchmark("quantize_activations", run_quantize_activations)
+      ->Args({32, 768, 0})
+      ->Args({512, 2048, 1})
+      ->Unit(benchmark::kMicrosecond);
   for (const IsaKernels* t : tf::kernels::supported_tables()) {
     for (auto kt : {tf::kernels::KvType::kF32, tf::kernels::KvType::kBF16}) {
       auto* b = benchmark::RegisterBenchmark((std::string("attention/") + t->name + "/" +

@@ -300,6 +300,8 @@ TEST(BlockQ8, QuantizerRoundsHalfAwayFromZeroAsQ8_0) {
     EXPECT_EQ(buf.s16[2 * b], d * static_cast<float>(sums[0]));
     EXPECT_EQ(buf.s16[2 * b + 1], d * static_cast<float>(sums[1]));
     EXPECT_EQ(buf.s32[b], d * static_cast<float>(sums[0] + sums[1]));
+    EXPECT_EQ(buf.q32[b], sums[0] + sums[1]);
+    EXPECT_EQ(buf.q16[b], sums[0]);
   }
 }
 
