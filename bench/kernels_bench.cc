@@ -12,6 +12,7 @@
 #include <algorithm>
 #include <bit>
 #include <cstring>
+#include <numeric>
 #include <random>
 #include <vector>
 
@@ -353,7 +354,56 @@ void run_quantize_activations(benchmark::State& state) {
       4.0 * m * k, benchmark::Counter::kIsIterationInvariantRate, benchmark::Counter::kIs1000);
 }
 
+// Batched decode's attention over a cache larger than the caches, in two layouts: range(0)
+// sequences of range(1) positions, 12 heads of 64, bf16, one query per sequence and head, one
+// thread. range(2) = 0: rows of all heads side by side (tokenflow's layout, a head's slice of a
+// row kv_dim apart from the next); 1: each head's rows contiguous within a block (vLLM's
+// [block][head][position][head_dim]; emulated by one layer per head).
+void run_attention_layout(benchmark::State& state) {
+  const int64_t seqs = state.range(0), ctx = state.range(1);
+  const bool per_head = state.range(2) != 0;
+  constexpr int kHeads = 12, kHd = 64, kBlock = 16;
+  const int64_t blocks = seqs * ((ctx + kBlock - 1) / kBlock);
+  std::vector<uint16_t> k(blocks * kBlock * kHeads * kHd, 0x3c00), v(k.size(), 0x3c00);
+  std::vector<int32_t> table(blocks);
+  std::iota(table.begin(), table.end(), 0);
+  std::shuffle(table.begin(), table.end(), std::mt19937(3));
+  std::vector<float> q(kHd, 0.01f), out(kHd);
+  const tf::kernels::AttentionOpts opts(0.125f);
+  const tf::kernels::IsaKernels& isa = tf::kernels::isa();
+  const int64_t per_seq = blocks / seqs, head_elems = blocks * kBlock * kHd;
+  for (auto _ : state) {
+    for (int64_t s = 0; s < seqs; ++s) {
+      const int32_t* t = table.data() + s * per_seq;
+      for (int h = 0; h < kHeads; ++h) {
+        const float* qs[1] = {q.data()};
+        float* os[1] = {out.data()};
+        const int64_t n[1] = {ctx};
+        if (per_head) {
+          tf::kernels::PagedKvLayer kv{k.data() + h * head_elems, v.data() + h * head_elems, kBlock,
+                                       kHd, tf::kernels::KvType::kBF16};
+          isa.attend_queries(qs, n, 1, kv, t, 0, kHd, opts, os);
+        } else {
+          tf::kernels::PagedKvLayer kv{k.data(), v.data(), kBlock, kHeads * kHd,
+                                       tf::kernels::KvType::kBF16};
+          isa.attend_queries(qs, n, 1, kv, t, h, kHd, opts, os);
+        }
+        benchmark::DoNotOptimize(out.data());
+      }
+    }
+  }
+  state.counters["GB/s(kv)"] = benchmark::Counter(4.0 * seqs * ctx * kHeads * kHd,
+                                                  benchmark::Counter::kIsIterationInvariantRate,
+                                                  benchmark::Counter::kIs1000);
+}
+
 void register_attention() {
+  benchmark::RegisterBenchmark("attention_layout", run_attention_layout)
+      ->Args({32, 512, 0})
+      ->Args({32, 512, 1})
+      ->Args({4, 2048, 0})
+      ->Args({4, 2048, 1})
+      ->Unit(benchmark::kMillisecond);
   benchmark::RegisterBenchmark("quantize_activations", run_quantize_activations)
       ->Args({32, 768, 0})
       ->Args({512, 2048, 1})
