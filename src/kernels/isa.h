@@ -86,6 +86,10 @@ struct IsaKernels {
   // table (where its outer-product GEMM was measured faster than the row-major dot products).
   // Every table's matmul_cols takes them.
   bool f32_panels;
+  // gate[i] = silu(gate[i]) * up[i], and x[i] = gelu_tanh(x[i]) (ops.h): a vector exp where the
+  // table has one, each element's arithmetic the same wherever it sits in a row.
+  void (*silu_mul)(float* gate, const float* up, int64_t n);
+  void (*gelu_tanh)(float* x, int64_t n);
 };
 
 extern const IsaKernels kPortableKernels;

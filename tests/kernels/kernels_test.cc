@@ -367,36 +367,51 @@ TEST(Ops, LayerNormWithAndWithoutBias) {
   for (int i = 0; i < 4; ++i) EXPECT_FLOAT_EQ(y[i], b[i]);
 }
 
+// Every table (vector lanes and the scalar elements past them: 37 values) against the formula
+// in double.
 TEST(Ops, SiluMul) {
-  std::vector<float> gate = {-1000.0f, -20.0f, -2.0f, -0.5f, 0.0f, 0.5f, 1.0f, 3.0f, 20.0f, 80.0f};
+  const std::vector<float> edge = {-1000.0f, -20.0f, -2.0f, -0.5f, -0.0f, 0.0f,
+                                   0.5f,     1.0f,   3.0f,  20.0f, 80.0f};
   std::mt19937 rng(5);
-  const auto up = random_vector(gate.size(), rng, -2.0f, 2.0f);
-  const auto g0 = gate;
-  silu_mul(gate.data(), up.data(), static_cast<int64_t>(gate.size()));
-  for (size_t i = 0; i < gate.size(); ++i) {
-    const double g = g0[i];
-    const double want = g / (1.0 + std::exp(-g)) * up[i];
-    ASSERT_FALSE(std::isnan(gate[i])) << "g=" << g;
-    ASSERT_TRUE(close(gate[i], want, std::fabs(want) + 1e-30)) << "g=" << g;
+  std::vector<float> g0 = random_vector(37, rng, -12.0f, 12.0f);
+  std::copy(edge.begin(), edge.end(), g0.begin() + 3);
+  const auto up = random_vector(g0.size(), rng, -2.0f, 2.0f);
+  for (const IsaKernels* t : supported_tables()) {
+    auto gate = g0;
+    t->silu_mul(gate.data(), up.data(), static_cast<int64_t>(gate.size()));
+    for (size_t i = 0; i < gate.size(); ++i) {
+      const double g = g0[i];
+      const double want = g / (1.0 + std::exp(-g)) * up[i];
+      ASSERT_FALSE(std::isnan(gate[i])) << t->name << " g=" << g;
+      ASSERT_TRUE(close(gate[i], want, std::fabs(want) + 1e-30)) << t->name << " g=" << g;
+    }
   }
 }
 
 TEST(Ops, GeluTanh) {
   const double kSqrt2OverPi = std::sqrt(2.0 / 3.14159265358979323846);
-  std::vector<float> x = {-1e20f, -50.0f, -6.0f, -3.0f, -1.0f, -0.1f, 0.0f,
-                          0.1f,   0.5f,   1.0f,  2.0f,  5.0f,  50.0f, 1e20f};
-  const auto x0 = x;
-  gelu_tanh(x.data(), static_cast<int64_t>(x.size()));
-  for (size_t i = 0; i < x.size(); ++i) {
-    const double v = x0[i];
-    const double want = 0.5 * v * (1.0 + std::tanh(kSqrt2OverPi * (v + 0.044715 * v * v * v)));
-    ASSERT_TRUE(std::isfinite(x[i])) << "x=" << v;
-    ASSERT_NEAR(x[i], want, 5e-7 * std::max(1.0, std::fabs(v))) << "x=" << v;
+  const std::vector<float> anchors = {-1e20f, -50.0f, -6.0f, -3.0f, -1.0f, -0.1f, 0.0f,
+                                      0.1f,   0.5f,   1.0f,  2.0f,  5.0f,  50.0f, 1e20f};
+  std::mt19937 rng(6);
+  // The anchors in vector lanes (from 0) and again past the last whole vector (from 24).
+  std::vector<float> x0 = random_vector(38, rng, -8.0f, 8.0f);
+  std::copy(anchors.begin(), anchors.end(), x0.begin());
+  std::copy(anchors.begin(), anchors.end(), x0.begin() + 24);
+  for (const IsaKernels* t : supported_tables()) {
+    auto x = x0;
+    t->gelu_tanh(x.data(), static_cast<int64_t>(x.size()));
+    for (size_t i = 0; i < x.size(); ++i) {
+      const double v = x0[i];
+      const double want = 0.5 * v * (1.0 + std::tanh(kSqrt2OverPi * (v + 0.044715 * v * v * v)));
+      ASSERT_TRUE(std::isfinite(x[i])) << t->name << " x=" << v;
+      ASSERT_NEAR(x[i], want, 5e-7 * std::max(1.0, std::fabs(v))) << t->name << " x=" << v;
+    }
+    for (size_t at : {size_t{0}, size_t{24}}) {  // a few exact anchors
+      EXPECT_EQ(x[at + 6], 0.0f) << t->name;
+      EXPECT_EQ(x[at + 13], 1e20f) << t->name;
+      EXPECT_NEAR(x[at + 9], 0.8411920f, 1e-6) << t->name;  // gelu_new(1)
+    }
   }
-  // A few exact anchors.
-  EXPECT_EQ(x[6], 0.0f);
-  EXPECT_EQ(x.back(), 1e20f);
-  EXPECT_NEAR(x[9], 0.8411920f, 1e-6);  // gelu_new(1)
 }
 
 void expect_probabilities(const std::vector<float>& p) {
