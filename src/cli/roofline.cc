@@ -58,48 +58,18 @@ double fma_gflops(ThreadPool& pool) {
   return 2.0 * 8 * isa.vec_width * static_cast<double>(iters) * pool.size() / s / 1e9;
 }
 
-struct Packed {
-  std::vector<uint8_t> data, scales;
-  kernels::WeightMatrix m;
-};
-
-Packed pack(kernels::WeightType t, int64_t n, int64_t k, std::mt19937& rng) {
+kernels::LoadedMatrix pack(kernels::WeightType t, int64_t n, int64_t k, std::mt19937& rng) {
   std::normal_distribution<float> dist(0.0f, 0.02f);
   std::vector<float> w(static_cast<size_t>(n * k));
   for (auto& v : w) v = dist(rng);
-  Packed p;
-  kernels::quantize_rows(t, w.data(), n, k, p.data, p.scales);
-  p.m = {t, p.data.data(), p.scales.empty() ? nullptr : p.scales.data(), n, k};
-  if ((t == kernels::WeightType::kI8 || t == kernels::WeightType::kQ4) &&
-      kernels::use_weight_panels()) {  // as the loader lays them out
-    Packed q;
-    q.data.resize(p.data.size());
-    q.scales.resize(static_cast<size_t>(kernels::panel_scale_bytes(kernels::panel_type(t), n, k)));
-    q.m = kernels::pack_panels(t, p.m.data, p.m.scales, n, k, q.data.data(), q.scales.data());
-    return q;
-  }
-  if (kernels::use_float_panels(t) && t == kernels::WeightType::kF32) {  // likewise
-    Packed q;
-    q.data.resize(p.data.size());
-    q.m = kernels::pack_f32_panels(w.data(), n, k, reinterpret_cast<float*>(q.data.data()));
-    return q;
-  }
-  if (kernels::use_float_panels(t)) {  // f16, bf16
-    Packed q;
-    q.data.resize(p.data.size());
-    q.m = kernels::pack_half_panels(t, reinterpret_cast<const uint16_t*>(p.data.data()), n, k,
-                                    reinterpret_cast<uint16_t*>(q.data.data()));
-    return q;
-  }
-  return p;
+  return kernels::load_like_the_loader(t, w.data(), n, k);
 }
 
 double gemv_gbs(kernels::WeightType t, int64_t n, int64_t k, ThreadPool& pool, std::mt19937& rng) {
-  const Packed gemv = pack(t, n, k, rng);
+  const kernels::LoadedMatrix gemv = pack(t, n, k, rng);
   const int copies = static_cast<int>((int64_t{512} << 20) / gemv.m.bytes()) + 1;
-  std::vector<Packed> mats(static_cast<size_t>(copies), gemv);
-  for (auto& p : mats)
-    p.m = {gemv.m.type, p.data.data(), p.scales.empty() ? nullptr : p.scales.data(), n, k};
+  std::vector<kernels::LoadedMatrix> mats(static_cast<size_t>(copies), gemv);
+  for (auto& p : mats) p.rebind();
   std::vector<float> x(static_cast<size_t>(k), 0.5f), y(static_cast<size_t>(n));
   const double s = best_seconds(3, [&] {
     for (const auto& p : mats) kernels::matmul(x.data(), 1, p.m, nullptr, y.data(), pool);
@@ -129,7 +99,7 @@ int run_roofline(int threads) {
     // square rows of 4096 and the short rows of a small model (768 wide).
     const double gbs = gemv_gbs(t, 4096, 4096, all, rng);
     const double gbs_short = gemv_gbs(t, 2048, 768, all, rng);
-    const Packed gemm = pack(t, 2048, 2048, rng);
+    const kernels::LoadedMatrix gemm = pack(t, 2048, 2048, rng);
     std::vector<float> xm(512 * 2048, 0.25f), ym(512 * 2048);
     const double sm =
         best_seconds(3, [&] { kernels::matmul(xm.data(), 512, gemm.m, nullptr, ym.data(), all); });

@@ -152,4 +152,27 @@ void matmul(const float* x, int64_t m, int64_t k, const float* w, int64_t n, con
   matmul(x, m, WeightMatrix{WeightType::kF32, w, nullptr, n, k}, bias, y, pool);
 }
 
+LoadedMatrix load_like_the_loader(WeightType t, const float* w, int64_t n, int64_t k) {
+  LoadedMatrix p;
+  quantize_rows(t, w, n, k, p.data, p.scales);
+  p.m = {t, p.data.data(), p.scales.empty() ? nullptr : p.scales.data(), n, k};
+  if ((t == WeightType::kI8 || t == WeightType::kQ4) && use_weight_panels()) {
+    LoadedMatrix q;
+    q.data.resize(p.data.size());
+    q.scales.resize(static_cast<size_t>(panel_scale_bytes(panel_type(t), n, k)));
+    q.m = pack_panels(t, p.m.data, p.m.scales, n, k, q.data.data(), q.scales.data());
+    return q;
+  }
+  if (use_float_panels(t)) {
+    LoadedMatrix q;
+    q.data.resize(p.data.size());
+    q.m = t == WeightType::kF32
+              ? pack_f32_panels(w, n, k, reinterpret_cast<float*>(q.data.data()))
+              : pack_half_panels(t, reinterpret_cast<const uint16_t*>(p.data.data()), n, k,
+                                 reinterpret_cast<uint16_t*>(q.data.data()));
+    return q;
+  }
+  return p;
+}
+
 }  // namespace tf::kernels

@@ -2,6 +2,7 @@
 
 #include <cstdint>
 #include <span>
+#include <vector>
 
 #include "kernels/weights.h"
 
@@ -36,5 +37,15 @@ void matmul_add(const float* x, int64_t m, const WeightMatrix& w, const float* b
 // f32 weights [n, k].
 void matmul(const float* x, int64_t m, int64_t k, const float* w, int64_t n, const float* bias,
             float* y, ThreadPool& pool);
+
+// A matrix made from f32 rows [n, k] in type t and laid out as the loader lays t out on this
+// kernel table (panels where the table multiplies them): what the benchmarks multiply. The
+// matrix points into data and scales, so a copy must be pointed at its own (`rebind`).
+struct LoadedMatrix {
+  std::vector<uint8_t> data, scales;
+  WeightMatrix m;
+  void rebind() { m = {m.type, data.data(), scales.empty() ? nullptr : scales.data(), m.n, m.k}; }
+};
+LoadedMatrix load_like_the_loader(WeightType t, const float* w, int64_t n, int64_t k);
 
 }  // namespace tf::kernels
