@@ -34,6 +34,8 @@ struct BenchOptions {
   EngineOptions engine;
   std::string dtype = "f32";
   uint64_t seed = 0;
+  float temperature = 0.0f;  // 0: greedy
+  float top_p = 1.0f;
   // --url
   std::string url, served_model, concurrency_list, request_rate, dataset, json_out;
 };
@@ -113,7 +115,9 @@ int run_bench(const BenchOptions& o) {
   for (auto& r : reqs) {
     r.prompt = prefix;
     for (int i = 0; i < o.input_len; ++i) r.prompt.push_back(tok(rng));
-    r.params.temperature = 0.0f;
+    r.params.temperature = o.temperature;
+    r.params.top_p = o.top_p;
+    r.params.seed = o.seed;
     r.params.ignore_eos = true;
     r.params.max_tokens = out_len(rng);
   }
@@ -269,7 +273,15 @@ Action add_bench(CLI::App& app) {
          "--dtype", o->dtype,
          "weights in memory: f32, bf16, f16, int8 or q4 (a GGUF keeps its own types under f32)")
       ->capture_default_str();
-  app.add_option("--seed", o->seed, "seed of the random prompts")->capture_default_str();
+  app.add_option("--seed", o->seed, "seed of the random prompts (and of sampling)")
+      ->capture_default_str();
+  app.add_option("--temperature", o->temperature,
+                 "with --offline: sampling temperature of every request (0: greedy)")
+      ->check(CLI::Range(0.0f, 2.0f))
+      ->capture_default_str();
+  app.add_option("--top-p", o->top_p, "with --offline: nucleus sampling's top_p")
+      ->check(CLI::Range(0.0f, 1.0f))
+      ->capture_default_str();
   return [o] { return run_bench(*o); };
 }
 

@@ -255,7 +255,7 @@ void Engine::step() {
   const SchedulerOutput sched = scheduler_.schedule();
   run_forward(sched);
   note_first_scheduled(sched);
-  for (const ReadySequence& ready : scheduler_.update(sched)) sample(ready);
+  sample(scheduler_.update(sched));
   step_beam_searches();
   retire_and_record(sched);
 }
@@ -316,26 +316,37 @@ void Engine::note_first_scheduled(const SchedulerOutput& sched) {
   }
 }
 
-void Engine::sample(const ReadySequence& ready) {
-  Sequence& seq = *ready.seq;
-  SequenceGroup& group = seq.request->group;
-  if (group.beam_search()) {
-    group.set_beam_row(seq, ready.row);
-    return;
-  }
+void Engine::sample(const std::vector<ReadySequence>& ready) {
   const int64_t vocab = model_.config().vocab_size;
-  const std::span<float> row(logits_.data() + ready.row * vocab, vocab);
-  std::vector<float> copy;
-  for (Sequence* sibling : group.start_siblings(seq, scheduler_)) {
-    copy.assign(row.begin(), row.end());
-    sample_and_stream(*sibling, copy);
+  draws_.clear();
+  size_t copies = 0;
+  for (const ReadySequence& r : ready) {
+    Sequence& seq = *r.seq;
+    SequenceGroup& group = seq.request->group;
+    if (group.beam_search()) {
+      group.set_beam_row(seq, r.row);
+      continue;
+    }
+    const std::span<float> row(logits_.data() + r.row * vocab, vocab);
+    for (Sequence* sibling : group.start_siblings(seq, scheduler_)) {
+      if (sibling_rows_.size() <= copies) sibling_rows_.emplace_back();
+      std::vector<float>& copy = sibling_rows_[copies++];
+      copy.assign(row.begin(), row.end());
+      draws_.push_back({sibling, copy, {}});
+    }
+    draws_.push_back({&seq, row, {}});
   }
-  sample_and_stream(seq, row);
+  // Each draw reads and writes only its sequence's sampler and logits row (the tokenizer is
+  // shared, and const). At 32 sequences a serial loop of greedy draws was ~8 % of a 110M int8
+  // step; a sampled draw over a 50k vocabulary costs 0.1-1.7 ms.
+  pool_threads_.parallel_for(static_cast<int64_t>(draws_.size()), [&](int64_t b, int64_t e) {
+    for (int64_t i = b; i < e; ++i) draws_[i].out = draws_[i].seq->sampler->step(draws_[i].logits);
+  });
+  for (Draw& d : draws_) stream_step(*d.seq, std::move(d.out));
 }
 
-void Engine::sample_and_stream(Sequence& seq, std::span<float> logits) {
+void Engine::stream_step(Sequence& seq, StepOutput so) {
   EngineRequest* r = seq.request;
-  StepOutput so = seq.sampler->step(logits);
   seq.tokens.push_back(so.sample.token);
   if (r->timings.first_token == Clock::time_point{}) r->timings.first_token = Clock::now();
   ++r->timings.generated_tokens;
@@ -343,7 +354,7 @@ void Engine::sample_and_stream(Sequence& seq, std::span<float> logits) {
   out.index = seq.index;
   out.token_ids.push_back(so.sample.token);
   out.text = std::move(so.text);
-  if (r->spec.params.logprobs) out.logprobs.push_back(so.sample);
+  if (r->spec.params.logprobs) out.logprobs.push_back(std::move(so.sample));
   if (seq.sampler->finished()) finish_sequence(&seq, out);
   r->stream->push(std::move(out));
 }

@@ -86,13 +86,15 @@ class Engine {
   // Copies the blocks the scheduler asked for and runs the forward pass over the step's chunks.
   void run_forward(const SchedulerOutput& sched);
   void note_first_scheduled(const SchedulerOutput& sched);
-  // Samples one sequence whose logits are ready (starting its siblings the first time), or hands
-  // a beam's row to its group.
-  void sample(const ReadySequence& ready);
+  // Samples the sequences whose logits are ready (starting a request's siblings the first
+  // time), or hands a beam's row to its group. The draws (processors, sampling, detokenizing,
+  // stop checks: each sequence's own state) run side by side on the pool; what touches the
+  // scheduler and the requests' streams runs after them, in the sequences' order.
+  void sample(const std::vector<ReadySequence>& ready);
   // Beam searches whose beams all have their logits this step select and fork their next beams.
   void step_beam_searches();
-  // Samples a sequence's next token from its logits row and streams it.
-  void sample_and_stream(Sequence& seq, std::span<float> logits);
+  // Streams a sequence's sampled step (and ends the sequence when the step finished it).
+  void stream_step(Sequence& seq, StepOutput so);
   void finish_sequence(Sequence* seq, RequestOutput& out);
   // Streams an ended beam search's hypotheses (an abort when cancelled or there are none).
   void finish_beams(EngineRequest& r, bool aborted);
@@ -117,6 +119,15 @@ class Engine {
   std::vector<std::unique_ptr<EngineRequest>> active_;  // engine thread only
   std::vector<float> logits_;
   std::vector<SequenceChunk> batch_;
+  // One step's draws: a sequence, its logits row (a sibling's own copy on its first step), the
+  // result.
+  struct Draw {
+    Sequence* seq;
+    std::span<float> logits;
+    StepOutput out;
+  };
+  std::vector<Draw> draws_;
+  std::vector<std::vector<float>> sibling_rows_;
 
   void leave_queue(EngineRequest& r);
 
