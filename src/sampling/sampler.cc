@@ -13,9 +13,11 @@ namespace {
 constexpr float kNegInf = -std::numeric_limits<float>::infinity();
 
 // Best first; the lower id first among equal logits, so results never depend on sort stability.
-bool better(const std::pair<float, int32_t>& a, const std::pair<float, int32_t>& b) {
+// A function object, so that the sorts inline it (as a function pointer it was ~40 % of a
+// 32-sequence top_p step).
+constexpr auto better = [](const std::pair<float, int32_t>& a, const std::pair<float, int32_t>& b) {
   return a.first > b.first || (a.first == b.first && a.second < b.second);
-}
+};
 
 }  // namespace
 
@@ -42,8 +44,10 @@ int32_t argmax(std::span<const float> logits) {
 void Sampler::truncate(const SamplingParams& p, std::span<const float> logits) {
   const int64_t vocab = static_cast<int64_t>(logits.size());
   cand_.clear();
+  // A NaN (a broken model's logit) is never a candidate: `better` orders the rest strictly.
   for (int64_t i = 0; i < vocab; ++i) {
-    if (logits[i] != kNegInf) cand_.emplace_back(logits[i], static_cast<int32_t>(i));
+    if (logits[i] != kNegInf && !std::isnan(logits[i]))
+      cand_.emplace_back(logits[i], static_cast<int32_t>(i));
   }
   if (cand_.empty()) {  // everything masked: fall back to the first token rather than NaN
     cand_.emplace_back(0.0f, 0);
@@ -81,11 +85,22 @@ void Sampler::truncate(const SamplingParams& p, std::span<const float> logits) {
   double total = 0.0;
   for (const auto& c : cand_) total += std::exp(static_cast<double>(c.first - mx));
   size_t sorted = std::min<size_t>(cand_.size(), p.typical_p < 1.0f ? cand_.size() : 256);
+  // The mass of the sorted prefix, summed in order. A larger prefix keeps the smaller one's
+  // elements in their places (`better` is a strict total order), so the sum goes on from
+  // where it stopped: the same additions as summing the new prefix from its start.
+  double mass = 0.0;
+  size_t summed = 0;
   for (;;) {
-    std::partial_sort(cand_.begin(), cand_.begin() + sorted, cand_.end(), better);
-    if (sorted == cand_.size()) break;
-    double mass = 0.0;
-    for (size_t i = 0; i < sorted; ++i) mass += std::exp(static_cast<double>(cand_[i].first - mx));
+    if (sorted == cand_.size()) {  // the rest in order, by introsort
+      std::sort(cand_.begin() + summed, cand_.end(), better);
+      break;
+    }
+    // The best `sorted` first, in order (partial_sort's result, in O(n + k log k) rather than
+    // its heap's O(n log k): ~55 % of a 32-sequence top_p step over a flat distribution).
+    std::nth_element(cand_.begin() + summed, cand_.begin() + sorted, cand_.end(), better);
+    std::sort(cand_.begin() + summed, cand_.begin() + sorted, better);
+    for (; summed < sorted; ++summed)
+      mass += std::exp(static_cast<double>(cand_[summed].first - mx));
     // Strictly more than top_p inside the prefix: the cut falls inside it (with a margin for
     // rounding); otherwise sort more.
     if (mass / total > static_cast<double>(p.top_p) + 1e-9) break;

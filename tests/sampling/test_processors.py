@@ -196,6 +196,17 @@ class ProcessorTest(unittest.TestCase):
             {"repetition_penalty": 1.5})]
         self.check(cases)
 
+    def test_top_p_over_large_flat_vocabularies(self):
+        # Nuclei larger than the sampler's first sorted prefixes (256 tokens, then 1024, 4096,
+        # the whole vocabulary), which it grows until they hold the nucleus.
+        cases = []
+        for seed, (vocab, p, std) in enumerate(
+                [(3000, 0.9, 0.3), (5000, 0.5, 0.2), (20000, 0.95, 0.1), (1500, 0.99, 1.0), (600, 0.7, 0.05)]):
+            rng = np.random.default_rng(seed + 77)
+            cases.append({"params": {"top_p": p, "temperature": 0.8}, "logits": list(rng.normal(0, std, vocab)),
+                          "prompt": [], "output": [], "eos": [3]})
+        self.check(cases)
+
     def test_logprobs_are_log_softmax_of_processed_logits(self):
         cases = [dict(random_case(s, vocab=200, temperature=0.8, repetition_penalty=1.1, top_k=5), **{})
                  for s in range(5)]
