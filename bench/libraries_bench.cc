@@ -13,7 +13,6 @@
 // call, as it does when serving. GFLOP/s counts 2 m n k; the best of several runs.
 
 #include <algorithm>
-#include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -25,6 +24,7 @@
 
 #include "core/dtype.h"
 #include "core/thread_pool.h"
+#include "core/timing.h"
 #include "kernels/isa.h"
 #include "kernels/matmul.h"
 
@@ -37,19 +37,7 @@
 
 namespace {
 
-using Clock = std::chrono::steady_clock;
 using tf::kernels::WeightType;
-
-double best_seconds(int reps, const std::function<void()>& fn) {
-  fn();  // warm up (first-touch, a library's kernel selection)
-  double best = 1e30;
-  for (int r = 0; r < reps; ++r) {
-    const auto t0 = Clock::now();
-    fn();
-    best = std::min(best, std::chrono::duration<double>(Clock::now() - t0).count());
-  }
-  return best;
-}
 
 // One multiplier of a shape: run(x, m, y) for any m up to the shape's.
 struct Multiplier {
@@ -158,7 +146,8 @@ void measure(std::vector<Row>& rows, const std::string& shape, const std::string
              const Multiplier& mul, const std::vector<float>& x, int64_t m, int64_t n, int64_t k,
              int reps) {
   std::vector<float> y(static_cast<size_t>(m * n));
-  const double s = best_seconds(reps, [&] { mul.run(x.data(), m, y.data()); });
+  mul.run(x.data(), m, y.data());  // warm up (first touch, a library's kernel selection)
+  const double s = tf::best_seconds(reps, [&] { mul.run(x.data(), m, y.data()); });
   rows.push_back(
       {shape, dtype, mul.name, 2.0 * m * n * k / s / 1e9, batch_invariant(mul, x, m, n)});
 }

@@ -4,7 +4,6 @@
 // arithmetic) against the peak.
 
 #include <algorithm>
-#include <chrono>
 #include <cstdio>
 #include <random>
 #include <vector>
@@ -12,24 +11,12 @@
 #include "cli/commands.h"
 #include "core/cpu_features.h"
 #include "core/thread_pool.h"
+#include "core/timing.h"
 #include "kernels/isa.h"
 #include "kernels/matmul.h"
 
 namespace tf::cli {
 namespace {
-
-using Clock = std::chrono::steady_clock;
-
-template <class Fn>
-double best_seconds(int reps, Fn&& fn) {
-  double best = 1e30;
-  for (int r = 0; r < reps; ++r) {
-    const auto t0 = Clock::now();
-    fn();
-    best = std::min(best, std::chrono::duration<double>(Clock::now() - t0).count());
-  }
-  return best;
-}
 
 double read_gbs(ThreadPool& pool, const std::vector<float>& buf) {
   const kernels::IsaKernels& isa = kernels::isa();

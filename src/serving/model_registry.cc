@@ -93,7 +93,8 @@ std::vector<std::pair<int64_t, std::string>> ModelRegistry::aspired(const Entry&
   std::vector<std::pair<int64_t, std::string>> out;
   if (!platform_supported(c.model_platform())) {
     error = fmt::format(
-        "model_platform '{}' cannot be served by tokenflow (leave it empty or use 'tokenflow')",
+        "model_platform '{}' cannot be served by tokenflow (leave it empty or use 'tokenflow' or "
+        "'tensorflow')",
         c.model_platform());
     return out;
   }

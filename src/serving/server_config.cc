@@ -45,7 +45,7 @@ bool is_word(const std::string& s) {
 }  // namespace
 
 bool platform_supported(const std::string& platform) {
-  return platform.empty() || platform == "tokenflow";
+  return platform.empty() || platform == "tokenflow" || platform == "tensorflow";
 }
 
 tfs::ModelServerConfig parse_model_server_config(std::string_view text, const std::string& source) {

@@ -43,7 +43,9 @@ std::vector<ModelEntryConfig> model_entries(const tfs::ModelServerConfig& config
 std::vector<ModelEntryConfig> model_entries_from_flags(const std::vector<std::string>& models,
                                                        const std::vector<std::string>& names);
 
-// model_platform values tokenflow runs: "" and "tokenflow".
+// model_platform values tokenflow runs: "", "tokenflow" and "tensorflow" (TF Serving's, so that a
+// model_config_list written for it serves unchanged; the version directories hold any model
+// format tokenflow loads).
 bool platform_supported(const std::string& platform);
 
 // Integer-named subdirectories of dir, ascending (the versions of a base path).

@@ -190,12 +190,17 @@ TEST_F(RegistryTest, EmptyBasePathAndUnknownPlatformAreModelErrors) {
   add_version(5);
   r.sync();  // a version appears: served
   EXPECT_EQ(r.resolve({"m", {}, {}})->version, 5);
-  ModelRegistry t(loader());
+  ModelRegistry t(loader());  // TF Serving's platform name serves the same directories
   t.apply({entry("model_platform: 'tensorflow'")});
   t.sync();
-  EXPECT_NE(t.model_error("m").find("model_platform 'tensorflow' cannot be served"),
+  EXPECT_EQ(t.model_error("m"), "");
+  EXPECT_EQ(t.resolve({"m", {}, {}})->version, 5);
+  ModelRegistry u(loader());
+  u.apply({entry("model_platform: 'pytorch'")});
+  u.sync();
+  EXPECT_NE(u.model_error("m").find("model_platform 'pytorch' cannot be served"),
             std::string::npos);
-  EXPECT_EQ(loads_.load(), 1);
+  EXPECT_EQ(loads_.load(), 2);
 }
 
 TEST_F(RegistryTest, ANewVersionServesBeforeTheOldOneLeavesAndInFlightRequestsKeepIt) {

@@ -111,15 +111,18 @@ model_config_list {
   }
   config { name: 'broken' base_path: '%s' }
   config { name: 'tf' base_path: '%s' model_platform: 'tensorflow' }
-}""" % (story, broken, story))
+  config { name: 'torch' base_path: '%s' model_platform: 'pytorch' }
+}""" % (story, broken, story, story))
         c = self.serve("--model_config_file", cfg)
         self.assertEqual(states(c, "story"), {1: ("AVAILABLE", ""), 2: ("AVAILABLE", "")})
         st = states(c, "broken")
         self.assertEqual(st[1][0], "END")
         self.assertIn("model.bin", st[1][1])  # the load error names the file
-        status, body, _, _ = c.get("/v1/models/tf")
+        # TF Serving's platform name serves tokenflow's directories (the latest version: 3).
+        self.assertEqual(states(c, "tf"), {3: ("AVAILABLE", "")})
+        status, body, _, _ = c.get("/v1/models/torch")
         self.assertEqual(status, 404)
-        self.assertIn("model_platform 'tensorflow' cannot be served", body["error"])
+        self.assertIn("model_platform 'pytorch' cannot be served", body["error"])
         # Routing by name, version and label, in the OpenAI field and TF Serving's paths.
         self.assertEqual(complete(c, "story")[2], "2")  # the latest available
         self.assertEqual(complete(c, "story:1")[2], "1")
@@ -143,7 +146,7 @@ model_config_list {
             "error": "Servable not found for request: Specific(story, 3)"}))
         # The listing: names, then versions and labels of the model that has several.
         ids = [m["id"] for m in c.get("/v1/models")[1]["data"]]
-        self.assertEqual(ids, ["story", "story:1", "story:2", "story@canary", "story@stable"])
+        self.assertEqual(ids, ["story", "story:1", "story:2", "story@canary", "story@stable", "tf"])
         status, one, _, _ = c.get("/v1/models/story@stable")
         self.assertEqual((status, one["id"], one["version"], one["parent"]),
                          (200, "story@stable", 1, "story"))
