@@ -23,6 +23,8 @@ Action add_inspect(CLI::App& app);
 Action add_tokenize(CLI::App& app);
 Action add_bench(CLI::App& app);
 Action add_serve(CLI::App& app);
+// TF Serving's `tensorflow_model_server` command line onto serve (serve.cc).
+Action add_tf_model_server(CLI::App& app);
 Action add_quantize(CLI::App& app);
 Action add_convert(CLI::App& app);
 // `quantize IN.gguf OUT.gguf --dtype T` (convert.cc): every tensor re-quantized, metadata kept.

@@ -22,6 +22,7 @@ struct ServeOptions {
   std::string host = "127.0.0.1";
   int port = 8080;
   int grpc_port = -1;  // -1: no gRPC server
+  bool http = true;    // false: gRPC only
   int http_threads = 1;
   int prepare_threads = 2;
   EngineOptions engine;
@@ -48,6 +49,7 @@ struct ServeOptions {
 
 int run_serve(const ServeOptions& o) {
   if (o.port < 0 || o.port > 65535) fail("--port must be in 0..65535, got {}", o.port);
+  if (!o.http && o.grpc_port < 0) fail("neither an HTTP nor a gRPC port to serve on");
   if (o.grpc_port < -1 || o.grpc_port > 65535)
     fail("--grpc-port must be in 0..65535 (or -1 for none), got {}", o.grpc_port);
   if (o.http_threads < 1) fail("--http-threads must be at least 1");
@@ -77,6 +79,7 @@ int run_serve(const ServeOptions& o) {
   so.access_log = o.access_log;
   so.log_prompts = o.log_prompts;
   so.prepare_threads = o.prepare_threads;
+  so.serve_http = o.http;
   so.http.host = o.host;
   so.http.port = static_cast<uint16_t>(o.port);
   so.http.threads = o.http_threads;
@@ -111,13 +114,18 @@ int run_serve(const ServeOptions& o) {
     // One line on stdout, for people and scripts (a test reads the port from it).
     const auto names = state.registry.names();
     const char* scheme = o.tls_cert.empty() ? "http" : "https";
-    std::printf("tokenflow serving %s on %s://%s:%u\n",
-                names.empty() ? "-" : fmt::format("{}", fmt::join(names, ", ")).c_str(), scheme,
-                o.host.c_str(), server.http_port());
-    std::printf(
-        "try: curl -s%s %s://%s:%u/v1/completions -H 'Content-Type: application/json' -d "
-        "'{\"prompt\": \"Once upon a time\", \"max_tokens\": 64}'\n",
-        o.tls_cert.empty() ? "" : "k", scheme, o.host.c_str(), server.http_port());
+    const std::string served =
+        names.empty() ? "-" : fmt::format("{}", fmt::join(names, ", ")).c_str();
+    if (o.http) {
+      std::printf("tokenflow serving %s on %s://%s:%u\n", served.c_str(), scheme, o.host.c_str(),
+                  server.http_port());
+      std::printf(
+          "try: curl -s%s %s://%s:%u/v1/completions -H 'Content-Type: application/json' -d "
+          "'{\"prompt\": \"Once upon a time\", \"max_tokens\": 64}'\n",
+          o.tls_cert.empty() ? "" : "k", scheme, o.host.c_str(), server.http_port());
+    } else {
+      std::printf("tokenflow serving %s (no HTTP/REST API)\n", served.c_str());
+    }
     if (const auto grpc_port = server.grpc_port()) {
       std::printf(
           "tokenflow gRPC on %s:%u (tokenflow.v1.GenerationService, "
@@ -245,6 +253,102 @@ Action add_serve(CLI::App& app) {
                  "seconds requests in progress get to finish on SIGTERM/SIGINT")
       ->capture_default_str();
   return [o] { return run_serve(*o); };
+}
+
+// `tokenflow tensorflow_model_server` (or the binary called through a symlink of that name):
+// TF Serving's command line, with its names and defaults, onto `serve`.
+struct TfServingFlags {
+  int port = 8500;        // gRPC
+  int rest_api_port = 0;  // 0: no REST API
+  int rest_api_num_threads = 0;
+  int64_t rest_api_timeout_in_ms = 30000;
+  std::string model_name = "default", model_base_path;
+  bool enable_batching = false, version = false;
+  std::string batching_parameters_file, monitoring_config_file, ssl_config_file;
+  int intra_op_parallelism = 0, inter_op_parallelism = 0, session_parallelism = 0;
+  bool enable_model_warmup = true;
+};
+
+Action add_tf_model_server(CLI::App& app) {
+  auto o = std::make_shared<ServeOptions>();
+  auto t = std::make_shared<TfServingFlags>();
+  app.add_option("--port", t->port, "port for the gRPC API (TF Serving's PredictionService, ...)")
+      ->capture_default_str();
+  app.add_option("--rest_api_port", t->rest_api_port,
+                 "port for the HTTP/REST API (0: no REST API, as TF Serving)")
+      ->capture_default_str();
+  app.add_option("--rest_api_num_threads", t->rest_api_num_threads,
+                 "HTTP I/O threads (0: tokenflow's default)");
+  app.add_option("--rest_api_timeout_in_ms", t->rest_api_timeout_in_ms,
+                 "the longest a request may take")
+      ->capture_default_str();
+  app.add_option("--model_name", t->model_name, "the model's name (without a config file)")
+      ->capture_default_str();
+  app.add_option("--model_base_path", t->model_base_path,
+                 "the model's base path: integer-named version directories (without a config "
+                 "file)");
+  app.add_option("--model_config_file", o->model_config_file,
+                 "a text ModelServerConfig (models, versions, labels; overrides --model_name and "
+                 "--model_base_path)");
+  app.add_option("--model_config_file_poll_wait_seconds", o->model_config_file_poll_s,
+                 "re-read the model config file this often (0: never)")
+      ->capture_default_str();
+  app.add_option("--file_system_poll_wait_seconds", o->file_system_poll_s,
+                 "scan base paths for new versions this often")
+      ->capture_default_str();
+  app.add_flag("--enable_batching", t->enable_batching,
+               "batch requests (tokenflow always batches continuously)");
+  app.add_option("--batching_parameters_file", t->batching_parameters_file,
+                 "TF Serving's BatchingParameters (not yet read: refused)");
+  app.add_option("--monitoring_config_file", t->monitoring_config_file,
+                 "TF Serving's MonitoringConfig (not yet read: refused)");
+  app.add_option("--ssl_config_file", t->ssl_config_file,
+                 "TF Serving's SSLConfig (not yet read: refused; tokenflow serve has --tls-cert)");
+  app.add_option("--tensorflow_intra_op_parallelism", t->intra_op_parallelism,
+                 "compute threads (0: one per core)");
+  app.add_option("--tensorflow_inter_op_parallelism", t->inter_op_parallelism,
+                 "accepted; tokenflow has one compute pool per model");
+  app.add_option("--tensorflow_session_parallelism", t->session_parallelism,
+                 "accepted; tokenflow has one compute pool per model");
+  app.add_option("--enable_model_warmup", t->enable_model_warmup,
+                 "accepted (a tokenflow model needs no warmup records)");
+  app.add_flag("--version", t->version, "print the version and exit");
+  add_engine_options(app, o->engine);  // tokenflow's own engine flags, beside TF Serving's
+  return [o, t] {
+    if (t->version) {
+      std::printf("TensorFlow ModelServer: tokenflow %s (TF Serving's command line and APIs)\n",
+                  TOKENFLOW_VERSION);
+      return 0;
+    }
+    for (const auto& [flag, value] :
+         {std::pair{"--batching_parameters_file", &t->batching_parameters_file},
+          {"--monitoring_config_file", &t->monitoring_config_file},
+          {"--ssl_config_file", &t->ssl_config_file}}) {
+      if (!value->empty()) fail("{} is not supported by tokenflow yet", flag);
+    }
+    if (t->port < 0 || t->port > 65535) fail("--port must be in 0..65535, got {}", t->port);
+    if (t->rest_api_port < 0 || t->rest_api_port > 65535)
+      fail("--rest_api_port must be in 0..65535, got {}", t->rest_api_port);
+    if (t->rest_api_timeout_in_ms <= 0) fail("--rest_api_timeout_in_ms must be > 0");
+    if (o->model_config_file.empty()) {
+      // TF Serving's own message for this case.
+      if (t->model_base_path.empty())
+        fail(
+            "Both server_options.model_base_path and server_options.model_config_file are "
+            "empty!");
+      o->models = {t->model_name + "=" + t->model_base_path};
+    } else if (!t->model_base_path.empty()) {
+      log::warn("--model_config_file given: --model_name and --model_base_path are ignored");
+    }
+    o->host = "0.0.0.0";  // TF Serving listens on every interface
+    o->grpc_port = t->port;
+    o->http = t->rest_api_port != 0;
+    o->port = t->rest_api_port;
+    if (t->rest_api_num_threads > 0) o->http_threads = t->rest_api_num_threads;
+    o->request_timeout_s = static_cast<double>(t->rest_api_timeout_in_ms) / 1000.0;
+    if (t->intra_op_parallelism > 0) o->engine.threads = t->intra_op_parallelism;
+    return run_serve(*o);
+  };
 }
 
 }  // namespace tf::cli

@@ -123,7 +123,7 @@ ModelServer::ModelServer(ModelServerOptions options) : options_(std::move(option
     log::warn("no model version is available yet: requests get 404 until one loads");
   }
   state.prepare_pool.start(o.prepare_threads);
-  http_ = std::make_unique<Server>(state, o.http);
+  if (o.serve_http) http_ = std::make_unique<Server>(state, o.http);
   if (o.grpc) grpc_ = std::make_unique<GrpcServer>(state, *o.grpc);
 }
 

@@ -41,6 +41,7 @@ struct ModelServerOptions {
   bool log_prompts = false;
   int prepare_threads = 2;
   HttpServerConfig http;
+  bool serve_http = true;                // false: gRPC only (TF Serving's --rest_api_port=0)
   std::optional<GrpcServerConfig> grpc;  // nullopt: no gRPC
 };
 
