@@ -272,7 +272,8 @@ struct TfServingFlags {
 Action add_tf_model_server(CLI::App& app) {
   auto o = std::make_shared<ServeOptions>();
   auto t = std::make_shared<TfServingFlags>();
-  app.add_option("--port", t->port, "port for the gRPC API (TF Serving's PredictionService, ...)")
+  app.add_option("--port", t->port,
+                 "port for the gRPC API (TF Serving's PredictionService, ...; 0: no gRPC API)")
       ->capture_default_str();
   app.add_option("--rest_api_port", t->rest_api_port,
                  "port for the HTTP/REST API (0: no REST API, as TF Serving)")
@@ -340,8 +341,8 @@ Action add_tf_model_server(CLI::App& app) {
     } else if (!t->model_base_path.empty()) {
       log::warn("--model_config_file given: --model_name and --model_base_path are ignored");
     }
-    o->host = "0.0.0.0";  // TF Serving listens on every interface
-    o->grpc_port = t->port;
+    o->host = "0.0.0.0";                         // TF Serving listens on every interface
+    o->grpc_port = t->port == 0 ? -1 : t->port;  // TF Serving: 0 serves no gRPC API
     o->http = t->rest_api_port != 0;
     o->port = t->rest_api_port;
     if (t->rest_api_num_threads > 0) o->http_threads = t->rest_api_num_threads;

@@ -37,21 +37,35 @@ class TfModelServerTest(unittest.TestCase):
     def run_exe(self, *args):
         return subprocess.run([self.exe, *args], capture_output=True, text=True, timeout=60)
 
-    def start(self, *args):
-        """Starts the server; returns (process, the lines it printed up to its gRPC line)."""
+    def start(self, *args, rest=True, grpc=True):
+        """Starts the server; returns (process, the lines it printed on starting)."""
         log = open(os.path.join(self.dir, "log"), "w")
         proc = subprocess.Popen(
             [self.exe, "--kv-cache-memory", "16MiB", "--tensorflow_intra_op_parallelism=1", *args],
             stdout=subprocess.PIPE, stderr=log, text=True)
         log.close()
         lines = []
+        expected = (2 if rest else 1) + (1 if grpc else 0)  # serving, try: curl, gRPC
         for line in proc.stdout:
             lines.append(line)
-            if line.startswith("tokenflow gRPC on"):
+            if len(lines) == expected:
                 return proc, lines
         proc.wait()
         with open(os.path.join(self.dir, "log")) as f:
             raise RuntimeError("server did not start: %r %s" % (lines, f.read()))
+
+    def start_on_free_ports(self, *args, rest=True, grpc=True):
+        """TF Serving's port 0 means "no API", so the test picks free ports; should another
+        process take one first, the server says so and the test takes others."""
+        for attempt in range(5):
+            ports = (free_port() if grpc else 0, free_port() if rest else 0)
+            try:
+                proc, lines = self.start("--port=%d" % ports[0], "--rest_api_port=%d" % ports[1],
+                                         *args, rest=rest, grpc=grpc)
+                return proc, lines, ports
+            except RuntimeError as e:
+                if "in use" not in str(e) or attempt == 4:
+                    raise
 
     def test_version_unknown_flags_and_a_missing_model(self):
         for cmd in ([self.exe, "--version"], [BIN, "tensorflow_model_server", "--version"]):
@@ -69,21 +83,12 @@ class TfModelServerTest(unittest.TestCase):
         self.assertIn("--monitoring_config_file", r.stderr)
 
     def test_rest_and_grpc_on_tf_servings_flags(self):
-        # TF Serving's port 0 means "no REST API", so the test picks a free port; should another
-        # process take it first, the server says so and the test takes another.
-        for attempt in range(5):
-            port = free_port()
-            try:
-                proc, lines = self.start("--port=0", "--rest_api_port=%d" % port,
-                                         "--model_name=story", "--model_base_path=" + self.base,
-                                         "--enable_batching", "--rest_api_timeout_in_ms=60000")
-                break
-            except RuntimeError as e:
-                if "in use" not in str(e) or attempt == 4:
-                    raise
+        proc, lines, (grpc_port, port) = self.start_on_free_ports(
+            "--model_name=story", "--model_base_path=" + self.base, "--enable_batching",
+            "--rest_api_timeout_in_ms=60000")
         try:
             self.assertIn("on http://0.0.0.0:%d" % port, lines[0])  # every interface, as TF
-            grpc_port = int(re.search(r"gRPC on 0\.0\.0\.0:(\d+)", lines[-1]).group(1))
+            self.assertIn("gRPC on 0.0.0.0:%d" % grpc_port, lines[-1])
             with socket.create_connection(("127.0.0.1", grpc_port), timeout=10):
                 pass
             c = Client(port)
@@ -101,17 +106,29 @@ class TfModelServerTest(unittest.TestCase):
             code, err = stop_server(proc)
         self.assertEqual(code, 0, err)
 
-    def test_without_rest_api_port_there_is_no_rest_api(self):
-        proc, lines = self.start("--port=0", "--model_base_path=" + self.base)
+    def test_port_zero_turns_an_api_off(self):
+        # --rest_api_port's default 0: gRPC only, under --model_name's default name.
+        proc, lines, (grpc_port, _) = self.start_on_free_ports(
+            "--model_base_path=" + self.base, rest=False)
         try:
-            self.assertIn("no HTTP/REST API", lines[0])
-            self.assertIn("tokenflow serving default ", lines[0])  # --model_name's default
-            grpc_port = int(re.search(r"gRPC on 0\.0\.0\.0:(\d+)", lines[-1]).group(1))
+            self.assertIn("tokenflow serving default (no HTTP/REST API)", lines[0])
             with socket.create_connection(("127.0.0.1", grpc_port), timeout=10):
                 pass
         finally:
             code, err = stop_server(proc)
         self.assertEqual(code, 0, err)
+        # --port=0: REST only (no gRPC line).
+        proc, lines, (_, port) = self.start_on_free_ports(
+            "--model_base_path=" + self.base, grpc=False)
+        try:
+            self.assertEqual(len(lines), 2)
+            self.assertEqual(Client(port).get("/v1/models/default")[0], 200)
+        finally:
+            code, err = stop_server(proc)
+        self.assertEqual(code, 0, err)
+        r = self.run_exe("--port=0", "--model_base_path=" + self.base)
+        self.assertNotEqual(r.returncode, 0)
+        self.assertIn("neither an HTTP nor a gRPC port", r.stderr)
 
 
 if __name__ == "__main__":
