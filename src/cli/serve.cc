@@ -11,6 +11,7 @@
 #include "core/error.h"
 #include "core/log.h"
 #include "serving/model_server.h"
+#include "serving/server_config.h"
 
 namespace tf::cli {
 namespace {
@@ -45,6 +46,7 @@ struct ServeOptions {
   int64_t max_connections = 4096;
   int64_t max_sequences_per_request = 256;
   std::vector<std::string> model_roots;
+  std::string prometheus_path;  // TF Serving's monitoring path ("": none)
 };
 
 int run_serve(const ServeOptions& o) {
@@ -80,6 +82,7 @@ int run_serve(const ServeOptions& o) {
   so.log_prompts = o.log_prompts;
   so.prepare_threads = o.prepare_threads;
   so.serve_http = o.http;
+  so.prometheus_path = o.prometheus_path;
   so.http.host = o.host;
   so.http.port = static_cast<uint16_t>(o.port);
   so.http.threads = o.http_threads;
@@ -302,7 +305,8 @@ Action add_tf_model_server(CLI::App& app) {
   app.add_option("--batching_parameters_file", t->batching_parameters_file,
                  "TF Serving's BatchingParameters (not yet read: refused)");
   app.add_option("--monitoring_config_file", t->monitoring_config_file,
-                 "TF Serving's MonitoringConfig (not yet read: refused)");
+                 "TF Serving's MonitoringConfig: Prometheus text at its path (on the REST port), "
+                 "with TF Serving's metric names beside tokenflow's");
   app.add_option("--ssl_config_file", t->ssl_config_file,
                  "TF Serving's SSLConfig (not yet read: refused; tokenflow serve has --tls-cert)");
   app.add_option("--tensorflow_intra_op_parallelism", t->intra_op_parallelism,
@@ -323,9 +327,14 @@ Action add_tf_model_server(CLI::App& app) {
     }
     for (const auto& [flag, value] :
          {std::pair{"--batching_parameters_file", &t->batching_parameters_file},
-          {"--monitoring_config_file", &t->monitoring_config_file},
           {"--ssl_config_file", &t->ssl_config_file}}) {
       if (!value->empty()) fail("{} is not supported by tokenflow yet", flag);
+    }
+    if (!t->monitoring_config_file.empty()) {
+      o->prometheus_path = load_prometheus_path(t->monitoring_config_file);
+      if (!o->prometheus_path.empty() && t->rest_api_port == 0)
+        log::warn("{}: the metrics are served on the REST port, and --rest_api_port is 0",
+                  t->monitoring_config_file);
     }
     if (t->port < 0 || t->port > 65535) fail("--port must be in 0..65535, got {}", t->port);
     if (t->rest_api_port < 0 || t->rest_api_port > 65535)

@@ -159,6 +159,62 @@ std::string request_id(const std::string* given) {
   return valid ? *given : random_id("req-");
 }
 
+namespace {
+
+// TF Serving's API name and entrypoint of a request of its APIs (TF Serving's REST paths, its gRPC
+// services); nullptr for tokenflow's own (OpenAI, admin, tokenflow.v1).
+const char* tf_serving_api(const std::string& path, const char** entrypoint) {
+  static const std::string kPrediction = "/tensorflow.serving.PredictionService/",
+                           kModel = "/tensorflow.serving.ModelService/", kRest = "/v1/models/";
+  if (path.starts_with(kPrediction) || path.starts_with(kModel)) {
+    *entrypoint = "GRPC";
+    const std::string method = path.substr(path.rfind('/') + 1);
+    for (const char* api : {"Predict", "GetModelMetadata", "GetModelStatus", "Classify", "Regress",
+                            "MultiInference", "HandleReloadConfigRequest"})
+      if (method == api) return api;
+    return nullptr;
+  }
+  if (!path.starts_with(kRest)) return nullptr;
+  *entrypoint = "REST";
+  if (path.ends_with(":predict")) return "Predict";
+  if (path.ends_with(":classify")) return "Classify";
+  if (path.ends_with(":regress")) return "Regress";
+  if (path.ends_with("/metadata")) return "GetModelMetadata";
+  return "GetModelStatus";
+}
+
+// The canonical gRPC code name TF Serving's request_count carries, from the HTTP status.
+const char* tf_status_name(int status) {
+  switch (status) {
+    case 200:
+      return "OK";
+    case 400:
+    case 413:
+    case 422:
+      return "INVALID_ARGUMENT";
+    case 401:
+      return "UNAUTHENTICATED";
+    case 403:
+      return "PERMISSION_DENIED";
+    case 404:
+      return "NOT_FOUND";
+    case 405:
+      return "UNIMPLEMENTED";
+    case 429:
+      return "RESOURCE_EXHAUSTED";
+    case 499:
+      return "CANCELLED";
+    case 503:
+      return "UNAVAILABLE";
+    case 504:
+      return "DEADLINE_EXCEEDED";
+    default:
+      return status >= 500 ? "INTERNAL" : "UNKNOWN";
+  }
+}
+
+}  // namespace
+
 void log_request(const RequestRecord& r, int status) {
   const double ms =
       std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - r.received)
@@ -175,6 +231,12 @@ void log_request(const RequestRecord& r, int status) {
                              {"code", std::to_string(status)},
                              {"outcome", outcome}});
     r.metrics->request_duration.observe({{"model", model}, {"version", version}}, ms / 1000);
+    const char* entrypoint = "";
+    if (const char* api = tf_serving_api(r.path, &entrypoint)) {
+      r.metrics->tf_request_count.add({{"model_name", model}, {"status", tf_status_name(status)}});
+      r.metrics->tf_request_latency.observe(
+          {{"model_name", model}, {"API", api}, {"entrypoint", entrypoint}}, ms * 1000);
+    }
   }
   nlohmann::ordered_json j = {
       {"time", fmt::format("{:%Y-%m-%dT%H:%M:%S}Z", fmt::gmtime(std::time(nullptr)))},

@@ -171,4 +171,11 @@ std::vector<double> latency_buckets() {
           1.5,   2,      3,     5,    7.5,   10,   15,    20,  30,   60,   120,  300, 600};
 }
 
+std::vector<double> tf_serving_latency_buckets() {
+  std::vector<double> b;
+  double v = 10;
+  for (int i = 0; i < 33; ++i, v *= 1.8) b.push_back(v);
+  return b;
+}
+
 }  // namespace tf

@@ -59,6 +59,9 @@ void append_process_metrics(std::string& out);
 // Latency buckets from 1 ms to 10 minutes: a P99 resolves from milliseconds to minutes.
 std::vector<double> latency_buckets();
 
+// TF Serving's request_latency buckets: 33 exponential bounds from 10 us, each 1.8x the last.
+std::vector<double> tf_serving_latency_buckets();
+
 // The per-request series of one server.
 struct ServerMetrics {
   CounterFamily requests{"tokenflow_requests_total",
@@ -86,6 +89,16 @@ struct ServerMetrics {
   CounterFamily grpc_started{"grpc_server_started_total", "gRPC calls started on the server"};
   CounterFamily grpc_handled{"grpc_server_handled_total",
                              "gRPC calls completed on the server, by status code"};
+  // TF Serving's own series, under the names its Prometheus exporter gives them, for requests of
+  // its APIs (REST and gRPC Predict, GetModelMetadata, GetModelStatus): dashboards written for
+  // tensorflow_model_server keep working. Latency in microseconds, TF Serving's buckets.
+  CounterFamily tf_request_count{":tensorflow:serving:request_count",
+                                 "The total number of requests (TF Serving's, by model_name and "
+                                 "status)"};
+  HistogramFamily tf_request_latency{":tensorflow:serving:request_latency",
+                                     "Distribution of wall time (in microseconds) for TF Serving "
+                                     "requests (by model_name, API and entrypoint)",
+                                     tf_serving_latency_buckets()};
 };
 
 }  // namespace tf

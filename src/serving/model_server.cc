@@ -96,6 +96,7 @@ ModelServer::ModelServer(ModelServerOptions options) : options_(std::move(option
     state.metrics_need_key = o.metrics_require_key;
     log::info("API keys required ({} keys from {})", state.api_keys->size(), o.api_keys_file);
   }
+  state.prometheus_path = o.prometheus_path;
   if (o.access_log != "off")
     state.access_log = std::make_unique<AccessLog>(o.access_log, o.log_prompts);
 

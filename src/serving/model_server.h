@@ -41,7 +41,8 @@ struct ModelServerOptions {
   bool log_prompts = false;
   int prepare_threads = 2;
   HttpServerConfig http;
-  bool serve_http = true;                // false: gRPC only (TF Serving's --rest_api_port=0)
+  bool serve_http = true;       // false: gRPC only (TF Serving's --rest_api_port=0)
+  std::string prometheus_path;  // metrics also here (TF Serving's --monitoring_config_file)
   std::optional<GrpcServerConfig> grpc;  // nullopt: no gRPC
 };
 

@@ -72,7 +72,7 @@ void Server::handle(HttpRequest req, std::shared_ptr<HttpResponder> responder) {
   record->received = req.received;
   responder->add_header("X-Request-Id", record->id);
   // Probes and scrapes are not requests of the service.
-  if (req.path != "/metrics" && req.path != "/healthz" && req.path != "/readyz") {
+  if (!is_metrics_path(req.path) && req.path != "/healthz" && req.path != "/readyz") {
     record->metrics = &state_.metrics;
     record->access_log = state_.access_log.get();
   }
@@ -128,7 +128,7 @@ void Server::answer_error(const std::exception& e, ErrorShape shape, HttpRespond
 void Server::authenticate(const HttpRequest& req, RequestRecord& record) const {
   if (!state_.api_keys) return;
   const std::string& p = req.path;
-  if (p == "/healthz" || p == "/readyz" || (p == "/metrics" && !state_.metrics_need_key)) return;
+  if (p == "/healthz" || p == "/readyz" || (is_metrics_path(p) && !state_.metrics_need_key)) return;
   record.key = state_.authenticate(req.header("authorization"));
 }
 
@@ -197,9 +197,11 @@ void Server::route(const HttpRequest& req, std::shared_ptr<HttpResponder> respon
                                              {"jobs_in_flight", state_.jobs.size()}}));
     return;
   }
-  if (p == "/metrics") {
+  if (is_metrics_path(p)) {
     only("GET");
-    responder->send(200, render_metrics(), "text/plain; version=0.0.4; charset=utf-8");
+    // TF Serving's names only at its monitoring path, where its dashboards look for them.
+    responder->send(200, render_metrics(p != "/metrics"),
+                    "text/plain; version=0.0.4; charset=utf-8");
     return;
   }
   if (p == "/v1/admin/reload") {
@@ -258,7 +260,7 @@ void Server::route(const HttpRequest& req, std::shared_ptr<HttpResponder> respon
   throw HttpError(404, fmt::format("no route for {} {}", req.method, p), "not_found");
 }
 
-std::string Server::render_metrics() const {
+std::string Server::render_metrics(bool tf_serving_names) const {
   std::string out;
   const ServerMetrics& m = state_.metrics;
   m.requests.render(out);
@@ -270,6 +272,10 @@ std::string Server::render_metrics() const {
   m.generation_tokens.render(out);
   m.grpc_started.render(out);
   m.grpc_handled.render(out);
+  if (tf_serving_names) {
+    m.tf_request_count.render(out);
+    m.tf_request_latency.render(out);
+  }
 
   // The engines' figures, per available version, read now.
   struct Row {

@@ -37,7 +37,11 @@ class Server {
   void answer_error(const std::exception& e, ErrorShape shape, HttpResponder& responder,
                     const RequestRecord& record);
   // GET /metrics: Prometheus text format.
-  std::string render_metrics() const;
+  std::string render_metrics(bool tf_serving_names) const;
+  // GET /metrics, or TF Serving's monitoring path when one is configured.
+  bool is_metrics_path(const std::string& p) const {
+    return p == "/metrics" || (!state_.prometheus_path.empty() && p == state_.prometheus_path);
+  }
   // POST /v1/admin/reload: applies a new model config (the body, or the config file).
   void handle_reload(const HttpRequest& req, std::shared_ptr<HttpResponder> responder,
                      std::shared_ptr<RequestRecord> record);

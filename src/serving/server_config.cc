@@ -61,6 +61,31 @@ tfs::ModelServerConfig parse_model_server_config(std::string_view text, const st
   return config;
 }
 
+std::string parse_prometheus_path(std::string_view text, const std::string& source) {
+  tfs::MonitoringConfig config;
+  google::protobuf::TextFormat::Parser parser;
+  FirstError errors(source);
+  parser.RecordErrorsTo(&errors);
+  if (!parser.ParseFromString(std::string(text), &config)) {
+    fail(ErrorKind::kInvalidArgument, "{}",
+         errors.message().empty() ? source + ": not a MonitoringConfig" : errors.message());
+  }
+  if (!config.prometheus_config().enable()) return "";
+  const std::string& p = config.prometheus_config().path();
+  if (p.empty()) return "/monitoring/prometheus/metrics";
+  if (p[0] != '/')
+    fail(ErrorKind::kInvalidArgument, "{}: path must start with '/', got '{}'", source, p);
+  return p;
+}
+
+std::string load_prometheus_path(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) fail(ErrorKind::kNotFound, "cannot read monitoring config file {}", path);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return parse_prometheus_path(ss.str(), path);
+}
+
 tfs::ModelServerConfig load_model_server_config(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
   if (!in) fail(ErrorKind::kNotFound, "cannot read model config file {}", path);

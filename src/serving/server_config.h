@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "tensorflow_serving/config/model_server_config.pb.h"
+#include "tensorflow_serving/config/monitoring_config.pb.h"
 
 namespace tf {
 
@@ -25,6 +26,14 @@ struct ModelEntryConfig {
 // Parses the text format (source names the file in errors: "models.config:3:7: ..."), then
 // validates. Throws Error (kInvalidArgument) on the first problem.
 tfs::ModelServerConfig parse_model_server_config(std::string_view text, const std::string& source);
+
+// TF Serving's --monitoring_config_file (text MonitoringConfig): the path its Prometheus text is
+// served at, "" when prometheus_config is not enabled; TF Serving's default path when the file
+// enables it without one. Throws (with the file's line and column) on a malformed file or a
+// path that does not start with '/'.
+std::string load_prometheus_path(const std::string& path);
+// The same from the file's text (source names it in errors).
+std::string parse_prometheus_path(std::string_view text, const std::string& source);
 // Reads and parses a file; a missing or unreadable file is an Error too.
 tfs::ModelServerConfig load_model_server_config(const std::string& path);
 

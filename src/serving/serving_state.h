@@ -44,6 +44,7 @@ struct ServingState {
   std::unique_ptr<AccessLog> access_log;  // nullptr: requests go to the debug log only
   std::unique_ptr<ApiKeys> api_keys;      // nullptr: no authentication
   bool metrics_need_key = false;          // GET /metrics behind the keys too
+  std::string prometheus_path;            // TF Serving's monitoring path beside /metrics ("": none)
   KeyLimiter limiter;
   // Keys the tenants' prefix-cache salts (prefix_cache_salt); new for every process.
   const std::array<uint8_t, 32> cache_secret = random_secret();

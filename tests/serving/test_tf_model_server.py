@@ -78,14 +78,25 @@ class TfModelServerTest(unittest.TestCase):
         r = self.run_exe()  # neither a base path nor a config file: TF Serving's message
         self.assertNotEqual(r.returncode, 0)
         self.assertIn("model_base_path and server_options.model_config_file are empty", r.stderr)
-        r = self.run_exe("--model_base_path=" + self.base, "--monitoring_config_file=/m.config")
+        for flag in ("--batching_parameters_file", "--ssl_config_file"):  # not read yet
+            r = self.run_exe("--model_base_path=" + self.base, flag + "=/some.config")
+            self.assertNotEqual(r.returncode, 0)
+            self.assertIn(flag, r.stderr)
+        bad = os.path.join(self.dir, "bad_monitoring.config")
+        with open(bad, "w") as f:
+            f.write("prometheus_config {\n  enable: maybe\n}\n")
+        r = self.run_exe("--model_base_path=" + self.base, "--monitoring_config_file=" + bad)
         self.assertNotEqual(r.returncode, 0)
-        self.assertIn("--monitoring_config_file", r.stderr)
+        self.assertIn("bad_monitoring.config:", r.stderr)  # the file and place of the mistake
+        self.assertIn('"enable"', r.stderr)
 
     def test_rest_and_grpc_on_tf_servings_flags(self):
+        monitoring = os.path.join(self.dir, "monitoring.config")
+        with open(monitoring, "w") as f:  # TF Serving's documented form; the default path
+            f.write("prometheus_config {\n  enable: true\n}\n")
         proc, lines, (grpc_port, port) = self.start_on_free_ports(
             "--model_name=story", "--model_base_path=" + self.base, "--enable_batching",
-            "--rest_api_timeout_in_ms=60000")
+            "--rest_api_timeout_in_ms=60000", "--monitoring_config_file=" + monitoring)
         try:
             self.assertIn("on http://0.0.0.0:%d" % port, lines[0])  # every interface, as TF
             self.assertIn("gRPC on 0.0.0.0:%d" % grpc_port, lines[-1])
@@ -102,6 +113,19 @@ class TfModelServerTest(unittest.TestCase):
                                                         "max_tokens": 3, "temperature": 0}]})
             self.assertEqual(status, 200, body)
             self.assertEqual(len(body["predictions"]), 1)
+            self.assertEqual(c.post("/v1/models/nope:predict", {"instances": ["x"]})[0], 404)
+            # TF Serving's metric names at its monitoring path (and tokenflow's beside them).
+            status, _, text, headers = c.get("/monitoring/prometheus/metrics")
+            self.assertEqual(status, 200)
+            self.assertTrue(headers["Content-Type"].startswith("text/plain"))
+            self.assertIn(':tensorflow:serving:request_count{model_name="story",status="OK"} 2',
+                          text)  # the status query and the predict
+            self.assertIn(':tensorflow:serving:request_count{model_name="",status="NOT_FOUND"} 1',
+                          text)
+            self.assertIn(':tensorflow:serving:request_latency_count{model_name="story",'
+                          'API="Predict",entrypoint="REST"} 1', text)
+            self.assertIn("tokenflow_requests_total", text)
+            self.assertNotIn(":tensorflow:serving:", c.get("/metrics")[2])  # tokenflow's own page
         finally:
             code, err = stop_server(proc)
         self.assertEqual(code, 0, err)
