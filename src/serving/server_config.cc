@@ -48,28 +48,43 @@ bool platform_supported(const std::string& platform) {
   return platform.empty() || platform == "tokenflow" || platform == "tensorflow";
 }
 
-tfs::ModelServerConfig parse_model_server_config(std::string_view text, const std::string& source) {
-  tfs::ModelServerConfig config;
+namespace {
+
+// A text-format message of type M (`what` names it in errors), or an Error with the place of
+// the first mistake.
+template <class M>
+M parse_text_message(std::string_view text, const std::string& source, const char* what) {
+  M message;
   google::protobuf::TextFormat::Parser parser;
   FirstError errors(source);
   parser.RecordErrorsTo(&errors);
-  if (!parser.ParseFromString(std::string(text), &config)) {
+  if (!parser.ParseFromString(std::string(text), &message)) {
     fail(ErrorKind::kInvalidArgument, "{}",
-         errors.message().empty() ? source + ": not a ModelServerConfig" : errors.message());
+         errors.message().empty() ? fmt::format("{}: not a {}", source, what) : errors.message());
   }
+  return message;
+}
+
+// The whole of a configuration file (`what` names it in errors).
+std::string read_config_file(const std::string& path, const char* what) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) fail(ErrorKind::kNotFound, "cannot read {} file {}", what, path);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  if (in.bad()) fail(ErrorKind::kInvalidArgument, "cannot read {} file {}", what, path);
+  return ss.str();
+}
+
+}  // namespace
+
+tfs::ModelServerConfig parse_model_server_config(std::string_view text, const std::string& source) {
+  auto config = parse_text_message<tfs::ModelServerConfig>(text, source, "ModelServerConfig");
   validate_model_server_config(config);
   return config;
 }
 
 std::string parse_prometheus_path(std::string_view text, const std::string& source) {
-  tfs::MonitoringConfig config;
-  google::protobuf::TextFormat::Parser parser;
-  FirstError errors(source);
-  parser.RecordErrorsTo(&errors);
-  if (!parser.ParseFromString(std::string(text), &config)) {
-    fail(ErrorKind::kInvalidArgument, "{}",
-         errors.message().empty() ? source + ": not a MonitoringConfig" : errors.message());
-  }
+  const auto config = parse_text_message<tfs::MonitoringConfig>(text, source, "MonitoringConfig");
   if (!config.prometheus_config().enable()) return "";
   const std::string& p = config.prometheus_config().path();
   if (p.empty()) return "/monitoring/prometheus/metrics";
@@ -79,20 +94,11 @@ std::string parse_prometheus_path(std::string_view text, const std::string& sour
 }
 
 std::string load_prometheus_path(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) fail(ErrorKind::kNotFound, "cannot read monitoring config file {}", path);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return parse_prometheus_path(ss.str(), path);
+  return parse_prometheus_path(read_config_file(path, "monitoring config"), path);
 }
 
 tfs::ModelServerConfig load_model_server_config(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) fail(ErrorKind::kNotFound, "cannot read model config file {}", path);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  if (in.bad()) fail(ErrorKind::kInvalidArgument, "cannot read model config file {}", path);
-  return parse_model_server_config(ss.str(), path);
+  return parse_model_server_config(read_config_file(path, "model config"), path);
 }
 
 void validate_model_server_config(const tfs::ModelServerConfig& config) {
