@@ -117,8 +117,7 @@ int run_serve(const ServeOptions& o) {
     // One line on stdout, for people and scripts (a test reads the port from it).
     const auto names = state.registry.names();
     const char* scheme = o.tls_cert.empty() ? "http" : "https";
-    const std::string served =
-        names.empty() ? "-" : fmt::format("{}", fmt::join(names, ", ")).c_str();
+    const std::string served = names.empty() ? "-" : fmt::format("{}", fmt::join(names, ", "));
     if (o.http) {
       std::printf("tokenflow serving %s on %s://%s:%u\n", served.c_str(), scheme, o.host.c_str(),
                   server.http_port());

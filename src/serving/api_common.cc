@@ -10,6 +10,7 @@
 #include "core/json.h"
 #include "core/log.h"
 #include "serving/auth.h"
+#include "serving/grpc_call.h"
 #include "serving/metrics.h"
 
 namespace tf {
@@ -183,36 +184,6 @@ const char* tf_serving_api(const std::string& path, const char** entrypoint) {
   return "GetModelStatus";
 }
 
-// The canonical gRPC code name TF Serving's request_count carries, from the HTTP status.
-const char* tf_status_name(int status) {
-  switch (status) {
-    case 200:
-      return "OK";
-    case 400:
-    case 413:
-    case 422:
-      return "INVALID_ARGUMENT";
-    case 401:
-      return "UNAUTHENTICATED";
-    case 403:
-      return "PERMISSION_DENIED";
-    case 404:
-      return "NOT_FOUND";
-    case 405:
-      return "UNIMPLEMENTED";
-    case 429:
-      return "RESOURCE_EXHAUSTED";
-    case 499:
-      return "CANCELLED";
-    case 503:
-      return "UNAVAILABLE";
-    case 504:
-      return "DEADLINE_EXCEEDED";
-    default:
-      return status >= 500 ? "INTERNAL" : "UNKNOWN";
-  }
-}
-
 }  // namespace
 
 void log_request(const RequestRecord& r, int status) {
@@ -233,7 +204,8 @@ void log_request(const RequestRecord& r, int status) {
     r.metrics->request_duration.observe({{"model", model}, {"version", version}}, ms / 1000);
     const char* entrypoint = "";
     if (const char* api = tf_serving_api(r.path, &entrypoint)) {
-      r.metrics->tf_request_count.add({{"model_name", model}, {"status", tf_status_name(status)}});
+      r.metrics->tf_request_count.add(
+          {{"model_name", model}, {"status", grpc_code_name(grpc_code_of_http(status))}});
       r.metrics->tf_request_latency.observe(
           {{"model_name", model}, {"API", api}, {"entrypoint", entrypoint}}, ms * 1000);
     }

@@ -10,10 +10,12 @@
 
 namespace tf {
 
-grpc::Status grpc_status_of(const std::exception& e) {
-  const int status = http_status_of(e);
+grpc::StatusCode grpc_code_of_http(int status) {
   grpc::StatusCode code = grpc::StatusCode::INTERNAL;
   switch (status) {
+    case 200:
+      code = grpc::StatusCode::OK;
+      break;
     case 400:
     case 405:
     case 413:
@@ -50,7 +52,11 @@ grpc::Status grpc_status_of(const std::exception& e) {
     default:
       code = status >= 500 ? grpc::StatusCode::INTERNAL : grpc::StatusCode::INVALID_ARGUMENT;
   }
-  return grpc::Status(code, e.what());
+  return code;
+}
+
+grpc::Status grpc_status_of(const std::exception& e) {
+  return grpc::Status(grpc_code_of_http(http_status_of(e)), e.what());
 }
 
 int http_status_of(grpc::StatusCode code) {

@@ -36,6 +36,8 @@ struct GrpcContext {
 // UNAUTHENTICATED, 403 PERMISSION_DENIED, 404 NOT_FOUND, 429 RESOURCE_EXHAUSTED, 503
 // UNAVAILABLE, 504 DEADLINE_EXCEEDED, ...), other errors by their kind.
 grpc::Status grpc_status_of(const std::exception& e);
+// That mapping from an HTTP status (200 OK; TF Serving's request_count labels requests by it).
+grpc::StatusCode grpc_code_of_http(int status);
 // The HTTP status a gRPC code stands for in logs and tokenflow_requests_total (TF Serving's
 // table: CANCELLED 499, INVALID_ARGUMENT 400, ...).
 int http_status_of(grpc::StatusCode code);
