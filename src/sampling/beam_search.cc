@@ -53,8 +53,12 @@ std::vector<BeamCandidate> select_beams(std::vector<BeamCandidate>& cands,
   const size_t keep = std::min<size_t>(cands.size(), 2 * static_cast<size_t>(B));
   std::partial_sort(cands.begin(), cands.begin() + keep, cands.end(), better);
   cands.resize(keep);
+  // The model's end-of-sequence ids (unless ignored) and the request's stop_token_ids end a
+  // hypothesis.
+  const auto& stops = params.stop_token_ids;
   auto is_eos = [&](int32_t t) {
-    return !params.ignore_eos && std::find(eos_ids.begin(), eos_ids.end(), t) != eos_ids.end();
+    return (!params.ignore_eos && std::find(eos_ids.begin(), eos_ids.end(), t) != eos_ids.end()) ||
+           std::find(stops.begin(), stops.end(), t) != stops.end();
   };
   std::vector<BeamCandidate> next;
   for (size_t rank = 0; rank < cands.size() && static_cast<int>(next.size()) < B; ++rank) {

@@ -275,15 +275,46 @@ CompletionRequest predict_instance(const json& inst, const json& shared) {
   return r;
 }
 
+// Which signature a Predict payload is written for (PredictInput's rule): true for the generate
+// signature. An input of each kind is a 400 naming both.
+bool is_generate_request(const json& payload, bool rows, const std::string& signature) {
+  std::string generate_input, tokenflow_input;
+  auto look = [&](const json& obj) {
+    if (!obj.is_object()) {
+      tokenflow_input = "a prompt";  // a string or a list of ids: tokenflow's forms
+      return;
+    }
+    for (const auto& [k, v] : obj.items()) {
+      if (is_generate_only_input(k)) {
+        if (generate_input.empty()) generate_input = k;
+      } else if (k == "prompt" || (kPredictParams.count(k) && !is_generate_setting(k))) {
+        if (tokenflow_input.empty()) tokenflow_input = k;
+      }
+    }
+  };
+  if (rows) {
+    for (const auto& inst : payload) look(inst);
+  } else {
+    look(payload);
+  }
+  if (!generate_input.empty() && !tokenflow_input.empty())
+    throw HttpError(400, fmt::format("'{}' is an input of the generate signature and '{}' one of "
+                                     "tokenflow's: a request is written for one signature",
+                                     generate_input, tokenflow_input));
+  if (!generate_input.empty()) return true;
+  if (!tokenflow_input.empty()) return false;
+  return !signature.empty() && signature != "serving_default" && signature != kTokenflowSignature;
+}
+
 }  // namespace
 
 PredictInput read_predict_body(const json& body, bool log_prompt) {
   PredictInput out;
   if (!body.is_object()) throw HttpError(400, "the request body must be a JSON object");
-  if (body.contains("signature_name") && body["signature_name"] != "serving_default" &&
-      body["signature_name"] != "") {
-    throw HttpError(400, fmt::format("Serving signature name: {} not found in signature def",
-                                     body["signature_name"].dump()));
+  if (body.contains("signature_name")) {
+    if (!body["signature_name"].is_string())
+      throw HttpError(400, "'signature_name' must be a string", "", "signature_name");
+    out.signature_name = body["signature_name"].get<std::string>();
   }
   for (const auto& [k, v] : body.items()) {
     if (k != "instances" && k != "inputs" && k != "signature_name")
@@ -295,10 +326,16 @@ PredictInput read_predict_body(const json& body, bool log_prompt) {
                               : "Missing 'instances' or 'inputs' key");
   }
   out.rows = rows;
+  if (rows && (!body["instances"].is_array() || body["instances"].empty()))
+    throw HttpError(400, "'instances' must be a non-empty list");
+  if (is_generate_request(rows ? body["instances"] : body["inputs"], rows, out.signature_name)) {
+    out.generate =
+        rows ? read_generate_rows(body["instances"]) : read_generate_columns(body["inputs"]);
+    if (log_prompt) out.logged_prompt = dump_json(rows ? body["instances"] : body["inputs"]);
+    return out;
+  }
   if (rows) {
     const json& inst = body["instances"];
-    if (!inst.is_array() || inst.empty())
-      throw HttpError(400, "'instances' must be a non-empty list");
     for (const auto& i : inst) out.instances.push_back(predict_instance(i, json()));
   } else {
     const json& in = body["inputs"];

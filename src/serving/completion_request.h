@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "sampling/sampling_params.h"
+#include "serving/generate_signature.h"
 #include "tokenizer/chat_template.h"
 
 namespace tf {
@@ -67,11 +68,18 @@ CompletionRequest read_openai_request(const nlohmann::json& body, bool chat,
 // strings' limits.
 void apply_request_rules(CompletionRequest& request, bool use_beam_search);
 
-// TF Serving's Predict body: the row format ("instances") or the columnar one ("inputs"), each
-// prompt an instance of its own with its parameters (OpenAI's names). TF Serving's messages.
+// TF Serving's Predict body: the row format ("instances") or the columnar one ("inputs"),
+// written for one of two signatures. The generate signature (generate_signature.h: input_ids and
+// attention_mask [batch, len], generate()'s settings) when the request holds an input only it
+// has (attention_mask, max_new_tokens, do_sample, ...) or names a signature other than
+// serving_default and tokenflow's; otherwise tokenflow's own, as before it: each prompt an
+// instance with its parameters (OpenAI's names). An input of each kind in one request is a 400.
+// The signature's name is checked against the model by the planner. TF Serving's messages.
 struct PredictInput {
-  bool rows = false;  // answered as "predictions" (else "outputs")
-  std::vector<CompletionRequest> instances;
+  bool rows = false;                         // answered as "predictions" (else "outputs")
+  std::string signature_name;                // as the request names it ("" when it does not)
+  std::optional<GenerateInput> generate;     // set: the generate signature
+  std::vector<CompletionRequest> instances;  // tokenflow's signature
   std::string logged_prompt;
 };
 PredictInput read_predict_body(const nlohmann::json& body, bool log_prompt = false);

@@ -95,11 +95,23 @@ std::shared_ptr<ServedModel> resolve_spec(GrpcContext& ctx, GrpcCall& call,
   return model;
 }
 
-// The model_spec of an answer: the version that answered, and the one signature.
-void answered_spec(const ServedModel& model, tfs::ModelSpec* out) {
+// The model_spec of an answer: the version and the signature that answered.
+void answered_spec(const ServedModel& model, const std::string& signature, tfs::ModelSpec* out) {
   out->set_name(model.name);
   out->mutable_version()->set_value(model.version);
-  out->set_signature_name("serving_default");
+  out->set_signature_name(signature);
+}
+
+// The generate signature's one output: the [rows, max_len] ids (already padded).
+tensorflow::TensorProto ids_tensor(const std::vector<std::vector<int32_t>>& rows) {
+  tensorflow::TensorProto t;
+  t.set_dtype(tensorflow::DT_INT32);
+  t.mutable_tensor_shape()->add_dim()->set_size(static_cast<int64_t>(rows.size()));
+  t.mutable_tensor_shape()->add_dim()->set_size(
+      static_cast<int64_t>(rows.empty() ? 0 : rows[0].size()));
+  for (const auto& r : rows)
+    for (int32_t v : r) t.add_int_val(v);
+  return t;
 }
 
 }  // namespace
@@ -169,8 +181,9 @@ json predict_body_of(const tfs::PredictRequest& request) {
     json v = tensor_to_json(tensor, name);
     // A sampling parameter sent as a one-element tensor ([1], as clients often shape them) is
     // the scalar; the prompts and the list parameters keep their lists.
-    const bool list =
-        name == "prompt" || name == "input_ids" || name == "stop" || name == "stop_token_ids";
+    const bool list = name == "prompt" || name == "input_ids" || name == "stop" ||
+                      name == "stop_token_ids" || name == "attention_mask" ||
+                      name == "bad_words_ids";
     if (!list && v.is_array() && v.size() == 1) v = json(v[0]);
     inputs[name] = std::move(v);
   }
@@ -188,17 +201,17 @@ grpc::ServerUnaryReactor* PredictionServiceImpl::Predict(grpc::CallbackServerCon
   prepare_call(ctx_, *r->host, *r->call.record, [this, r, context, request, response] {
     try {
       r->call.admit();
-      static const std::set<std::string> kOutputs = {"text", "output_ids", "output_lengths",
-                                                     "finish_reason", "logprobs"};
-      for (const auto& f : request->output_filter()) {
-        if (!kOutputs.count(f))
-          throw HttpError(400, fmt::format("output tensor alias not found in signature: {}", f));
-      }
       auto model = resolve_spec(ctx_, r->call, request->model_spec());
       context->AddInitialMetadata("x-model-version", std::to_string(model->version));
       auto plan = std::make_shared<PredictPlan>(plan_predict(
           ctx_.state, model, read_predict_request(*request, logs_prompts(*r->call.record)),
           *r->call.record, r->call.time_limit()));
+      static const std::set<std::string> kOutputs = {"text", "output_ids", "output_lengths",
+                                                     "finish_reason", "logprobs"};
+      for (const auto& f : request->output_filter()) {
+        if (plan->generate ? f != plan->output_name : !kOutputs.count(f))
+          throw HttpError(400, fmt::format("output tensor alias not found in signature: {}", f));
+      }
       const ServedModel& m = *plan->model;
       JobObserver observer{&ctx_.state.metrics,
                            {{"model", m.name}, {"version", std::to_string(m.version)}}};
@@ -211,9 +224,14 @@ grpc::ServerUnaryReactor* PredictionServiceImpl::Predict(grpc::CallbackServerCon
             // As Generate ends (before, OK with "abort").
             const grpc::Status status = end_status(summary, plan->time_limit);
             if (!status.ok()) return r->finish(status);
-            predict_response_proto(predict_outputs(job.results(), plan->logprobs),
-                                   request->output_filter(), response);
-            answered_spec(*plan->model, response->mutable_model_spec());
+            if (plan->generate) {
+              (*response->mutable_outputs())[plan->output_name] =
+                  ids_tensor(generate_answer(*plan, job, summary));
+            } else {
+              predict_response_proto(predict_outputs(job.results(), plan->logprobs),
+                                     request->output_filter(), response);
+            }
+            answered_spec(*plan->model, plan->signature, response->mutable_model_spec());
             r->finish(grpc::Status::OK);
           },
           [r](const std::exception& e) { r->finish(r->call.error_status(e)); });
@@ -242,13 +260,13 @@ grpc::ServerUnaryReactor* PredictionServiceImpl::GetModelMetadata(
     const auto parsed = google::protobuf::util::JsonStringToMessage(meta.dump(), &defs);
     if (!parsed.ok()) throw Error(ErrorKind::kInternal, std::string(parsed.message()));
     // Predict over gRPC also answers output_lengths (its output_ids are padded).
-    tensorflow::SignatureDef& sig = (*defs.mutable_signature_def())["serving_default"];
+    tensorflow::SignatureDef& sig = (*defs.mutable_signature_def())[kTokenflowSignature];
     tensorflow::TensorInfo& lengths = (*sig.mutable_outputs())["output_lengths"];
     lengths.set_name("output_lengths:0");
     lengths.set_dtype(tensorflow::DT_INT32);
     lengths.mutable_tensor_shape()->add_dim()->set_size(-1);
     (*response->mutable_metadata())["signature_def"].PackFrom(defs);
-    answered_spec(*model, response->mutable_model_spec());
+    answered_spec(*model, "", response->mutable_model_spec());
   });
 }
 

@@ -153,6 +153,7 @@ void ModelRegistry::sync() {
     std::string name;
     int64_t version;
     std::string path;
+    tfs::GenerateSignature signature;  // the config's generate_signature
   };
   std::vector<Load> loads;
   std::map<std::string, std::set<int64_t>> wanted;
@@ -175,7 +176,7 @@ void ModelRegistry::sync() {
         slot.path = path;
         slot.state = VersionState::kStart;
         slot.error.clear();
-        loads.push_back({name, v, path});
+        loads.push_back({name, v, path, e.cfg.config.generate_signature()});
       }
     }
   }
@@ -201,6 +202,7 @@ void ModelRegistry::sync() {
       log::info("loading model '{}' version {} from {}", l.name, l.version, l.path);
       try {
         model = loader_(l.name, l.version, l.path);
+        apply_signature_config(model->generate, l.signature);
         if (options_.measure) bytes = options_.measure(*model);
       } catch (const std::exception& ex) {
         error = ex.what();

@@ -13,6 +13,7 @@ std::unique_ptr<ServedModel> load_served_model(const std::string& name, const st
   m->name = name;
   m->path = path;
   m->load(path, explicit_tokenizer, weight_type);
+  m->generate = load_generate_signature(path);
   m->start_engine(engine_config);
   m->load_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   m->created = std::chrono::duration_cast<std::chrono::seconds>(

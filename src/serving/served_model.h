@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "engine/model_instance.h"
+#include "serving/generate_signature.h"
 
 namespace tf {
 
@@ -20,9 +21,12 @@ struct ServedModel : ModelInstance {
   int64_t version = 1;  // TF Serving's version number
   int64_t created = 0;  // unix seconds, when it became available
   double load_seconds = 0.0;
+  // TF Serving's generate signature: generation_config.json's settings, then the model config's.
+  GenerateSignature generate;
 };
 
-// Loads a model directory or file, its tokenizer (or explicit_tokenizer), and starts its engine.
+// Loads a model directory or file, its tokenizer (or explicit_tokenizer) and its
+// generation_config.json, and starts its engine.
 std::unique_ptr<ServedModel> load_served_model(
     const std::string& name, const std::string& path, const EngineConfig& engine_config,
     const std::string& explicit_tokenizer = "",

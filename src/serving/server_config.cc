@@ -11,6 +11,7 @@
 #include <sstream>
 
 #include "core/error.h"
+#include "serving/generate_signature.h"
 #include "serving/served_model.h"
 
 namespace tf {
@@ -142,6 +143,7 @@ void validate_model_server_config(const tfs::ModelServerConfig& config) {
              version);
       }
     }
+    if (m.has_generate_signature()) validate_signature_config(m.generate_signature(), name);
     if (m.has_traffic_split()) {
       const auto& split = m.traffic_split();
       if (split.route().empty())

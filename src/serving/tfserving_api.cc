@@ -42,13 +42,8 @@ json model_status(ServingState& state, const ModelPath& p) {
 }
 
 json tensor_info(const char* name, const char* dtype, int rank) {
-  json dims = json::array();
-  for (int i = 0; i < rank; ++i) dims.push_back({{"size", "-1"}, {"name", ""}});
-  return {{"dtype", dtype},
-          {"tensor_shape", {{"dim", dims}, {"unknown_rank", false}}},
-          {"name", fmt::format("{}:0", name)}};
+  return tensor_info_json(fmt::format("{}:0", name), dtype, rank);
 }
-
 }  // namespace
 
 json model_metadata(const ServedModel& m) {
@@ -79,9 +74,12 @@ json model_metadata(const ServedModel& m) {
                   {"logprobs", tensor_info("logprobs", "DT_FLOAT", 2)}};
   json sig = {
       {"inputs", inputs}, {"outputs", outputs}, {"method_name", "tensorflow/serving/predict"}};
+  // The generate signature under its name (serving_default unless configured), tokenflow's own
+  // beside it.
+  json defs = {{m.generate.name, generate_signature_def(m.generate)}, {kTokenflowSignature, sig}};
   return {{"model_spec",
            {{"name", m.name}, {"signature_name", ""}, {"version", std::to_string(m.version)}}},
-          {"metadata", {{"signature_def", {{"signature_def", {{"serving_default", sig}}}}}}}};
+          {"metadata", {{"signature_def", {{"signature_def", defs}}}}}};
 }
 
 namespace {
@@ -105,8 +103,14 @@ void predict(ServingState& state, std::shared_ptr<ServedModel> model, const Http
       responder->send(504, tfserving_error_body(deadline_message(plan->time_limit)));
       return log_request(*record, 504);
     }
-    responder->send(200, dump_json(predict_response_json(
-                             predict_outputs(job.results(), plan->logprobs), plan->rows)));
+    if (plan->generate) {
+      // One output: TF Serving answers its value alone (no name), row or columnar.
+      const json answer = generate_answer(*plan, job, summary);
+      responder->send(200, dump_json(json{{plan->rows ? "predictions" : "outputs", answer}}));
+    } else {
+      responder->send(200, dump_json(predict_response_json(
+                               predict_outputs(job.results(), plan->logprobs), plan->rows)));
+    }
     log_request(*record, 200);
   };
   const ServedModel& m = *plan->model;

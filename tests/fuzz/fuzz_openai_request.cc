@@ -1,7 +1,7 @@
 // Fuzz target: the JSON request readers of the HTTP API (OpenAI completions and chat bodies, TF
-// Serving's Predict bodies) and the planner behind them (prompts, messages through a chat
-// template, every sampling parameter), and TF Serving's model paths. Any input must end in a value
-// or an Error, never a crash or a hang.
+// Serving's Predict bodies, tokenflow's signature and the generate signature) and the planner
+// behind them (prompts, messages through a chat template, every sampling parameter), and TF
+// Serving's model paths. Any input must end in a value or an Error, never a crash or a hang.
 #include <nlohmann/json.hpp>
 
 #include <cstddef>
@@ -30,7 +30,19 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   for (bool chat : {false, true}) check_openai_body(body, chat);
   // As a TF Serving Predict body: each instance through the same planner.
   try {
-    for (const auto& instance : tf::read_predict_body(body).instances) check_request(instance);
+    const tf::PredictInput in = tf::read_predict_body(body);
+    for (const auto& instance : in.instances) check_request(instance);
+    if (in.generate) {  // the generate signature: each row's parameters and the answer
+      std::vector<std::vector<std::vector<int32_t>>> tokens;
+      for (size_t r = 0; r < in.generate->rows.size(); ++r) {
+        const auto p =
+            tf::generate_row_params(in.generate->settings, in.generate->rows[r], r, {2}, 256);
+        p.params.validate(512);
+        tokens.emplace_back(static_cast<size_t>(p.sequences), std::vector<int32_t>{7});
+      }
+      (void)tf::generate_output(in.generate->rows, tokens,
+                                tf::generate_pad_id(in.generate->settings, {2}));
+    }
   } catch (const tf::Error&) {
   }
   return 0;

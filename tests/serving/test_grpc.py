@@ -387,10 +387,11 @@ class GrpcApiTest(unittest.TestCase):
         self.assertEqual((r.model_spec.name, r.model_spec.version.value), (MODEL, 1))
         defs = get_model_metadata_pb2.SignatureDefMap()
         self.assertTrue(r.metadata["signature_def"].Unpack(defs))
-        sig = defs.signature_def["serving_default"]
+        self.assertEqual(sorted(defs.signature_def), ["serving_default", "tokenflow"])
+        sig = defs.signature_def["tokenflow"]
         self.assertEqual(sig.method_name, "tensorflow/serving/predict")
         _, rest, _, _ = self.c.get("/v1/models/%s/metadata" % MODEL)
-        want = rest["metadata"]["signature_def"]["signature_def"]["serving_default"]
+        want = rest["metadata"]["signature_def"]["signature_def"]["tokenflow"]
         self.assertEqual(set(sig.inputs), set(want["inputs"]))
         self.assertEqual(set(sig.outputs), set(want["outputs"]) | {"output_lengths"})
         self.assertEqual(sig.inputs["prompt"].dtype, types_pb2.DT_STRING)

@@ -437,7 +437,9 @@ class ServerTest(SharedServerTest):
         s, b, _, _ = self.c.get("/v1/models/%s/metadata" % MODEL)
         self.assertEqual(s, 200)
         self.assertEqual(b["model_spec"], {"name": MODEL, "signature_name": "", "version": "1"})
-        sig = b["metadata"]["signature_def"]["signature_def"]["serving_default"]
+        # tokenflow's own signature under its name (serving_default is the generate signature,
+        # tests/serving/test_generate_signature.py).
+        sig = b["metadata"]["signature_def"]["signature_def"]["tokenflow"]
         self.assertEqual(sig["method_name"], "tensorflow/serving/predict")
         self.assertEqual(sig["inputs"]["prompt"]["dtype"], "DT_STRING")
         self.assertEqual(set(sig["outputs"]), {"text", "output_ids", "finish_reason", "logprobs"})
