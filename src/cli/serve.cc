@@ -302,7 +302,8 @@ Action add_tf_model_server(CLI::App& app) {
   app.add_flag("--enable_batching", t->enable_batching,
                "batch requests (tokenflow always batches continuously)");
   app.add_option("--batching_parameters_file", t->batching_parameters_file,
-                 "TF Serving's BatchingParameters (not yet read: refused)");
+                 "TF Serving's BatchingParameters (with --enable_batching): max_batch_size, "
+                 "batch_timeout_micros, max_enqueued_batches, num_batch_threads onto the engine");
   app.add_option("--monitoring_config_file", t->monitoring_config_file,
                  "TF Serving's MonitoringConfig: Prometheus text at its path (on the REST port), "
                  "with TF Serving's metric names beside tokenflow's");
@@ -324,10 +325,29 @@ Action add_tf_model_server(CLI::App& app) {
                   TOKENFLOW_VERSION);
       return 0;
     }
-    for (const auto& [flag, value] :
-         {std::pair{"--batching_parameters_file", &t->batching_parameters_file},
-          {"--ssl_config_file", &t->ssl_config_file}}) {
-      if (!value->empty()) fail("{} is not supported by tokenflow yet", flag);
+    if (!t->ssl_config_file.empty()) fail("--ssl_config_file is not supported by tokenflow yet");
+    if (!t->batching_parameters_file.empty()) {
+      // As TF Serving: the file is read with --enable_batching only. Read either way, so that a
+      // broken file is found now rather than when batching is turned on.
+      const BatchingSettings b = load_batching_parameters(t->batching_parameters_file);
+      if (!t->enable_batching) {
+        log::warn("{}: not applied without --enable_batching (as TF Serving)",
+                  t->batching_parameters_file);
+      } else {
+        EngineOptions& e = o->engine;
+        if (b.max_num_seqs) e.max_num_seqs = *b.max_num_seqs;
+        if (b.batch_timeout_micros) e.batch_timeout_micros = *b.batch_timeout_micros;
+        if (b.max_enqueued_batches) {  // saturating: a huge queue is no queue limit
+          const int64_t seqs = std::max<int64_t>(e.max_num_seqs, 1);
+          o->max_waiting_requests = *b.max_enqueued_batches > INT64_MAX / seqs
+                                        ? INT64_MAX
+                                        : *b.max_enqueued_batches * seqs;
+        }
+        // Compute threads, unless the TF or tokenflow thread flag set them.
+        if (b.threads && e.threads == 0 && t->intra_op_parallelism == 0)
+          e.threads = static_cast<int>(*b.threads);
+        for (const auto& note : b.notes) log::warn("{}: {}", t->batching_parameters_file, note);
+      }
     }
     if (!t->monitoring_config_file.empty()) {
       o->prometheus_path = load_prometheus_path(t->monitoring_config_file);

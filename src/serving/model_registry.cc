@@ -153,7 +153,7 @@ void ModelRegistry::sync() {
     std::string name;
     int64_t version;
     std::string path;
-    tfs::GenerateSignature signature;  // the config's generate_signature
+    tfs::ModelConfig config;
   };
   std::vector<Load> loads;
   std::map<std::string, std::set<int64_t>> wanted;
@@ -176,7 +176,7 @@ void ModelRegistry::sync() {
         slot.path = path;
         slot.state = VersionState::kStart;
         slot.error.clear();
-        loads.push_back({name, v, path, e.cfg.config.generate_signature()});
+        loads.push_back({name, v, path, e.cfg.config});
       }
     }
   }
@@ -201,8 +201,7 @@ void ModelRegistry::sync() {
     } else {
       log::info("loading model '{}' version {} from {}", l.name, l.version, l.path);
       try {
-        model = loader_(l.name, l.version, l.path);
-        apply_signature_config(model->generate, l.signature);
+        model = loader_(l.name, l.version, l.path, l.config);
         if (options_.measure) bytes = options_.measure(*model);
       } catch (const std::exception& ex) {
         error = ex.what();

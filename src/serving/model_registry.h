@@ -52,9 +52,10 @@ struct ModelRequestSpec {
 
 class ModelRegistry {
  public:
-  // Loads one version (name, version number, its directory or file); throws on failure.
-  using Loader =
-      std::function<std::shared_ptr<ServedModel>(const std::string&, int64_t, const std::string&)>;
+  // Loads one version (name, version number, its directory or file) under its model's config
+  // (per-model settings: the generate signature, batching); throws on failure.
+  using Loader = std::function<std::shared_ptr<ServedModel>(
+      const std::string&, int64_t, const std::string&, const tfs::ModelConfig&)>;
   struct Options {
     int64_t memory_budget = 0;  // bytes; 0: none
     // Bytes a version at this path would occupy once loaded (0: unknown), checked before loading.

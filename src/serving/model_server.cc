@@ -79,8 +79,15 @@ ModelServer::ModelServer(ModelServerOptions options) : options_(std::move(option
   };
   const std::string tokenizer = o.tokenizer;
   state_ = std::make_unique<ServingState>(
-      [ec, tokenizer, dtype](const std::string& name, int64_t version, const std::string& path) {
-        std::shared_ptr<ServedModel> m = load_served_model(name, path, ec, tokenizer, dtype);
+      [ec, tokenizer, dtype](const std::string& name, int64_t version, const std::string& path,
+                             const tfs::ModelConfig& config) {
+        // The model config's own batching settings over the server's.
+        EngineConfig model_ec = ec;
+        if (config.max_batch_size() > 0) model_ec.scheduler.max_num_seqs = config.max_batch_size();
+        if (config.batch_timeout_micros() > 0)
+          model_ec.batch_timeout_micros = config.batch_timeout_micros();
+        std::shared_ptr<ServedModel> m = load_served_model(name, path, model_ec, tokenizer, dtype);
+        apply_signature_config(m->generate, config.generate_signature());
         m->version = version;
         log::info("loaded '{}' version {} from {} in {:.2f} s ({}, {} KV blocks)", m->name, version,
                   m->path, m->load_seconds, m->config().architecture, m->engine->kv_blocks());

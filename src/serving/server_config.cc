@@ -102,6 +102,66 @@ tfs::ModelServerConfig load_model_server_config(const std::string& path) {
   return parse_model_server_config(read_config_file(path, "model config"), path);
 }
 
+BatchingSettings parse_batching_parameters(std::string_view text, const std::string& source) {
+  const auto p = parse_text_message<tfs::BatchingParameters>(text, source, "BatchingParameters");
+  BatchingSettings out;
+  auto positive = [&](const google::protobuf::Int64Value& v, bool has, const char* name,
+                      int64_t least) -> std::optional<int64_t> {
+    if (!has) return std::nullopt;
+    if (v.value() < least)
+      fail(ErrorKind::kInvalidArgument, "{}: {} must be >= {}, got {}", source, name, least,
+           v.value());
+    return v.value();
+  };
+  const auto max_batch = positive(p.max_batch_size(), p.has_max_batch_size(), "max_batch_size", 1);
+  const auto max_execution =
+      positive(p.max_execution_batch_size(), p.has_max_execution_batch_size(),
+               "max_execution_batch_size", 1);
+  out.batch_timeout_micros =
+      positive(p.batch_timeout_micros(), p.has_batch_timeout_micros(), "batch_timeout_micros", 0);
+  out.max_enqueued_batches =
+      positive(p.max_enqueued_batches(), p.has_max_enqueued_batches(), "max_enqueued_batches", 1);
+  out.threads = positive(p.num_batch_threads(), p.has_num_batch_threads(), "num_batch_threads", 1);
+  if (out.threads && *out.threads > 1024)
+    fail(ErrorKind::kInvalidArgument, "{}: num_batch_threads must be at most 1024, got {}", source,
+         *out.threads);
+  // A batch runs at most this many rows: with large batch splitting, the execution size.
+  out.max_num_seqs = p.enable_large_batch_splitting() && max_execution ? max_execution : max_batch;
+  if (p.enable_large_batch_splitting())
+    out.notes.push_back(
+        "enable_large_batch_splitting: every request's rows are sequences of their own, so a "
+        "large request is always spread over steps");
+  if (!p.allowed_batch_sizes().empty()) {
+    // TF Serving's checks: increasing, and the last is the largest batch.
+    int64_t last = 0;
+    for (int64_t size : p.allowed_batch_sizes()) {
+      if (size <= last)
+        fail(ErrorKind::kInvalidArgument,
+             "{}: allowed_batch_sizes entries must be monotonically increasing", source);
+      last = size;
+    }
+    if (out.max_num_seqs && last != *out.max_num_seqs)
+      fail(ErrorKind::kInvalidArgument,
+           "{}: the final entry in allowed_batch_sizes ({}) must equal {} ({})", source, last,
+           p.enable_large_batch_splitting() && max_execution ? "max_execution_batch_size"
+                                                             : "max_batch_size",
+           *out.max_num_seqs);
+    out.notes.push_back(
+        "allowed_batch_sizes: a continuous batch computes its sequences without padding, so "
+        "batches are not padded up to these sizes");
+  }
+  if (p.pad_variable_length_inputs())
+    out.notes.push_back(
+        "pad_variable_length_inputs: rows of any length are taken without padding anyway");
+  if (p.has_thread_pool_name())
+    out.notes.push_back("thread_pool_name: each model has a compute pool of its own");
+  return out;
+}
+
+BatchingSettings load_batching_parameters(const std::string& path) {
+  return parse_batching_parameters(read_config_file(path, "batching parameters"), path);
+}
+
 void validate_model_server_config(const tfs::ModelServerConfig& config) {
   if (config.has_custom_model_config()) {
     fail(ErrorKind::kInvalidArgument,
@@ -144,6 +204,10 @@ void validate_model_server_config(const tfs::ModelServerConfig& config) {
       }
     }
     if (m.has_generate_signature()) validate_signature_config(m.generate_signature(), name);
+    if (m.max_batch_size() < 0 || m.batch_timeout_micros() < 0)
+      fail(ErrorKind::kInvalidArgument,
+           "model '{}': max_batch_size and batch_timeout_micros must be >= 0 (0: the server's)",
+           name);
     if (m.has_traffic_split()) {
       const auto& split = m.traffic_split();
       if (split.route().empty())

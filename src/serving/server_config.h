@@ -5,12 +5,15 @@
 // shorthand. Parsing and validation happen before anything is applied: a bad file changes
 // nothing and its error names the line and column, or the model and field.
 
+#include <cstdint>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
 
 #include "tensorflow_serving/config/model_server_config.pb.h"
 #include "tensorflow_serving/config/monitoring_config.pb.h"
+#include "tensorflow_serving/servables/tensorflow/session_bundle_config.pb.h"
 
 namespace tf {
 
@@ -36,6 +39,22 @@ std::string load_prometheus_path(const std::string& path);
 std::string parse_prometheus_path(std::string_view text, const std::string& source);
 // Reads and parses a file; a missing or unreadable file is an Error too.
 tfs::ModelServerConfig load_model_server_config(const std::string& path);
+
+// TF Serving's --batching_parameters_file (text BatchingParameters) as tokenflow's engine takes
+// it: each field mapped onto an engine setting, or (the padding ones, which a continuous batch
+// never needs) checked as TF Serving checks them and noted. Unset fields leave tokenflow's
+// settings alone.
+struct BatchingSettings {
+  std::optional<int64_t> max_num_seqs;          // max_batch_size (max_execution_batch_size
+                                                // when enable_large_batch_splitting)
+  std::optional<int64_t> batch_timeout_micros;  // batch_timeout_micros
+  std::optional<int64_t> max_enqueued_batches;  // x the batch size: the waiting requests
+  std::optional<int64_t> threads;               // num_batch_threads: compute threads
+  std::vector<std::string> notes;               // fields taken without effect, and why
+};
+// Throws Error naming the file, the field and (for text-format errors) the line and column.
+BatchingSettings parse_batching_parameters(std::string_view text, const std::string& source);
+BatchingSettings load_batching_parameters(const std::string& path);
 
 // What the text format cannot check: a model_config_list (custom_model_config is refused), names
 // unique and usable in every API (non-empty, no ':' or '@', no spaces), base_path present,

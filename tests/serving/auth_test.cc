@@ -168,10 +168,10 @@ TEST(KeyLimiter, TokensAreEstimatedThenCorrectedAndConcurrencyIsCapped) {
 // The engine's turns (scheduler.cc) rest on what prepare() stamps: every prompt of one API
 // request shares a group, another request gets another; a key is the tenant.
 TEST(ServingState, PrepareGivesEachApiRequestOneGroupAndTheKeyItsTenant) {
-  ServingState state(
-      [](const std::string&, int64_t, const std::string&) -> std::shared_ptr<ServedModel> {
-        throw Error("no models here");
-      });
+  ServingState state([](const std::string&, int64_t, const std::string&,
+                        const tfs::ModelConfig&) -> std::shared_ptr<ServedModel> {
+    throw Error("no models here");
+  });
   auto requests = [] {
     std::vector<GenerationRequest> r(3);
     for (auto& q : r) q.prompt = {1, 2};

@@ -101,6 +101,49 @@ TEST(ModelConfigFile, BrokenFilesSayWhatAndWhere) {
             "");
 }
 
+// TF Serving's --batching_parameters_file: each field onto the engine, the padding ones checked
+// as TF Serving checks them and noted.
+TEST(BatchingParametersFile, MapsOntoTheEngineAndChecksAsTfServing) {
+  const BatchingSettings b = parse_batching_parameters(
+      "max_batch_size { value: 32 }\nbatch_timeout_micros { value: 5000 }\n"
+      "max_enqueued_batches { value: 100 }\nnum_batch_threads { value: 4 }\n"
+      "allowed_batch_sizes: 8\nallowed_batch_sizes: 32\npad_variable_length_inputs: true\n",
+      "batching.config");
+  EXPECT_EQ(b.max_num_seqs, 32);
+  EXPECT_EQ(b.batch_timeout_micros, 5000);
+  EXPECT_EQ(b.max_enqueued_batches, 100);
+  EXPECT_EQ(b.threads, 4);
+  EXPECT_EQ(b.notes.size(), 2u);  // allowed_batch_sizes and pad_variable_length_inputs
+  // An empty file changes nothing.
+  const BatchingSettings none = parse_batching_parameters("", "b");
+  EXPECT_FALSE(none.max_num_seqs || none.batch_timeout_micros || none.threads);
+  // Large batch splitting: a step runs max_execution_batch_size rows.
+  EXPECT_EQ(parse_batching_parameters("max_batch_size { value: 1024 } "
+                                      "enable_large_batch_splitting: true "
+                                      "max_execution_batch_size { value: 64 }",
+                                      "b")
+                .max_num_seqs,
+            64);
+  auto error = [](const char* text) {
+    try {
+      parse_batching_parameters(text, "batching.config");
+    } catch (const Error& e) {
+      return std::string(e.what());
+    }
+    return std::string();
+  };
+  EXPECT_NE(error("max_batch_size { value: 0 }").find("max_batch_size must be >= 1"),
+            std::string::npos);
+  EXPECT_NE(error("max_batch_size { value: 32 } allowed_batch_sizes: 16 allowed_batch_sizes: 8")
+                .find("monotonically increasing"),
+            std::string::npos);
+  EXPECT_NE(error("max_batch_size { value: 32 } allowed_batch_sizes: 16")
+                .find("must equal max_batch_size (32)"),
+            std::string::npos);
+  EXPECT_NE(error("max_batch_size { value: 8 }\nbatch_priority_queue: 1").find("batching.config:2"),
+            std::string::npos);  // a field tokenflow does not know: named, with its place
+}
+
 // A base path with version directories, and a loader that records loads and fails on demand.
 class RegistryTest : public ::testing::Test {
  protected:
@@ -117,7 +160,8 @@ class RegistryTest : public ::testing::Test {
   void remove_version(int64_t v) { fs::remove_all(base_ / std::to_string(v)); }
 
   ModelRegistry::Loader loader() {
-    return [this](const std::string& name, int64_t version, const std::string& path) {
+    return [this](const std::string& name, int64_t version, const std::string& path,
+                  const tfs::ModelConfig&) {
       ++loads_;
       if (fail_.contains(version)) throw Error(ErrorKind::kInvalidArgument, "corrupt weights");
       auto m = std::make_shared<ServedModel>();

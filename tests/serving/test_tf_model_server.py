@@ -78,10 +78,16 @@ class TfModelServerTest(unittest.TestCase):
         r = self.run_exe()  # neither a base path nor a config file: TF Serving's message
         self.assertNotEqual(r.returncode, 0)
         self.assertIn("model_base_path and server_options.model_config_file are empty", r.stderr)
-        for flag in ("--batching_parameters_file", "--ssl_config_file"):  # not read yet
-            r = self.run_exe("--model_base_path=" + self.base, flag + "=/some.config")
-            self.assertNotEqual(r.returncode, 0)
-            self.assertIn(flag, r.stderr)
+        r = self.run_exe("--model_base_path=" + self.base, "--ssl_config_file=/some.config")
+        self.assertNotEqual(r.returncode, 0)  # not read yet
+        self.assertIn("--ssl_config_file", r.stderr)
+        batching = os.path.join(self.dir, "bad_batching.config")
+        with open(batching, "w") as f:  # TF Serving's own rule: the last size is the largest
+            f.write("max_batch_size { value: 32 }\nallowed_batch_sizes: 8\n")
+        r = self.run_exe("--model_base_path=" + self.base, "--enable_batching",
+                         "--batching_parameters_file=" + batching)
+        self.assertNotEqual(r.returncode, 0)
+        self.assertIn("bad_batching.config: the final entry in allowed_batch_sizes", r.stderr)
         bad = os.path.join(self.dir, "bad_monitoring.config")
         with open(bad, "w") as f:
             f.write("prometheus_config {\n  enable: maybe\n}\n")
@@ -129,6 +135,53 @@ class TfModelServerTest(unittest.TestCase):
         finally:
             code, err = stop_server(proc)
         self.assertEqual(code, 0, err)
+
+    def batch_buckets(self, c, model):
+        """The tokenflow_batch_size histogram of a model: {le: steps}."""
+        text = c.get("/metrics")[2]
+        out = {}
+        for m in re.finditer(r'tokenflow_batch_size_bucket\{model="%s",version="\d+",le="([^"]+)"\}'
+                             r" (\d+)" % model, text):
+            out[m.group(1)] = int(m.group(2))
+        return out
+
+    def test_batching_parameters_and_per_model_batch_sizes(self):
+        # TF Serving's batching file: max_batch_size caps the sequences of a step.
+        batching = os.path.join(self.dir, "batching.config")
+        with open(batching, "w") as f:
+            f.write("max_batch_size { value: 2 }\nbatch_timeout_micros { value: 0 }\n"
+                    "max_enqueued_batches { value: 100 }\nnum_batch_threads { value: 1 }\n"
+                    "allowed_batch_sizes: 1\nallowed_batch_sizes: 2\n"
+                    "pad_variable_length_inputs: true\n")
+        # Per model, in the config file (tokenflow's extension): 'wide' may batch 8 rows.
+        config = os.path.join(self.dir, "models.config")
+        with open(config, "w") as f:
+            f.write("model_config_list {\n"
+                    "  config { name: 'narrow' base_path: '%s' model_platform: 'tensorflow' }\n"
+                    "  config { name: 'wide' base_path: '%s' model_platform: 'tensorflow'\n"
+                    "           max_batch_size: 8 batch_timeout_micros: 100 }\n"
+                    "}\n" % (self.base, self.base))
+        proc, _, (_, port) = self.start_on_free_ports(
+            "--model_config_file=" + config, "--enable_batching",
+            "--batching_parameters_file=" + batching, grpc=False)
+        try:
+            c = Client(port)
+            # Four rows of one generate request, each a sequence of its own.
+            body = {"inputs": {"input_ids": [[1, 403], [1, 365], [1, 267], [1, 283]],
+                               "attention_mask": [[1, 1]] * 4, "max_new_tokens": 40}}
+            for model in ("narrow", "wide"):
+                status, b, text, _ = c.post("/v1/models/%s:predict" % model, body)
+                self.assertEqual(status, 200, text)
+                self.assertEqual(len(b["outputs"]), 4)
+            narrow, wide = self.batch_buckets(c, "narrow"), self.batch_buckets(c, "wide")
+            self.assertEqual(narrow["2"], narrow["+Inf"], narrow)  # never more than 2 a step
+            self.assertLess(narrow["1"], narrow["+Inf"], narrow)   # and it did batch
+            self.assertLess(wide["2"], wide["+Inf"], wide)         # wide ran more than 2 at once
+        finally:
+            code, err = stop_server(proc)
+        self.assertEqual(code, 0, err)
+        with open(os.path.join(self.dir, "log")) as f:
+            self.assertIn("allowed_batch_sizes: a continuous batch", f.read())  # noted
 
     def test_port_zero_turns_an_api_off(self):
         # --rest_api_port's default 0: gRPC only, under --model_name's default name.
