@@ -11,7 +11,7 @@ packages=(
   prometheus
   libgtest-dev libgmock-dev libbenchmark-dev
   python3 python3-numpy python3-jinja2 python3-sentencepiece python3-matplotlib
-  python3-grpcio python3-grpc-tools
+  python3-grpcio python3-grpc-tools python3-yaml
   clang-format
 )
 

@@ -3,6 +3,8 @@
 // with --grpc-port, the gRPC server, and runs until SIGINT or SIGTERM, then shuts down
 // gracefully. SIGHUP re-reads the model config file.
 
+#include <algorithm>
+#include <charconv>
 #include <csignal>
 #include <cstdio>
 
@@ -47,6 +49,13 @@ struct ServeOptions {
   int64_t max_sequences_per_request = 256;
   std::vector<std::string> model_roots;
   std::string prometheus_path;  // TF Serving's monitoring path ("": none)
+  // gRPC only (TF Serving's --ssl_config_file, --grpc_channel_arguments, --grpc_max_threads,
+  // --grpc_socket_path).
+  std::string grpc_tls_cert_pem, grpc_tls_key_pem, grpc_tls_client_ca_pem;
+  bool grpc_tls_client_verify = false;
+  std::vector<std::pair<std::string, std::string>> grpc_channel_arguments;
+  int grpc_max_threads = 0;
+  std::string grpc_unix_socket;
 };
 
 int run_serve(const ServeOptions& o) {
@@ -99,6 +108,13 @@ int run_serve(const ServeOptions& o) {
     gc.max_message_bytes = static_cast<int>(o.max_body_bytes);
     gc.tls_cert = o.tls_cert;
     gc.tls_key = o.tls_key;
+    gc.tls_cert_pem = o.grpc_tls_cert_pem;
+    gc.tls_key_pem = o.grpc_tls_key_pem;
+    gc.tls_client_ca_pem = o.grpc_tls_client_ca_pem;
+    gc.tls_client_verify = o.grpc_tls_client_verify;
+    gc.channel_arguments = o.grpc_channel_arguments;
+    gc.max_threads = o.grpc_max_threads;
+    gc.unix_socket = o.grpc_unix_socket;
     so.grpc = gc;
   }
   // The signals are taken by this thread only (sigwait below): block them before any thread
@@ -132,7 +148,8 @@ int run_serve(const ServeOptions& o) {
       std::printf(
           "tokenflow gRPC on %s:%u (tokenflow.v1.GenerationService, "
           "TF Serving's ModelService and PredictionService, health, reflection)%s\n",
-          o.host.c_str(), *grpc_port, o.tls_cert.empty() ? "" : " with TLS");
+          o.host.c_str(), *grpc_port,
+          o.tls_cert.empty() && o.grpc_tls_cert_pem.empty() ? "" : " with TLS");
     }
     std::fflush(stdout);
     int sig = 0;
@@ -269,7 +286,30 @@ struct TfServingFlags {
   std::string batching_parameters_file, monitoring_config_file, ssl_config_file;
   int intra_op_parallelism = 0, inter_op_parallelism = 0, session_parallelism = 0;
   bool enable_model_warmup = true;
+  std::string grpc_channel_arguments, grpc_socket_path, saved_model_tags = "serve";
+  int grpc_max_threads = 0, num_load_threads = 0, num_unload_threads = 0;
+  int max_num_load_retries = 5;
+  int64_t load_retry_interval_micros = 60 * 1000 * 1000;
+  bool flush_filesystem_caches = true, enable_grpc_healthcheck_service = false;
+  bool allow_version_labels_for_unavailable_models = false, rest_api_enable_cors_support = false;
 };
+
+// --grpc_channel_arguments: "key=value,key=value" (TF Serving's form).
+std::vector<std::pair<std::string, std::string>> channel_arguments(const std::string& text) {
+  std::vector<std::pair<std::string, std::string>> out;
+  size_t start = 0;
+  while (start < text.size()) {
+    size_t end = text.find(',', start);
+    if (end == std::string::npos) end = text.size();
+    const std::string item = text.substr(start, end - start);
+    const size_t eq = item.find('=');
+    if (eq == std::string::npos || eq == 0)
+      fail("--grpc_channel_arguments: '{}' is not key=value", item);
+    out.emplace_back(item.substr(0, eq), item.substr(eq + 1));
+    start = end + 1;
+  }
+  return out;
+}
 
 Action add_tf_model_server(CLI::App& app) {
   auto o = std::make_shared<ServeOptions>();
@@ -308,7 +348,34 @@ Action add_tf_model_server(CLI::App& app) {
                  "TF Serving's MonitoringConfig: Prometheus text at its path (on the REST port), "
                  "with TF Serving's metric names beside tokenflow's");
   app.add_option("--ssl_config_file", t->ssl_config_file,
-                 "TF Serving's SSLConfig (not yet read: refused; tokenflow serve has --tls-cert)");
+                 "TF Serving's SSLConfig: TLS for the gRPC API (PEM key, certificate and client "
+                 "CA inline; client_verify)");
+  app.add_option("--grpc_channel_arguments", t->grpc_channel_arguments,
+                 "gRPC channel arguments, key=value,... (integers as integers)");
+  app.add_option("--grpc_max_threads", t->grpc_max_threads,
+                 "the most threads gRPC may use (0: its default)");
+  app.add_option("--grpc_socket_path", t->grpc_socket_path, "also serve gRPC on this UNIX socket");
+  app.add_option("--saved_model_tags", t->saved_model_tags,
+                 "the SavedModel meta graph to read (only 'serve')")
+      ->capture_default_str();
+  app.add_option("--num_load_threads", t->num_load_threads,
+                 "accepted; tokenflow loads one version at a time");
+  app.add_option("--num_unload_threads", t->num_unload_threads,
+                 "accepted; unloads happen when a version's last request ends");
+  app.add_option("--max_num_load_retries", t->max_num_load_retries,
+                 "accepted; a failed load is retried when the config is applied again")
+      ->capture_default_str();
+  app.add_option("--load_retry_interval_micros", t->load_retry_interval_micros,
+                 "accepted (see --max_num_load_retries)");
+  app.add_option("--flush_filesystem_caches", t->flush_filesystem_caches,
+                 "accepted (weights are memory-mapped)");
+  app.add_option("--enable_grpc_healthcheck_service", t->enable_grpc_healthcheck_service,
+                 "accepted: grpc.health.v1 is always served, per model");
+  app.add_option("--allow_version_labels_for_unavailable_models",
+                 t->allow_version_labels_for_unavailable_models,
+                 "false only: labels move only to available versions");
+  app.add_option("--rest_api_enable_cors_support", t->rest_api_enable_cors_support,
+                 "false only: tokenflow's REST API sends no CORS headers");
   app.add_option("--tensorflow_intra_op_parallelism", t->intra_op_parallelism,
                  "compute threads (0: one per core)");
   app.add_option("--tensorflow_inter_op_parallelism", t->inter_op_parallelism,
@@ -318,6 +385,10 @@ Action add_tf_model_server(CLI::App& app) {
   app.add_option("--enable_model_warmup", t->enable_model_warmup,
                  "accepted (a tokenflow model needs no warmup records)");
   app.add_flag("--version", t->version, "print the version and exit");
+  // As TF Serving's flag parser: a flag given twice takes its last value (an image's entrypoint
+  // sets --port and the manifest's args may set it again).
+  for (CLI::Option* opt : app.get_options())
+    if (opt->get_expected_min() > 0) opt->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
   add_engine_options(app, o->engine);  // tokenflow's own engine flags, beside TF Serving's
   return [o, t] {
     if (t->version) {
@@ -325,7 +396,41 @@ Action add_tf_model_server(CLI::App& app) {
                   TOKENFLOW_VERSION);
       return 0;
     }
-    if (!t->ssl_config_file.empty()) fail("--ssl_config_file is not supported by tokenflow yet");
+    if (!t->ssl_config_file.empty()) {  // TLS for the gRPC API, as TF Serving
+      const tfs::SSLConfig ssl = load_ssl_config(t->ssl_config_file);
+      o->grpc_tls_key_pem = ssl.server_key();
+      o->grpc_tls_cert_pem = ssl.server_cert();
+      o->grpc_tls_client_ca_pem = ssl.custom_ca();
+      o->grpc_tls_client_verify = ssl.client_verify();
+    }
+    if (!t->grpc_channel_arguments.empty()) {
+      for (auto& [key, value] : channel_arguments(t->grpc_channel_arguments)) {
+        // The message size limits are the server's own (--max-body-bytes), both ways.
+        if (key == "grpc.max_receive_message_length" || key == "grpc.max_send_message_length") {
+          int64_t bytes = 0;
+          const auto [end, ec] = std::from_chars(value.data(), value.data() + value.size(), bytes);
+          if (ec != std::errc() || end != value.data() + value.size() || bytes < 1024)
+            fail("--grpc_channel_arguments: {} must be a byte count >= 1024", key);
+          o->max_body_bytes = std::max(o->max_body_bytes, bytes);
+          continue;
+        }
+        o->grpc_channel_arguments.emplace_back(std::move(key), std::move(value));
+      }
+    }
+    if (t->grpc_max_threads < 0) fail("--grpc_max_threads must be >= 0");
+    o->grpc_max_threads = t->grpc_max_threads;
+    o->grpc_unix_socket = t->grpc_socket_path;
+    if (t->saved_model_tags != "serve")
+      fail("--saved_model_tags={}: tokenflow reads the 'serve' meta graph only",
+           t->saved_model_tags);
+    if (t->allow_version_labels_for_unavailable_models)
+      fail(
+          "--allow_version_labels_for_unavailable_models is not supported: tokenflow moves a "
+          "label only to an available version");
+    if (t->rest_api_enable_cors_support)
+      fail(
+          "--rest_api_enable_cors_support is not supported: tokenflow's REST API sends no "
+          "CORS headers");
     if (!t->batching_parameters_file.empty()) {
       // As TF Serving: the file is read with --enable_batching only. Read either way, so that a
       // broken file is found now rather than when batching is turned on.

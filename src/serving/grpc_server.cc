@@ -4,6 +4,7 @@
 #include <grpcpp/grpcpp.h>
 #include <grpcpp/health_check_service_interface.h>
 #include <grpcpp/support/server_interceptor.h>
+#include <charconv>
 
 #include <fmt/format.h>
 
@@ -84,13 +85,23 @@ GrpcServer::GrpcServer(ServingState& state, GrpcServerConfig config)
   grpc::reflection::InitProtoReflectionServerBuilderPlugin();
   grpc::ServerBuilder builder;
   std::shared_ptr<grpc::ServerCredentials> creds;
-  if (!config_.tls_cert.empty() || !config_.tls_key.empty()) {
-    if (config_.tls_cert.empty() || config_.tls_key.empty())
-      fail(ErrorKind::kInvalidArgument, "TLS needs both a certificate and a key");
-    grpc::SslServerCredentialsOptions ssl;
+  if (!config_.tls_cert_pem.empty() || !config_.tls_key_pem.empty() || !config_.tls_cert.empty() ||
+      !config_.tls_key.empty()) {
+    const bool pem = !config_.tls_cert_pem.empty() || !config_.tls_key_pem.empty();
     grpc::SslServerCredentialsOptions::PemKeyCertPair pair;
-    pair.private_key = read_file(config_.tls_key);
-    pair.cert_chain = read_file(config_.tls_cert);
+    pair.private_key =
+        pem ? config_.tls_key_pem : (config_.tls_key.empty() ? "" : read_file(config_.tls_key));
+    pair.cert_chain =
+        pem ? config_.tls_cert_pem : (config_.tls_cert.empty() ? "" : read_file(config_.tls_cert));
+    if (pair.private_key.empty() || pair.cert_chain.empty())
+      fail(ErrorKind::kInvalidArgument, "TLS needs both a certificate and a key");
+    // As TF Serving: client certificates are asked for when there is a CA to verify them
+    // against, and required with client_verify.
+    grpc::SslServerCredentialsOptions ssl(
+        config_.tls_client_verify ? GRPC_SSL_REQUEST_AND_REQUIRE_CLIENT_CERTIFICATE_AND_VERIFY
+        : config_.tls_client_ca_pem.empty() ? GRPC_SSL_DONT_REQUEST_CLIENT_CERTIFICATE
+                                            : GRPC_SSL_REQUEST_CLIENT_CERTIFICATE_AND_VERIFY);
+    ssl.pem_root_certs = config_.tls_client_ca_pem;
     ssl.pem_key_cert_pairs.push_back(pair);
     creds = grpc::SslServerCredentials(ssl);
   } else {
@@ -101,6 +112,21 @@ GrpcServer::GrpcServer(ServingState& state, GrpcServerConfig config)
                                : config_.host;
   int bound = 0;
   builder.AddListeningPort(fmt::format("{}:{}", host, config_.port), creds, &bound);
+  if (!config_.unix_socket.empty()) builder.AddListeningPort("unix:" + config_.unix_socket, creds);
+  for (const auto& [key, value] : config_.channel_arguments) {
+    int number = 0;
+    const auto [end, ec] = std::from_chars(value.data(), value.data() + value.size(), number);
+    if (ec == std::errc() && end == value.data() + value.size()) {
+      builder.AddChannelArgument(key, number);
+    } else {
+      builder.AddChannelArgument(key, value);
+    }
+  }
+  if (config_.max_threads > 0) {
+    grpc::ResourceQuota quota("tokenflow");
+    quota.SetMaxThreads(config_.max_threads);
+    builder.SetResourceQuota(quota);
+  }
   builder.SetMaxReceiveMessageSize(config_.max_message_bytes);
   builder.SetMaxSendMessageSize(config_.max_message_bytes);
   // A port in use is an error, as for HTTP (gRPC would otherwise share it).

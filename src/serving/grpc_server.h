@@ -13,6 +13,8 @@
 #include <set>
 #include <string>
 #include <thread>
+#include <utility>
+#include <vector>
 
 #include "serving/serving_state.h"
 
@@ -28,6 +30,16 @@ struct GrpcServerConfig {
   int max_message_bytes = 8 << 20;
   // TLS when both are set (the same PEM files as HTTPS).
   std::string tls_cert, tls_key;
+  // Or the PEM text itself (TF Serving's SSLConfig), which wins when set; a client CA (PEM) to
+  // verify client certificates against, and whether every client must present one.
+  std::string tls_cert_pem, tls_key_pem, tls_client_ca_pem;
+  bool tls_client_verify = false;
+  // gRPC's own channel arguments (TF Serving's --grpc_channel_arguments): integer values are
+  // passed as integers. And the most threads gRPC may use (0: its default).
+  std::vector<std::pair<std::string, std::string>> channel_arguments;
+  int max_threads = 0;
+  // Also listen on this UNIX socket (TF Serving's --grpc_socket_path); "" none.
+  std::string unix_socket;
   // How often per-model health follows the registry.
   std::chrono::milliseconds health_interval{500};
 };

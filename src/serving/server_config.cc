@@ -1,5 +1,6 @@
 #include "serving/server_config.h"
 
+#include <fmt/format.h>
 #include <google/protobuf/io/tokenizer.h>
 #include <google/protobuf/text_format.h>
 
@@ -156,6 +157,32 @@ BatchingSettings parse_batching_parameters(std::string_view text, const std::str
   if (p.has_thread_pool_name())
     out.notes.push_back("thread_pool_name: each model has a compute pool of its own");
   return out;
+}
+
+tfs::SSLConfig parse_ssl_config(std::string_view text, const std::string& source) {
+  auto c = parse_text_message<tfs::SSLConfig>(text, source, "SSLConfig");
+  auto pem = [&](const std::string& value, const char* field, const char* kind) {
+    if (value.empty())
+      fail(ErrorKind::kInvalidArgument, "{}: {} is required (the PEM text itself)", source, field);
+    if (value.find("-----BEGIN ") == std::string::npos ||
+        value.find(fmt::format(" {}-----", kind)) == std::string::npos)
+      fail(ErrorKind::kInvalidArgument,
+           "{}: {} must hold PEM text ('-----BEGIN ...{}-----'), not a file name", source, field,
+           kind);
+  };
+  pem(c.server_key(), "server_key", "PRIVATE KEY");
+  pem(c.server_cert(), "server_cert", "CERTIFICATE");
+  if (!c.custom_ca().empty()) pem(c.custom_ca(), "custom_ca", "CERTIFICATE");
+  if (c.client_verify() && c.custom_ca().empty())
+    fail(ErrorKind::kInvalidArgument,
+         "{}: client_verify needs custom_ca (the authorities client certificates are verified "
+         "against)",
+         source);
+  return c;
+}
+
+tfs::SSLConfig load_ssl_config(const std::string& path) {
+  return parse_ssl_config(read_config_file(path, "SSL config"), path);
 }
 
 BatchingSettings load_batching_parameters(const std::string& path) {

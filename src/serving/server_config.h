@@ -13,6 +13,7 @@
 
 #include "tensorflow_serving/config/model_server_config.pb.h"
 #include "tensorflow_serving/config/monitoring_config.pb.h"
+#include "tensorflow_serving/config/ssl_config.pb.h"
 #include "tensorflow_serving/servables/tensorflow/session_bundle_config.pb.h"
 
 namespace tf {
@@ -55,6 +56,11 @@ struct BatchingSettings {
 // Throws Error naming the file, the field and (for text-format errors) the line and column.
 BatchingSettings parse_batching_parameters(std::string_view text, const std::string& source);
 BatchingSettings load_batching_parameters(const std::string& path);
+
+// TF Serving's --ssl_config_file (text SSLConfig: PEM key, certificate and client CA inline),
+// checked: a key and a certificate that parse as PEM, client_verify only with a custom_ca.
+tfs::SSLConfig parse_ssl_config(std::string_view text, const std::string& source);
+tfs::SSLConfig load_ssl_config(const std::string& path);
 
 // What the text format cannot check: a model_config_list (custom_model_config is refused), names
 // unique and usable in every API (non-empty, no ':' or '@', no spaces), base_path present,

@@ -4,6 +4,7 @@ through a symlink named tensorflow_model_server, with TF Serving's flag names an
 --model_config_file). Versions are directories holding stories260K (symlinked).
 Env: TOKENFLOW_BIN, TF_SHARED_DIR.
 """
+import json
 import os
 import re
 import shutil
@@ -12,8 +13,15 @@ import subprocess
 import tempfile
 import unittest
 
+import grpc
+import yaml
+
+from test_grpc import model_service_pb2_grpc, status_pb2
 from test_registry import make_version
-from test_server import BIN, Client, stop_server
+from test_server import BIN, Client, self_signed_cert, stop_server
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+REPO = os.path.dirname(os.path.dirname(HERE))
 
 
 def free_port():
@@ -78,9 +86,15 @@ class TfModelServerTest(unittest.TestCase):
         r = self.run_exe()  # neither a base path nor a config file: TF Serving's message
         self.assertNotEqual(r.returncode, 0)
         self.assertIn("model_base_path and server_options.model_config_file are empty", r.stderr)
-        r = self.run_exe("--model_base_path=" + self.base, "--ssl_config_file=/some.config")
-        self.assertNotEqual(r.returncode, 0)  # not read yet
-        self.assertIn("--ssl_config_file", r.stderr)
+        for flags, message in (
+                (["--saved_model_tags=serve,gpu"], "--saved_model_tags=serve,gpu"),
+                (["--rest_api_enable_cors_support=true"], "--rest_api_enable_cors_support"),
+                (["--grpc_channel_arguments=nokey"], "'nokey' is not key=value"),
+                (["--use_tflite_model=true", "--xla_cpu_compilation_enabled=true"],
+                 "not expected: --xla_cpu_compilation_enabled=true --use_tflite_model=true")):
+            r = self.run_exe("--model_base_path=" + self.base, *flags)
+            self.assertNotEqual(r.returncode, 0)
+            self.assertIn(message, r.stderr)  # named, in one error
         batching = os.path.join(self.dir, "bad_batching.config")
         with open(batching, "w") as f:  # TF Serving's own rule: the last size is the largest
             f.write("max_batch_size { value: 32 }\nallowed_batch_sizes: 8\n")
@@ -182,6 +196,153 @@ class TfModelServerTest(unittest.TestCase):
         self.assertEqual(code, 0, err)
         with open(os.path.join(self.dir, "log")) as f:
             self.assertIn("allowed_batch_sizes: a continuous batch", f.read())  # noted
+
+    def status_over(self, channel, name="default"):
+        stub = model_service_pb2_grpc.ModelServiceStub(channel)
+        req = status_pb2.GetModelStatusRequest()
+        req.model_spec.name = name
+        return stub.GetModelStatus(req, timeout=30)
+
+    def write_ssl_config(self, name, **fields):
+        path = os.path.join(self.dir, name)
+        with open(path, "w") as f:  # PEM inline, as TF Serving's SSLConfig holds it
+            for k, v in fields.items():
+                f.write("%s: %s\n" % (k, json.dumps(v) if isinstance(v, str) else
+                                      str(v).lower()))
+        return path
+
+    def test_ssl_config_secures_grpc_with_optional_client_verification(self):
+        cert, key = self_signed_cert(self.dir)
+        client_dir = os.path.join(self.dir, "client")
+        os.makedirs(client_dir)
+        client_cert, client_key = self_signed_cert(client_dir)
+
+        def read(path):
+            with open(path) as f:
+                return f.read()
+        plain = self.write_ssl_config("ssl.config", server_key=read(key), server_cert=read(cert))
+        proc, lines, (grpc_port, _) = self.start_on_free_ports(
+            "--model_base_path=" + self.base, "--ssl_config_file=" + plain, rest=False)
+        try:
+            self.assertIn("with TLS", lines[-1])
+            address = "127.0.0.1:%d" % grpc_port
+            creds = grpc.ssl_channel_credentials(root_certificates=read(cert).encode())
+            with grpc.secure_channel(address, creds) as ch:
+                self.assertEqual(self.status_over(ch).model_version_status[0].version, 2)
+            with grpc.insecure_channel(address) as ch:  # plain text is not served
+                with self.assertRaises(grpc.RpcError):
+                    self.status_over(ch)
+        finally:
+            code, err = stop_server(proc)
+        self.assertEqual(code, 0, err)
+        # client_verify: only a client holding a certificate custom_ca verifies gets in.
+        verify = self.write_ssl_config("ssl_verify.config", server_key=read(key),
+                                       server_cert=read(cert), custom_ca=read(client_cert),
+                                       client_verify=True)
+        proc, _, (grpc_port, _) = self.start_on_free_ports(
+            "--model_base_path=" + self.base, "--ssl_config_file=" + verify, rest=False)
+        try:
+            address = "127.0.0.1:%d" % grpc_port
+            anonymous = grpc.ssl_channel_credentials(root_certificates=read(cert).encode())
+            with grpc.secure_channel(address, anonymous) as ch:
+                with self.assertRaises(grpc.RpcError):
+                    self.status_over(ch)
+            known = grpc.ssl_channel_credentials(root_certificates=read(cert).encode(),
+                                                 private_key=read(client_key).encode(),
+                                                 certificate_chain=read(client_cert).encode())
+            with grpc.secure_channel(address, known) as ch:
+                self.assertEqual(self.status_over(ch).model_version_status[0].version, 2)
+        finally:
+            code, err = stop_server(proc)
+        self.assertEqual(code, 0, err)
+        # A file name where TF Serving's SSLConfig holds PEM text, and client_verify without a CA.
+        for config, message in (
+                (self.write_ssl_config("names.config", server_key=key, server_cert=cert),
+                 "server_key must hold PEM text"),
+                (self.write_ssl_config("noca.config", server_key=read(key),
+                                       server_cert=read(cert), client_verify=True),
+                 "client_verify needs custom_ca")):
+            r = self.run_exe("--model_base_path=" + self.base, "--ssl_config_file=" + config)
+            self.assertNotEqual(r.returncode, 0)
+            self.assertIn(message, r.stderr)
+
+    def test_grpc_socket_path_and_channel_arguments(self):
+        sock = os.path.join(self.dir, "grpc.sock")
+        proc, _, _ = self.start_on_free_ports(
+            "--model_base_path=" + self.base, "--grpc_socket_path=" + sock,
+            "--grpc_channel_arguments=grpc.max_concurrent_streams=16,grpc.http2.lookahead_bytes=1",
+            "--grpc_max_threads=8", rest=False)
+        try:
+            with grpc.insecure_channel("unix:" + sock) as ch:
+                self.assertEqual(self.status_over(ch).model_version_status[0].state,
+                                 status_pb2.ModelVersionStatus.AVAILABLE)
+        finally:
+            code, err = stop_server(proc)
+        self.assertEqual(code, 0, err)
+
+    def test_a_tf_serving_deployment_runs_with_only_the_image_changed(self):
+        with open(os.path.join(HERE, "manifests", "tf-serving-deployment.yaml")) as f:
+            deployment = yaml.safe_load(f)
+        spec = deployment["spec"]["template"]["spec"]
+        container = spec["containers"][0]
+        self.assertEqual(container["image"].split(":")[0], "tensorflow/serving")
+        # The volume the manifest mounts at /models, here a directory with the files it names.
+        mount = container["volumeMounts"][0]["mountPath"]
+        models = os.path.join(self.dir, "models")
+        for v in (1, 2):
+            make_version(os.path.join(models, "gpt2"), v)
+        with open(os.path.join(models, "models.config"), "w") as f:
+            f.write("model_config_list { config { name: 'gpt2' base_path: '%s/gpt2' "
+                    "model_platform: 'tensorflow' } }\n" % models)
+        with open(os.path.join(models, "batching.config"), "w") as f:
+            f.write("max_batch_size { value: 16 }\nbatch_timeout_micros { value: 1000 }\n"
+                    "max_enqueued_batches { value: 64 }\nnum_batch_threads { value: 2 }\n")
+        with open(os.path.join(models, "monitoring.config"), "w") as f:
+            f.write("prometheus_config {\n  enable: true\n  path: '/metrics/tf'\n}\n")
+        def remount(arg):  # a flag's value under the mount path points into the volume
+            flag, _, value = arg.partition("=")
+            if value.startswith(mount + "/"):
+                value = models + value[len(mount):]
+            return flag + "=" + value if value else flag
+
+        args = [remount(a) for a in container["args"]]
+        env = dict(os.environ, **{e["name"]: e["value"] for e in container["env"]})
+        env["MODEL_BASE_PATH"] = models
+        bindir = os.path.join(self.dir, "bin")  # the image: tokenflow as tensorflow_model_server
+        os.makedirs(bindir)
+        os.symlink(BIN, os.path.join(bindir, "tensorflow_model_server"))
+        env["PATH"] = bindir + os.pathsep + env["PATH"]
+        ports = {p["containerPort"]: free_port() for p in container["ports"]}
+        log = open(os.path.join(self.dir, "log"), "w")
+        # The image's ports are 8500 and 8501; here free ones are appended (the last value wins).
+        proc = subprocess.Popen(
+            ["bash", os.path.join(REPO, "scripts", "tf_serving_entrypoint.sh"), *args,
+             "--port=%d" % ports[8500], "--rest_api_port=%d" % ports[8501],
+             "--kv-cache-memory=16MiB"],
+            stdout=subprocess.PIPE, stderr=log, text=True, env=env)
+        log.close()
+        try:
+            lines = [proc.stdout.readline() for _ in range(3)]
+            with open(os.path.join(self.dir, "log")) as f:
+                self.assertIn("gRPC on 0.0.0.0:%d" % ports[8500], lines[2], f.read())
+            c = Client(ports[8501])
+            probe = container["readinessProbe"]["httpGet"]
+            status, body, _, _ = c.get(probe["path"])
+            self.assertEqual(status, 200, body)
+            self.assertEqual(body["model_version_status"][0]["state"], "AVAILABLE")
+            with socket.create_connection(("127.0.0.1", ports[8500]), timeout=10):
+                pass  # the liveness probe's TCP check
+            status, body, text, _ = c.post(
+                "/v1/models/gpt2:predict",
+                {"instances": [{"input_ids": [1, 403, 407], "attention_mask": [1, 1, 1],
+                                "max_new_tokens": 4}]})
+            self.assertEqual(status, 200, text)
+            self.assertEqual(len(body["predictions"][0]), 7)
+            self.assertIn(":tensorflow:serving:request_count", c.get("/metrics/tf")[2])
+        finally:
+            code, err = stop_server(proc)
+        with open(os.path.join(self.dir, "log")) as f:
+            self.assertEqual(code, 0, f.read())
 
     def test_port_zero_turns_an_api_off(self):
         # --rest_api_port's default 0: gRPC only, under --model_name's default name.
