@@ -8,10 +8,11 @@ packages=(
   libfmt-dev libspdlog-dev nlohmann-json3-dev libcli11-dev
   libpcre2-dev libsentencepiece-dev libicu-dev libboost-dev curl
   libprotobuf-dev protobuf-compiler libgrpc++-dev protobuf-compiler-grpc libssl-dev openssl
+  libhdf5-dev
   prometheus
   libgtest-dev libgmock-dev libbenchmark-dev
   python3 python3-numpy python3-jinja2 python3-sentencepiece python3-matplotlib
-  python3-grpcio python3-grpc-tools python3-yaml
+  python3-grpcio python3-grpc-tools python3-yaml python3-h5py
   clang-format
 )
 

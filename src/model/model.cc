@@ -13,6 +13,7 @@
 #include "model/llama.h"
 #include "model/llama2c.h"
 #include "model/safetensors.h"
+#include "model/tf_weights.h"
 
 namespace tf {
 
@@ -85,6 +86,16 @@ std::unique_ptr<Model> load_model(const std::string& path, kernels::WeightType w
   if (!fs::exists(path, ec)) fail(ErrorKind::kNotFound, "model path '{}' does not exist", path);
   WeightStore weights;
   ModelConfig config;
+  if (fs::is_directory(path, ec) && !fs::exists(fs::path(path) / "config.json") &&
+      fs::exists(fs::path(path) / "saved_model.pb", ec)) {
+    // A TF Serving version directory exported by tf.saved_model.save: say what it is and what
+    // tokenflow reads instead.
+    fail(ErrorKind::kUnsupported,
+         "'{}' is a TensorFlow SavedModel (saved_model.pb{}): tokenflow does not read SavedModel "
+         "variables yet; put the model's config.json and tf_model.h5 (TF save_pretrained) or "
+         "safetensors in the version directory",
+         path, fs::exists(fs::path(path) / "variables", ec) ? ", variables/" : "");
+  }
   if (fs::is_directory(path, ec) && !fs::exists(fs::path(path) / "config.json")) {
     // A directory holding one llama2c checkpoint (and its tok*.bin tokenizer), as a version
     // directory of a TF Serving-style base path does.
@@ -106,7 +117,13 @@ std::unique_ptr<Model> load_model(const std::string& path, kernels::WeightType w
   if (fs::is_directory(path, ec)) {
     const fs::path cfg = fs::path(path) / "config.json";
     config = parse_hf_config(read_file(cfg.string()), cfg.string());
-    load_safetensors_dir(path, weights);
+    const fs::path dir(path);
+    if (!fs::exists(dir / "model.safetensors", ec) &&
+        !fs::exists(dir / "model.safetensors.index.json", ec) && has_tf_h5(path)) {
+      load_tf_h5_dir(path, weights);  // TF save_pretrained's weights, under PyTorch's names
+    } else {
+      load_safetensors_dir(path, weights);
+    }
   } else if (fs::path(path).extension() == ".safetensors") {
     fail(ErrorKind::kUnsupported,
          "'{}': a bare .safetensors file has no config; pass its directory (with config.json)",

@@ -70,6 +70,8 @@ int run(int argc, char** argv) {
   if (!decode.empty() && decode.size() != B) tf::fail("--decode needs one list per sequence");
   const size_t steps =
       greedy >= 0 ? static_cast<size_t>(greedy) : (decode.empty() ? 0 : decode[0].size());
+  for (const Ids& d : decode)
+    if (d.size() != decode[0].size()) tf::fail("--decode lists must all have the same length");
 
   tf::ThreadPool pool(threads);
   const int bs = 4;  // small blocks so that every test crosses block boundaries

@@ -1,0 +1,39 @@
+#pragma once
+// Hugging Face TensorFlow checkpoints: the `tf_model.h5` that `TF*ForCausalLM.save_pretrained`
+// writes (Keras's HDF5 weights format: the root's `layer_names`, each layer group's
+// `weight_names`, one dataset per weight under its TF name; or the shards listed in
+// `tf_model.h5.index.json`), read with Debian's libhdf5. Each weight is registered under the
+// PyTorch name transformers' own TF-to-PyTorch conversion gives it (Keras Dense kernels, stored
+// [in, out], transposed to [out, in]), so that the architectures' safetensors loaders take them.
+
+#include <chrono>
+#include <optional>
+#include <string>
+
+#include "model/weight_store.h"
+
+namespace tf {
+
+// A TF weight name ("tfgp_t2lm_head_model/transformer/h_._0/attn/c_attn/weight:0") as the
+// PyTorch name ("transformer.h.0.attn.c_attn.weight"), and whether its array is transposed
+// (transformers' convert_tf_weight_name_to_pt_weight_name).
+struct PtName {
+  std::string name;
+  bool transpose = false;
+};
+PtName tf_to_pt_name(const std::string& tf_name);
+
+// True when dir holds a TensorFlow checkpoint tokenflow reads (tf_model.h5 or its index).
+bool has_tf_h5(const std::string& dir);
+// Loads dir/tf_model.h5 (or the shards of dir/tf_model.h5.index.json) into store as f32.
+// Throws Error naming the file and the weight on anything malformed.
+void load_tf_h5_dir(const std::string& dir, WeightStore& store);
+// One .h5 file of Keras weights (layer_names / weight_names, or a shard's layer_names), into
+// store. libhdf5 reads it in a child process (a malformed file can crash libhdf5 or make it
+// loop): past time_limit (default_h5_time_limit: 2 minutes + 30 s a GiB) the child is killed
+// and the load fails, as it does when the child crashes.
+void load_tf_h5_file(const std::string& path, WeightStore& store,
+                     std::optional<std::chrono::seconds> time_limit = std::nullopt);
+std::chrono::seconds default_h5_time_limit(const std::string& path);
+
+}  // namespace tf
