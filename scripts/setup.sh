@@ -8,7 +8,7 @@ packages=(
   libfmt-dev libspdlog-dev nlohmann-json3-dev libcli11-dev
   libpcre2-dev libsentencepiece-dev libicu-dev libboost-dev curl
   libprotobuf-dev protobuf-compiler libgrpc++-dev protobuf-compiler-grpc libssl-dev openssl
-  libhdf5-dev
+  libhdf5-dev libleveldb-dev
   prometheus
   libgtest-dev libgmock-dev libbenchmark-dev
   python3 python3-numpy python3-jinja2 python3-sentencepiece python3-matplotlib

@@ -86,17 +86,28 @@ std::unique_ptr<Model> load_model(const std::string& path, kernels::WeightType w
   if (!fs::exists(path, ec)) fail(ErrorKind::kNotFound, "model path '{}' does not exist", path);
   WeightStore weights;
   ModelConfig config;
-  if (fs::is_directory(path, ec) && !fs::exists(fs::path(path) / "config.json") &&
-      fs::exists(fs::path(path) / "saved_model.pb", ec)) {
-    // A TF Serving version directory exported by tf.saved_model.save: say what it is and what
-    // tokenflow reads instead.
+  if (fs::is_directory(path, ec) && is_saved_model_dir(path)) {
+    // A TF Serving version directory exported by tf.saved_model.save: its variables, mapped to
+    // the architecture by name; the architecture's settings from the config.json beside them
+    // (or in assets.extra/, where exports keep extra files).
+    fs::path cfg = fs::path(path) / "config.json";
+    if (!fs::exists(cfg, ec)) cfg = fs::path(path) / "assets.extra" / "config.json";
+    if (!fs::exists(cfg, ec))
+      fail(ErrorKind::kNotFound,
+           "'{}' is a TensorFlow SavedModel (saved_model.pb, variables/) without the model's "
+           "config.json (in the directory or its assets.extra/): the variables name the layers "
+           "but not the architecture's settings (heads, norms, RoPE); add the config.json of the "
+           "model that was exported",
+           path);
+    config = parse_hf_config(read_file(cfg.string()), cfg.string());
+    load_saved_model_variables(path, weights);
+  } else if (fs::is_directory(path, ec) && !fs::exists(fs::path(path) / "config.json") &&
+             fs::exists(fs::path(path) / "saved_model.pb", ec)) {
     fail(ErrorKind::kUnsupported,
-         "'{}' is a TensorFlow SavedModel (saved_model.pb{}): tokenflow does not read SavedModel "
-         "variables yet; put the model's config.json and tf_model.h5 (TF save_pretrained) or "
-         "safetensors in the version directory",
-         path, fs::exists(fs::path(path) / "variables", ec) ? ", variables/" : "");
-  }
-  if (fs::is_directory(path, ec) && !fs::exists(fs::path(path) / "config.json")) {
+         "'{}' has saved_model.pb but no variables/variables.index: a SavedModel without "
+         "variables (a graph with constants) is not read",
+         path);
+  } else if (fs::is_directory(path, ec) && !fs::exists(fs::path(path) / "config.json")) {
     // A directory holding one llama2c checkpoint (and its tok*.bin tokenizer), as a version
     // directory of a TF Serving-style base path does.
     std::vector<fs::path> checkpoints;
@@ -113,8 +124,7 @@ std::unique_ptr<Model> load_model(const std::string& path, kernels::WeightType w
            path);
     }
     return load_model(checkpoints[0].string(), weight_type);
-  }
-  if (fs::is_directory(path, ec)) {
+  } else if (fs::is_directory(path, ec)) {
     const fs::path cfg = fs::path(path) / "config.json";
     config = parse_hf_config(read_file(cfg.string()), cfg.string());
     const fs::path dir(path);

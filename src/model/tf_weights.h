@@ -9,6 +9,7 @@
 #include <chrono>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "model/weight_store.h"
 
@@ -35,5 +36,23 @@ void load_tf_h5_dir(const std::string& dir, WeightStore& store);
 void load_tf_h5_file(const std::string& path, WeightStore& store,
                      std::optional<std::chrono::seconds> time_limit = std::nullopt);
 std::chrono::seconds default_h5_time_limit(const std::string& path);
+
+// A TensorFlow SavedModel version directory: saved_model.pb and variables/variables.index.
+bool is_saved_model_dir(const std::string& dir);
+// What a SavedModel tells besides its variables: the 'serve' meta graph's signatures.
+struct SavedModelSignature {
+  std::string name;
+  std::vector<std::string> inputs, outputs;  // the signature's input and output keys
+};
+// saved_model.pb's 'serve' meta graph's signatures (empty when it has none). Throws Error on a
+// file that does not parse or has no 'serve' meta graph.
+std::vector<SavedModelSignature> read_saved_model_signatures(const std::string& dir);
+// The variables of dir/variables/ (TensorFlow's tensor bundle: a LevelDB-format table index read
+// with Debian's libleveldb, data shards mapped): each variable under the PyTorch name of its
+// full name (the bundle's object graph maps checkpoint keys to variable names; a checkpoint
+// without one is keyed by the names themselves), kernels transposed. Float, half and bfloat16
+// variables are taken; other entries (the save counter, optimizer slots) are skipped;
+// partitioned variables are refused. Throws Error naming the file and the entry.
+void load_saved_model_variables(const std::string& dir, WeightStore& store);
 
 }  // namespace tf

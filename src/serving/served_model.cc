@@ -1,6 +1,9 @@
 #include "serving/served_model.h"
 
+#include <algorithm>
 #include <filesystem>
+
+#include "model/tf_weights.h"
 
 namespace tf {
 
@@ -14,6 +17,14 @@ std::unique_ptr<ServedModel> load_served_model(const std::string& name, const st
   m->path = path;
   m->load(path, explicit_tokenizer, weight_type);
   m->generate = load_generate_signature(path);
+  if (is_saved_model_dir(path)) {
+    // A SavedModel export of generate(): its serving_default's one output names the answer.
+    for (const SavedModelSignature& sig : read_saved_model_signatures(path)) {
+      if (sig.name == m->generate.name && sig.outputs.size() == 1 &&
+          std::find(sig.inputs.begin(), sig.inputs.end(), "input_ids") != sig.inputs.end())
+        m->generate.output = sig.outputs[0];
+    }
+  }
   m->start_engine(engine_config);
   m->load_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   m->created = std::chrono::duration_cast<std::chrono::seconds>(
