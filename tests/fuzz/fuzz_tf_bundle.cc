@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "core/error.h"
+#include "fuzz_file.h"
 #include "model/tf_weights.h"
 #include "model/weight_store.h"
 
@@ -22,19 +23,11 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   static const bool ready = [] {
     fs::create_directories(dir / "variables");
     const std::vector<uint8_t> shard(309, 0x3f);
-    FILE* f = std::fopen((dir / "variables" / "variables.data-00000-of-00001").c_str(), "wb");
-    if (!f) return false;
-    std::fwrite(shard.data(), 1, shard.size(), f);
-    std::fclose(f);
-    return true;
+    return write_fuzz_file((dir / "variables" / "variables.data-00000-of-00001").string(),
+                           shard.data(), shard.size());
   }();
-  if (!ready) return 0;
-  if (FILE* f = std::fopen((dir / "variables" / "variables.index").c_str(), "wb")) {
-    std::fwrite(data, 1, size, f);
-    std::fclose(f);
-  } else {
+  if (!ready || !write_fuzz_file((dir / "variables" / "variables.index").string(), data, size))
     return 0;
-  }
   try {
     tf::WeightStore store;
     tf::load_saved_model_variables(dir.string(), store);

@@ -10,17 +10,13 @@
 #include <string>
 
 #include "core/error.h"
+#include "fuzz_file.h"
 #include "model/tf_weights.h"
 #include "model/weight_store.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   static const std::string path = "/tmp/tf_fuzz_h5_" + std::to_string(::getpid()) + ".h5";
-  if (FILE* f = std::fopen(path.c_str(), "wb")) {
-    std::fwrite(data, 1, size, f);
-    std::fclose(f);
-  } else {
-    return 0;
-  }
+  if (!write_fuzz_file(path, data, size)) return 0;
   try {
     tf::WeightStore store;
     tf::load_tf_h5_file(path, store, std::chrono::seconds(2));  // a hang costs 2 s

@@ -31,14 +31,19 @@ PROMPTS = [[1, 5, 9, 2, 7], [3, 3, 8]]
 DECODE = [[4, 6], [11, 2]]
 
 
-class TfH5WeightsTest(ToolCase):
+class TempDirCase(ToolCase):
+    """A temporary directory for the class's checkpoints."""
+
     @classmethod
     def setUpClass(cls):
-        cls.dir = tempfile.mkdtemp(prefix="tf_h5_")
+        cls.dir = tempfile.mkdtemp(prefix="tf_weights_")
 
     @classmethod
     def tearDownClass(cls):
         shutil.rmtree(cls.dir, ignore_errors=True)
+
+
+class TfH5WeightsTest(TempDirCase):
 
     def pair(self, kind, name, **kw):
         """A safetensors checkpoint of `kind` and a directory with the same weights as TF's."""
@@ -118,14 +123,7 @@ class TfH5WeightsTest(ToolCase):
         refused("SavedModel", "has saved_model.pb but no variables/variables.index")
 
 
-class SavedModelTest(ToolCase):
-    @classmethod
-    def setUpClass(cls):
-        cls.dir = tempfile.mkdtemp(prefix="tf_saved_model_")
-
-    @classmethod
-    def tearDownClass(cls):
-        shutil.rmtree(cls.dir, ignore_errors=True)
+class SavedModelTest(TempDirCase):
 
     def export(self, kind, name, config_in="", output_name="output_0"):
         st = make_checkpoints.write_checkpoint(os.path.join(self.dir, name + "_st"), kind, seed=5)
