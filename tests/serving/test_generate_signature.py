@@ -386,7 +386,36 @@ class GenerateSignatureTest(unittest.TestCase):
         for body, message in cases:
             b = self.predict(body, status=400)
             self.assertIn(message, b["error"], body)
+            # The same request over gRPC (columnar inputs as tensors): INVALID_ARGUMENT with the
+            # same message.
+            if "inputs" in body:
+                req = predict_pb2.PredictRequest()
+                req.model_spec.name = "plain"
+                req.model_spec.signature_name = body.get("signature_name", "")
+                for name, value in body["inputs"].items():
+                    req.inputs[name].CopyFrom(self.value_tensor(value))
+                with self.assertRaises(test_grpc.grpc.RpcError) as e:
+                    self.stub.Predict(req, timeout=60)
+                self.assertEqual(e.exception.code(), C.INVALID_ARGUMENT, body)
+                self.assertIn(message, e.exception.details(), body)
         self.assertEqual(self.c.get("/healthz")[0], 200)
+
+    @staticmethod
+    def value_tensor(value):
+        """A JSON input as a client builds its tensor (tf.make_tensor_proto's choices)."""
+        a = np.asarray(value)
+        if a.dtype == bool:
+            t = tensor_pb2.TensorProto(dtype=types_pb2.DT_BOOL)
+            t.bool_val.extend(bool(v) for v in a.reshape(-1))
+        elif a.dtype.kind == "f":
+            t = tensor_pb2.TensorProto(dtype=types_pb2.DT_FLOAT)
+            t.float_val.extend(float(v) for v in a.reshape(-1))
+        else:
+            t = tensor_pb2.TensorProto(dtype=types_pb2.DT_INT32)
+            t.int_val.extend(int(v) for v in a.reshape(-1))
+        for d in a.shape:
+            t.tensor_shape.dim.add(size=d)
+        return t
 
 
 if __name__ == "__main__":
