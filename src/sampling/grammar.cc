@@ -1,0 +1,581 @@
+#include "sampling/grammar.h"
+
+#include <algorithm>
+#include <functional>
+#include <map>
+#include <set>
+
+#include "core/error.h"
+
+namespace tf {
+namespace {
+
+constexpr size_t kMaxText = 1 << 20;
+constexpr size_t kMaxRules = 1 << 16;
+constexpr size_t kMaxElements = 1 << 20;
+constexpr uint32_t kMaxRepeat = 1000;
+constexpr size_t kMaxStacks = 1 << 16;
+constexpr uint32_t kMaxCodePoint = 0x10FFFF;
+
+using Alt = std::vector<GrammarElement>;
+
+GrammarElement chars(std::vector<std::pair<uint32_t, uint32_t>> ranges, bool negated = false) {
+  GrammarElement e;
+  e.kind = GrammarElement::kChars;
+  e.ranges = std::move(ranges);
+  e.negated = negated;
+  return e;
+}
+
+GrammarElement ref(uint32_t rule) {
+  GrammarElement e;
+  e.kind = GrammarElement::kRule;
+  e.rule = rule;
+  return e;
+}
+
+class Parser {
+ public:
+  explicit Parser(std::string_view text) : s_(text) {}
+
+  Grammar parse() {
+    if (s_.size() > kMaxText) fail(ErrorKind::kInvalidArgument, "grammar: longer than 1 MiB");
+    skip_space(true);
+    while (i_ < s_.size()) {
+      parse_rule();
+      skip_space(true);
+    }
+    for (const auto& [name, index] : by_name_) {
+      if (!defined_.count(index))
+        fail(ErrorKind::kInvalidArgument, "grammar: rule '{}' is used (line {}) but not defined",
+             name, line_at(first_use_[index]));
+    }
+    auto root = by_name_.find("root");
+    if (root == by_name_.end() || !defined_.count(root->second))
+      fail(ErrorKind::kInvalidArgument, "grammar: no 'root' rule");
+    g_.root = root->second;
+    check_left_recursion();
+    return std::move(g_);
+  }
+
+ private:
+  [[noreturn]] void error(const std::string& what) const {
+    size_t line = 1, col = 1;
+    for (size_t k = 0; k < i_ && k < s_.size(); ++k) {
+      if (s_[k] == '\n') {
+        ++line;
+        col = 1;
+      } else {
+        ++col;
+      }
+    }
+    fail(ErrorKind::kInvalidArgument, "grammar:{}:{}: {}", line, col, what);
+  }
+
+  bool at_end() const { return i_ >= s_.size(); }
+  char peek() const { return at_end() ? '\0' : s_[i_]; }
+
+  // Spaces, tabs and comments; newlines too when newlines is set.
+  void skip_space(bool newlines) {
+    while (!at_end()) {
+      const char c = s_[i_];
+      if (c == '#') {
+        while (!at_end() && s_[i_] != '\n') ++i_;
+      } else if (c == ' ' || c == '\t' || c == '\r' || (newlines && c == '\n')) {
+        ++i_;
+      } else {
+        break;
+      }
+    }
+  }
+
+  static bool name_char(char c) {
+    return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '-' ||
+           c == '_';
+  }
+
+  std::string parse_name() {
+    const size_t start = i_;
+    while (!at_end() && name_char(s_[i_])) ++i_;
+    if (i_ == start) error("expected a rule name");
+    return std::string(s_.substr(start, i_ - start));
+  }
+
+  uint32_t rule_index(const std::string& name) {
+    auto it = by_name_.find(name);
+    if (it != by_name_.end()) return it->second;
+    const uint32_t index = new_rule(name);
+    by_name_[name] = index;
+    return index;
+  }
+
+  uint32_t new_rule(const std::string& name) {
+    if (g_.rules.size() >= kMaxRules) error("more than 65536 rules");
+    g_.rules.emplace_back();
+    g_.names.push_back(name);
+    first_use_.push_back(i_);
+    return static_cast<uint32_t>(g_.rules.size() - 1);
+  }
+
+  size_t line_at(size_t pos) const {
+    return static_cast<size_t>(std::count(
+               s_.begin(), s_.begin() + static_cast<std::ptrdiff_t>(std::min(pos, s_.size())),
+               '\n')) +
+           1;
+  }
+
+  void parse_rule() {
+    const std::string name = parse_name();
+    skip_space(false);
+    if (s_.substr(i_, 3) != "::=") error("expected '::=' after '" + name + "'");
+    i_ += 3;
+    skip_space(true);
+    const uint32_t index = rule_index(name);
+    if (defined_.count(index)) error("rule '" + name + "' is defined twice");
+    defined_.insert(index);
+    g_.rules[index] = parse_alternatives(name, false);
+    skip_space(false);
+    if (!at_end() && peek() != '\n') error("expected the end of the line");
+  }
+
+  std::vector<Alt> parse_alternatives(const std::string& name, bool nested) {
+    std::vector<Alt> alts;
+    alts.push_back(parse_sequence(name, nested));
+    while (peek() == '|') {
+      ++i_;
+      skip_space(true);
+      alts.push_back(parse_sequence(name, nested));
+    }
+    return alts;
+  }
+
+  uint32_t hex(int digits) {
+    uint32_t v = 0;
+    for (int k = 0; k < digits; ++k) {
+      if (at_end()) error("a truncated escape");
+      const char c = s_[i_++];
+      v <<= 4;
+      if (c >= '0' && c <= '9') {
+        v |= static_cast<uint32_t>(c - '0');
+      } else if (c >= 'a' && c <= 'f') {
+        v |= static_cast<uint32_t>(c - 'a' + 10);
+      } else if (c >= 'A' && c <= 'F') {
+        v |= static_cast<uint32_t>(c - 'A' + 10);
+      } else {
+        --i_;
+        error("a bad hex digit in an escape");
+      }
+    }
+    return v;
+  }
+
+  // One code point of a literal or class (an escape or UTF-8).
+  uint32_t parse_char() {
+    if (at_end()) error("unexpected end of the grammar");
+    const auto c = static_cast<unsigned char>(s_[i_]);
+    if (c == '\\') {
+      ++i_;
+      if (at_end()) error("a truncated escape");
+      const char e = s_[i_++];
+      switch (e) {
+        case 'n':
+          return '\n';
+        case 'r':
+          return '\r';
+        case 't':
+          return '\t';
+        case '\\':
+        case '"':
+        case '[':
+        case ']':
+        case '-':
+        case '^':
+          return static_cast<unsigned char>(e);
+        case 'x':
+          return hex(2);
+        case 'u':
+          return hex(4);
+        case 'U': {
+          const uint32_t v = hex(8);
+          if (v > kMaxCodePoint) error("an escape beyond U+10FFFF");
+          return v;
+        }
+        default:
+          --i_;
+          error(std::string("an unknown escape '\\") + e + "'");
+      }
+    }
+    int len = c < 0x80 ? 1 : (c >> 5) == 0x6 ? 2 : (c >> 4) == 0xE ? 3 : (c >> 3) == 0x1E ? 4 : 0;
+    if (len == 0 || i_ + static_cast<size_t>(len) > s_.size()) error("invalid UTF-8");
+    uint32_t cp = len == 1 ? c : c & (0x7F >> len);
+    for (int k = 1; k < len; ++k) {
+      const auto b = static_cast<unsigned char>(s_[i_ + static_cast<size_t>(k)]);
+      if ((b & 0xC0) != 0x80) error("invalid UTF-8");
+      cp = (cp << 6) | (b & 0x3F);
+    }
+    i_ += static_cast<size_t>(len);
+    return cp;
+  }
+
+  void count(size_t n) {
+    elements_ += n;
+    if (elements_ > kMaxElements) error("the grammar grows beyond 1M elements");
+  }
+
+  Alt parse_sequence(const std::string& name, bool nested) {
+    Alt seq;
+    size_t last_start = 0;  // where the last term's elements begin
+    bool have_last = false;
+    for (;;) {
+      skip_space(nested);
+      if (at_end()) break;
+      const char c = peek();
+      if (c == '"') {
+        ++i_;
+        last_start = seq.size();
+        while (peek() != '"') {
+          if (at_end() || peek() == '\n') error("an unterminated literal");
+          const uint32_t cp = parse_char();
+          seq.push_back(chars({{cp, cp}}));
+        }
+        ++i_;
+        count(seq.size() - last_start);
+        have_last = seq.size() > last_start;
+      } else if (c == '[') {
+        ++i_;
+        bool negated = false;
+        if (peek() == '^') {
+          negated = true;
+          ++i_;
+        }
+        std::vector<std::pair<uint32_t, uint32_t>> ranges;
+        while (peek() != ']') {
+          if (at_end() || peek() == '\n') error("an unterminated character class");
+          const uint32_t lo = parse_char();
+          uint32_t hi = lo;
+          if (peek() == '-' && i_ + 1 < s_.size() && s_[i_ + 1] != ']' && s_[i_ + 1] != '\n') {
+            ++i_;
+            hi = parse_char();
+            if (hi < lo) error("a character range that runs backwards");
+          }
+          ranges.emplace_back(lo, hi);
+        }
+        ++i_;
+        last_start = seq.size();
+        seq.push_back(chars(std::move(ranges), negated));
+        count(1);
+        have_last = true;
+      } else if (c == '.') {
+        ++i_;
+        last_start = seq.size();
+        seq.push_back(chars({}, true));  // any code point
+        count(1);
+        have_last = true;
+      } else if (name_char(c)) {
+        const std::string ref_name = parse_name();
+        last_start = seq.size();
+        seq.push_back(ref(rule_index(ref_name)));
+        count(1);
+        have_last = true;
+      } else if (c == '(') {
+        ++i_;
+        skip_space(true);
+        const uint32_t sub = new_rule(name + "_" + std::to_string(g_.rules.size()));
+        auto alts = parse_alternatives(name, true);
+        g_.rules[sub] = std::move(alts);
+        skip_space(true);
+        if (peek() != ')') error("expected ')'");
+        ++i_;
+        last_start = seq.size();
+        seq.push_back(ref(sub));
+        count(1);
+        have_last = true;
+      } else if (c == '*' || c == '+' || c == '?' || c == '{') {
+        if (!have_last) error(std::string("'") + c + "' follows nothing");
+        uint32_t lo = 0, hi = 0;
+        bool unbounded = false;
+        ++i_;
+        if (c == '*') {
+          unbounded = true;
+        } else if (c == '+') {
+          lo = 1;
+          unbounded = true;
+        } else if (c == '?') {
+          hi = 1;
+        } else {
+          skip_space(false);
+          lo = parse_count();
+          skip_space(false);
+          if (peek() == ',') {
+            ++i_;
+            skip_space(false);
+            if (peek() == '}') {
+              unbounded = true;
+            } else {
+              hi = parse_count();
+              if (hi < lo) error("a repetition {m,n} with n < m");
+            }
+          } else {
+            hi = lo;
+          }
+          skip_space(false);
+          if (peek() != '}') error("expected '}'");
+          ++i_;
+        }
+        Alt term(seq.begin() + static_cast<std::ptrdiff_t>(last_start), seq.end());
+        seq.resize(last_start);
+        repeat(seq, term, lo, hi, unbounded, name);
+        have_last = false;  // a repetition of a repetition needs parentheses
+      } else {
+        break;  // '|', ')', end of line: the caller's
+      }
+    }
+    return seq;
+  }
+
+  uint32_t parse_count() {
+    const size_t start = i_;
+    uint32_t v = 0;
+    while (!at_end() && peek() >= '0' && peek() <= '9') {
+      v = v * 10 + static_cast<uint32_t>(peek() - '0');
+      ++i_;
+      if (v > kMaxRepeat) error("a repetition count above 1000");
+    }
+    if (i_ == start) error("expected a number");
+    return v;
+  }
+
+  // term{lo,hi} (or {lo,} when unbounded) appended to seq, through generated rules.
+  void repeat(Alt& seq, const Alt& term, uint32_t lo, uint32_t hi, bool unbounded,
+              const std::string& name) {
+    count(term.size() * (lo + (unbounded ? 1 : hi - lo) + 1));
+    for (uint32_t k = 0; k < lo; ++k) seq.insert(seq.end(), term.begin(), term.end());
+    if (unbounded) {
+      // r ::= term r | (empty)
+      const uint32_t r = new_rule(name + "_" + std::to_string(g_.rules.size()));
+      Alt more = term;
+      more.push_back(ref(r));
+      g_.rules[r] = {more, {}};
+      seq.push_back(ref(r));
+      return;
+    }
+    // At most hi - lo more: o1 ::= term o2 | (empty), ..., on ::= term | (empty).
+    uint32_t next = 0;
+    bool have_next = false;
+    for (uint32_t k = lo; k < hi; ++k) {
+      const uint32_t r = new_rule(name + "_" + std::to_string(g_.rules.size()));
+      Alt more = term;
+      if (have_next) more.push_back(ref(next));
+      g_.rules[r] = {more, {}};
+      next = r;
+      have_next = true;
+    }
+    if (have_next) seq.push_back(ref(next));
+  }
+
+  // A rule that can reach itself without consuming anything first loops a recognizer forever.
+  void check_left_recursion() {
+    const size_t n = g_.rules.size();
+    std::vector<bool> nullable(n, false);
+    for (bool changed = true; changed;) {
+      changed = false;
+      for (size_t r = 0; r < n; ++r) {
+        if (nullable[r]) continue;
+        for (const Alt& alt : g_.rules[r]) {
+          const bool all = std::all_of(alt.begin(), alt.end(), [&](const GrammarElement& e) {
+            return e.kind == GrammarElement::kRule && nullable[e.rule];
+          });
+          if (all) {
+            nullable[r] = true;
+            changed = true;
+            break;
+          }
+        }
+      }
+    }
+    // first[r]: the rules r can start with.
+    std::vector<std::vector<uint32_t>> first(n);
+    for (size_t r = 0; r < n; ++r) {
+      for (const Alt& alt : g_.rules[r]) {
+        for (const GrammarElement& e : alt) {
+          if (e.kind != GrammarElement::kRule) break;
+          first[r].push_back(e.rule);
+          if (!nullable[e.rule]) break;
+        }
+      }
+    }
+    std::vector<int> state(n, 0);  // 0 new, 1 on the path, 2 done
+    std::function<void(uint32_t)> visit = [&](uint32_t r) {
+      state[r] = 1;
+      for (uint32_t f : first[r]) {
+        if (state[f] == 1)
+          fail(ErrorKind::kInvalidArgument, "grammar: rule '{}' is left-recursive", g_.names[f]);
+        if (state[f] == 0) visit(f);
+      }
+      state[r] = 2;
+    };
+    for (uint32_t r = 0; r < n; ++r)
+      if (state[r] == 0) visit(r);
+  }
+
+  std::string_view s_;
+  size_t i_ = 0;
+  size_t elements_ = 0;
+  Grammar g_;
+  std::map<std::string, uint32_t> by_name_;
+  std::set<uint32_t> defined_;
+  std::vector<size_t> first_use_;  // per rule: where it was first named
+};
+
+bool matches(const GrammarElement& e, uint32_t cp) {
+  bool in = false;
+  for (const auto& [lo, hi] : e.ranges)
+    if (cp >= lo && cp <= hi) in = true;
+  return in != e.negated;
+}
+
+// Whether any code point in [lo, hi] matches.
+bool matches_any(const GrammarElement& e, uint32_t lo, uint32_t hi) {
+  if (!e.negated) {
+    for (const auto& [a, b] : e.ranges)
+      if (a <= hi && b >= lo) return true;
+    return false;
+  }
+  // Negated: some point of [lo, hi] lies outside every range.
+  std::vector<std::pair<uint32_t, uint32_t>> r = e.ranges;
+  std::sort(r.begin(), r.end());
+  uint64_t next = lo;  // the first point not yet covered
+  for (const auto& [a, b] : r) {
+    if (a > next) break;
+    if (b >= next) next = static_cast<uint64_t>(b) + 1;
+  }
+  return next <= hi;
+}
+
+}  // namespace
+
+Grammar parse_gbnf(std::string_view text) {
+  return Parser(text).parse();
+}
+
+GrammarMatcher::GrammarMatcher(const Grammar& grammar) : grammar_(&grammar) {
+  std::vector<Stack> start;
+  for (uint32_t a = 0; a < grammar.rules.at(grammar.root).size(); ++a)
+    expand({{grammar.root, a, 0}}, start, 0);
+  stacks_ = dedupe(std::move(start));
+}
+
+void GrammarMatcher::expand(Stack stack, std::vector<Stack>& out, int depth) const {
+  if (depth > 4096) fail(ErrorKind::kInvalidArgument, "grammar: rules nest too deeply");
+  for (;;) {
+    if (stack.empty()) {
+      out.push_back(std::move(stack));  // the whole sentence is complete
+      return;
+    }
+    const Pos top = stack.back();
+    const auto& alt = grammar_->rules[top.rule][top.alt];
+    if (top.elem == alt.size()) {  // this rule is done: continue its parent
+      stack.pop_back();
+      if (!stack.empty()) ++stack.back().elem;
+      continue;
+    }
+    const GrammarElement& e = alt[top.elem];
+    if (e.kind == GrammarElement::kChars) {
+      out.push_back(std::move(stack));
+      return;
+    }
+    // A rule named last in its alternative returns to where its parent returns (a tail call):
+    // repetitions (r ::= x r | ...) then keep stacks of bounded depth.
+    if (top.elem + 1 == alt.size()) stack.pop_back();  // its end is the parent's end
+    const auto& alts = grammar_->rules[e.rule];
+    for (uint32_t a = 0; a < alts.size(); ++a) {
+      Stack next = stack;
+      next.push_back({e.rule, a, 0});
+      expand(std::move(next), out, depth + 1);
+    }
+    return;
+  }
+}
+
+std::vector<GrammarMatcher::Stack> GrammarMatcher::dedupe(std::vector<Stack> stacks) {
+  std::sort(stacks.begin(), stacks.end());
+  stacks.erase(std::unique(stacks.begin(), stacks.end()), stacks.end());
+  if (stacks.size() > kMaxStacks)
+    fail(ErrorKind::kInvalidArgument, "grammar: more than 65536 ways to continue (too ambiguous)");
+  return stacks;
+}
+
+bool GrammarMatcher::accept_code_point(uint32_t cp) {
+  std::vector<Stack> next;
+  for (const Stack& s : stacks_) {
+    if (s.empty()) continue;
+    const Pos top = s.back();
+    if (!matches(grammar_->rules[top.rule][top.alt][top.elem], cp)) continue;
+    Stack moved = s;
+    ++moved.back().elem;
+    expand(std::move(moved), next, 0);
+  }
+  if (next.empty()) return false;
+  stacks_ = dedupe(std::move(next));
+  return true;
+}
+
+bool GrammarMatcher::accept(std::string_view bytes) {
+  GrammarMatcher trial = *this;
+  for (const char ch : bytes) {
+    const auto b = static_cast<unsigned char>(ch);
+    if (trial.pending_left_ > 0) {
+      if ((b & 0xC0) != 0x80) return false;
+      trial.pending_cp_ = (trial.pending_cp_ << 6) | (b & 0x3F);
+      if (--trial.pending_left_ > 0) continue;
+      if (!trial.accept_code_point(trial.pending_cp_)) return false;
+      continue;
+    }
+    if (b < 0x80) {
+      if (!trial.accept_code_point(b)) return false;
+      continue;
+    }
+    const int more = (b >> 5) == 0x6 ? 1 : (b >> 4) == 0xE ? 2 : (b >> 3) == 0x1E ? 3 : 0;
+    if (more == 0) return false;  // a continuation byte or an invalid lead byte
+    trial.pending_cp_ = b & (0x3F >> more);
+    trial.pending_left_ = more;
+  }
+  if (trial.pending_left_ > 0) {
+    // A character not yet whole: some stack must take one of the code points it can become.
+    const int bits = 6 * trial.pending_left_;
+    const uint32_t lo = trial.pending_cp_ << bits;
+    const uint32_t hi = std::min<uint32_t>(lo | ((1u << bits) - 1), kMaxCodePoint);
+    const bool possible =
+        lo <= kMaxCodePoint &&
+        std::any_of(trial.stacks_.begin(), trial.stacks_.end(), [&](const Stack& s) {
+          if (s.empty()) return false;
+          const Pos top = s.back();
+          return matches_any(grammar_->rules[top.rule][top.alt][top.elem], lo, hi);
+        });
+    if (!possible) return false;
+  }
+  *this = std::move(trial);
+  return true;
+}
+
+bool GrammarMatcher::can_end() const {
+  return pending_left_ == 0 &&
+         std::any_of(stacks_.begin(), stacks_.end(), [](const Stack& s) { return s.empty(); });
+}
+
+bool GrammarMatcher::must_end() const {
+  return pending_left_ == 0 &&
+         std::all_of(stacks_.begin(), stacks_.end(), [](const Stack& s) { return s.empty(); });
+}
+
+std::vector<bool> GrammarMatcher::allowed(const std::vector<std::string>& tokens) const {
+  std::vector<bool> out(tokens.size(), false);
+  for (size_t t = 0; t < tokens.size(); ++t) {
+    if (tokens[t].empty()) continue;
+    GrammarMatcher trial = *this;
+    out[t] = trial.accept(tokens[t]);
+  }
+  return out;
+}
+
+}  // namespace tf

@@ -1,0 +1,78 @@
+#pragma once
+// Context-free grammars for constrained decoding (issue 24, first step): llama.cpp's GBNF text
+// format parsed into rules over Unicode code points, and a recognizer that follows every way the
+// text so far can continue (a set of pushdown stacks, as llama.cpp's grammar sampler keeps them)
+// as bytes arrive, partial UTF-8 sequences included, so that a token spanning several grammar
+// symbols, or only part of a character, is judged exactly.
+//
+// GBNF: rules `name ::= alternatives` (one per line; a rule continues on lines that start
+// inside parentheses or after `|` / `::=`), `root` the start; sequences of terms; terms are
+// "literals" (escapes \n \r \t \\ \" \[ \] \xHH \uHHHH \UHHHHHHHH), [character classes]
+// (ranges, ^ negation), `.` (any character), rule names, ( groups ), each optionally followed
+// by *, +, ?, {m}, {m,} or {m,n}; `#` comments. Errors name the line and column.
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace tf {
+
+struct GrammarElement {
+  enum Kind : uint8_t { kChars, kRule } kind = kChars;
+  bool negated = false;                               // kChars: any code point not in ranges
+  std::vector<std::pair<uint32_t, uint32_t>> ranges;  // kChars: inclusive code point ranges
+  uint32_t rule = 0;                                  // kRule: the rule's index
+};
+
+struct Grammar {
+  // rules[r] is a list of alternatives, each a sequence of elements (empty: the empty string).
+  std::vector<std::vector<std::vector<GrammarElement>>> rules;
+  std::vector<std::string> names;  // per rule (generated rules: "name_3")
+  uint32_t root = 0;
+};
+
+// Parses GBNF; throws Error (kInvalidArgument) naming the line and column of the first problem:
+// syntax, an undefined rule, no `root`, left recursion (which a recognizer cannot follow), or a
+// grammar larger than the limits (64k rules, 1 MiB of text, repetition counts above 1000).
+Grammar parse_gbnf(std::string_view text);
+
+// Follows a grammar byte by byte. Copyable: a copy is a snapshot (a token is tried on a copy).
+class GrammarMatcher {
+ public:
+  explicit GrammarMatcher(const Grammar& grammar);
+
+  // Takes bytes if the text so far plus them is still a prefix of a sentence of the grammar:
+  // true and the state advanced, or false and the state unchanged. A multi-byte UTF-8 character
+  // may arrive in several calls.
+  bool accept(std::string_view bytes);
+  // Whether the text so far is a whole sentence (the grammar allows stopping here).
+  bool can_end() const;
+  // Whether nothing at all can follow (a sentence that cannot be extended).
+  bool must_end() const;
+  // Per token (its bytes): whether accept() would take it now.
+  std::vector<bool> allowed(const std::vector<std::string>& tokens) const;
+
+ private:
+  struct Pos {  // an element inside an alternative of a rule
+    uint32_t rule, alt, elem;
+    bool operator==(const Pos&) const = default;
+    bool operator<(const Pos& o) const {
+      return rule != o.rule ? rule < o.rule : alt != o.alt ? alt < o.alt : elem < o.elem;
+    }
+  };
+  using Stack = std::vector<Pos>;  // the innermost position last
+
+  // Adds stack, with its top expanded until it is a character element (or empty), to out.
+  void expand(Stack stack, std::vector<Stack>& out, int depth) const;
+  bool accept_code_point(uint32_t cp);
+  static std::vector<Stack> dedupe(std::vector<Stack> stacks);
+
+  const Grammar* grammar_;
+  std::vector<Stack> stacks_;
+  // A partial UTF-8 character: its bytes so far and how many it has in all.
+  uint32_t pending_cp_ = 0;
+  int pending_left_ = 0;
+};
+
+}  // namespace tf

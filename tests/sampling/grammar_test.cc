@@ -1,0 +1,118 @@
+// GBNF grammars (issue 24's first step): the parser's forms and errors, and the recognizer's
+// answers on whole strings, on bytes split anywhere (partial UTF-8), and per token.
+#include <gtest/gtest.h>
+
+#include <string>
+
+#include "core/error.h"
+#include "sampling/grammar.h"
+
+namespace tf {
+namespace {
+
+// Whether the grammar accepts s as a whole sentence (fed in one piece, then byte by byte).
+bool sentence(const Grammar& g, const std::string& s) {
+  GrammarMatcher whole(g);
+  const bool a = whole.accept(s) && whole.can_end();
+  GrammarMatcher bytes(g);
+  bool b = true;
+  for (char c : s) b = b && bytes.accept(std::string(1, c));
+  b = b && bytes.can_end();
+  EXPECT_EQ(a, b) << s;
+  return a;
+}
+
+std::string error_of(const char* text) {
+  try {
+    parse_gbnf(text);
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "";
+}
+
+// A JSON grammar in GBNF (objects, arrays, strings with escapes, numbers, literals).
+constexpr const char* kJson = R"(
+root   ::= value
+value  ::= object | array | string | number | ("true" | "false" | "null")
+object ::= "{" ws ( string ws ":" ws value ws ( "," ws string ws ":" ws value ws )* )? "}"
+array  ::= "[" ws ( value ws ( "," ws value ws )* )? "]"
+string ::= "\"" ( [^"\\\x00-\x1f] | "\\" ( ["\\/bfnrt] | "u" [0-9a-fA-F]{4} ) )* "\""
+number ::= "-"? ( "0" | [1-9] [0-9]* ) ( "." [0-9]+ )? ( [eE] [-+]? [0-9]+ )?
+ws     ::= [ \t\n]*   # optional whitespace
+)";
+
+TEST(Grammar, JsonAcceptsJsonAndNothingElse) {
+  const Grammar g = parse_gbnf(kJson);
+  for (const char* ok : {R"({"a": [1, 2.5e-3, true, null], "b": {"c": "x\"y\u00e9"}})", "[]",
+                         "-0.5", R"("héllo ✓")", "{ }", "[[[]]]"}) {
+    EXPECT_TRUE(sentence(g, ok)) << ok;
+  }
+  for (const char* bad : {"{", R"({"a" 1})", "01", "[1,]", "tru", R"("\q")", "{} {}", "\"\x01\""}) {
+    EXPECT_FALSE(sentence(g, bad)) << bad;
+  }
+  GrammarMatcher m(g);
+  EXPECT_TRUE(m.accept("{\"k\": "));
+  EXPECT_FALSE(m.can_end());
+  EXPECT_FALSE(m.accept("}"));  // refused, and the state is unchanged
+  EXPECT_TRUE(m.accept("7}"));
+  EXPECT_TRUE(m.can_end());
+  EXPECT_TRUE(m.must_end());
+}
+
+TEST(Grammar, RepetitionsCountAsWritten) {
+  const Grammar g = parse_gbnf("root ::= \"a\"{2,4} [xy]{3} \"b\"? (\"c\" | \"d\")+\n");
+  EXPECT_TRUE(sentence(g, "aaxyxc"));
+  EXPECT_TRUE(sentence(g, "aaaayyybdcd"));
+  EXPECT_FALSE(sentence(g, "axyxc"));      // one a
+  EXPECT_FALSE(sentence(g, "aaaaaxyxc"));  // five
+  EXPECT_FALSE(sentence(g, "aaxyc"));      // two of [xy]
+  EXPECT_FALSE(sentence(g, "aaxyxb"));     // no c or d
+  // A long repetition keeps the recognizer's stacks shallow (tail calls).
+  const Grammar many = parse_gbnf("root ::= \"x\"*\n");
+  EXPECT_TRUE(sentence(many, std::string(20000, 'x')));
+}
+
+TEST(Grammar, PartialUtf8AcrossPiecesIsJudgedByWhatItCanBecome) {
+  const Grammar g = parse_gbnf("root ::= [α-ω]+ \"✓\"\n");  // Greek letters, then a check mark
+  GrammarMatcher m(g);
+  const std::string alpha = "α";  // CE B1
+  EXPECT_TRUE(m.accept(alpha.substr(0, 1)));
+  EXPECT_FALSE(m.can_end());
+  EXPECT_TRUE(m.accept(alpha.substr(1)));
+  EXPECT_FALSE(m.accept("\xD0"));     // a Cyrillic lead byte: no Greek letter or ✓ starts so
+  EXPECT_TRUE(m.accept("\xE2\x9C"));  // the first two bytes of ✓ (E2 9C 93)
+  EXPECT_FALSE(m.accept("\x94"));     // ✔ (E2 9C 94) is not ✓
+  EXPECT_TRUE(m.accept("\x93"));
+  EXPECT_TRUE(m.can_end());
+  EXPECT_FALSE(m.accept("\x93"));  // a stray continuation byte
+}
+
+TEST(Grammar, AllowedTokensAreExactlyTheOnesThatKeepASentencePossible) {
+  const Grammar g = parse_gbnf("root ::= \"yes\" | \"no\" | \"maybe\" [0-9]\n");
+  GrammarMatcher m(g);
+  const std::vector<std::string> vocab = {"y", "yes", "ye", "n", "no!", "may", "be7", "", "x", "m"};
+  EXPECT_EQ(m.allowed(vocab),
+            (std::vector<bool>{true, true, true, true, false, true, false, false, false, true}));
+  ASSERT_TRUE(m.accept("may"));
+  EXPECT_EQ(m.allowed({"be", "be7", "be77", "b"}), (std::vector<bool>{true, true, false, true}));
+}
+
+TEST(Grammar, ErrorsNameWhatAndWhere) {
+  EXPECT_NE(error_of("root ::= foo\n").find("rule 'foo' is used (line 1) but not defined"),
+            std::string::npos);
+  EXPECT_NE(error_of("start ::= \"a\"\n").find("no 'root' rule"), std::string::npos);
+  EXPECT_NE(error_of("root ::= \"a\n").find("grammar:1:"), std::string::npos);
+  EXPECT_NE(error_of("root ::= [a-\n").find("unterminated character class"), std::string::npos);
+  EXPECT_NE(error_of("root ::= root \"a\" | \"b\"\n").find("left-recursive"), std::string::npos);
+  EXPECT_NE(error_of("root ::= x\nx ::= \"b\"? root \"a\"\n").find("left-recursive"),
+            std::string::npos);
+  EXPECT_NE(error_of("root ::= \"a\"{2000}\n").find("above 1000"), std::string::npos);
+  EXPECT_NE(error_of("root ::= \"a\"\nroot ::= \"b\"\n").find("defined twice"), std::string::npos);
+  EXPECT_NE(error_of("root ::= * \"a\"\n").find("follows nothing"), std::string::npos);
+  EXPECT_NE(error_of("root ::= \"\\q\"\n").find("unknown escape"), std::string::npos);
+  EXPECT_NE(error_of("root ::= [z-a]\n").find("backwards"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace tf
