@@ -578,4 +578,51 @@ std::vector<bool> GrammarMatcher::allowed(const std::vector<std::string>& tokens
   return out;
 }
 
+TokenTrie::TokenTrie(const std::vector<std::string>& tokens) : count_(tokens.size()) {
+  nodes_.emplace_back();
+  for (uint32_t t = 0; t < tokens.size(); ++t) {
+    if (tokens[t].empty()) continue;  // no bytes: never allowed by the grammar itself
+    uint32_t node = 0;
+    for (const char ch : tokens[t]) {
+      const auto b = static_cast<uint8_t>(ch);
+      auto& kids = nodes_[node].children;
+      auto it = std::lower_bound(kids.begin(), kids.end(), std::make_pair(b, uint32_t{0}),
+                                 [](const auto& x, const auto& y) { return x.first < y.first; });
+      if (it != kids.end() && it->first == b) {
+        node = it->second;
+      } else {
+        const auto next = static_cast<uint32_t>(nodes_.size());
+        kids.insert(it, {b, next});
+        nodes_.emplace_back();
+        node = next;
+      }
+    }
+    nodes_[node].ends.push_back(t);
+  }
+}
+
+std::vector<bool> GrammarMatcher::allowed(const TokenTrie& trie) const {
+  std::vector<bool> out(trie.count_, false);
+  // Depth first, one matcher per trie node on the path: a byte the grammar refuses prunes every
+  // token below it.
+  struct Frame {
+    uint32_t node;
+    GrammarMatcher matcher;
+  };
+  std::vector<Frame> todo;
+  todo.push_back({0, *this});
+  while (!todo.empty()) {
+    Frame f = std::move(todo.back());
+    todo.pop_back();
+    for (const auto& [byte, child] : trie.nodes_[f.node].children) {
+      GrammarMatcher m = f.matcher;
+      const char c = static_cast<char>(byte);
+      if (!m.accept(std::string_view(&c, 1))) continue;
+      for (uint32_t t : trie.nodes_[child].ends) out[t] = true;
+      if (!trie.nodes_[child].children.empty()) todo.push_back({child, std::move(m)});
+    }
+  }
+  return out;
+}
+
 }  // namespace tf

@@ -37,6 +37,23 @@ struct Grammar {
 // grammar larger than the limits (64k rules, 1 MiB of text, repetition counts above 1000).
 Grammar parse_gbnf(std::string_view text);
 
+// A vocabulary's token bytes as a trie, built once per tokenizer: a mask walks it, so a prefix
+// many tokens share is matched once for all of them.
+class TokenTrie {
+ public:
+  explicit TokenTrie(const std::vector<std::string>& tokens);
+  size_t tokens() const { return count_; }
+
+ private:
+  friend class GrammarMatcher;
+  struct Node {
+    std::vector<std::pair<uint8_t, uint32_t>> children;  // byte -> node, ascending
+    std::vector<uint32_t> ends;                          // the tokens that end here
+  };
+  std::vector<Node> nodes_;
+  size_t count_ = 0;
+};
+
 // Follows a grammar byte by byte. Copyable: a copy is a snapshot (a token is tried on a copy).
 class GrammarMatcher {
  public:
@@ -52,6 +69,8 @@ class GrammarMatcher {
   bool must_end() const;
   // Per token (its bytes): whether accept() would take it now.
   std::vector<bool> allowed(const std::vector<std::string>& tokens) const;
+  // The same over a trie of the tokens (the same answers, prefixes shared).
+  std::vector<bool> allowed(const TokenTrie& trie) const;
 
  private:
   struct Pos {  // an element inside an alternative of a rule
