@@ -28,4 +28,11 @@ void ModelInstance::start_engine(const EngineConfig& config, bool ids_only) {
                                     ids_only ? std::vector<int32_t>{} : eos_ids, config);
 }
 
+std::shared_ptr<const GrammarVocab> ModelInstance::grammar_vocab() const {
+  std::call_once(grammar_vocab_once_, [this] {
+    if (tok()) grammar_vocab_ = std::make_shared<const GrammarVocab>(tok()->vocabulary_bytes());
+  });
+  return grammar_vocab_;
+}
+
 }  // namespace tf

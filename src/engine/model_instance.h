@@ -5,12 +5,14 @@
 // configuration is known.
 
 #include <memory>
+#include <mutex>
 #include <string>
 #include <vector>
 
 #include "engine/engine.h"
 #include "kernels/weights.h"
 #include "model/model.h"
+#include "sampling/grammar.h"
 #include "tokenizer/tokenizer_loader.h"
 
 namespace tf {
@@ -29,6 +31,9 @@ struct ModelInstance {
 
   const ModelConfig& config() const { return model->config(); }
   const Tokenizer* tok() const { return tokenizer.tokenizer.get(); }
+  // The vocabulary as constrained decoding matches it (token bytes and their trie), built on
+  // first use and kept; nullptr when the model has no tokenizer.
+  std::shared_ptr<const GrammarVocab> grammar_vocab() const;
 
   // Loads path's weights as weight_type, its tokenizer (explicit_tokenizer when given) and its
   // stop ids. Throws Error naming what is wrong.
@@ -37,6 +42,10 @@ struct ModelInstance {
   // Starts the engine. ids_only: without the tokenizer and the stop ids, so that sequences are
   // token ids that end only at max_tokens (benchmarks with fixed output lengths).
   void start_engine(const EngineConfig& config, bool ids_only = false);
+
+ private:
+  mutable std::once_flag grammar_vocab_once_;
+  mutable std::shared_ptr<const GrammarVocab> grammar_vocab_;
 };
 
 }  // namespace tf

@@ -54,6 +54,14 @@ class TokenTrie {
   size_t count_ = 0;
 };
 
+// A model's vocabulary for constrained decoding: each token's bytes (Tokenizer::vocabulary_bytes)
+// and their trie. Built once per model.
+struct GrammarVocab {
+  std::vector<std::string> bytes;  // per token id; empty for special tokens
+  TokenTrie trie;
+  explicit GrammarVocab(std::vector<std::string> b) : bytes(std::move(b)), trie(bytes) {}
+};
+
 // Follows a grammar byte by byte. Copyable: a copy is a snapshot (a token is tried on a copy).
 class GrammarMatcher {
  public:

@@ -12,12 +12,16 @@
 // every alternative still visible).
 
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <string>
 #include <utility>
 #include <vector>
 
 namespace tf {
+
+struct Grammar;
+struct GrammarVocab;
 
 struct SamplingParams {
   // Lengths.
@@ -61,6 +65,12 @@ struct SamplingParams {
   int32_t num_return_sequences = 1;
 
   bool skip_special_tokens = true;
+
+  // Constrained decoding: the output stays a prefix of a sentence of the grammar, and ends (an
+  // end-of-sequence token) only where the grammar allows. grammar_vocab: the model's token
+  // bytes. Both set, or neither.
+  std::shared_ptr<const Grammar> grammar;
+  std::shared_ptr<const GrammarVocab> grammar_vocab;
 
   bool greedy() const { return temperature == 0.0f || top_k == 1; }
   bool beam_search() const { return num_beams > 1; }

@@ -1,6 +1,7 @@
 #include "sampling/sequence_sampler.h"
 
 #include <algorithm>
+#include <cmath>
 
 namespace tf {
 
@@ -29,6 +30,7 @@ SequenceSampler::SequenceSampler(const SamplingParams& params, uint64_t seed, ui
       stops_(params.stop, params.include_stop_str_in_output),
       logprob_params_(params) {
   if (tokenizer) detok_.emplace(*tokenizer, prompt, params.skip_special_tokens);
+  if (params.grammar && params.grammar_vocab) grammar_.emplace(*params.grammar);
   // best_of ranks candidates by cumulative logprob, so it needs the chosen token's logprob.
   if (!logprob_params_.logprobs && params.candidates() > params.n) logprob_params_.logprobs = 0;
 }
@@ -44,6 +46,7 @@ StepOutput SequenceSampler::step(std::span<float> logits) {
   StepOutput out;
   if (finished()) return out;
   apply_logits_processors(params_, history_, eos_ids_, logits);
+  if (grammar_) constrain(logits);
   const double u = sample_uniform(seed_, stream_, history_.output().size());
   out.sample = sampler_.sample(logprob_params_, logits, u);
   if (!params_.logprobs) out.sample.top.clear();
@@ -55,6 +58,11 @@ StepOutput SequenceSampler::step(std::span<float> logits) {
       !params_.ignore_eos && std::find(eos_ids_.begin(), eos_ids_.end(), token) != eos_ids_.end();
   const bool is_stop_token = std::find(params_.stop_token_ids.begin(), params_.stop_token_ids.end(),
                                        token) != params_.stop_token_ids.end();
+  if (grammar_ && !is_eos && !is_stop_token &&
+      static_cast<size_t>(token) < params_.grammar_vocab->bytes.size()) {
+    // The mask let only tokens the grammar takes through.
+    grammar_->accept(params_.grammar_vocab->bytes[static_cast<size_t>(token)]);
+  }
   if (is_eos || is_stop_token) {
     // The ending token's own text is not shown (it is usually special anyway).
     finish_ = FinishReason::kStop;
@@ -71,6 +79,38 @@ StepOutput SequenceSampler::step(std::span<float> logits) {
   out.finish = finish_;
   text_ += out.text;
   return out;
+}
+
+void SequenceSampler::constrain(std::span<float> logits) const {
+  const GrammarVocab& vocab = *params_.grammar_vocab;
+  const std::vector<bool> allowed = grammar_->allowed(vocab.trie);
+  // The ends: end-of-sequence ids (unless ignored) and stop tokens, where the grammar may end.
+  std::vector<int32_t> ends = params_.stop_token_ids;
+  if (!params_.ignore_eos) ends.insert(ends.end(), eos_ids_.begin(), eos_ids_.end());
+  const bool can_end = grammar_->can_end();
+  std::vector<std::pair<int32_t, float>> kept;
+  for (int32_t e : ends)
+    if (e >= 0 && static_cast<size_t>(e) < logits.size()) kept.emplace_back(e, logits[e]);
+  bool any = false;
+  for (size_t t = 0; t < logits.size(); ++t) {
+    if (t < allowed.size() && allowed[t]) {
+      any = any || logits[t] > -INFINITY;
+    } else {
+      logits[t] = -INFINITY;
+    }
+  }
+  // Ending is allowed where the grammar may end (as the other processors left it: min_tokens
+  // holds), and where nothing else is left (a dead end: the sequence stops rather than leave
+  // the grammar).
+  bool end_possible = false;
+  if (can_end) {
+    for (const auto& [e, v] : kept) {
+      logits[static_cast<size_t>(e)] = v;
+      end_possible = end_possible || v > -INFINITY;
+    }
+  }
+  if (!any && !end_possible)
+    for (const auto& [e, v] : kept) logits[static_cast<size_t>(e)] = 0.0f;
 }
 
 StepOutput SequenceSampler::abort() {

@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "sampling/grammar.h"
 #include "sampling/logits_processor.h"
 #include "sampling/sampler.h"
 #include "sampling/sampling_params.h"
@@ -52,6 +53,8 @@ class SequenceSampler {
 
  private:
   std::string flush_text();
+  // Masks the tokens the grammar refuses now (end-of-sequence ids: allowed where it may end).
+  void constrain(std::span<float> logits) const;
 
   SamplingParams params_;
   uint64_t seed_, stream_;
@@ -59,6 +62,7 @@ class SequenceSampler {
   TokenHistory history_;
   Sampler sampler_;
   std::optional<IncrementalDetokenizer> detok_;
+  std::optional<GrammarMatcher> grammar_;
   StopChecker stops_;
   FinishReason finish_ = FinishReason::kNone;
   double cumulative_logprob_ = 0.0;

@@ -23,7 +23,9 @@ const std::unordered_set<std::string> kCommonFields = {
     "stop_token_ids", "skip_special_tokens", "include_stop_str_in_output", "length_penalty",
     "use_beam_search", "early_stopping", "no_repeat_ngram_size", "bad_words_ids", "priority",
     "request_id", "cache_salt", "spaces_between_special_tokens", "add_special_tokens", "timeout",
-    "service_tier", "metadata", "store"};
+    "service_tier", "metadata", "store",
+    // Constrained decoding: a GBNF grammar (llama.cpp's name, and vLLM's).
+    "grammar", "guided_grammar"};
 const std::unordered_set<std::string> kCompletionFields = {"prompt", "echo", "suffix"};
 const std::unordered_set<std::string> kChatFields = {
     "messages",    "max_completion_tokens", "top_logprobs",          "response_format",     "tools",
@@ -118,6 +120,13 @@ void read_body(const json& body, bool chat, bool log_prompt, CompletionRequest& 
   r.model = string_field(body, "model");
   r.user = string_field(body, "user");
   r.cache_salt = string_field(body, "cache_salt");
+  for (const char* k : {"grammar", "guided_grammar"}) {
+    const std::string g = string_field(body, k);
+    if (g.empty()) continue;
+    if (!r.grammar.empty())
+      throw HttpError(400, "give the grammar once: 'grammar' or 'guided_grammar'", "", k);
+    r.grammar = g;
+  }
   r.params = parse_sampling_params(body, chat, 16);
   r.max_tokens_given =
       present(body, "max_tokens") || (chat && present(body, "max_completion_tokens"));

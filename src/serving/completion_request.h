@@ -51,6 +51,8 @@ struct CompletionRequest {
   bool stream = false, include_usage = false, echo = false;
   int32_t priority = 0;
   std::string cache_salt;
+  // Constrained decoding: GBNF text the output must follow ("" none). Compiled by the planner.
+  std::string grammar;
   std::optional<std::chrono::milliseconds> timeout;  // the request's own "timeout"
   // The prompt as the access log writes it (kept only when the access log takes prompts).
   std::string logged_prompt;

@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include "core/cancel.h"
+#include "sampling/grammar.h"
 #include "serving/openai_request.h"
 
 namespace tf {
@@ -39,9 +40,10 @@ std::vector<int32_t> encode(const PromptInput& p, const CompletionRequest& req,
 
 }  // namespace
 
-GenerationPlan plan_request(const CompletionRequest& req, const LoadedTokenizer& tokenizer,
-                            const ModelConfig& cfg, const std::string& id,
-                            int32_t default_max_tokens) {
+GenerationPlan plan_request(
+    const CompletionRequest& req, const LoadedTokenizer& tokenizer, const ModelConfig& cfg,
+    const std::string& id, int32_t default_max_tokens,
+    const std::function<std::shared_ptr<const GrammarVocab>()>& grammar_vocab) {
   GenerationPlan p;
   with_fields(req, [&] {
     p.params = req.params;
@@ -68,6 +70,22 @@ GenerationPlan plan_request(const CompletionRequest& req, const LoadedTokenizer&
         p.prompts.push_back(encode(prompt, req, tokenizer, cfg));
     }
   });
+  if (!req.grammar.empty()) {
+    if (p.params.beam_search())
+      throw HttpError(400, "'grammar' with beam search is not supported", "", "grammar");
+    try {
+      p.params.grammar = std::make_shared<const Grammar>(parse_gbnf(req.grammar));
+    } catch (const Error& e) {
+      throw HttpError(400, fmt::format("'grammar': {}", e.what()), "", "grammar");
+    }
+    if (grammar_vocab) p.params.grammar_vocab = grammar_vocab();
+    if (!p.params.grammar_vocab && tokenizer.tokenizer)
+      p.params.grammar_vocab =
+          std::make_shared<const GrammarVocab>(tokenizer.tokenizer->vocabulary_bytes());
+    if (!p.params.grammar_vocab)
+      throw HttpError(400, "'grammar' needs the model's tokenizer, and this model has none", "",
+                      "grammar");
+  }
   const int64_t ctx = cfg.max_seq_len;
   const char* prompt_field = req.chat ? "messages" : "prompt";
   for (auto& prompt : p.prompts) {
@@ -123,7 +141,8 @@ GenerationPlan plan_generation(ServingState& state, const CompletionRequest& req
   if (!model) {
     throw HttpError(404, state.registry.unavailable_reason(spec), "model_not_found", "model");
   }
-  GenerationPlan p = plan_request(req, model->tokenizer, model->config(), id);
+  GenerationPlan p = plan_request(req, model->tokenizer, model->config(), id, 0,
+                                  [m = model.get()] { return m->grammar_vocab(); });
   p.model = std::move(model);
   record.model = p.model->name;
   record.version = p.model->version;

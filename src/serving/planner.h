@@ -6,6 +6,7 @@
 // (the model resolved, the deadline, the server's limits and the API key's admission).
 
 #include <chrono>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -38,9 +39,12 @@ struct GenerationPlan {
 // the model cannot take. Engine requests get ids from id ("id-i" with several prompts).
 // default_max_tokens: where the request gives none (0: OpenAI's 16 for completions, the
 // context for chat); either way lowered to the room the prompt leaves.
-GenerationPlan plan_request(const CompletionRequest& request, const LoadedTokenizer& tokenizer,
-                            const ModelConfig& config, const std::string& id,
-                            int32_t default_max_tokens = 0);
+// grammar_vocab: the model's vocabulary for a request's grammar (ModelInstance::grammar_vocab,
+// kept per model); without one it is built from the tokenizer for this request.
+GenerationPlan plan_request(
+    const CompletionRequest& request, const LoadedTokenizer& tokenizer, const ModelConfig& config,
+    const std::string& id, int32_t default_max_tokens = 0,
+    const std::function<std::shared_ptr<const GrammarVocab>()>& grammar_vocab = nullptr);
 
 // Resolves the request's model (header: the sticky header lookup of a traffic split; 404 when
 // none), plans it, and applies the server's rules (ServingState::prepare). Fills record's

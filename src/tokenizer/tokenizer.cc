@@ -10,6 +10,42 @@ std::string Tokenizer::decode(std::span<const int32_t> ids, bool skip_special_to
   return unicode::sanitize_utf8(decode_bytes(ids, skip_special_tokens));
 }
 
+std::vector<std::string> Tokenizer::vocabulary_bytes() const {
+  // An anchor: a plain token that decodes to bytes of its own. A token decoded after it adds
+  // exactly its mid-text bytes.
+  int32_t anchor = -1;
+  std::string anchor_bytes;
+  for (const char* candidate : {"a",
+                                "\xE2\x96\x81"
+                                "a",
+                                "\xC4\xA0"
+                                "a",
+                                "e", " a"}) {
+    if (auto id = piece_to_id(candidate); id && !is_special(*id)) {
+      const int32_t one[] = {*id};
+      anchor_bytes = decode_bytes(one, true);
+      if (!anchor_bytes.empty()) {
+        anchor = *id;
+        break;
+      }
+    }
+  }
+  std::vector<std::string> out(static_cast<size_t>(vocab_size()));
+  for (int32_t id = 0; id < vocab_size(); ++id) {
+    if (is_special(id)) continue;
+    if (anchor < 0) {
+      const int32_t one[] = {id};
+      out[static_cast<size_t>(id)] = decode_bytes(one, true);
+      continue;
+    }
+    const int32_t two[] = {anchor, id};
+    std::string both = decode_bytes(two, true);
+    if (both.compare(0, anchor_bytes.size(), anchor_bytes) == 0) both.erase(0, anchor_bytes.size());
+    out[static_cast<size_t>(id)] = std::move(both);
+  }
+  return out;
+}
+
 namespace {
 
 constexpr const char* kReplacement = "\xEF\xBF\xBD";

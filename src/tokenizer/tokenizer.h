@@ -46,6 +46,11 @@ class Tokenizer {
   // Valid UTF-8 text (invalid bytes become U+FFFD).
   std::string decode(std::span<const int32_t> ids, bool skip_special_tokens = true) const;
 
+  // Every token's bytes as it adds them after other text (a SentencePiece piece's leading space
+  // kept, which decoding a piece alone drops): what constrained decoding matches. Special tokens
+  // get no bytes.
+  std::vector<std::string> vocabulary_bytes() const;
+
  protected:
   int32_t bos_id_ = -1;
   int32_t eos_id_ = -1;
