@@ -15,16 +15,6 @@
 
 namespace {
 
-constexpr const char* kJson = R"(
-root   ::= value
-value  ::= object | array | string | number | ("true" | "false" | "null")
-object ::= "{" ws ( string ws ":" ws value ws ( "," ws string ws ":" ws value ws )* )? "}"
-array  ::= "[" ws ( value ws ( "," ws value ws )* )? "]"
-string ::= "\"" ( [^"\\\x00-\x1f] | "\\" ( ["\\/bfnrt] | "u" [0-9a-fA-F]{4} ) )* "\""
-number ::= "-"? ( "0" | [1-9] [0-9]* ) ( "." [0-9]+ )? ( [eE] [-+]? [0-9]+ )?
-ws     ::= [ \t\n]*
-)";
-
 const std::vector<std::string>& vocab() {
   static const std::vector<std::string> v = [] {
     const auto loaded = tf::load_tokenizer(TF_SHARED_DIR "/tokenizers/gpt2", 0);
@@ -47,14 +37,14 @@ tf::GrammarMatcher at(const tf::Grammar& g, int where) {
 }
 
 void BM_MaskTokenByToken(benchmark::State& state) {
-  const tf::Grammar g = tf::parse_gbnf(kJson);
+  const tf::Grammar g = tf::parse_gbnf(tf::kJsonGbnf);
   const tf::GrammarMatcher m = at(g, static_cast<int>(state.range(0)));
   for (auto _ : state) benchmark::DoNotOptimize(m.allowed(vocab()));
 }
 BENCHMARK(BM_MaskTokenByToken)->Arg(0)->Arg(1)->Arg(2)->Unit(benchmark::kMillisecond);
 
 void BM_MaskTrie(benchmark::State& state) {
-  const tf::Grammar g = tf::parse_gbnf(kJson);
+  const tf::Grammar g = tf::parse_gbnf(tf::kJsonGbnf);
   const tf::TokenTrie trie(vocab());
   const tf::GrammarMatcher m = at(g, static_cast<int>(state.range(0)));
   for (auto _ : state) benchmark::DoNotOptimize(m.allowed(trie));

@@ -454,6 +454,15 @@ bool matches_any(const GrammarElement& e, uint32_t lo, uint32_t hi) {
 
 }  // namespace
 
+const char* const kJsonGbnf = R"(root   ::= value
+value  ::= object | array | string | number | ("true" | "false" | "null")
+object ::= "{" ws ( string ws ":" ws value ws ( "," ws string ws ":" ws value ws )* )? "}"
+array  ::= "[" ws ( value ws ( "," ws value ws )* )? "]"
+string ::= "\"" ( [^"\\\x00-\x1f] | "\\" ( ["\\/bfnrt] | "u" [0-9a-fA-F]{4} ) )* "\""
+number ::= "-"? ( "0" | [1-9] [0-9]* ) ( "." [0-9]+ )? ( [eE] [-+]? [0-9]+ )?
+ws     ::= [ \t\n]*
+)";
+
 Grammar parse_gbnf(std::string_view text) {
   return Parser(text).parse();
 }

@@ -32,6 +32,10 @@ struct Grammar {
   uint32_t root = 0;
 };
 
+// A JSON value (RFC 8259: objects, arrays, strings with escapes, numbers, literals, whitespace)
+// in GBNF: what a JSON-only output (response_format json_object) is held to.
+extern const char* const kJsonGbnf;
+
 // Parses GBNF; throws Error (kInvalidArgument) naming the line and column of the first problem:
 // syntax, an undefined rule, no `root`, left recursion (which a recognizer cannot follow), or a
 // grammar larger than the limits (64k rules, 1 MiB of text, repetition counts above 1000).

@@ -32,19 +32,8 @@ std::string error_of(const char* text) {
   return "";
 }
 
-// A JSON grammar in GBNF (objects, arrays, strings with escapes, numbers, literals).
-constexpr const char* kJson = R"(
-root   ::= value
-value  ::= object | array | string | number | ("true" | "false" | "null")
-object ::= "{" ws ( string ws ":" ws value ws ( "," ws string ws ":" ws value ws )* )? "}"
-array  ::= "[" ws ( value ws ( "," ws value ws )* )? "]"
-string ::= "\"" ( [^"\\\x00-\x1f] | "\\" ( ["\\/bfnrt] | "u" [0-9a-fA-F]{4} ) )* "\""
-number ::= "-"? ( "0" | [1-9] [0-9]* ) ( "." [0-9]+ )? ( [eE] [-+]? [0-9]+ )?
-ws     ::= [ \t\n]*   # optional whitespace
-)";
-
 TEST(Grammar, JsonAcceptsJsonAndNothingElse) {
-  const Grammar g = parse_gbnf(kJson);
+  const Grammar g = parse_gbnf(kJsonGbnf);
   for (const char* ok : {R"({"a": [1, 2.5e-3, true, null], "b": {"c": "x\"y\u00e9"}})", "[]",
                          "-0.5", R"("héllo ✓")", "{ }", "[[[]]]"}) {
     EXPECT_TRUE(sentence(g, ok)) << ok;
@@ -102,7 +91,7 @@ TEST(Grammar, AllowedTokensAreExactlyTheOnesThatKeepASentencePossible) {
 // The trie walk answers exactly what trying each token alone answers, at every point of a
 // sentence, over a random vocabulary of JSON-ish pieces (shared prefixes, multi-byte UTF-8).
 TEST(Grammar, TrieMasksEqualTokenByTokenMasks) {
-  const Grammar g = parse_gbnf(kJson);
+  const Grammar g = parse_gbnf(kJsonGbnf);
   const std::vector<std::string> atoms = {"{",  "}", "[",    "]",    "\"",   ":", ",",   " ",
                                           "\n", "a", "é",    "\xC3", "\xA9", "1", "0",   "-",
                                           ".",  "e", "true", "null", "\\",   "u", "\x01"};
