@@ -12,13 +12,16 @@
 #include <chrono>
 #include <cstdio>
 #include <fstream>
+#include <functional>
 #include <map>
+#include <memory>
 #include <mutex>
 #include <nlohmann/json.hpp>
 #include <thread>
 
 #include "core/error.h"
 #include "core/json.h"
+#include "sampling/grammar.h"
 #include "serving/openai_api.h"
 #include "serving/openai_request.h"
 
@@ -39,7 +42,8 @@ struct Job {
 };
 
 Job parse_line(const std::string& text, size_t line, const LoadedTokenizer& tok,
-               const ModelConfig& cfg, int32_t default_max_tokens) {
+               const ModelConfig& cfg, int32_t default_max_tokens,
+               const std::function<std::shared_ptr<const GrammarVocab>()>& grammar_vocab) {
   Job job;
   job.line = line;
   try {
@@ -61,7 +65,8 @@ Job parse_line(const std::string& text, size_t line, const LoadedTokenizer& tok,
     if (req.echo) fail("'echo' is not supported in a batch file");
     if (!job.chat && req.prompts.size() != 1)
       fail("a batch line holds one prompt, not {}", req.prompts.size());
-    GenerationPlan plan = plan_request(req, tok, cfg, job.custom_id, default_max_tokens);
+    GenerationPlan plan =
+        plan_request(req, tok, cfg, job.custom_id, default_max_tokens, grammar_vocab);
     job.prompt = std::move(plan.requests[0].prompt);
     job.params = std::move(plan.requests[0].params);
   } catch (const std::exception& e) {
@@ -128,6 +133,17 @@ size_t resume_point(const std::string& path) {
 
 int run_batch_file(Engine& engine, const LoadedTokenizer& tok, const ModelConfig& cfg,
                    const BatchOptions& o) {
+  // The vocabulary a line's grammar is compiled against: built once for the file, if a line
+  // asks for one.
+  std::once_flag vocab_once;
+  std::shared_ptr<const GrammarVocab> vocab;
+  const std::function<std::shared_ptr<const GrammarVocab>()> grammar_vocab = [&] {
+    std::call_once(vocab_once, [&] {
+      if (tok.tokenizer)
+        vocab = std::make_shared<const GrammarVocab>(tok.tokenizer->vocabulary_bytes());
+    });
+    return vocab;
+  };
   std::ifstream in(o.input_file);
   if (!in) fail(ErrorKind::kNotFound, "cannot open '{}'", o.input_file);
   std::vector<std::string> lines;
@@ -170,7 +186,7 @@ int run_batch_file(Engine& engine, const LoadedTokenizer& tok, const ModelConfig
     for (;;) {
       const size_t i = next.fetch_add(1);
       if (i >= total) return;
-      Job job = parse_line(lines[i], i, tok, cfg, o.default_max_tokens);
+      Job job = parse_line(lines[i], i, tok, cfg, o.default_max_tokens, grammar_vocab);
       std::vector<CompletedSequence> seqs;
       if (job.error.empty()) {
         try {

@@ -266,32 +266,23 @@ void load_saved_model_variables(const std::string& dir, WeightStore& store) {
       fail("'{}': variable '{}' holds {} bytes for {} values", index, full_name, e.size(), numel);
     const uint8_t* data = bytes_of(key, e);
     const int file_index = shard_files.at(e.shard_id());
-    const PtName pt = tf_to_pt_name(full_name);
+    const PtTensor pt = pt_tensor(full_name, shape, "'" + index + "'");
     const DType dtype = our_dtype(e.dtype());
     if (pt.transpose) {
-      if (shape.rank != 2)
-        fail("'{}': variable '{}' is a kernel of rank {}: only 2-D (Dense) kernels are taken",
-             index, full_name, shape.rank);
-      auto value = [&](int64_t i) -> float {  // unaligned reads of the stored type
+      std::vector<float> values(static_cast<size_t>(numel));
+      for (int64_t i = 0; i < numel; ++i) {  // unaligned reads of the stored type
         if (dtype == DType::kF32) {
-          float f;
-          std::memcpy(&f, data + i * 4, 4);
-          return f;
+          std::memcpy(&values[static_cast<size_t>(i)], data + i * 4, 4);
+          continue;
         }
         uint16_t h;
         std::memcpy(&h, data + i * 2, 2);
-        return dtype == DType::kF16 ? f16_to_f32(h) : bf16_to_f32(h);
-      };
-      std::vector<float> values(static_cast<size_t>(numel));
-      const int64_t rows = shape.dims[0], cols = shape.dims[1];  // [in, out]
-      for (int64_t r = 0; r < rows; ++r)
-        for (int64_t c = 0; c < cols; ++c) values[c * rows + r] = value(r * cols + c);
-      store.add_f32(pt.name, Shape{cols, rows}, std::move(values), file_index);
+        values[static_cast<size_t>(i)] = dtype == DType::kF16 ? f16_to_f32(h) : bf16_to_f32(h);
+      }
+      store.add_f32(pt.name, pt.shape, transposed(values, shape.dims[0], shape.dims[1]),
+                    file_index);
     } else {
-      if (shape.rank == 2 && shape.dims[0] == 1 && pt.name.size() > 5 &&
-          pt.name.compare(pt.name.size() - 5, 5, ".bias") == 0)
-        shape = Shape{shape.dims[1]};  // TFConv1D's [1, nf] bias is PyTorch's [nf]
-      store.add(pt.name, TensorView{dtype, shape, data}, file_index);
+      store.add(pt.name, TensorView{dtype, pt.shape, data}, file_index);
     }
     ++taken;
   }

@@ -28,7 +28,7 @@ namespace {
 
 namespace fs = std::filesystem;
 
-// libhdf5 (Debian's serial build) is not thread-safe: one reader at a time.
+// One reading child at a time (libhdf5 itself only ever runs in the child).
 std::mutex& h5_mutex() {
   static std::mutex mu;
   return mu;
@@ -142,23 +142,9 @@ Weight read_weight(hid_t parent, const std::string& path, const std::string& tf_
   if (H5Dread(ds.get(), H5T_NATIVE_FLOAT, H5S_ALL, H5S_ALL, H5P_DEFAULT, values.data()) < 0)
     fail("{}: weight '{}' cannot be read", where, tf_name);
 
-  const PtName pt = tf_to_pt_name(tf_name);
-  if (pt.transpose) {
-    if (rank != 2)
-      fail("{}: weight '{}' is a kernel of rank {}: only 2-D (Dense) kernels are taken", where,
-           tf_name, rank);
-    const int64_t rows = shape.dims[0], cols = shape.dims[1];  // [in, out]
-    std::vector<float> t(values.size());
-    for (int64_t r = 0; r < rows; ++r)
-      for (int64_t c = 0; c < cols; ++c) t[c * rows + r] = values[r * cols + c];
-    values = std::move(t);
-    shape.dims[0] = cols;
-    shape.dims[1] = rows;
-  } else if (rank == 2 && shape.dims[0] == 1 && pt.name.size() > 5 &&
-             pt.name.compare(pt.name.size() - 5, 5, ".bias") == 0) {
-    shape = Shape{shape.dims[1]};  // TFConv1D's [1, nf] bias is PyTorch's [nf]
-  }
-  return {pt.name, shape, std::move(values)};
+  const PtTensor pt = pt_tensor(tf_name, shape, where);
+  if (pt.transpose) values = transposed(values, shape.dims[0], shape.dims[1]);
+  return {pt.name, pt.shape, std::move(values)};
 }
 
 void silence_hdf5() {
@@ -191,6 +177,28 @@ PtName tf_to_pt_name(const std::string& tf_name) {
   if (last == "beta") last = "bias";
   for (size_t i = 0; i < parts.size(); ++i) out.name += (i ? "." : "") + parts[i];
   return out;
+}
+
+PtTensor pt_tensor(const std::string& tf_name, const Shape& stored, const std::string& where) {
+  const PtName pt = tf_to_pt_name(tf_name);
+  PtTensor out{pt.name, stored, pt.transpose};
+  if (pt.transpose) {
+    if (stored.rank != 2)
+      fail("{}: '{}' is a kernel of rank {}: only 2-D (Dense) kernels are taken", where, tf_name,
+           stored.rank);
+    out.shape = Shape{stored.dims[1], stored.dims[0]};
+  } else if (stored.rank == 2 && stored.dims[0] == 1 && pt.name.size() > 5 &&
+             pt.name.compare(pt.name.size() - 5, 5, ".bias") == 0) {
+    out.shape = Shape{stored.dims[1]};  // TFConv1D's [1, nf] bias is PyTorch's [nf]
+  }
+  return out;
+}
+
+std::vector<float> transposed(const std::vector<float>& values, int64_t rows, int64_t cols) {
+  std::vector<float> t(values.size());
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t c = 0; c < cols; ++c) t[c * rows + r] = values[r * cols + c];
+  return t;
 }
 
 bool has_tf_h5(const std::string& dir) {

@@ -24,6 +24,18 @@ struct PtName {
 };
 PtName tf_to_pt_name(const std::string& tf_name);
 
+// A TF variable as PyTorch holds it, for both readers (tf_model.h5, SavedModel variables): its
+// name, its shape (a Dense kernel [in, out] as [out, in]: transpose; TFConv1D's [1, nf] bias as
+// [nf]). Throws Error naming where and the variable for a kernel that is not 2-D.
+struct PtTensor {
+  std::string name;
+  Shape shape;
+  bool transpose = false;
+};
+PtTensor pt_tensor(const std::string& tf_name, const Shape& stored, const std::string& where);
+// A row-major [rows, cols] matrix as [cols, rows].
+std::vector<float> transposed(const std::vector<float>& values, int64_t rows, int64_t cols);
+
 // True when dir holds a TensorFlow checkpoint tokenflow reads (tf_model.h5 or its index).
 bool has_tf_h5(const std::string& dir);
 // Loads dir/tf_model.h5 (or the shards of dir/tf_model.h5.index.json) into store as f32.

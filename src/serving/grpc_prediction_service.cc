@@ -102,18 +102,6 @@ void answered_spec(const ServedModel& model, const std::string& signature, tfs::
   out->set_signature_name(signature);
 }
 
-// The generate signature's one output: the [rows, max_len] ids (already padded).
-tensorflow::TensorProto ids_tensor(const std::vector<std::vector<int32_t>>& rows) {
-  tensorflow::TensorProto t;
-  t.set_dtype(tensorflow::DT_INT32);
-  t.mutable_tensor_shape()->add_dim()->set_size(static_cast<int64_t>(rows.size()));
-  t.mutable_tensor_shape()->add_dim()->set_size(
-      static_cast<int64_t>(rows.empty() ? 0 : rows[0].size()));
-  for (const auto& r : rows)
-    for (int32_t v : r) t.add_int_val(v);
-  return t;
-}
-
 }  // namespace
 
 json tensor_to_json(const tensorflow::TensorProto& t, const std::string& name) {
@@ -226,7 +214,7 @@ grpc::ServerUnaryReactor* PredictionServiceImpl::Predict(grpc::CallbackServerCon
             if (!status.ok()) return r->finish(status);
             if (plan->generate) {
               (*response->mutable_outputs())[plan->output_name] =
-                  ids_tensor(generate_answer(*plan, job, summary));
+                  padded_tensor<int32_t>(generate_answer(*plan, job, summary), plan->pad_id);
             } else {
               predict_response_proto(predict_outputs(job.results(), plan->logprobs),
                                      request->output_filter(), response);
