@@ -12,7 +12,7 @@ packages=(
   prometheus
   libgtest-dev libgmock-dev libbenchmark-dev
   python3 python3-numpy python3-jinja2 python3-sentencepiece python3-matplotlib
-  python3-grpcio python3-grpc-tools python3-yaml python3-h5py
+  python3-grpcio python3-grpc-tools python3-yaml python3-h5py python3-jsonschema
   clang-format
 )
 

@@ -60,7 +60,10 @@ Job parse_line(const std::string& text, size_t line, const LoadedTokenizer& tok,
     job.model = body.value("model", "");
     // The same reader and planner as the HTTP API's (unknown fields, beam search, best_of, the
     // context).
-    const CompletionRequest req = read_openai_request(body, job.chat);
+    const CompletionRequest req = read_openai_request(body, job.chat, false, [&] {
+      auto o = nlohmann::ordered_json::parse(text);
+      return o.contains("body") ? o["body"] : o;
+    });
     if (req.stream) fail("'stream' is not supported in a batch file");
     if (req.echo) fail("'echo' is not supported in a batch file");
     if (!job.chat && req.prompts.size() != 1)

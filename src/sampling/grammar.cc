@@ -537,7 +537,11 @@ bool GrammarMatcher::accept(std::string_view bytes) {
       if ((b & 0xC0) != 0x80) return false;
       trial.pending_cp_ = (trial.pending_cp_ << 6) | (b & 0x3F);
       if (--trial.pending_left_ > 0) continue;
-      if (!trial.accept_code_point(trial.pending_cp_)) return false;
+      // Overlong forms and surrogates are not UTF-8: a lead byte 0xF0 must not spell '{'.
+      const uint32_t cp = trial.pending_cp_;
+      if (cp < trial.pending_min_ || (cp >= 0xD800 && cp <= 0xDFFF) || cp > kMaxCodePoint)
+        return false;
+      if (!trial.accept_code_point(cp)) return false;
       continue;
     }
     if (b < 0x80) {
@@ -548,15 +552,16 @@ bool GrammarMatcher::accept(std::string_view bytes) {
     if (more == 0) return false;  // a continuation byte or an invalid lead byte
     trial.pending_cp_ = b & (0x3F >> more);
     trial.pending_left_ = more;
+    trial.pending_min_ = more == 1 ? 0x80 : more == 2 ? 0x800 : 0x10000;
   }
   if (trial.pending_left_ > 0) {
     // A character not yet whole: some stack must take one of the code points it can become.
     const int bits = 6 * trial.pending_left_;
-    const uint32_t lo = trial.pending_cp_ << bits;
-    const uint32_t hi = std::min<uint32_t>(lo | ((1u << bits) - 1), kMaxCodePoint);
+    const uint32_t first = trial.pending_cp_ << bits;
+    const uint32_t lo = std::max(first, trial.pending_min_);
+    const uint32_t hi = std::min<uint32_t>(first | ((1u << bits) - 1), kMaxCodePoint);
     const bool possible =
-        lo <= kMaxCodePoint &&
-        std::any_of(trial.stacks_.begin(), trial.stacks_.end(), [&](const Stack& s) {
+        lo <= hi && std::any_of(trial.stacks_.begin(), trial.stacks_.end(), [&](const Stack& s) {
           if (s.empty()) return false;
           const Pos top = s.back();
           return matches_any(grammar_->rules[top.rule][top.alt][top.elem], lo, hi);
@@ -631,6 +636,146 @@ std::vector<bool> GrammarMatcher::allowed(const TokenTrie& trie) const {
       if (!trie.nodes_[child].children.empty()) todo.push_back({child, std::move(m)});
     }
   }
+  return out;
+}
+
+}  // namespace tf
+
+namespace tf {
+
+std::shared_ptr<const CompiledGrammar> GrammarVocab::compile(const std::string& gbnf) const {
+  {
+    std::lock_guard lock(mu_);
+    for (auto it = compiled_.begin(); it != compiled_.end(); ++it) {
+      if (it->first == gbnf) {
+        compiled_.splice(compiled_.begin(), compiled_, it);
+        return it->second;
+      }
+    }
+  }
+  auto g = std::make_shared<const CompiledGrammar>(parse_gbnf(gbnf), *this);
+  std::lock_guard lock(mu_);
+  compiled_.emplace_front(gbnf, g);
+  if (compiled_.size() > 32) compiled_.pop_back();
+  return g;
+}
+
+CompiledGrammar::CompiledGrammar(Grammar grammar, const GrammarVocab& vocab)
+    : grammar_(std::move(grammar)), vocab_(&vocab) {}
+
+size_t CompiledGrammar::contexts() const {
+  std::lock_guard lock(mu_);
+  return masks_.size();
+}
+
+// The tokens a context takes. frames: a stack's top frames, the top a character element;
+// whole: they are the entire stack (so that finishing them ends the sentence). A trie walk from
+// those frames alone: a token is accepted if some path takes all its bytes without leaving the
+// frames; where a path finishes the frames with bytes left (the frames below would decide) the
+// longer tokens there are uncertain, unless accepted anyway; the rest are refused in any
+// context, since no path could reach the frames below.
+CompiledGrammar::ContextMask CompiledGrammar::compute(const GrammarMatcher::Stack& frames,
+                                                      bool whole) const {
+  const TokenTrie& trie = vocab_->trie;
+  ContextMask out;
+  out.accepted.assign((trie.tokens() + 63) / 64, 0);
+  GrammarMatcher start(grammar_);
+  start.stacks_ = {frames};
+  start.pending_left_ = 0;
+  std::vector<uint32_t> uncertain_roots;
+  struct Frame {
+    uint32_t node;
+    GrammarMatcher matcher;
+  };
+  std::vector<Frame> todo;
+  todo.push_back({0, std::move(start)});
+  while (!todo.empty()) {
+    Frame f = std::move(todo.back());
+    todo.pop_back();
+    for (const auto& [byte, child] : trie.nodes_[f.node].children) {
+      GrammarMatcher m = f.matcher;
+      const char c = static_cast<char>(byte);
+      if (!m.accept(std::string_view(&c, 1))) continue;
+      for (uint32_t t : trie.nodes_[child].ends) out.accepted[t / 64] |= uint64_t{1} << (t % 64);
+      if (trie.nodes_[child].children.empty()) continue;
+      const bool finished = std::any_of(m.stacks_.begin(), m.stacks_.end(),
+                                        [](const GrammarMatcher::Stack& s) { return s.empty(); });
+      if (finished && !whole) uncertain_roots.push_back(child);
+      todo.push_back({child, std::move(m)});
+    }
+  }
+  // Every token below an uncertain root (not at it: those bytes were taken), not accepted.
+  std::vector<uint32_t> nodes;
+  std::vector<bool> seen(trie.nodes_.size(), false);
+  for (uint32_t root : uncertain_roots) {
+    for (const auto& [b, kid] : trie.nodes_[root].children) nodes.push_back(kid);
+    while (!nodes.empty()) {
+      const uint32_t n = nodes.back();
+      nodes.pop_back();
+      if (seen[n]) continue;
+      seen[n] = true;
+      for (uint32_t t : trie.nodes_[n].ends)
+        if (!(out.accepted[t / 64] >> (t % 64) & 1)) out.uncertain.push_back(t);
+      for (const auto& [b, kid] : trie.nodes_[n].children) nodes.push_back(kid);
+    }
+  }
+  std::sort(out.uncertain.begin(), out.uncertain.end());
+  return out;
+}
+
+const CompiledGrammar::ContextMask& CompiledGrammar::context_mask(
+    const GrammarMatcher::Stack& stack) const {
+  const size_t n = std::min(stack.size(), kContextFrames);
+  const bool whole = n == stack.size();
+  GrammarMatcher::Stack frames(stack.end() - static_cast<std::ptrdiff_t>(n), stack.end());
+  std::string key(whole ? "w" : "p");
+  for (const auto& p : frames) key.append(reinterpret_cast<const char*>(&p), sizeof(p));
+  {
+    std::lock_guard lock(mu_);
+    auto it = masks_.find(key);
+    if (it != masks_.end()) return *it->second;
+  }
+  // Computed outside the lock (two sequences may both compute one; the first kept wins).
+  auto mask = std::make_unique<ContextMask>(compute(frames, whole));
+  std::lock_guard lock(mu_);
+  auto [it, inserted] = masks_.emplace(std::move(key), std::move(mask));
+  return *it->second;
+}
+
+std::vector<uint64_t> CompiledGrammar::mask(const GrammarMatcher& matcher) const {
+  const size_t n = vocab_->trie.tokens();
+  std::vector<uint64_t> bits((n + 63) / 64, 0);
+  if (matcher.pending_left_ > 0) {
+    // Part of a character pending: the cache's contexts start at character boundaries.
+    const std::vector<bool> a = matcher.allowed(vocab_->trie);
+    for (size_t t = 0; t < n; ++t)
+      if (a[t]) bits[t / 64] |= uint64_t{1} << (t % 64);
+    return bits;
+  }
+  std::vector<uint32_t> uncertain;
+  for (const auto& stack : matcher.stacks_) {
+    if (stack.empty()) continue;
+    const ContextMask& m = context_mask(stack);
+    for (size_t w = 0; w < bits.size(); ++w) bits[w] |= m.accepted[w];
+    uncertain.insert(uncertain.end(), m.uncertain.begin(), m.uncertain.end());
+  }
+  if (matcher.stacks_.size() > 1) {
+    std::sort(uncertain.begin(), uncertain.end());
+    uncertain.erase(std::unique(uncertain.begin(), uncertain.end()), uncertain.end());
+  }
+  for (uint32_t t : uncertain) {
+    if (bits[t / 64] >> (t % 64) & 1) continue;
+    GrammarMatcher trial = matcher;
+    if (trial.accept(vocab_->bytes[t])) bits[t / 64] |= uint64_t{1} << (t % 64);
+  }
+  return bits;
+}
+
+std::vector<bool> CompiledGrammar::allowed(const GrammarMatcher& matcher) const {
+  const size_t n = vocab_->trie.tokens();
+  const std::vector<uint64_t> bits = mask(matcher);
+  std::vector<bool> out(n, false);
+  for (size_t t = 0; t < n; ++t) out[t] = bits[t / 64] >> (t % 64) & 1;
   return out;
 }
 

@@ -12,6 +12,10 @@
 // by *, +, ?, {m}, {m,} or {m,n}; `#` comments. Errors name the line and column.
 
 #include <cstdint>
+#include <list>
+#include <map>
+#include <memory>
+#include <mutex>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -50,6 +54,7 @@ class TokenTrie {
 
  private:
   friend class GrammarMatcher;
+  friend class CompiledGrammar;
   struct Node {
     std::vector<std::pair<uint8_t, uint32_t>> children;  // byte -> node, ascending
     std::vector<uint32_t> ends;                          // the tokens that end here
@@ -58,12 +63,24 @@ class TokenTrie {
   size_t count_ = 0;
 };
 
+class CompiledGrammar;
+
 // A model's vocabulary for constrained decoding: each token's bytes (Tokenizer::vocabulary_bytes)
-// and their trie. Built once per model.
+// and their trie. Built once per model; it also keeps the grammars compiled against it, so that
+// requests sending the same schema share one grammar and its mask cache (as XGrammar caches
+// compiled grammars).
 struct GrammarVocab {
   std::vector<std::string> bytes;  // per token id; empty for special tokens
   TokenTrie trie;
   explicit GrammarVocab(std::vector<std::string> b) : bytes(std::move(b)), trie(bytes) {}
+
+  // The grammar of this GBNF text compiled against this vocabulary: from the cache (the 32
+  // most recently used), or parsed now (parse_gbnf's errors).
+  std::shared_ptr<const CompiledGrammar> compile(const std::string& gbnf) const;
+
+ private:
+  mutable std::mutex mu_;
+  mutable std::list<std::pair<std::string, std::shared_ptr<const CompiledGrammar>>> compiled_;
 };
 
 // Follows a grammar byte by byte. Copyable: a copy is a snapshot (a token is tried on a copy).
@@ -85,6 +102,7 @@ class GrammarMatcher {
   std::vector<bool> allowed(const TokenTrie& trie) const;
 
  private:
+  friend class CompiledGrammar;
   struct Pos {  // an element inside an alternative of a rule
     uint32_t rule, alt, elem;
     bool operator==(const Pos&) const = default;
@@ -104,6 +122,41 @@ class GrammarMatcher {
   // A partial UTF-8 character: its bytes so far and how many it has in all.
   uint32_t pending_cp_ = 0;
   int pending_left_ = 0;
+  uint32_t pending_min_ = 0;  // the least code point its length may spell (no overlong forms)
+};
+
+// A grammar compiled against a vocabulary, with XGrammar's adaptive token mask cache: for each
+// context a matcher's stack can be in (its top frames, up to kContextFrames), the tokens
+// accepted whatever the frames below hold and the few whose answer depends on them, computed
+// the first time that context is reached and kept. A mask is then the union of the cached
+// accepted sets of the matcher's stacks, plus the uncertain tokens checked one by one: inside a
+// JSON string that is the tokens that close the string and go on. Thread-safe: the sequences of
+// a request, and requests sending the same grammar, share one.
+class CompiledGrammar {
+ public:
+  static constexpr size_t kContextFrames = 3;
+  CompiledGrammar(Grammar grammar, const GrammarVocab& vocab);
+  const Grammar& grammar() const { return grammar_; }
+  // The tokens the matcher (of this grammar) accepts now, a bit per token id (bit t % 64 of
+  // word t / 64): GrammarMatcher::allowed's answers.
+  std::vector<uint64_t> mask(const GrammarMatcher& matcher) const;
+  // The same as one bool per token.
+  std::vector<bool> allowed(const GrammarMatcher& matcher) const;
+  // How many contexts have been computed (for tests and benchmarks).
+  size_t contexts() const;
+
+ private:
+  struct ContextMask {
+    std::vector<uint64_t> accepted;  // bit per token
+    std::vector<uint32_t> uncertain;
+  };
+  const ContextMask& context_mask(const GrammarMatcher::Stack& stack) const;
+  ContextMask compute(const GrammarMatcher::Stack& frames, bool whole) const;
+
+  Grammar grammar_;
+  const GrammarVocab* vocab_;
+  mutable std::mutex mu_;
+  mutable std::map<std::string, std::unique_ptr<ContextMask>> masks_;
 };
 
 }  // namespace tf

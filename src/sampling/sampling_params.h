@@ -20,7 +20,7 @@
 
 namespace tf {
 
-struct Grammar;
+class CompiledGrammar;
 struct GrammarVocab;
 
 struct SamplingParams {
@@ -67,9 +67,9 @@ struct SamplingParams {
   bool skip_special_tokens = true;
 
   // Constrained decoding: the output stays a prefix of a sentence of the grammar, and ends (an
-  // end-of-sequence token) only where the grammar allows. grammar_vocab: the model's token
-  // bytes. Both set, or neither.
-  std::shared_ptr<const Grammar> grammar;
+  // end-of-sequence token) only where the grammar allows. grammar: compiled against
+  // grammar_vocab (the model's token bytes), which it points into. Both set, or neither.
+  std::shared_ptr<const CompiledGrammar> grammar;
   std::shared_ptr<const GrammarVocab> grammar_vocab;
 
   bool greedy() const { return temperature == 0.0f || top_k == 1; }

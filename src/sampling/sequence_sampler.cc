@@ -30,7 +30,7 @@ SequenceSampler::SequenceSampler(const SamplingParams& params, uint64_t seed, ui
       stops_(params.stop, params.include_stop_str_in_output),
       logprob_params_(params) {
   if (tokenizer) detok_.emplace(*tokenizer, prompt, params.skip_special_tokens);
-  if (params.grammar && params.grammar_vocab) grammar_.emplace(*params.grammar);
+  if (params.grammar && params.grammar_vocab) grammar_.emplace(params.grammar->grammar());
   // best_of ranks candidates by cumulative logprob, so it needs the chosen token's logprob.
   if (!logprob_params_.logprobs && params.candidates() > params.n) logprob_params_.logprobs = 0;
 }
@@ -82,8 +82,8 @@ StepOutput SequenceSampler::step(std::span<float> logits) {
 }
 
 void SequenceSampler::constrain(std::span<float> logits) const {
-  const GrammarVocab& vocab = *params_.grammar_vocab;
-  const std::vector<bool> allowed = grammar_->allowed(vocab.trie);
+  const std::vector<uint64_t> allowed = params_.grammar->mask(*grammar_);
+  const size_t known = allowed.size() * 64;
   // The ends: end-of-sequence ids (unless ignored) and stop tokens, where the grammar may end.
   std::vector<int32_t> ends = params_.stop_token_ids;
   if (!params_.ignore_eos) ends.insert(ends.end(), eos_ids_.begin(), eos_ids_.end());
@@ -93,7 +93,7 @@ void SequenceSampler::constrain(std::span<float> logits) const {
     if (e >= 0 && static_cast<size_t>(e) < logits.size()) kept.emplace_back(e, logits[e]);
   bool any = false;
   for (size_t t = 0; t < logits.size(); ++t) {
-    if (t < allowed.size() && allowed[t]) {
+    if (t < known && (allowed[t / 64] >> (t % 64) & 1)) {
       any = any || logits[t] > -INFINITY;
     } else {
       logits[t] = -INFINITY;

@@ -7,6 +7,7 @@
 
 #include "serving/api_common.h"
 #include "serving/openai_request.h"
+#include "serving/structured_output.h"
 
 namespace tf {
 namespace {
@@ -24,11 +25,12 @@ const std::unordered_set<std::string> kCommonFields = {
     "use_beam_search", "early_stopping", "no_repeat_ngram_size", "bad_words_ids", "priority",
     "request_id", "cache_salt", "spaces_between_special_tokens", "add_special_tokens", "timeout",
     "service_tier", "metadata", "store",
-    // Constrained decoding: a GBNF grammar (llama.cpp's name, and vLLM's).
-    "grammar", "guided_grammar"};
+    // Structured output (structured_output.h): OpenAI's, vLLM's and llama.cpp's names.
+    "response_format", "grammar", "guided_grammar", "guided_json", "guided_regex", "guided_choice",
+    "guided_whitespace_pattern", "guided_decoding_backend", "structured_outputs", "json_schema"};
 const std::unordered_set<std::string> kCompletionFields = {"prompt", "echo", "suffix"};
 const std::unordered_set<std::string> kChatFields = {
-    "messages",    "max_completion_tokens", "top_logprobs",          "response_format",     "tools",
+    "messages",    "max_completion_tokens", "top_logprobs",          "tools",
     "tool_choice", "parallel_tool_calls",   "add_generation_prompt", "chat_template_kwargs"};
 
 // The sampling parameters a Predict instance may carry.
@@ -72,13 +74,6 @@ void check_fields(const json& body, bool chat) {
     throw HttpError(400, "'tools' is not supported: this server does not call tools",
                     "unsupported_parameter", "tools");
   }
-  if (present(body, "response_format")) {
-    const json& f = body["response_format"];
-    if (!f.is_object() || !f.contains("type") || !f["type"].is_string() || f["type"] != "text") {
-      throw HttpError(400, "'response_format' supports only {\"type\": \"text\"}",
-                      "unsupported_parameter", "response_format");
-    }
-  }
   for (const char* k : {"stream", "echo", "use_beam_search", "add_special_tokens"}) {
     if (present(body, k) && !body[k].is_boolean())
       throw HttpError(400, fmt::format("'{}' must be true or false", k), "", k);
@@ -114,19 +109,14 @@ std::string string_field(const json& body, const char* key) {
   return body[key].get<std::string>();
 }
 
-void read_body(const json& body, bool chat, bool log_prompt, CompletionRequest& r) {
+void read_body(const json& body, bool chat, bool log_prompt,
+               const std::function<nlohmann::ordered_json()>& ordered_body, CompletionRequest& r) {
   check_fields(body, chat);
   r.chat = chat;
   r.model = string_field(body, "model");
   r.user = string_field(body, "user");
   r.cache_salt = string_field(body, "cache_salt");
-  for (const char* k : {"grammar", "guided_grammar"}) {
-    const std::string g = string_field(body, k);
-    if (g.empty()) continue;
-    if (!r.grammar.empty())
-      throw HttpError(400, "give the grammar once: 'grammar' or 'guided_grammar'", "", k);
-    r.grammar = g;
-  }
+  r.output = read_output_constraint(body, ordered_body);
   r.params = parse_sampling_params(body, chat, 16);
   r.max_tokens_given =
       present(body, "max_tokens") || (chat && present(body, "max_completion_tokens"));
@@ -204,10 +194,11 @@ void apply_request_rules(CompletionRequest& r, bool use_beam_search) {
   check_stop_limits(p);
 }
 
-CompletionRequest read_openai_request(const json& body, bool chat, bool log_prompt) {
+CompletionRequest read_openai_request(const json& body, bool chat, bool log_prompt,
+                                      const std::function<nlohmann::ordered_json()>& ordered_body) {
   CompletionRequest r;
   try {
-    read_body(body, chat, log_prompt, r);
+    read_body(body, chat, log_prompt, ordered_body, r);
   } catch (const HttpError&) {
     throw;
   } catch (const FieldError& e) {

@@ -13,12 +13,14 @@
 
 #include <chrono>
 #include <cstdint>
+#include <functional>
 #include <optional>
 #include <string>
 #include <vector>
 
 #include "sampling/sampling_params.h"
 #include "serving/generate_signature.h"
+#include "serving/structured_output.h"
 #include "tokenizer/chat_template.h"
 
 namespace tf {
@@ -51,8 +53,8 @@ struct CompletionRequest {
   bool stream = false, include_usage = false, echo = false;
   int32_t priority = 0;
   std::string cache_salt;
-  // Constrained decoding: GBNF text the output must follow ("" none). Compiled by the planner.
-  std::string grammar;
+  // Structured output: what the output must follow (kind kNone: nothing). Compiled by the planner.
+  OutputConstraint output;
   std::optional<std::chrono::milliseconds> timeout;  // the request's own "timeout"
   // The prompt as the access log writes it (kept only when the access log takes prompts).
   std::string logged_prompt;
@@ -62,8 +64,11 @@ struct CompletionRequest {
 // An OpenAI completions (chat = false) or chat completions body: unknown fields, types, ranges,
 // the prompt's shape, and the rules between fields (apply_request_rules). log_prompt: keep the
 // prompt's text for the access log (logged_prompt).
-CompletionRequest read_openai_request(const nlohmann::json& body, bool chat,
-                                      bool log_prompt = false);
+// ordered_body: the body with its objects' members in the order sent (a JSON schema's properties
+// are generated in that order); when absent, a schema's members come in sorted order.
+CompletionRequest read_openai_request(
+    const nlohmann::json& body, bool chat, bool log_prompt = false,
+    const std::function<nlohmann::ordered_json()>& ordered_body = nullptr);
 
 // The rules between fields, the same for every door: use_beam_search turns best_of (or n) into
 // beams of which n are returned; best_of > n cannot stream; echo cannot take logprobs; the stop

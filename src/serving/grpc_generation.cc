@@ -296,12 +296,54 @@ void read_sampling(const v1::SamplingParameters& s, CompletionRequest& r) {
   std::sort(p.logit_bias.begin(), p.logit_bias.end());
 }
 
+void read_structured_output(const v1::StructuredOutput& s, OutputConstraint& c) {
+  c.field = "structured_output";
+  switch (s.kind_case()) {
+    case v1::StructuredOutput::kJsonSchema: {
+      const auto schema = nlohmann::ordered_json::parse(s.json_schema(), nullptr, false);
+      if (schema.is_discarded())
+        throw HttpError(400, "'structured_output.json_schema' is not valid JSON", "",
+                        "structured_output");
+      c.kind = OutputConstraint::kJsonSchema;
+      c.text = schema.dump();
+      break;
+    }
+    case v1::StructuredOutput::kJsonObject:
+      if (s.json_object()) c.kind = OutputConstraint::kJsonObject;
+      break;
+    case v1::StructuredOutput::kRegex:
+      c.kind = OutputConstraint::kRegex;
+      c.text = s.regex();
+      break;
+    case v1::StructuredOutput::kChoice:
+      if (s.choice().choices().empty())
+        throw HttpError(400, "'structured_output.choice' must not be empty", "",
+                        "structured_output");
+      c.kind = OutputConstraint::kChoice;
+      c.choices.assign(s.choice().choices().begin(), s.choice().choices().end());
+      break;
+    case v1::StructuredOutput::kGrammar:
+      c.kind = OutputConstraint::kGrammar;
+      c.text = s.grammar();
+      break;
+    case v1::StructuredOutput::KIND_NOT_SET:
+      break;
+  }
+  if (!s.whitespace_pattern().empty()) {
+    if (c.kind != OutputConstraint::kJsonSchema && c.kind != OutputConstraint::kJsonObject)
+      throw HttpError(400, "'structured_output.whitespace_pattern' applies to JSON output only", "",
+                      "structured_output");
+    c.whitespace_pattern = s.whitespace_pattern();
+  }
+}
+
 void read_generate(const v1::GenerateRequest& req, bool stream, CompletionRequest& r) {
   r.model = req.model();
   r.user = req.user();
   r.priority = req.priority();
   r.cache_salt = req.cache_salt();
   r.stream = stream;
+  if (req.has_structured_output()) read_structured_output(req.structured_output(), r.output);
   if (req.has_add_special_tokens()) r.add_special_tokens = req.add_special_tokens();
   switch (req.prompt_case()) {
     case v1::GenerateRequest::kText:

@@ -59,7 +59,8 @@ void handle_openai_generation(ServingState& state, const HttpRequest& req,
                               std::shared_ptr<HttpResponder> responder,
                               std::shared_ptr<RequestRecord> record, bool chat) {
   const CompletionRequest request =
-      read_openai_request(parse_json_body(req.body), chat, logs_prompts(*record));
+      read_openai_request(parse_json_body(req.body), chat, logs_prompts(*record),
+                          [&] { return nlohmann::ordered_json::parse(req.body); });
   const std::string id = random_id(chat ? "chatcmpl-" : "cmpl-");
   auto parsed = std::make_shared<GenerationPlan>(plan_generation(
       state, request,

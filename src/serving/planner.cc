@@ -70,21 +70,25 @@ GenerationPlan plan_request(
         p.prompts.push_back(encode(prompt, req, tokenizer, cfg));
     }
   });
-  if (!req.grammar.empty()) {
+  if (req.output.kind != OutputConstraint::kNone) {
+    const std::string& field = req.output.field;
     if (p.params.beam_search())
-      throw HttpError(400, "'grammar' with beam search is not supported", "", "grammar");
-    try {
-      p.params.grammar = std::make_shared<const Grammar>(parse_gbnf(req.grammar));
-    } catch (const Error& e) {
-      throw HttpError(400, fmt::format("'grammar': {}", e.what()), "", "grammar");
-    }
+      throw HttpError(400, fmt::format("'{}' with beam search is not supported", field), "", field);
+    const std::string gbnf = output_grammar(req.output);
     if (grammar_vocab) p.params.grammar_vocab = grammar_vocab();
     if (!p.params.grammar_vocab && tokenizer.tokenizer)
       p.params.grammar_vocab =
           std::make_shared<const GrammarVocab>(tokenizer.tokenizer->vocabulary_bytes());
     if (!p.params.grammar_vocab)
-      throw HttpError(400, "'grammar' needs the model's tokenizer, and this model has none", "",
-                      "grammar");
+      throw HttpError(
+          400, fmt::format("'{}' needs the model's tokenizer, and this model has none", field), "",
+          field);
+    try {
+      p.params.grammar = p.params.grammar_vocab->compile(gbnf);
+    } catch (const Error& e) {
+      if (e.kind() == ErrorKind::kInternal) throw;
+      throw HttpError(400, fmt::format("'{}': {}", field, e.what()), "", field);
+    }
   }
   const int64_t ctx = cfg.max_seq_len;
   const char* prompt_field = req.chat ? "messages" : "prompt";

@@ -78,6 +78,26 @@ TEST(Grammar, PartialUtf8AcrossPiecesIsJudgedByWhatItCanBecome) {
   EXPECT_FALSE(m.accept("\x93"));  // a stray continuation byte
 }
 
+// Only well-formed UTF-8 spells a character: an overlong form (a byte-fallback token such as
+// <0xF0> followed by continuation bytes) must not pass for the ASCII character it encodes, nor
+// a surrogate for a character class that spans it.
+TEST(Grammar, OverlongFormsAndSurrogatesAreRefused) {
+  const Grammar brace = parse_gbnf("root ::= \"{\" [a-z]\n");
+  GrammarMatcher m(brace);
+  for (const char* lead : {"\xC0", "\xC1", "\xE0", "\xF0", "\xE0\x81", "\xF0\x80\x81"})
+    EXPECT_FALSE(m.accept(lead)) << "lead " << static_cast<int>(lead[0] & 0xFF);
+  EXPECT_FALSE(m.accept("\xC1\xBB"));          // '{' in two bytes
+  EXPECT_FALSE(m.accept("\xF0\x80\x81\xBB"));  // '{' in four
+  EXPECT_TRUE(m.accept("{"));
+  const Grammar any = parse_gbnf("root ::= [^\"]+\n");
+  GrammarMatcher a(any);
+  EXPECT_TRUE(a.accept("\xED\x9F\xBF"));   // U+D7FF
+  EXPECT_FALSE(a.accept("\xED\xA0\x80"));  // U+D800, a surrogate
+  EXPECT_FALSE(a.accept("\xF4\x90"));      // above U+10FFFF
+  EXPECT_TRUE(a.accept("\xF4\x8F\xBF\xBF"));
+  EXPECT_TRUE(a.accept("\xE0\xA0"));  // U+0800's first two bytes: the least three-byte form
+}
+
 TEST(Grammar, AllowedTokensAreExactlyTheOnesThatKeepASentencePossible) {
   const Grammar g = parse_gbnf("root ::= \"yes\" | \"no\" | \"maybe\" [0-9]\n");
   GrammarMatcher m(g);

@@ -72,7 +72,7 @@ class GrammarTest(unittest.TestCase):
                 ({"grammar": "root ::= foo\n"}, "rule 'foo' is used (line 1) but not defined"),
                 ({"grammar": "start ::= \"a\"\n"}, "no 'root' rule"),
                 ({"grammar": "root ::= \"a\"\n", "guided_grammar": "root ::= \"b\"\n"},
-                 "give the grammar once"),
+                 "give one structured output"),
                 ({"grammar": "root ::= \"a\"\n", "use_beam_search": True},
                  "with beam search is not supported"),
                 ({"grammar": 5}, "'grammar' must be a string")):

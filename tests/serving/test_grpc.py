@@ -10,6 +10,7 @@ Env: TOKENFLOW_BIN, TF_SHARED_DIR.
 """
 
 import hashlib
+import json
 import os
 import re
 import shutil
@@ -178,6 +179,30 @@ class GrpcApiTest(unittest.TestCase):
                 self.assertTrue(d.text.startswith(r.sequences[0].text))
                 if not kw.get("stop"):
                     self.assertEqual(d.text, r.sequences[0].text)
+
+    def test_structured_output_equals_rest(self):
+        schema = {"type": "object", "properties": {
+            "n": {"type": "integer", "minimum": 0, "maximum": 99},
+            "w": {"type": "string", "pattern": "^[a-z]{2,5}$"}}, "required": ["n", "w"]}
+        cases = [
+            (g.StructuredOutput(json_schema=json.dumps(schema)), {"guided_json": schema}),
+            (g.StructuredOutput(regex="(yes|no)[.!]"), {"guided_regex": "(yes|no)[.!]"}),
+            (g.StructuredOutput(choice=g.StructuredOutput.Choices(choices=["up", "down"])),
+             {"guided_choice": ["up", "down"]}),
+        ]
+        for so, field in cases:
+            with self.subTest(field=field):
+                rest = rest_completion(self.c, {"prompt": "Once upon a time", "max_tokens": 60,
+                                                "temperature": 1.0, "seed": 4, **field})
+                r = self.gen.Generate(g.GenerateRequest(
+                    text="Once upon a time", structured_output=so,
+                    sampling=sampling(max_tokens=60, temperature=1.0, seed=4)))
+                self.assertEqual(r.sequences[0].text, rest["choices"][0]["text"])
+        text = r.sequences[0].text
+        self.assertIn(text, ("up", "down"))
+        e = self.assertCode(C.INVALID_ARGUMENT, self.gen.Generate, g.GenerateRequest(
+            text="Once", structured_output=g.StructuredOutput(json_schema='{"not": {}}')))
+        self.assertIn("'not' is not supported", e.details())
 
     def test_logprobs_equal_rest(self):
         rest = rest_completion(self.c, {"prompt": "The cat", "max_tokens": 8, "temperature": 0.7,
