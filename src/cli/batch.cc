@@ -23,7 +23,9 @@
 #include "core/json.h"
 #include "sampling/grammar.h"
 #include "serving/openai_api.h"
+#include "serving/openai_render.h"
 #include "serving/openai_request.h"
+#include "serving/tool_calls.h"
 
 namespace tf::cli {
 namespace {
@@ -39,6 +41,8 @@ struct Job {
   std::string model;
   std::string error;  // set when the line could not be turned into a request, or failed
   std::string error_code = "invalid_request";  // "server_error": the engine failed on it
+  std::shared_ptr<const ToolRequest> tools;    // chat with tools: the output parsed for calls
+  ToolFormat tool_format = ToolFormat::kJson;
 };
 
 Job parse_line(const std::string& text, size_t line, const LoadedTokenizer& tok,
@@ -70,6 +74,8 @@ Job parse_line(const std::string& text, size_t line, const LoadedTokenizer& tok,
       fail("a batch line holds one prompt, not {}", req.prompts.size());
     GenerationPlan plan =
         plan_request(req, tok, cfg, job.custom_id, default_max_tokens, grammar_vocab);
+    job.tools = plan.tools;
+    job.tool_format = plan.tool_format;
     job.prompt = std::move(plan.requests[0].prompt);
     job.params = std::move(plan.requests[0].params);
   } catch (const std::exception& e) {
@@ -92,7 +98,14 @@ json result_line(const Job& job, const std::vector<CompletedSequence>& seqs,
   for (size_t i = 0; i < seqs.size(); ++i) {
     completion_tokens += static_cast<int64_t>(seqs[i].tokens.size());
     json c = {{"index", i}, {"finish_reason", finish_reason_name(seqs[i].finish)}};
-    if (job.chat) {
+    if (job.chat && job.tools) {  // as the chat API answers (openai_response)
+      const ParsedToolOutput p = parse_tool_calls(seqs[i].text, job.tool_format, job.tools->names);
+      c["message"] = {{"role", "assistant"}, {"content", p.content ? json(*p.content) : json()}};
+      if (!p.calls.empty()) {
+        c["message"]["tool_calls"] = json(openai_tool_calls(p.calls));
+        if (seqs[i].finish == FinishReason::kStop) c["finish_reason"] = "tool_calls";
+      }
+    } else if (job.chat) {
       c["message"] = {{"role", "assistant"}, {"content", seqs[i].text}};
     } else {
       c["text"] = seqs[i].text;

@@ -48,7 +48,8 @@ struct ServeOptions {
   int64_t max_connections = 4096;
   int64_t max_sequences_per_request = 256;
   std::vector<std::string> model_roots;
-  std::string prometheus_path;  // TF Serving's monitoring path ("": none)
+  std::string prometheus_path;   // TF Serving's monitoring path ("": none)
+  std::string tool_call_parser;  // "": told from each model's chat template
   // gRPC only (TF Serving's --ssl_config_file, --grpc_channel_arguments, --grpc_max_threads,
   // --grpc_socket_path).
   std::string grpc_tls_cert_pem, grpc_tls_key_pem, grpc_tls_client_ca_pem;
@@ -92,6 +93,7 @@ int run_serve(const ServeOptions& o) {
   so.prepare_threads = o.prepare_threads;
   so.serve_http = o.http;
   so.prometheus_path = o.prometheus_path;
+  if (!o.tool_call_parser.empty()) so.tool_format = tool_format_named(o.tool_call_parser);
   so.http.host = o.host;
   so.http.port = static_cast<uint16_t>(o.port);
   so.http.threads = o.http_threads;
@@ -251,6 +253,10 @@ Action add_serve(CLI::App& app) {
          "--dtype", o->dtype,
          "weights in memory: f32, bf16, f16, int8 or q4 (a GGUF keeps its own types under f32)")
       ->capture_default_str();
+  app.add_option("--tool-call-parser", o->tool_call_parser,
+                 "the format models write tool calls in: hermes (Qwen, Hermes), llama3_json, "
+                 "mistral or json (default: told from each model's chat template)")
+      ->check(CLI::IsMember({"hermes", "llama3_json", "mistral", "json"}));
   app.add_option("--max-sequences-per-request", o->max_sequences_per_request,
                  "sequences one request may ask for: prompts x max(n, best_of, beams) (400 above; "
                  "0: no limit)")

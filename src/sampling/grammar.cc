@@ -1,6 +1,7 @@
 #include "sampling/grammar.h"
 
 #include <algorithm>
+#include <cmath>
 #include <functional>
 #include <map>
 #include <set>
@@ -723,7 +724,7 @@ CompiledGrammar::ContextMask CompiledGrammar::compute(const GrammarMatcher::Stac
   return out;
 }
 
-const CompiledGrammar::ContextMask& CompiledGrammar::context_mask(
+std::shared_ptr<const CompiledGrammar::ContextMask> CompiledGrammar::context_mask(
     const GrammarMatcher::Stack& stack) const {
   const size_t n = std::min(stack.size(), kContextFrames);
   const bool whole = n == stack.size();
@@ -733,13 +734,14 @@ const CompiledGrammar::ContextMask& CompiledGrammar::context_mask(
   {
     std::lock_guard lock(mu_);
     auto it = masks_.find(key);
-    if (it != masks_.end()) return *it->second;
+    if (it != masks_.end()) return it->second;
   }
   // Computed outside the lock (two sequences may both compute one; the first kept wins).
-  auto mask = std::make_unique<ContextMask>(compute(frames, whole));
+  auto mask = std::make_shared<const ContextMask>(compute(frames, whole));
   std::lock_guard lock(mu_);
+  if (masks_.size() >= kMaxContexts) return mask;
   auto [it, inserted] = masks_.emplace(std::move(key), std::move(mask));
-  return *it->second;
+  return it->second;
 }
 
 std::vector<uint64_t> CompiledGrammar::mask(const GrammarMatcher& matcher) const {
@@ -755,7 +757,8 @@ std::vector<uint64_t> CompiledGrammar::mask(const GrammarMatcher& matcher) const
   std::vector<uint32_t> uncertain;
   for (const auto& stack : matcher.stacks_) {
     if (stack.empty()) continue;
-    const ContextMask& m = context_mask(stack);
+    const std::shared_ptr<const ContextMask> cm = context_mask(stack);
+    const ContextMask& m = *cm;
     for (size_t w = 0; w < bits.size(); ++w) bits[w] |= m.accepted[w];
     uncertain.insert(uncertain.end(), m.uncertain.begin(), m.uncertain.end());
   }
@@ -777,6 +780,27 @@ std::vector<bool> CompiledGrammar::allowed(const GrammarMatcher& matcher) const 
   std::vector<bool> out(n, false);
   for (size_t t = 0; t < n; ++t) out[t] = bits[t / 64] >> (t % 64) & 1;
   return out;
+}
+
+bool apply_token_mask(std::span<float> logits, const std::vector<uint64_t>& mask) {
+  bool any = false;
+  const size_t n = logits.size();
+  for (size_t w = 0; w * 64 < n; ++w) {
+    const uint64_t word = w < mask.size() ? mask[w] : 0;
+    float* l = logits.data() + w * 64;
+    const size_t len = std::min<size_t>(64, n - w * 64);
+    if (word == 0) {
+      std::fill(l, l + len, -INFINITY);
+      continue;
+    }
+    for (size_t b = 0; b < len; ++b) {
+      if (word >> b & 1)
+        any = any || l[b] > -INFINITY;
+      else
+        l[b] = -INFINITY;
+    }
+  }
+  return any;
 }
 
 }  // namespace tf

@@ -16,6 +16,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <span>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -134,7 +135,10 @@ class GrammarMatcher {
 // a request, and requests sending the same grammar, share one.
 class CompiledGrammar {
  public:
-  static constexpr size_t kContextFrames = 3;
+  static constexpr size_t kContextFrames = 5;
+  // Contexts kept per grammar (a 150k vocabulary's mask is 19 KB); past it masks are computed
+  // each time they are needed, uncached.
+  static constexpr size_t kMaxContexts = 1024;
   CompiledGrammar(Grammar grammar, const GrammarVocab& vocab);
   const Grammar& grammar() const { return grammar_; }
   // The tokens the matcher (of this grammar) accepts now, a bit per token id (bit t % 64 of
@@ -150,13 +154,18 @@ class CompiledGrammar {
     std::vector<uint64_t> accepted;  // bit per token
     std::vector<uint32_t> uncertain;
   };
-  const ContextMask& context_mask(const GrammarMatcher::Stack& stack) const;
+  std::shared_ptr<const ContextMask> context_mask(const GrammarMatcher::Stack& stack) const;
   ContextMask compute(const GrammarMatcher::Stack& frames, bool whole) const;
 
   Grammar grammar_;
   const GrammarVocab* vocab_;
   mutable std::mutex mu_;
-  mutable std::map<std::string, std::unique_ptr<ContextMask>> masks_;
+  mutable std::map<std::string, std::shared_ptr<const ContextMask>> masks_;
 };
+
+// Sets logits[t] to -inf wherever bit t of mask (CompiledGrammar::mask's layout) is clear,
+// tokens past the mask's end included, a 64-bit word at a time; returns whether any token the
+// mask allows still has a finite logit.
+bool apply_token_mask(std::span<float> logits, const std::vector<uint64_t>& mask);
 
 }  // namespace tf

@@ -83,7 +83,6 @@ StepOutput SequenceSampler::step(std::span<float> logits) {
 
 void SequenceSampler::constrain(std::span<float> logits) const {
   const std::vector<uint64_t> allowed = params_.grammar->mask(*grammar_);
-  const size_t known = allowed.size() * 64;
   // The ends: end-of-sequence ids (unless ignored) and stop tokens, where the grammar may end.
   std::vector<int32_t> ends = params_.stop_token_ids;
   if (!params_.ignore_eos) ends.insert(ends.end(), eos_ids_.begin(), eos_ids_.end());
@@ -91,14 +90,7 @@ void SequenceSampler::constrain(std::span<float> logits) const {
   std::vector<std::pair<int32_t, float>> kept;
   for (int32_t e : ends)
     if (e >= 0 && static_cast<size_t>(e) < logits.size()) kept.emplace_back(e, logits[e]);
-  bool any = false;
-  for (size_t t = 0; t < logits.size(); ++t) {
-    if (t < known && (allowed[t / 64] >> (t % 64) & 1)) {
-      any = any || logits[t] > -INFINITY;
-    } else {
-      logits[t] = -INFINITY;
-    }
-  }
+  const bool any = apply_token_mask(logits, allowed);
   // Ending is allowed where the grammar may end (as the other processors left it: min_tokens
   // holds), and where nothing else is left (a dead end: the sequence stops rather than leave
   // the grammar).

@@ -70,10 +70,6 @@ void check_fields(const json& body, bool chat) {
   if (present(body, "suffix") && body["suffix"] != "") {
     throw HttpError(400, "'suffix' is not supported", "unsupported_parameter", "suffix");
   }
-  if (present(body, "tools") && !(body["tools"].is_array() && body["tools"].empty())) {
-    throw HttpError(400, "'tools' is not supported: this server does not call tools",
-                    "unsupported_parameter", "tools");
-  }
   for (const char* k : {"stream", "echo", "use_beam_search", "add_special_tokens"}) {
     if (present(body, k) && !body[k].is_boolean())
       throw HttpError(400, fmt::format("'{}' must be true or false", k), "", k);
@@ -147,6 +143,17 @@ void read_body(const json& body, bool chat, bool log_prompt,
   apply_request_rules(r, body.value("use_beam_search", false));
   if (chat) {
     r.messages = read_chat_messages(body);
+    if (present(body, "tools") || present(body, "tool_choice") ||
+        present(body, "parallel_tool_calls")) {
+      r.tools = read_tool_request(
+          body, ordered_body ? ordered_body() : nlohmann::ordered_json::parse(body.dump()));
+      if (r.tools.forced() && r.output.kind != OutputConstraint::kNone)
+        throw HttpError(400,
+                        fmt::format("'tool_choice' forces a tool call, and '{}' asks for another "
+                                    "output shape: give one",
+                                    r.output.field),
+                        "", "tool_choice");
+    }
     bool add = true;
     if (present(body, "add_generation_prompt")) {
       if (!body["add_generation_prompt"].is_boolean())

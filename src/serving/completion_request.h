@@ -21,6 +21,7 @@
 #include "sampling/sampling_params.h"
 #include "serving/generate_signature.h"
 #include "serving/structured_output.h"
+#include "serving/tool_calls.h"
 #include "tokenizer/chat_template.h"
 
 namespace tf {
@@ -55,6 +56,9 @@ struct CompletionRequest {
   std::string cache_salt;
   // Structured output: what the output must follow (kind kNone: nothing). Compiled by the planner.
   OutputConstraint output;
+  // Chat's tools: given to the template, the output parsed for calls, and with tool_choice
+  // "required" or a named function, decoding constrained to calls.
+  ToolRequest tools;
   std::optional<std::chrono::milliseconds> timeout;  // the request's own "timeout"
   // The prompt as the access log writes it (kept only when the access log takes prompts).
   std::string logged_prompt;

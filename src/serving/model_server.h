@@ -43,7 +43,8 @@ struct ModelServerOptions {
   HttpServerConfig http;
   bool serve_http = true;       // false: gRPC only (TF Serving's --rest_api_port=0)
   std::string prometheus_path;  // metrics also here (TF Serving's --monitoring_config_file)
-  std::optional<GrpcServerConfig> grpc;  // nullopt: no gRPC
+  std::optional<ToolFormat> tool_format;  // --tool-call-parser (nullopt: from the template)
+  std::optional<GrpcServerConfig> grpc;   // nullopt: no gRPC
 };
 
 class ModelServer {

@@ -80,7 +80,19 @@ ojson openai_response(const OpenAiShape& shape,
     for (size_t k = 0; k < picks.size(); ++k) {
       const GeneratedSequence& s = seqs.at(picks[k]);
       ojson c = {{"index", i * static_cast<size_t>(shape.choices_per_prompt) + k}};
-      if (shape.chat) {
+      const char* finish_as = nullptr;
+      if (shape.chat && shape.tools) {
+        const ParsedToolOutput parsed =
+            parse_tool_calls(s.text, shape.tool_format, shape.tools->names);
+        c["message"] = {{"role", "assistant"},
+                        {"content", parsed.content ? ojson(*parsed.content) : ojson()}};
+        if (!parsed.calls.empty()) {
+          c["message"]["tool_calls"] = openai_tool_calls(parsed.calls);
+          if (s.finish == FinishReason::kStop) finish_as = "tool_calls";
+        }
+        c["logprobs"] =
+            shape.logprobs ? ojson(chat_logprobs(shape.tokenizer, s.logprobs)) : ojson();
+      } else if (shape.chat) {
         c["message"] = {{"role", "assistant"}, {"content", s.text}};
         c["logprobs"] =
             shape.logprobs ? ojson(chat_logprobs(shape.tokenizer, s.logprobs)) : ojson();
@@ -91,7 +103,7 @@ ojson openai_response(const OpenAiShape& shape,
                             ? ojson(completion_logprobs(shape.tokenizer, s.logprobs, prefix.size()))
                             : ojson();
       }
-      c["finish_reason"] = ojson(finish_json(s.finish));
+      c["finish_reason"] = finish_as ? ojson(finish_as) : ojson(finish_json(s.finish));
       c["stop_reason"] = nullptr;
       choices.push_back(c);
     }
@@ -114,7 +126,8 @@ ojson chunk_head(const OpenAiShape& shape) {
 }  // namespace
 
 std::optional<ojson> openai_stream_chunk(const OpenAiShape& shape, size_t prompt,
-                                         const RequestOutput& out, bool with_echo) {
+                                         const RequestOutput& out, bool with_echo,
+                                         const char* finish_as) {
   if (out.index >= shape.choices_per_prompt) return std::nullopt;  // beams beyond the returned
   const int64_t index = static_cast<int64_t>(prompt) * shape.choices_per_prompt + out.index;
   ojson choice = {{"index", index}};
@@ -133,10 +146,44 @@ std::optional<ojson> openai_stream_chunk(const OpenAiShape& shape, size_t prompt
     choice["logprobs"] =
         shape.logprobs ? ojson(completion_logprobs(shape.tokenizer, out.logprobs, 0)) : ojson();
   }
-  choice["finish_reason"] = ojson(finish_json(out.finish));
+  choice["finish_reason"] = finish_as ? ojson(finish_as) : ojson(finish_json(out.finish));
   ojson chunk = chunk_head(shape);
   chunk["choices"] = ojson::array({choice});
   return chunk;
+}
+
+ojson openai_tool_calls(const std::vector<ToolCall>& calls) {
+  ojson out = ojson::array();
+  for (const ToolCall& c : calls)
+    out.push_back({{"id", c.id},
+                   {"type", "function"},
+                   {"function", {{"name", c.name}, {"arguments", c.arguments}}}});
+  return out;
+}
+
+std::vector<ojson> openai_tool_call_chunks(const OpenAiShape& shape, int64_t index,
+                                           const std::vector<ToolCall>& calls) {
+  std::vector<ojson> chunks;
+  for (size_t k = 0; k < calls.size(); ++k) {
+    const ToolCall& c = calls[k];
+    for (int part = 0; part < 2; ++part) {
+      ojson call = {{"index", k}};
+      if (part == 0) {
+        call["id"] = c.id;
+        call["type"] = "function";
+        call["function"] = {{"name", c.name}, {"arguments", ""}};
+      } else {
+        call["function"] = {{"arguments", c.arguments}};
+      }
+      ojson chunk = chunk_head(shape);
+      chunk["choices"] = ojson::array({ojson{{"index", index},
+                                             {"delta", {{"tool_calls", ojson::array({call})}}},
+                                             {"logprobs", nullptr},
+                                             {"finish_reason", nullptr}}});
+      chunks.push_back(std::move(chunk));
+    }
+  }
+  return chunks;
 }
 
 ojson openai_role_chunk(const OpenAiShape& shape, int64_t index) {

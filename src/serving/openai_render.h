@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "serving/job_summary.h"
+#include "serving/tool_calls.h"
 #include "tokenizer/tokenizer.h"
 
 namespace tf {
@@ -27,6 +28,9 @@ struct OpenAiShape {
   int32_t choices_per_prompt = 1;        // n: choice index = prompt * n + sequence
   const Tokenizer* tokenizer = nullptr;  // logprob tokens as bytes (nullptr: ids as text)
   std::vector<std::string> echo;         // per prompt, completions with echo: its text
+  // Chat with tools: each choice's text is parsed for calls in tool_format (nullptr: none).
+  std::shared_ptr<const ToolRequest> tools;
+  ToolFormat tool_format = ToolFormat::kJson;
 };
 
 // {"prompt_tokens", "completion_tokens", "total_tokens", "prompt_tokens_details"}.
@@ -41,8 +45,16 @@ ojson openai_response(const OpenAiShape& shape,
 // The chunk of one stream output of a prompt, or nullopt when it carries nothing to send (no
 // text and no finish, or a beam beyond the returned ones). with_echo: prepend the prompt's
 // text (the first chunk of each completions choice when the request echoes).
+// finish_as: the finish_reason to show instead of out's ("tool_calls").
 std::optional<ojson> openai_stream_chunk(const OpenAiShape& shape, size_t prompt,
-                                         const RequestOutput& out, bool with_echo);
+                                         const RequestOutput& out, bool with_echo,
+                                         const char* finish_as = nullptr);
+// A chat choice's tool calls as OpenAI streams them: per call, a chunk with its index, id, type
+// and name (arguments ""), then one with its arguments.
+std::vector<ojson> openai_tool_call_chunks(const OpenAiShape& shape, int64_t index,
+                                           const std::vector<ToolCall>& calls);
+// A whole message's tool_calls: [{"id", "type": "function", "function": {"name", "arguments"}}].
+ojson openai_tool_calls(const std::vector<ToolCall>& calls);
 // The chunk that opens each chat choice: {"delta": {"role": "assistant", "content": ""}}.
 ojson openai_role_chunk(const OpenAiShape& shape, int64_t index);
 // The last chunk of a stream with include_usage: no choices, the usage.

@@ -221,6 +221,43 @@ std::string chat_template_source(const LoadedTokenizer& tokenizer, const ModelCo
   return builtin_chat_template("llama2");
 }
 
+namespace {
+
+// An assistant message's tool_calls as templates take them (transformers' form): each call's
+// arguments, sent as a JSON string (OpenAI) or an object, become an object.
+nlohmann::ordered_json read_message_tool_calls(const json& calls) {
+  if (!calls.is_array()) fail_field("messages", "a message's 'tool_calls' must be a list");
+  nlohmann::ordered_json out = nlohmann::ordered_json::array();
+  for (const auto& c : calls) {
+    if (!c.is_object() || !c.contains("function") || !c["function"].is_object() ||
+        !c["function"].contains("name") || !c["function"]["name"].is_string())
+      fail_field("messages",
+                 "each of a message's 'tool_calls' must be {{\"id\", \"type\": \"function\", "
+                 "\"function\": {{\"name\", \"arguments\"}}}}");
+    const json& fn = c["function"];
+    nlohmann::ordered_json args = nlohmann::ordered_json::object();
+    if (fn.contains("arguments") && !fn["arguments"].is_null()) {
+      if (fn["arguments"].is_string()) {
+        args = nlohmann::ordered_json::parse(fn["arguments"].get<std::string>(), nullptr, false);
+        if (args.is_discarded())
+          fail_field("messages", "a tool call's 'arguments' must be a JSON object's text");
+      } else {
+        args = fn["arguments"];
+      }
+      if (!args.is_object())
+        fail_field("messages", "a tool call's 'arguments' must be a JSON object's text");
+    }
+    nlohmann::ordered_json call = {
+        {"type", "function"},
+        {"function", {{"name", fn["name"].get<std::string>()}, {"arguments", args}}}};
+    if (c.contains("id") && c["id"].is_string()) call["id"] = c["id"];
+    out.push_back(std::move(call));
+  }
+  return out;
+}
+
+}  // namespace
+
 std::vector<ChatMessage> read_chat_messages(const json& body) {
   auto it = body.find("messages");
   if (it == body.end() || !it->is_array() || it->empty())
@@ -247,7 +284,15 @@ std::vector<ChatMessage> read_chat_messages(const json& body) {
         content += part["text"].get<std::string>();
       }
     }
-    messages.push_back({m["role"].get<std::string>(), std::move(content)});
+    ChatMessage msg(m["role"].get<std::string>(), std::move(content));
+    if (m.contains("tool_calls") && !m["tool_calls"].is_null())
+      msg.tool_calls = read_message_tool_calls(m["tool_calls"]);
+    for (const char* k : {"tool_call_id", "name"}) {
+      if (!m.contains(k) || m[k].is_null()) continue;
+      if (!m[k].is_string()) fail_field("messages", "a message's '{}' must be a string", k);
+      (std::string(k) == "name" ? msg.name : msg.tool_call_id) = m[k].get<std::string>();
+    }
+    messages.push_back(std::move(msg));
   }
   return messages;
 }
@@ -255,11 +300,12 @@ std::vector<ChatMessage> read_chat_messages(const json& body) {
 std::vector<int32_t> render_chat_prompt(const std::vector<ChatMessage>& messages,
                                         bool add_generation_prompt,
                                         const LoadedTokenizer& tokenizer, const ModelConfig& config,
-                                        const nlohmann::json& template_kwargs) {
+                                        const nlohmann::json& template_kwargs,
+                                        const nlohmann::ordered_json& tools) {
   if (!tokenizer.tokenizer) fail("this model has no tokenizer, so it cannot take chat messages");
   const ChatTemplate tmpl = ChatTemplate::parse(chat_template_source(tokenizer, config));
   const std::string text = tmpl.apply(messages, add_generation_prompt, tokenizer.bos_token,
-                                      tokenizer.eos_token, template_kwargs);
+                                      tokenizer.eos_token, template_kwargs, tools);
   return encode_prompt(*tokenizer.tokenizer, text, /*add_special_tokens=*/false, config.max_seq_len,
                        "messages");
 }

@@ -43,7 +43,8 @@ std::vector<int32_t> encode(const PromptInput& p, const CompletionRequest& req,
 GenerationPlan plan_request(
     const CompletionRequest& req, const LoadedTokenizer& tokenizer, const ModelConfig& cfg,
     const std::string& id, int32_t default_max_tokens,
-    const std::function<std::shared_ptr<const GrammarVocab>()>& grammar_vocab) {
+    const std::function<std::shared_ptr<const GrammarVocab>()>& grammar_vocab,
+    std::optional<ToolFormat> tool_format) {
   GenerationPlan p;
   with_fields(req, [&] {
     p.params = req.params;
@@ -62,19 +63,27 @@ GenerationPlan plan_request(
     p.params.validate(cfg.vocab_size);
     if (req.chat) {
       if (req.messages.empty()) fail_field("messages", "'messages' must be a non-empty list");
-      p.prompts.push_back(render_chat_prompt(req.messages, req.add_generation_prompt, tokenizer,
-                                             cfg, req.chat_template_kwargs));
+      p.prompts.push_back(render_chat_prompt(
+          req.messages, req.add_generation_prompt, tokenizer, cfg, req.chat_template_kwargs,
+          req.tools.names.empty() ? nlohmann::ordered_json() : req.tools.tools));
+      if (req.tools.active()) {
+        p.tools = std::make_shared<const ToolRequest>(req.tools);
+        p.tool_format =
+            tool_format ? *tool_format : detect_tool_format(chat_template_source(tokenizer, cfg));
+      }
     } else {
       if (req.prompts.empty()) fail_field("prompt", "'prompt' is required");
       for (const auto& prompt : req.prompts)
         p.prompts.push_back(encode(prompt, req, tokenizer, cfg));
     }
   });
-  if (req.output.kind != OutputConstraint::kNone) {
-    const std::string& field = req.output.field;
+  if (req.output.kind != OutputConstraint::kNone || (p.tools && req.tools.forced())) {
+    const bool tool = req.output.kind == OutputConstraint::kNone;
+    const std::string field = tool ? "tool_choice" : req.output.field;
     if (p.params.beam_search())
       throw HttpError(400, fmt::format("'{}' with beam search is not supported", field), "", field);
-    const std::string gbnf = output_grammar(req.output);
+    const std::string gbnf =
+        tool ? tool_call_grammar(req.tools, p.tool_format) : output_grammar(req.output);
     if (grammar_vocab) p.params.grammar_vocab = grammar_vocab();
     if (!p.params.grammar_vocab && tokenizer.tokenizer)
       p.params.grammar_vocab =
@@ -145,8 +154,9 @@ GenerationPlan plan_generation(ServingState& state, const CompletionRequest& req
   if (!model) {
     throw HttpError(404, state.registry.unavailable_reason(spec), "model_not_found", "model");
   }
-  GenerationPlan p = plan_request(req, model->tokenizer, model->config(), id, 0,
-                                  [m = model.get()] { return m->grammar_vocab(); });
+  GenerationPlan p = plan_request(
+      req, model->tokenizer, model->config(), id, 0,
+      [m = model.get()] { return m->grammar_vocab(); }, state.tool_format);
   p.model = std::move(model);
   record.model = p.model->name;
   record.version = p.model->version;

@@ -33,6 +33,9 @@ struct GenerationPlan {
   std::vector<GenerationRequest> requests;  // one per prompt, limits and deadline applied
   std::shared_ptr<Admission> admission;     // the API key's admission (nullptr: keys are off)
   std::chrono::milliseconds time_limit{0};  // from arrival to the deadline
+  // Chat with tools (tool_choice not "none"): the output is parsed for calls in tool_format.
+  std::shared_ptr<const ToolRequest> tools;
+  ToolFormat tool_format = ToolFormat::kJson;
 };
 
 // The model-bound part of planning (no server state): HttpError 400 naming the field for what
@@ -44,7 +47,8 @@ struct GenerationPlan {
 GenerationPlan plan_request(
     const CompletionRequest& request, const LoadedTokenizer& tokenizer, const ModelConfig& config,
     const std::string& id, int32_t default_max_tokens = 0,
-    const std::function<std::shared_ptr<const GrammarVocab>()>& grammar_vocab = nullptr);
+    const std::function<std::shared_ptr<const GrammarVocab>()>& grammar_vocab = nullptr,
+    std::optional<ToolFormat> tool_format = std::nullopt);
 
 // Resolves the request's model (header: the sticky header lookup of a traffic split; 404 when
 // none), plans it, and applies the server's rules (ServingState::prepare). Fills record's

@@ -16,6 +16,7 @@
 #include "serving/metrics.h"
 #include "serving/model_registry.h"
 #include "serving/prepare_pool.h"
+#include "serving/tool_calls.h"
 
 namespace tf {
 
@@ -45,6 +46,9 @@ struct ServingState {
   std::unique_ptr<ApiKeys> api_keys;      // nullptr: no authentication
   bool metrics_need_key = false;          // GET /metrics behind the keys too
   std::string prometheus_path;            // TF Serving's monitoring path beside /metrics ("": none)
+  // --tool-call-parser: the format models write tool calls in (nullopt: told from each model's
+  // chat template).
+  std::optional<ToolFormat> tool_format;
   KeyLimiter limiter;
   // Keys the tenants' prefix-cache salts (prefix_cache_salt); new for every process.
   const std::array<uint8_t, 32> cache_secret = random_secret();

@@ -275,16 +275,22 @@ std::string ChatTemplate::render(const nlohmann::json& context,
 
 std::string ChatTemplate::apply(const std::vector<ChatMessage>& messages,
                                 bool add_generation_prompt, const std::string& bos_token,
-                                const std::string& eos_token, const nlohmann::json& extra) const {
+                                const std::string& eos_token, const nlohmann::json& extra,
+                                const nlohmann::ordered_json& tools) const {
   nlohmann::ordered_json context;
   context["messages"] = nlohmann::ordered_json::array();
   for (const ChatMessage& m : messages) {
-    context["messages"].push_back({{"role", m.role}, {"content", m.content}});
+    nlohmann::ordered_json msg = {{"role", m.role}, {"content", m.content}};
+    if (!m.tool_calls.is_null()) msg["tool_calls"] = m.tool_calls;
+    if (!m.tool_call_id.empty()) msg["tool_call_id"] = m.tool_call_id;
+    if (!m.name.empty()) msg["name"] = m.name;
+    context["messages"].push_back(std::move(msg));
   }
   context["add_generation_prompt"] = add_generation_prompt;
   context["bos_token"] = bos_token;
   context["eos_token"] = eos_token;
   for (const auto& [key, value] : extra.items()) context[key] = value;
+  if (!tools.is_null()) context["tools"] = tools;
   return render(context);
 }
 

@@ -12,13 +12,21 @@
 #include <memory>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 namespace tf {
 
 struct ChatMessage {
+  ChatMessage() = default;
+  ChatMessage(std::string r, std::string c) : role(std::move(r)), content(std::move(c)) {}
   std::string role;
   std::string content;
+  // An assistant's tool calls as transformers hands them to templates: [{"id", "type":
+  // "function", "function": {"name", "arguments": an object}}]; null when none.
+  nlohmann::ordered_json tool_calls;
+  std::string tool_call_id;  // a "tool" message: the call it answers
+  std::string name;          // a "tool" (or "function") message: the function's name
   bool operator==(const ChatMessage&) const = default;
 };
 
@@ -45,10 +53,12 @@ class ChatTemplate {
   std::string render(const nlohmann::json& context, const ChatTemplateLimits& limits = {}) const;
 
   // messages + add_generation_prompt + bos_token + eos_token, plus `extra` (an object of more
-  // variables: the chat API's chat_template_kwargs, e.g. Qwen3's enable_thinking).
+  // variables: the chat API's chat_template_kwargs, e.g. Qwen3's enable_thinking), plus
+  // `tools` when not null (the chat API's tools as sent, members in order).
   std::string apply(const std::vector<ChatMessage>& messages, bool add_generation_prompt,
                     const std::string& bos_token, const std::string& eos_token,
-                    const nlohmann::json& extra = nlohmann::json::object()) const;
+                    const nlohmann::json& extra = nlohmann::json::object(),
+                    const nlohmann::ordered_json& tools = nullptr) const;
 
  private:
   struct Parsed;

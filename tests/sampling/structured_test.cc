@@ -7,6 +7,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include <cmath>
 #include <cstring>
 #include <optional>
 #include <random>
@@ -75,7 +76,10 @@ std::vector<std::string> random_vocab(size_t n, uint64_t seed) {
 TEST(CompiledGrammar, CachedMasksEqualTokenByTokenMasks) {
   const auto vocab = std::make_shared<const GrammarVocab>(random_vocab(4000, 9));
   const std::pair<std::string, std::vector<std::string>> cases[] = {
-      {kJsonGbnf, {R"({"ab": [1, -0.5e1, "x\u00e9é"], "c": {}})", R"(["k", {"a": null}])"}},
+      // The last nests past kContextFrames: the uncertain tokens are checked on the whole stack.
+      {kJsonGbnf,
+       {R"({"ab": [1, -0.5e1, "x\u00e9é"], "c": {}})", R"(["k", {"a": null}])",
+        R"([[[[{"a": [{"b": "x\"y", "c": [[1, 2.5], {"d": true}]}]}]]], "e"])"}},
       {json_schema_to_gbnf(ojson::parse(
            R"({"type":"object","properties":{"name":{"type":"string","maxLength":6},
                "n":{"type":"integer","minimum":-20,"maximum":300},"t":{"type":"array",
@@ -142,6 +146,27 @@ TEST(CompiledGrammar, RealVocabulariesMatchTokenByToken) {
         }
       }
     }
+  }
+}
+
+// The mask applied to logits word by word: the same as bit by bit, over a length that is not a
+// multiple of 64, a mask shorter than the logits, and logits already -inf.
+TEST(CompiledGrammar, ApplyTokenMaskEqualsBitByBit) {
+  std::mt19937_64 rng(5);
+  for (size_t n : {1u, 63u, 64u, 65u, 200u, 1000u}) {
+    std::vector<uint64_t> mask((n + 63) / 64 - (n > 128 ? 1 : 0));
+    for (auto& w : mask) w = rng() % 3 == 0 ? 0 : rng() % 3 == 0 ? ~uint64_t{0} : rng();
+    std::vector<float> logits(n);
+    for (auto& l : logits) l = rng() % 5 == 0 ? -INFINITY : static_cast<float>(rng() % 100);
+    std::vector<float> expect = logits;
+    bool any_expected = false;
+    for (size_t t = 0; t < n; ++t) {
+      const bool on = t / 64 < mask.size() && (mask[t / 64] >> (t % 64) & 1);
+      if (!on) expect[t] = -INFINITY;
+      any_expected = any_expected || (on && logits[t] > -INFINITY);
+    }
+    EXPECT_EQ(apply_token_mask(logits, mask), any_expected) << n;
+    EXPECT_EQ(logits, expect) << n;
   }
 }
 
