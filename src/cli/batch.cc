@@ -43,6 +43,7 @@ struct Job {
   std::string error_code = "invalid_request";  // "server_error": the engine failed on it
   std::shared_ptr<const ToolRequest> tools;    // chat with tools: the output parsed for calls
   ToolFormat tool_format = ToolFormat::kJson;
+  bool reasoning = false, thinking_opened = false;  // a reasoning template: think blocks apart
 };
 
 Job parse_line(const std::string& text, size_t line, const LoadedTokenizer& tok,
@@ -75,6 +76,8 @@ Job parse_line(const std::string& text, size_t line, const LoadedTokenizer& tok,
     GenerationPlan plan =
         plan_request(req, tok, cfg, job.custom_id, default_max_tokens, grammar_vocab);
     job.tools = plan.tools;
+    job.reasoning = plan.reasoning;
+    job.thinking_opened = plan.thinking_opened;
     job.tool_format = plan.tool_format;
     job.prompt = std::move(plan.requests[0].prompt);
     job.params = std::move(plan.requests[0].params);
@@ -98,15 +101,16 @@ json result_line(const Job& job, const std::vector<CompletedSequence>& seqs,
   for (size_t i = 0; i < seqs.size(); ++i) {
     completion_tokens += static_cast<int64_t>(seqs[i].tokens.size());
     json c = {{"index", i}, {"finish_reason", finish_reason_name(seqs[i].finish)}};
-    if (job.chat && job.tools) {  // as the chat API answers (openai_response)
-      const ParsedToolOutput p = parse_tool_calls(seqs[i].text, job.tool_format, job.tools->names);
-      c["message"] = {{"role", "assistant"}, {"content", p.content ? json(*p.content) : json()}};
-      if (!p.calls.empty()) {
-        c["message"]["tool_calls"] = json(openai_tool_calls(p.calls));
-        if (seqs[i].finish == FinishReason::kStop) c["finish_reason"] = "tool_calls";
-      }
-    } else if (job.chat) {
-      c["message"] = {{"role", "assistant"}, {"content", seqs[i].text}};
+    if (job.chat) {  // as the chat API answers (openai_response)
+      OpenAiShape shape;
+      shape.chat = true;
+      shape.tools = job.tools;
+      shape.tool_format = job.tool_format;
+      shape.reasoning = job.reasoning;
+      shape.thinking_opened = job.thinking_opened;
+      const char* finish_as = nullptr;
+      c["message"] = json(openai_chat_message(shape, seqs[i].text, seqs[i].finish, finish_as));
+      if (finish_as) c["finish_reason"] = finish_as;
     } else {
       c["text"] = seqs[i].text;
     }

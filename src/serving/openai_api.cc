@@ -86,6 +86,8 @@ void handle_openai_generation(ServingState& state, const HttpRequest& req,
   shape.tokenizer = model.tok();
   shape.tools = parsed->tools;
   shape.tool_format = parsed->tool_format;
+  shape.reasoning = parsed->reasoning;
+  shape.thinking_opened = parsed->thinking_opened;
   if (parsed->echo) {
     for (const auto& pr : parsed->prompts)
       shape.echo.push_back(shape.tokenizer ? shape.tokenizer->decode(pr, false) : std::string());
@@ -95,44 +97,18 @@ void handle_openai_generation(ServingState& state, const HttpRequest& req,
   if (parsed->stream) {
     const int32_t n = parsed->choices_per_prompt;
     auto echoed = std::make_shared<std::vector<bool>>(reqs.size() * n, false);
-    // With tools, each choice's text passes through a ToolCallStream: content goes out as it
-    // comes until a call may have begun; the calls go out parsed at the end.
-    auto tool_streams = std::make_shared<std::vector<ToolCallStream>>();
-    if (shared->tools) tool_streams->assign(reqs.size() * n, ToolCallStream(shared->tool_format));
-    auto tool_mu = std::make_shared<std::mutex>();
+    // With tools or reasoning, each chat choice's text is shaped by a ChatChoiceStream:
+    // reasoning and content deltas as they settle, tool calls parsed at the end.
+    auto shapers = std::make_shared<std::vector<ChatChoiceStream>>();
+    if (chat && (shared->tools || shared->reasoning))
+      shapers->assign(reqs.size() * n, ChatChoiceStream(*shared));
+    auto shapers_mu = std::make_shared<std::mutex>();
     GenerationJob::EventFn on_event = [=](size_t i, const RequestOutput& out) {
       const size_t index = i * static_cast<size_t>(n) + static_cast<size_t>(out.index);
       const bool echo = parsed->echo && index < echoed->size() && !(*echoed)[index];
-      if (shared->tools && index < tool_streams->size()) {
-        std::lock_guard lock(*tool_mu);
-        ToolCallStream& ts = (*tool_streams)[index];
-        RequestOutput o = out;
-        o.text = ts.push(out.text);
-        if (out.finish == FinishReason::kNone) {
-          if (auto chunk = openai_stream_chunk(*shared, i, o, false)) responder->write(sse(*chunk));
-          return;
-        }
-        std::string rest;
-        const ParsedToolOutput p = ts.finish(shared->tools->names, rest);
-        o.text += rest;
-        if (p.calls.empty()) {
-          if (auto chunk = openai_stream_chunk(*shared, i, o, false)) responder->write(sse(*chunk));
-          return;
-        }
-        RequestOutput content = o;
-        content.finish = FinishReason::kNone;
-        if (auto chunk = openai_stream_chunk(*shared, i, content, false))
-          responder->write(sse(*chunk));
-        for (const ojson& c :
-             openai_tool_call_chunks(*shared, static_cast<int64_t>(index), p.calls))
-          responder->write(sse(c));
-        RequestOutput last = o;
-        last.text.clear();
-        last.logprobs.clear();
-        if (auto chunk =
-                openai_stream_chunk(*shared, i, last, false,
-                                    out.finish == FinishReason::kStop ? "tool_calls" : nullptr))
-          responder->write(sse(*chunk));
+      if (index < shapers->size()) {
+        std::lock_guard lock(*shapers_mu);
+        for (const ojson& chunk : (*shapers)[index].chunks(i, out)) responder->write(sse(chunk));
         return;
       }
       if (auto chunk = openai_stream_chunk(*shared, i, out, echo)) {

@@ -70,6 +70,25 @@ ojson openai_usage(const JobSummary& s) {
                {"prompt_tokens_details", {{"cached_tokens", s.cached_prompt_tokens}}}};
 }
 
+ojson openai_chat_message(const OpenAiShape& shape, const std::string& text, FinishReason finish,
+                          const char*& finish_as) {
+  if (!shape.tools && !shape.reasoning) return {{"role", "assistant"}, {"content", text}};
+  ReasoningSplit split{std::nullopt, text};
+  if (shape.reasoning) split = split_reasoning(text, shape.thinking_opened);
+  ParsedToolOutput parsed;
+  if (shape.tools)
+    parsed = parse_tool_calls(split.content, shape.tool_format, shape.tools->names);
+  else if (!split.content.empty() || !split.reasoning)
+    parsed.content = split.content;
+  ojson m = {{"role", "assistant"}, {"content", parsed.content ? ojson(*parsed.content) : ojson()}};
+  if (split.reasoning) m["reasoning_content"] = *split.reasoning;
+  if (!parsed.calls.empty()) {
+    m["tool_calls"] = openai_tool_calls(parsed.calls);
+    if (finish == FinishReason::kStop) finish_as = "tool_calls";
+  }
+  return m;
+}
+
 ojson openai_response(const OpenAiShape& shape,
                       const std::vector<std::vector<GeneratedSequence>>& results,
                       const JobSummary& summary) {
@@ -81,19 +100,8 @@ ojson openai_response(const OpenAiShape& shape,
       const GeneratedSequence& s = seqs.at(picks[k]);
       ojson c = {{"index", i * static_cast<size_t>(shape.choices_per_prompt) + k}};
       const char* finish_as = nullptr;
-      if (shape.chat && shape.tools) {
-        const ParsedToolOutput parsed =
-            parse_tool_calls(s.text, shape.tool_format, shape.tools->names);
-        c["message"] = {{"role", "assistant"},
-                        {"content", parsed.content ? ojson(*parsed.content) : ojson()}};
-        if (!parsed.calls.empty()) {
-          c["message"]["tool_calls"] = openai_tool_calls(parsed.calls);
-          if (s.finish == FinishReason::kStop) finish_as = "tool_calls";
-        }
-        c["logprobs"] =
-            shape.logprobs ? ojson(chat_logprobs(shape.tokenizer, s.logprobs)) : ojson();
-      } else if (shape.chat) {
-        c["message"] = {{"role", "assistant"}, {"content", s.text}};
+      if (shape.chat) {
+        c["message"] = openai_chat_message(shape, s.text, s.finish, finish_as);
         c["logprobs"] =
             shape.logprobs ? ojson(chat_logprobs(shape.tokenizer, s.logprobs)) : ojson();
       } else {
@@ -127,12 +135,13 @@ ojson chunk_head(const OpenAiShape& shape) {
 
 std::optional<ojson> openai_stream_chunk(const OpenAiShape& shape, size_t prompt,
                                          const RequestOutput& out, bool with_echo,
-                                         const char* finish_as) {
+                                         const char* finish_as, const std::string& reasoning) {
   if (out.index >= shape.choices_per_prompt) return std::nullopt;  // beams beyond the returned
   const int64_t index = static_cast<int64_t>(prompt) * shape.choices_per_prompt + out.index;
   ojson choice = {{"index", index}};
   if (shape.chat) {
     ojson delta = ojson::object();
+    if (!reasoning.empty()) delta["reasoning_content"] = reasoning;
     if (!out.text.empty()) delta["content"] = out.text;
     if (delta.empty() && out.finish == FinishReason::kNone) return std::nullopt;
     choice["delta"] = delta;
@@ -200,6 +209,57 @@ ojson openai_usage_chunk(const OpenAiShape& shape, const JobSummary& summary) {
   chunk["choices"] = ojson::array();
   chunk["usage"] = openai_usage(summary);
   return chunk;
+}
+
+ChatChoiceStream::ChatChoiceStream(const OpenAiShape& shape) : shape_(&shape) {
+  if (shape.reasoning) reasoning_.emplace(shape.thinking_opened);
+  if (shape.tools) tools_.emplace(shape.tool_format);
+}
+
+std::vector<ojson> ChatChoiceStream::chunks(size_t prompt, const RequestOutput& out) {
+  const bool done = out.finish != FinishReason::kNone;
+  std::string reasoning, content = out.text;
+  if (reasoning_) {
+    ReasoningStream::Delta d = reasoning_->push(out.text);
+    if (done) {
+      const ReasoningStream::Delta f = reasoning_->finish();
+      d.reasoning += f.reasoning;
+      d.content += f.content;
+    }
+    reasoning = std::move(d.reasoning);
+    content = std::move(d.content);
+  }
+  std::vector<ToolCall> calls;
+  if (tools_) {
+    content = tools_->push(content);
+    if (done) {
+      std::string rest;
+      calls = tools_->finish(shape_->tools->names, rest).calls;
+      content += rest;
+    }
+  }
+  std::vector<ojson> out_chunks;
+  RequestOutput o = out;
+  o.text = std::move(content);
+  if (calls.empty()) {
+    if (auto c = openai_stream_chunk(*shape_, prompt, o, false, nullptr, reasoning))
+      out_chunks.push_back(std::move(*c));
+    return out_chunks;
+  }
+  RequestOutput before = o;
+  before.finish = FinishReason::kNone;
+  if (auto c = openai_stream_chunk(*shape_, prompt, before, false, nullptr, reasoning))
+    out_chunks.push_back(std::move(*c));
+  const int64_t index = static_cast<int64_t>(prompt) * shape_->choices_per_prompt + out.index;
+  for (ojson& c : openai_tool_call_chunks(*shape_, index, calls))
+    out_chunks.push_back(std::move(c));
+  RequestOutput last = o;
+  last.text.clear();
+  last.logprobs.clear();
+  if (auto c = openai_stream_chunk(*shape_, prompt, last, false,
+                                   out.finish == FinishReason::kStop ? "tool_calls" : nullptr))
+    out_chunks.push_back(std::move(*c));
+  return out_chunks;
 }
 
 }  // namespace tf

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "serving/job_summary.h"
+#include "serving/reasoning.h"
 #include "serving/tool_calls.h"
 #include "tokenizer/tokenizer.h"
 
@@ -31,6 +32,9 @@ struct OpenAiShape {
   // Chat with tools: each choice's text is parsed for calls in tool_format (nullptr: none).
   std::shared_ptr<const ToolRequest> tools;
   ToolFormat tool_format = ToolFormat::kJson;
+  // Chat with a reasoning template: <think>...</think> goes to reasoning_content (opened: the
+  // prompt left the think block open).
+  bool reasoning = false, thinking_opened = false;
 };
 
 // {"prompt_tokens", "completion_tokens", "total_tokens", "prompt_tokens_details"}.
@@ -45,14 +49,34 @@ ojson openai_response(const OpenAiShape& shape,
 // The chunk of one stream output of a prompt, or nullopt when it carries nothing to send (no
 // text and no finish, or a beam beyond the returned ones). with_echo: prepend the prompt's
 // text (the first chunk of each completions choice when the request echoes).
-// finish_as: the finish_reason to show instead of out's ("tool_calls").
+// finish_as: the finish_reason to show instead of out's ("tool_calls"); reasoning: chat's
+// reasoning_content delta, before the content.
 std::optional<ojson> openai_stream_chunk(const OpenAiShape& shape, size_t prompt,
                                          const RequestOutput& out, bool with_echo,
-                                         const char* finish_as = nullptr);
+                                         const char* finish_as = nullptr,
+                                         const std::string& reasoning = {});
+
+// One chat choice's stream when the shape has tools or reasoning: the engine's outputs turned
+// into the chunks to send, in order (reasoning and content deltas, then the tool calls and the
+// finish).
+class ChatChoiceStream {
+ public:
+  explicit ChatChoiceStream(const OpenAiShape& shape);
+  std::vector<ojson> chunks(size_t prompt, const RequestOutput& out);
+
+ private:
+  const OpenAiShape* shape_;
+  std::optional<ReasoningStream> reasoning_;
+  std::optional<ToolCallStream> tools_;
+};
 // A chat choice's tool calls as OpenAI streams them: per call, a chunk with its index, id, type
 // and name (arguments ""), then one with its arguments.
 std::vector<ojson> openai_tool_call_chunks(const OpenAiShape& shape, int64_t index,
                                            const std::vector<ToolCall>& calls);
+// A chat choice's message ({"role", "content"}, with reasoning_content and tool_calls as the
+// shape parses them); finish_as becomes "tool_calls" when calls were made and the output stopped.
+ojson openai_chat_message(const OpenAiShape& shape, const std::string& text, FinishReason finish,
+                          const char*& finish_as);
 // A whole message's tool_calls: [{"id", "type": "function", "function": {"name", "arguments"}}].
 ojson openai_tool_calls(const std::vector<ToolCall>& calls);
 // The chunk that opens each chat choice: {"delta": {"role": "assistant", "content": ""}}.

@@ -301,11 +301,13 @@ std::vector<int32_t> render_chat_prompt(const std::vector<ChatMessage>& messages
                                         bool add_generation_prompt,
                                         const LoadedTokenizer& tokenizer, const ModelConfig& config,
                                         const nlohmann::json& template_kwargs,
-                                        const nlohmann::ordered_json& tools) {
+                                        const nlohmann::ordered_json& tools,
+                                        std::string* text_out) {
   if (!tokenizer.tokenizer) fail("this model has no tokenizer, so it cannot take chat messages");
   const ChatTemplate tmpl = ChatTemplate::parse(chat_template_source(tokenizer, config));
   const std::string text = tmpl.apply(messages, add_generation_prompt, tokenizer.bos_token,
                                       tokenizer.eos_token, template_kwargs, tools);
+  if (text_out) *text_out = text;
   return encode_prompt(*tokenizer.tokenizer, text, /*add_special_tokens=*/false, config.max_seq_len,
                        "messages");
 }

@@ -52,7 +52,7 @@ std::vector<int32_t> render_chat_prompt(
     const std::vector<ChatMessage>& messages, bool add_generation_prompt,
     const LoadedTokenizer& tokenizer, const ModelConfig& config,
     const nlohmann::json& template_kwargs = nlohmann::json::object(),
-    const nlohmann::ordered_json& tools = nullptr);
+    const nlohmann::ordered_json& tools = nullptr, std::string* text = nullptr);
 
 // The stop strings' limits (kMaxStopStrings, kMaxStopBytes): FieldError naming "stop".
 void check_stop_limits(const SamplingParams& params);

@@ -5,6 +5,7 @@
 #include "core/cancel.h"
 #include "sampling/grammar.h"
 #include "serving/openai_request.h"
+#include "serving/reasoning.h"
 
 namespace tf {
 namespace {
@@ -63,9 +64,14 @@ GenerationPlan plan_request(
     p.params.validate(cfg.vocab_size);
     if (req.chat) {
       if (req.messages.empty()) fail_field("messages", "'messages' must be a non-empty list");
+      std::string rendered;
       p.prompts.push_back(render_chat_prompt(
           req.messages, req.add_generation_prompt, tokenizer, cfg, req.chat_template_kwargs,
-          req.tools.names.empty() ? nlohmann::ordered_json() : req.tools.tools));
+          req.tools.names.empty() ? nlohmann::ordered_json() : req.tools.tools, &rendered));
+      if (template_reasons(chat_template_source(tokenizer, cfg))) {
+        p.reasoning = true;
+        p.thinking_opened = prompt_opens_thinking(rendered);
+      }
       if (req.tools.active()) {
         p.tools = std::make_shared<const ToolRequest>(req.tools);
         p.tool_format =

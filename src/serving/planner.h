@@ -36,6 +36,9 @@ struct GenerationPlan {
   // Chat with tools (tool_choice not "none"): the output is parsed for calls in tool_format.
   std::shared_ptr<const ToolRequest> tools;
   ToolFormat tool_format = ToolFormat::kJson;
+  // Chat through a template that writes think blocks: the answer's reasoning is split off
+  // (thinking_opened: the rendered prompt left the block open).
+  bool reasoning = false, thinking_opened = false;
 };
 
 // The model-bound part of planning (no server state): HttpError 400 naming the field for what

@@ -85,8 +85,8 @@ std::optional<std::vector<ToolCall>> calls_from_json(std::string_view text,
 // none (null) when there is nothing else.
 std::optional<std::string> content_of(std::string_view text) {
   if (trim(text).empty()) return std::nullopt;
-  while (!text.empty() && (text.back() == ' ' || text.back() == '\n' || text.back() == '\t' ||
-                           text.back() == '\r'))
+  while (!text.empty() &&
+         (text.back() == ' ' || text.back() == '\n' || text.back() == '\t' || text.back() == '\r'))
     text.remove_suffix(1);
   return std::string(text);
 }

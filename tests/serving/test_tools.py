@@ -219,23 +219,29 @@ class ToolsTest(unittest.TestCase):
             self.assertIn(message, b["error"]["message"], body)
 
 
+def gpt2_model_with_template(template_name):
+    """A random 2-layer GPT-2-shaped model over GPT-2's real vocabulary, shipped with a real
+    model's chat template: (directory, template source)."""
+    d = tempfile.mkdtemp(prefix="tf_tools_")
+    cfg = make_checkpoints._scaled(make_checkpoints._gpt2_config("F32"), vocab_size=50257,
+                                   bos_token_id=50256, eos_token_id=50256, n_ctx=1024,
+                                   n_positions=1024, n_layer=2)
+    w = make_checkpoints._gpt2_weights(cfg, np.random.default_rng(5), False)
+    with open(os.path.join(d, "config.json"), "w") as f:
+        json.dump(cfg, f)
+    safetensors_io.save(os.path.join(d, "model.safetensors"), w, "F32")
+    shutil.copy(os.path.join(SHARED, "tokenizers", "gpt2", "tokenizer.json"), d)
+    with open(os.path.join(HERE, "..", "tokenizer", "chat_templates", template_name)) as f:
+        template = f.read()
+    with open(os.path.join(d, "tokenizer_config.json"), "w") as f:
+        json.dump({"chat_template": template, "eos_token": "<|endoftext|>"}, f)
+    return d, template
+
+
 class QwenTemplateTest(unittest.TestCase):
     @classmethod
     def setUpClass(cls):
-        cls.dir = tempfile.mkdtemp(prefix="tf_tools_")
-        cfg = make_checkpoints._scaled(make_checkpoints._gpt2_config("F32"), vocab_size=50257,
-                                       bos_token_id=50256, eos_token_id=50256, n_ctx=1024,
-                                       n_positions=1024, n_layer=2)
-        w = make_checkpoints._gpt2_weights(cfg, np.random.default_rng(5), False)
-        with open(os.path.join(cls.dir, "config.json"), "w") as f:
-            json.dump(cfg, f)
-        safetensors_io.save(os.path.join(cls.dir, "model.safetensors"), w, "F32")
-        shutil.copy(os.path.join(SHARED, "tokenizers", "gpt2", "tokenizer.json"), cls.dir)
-        with open(os.path.join(HERE, "..", "tokenizer", "chat_templates",
-                               "qwen2.5_instruct.jinja")) as f:
-            cls.template = f.read()
-        with open(os.path.join(cls.dir, "tokenizer_config.json"), "w") as f:
-            json.dump({"chat_template": cls.template, "eos_token": "<|endoftext|>"}, f)
+        cls.dir, cls.template = gpt2_model_with_template("qwen2.5_instruct.jinja")
         cls.proc, port = start_server("--threads", "1", model=("--model", cls.dir))
         cls.c = Client(port)
 
@@ -285,6 +291,64 @@ class QwenTemplateTest(unittest.TestCase):
                                               "temperature": 0, "add_special_tokens": False})
         self.assertEqual(chat["usage"]["prompt_tokens"], plain["usage"]["prompt_tokens"])
         self.assertEqual(chat["choices"][0]["message"]["content"], plain["choices"][0]["text"])
+
+
+class ReasoningTest(unittest.TestCase):
+    """Qwen3's template (think blocks): the answer's <think> part comes back as
+    reasoning_content, streamed as its own deltas. A random model writes a think block only when
+    a regex makes it (the grammar covers the whole output)."""
+    THINK = r"<think>\n[a-z ]{1,30}\n</think>\n\n[a-z ]{1,30}"
+
+    @classmethod
+    def setUpClass(cls):
+        cls.dir, _ = gpt2_model_with_template("qwen3.jinja")
+        cls.proc, port = start_server("--threads", "1", model=("--model", cls.dir))
+        cls.c = Client(port)
+
+    @classmethod
+    def tearDownClass(cls):
+        code, err = stop_server(cls.proc)
+        shutil.rmtree(cls.dir, ignore_errors=True)
+        assert code == 0, err[-3000:]
+
+    def post(self, body):
+        s, b, text, _ = self.c.post("/v1/chat/completions", body)
+        self.assertEqual(s, 200, text)
+        return b
+
+    def test_think_blocks_are_reasoning_content_whole_and_streamed(self):
+        body = {"messages": [{"role": "user", "content": "Why is the sky blue?"}],
+                "max_tokens": 200, "temperature": 1.0, "seed": 2, "n": 2,
+                "guided_regex": self.THINK}
+        once = self.post(body)
+        for ch in once["choices"]:
+            m = ch["message"]
+            self.assertRegex(m["reasoning_content"], r"^\n[a-z ]+\n$")
+            self.assertRegex(m["content"], r"^[a-z ]+$")
+        head, raw = self.c.raw_stream("/v1/chat/completions", dict(body, stream=True))
+        reasoning, content = ["", ""], ["", ""]
+        for e in sse_events(raw):
+            for ch in e.get("choices", []):
+                reasoning[ch["index"]] += ch["delta"].get("reasoning_content") or ""
+                content[ch["index"]] += ch["delta"].get("content") or ""
+        self.assertEqual(reasoning, [c["message"]["reasoning_content"] for c in once["choices"]])
+        self.assertEqual(content, [c["message"]["content"] for c in once["choices"]])
+
+    def test_no_think_block_no_reasoning(self):
+        b = self.post({"messages": [{"role": "user", "content": "Hi"}], "max_tokens": 40,
+                       "temperature": 0, "guided_regex": "[a-z ]{1,20}",
+                       "chat_template_kwargs": {"enable_thinking": False}})
+        m = b["choices"][0]["message"]
+        self.assertNotIn("reasoning_content", m)
+        self.assertRegex(m["content"], "^[a-z ]+$")
+
+    def test_tool_calls_after_the_template_of_a_reasoning_model(self):
+        b = self.post({"messages": [{"role": "user", "content": "Add 1 and 2"}], "tools": TOOLS,
+                       "tool_choice": "required", "parallel_tool_calls": False,
+                       "max_tokens": 300, "temperature": 0.7, "seed": 1})
+        ch = b["choices"][0]
+        self.assertEqual(ch["finish_reason"], "tool_calls", ch)
+        check_calls(self, ch["message"])
 
 
 class HermesToolsTest(ToolsTest):
