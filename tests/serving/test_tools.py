@@ -292,6 +292,17 @@ class QwenTemplateTest(unittest.TestCase):
         self.assertEqual(chat["usage"]["prompt_tokens"], plain["usage"]["prompt_tokens"])
         self.assertEqual(chat["choices"][0]["message"]["content"], plain["choices"][0]["text"])
 
+    def test_openai_npm_client(self):
+        """The official client: a manual tool loop, streamed tool calls, runTools, and
+        chat.completions.parse with zodResponseFormat (tests/js/openai_tools.mjs)."""
+        js = os.path.join(os.path.dirname(HERE), "js")
+        env = dict(os.environ, TF_BASE_URL="http://127.0.0.1:%d/v1" % self.c.port,
+                   TF_MODEL=os.path.basename(self.dir))
+        p = subprocess.run(["node", os.path.join(js, "openai_tools.mjs")], capture_output=True,
+                           text=True, timeout=180, env=env, cwd=js)
+        self.assertEqual(p.returncode, 0, p.stdout + p.stderr)
+        self.assertIn("all openai tools checks passed", p.stdout)
+
 
 class ReasoningTest(unittest.TestCase):
     """Qwen3's template (think blocks): the answer's <think> part comes back as
