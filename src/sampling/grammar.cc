@@ -616,16 +616,17 @@ TokenTrie::TokenTrie(const std::vector<std::string>& tokens) : count_(tokens.siz
   }
 }
 
-std::vector<bool> GrammarMatcher::allowed(const TokenTrie& trie) const {
-  std::vector<bool> out(trie.count_, false);
-  // Depth first, one matcher per trie node on the path: a byte the grammar refuses prunes every
-  // token below it.
+// Depth first through the trie, one matcher per node on the path: a byte the grammar refuses
+// prunes every token below it. visit(node, matcher after the node's bytes) is called for each
+// node reached and returns whether to go below it.
+template <class Visit>
+void GrammarMatcher::walk(const TokenTrie& trie, GrammarMatcher start, Visit visit) {
   struct Frame {
     uint32_t node;
     GrammarMatcher matcher;
   };
   std::vector<Frame> todo;
-  todo.push_back({0, *this});
+  todo.push_back({0, std::move(start)});
   while (!todo.empty()) {
     Frame f = std::move(todo.back());
     todo.pop_back();
@@ -633,10 +634,18 @@ std::vector<bool> GrammarMatcher::allowed(const TokenTrie& trie) const {
       GrammarMatcher m = f.matcher;
       const char c = static_cast<char>(byte);
       if (!m.accept(std::string_view(&c, 1))) continue;
-      for (uint32_t t : trie.nodes_[child].ends) out[t] = true;
-      if (!trie.nodes_[child].children.empty()) todo.push_back({child, std::move(m)});
+      if (visit(child, m) && !trie.nodes_[child].children.empty())
+        todo.push_back({child, std::move(m)});
     }
   }
+}
+
+std::vector<bool> GrammarMatcher::allowed(const TokenTrie& trie) const {
+  std::vector<bool> out(trie.count_, false);
+  walk(trie, *this, [&](uint32_t node, const GrammarMatcher&) {
+    for (uint32_t t : trie.nodes_[node].ends) out[t] = true;
+    return true;
+  });
   return out;
 }
 
@@ -684,27 +693,14 @@ CompiledGrammar::ContextMask CompiledGrammar::compute(const GrammarMatcher::Stac
   start.stacks_ = {frames};
   start.pending_left_ = 0;
   std::vector<uint32_t> uncertain_roots;
-  struct Frame {
-    uint32_t node;
-    GrammarMatcher matcher;
-  };
-  std::vector<Frame> todo;
-  todo.push_back({0, std::move(start)});
-  while (!todo.empty()) {
-    Frame f = std::move(todo.back());
-    todo.pop_back();
-    for (const auto& [byte, child] : trie.nodes_[f.node].children) {
-      GrammarMatcher m = f.matcher;
-      const char c = static_cast<char>(byte);
-      if (!m.accept(std::string_view(&c, 1))) continue;
-      for (uint32_t t : trie.nodes_[child].ends) out.accepted[t / 64] |= uint64_t{1} << (t % 64);
-      if (trie.nodes_[child].children.empty()) continue;
-      const bool finished = std::any_of(m.stacks_.begin(), m.stacks_.end(),
-                                        [](const GrammarMatcher::Stack& s) { return s.empty(); });
-      if (finished && !whole) uncertain_roots.push_back(child);
-      todo.push_back({child, std::move(m)});
-    }
-  }
+  GrammarMatcher::walk(trie, std::move(start), [&](uint32_t node, const GrammarMatcher& m) {
+    for (uint32_t t : trie.nodes_[node].ends) out.accepted[t / 64] |= uint64_t{1} << (t % 64);
+    if (trie.nodes_[node].children.empty()) return false;
+    const bool finished = std::any_of(m.stacks_.begin(), m.stacks_.end(),
+                                      [](const GrammarMatcher::Stack& s) { return s.empty(); });
+    if (finished && !whole) uncertain_roots.push_back(node);
+    return true;
+  });
   // Every token below an uncertain root (not at it: those bytes were taken), not accepted.
   std::vector<uint32_t> nodes;
   std::vector<bool> seen(trie.nodes_.size(), false);

@@ -117,6 +117,8 @@ class GrammarMatcher {
   void expand(Stack stack, std::vector<Stack>& out, int depth) const;
   bool accept_code_point(uint32_t cp);
   static std::vector<Stack> dedupe(std::vector<Stack> stacks);
+  template <class Visit>
+  static void walk(const TokenTrie& trie, GrammarMatcher start, Visit visit);
 
   const Grammar* grammar_;
   std::vector<Stack> stacks_;

@@ -117,30 +117,51 @@ ParsedToolOutput parse_hermes(std::string_view text, const std::vector<std::stri
   return out;
 }
 
+// Where the JSON object or list at the start of s ends (one past its closing bracket), or npos
+// when s does not start with one or it is not closed.
+size_t json_value_end(std::string_view s) {
+  if (s.empty() || (s.front() != '{' && s.front() != '[')) return std::string_view::npos;
+  int depth = 0;
+  bool in_string = false, escaped = false;
+  for (size_t i = 0; i < s.size(); ++i) {
+    const char c = s[i];
+    if (in_string) {
+      if (escaped)
+        escaped = false;
+      else if (c == '\\')
+        escaped = true;
+      else if (c == '"')
+        in_string = false;
+    } else if (c == '"') {
+      in_string = true;
+    } else if (c == '{' || c == '[') {
+      ++depth;
+    } else if (c == '}' || c == ']') {
+      if (--depth == 0) return i + 1;
+    }
+  }
+  return std::string_view::npos;
+}
+
 ParsedToolOutput parse_llama3(std::string_view text, const std::vector<std::string>& names) {
   std::string_view body = trim(text);
   if (body.substr(0, kPythonTag.size()) == kPythonTag) body = trim(body.substr(kPythonTag.size()));
   if (body.empty() || (body.front() != '{' && body.front() != '[')) return as_content(text);
   if (auto calls = calls_from_json(body, names)) return {std::nullopt, std::move(*calls)};
-  // Several calls separated by ';'.
+  // Several calls separated by ';': each a JSON object or list, found by its brackets (a ';'
+  // inside a string is text), in one pass.
   ParsedToolOutput out;
-  size_t start = 0;
-  while (start <= body.size()) {
-    size_t semi = body.find(';', start);
-    // A ';' inside a string would split a call: try growing the piece until it parses.
-    std::optional<std::vector<ToolCall>> calls;
-    while (true) {
-      calls =
-          calls_from_json(body.substr(start, semi == std::string_view::npos ? std::string_view::npos
-                                                                            : semi - start),
-                          names);
-      if (calls || semi == std::string_view::npos) break;
-      semi = body.find(';', semi + 1);
-    }
+  std::string_view rest = body;
+  while (true) {
+    const size_t end = json_value_end(rest);
+    if (end == std::string_view::npos) return as_content(text);
+    auto calls = calls_from_json(rest.substr(0, end), names);
     if (!calls) return as_content(text);
     for (auto& c : *calls) out.calls.push_back(std::move(c));
-    if (semi == std::string_view::npos) break;
-    start = semi + 1;
+    rest = trim(rest.substr(end));
+    if (rest.empty()) break;
+    if (rest.front() != ';') return as_content(text);
+    rest = trim(rest.substr(1));
   }
   return out;
 }
@@ -186,11 +207,13 @@ ParsedToolOutput parse_mistral(std::string_view text, const std::vector<std::str
 // Where text may hold the start of a call, for streaming: the offset from which it is held
 // back, and whether a call has surely begun there (a whole marker, or - for the formats whose
 // call is the whole output - JSON at the start). at_start: nothing was sent yet.
-std::pair<size_t, bool> hold_from(std::string_view text, ToolFormat format, bool at_start) {
+// from: where to look for a marker (text before it was searched already and sent).
+std::pair<size_t, bool> hold_from(std::string_view text, ToolFormat format, bool at_start,
+                                  size_t from) {
   const std::string_view marker = format == ToolFormat::kHermes    ? kHermesOpen
                                   : format == ToolFormat::kMistral ? kMistralTag
                                                                    : kPythonTag;
-  if (const size_t at = text.find(marker); at != std::string_view::npos) return {at, true};
+  if (const size_t at = text.find(marker, from); at != std::string_view::npos) return {at, true};
   if (format != ToolFormat::kHermes && at_start) {
     const std::string_view t = trim(text);
     if (t.empty()) return {0, false};  // only whitespace yet: a call may still begin
@@ -386,7 +409,7 @@ std::string tool_call_grammar(const ToolRequest& tools, ToolFormat format) {
 std::string ToolCallStream::push(std::string_view text) {
   all_ += text;
   if (holding_) return "";
-  const auto [hold, begun] = hold_from(all_, format_, sent_ == 0);
+  const auto [hold, begun] = hold_from(all_, format_, sent_ == 0, sent_);
   holding_ = begun;
   const size_t upto = std::max(sent_, hold);
   std::string out = all_.substr(sent_, upto - sent_);

@@ -14,6 +14,8 @@
 #include "model/stories_fixture.h"
 #include "model/test_util.h"
 #include "sampling/beam_search.h"
+#include "sampling/grammar.h"
+#include "sampling/regex_grammar.h"
 #include "tokenizer/tokenizer_loader.h"
 
 namespace tf {
@@ -286,6 +288,50 @@ TEST_F(EngineTest, GreedyOutputIsTheSameAloneAmongOthersCachedChunkedAndPreempte
       EXPECT_GT(st.prefix_hit_tokens, 0) << s.name;
     }
   }
+}
+
+// Constrained sampling (issue 24) is a function of the request alone: the same seeded outputs
+// alone and among 40 requests under preemption (recomputed sequences keep their grammar
+// state), each a sentence of the grammar.
+TEST_F(EngineTest, ConstrainedSampledOutputIsTheSameUnderPreemption) {
+  const auto vocab = std::make_shared<const GrammarVocab>(tok_->vocabulary_bytes());
+  const auto compiled = vocab->compile(regex_to_gbnf("[a-z]{1,8}( [a-z]{1,8}){2,6}\\."));
+  auto constrained = [&](const char* text, uint64_t seed) {
+    GenerationRequest r = greedy(text, 64);
+    r.params.ignore_eos = false;
+    r.params.temperature = 0.9f;
+    r.params.seed = seed;
+    r.params.grammar = compiled;
+    r.params.grammar_vocab = vocab;
+    return r;
+  };
+  std::vector<Ids> alone;
+  {
+    Engine e(*model_, tok_, {2}, config(256, false));
+    for (size_t i = 0; i < std::size(kPrompts); ++i)
+      alone.push_back(run_to_completion(e, constrained(kPrompts[i], i))[0].tokens);
+  }
+  Engine e(*model_, tok_, {2}, config(14, true));
+  std::vector<std::shared_ptr<RequestStream>> streams;
+  std::vector<size_t> which;
+  for (int copy = 0; copy < 8; ++copy) {
+    for (size_t i = 0; i < std::size(kPrompts); ++i) {
+      streams.push_back(e.submit(constrained(kPrompts[i], i)));
+      which.push_back(i);
+    }
+  }
+  for (size_t k = 0; k < streams.size(); ++k) {
+    Ids got;
+    RequestOutput o;
+    while (streams[k]->next(o)) got.insert(got.end(), o.token_ids.begin(), o.token_ids.end());
+    EXPECT_EQ(got, alone[which[k]]) << "request " << k;
+    GrammarMatcher m(compiled->grammar());
+    std::string text;
+    for (int32_t t : got)
+      if (t != 2) text += vocab->bytes[static_cast<size_t>(t)];
+    EXPECT_TRUE(m.accept(text) && m.can_end()) << text;
+  }
+  EXPECT_GT(e.stats().preemptions, 0) << "the setup must force preemption";
 }
 
 TEST_F(EngineTest, StaticBatchingRunsWholeBatchesAndPaddedRowsKeepComputing) {

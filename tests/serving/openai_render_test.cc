@@ -22,8 +22,8 @@ GeneratedSequence seq(std::string text, FinishReason finish, std::vector<int32_t
 
 OpenAiShape completions(int32_t n) {
   OpenAiShape s;
-  s.id = "cmpl-1";
-  s.model = "m";
+  s.id = std::string("cmpl-1");
+  s.model = std::string("m");
   s.created = 7;
   s.choices_per_prompt = n;
   return s;

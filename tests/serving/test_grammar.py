@@ -10,7 +10,7 @@ Env: TOKENFLOW_BIN, TF_SHARED_DIR.
 import re
 import unittest
 
-from test_server import Client, sse_events, start_server, stop_server
+from test_server import ServerCase, sse_events
 
 # The grammar and the same language as a regular expression.
 WORDS = ('root ::= " " [a-z]+ (" " [a-z]+){2,5} "."\n', r" [a-z]+( [a-z]+){2,5}\.")
@@ -20,17 +20,7 @@ LIST = ('root ::= item ("," item){1,3}\nitem ::= " " [a-z]{2,8}\n',
         r" [a-z]{2,8}(, [a-z]{2,8}){1,3}")
 
 
-class GrammarTest(unittest.TestCase):
-    @classmethod
-    def setUpClass(cls):
-        cls.proc, port = start_server("--threads", "1")
-        cls.c = Client(port)
-
-    @classmethod
-    def tearDownClass(cls):
-        code, err = stop_server(cls.proc)
-        assert code == 0, err[-3000:]
-
+class GrammarTest(ServerCase):
     def complete(self, body, path="/v1/completions", status=200):
         s, b, text, _ = self.c.post(path, body)
         self.assertEqual(s, status, text)

@@ -9,6 +9,7 @@ import http.client
 import json
 import os
 import re
+import shutil
 import signal
 import socket
 import subprocess
@@ -146,6 +147,28 @@ class Client:
             body_bytes += rest[:size]
             rest = rest[size + 2:]
         return head.decode(), body_bytes.decode()
+
+
+class ServerCase(unittest.TestCase):
+    """One server for all of a class's tests, stopped (exit code 0 checked) after them:
+    server_args after serve's own, model_flags (None: stories260K) and model_dir (a directory
+    the class made, removed afterwards)."""
+    server_args = ("--threads", "1")
+    model_flags = None
+    model_dir = None
+
+    @classmethod
+    def setUpClass(cls):
+        kw = {"model": cls.model_flags} if cls.model_flags else {}
+        cls.proc, port = start_server(*cls.server_args, **kw)
+        cls.c = Client(port)
+
+    @classmethod
+    def tearDownClass(cls):
+        code, err = stop_server(cls.proc)
+        if cls.model_dir:
+            shutil.rmtree(cls.model_dir, ignore_errors=True)
+        assert code == 0, err[-3000:]
 
 
 def sse_events(body):

@@ -20,7 +20,7 @@ import unittest
 import jsonschema
 import numpy as np
 
-from test_server import BIN, STORIES_BIN, Client, sse_events, start_server, stop_server
+from test_server import BIN, STORIES_BIN, ServerCase, sse_events
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.environ.get("TF_REFERENCE_DIR",
@@ -127,17 +127,7 @@ def compact(text):
     return True
 
 
-class StructuredOutputTest(unittest.TestCase):
-    @classmethod
-    def setUpClass(cls):
-        cls.proc, port = start_server("--threads", "1")
-        cls.c = Client(port)
-
-    @classmethod
-    def tearDownClass(cls):
-        code, err = stop_server(cls.proc)
-        assert code == 0, err[-3000:]
-
+class StructuredOutputTest(ServerCase):
     def post(self, body, path="/v1/chat/completions", status=200):
         s, b, text, _ = self.c.post(path, body)
         self.assertEqual(s, status, text)
@@ -284,7 +274,7 @@ class StructuredOutputTest(unittest.TestCase):
             validate(self, SCHEMAS[line["custom_id"]], msg, "batch " + line["custom_id"])
 
 
-class LargeVocabularyTest(unittest.TestCase):
+class LargeVocabularyTest(ServerCase):
     """A random GPT-2-shaped model over GPT-2's real vocabulary: near-uniform choices among
     50,257 tokens, many of which span several JSON symbols (`":"`, `"},{"`, ` 42,`)."""
 
@@ -299,14 +289,8 @@ class LargeVocabularyTest(unittest.TestCase):
             json.dump(cfg, f)
         safetensors_io.save(os.path.join(cls.dir, "model.safetensors"), w, "F32")
         shutil.copy(os.path.join(SHARED, "tokenizers", "gpt2", "tokenizer.json"), cls.dir)
-        cls.proc, port = start_server("--threads", "1", model=("--model", cls.dir))
-        cls.c = Client(port)
-
-    @classmethod
-    def tearDownClass(cls):
-        code, err = stop_server(cls.proc)
-        shutil.rmtree(cls.dir, ignore_errors=True)
-        assert code == 0, err[-3000:]
+        cls.model_dir, cls.model_flags = cls.dir, ("--model", cls.dir)
+        super().setUpClass()
 
     def test_schemas_validate(self):
         for name in ("person", "shapes", "tuple"):

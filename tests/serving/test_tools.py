@@ -26,7 +26,7 @@ import unittest
 import jsonschema
 import numpy as np
 
-from test_server import BIN, STORIES_BIN, Client, sse_events, start_server, stop_server
+from test_server import BIN, STORIES_BIN, ServerCase, sse_events
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 SHARED = os.environ.get("TF_SHARED_DIR", os.path.join(HERE, "..", "..", "..", "shared"))
@@ -82,19 +82,14 @@ def check_calls(test, message, names=None):
     return calls
 
 
-class ToolsTest(unittest.TestCase):
+class ToolsTest(ServerCase):
     parser = None
 
     @classmethod
     def setUpClass(cls):
-        extra = ("--tool-call-parser", cls.parser) if cls.parser else ()
-        cls.proc, port = start_server("--threads", "1", *extra)
-        cls.c = Client(port)
-
-    @classmethod
-    def tearDownClass(cls):
-        code, err = stop_server(cls.proc)
-        assert code == 0, err[-3000:]
+        if cls.parser:
+            cls.server_args = ("--threads", "1", "--tool-call-parser", cls.parser)
+        super().setUpClass()
 
     def post(self, body, status=200):
         s, b, text, _ = self.c.post("/v1/chat/completions", body)
@@ -238,18 +233,12 @@ def gpt2_model_with_template(template_name):
     return d, template
 
 
-class QwenTemplateTest(unittest.TestCase):
+class QwenTemplateTest(ServerCase):
     @classmethod
     def setUpClass(cls):
         cls.dir, cls.template = gpt2_model_with_template("qwen2.5_instruct.jinja")
-        cls.proc, port = start_server("--threads", "1", model=("--model", cls.dir))
-        cls.c = Client(port)
-
-    @classmethod
-    def tearDownClass(cls):
-        code, err = stop_server(cls.proc)
-        shutil.rmtree(cls.dir, ignore_errors=True)
-        assert code == 0, err[-3000:]
+        cls.model_dir, cls.model_flags = cls.dir, ("--model", cls.dir)
+        super().setUpClass()
 
     def post(self, path, body):
         s, b, text, _ = self.c.post(path, body)
@@ -304,7 +293,7 @@ class QwenTemplateTest(unittest.TestCase):
         self.assertIn("all openai tools checks passed", p.stdout)
 
 
-class ReasoningTest(unittest.TestCase):
+class ReasoningTest(ServerCase):
     """Qwen3's template (think blocks): the answer's <think> part comes back as
     reasoning_content, streamed as its own deltas. A random model writes a think block only when
     a regex makes it (the grammar covers the whole output)."""
@@ -313,14 +302,8 @@ class ReasoningTest(unittest.TestCase):
     @classmethod
     def setUpClass(cls):
         cls.dir, _ = gpt2_model_with_template("qwen3.jinja")
-        cls.proc, port = start_server("--threads", "1", model=("--model", cls.dir))
-        cls.c = Client(port)
-
-    @classmethod
-    def tearDownClass(cls):
-        code, err = stop_server(cls.proc)
-        shutil.rmtree(cls.dir, ignore_errors=True)
-        assert code == 0, err[-3000:]
+        cls.model_dir, cls.model_flags = cls.dir, ("--model", cls.dir)
+        super().setUpClass()
 
     def post(self, body):
         s, b, text, _ = self.c.post("/v1/chat/completions", body)
