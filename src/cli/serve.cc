@@ -50,6 +50,7 @@ struct ServeOptions {
   std::vector<std::string> model_roots;
   std::string prometheus_path;   // TF Serving's monitoring path ("": none)
   std::string tool_call_parser;  // "": told from each model's chat template
+  bool check = false;            // validate and exit (no model loads, no port binds)
   // gRPC only (TF Serving's --ssl_config_file, --grpc_channel_arguments, --grpc_max_threads,
   // --grpc_socket_path).
   std::string grpc_tls_cert_pem, grpc_tls_key_pem, grpc_tls_client_ca_pem;
@@ -118,6 +119,10 @@ int run_serve(const ServeOptions& o) {
     gc.max_threads = o.grpc_max_threads;
     gc.unix_socket = o.grpc_unix_socket;
     so.grpc = gc;
+  }
+  if (o.check) {
+    std::printf("tokenflow serve --check: %s\n", ModelServer::check(so).c_str());
+    return 0;
   }
   // The signals are taken by this thread only (sigwait below): block them before any thread
   // (engine, compute pool, I/O) starts, so that every thread inherits the mask.
@@ -253,6 +258,10 @@ Action add_serve(CLI::App& app) {
          "--dtype", o->dtype,
          "weights in memory: f32, bf16, f16, int8 or q4 (a GGUF keeps its own types under f32)")
       ->capture_default_str();
+  app.add_flag("--check", o->check,
+               "check the flags, the model config and the files they name (API keys, TLS, "
+               "--model paths) without loading a model or binding a port; print a summary and "
+               "exit 0, or the problem and exit 1");
   app.add_option("--tool-call-parser", o->tool_call_parser,
                  "the format models write tool calls in: hermes (Qwen, Hermes), llama3_json, "
                  "mistral or json (default: told from each model's chat template)")

@@ -1,6 +1,10 @@
 #include "serving/model_server.h"
 
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
 #include <filesystem>
+#include <fstream>
 #include <thread>
 
 #include "core/error.h"
@@ -41,25 +45,64 @@ double dtype_ratio(kernels::WeightType t) {
 
 }  // namespace
 
-ModelServer::ModelServer(ModelServerOptions options) : options_(std::move(options)) {
-  const ModelServerOptions& o = options_;
+namespace {
+
+// The options' own rules and the config file, checked before anything loads (both the server
+// and --check run them). Returns the directories a reload's config may point into:
+// --model-root, and the base paths the server starts with (re-pointing a model at its own
+// directory is always allowed). names: the models configured.
+std::vector<std::string> checked_roots(const ModelServerOptions& o,
+                                       std::vector<std::string>* names = nullptr) {
   if (o.entries.empty() == o.model_config_file.empty())
     fail("give --model (repeatable) or --model_config_file, not both");
   if (!(o.limits.max_request_time.count() > 0)) fail("--request-timeout must be > 0");
   if (o.limits.max_prompt_tokens < 0 || o.limits.max_tokens_cap < 0)
     fail("--max-prompt-tokens and --max-tokens-cap must be >= 0");
-  // The directories a reload's config may point into: --model-root, and the base paths the
-  // server starts with (re-pointing a model at its own directory is always allowed).
   std::vector<std::string> roots = o.model_roots;
   if (!o.model_config_file.empty()) {
     const tfs::ModelServerConfig startup = load_model_server_config(o.model_config_file);
-    for (const auto& m : startup.model_config_list().config()) roots.push_back(m.base_path());
+    for (const auto& m : startup.model_config_list().config()) {
+      roots.push_back(m.base_path());
+      if (names) names->push_back(m.name());
+    }
   }
-  for (const auto& e : o.entries) roots.push_back(e.config.base_path());
+  for (const auto& e : o.entries) {
+    roots.push_back(e.config.base_path());
+    if (names) names->push_back(e.config.name());
+  }
   for (std::string& r : roots) {
     std::error_code ec;
     r = std::filesystem::weakly_canonical(r, ec).string();
   }
+  return roots;
+}
+
+}  // namespace
+
+std::string ModelServer::check(const ModelServerOptions& o) {
+  std::vector<std::string> names;
+  (void)checked_roots(o, &names);
+  if (!o.api_keys_file.empty()) (void)ApiKeys::load(o.api_keys_file);
+  for (const std::string& f : {o.http.tls_cert, o.http.tls_key}) {
+    if (f.empty()) continue;
+    std::ifstream in(f);
+    if (!in) fail("cannot read '{}' (--tls-cert / --tls-key)", f);
+  }
+  for (const auto& e : o.entries) {
+    std::error_code ec;
+    if (!std::filesystem::exists(e.config.base_path(), ec))
+      fail("model '{}': '{}' does not exist", e.config.name(), e.config.base_path());
+  }
+  std::string ports = o.serve_http ? fmt::format("HTTP {}:{}", o.http.host, o.http.port) : "";
+  if (o.grpc)
+    ports += fmt::format("{}gRPC {}:{}", ports.empty() ? "" : ", ", o.grpc->host, o.grpc->port);
+  return fmt::format("ok: {} model{} ({}); {}", names.size(), names.size() == 1 ? "" : "s",
+                     fmt::join(names, ", "), ports);
+}
+
+ModelServer::ModelServer(ModelServerOptions options) : options_(std::move(options)) {
+  const ModelServerOptions& o = options_;
+  const std::vector<std::string> roots = checked_roots(o);
 
   // A version's memory: its weights as they will be held, and its KV cache.
   const EngineConfig ec = o.engine;

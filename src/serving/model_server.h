@@ -53,6 +53,10 @@ class ModelServer {
   // Error for a bad option or config, a port in use, or (with entries) a model that does not
   // load; with a config file, a model that does not load is reported and the others serve.
   explicit ModelServer(ModelServerOptions options);
+  // What --check answers: the options' rules, the model config file, the API keys file, the
+  // TLS files and --model paths checked without loading a model or binding a port; a one-line
+  // summary, or an Error naming the problem.
+  static std::string check(const ModelServerOptions& options);
   ~ModelServer();  // shutdown(0) if it was not shut down
   ModelServer(const ModelServer&) = delete;
   ModelServer& operator=(const ModelServer&) = delete;
