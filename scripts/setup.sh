@@ -9,7 +9,7 @@ packages=(
   libpcre2-dev libsentencepiece-dev libicu-dev libboost-dev curl
   libprotobuf-dev protobuf-compiler libgrpc++-dev protobuf-compiler-grpc libssl-dev openssl
   libhdf5-dev libleveldb-dev
-  prometheus systemd
+  prometheus systemd haproxy
   libgtest-dev libgmock-dev libbenchmark-dev
   python3 python3-numpy python3-jinja2 python3-sentencepiece python3-matplotlib
   python3-grpcio python3-grpc-tools python3-yaml python3-h5py python3-jsonschema
