@@ -50,6 +50,18 @@ def http_status(url, timeout=2.0):
         return None
 
 
+def metric_of(replica, name):
+    """A metric of one replica (summed over its label sets); 0 when it does not answer."""
+    try:
+        with urllib.request.urlopen("http://127.0.0.1:%d/metrics" % replica.port,
+                                    timeout=10) as resp:
+            text = resp.read().decode()
+    except OSError:
+        return 0.0
+    return sum(float(m.group(1)) for m in re.finditer(
+        r"(?m)^%s(?:\{[^}]*\})? ([0-9.e+-]+)$" % re.escape(name), text))
+
+
 class Replica:
     """One `tokenflow serve` process for one model on a fixed port."""
 
@@ -232,22 +244,9 @@ class Fleet:
                         replica.name + " UP again")
 
     def metric_sum(self, name):
-        """A counter summed over every live replica's /metrics."""
-        total = 0.0
-        for reps in self.replicas.values():
-            for r in reps:
-                if r.proc.poll() is not None:
-                    continue
-                try:
-                    with urllib.request.urlopen("http://127.0.0.1:%d/metrics" % r.port,
-                                                timeout=10) as resp:
-                        text = resp.read().decode()
-                except OSError:
-                    continue
-                for m in re.finditer(r"(?m)^%s(?:\{[^}]*\})? ([0-9.e+-]+)$" % re.escape(name),
-                                     text):
-                    total += float(m.group(1))
-        return total
+        """A metric summed over every live replica's /metrics."""
+        return sum(metric_of(r, name) for reps in self.replicas.values() for r in reps
+                   if r.proc.poll() is None)
 
     def stop(self):
         if self.haproxy:

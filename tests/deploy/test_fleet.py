@@ -1,6 +1,7 @@
 """The local fleet (issue 25, item 3): tokenflow replicas behind Debian's haproxy, configured by
 deploy/haproxy/fleet.py, all on 127.0.0.1. Under load, kill -9 of a replica loses no
-non-streamed request (haproxy retries it on another replica); a rolling restart (SIGTERM,
+non-streamed request (haproxy retries it on another replica) and cuts the streams it held (no
+[DONE]: an error to the client, never a short answer); a rolling restart (SIGTERM,
 drain, start, ready) loses nothing; with every replica of one model dead the other model still
 answers (and the dead one gets haproxy's 503, not a hang); routing follows the body's "model"
 and TF Serving's paths; prefix affinity raises the fleet's prefix-cache hit rate over round
@@ -10,6 +11,7 @@ servers, request counts), never for fixed times.
 Env: TOKENFLOW_BIN, TF_SHARED_DIR.
 """
 
+import http.client
 import json
 import os
 import random
@@ -111,6 +113,38 @@ class FleetTest(unittest.TestCase):
             self.fleet.wait_until(lambda: load.count() >= after + 30, "30 requests after")
         self.assertEqual(load.failures(), [])
         self.assertGreaterEqual(len(load.results), 60)
+
+    def test_kill_9_ends_the_streams_it_held_with_an_error(self):
+        # Streams of one prompt go to one replica (affinity); n = 8 and 480 tokens keep it busy.
+        # The replica holding them is found by its running gauge, then killed: each stream it
+        # held ends cut off (no [DONE]), which a client sees as an error, never as a whole answer.
+        streams = []
+        for _ in range(4):
+            conn = http.client.HTTPConnection("127.0.0.1", self.fleet.port, timeout=60)
+            conn.request("POST", "/v1/completions", json.dumps({
+                "model": "a", "prompt": "Once upon a time", "max_tokens": 480, "n": 8,
+                "ignore_eos": True, "stream": True, "temperature": 1.0}),
+                {"Content-Type": "application/json"})
+            resp = conn.getresponse()
+            self.assertEqual(resp.status, 200)
+            self.assertTrue(resp.readline().startswith(b"data: "))  # it has begun
+            streams.append((conn, resp))
+        busy = []
+        self.fleet.wait_until(lambda: busy.extend(
+            r for r in self.fleet.replicas["a"]
+            if F.metric_of(r, "tokenflow_num_requests_running") > 0) or busy,
+            "the replica holding the streams")
+        busy[0].kill(signal.SIGKILL)
+        cut = 0
+        for conn, resp in streams:
+            try:
+                body = resp.read().decode()
+                whole = body.rstrip().endswith("data: [DONE]")
+            except (http.client.IncompleteRead, ConnectionError):
+                whole = False
+            cut += not whole
+            conn.close()
+        self.assertGreater(cut, 0, "a stream on the killed replica came back whole")
 
     def test_rolling_restart_loses_nothing(self):
         with Load(self.fleet) as load:
