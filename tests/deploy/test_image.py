@@ -26,6 +26,12 @@ SHARED = os.environ.get("TF_SHARED_DIR", os.path.join(REPO, "..", "shared"))
 STORIES = os.path.join(SHARED, "models", "stories260K")
 
 
+def sanitized():
+    """Whether BIN is a sanitizer build (the image and the Dockerfile are made from release)."""
+    out = subprocess.run(["ldd", BIN], capture_output=True, text=True).stdout
+    return any(n in out for n in ("libasan", "libtsan", "libubsan"))
+
+
 def build_rootfs(path):
     p = subprocess.run([os.path.join(REPO, "scripts", "build-image"), "--binary", BIN,
                         "--rootfs", path, "--no-import"], capture_output=True, text=True,
@@ -66,8 +72,9 @@ class RootFsTest(unittest.TestCase):
 
     def test_the_root_file_system_is_small_and_complete(self):
         # Measured: ~90 MB (the binary 14 MB; ICU's data, gRPC, HDF5 and OpenSSL most of the
-        # rest). A library pulled in by mistake shows here.
-        self.assertLess(self.size, 200 * 2**20, self.size)
+        # rest). A library pulled in by mistake shows here. (A sanitizer build is ~4x larger.)
+        if not sanitized():
+            self.assertLess(self.size, 200 * 2**20, self.size)
         names = set(os.listdir(os.path.join(self.rootfs, "usr", "local", "bin")))
         self.assertEqual(names, {"tokenflow", "libtf_spm_shim.so"})
         for d in ("proc", "dev", "tmp", "models"):
@@ -135,6 +142,9 @@ class RootFsTest(unittest.TestCase):
 @unittest.skipUnless(shutil.which("dpkg") and shutil.which("readelf"), "needs dpkg and readelf")
 class DockerfileTest(unittest.TestCase):
     def test_runtime_packages_cover_every_linked_library(self):
+        if sanitized():
+            self.skipTest("a sanitizer build links more than the release build the Dockerfile "
+                          "makes; checked in the release run")
         with open(os.path.join(REPO, "Dockerfile")) as f:
             text = f.read()
         runtime = text[text.index("FROM debian:bookworm-slim"):]
