@@ -2,25 +2,13 @@
 
 #include <algorithm>
 
+#include "serving/text_trim.h"
+
 namespace tf {
 namespace {
 
 constexpr std::string_view kOpen = "<think>";
 constexpr std::string_view kClose = "</think>";
-
-bool space(char c) {
-  return c == ' ' || c == '\n' || c == '\t' || c == '\r';
-}
-
-std::string_view ltrim(std::string_view s) {
-  while (!s.empty() && space(s.front())) s.remove_prefix(1);
-  return s;
-}
-
-std::string_view rtrim(std::string_view s) {
-  while (!s.empty() && space(s.back())) s.remove_suffix(1);
-  return s;
-}
 
 // The length of the longest suffix of s that is a proper prefix of marker.
 size_t partial_suffix(std::string_view s, std::string_view marker) {

@@ -8,6 +8,7 @@
 #include "core/error.h"
 #include "sampling/json_schema.h"
 #include "serving/api_common.h"
+#include "serving/text_trim.h"
 
 namespace tf {
 namespace {
@@ -23,13 +24,6 @@ constexpr std::string_view kMistralArgs = "[ARGS]";
 
 [[noreturn]] void bad(const char* field, const std::string& message) {
   throw HttpError(400, message, "", field);
-}
-
-std::string_view trim(std::string_view s) {
-  const auto ws = [](char c) { return c == ' ' || c == '\n' || c == '\t' || c == '\r'; };
-  while (!s.empty() && ws(s.front())) s.remove_prefix(1);
-  while (!s.empty() && ws(s.back())) s.remove_suffix(1);
-  return s;
 }
 
 bool known(const std::vector<std::string>& names, const std::string& name) {
@@ -85,10 +79,7 @@ std::optional<std::vector<ToolCall>> calls_from_json(std::string_view text,
 // none (null) when there is nothing else.
 std::optional<std::string> content_of(std::string_view text) {
   if (trim(text).empty()) return std::nullopt;
-  while (!text.empty() &&
-         (text.back() == ' ' || text.back() == '\n' || text.back() == '\t' || text.back() == '\r'))
-    text.remove_suffix(1);
-  return std::string(text);
+  return std::string(rtrim(text));
 }
 
 ParsedToolOutput as_content(std::string_view text) {
