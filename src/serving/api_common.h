@@ -58,6 +58,12 @@ std::string tfserving_error_body(const std::string& message);
 // and was stopped".
 std::string deadline_message(std::chrono::milliseconds limit);
 
+// Whether a request body has the field with a value (a JSON null counts as absent, as OpenAI
+// reads it).
+inline bool present(const nlohmann::json& body, const char* key) {
+  return body.contains(key) && !body[key].is_null();
+}
+
 // JSON text; invalid UTF-8 (a token that is half a character) becomes U+FFFD instead of throwing.
 std::string dump_json(const nlohmann::json& j);
 std::string dump_json(const nlohmann::ordered_json& j);

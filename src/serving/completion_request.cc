@@ -54,10 +54,6 @@ const std::unordered_set<std::string> kPredictParams = {"max_tokens",
                                                         "include_stop_str_in_output",
                                                         "no_repeat_ngram_size"};
 
-bool present(const json& body, const char* k) {
-  return body.contains(k) && !body[k].is_null();
-}
-
 void check_fields(const json& body, bool chat) {
   if (!body.is_object()) throw HttpError(400, "the request body must be a JSON object");
   const auto& own = chat ? kChatFields : kCompletionFields;

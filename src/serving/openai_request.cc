@@ -236,7 +236,7 @@ nlohmann::ordered_json read_message_tool_calls(const json& calls) {
                  "\"function\": {{\"name\", \"arguments\"}}}}");
     const json& fn = c["function"];
     nlohmann::ordered_json args = nlohmann::ordered_json::object();
-    if (fn.contains("arguments") && !fn["arguments"].is_null()) {
+    if (present(fn, "arguments")) {
       if (fn["arguments"].is_string()) {
         args = nlohmann::ordered_json::parse(fn["arguments"].get<std::string>(), nullptr, false);
         if (args.is_discarded())
@@ -285,10 +285,9 @@ std::vector<ChatMessage> read_chat_messages(const json& body) {
       }
     }
     ChatMessage msg(m["role"].get<std::string>(), std::move(content));
-    if (m.contains("tool_calls") && !m["tool_calls"].is_null())
-      msg.tool_calls = read_message_tool_calls(m["tool_calls"]);
+    if (present(m, "tool_calls")) msg.tool_calls = read_message_tool_calls(m["tool_calls"]);
     for (const char* k : {"tool_call_id", "name"}) {
-      if (!m.contains(k) || m[k].is_null()) continue;
+      if (!present(m, k)) continue;
       if (!m[k].is_string()) fail_field("messages", "a message's '{}' must be a string", k);
       (std::string(k) == "name" ? msg.name : msg.tool_call_id) = m[k].get<std::string>();
     }

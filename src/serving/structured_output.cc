@@ -15,10 +15,6 @@ namespace {
 using json = nlohmann::json;
 using ojson = nlohmann::ordered_json;
 
-bool present(const json& body, const char* k) {
-  return body.contains(k) && !body[k].is_null();
-}
-
 class Reader {
  public:
   Reader(const json& body, const std::function<ojson()>& ordered)

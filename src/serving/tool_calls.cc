@@ -252,7 +252,7 @@ ToolFormat detect_tool_format(std::string_view source) {
 
 ToolRequest read_tool_request(const json& body, const ojson& ordered) {
   ToolRequest r;
-  if (body.contains("tools") && !body["tools"].is_null()) {
+  if (present(body, "tools")) {
     const json& tools = body["tools"];
     if (!tools.is_array()) bad("tools", "'tools' must be a list");
     if (tools.size() > 1024) bad("tools", "'tools' holds more than 1024 tools");
@@ -271,11 +271,10 @@ ToolRequest read_tool_request(const json& body, const ojson& ordered) {
       const std::string name = fn["name"].get<std::string>();
       if (known(r.names, name))
         bad("tools", fmt::format("{}: two tools are named '{}'", where, name));
-      if (fn.contains("description") && !fn["description"].is_null() &&
-          !fn["description"].is_string())
+      if (present(fn, "description") && !fn["description"].is_string())
         bad("tools", fmt::format("{}: 'function.description' must be a string", where));
       ojson params = ojson{{"type", "object"}};
-      if (fn.contains("parameters") && !fn["parameters"].is_null()) {
+      if (present(fn, "parameters")) {
         if (!fn["parameters"].is_object())
           bad("tools",
               fmt::format("{}: 'function.parameters' must be a JSON schema object", where));
@@ -293,7 +292,7 @@ ToolRequest read_tool_request(const json& body, const ojson& ordered) {
     }
     r.tools = ordered["tools"];
   }
-  if (body.contains("tool_choice") && !body["tool_choice"].is_null()) {
+  if (present(body, "tool_choice")) {
     const json& c = body["tool_choice"];
     if (c.is_string()) {
       const std::string s = c.get<std::string>();
@@ -324,7 +323,7 @@ ToolRequest read_tool_request(const json& body, const ojson& ordered) {
     if ((r.choice == ToolRequest::kRequired) && r.names.empty())
       bad("tool_choice", "'tool_choice' is \"required\" but no 'tools' are given");
   }
-  if (body.contains("parallel_tool_calls") && !body["parallel_tool_calls"].is_null()) {
+  if (present(body, "parallel_tool_calls")) {
     if (!body["parallel_tool_calls"].is_boolean())
       bad("parallel_tool_calls", "'parallel_tool_calls' must be a boolean");
     r.parallel = body["parallel_tool_calls"].get<bool>();
