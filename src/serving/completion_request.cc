@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include <cmath>
+#include <optional>
 #include <unordered_set>
 
 #include "serving/api_common.h"
@@ -108,7 +109,15 @@ void read_body(const json& body, bool chat, bool log_prompt,
   r.model = string_field(body, "model");
   r.user = string_field(body, "user");
   r.cache_salt = string_field(body, "cache_salt");
-  r.output = read_output_constraint(body, ordered_body);
+  // The body with its members in the order sent, parsed at most once for the schema and the
+  // tools' parameters.
+  std::optional<nlohmann::ordered_json> ordered;
+  const std::function<nlohmann::ordered_json()> ordered_once = [&] {
+    if (!ordered)
+      ordered = ordered_body ? ordered_body() : nlohmann::ordered_json::parse(body.dump());
+    return *ordered;
+  };
+  r.output = read_output_constraint(body, ordered_once);
   r.params = parse_sampling_params(body, chat, 16);
   r.max_tokens_given =
       present(body, "max_tokens") || (chat && present(body, "max_completion_tokens"));
@@ -141,8 +150,7 @@ void read_body(const json& body, bool chat, bool log_prompt,
     r.messages = read_chat_messages(body);
     if (present(body, "tools") || present(body, "tool_choice") ||
         present(body, "parallel_tool_calls")) {
-      r.tools = read_tool_request(
-          body, ordered_body ? ordered_body() : nlohmann::ordered_json::parse(body.dump()));
+      r.tools = read_tool_request(body, ordered_once());
       if (r.tools.forced() && r.output.kind != OutputConstraint::kNone)
         throw HttpError(400,
                         fmt::format("'tool_choice' forces a tool call, and '{}' asks for another "

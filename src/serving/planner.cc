@@ -68,14 +68,14 @@ GenerationPlan plan_request(
       p.prompts.push_back(render_chat_prompt(
           req.messages, req.add_generation_prompt, tokenizer, cfg, req.chat_template_kwargs,
           req.tools.names.empty() ? nlohmann::ordered_json() : req.tools.tools, &rendered));
-      if (template_reasons(chat_template_source(tokenizer, cfg))) {
+      const std::string source = chat_template_source(tokenizer, cfg);
+      if (template_reasons(source)) {
         p.reasoning = true;
         p.thinking_opened = prompt_opens_thinking(rendered);
       }
       if (req.tools.active()) {
         p.tools = std::make_shared<const ToolRequest>(req.tools);
-        p.tool_format =
-            tool_format ? *tool_format : detect_tool_format(chat_template_source(tokenizer, cfg));
+        p.tool_format = tool_format ? *tool_format : detect_tool_format(source);
       }
     } else {
       if (req.prompts.empty()) fail_field("prompt", "'prompt' is required");
