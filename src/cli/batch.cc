@@ -41,9 +41,8 @@ struct Job {
   std::string model;
   std::string error;  // set when the line could not be turned into a request, or failed
   std::string error_code = "invalid_request";  // "server_error": the engine failed on it
-  std::shared_ptr<const ToolRequest> tools;    // chat with tools: the output parsed for calls
-  ToolFormat tool_format = ToolFormat::kJson;
-  bool reasoning = false, thinking_opened = false;  // a reasoning template: think blocks apart
+  // Chat: how a choice's message is shaped (tool calls and reasoning parsed as the API does).
+  OpenAiShape shape;
 };
 
 Job parse_line(const std::string& text, size_t line, const LoadedTokenizer& tok,
@@ -75,10 +74,11 @@ Job parse_line(const std::string& text, size_t line, const LoadedTokenizer& tok,
       fail("a batch line holds one prompt, not {}", req.prompts.size());
     GenerationPlan plan =
         plan_request(req, tok, cfg, job.custom_id, default_max_tokens, grammar_vocab);
-    job.tools = plan.tools;
-    job.reasoning = plan.reasoning;
-    job.thinking_opened = plan.thinking_opened;
-    job.tool_format = plan.tool_format;
+    job.shape.chat = job.chat;
+    job.shape.tools = plan.tools;
+    job.shape.tool_format = plan.tool_format;
+    job.shape.reasoning = plan.reasoning;
+    job.shape.thinking_opened = plan.thinking_opened;
     job.prompt = std::move(plan.requests[0].prompt);
     job.params = std::move(plan.requests[0].params);
   } catch (const std::exception& e) {
@@ -102,14 +102,8 @@ json result_line(const Job& job, const std::vector<CompletedSequence>& seqs,
     completion_tokens += static_cast<int64_t>(seqs[i].tokens.size());
     json c = {{"index", i}, {"finish_reason", finish_reason_name(seqs[i].finish)}};
     if (job.chat) {  // as the chat API answers (openai_response)
-      OpenAiShape shape;
-      shape.chat = true;
-      shape.tools = job.tools;
-      shape.tool_format = job.tool_format;
-      shape.reasoning = job.reasoning;
-      shape.thinking_opened = job.thinking_opened;
       const char* finish_as = nullptr;
-      c["message"] = json(openai_chat_message(shape, seqs[i].text, seqs[i].finish, finish_as));
+      c["message"] = json(openai_chat_message(job.shape, seqs[i].text, seqs[i].finish, finish_as));
       if (finish_as) c["finish_reason"] = finish_as;
     } else {
       c["text"] = seqs[i].text;
