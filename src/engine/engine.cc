@@ -1,6 +1,7 @@
 #include "engine/engine.h"
 
 #include <algorithm>
+#include <new>
 
 #include "core/error.h"
 #include "core/log.h"
@@ -152,6 +153,10 @@ std::shared_ptr<RequestStream> Engine::submit(GenerationRequest request) {
   // Beams may each end up with their own blocks: the request must fit num_beams of them.
   const int64_t need = manager_.blocks_for(total) * (p.beam_search() ? p.num_beams : 1);
   if (need > pool_.num_blocks()) {
+    {
+      std::lock_guard<std::mutex> lock(stats_mu_);
+      ++stats_.oom_kv_refused;
+    }
     fail(ErrorKind::kResourceExhausted,
          "the prompt plus max_tokens needs {} KV blocks; the whole KV cache has {}", need,
          pool_.num_blocks());
@@ -222,9 +227,14 @@ void Engine::loop() {
       if (stop_) return;
     }
     admit_new_requests();
+    const auto started = Clock::now();
     try {
       step();
     } catch (const std::exception& e) {
+      if (dynamic_cast<const std::bad_alloc*>(&e)) {
+        std::lock_guard<std::mutex> lock(stats_mu_);
+        ++stats_.oom_alloc_failures;
+      }
       // A bug must not leave clients hanging: end every active request, as failed (a server
       // error, not a cancellation).
       log::error("engine step failed: {}", e.what());
@@ -247,6 +257,9 @@ void Engine::loop() {
       }
       active_.clear();
     }
+    const double busy = std::chrono::duration<double>(Clock::now() - started).count();
+    std::lock_guard<std::mutex> lock(stats_mu_);
+    stats_.busy_seconds += busy;
   }
 }
 
@@ -255,6 +268,7 @@ void Engine::step() {
   const SchedulerOutput sched = scheduler_.schedule();
   run_forward(sched);
   note_first_scheduled(sched);
+  gather_prompt_rows(sched);
   sample(scheduler_.update(sched));
   step_beam_searches();
   retire_and_record(sched);
@@ -297,12 +311,77 @@ void Engine::run_forward(const SchedulerOutput& sched) {
   if (sched.chunks.empty()) return;
   for (const BlockCopy& c : sched.block_copies) kv_.copy_block(c.src, c.dst);
   batch_.clear();
+  first_row_.clear();
+  last_row_.clear();
+  int64_t rows = 0;
+  bool hidden = false;
   for (const auto& c : sched.chunks) {
+    const GenerationRequest& spec = c.seq->request->spec;
+    // Every row of a chunk that computes prompt positions, for the requests that gather them.
+    const bool all = spec.all_prompt_rows() && c.start < c.seq->prompt_len && !c.seq->padding;
     batch_.push_back({std::span<const int32_t>(c.seq->tokens.data() + c.start, c.count), c.start,
-                      c.seq->block_table, false});
+                      c.seq->block_table, all});
+    first_row_.push_back(rows);
+    rows += all ? c.count : 1;
+    last_row_.push_back(rows - 1);
+    hidden = hidden || spec.pooling != Pooling::kNone;
   }
-  logits_.resize(sched.chunks.size() * model_.config().vocab_size);
-  model_.forward(batch_, kv_, logits_.data(), pool_threads_);
+  logits_.resize(static_cast<size_t>(rows * model_.config().vocab_size));
+  if (hidden) hidden_.resize(static_cast<size_t>(rows * model_.config().dim));
+  model_.forward(batch_, kv_, logits_.data(), pool_threads_, hidden ? hidden_.data() : nullptr);
+}
+
+void Engine::gather_prompt_rows(const SchedulerOutput& sched) {
+  const int64_t vocab = model_.config().vocab_size, dim = model_.config().dim;
+  for (size_t i = 0; i < sched.chunks.size(); ++i) {
+    if (!batch_[i].all_logits) continue;
+    const ScheduledChunk& c = sched.chunks[i];
+    Sequence& seq = *c.seq;
+    EngineRequest& r = *seq.request;
+    for (int64_t j = 0; j < c.count; ++j) {
+      const int64_t pos = c.start + j, row = first_row_[i] + j;
+      if (pos >= seq.prompt_len) break;
+      // Row pos predicts the prompt's token pos + 1; entry k of the list is token k + 1's.
+      if (r.spec.prompt_logprobs && pos + 1 < seq.prompt_len &&
+          static_cast<int64_t>(r.prompt_logprobs.size()) == pos) {
+        PromptLogprob lp;
+        lp.sample = logprobs_of(std::span<const float>(logits_.data() + row * vocab, vocab),
+                                seq.tokens[pos + 1], *r.spec.prompt_logprobs, &lp.rank);
+        r.prompt_logprobs.push_back(std::move(lp));
+      }
+      if (r.spec.pooling == Pooling::kMean && r.pooled_positions == pos) {
+        r.pooled_sum.resize(static_cast<size_t>(dim), 0.0);
+        const float* h = hidden_.data() + row * dim;
+        for (int64_t d = 0; d < dim; ++d) r.pooled_sum[d] += h[d];
+        ++r.pooled_positions;
+      }
+    }
+  }
+}
+
+void Engine::finish_embedding(Sequence& seq, int64_t chunk) {
+  EngineRequest& r = *seq.request;
+  const int64_t dim = model_.config().dim;
+  RequestOutput out;
+  out.index = seq.index;
+  out.embedding.resize(static_cast<size_t>(dim));
+  if (r.spec.pooling == Pooling::kMean) {
+    const double n = static_cast<double>(std::max<int64_t>(r.pooled_positions, 1));
+    for (int64_t d = 0; d < dim; ++d) out.embedding[d] = static_cast<float>(r.pooled_sum[d] / n);
+  } else {
+    const float* h = hidden_.data() + last_row_[chunk] * dim;
+    std::copy(h, h + dim, out.embedding.begin());
+  }
+  if (r.timings.first_token == Clock::time_point{}) r.timings.first_token = Clock::now();
+  scheduler_.remove(&seq);
+  seq.status = SequenceStatus::kFinished;
+  out.finish = FinishReason::kStop;
+  if (r.group.finish_sample()) {
+    out.request_done = true;
+    r.timings.finished = Clock::now();
+    r.stream->set_timings(r.timings);
+  }
+  r.stream->push(std::move(out));
 }
 
 void Engine::note_first_scheduled(const SchedulerOutput& sched) {
@@ -323,11 +402,16 @@ void Engine::sample(const std::vector<ReadySequence>& ready) {
   for (const ReadySequence& r : ready) {
     Sequence& seq = *r.seq;
     SequenceGroup& group = seq.request->group;
-    if (group.beam_search()) {
-      group.set_beam_row(seq, r.row);
+    if (seq.request->spec.pooling != Pooling::kNone) {
+      finish_embedding(seq, r.row);
       continue;
     }
-    const std::span<float> row(logits_.data() + r.row * vocab, vocab);
+    const int64_t row_index = last_row_[r.row];  // r.row: the chunk
+    if (group.beam_search()) {
+      group.set_beam_row(seq, row_index);
+      continue;
+    }
+    const std::span<float> row(logits_.data() + row_index * vocab, vocab);
     for (Sequence* sibling : group.start_siblings(seq, scheduler_)) {
       if (sibling_rows_.size() <= copies) sibling_rows_.emplace_back();
       std::vector<float>& copy = sibling_rows_[copies++];
@@ -355,6 +439,10 @@ void Engine::stream_step(Sequence& seq, StepOutput so) {
   out.token_ids.push_back(so.sample.token);
   out.text = std::move(so.text);
   if (r->spec.params.logprobs) out.logprobs.push_back(std::move(so.sample));
+  if (r->spec.prompt_logprobs && !r->prompt_logprobs_sent) {
+    out.prompt_logprobs = std::move(r->prompt_logprobs);
+    r->prompt_logprobs_sent = true;
+  }
   if (seq.sampler->finished()) finish_sequence(&seq, out);
   r->stream->push(std::move(out));
 }
@@ -450,6 +538,8 @@ void append_output(CompletedSequence& s, const RequestOutput& o) {
   s.tokens.insert(s.tokens.end(), o.token_ids.begin(), o.token_ids.end());
   s.text += o.text;
   s.logprobs.insert(s.logprobs.end(), o.logprobs.begin(), o.logprobs.end());
+  if (!o.prompt_logprobs.empty()) s.prompt_logprobs = o.prompt_logprobs;
+  if (!o.embedding.empty()) s.embedding = o.embedding;
   if (o.finish != FinishReason::kNone) {
     s.finish = o.finish;
     s.cumulative_logprob = o.cumulative_logprob;

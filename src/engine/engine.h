@@ -53,6 +53,12 @@ struct EngineStats {
   static constexpr std::array<int64_t, 10> kBatchBuckets = {1, 2, 4, 8, 16, 32, 64, 128, 256, 512};
   std::array<int64_t, kBatchBuckets.size() + 1> batch_size_steps{};  // the last: above 512
   int64_t batch_seqs = 0;
+  // Seconds the engine spent in steps (forward passes, sampling): busy_seconds over wall time is
+  // the compute pool's utilization, the CPU's counterpart of GPU utilization.
+  double busy_seconds = 0.0;
+  // Out of memory: requests refused because their prompt plus max_tokens can never fit the KV
+  // cache; steps that failed to allocate (std::bad_alloc: their requests ended as failed).
+  int64_t oom_kv_refused = 0, oom_alloc_failures = 0;
 };
 
 class Engine {
@@ -86,6 +92,11 @@ class Engine {
   // Copies the blocks the scheduler asked for and runs the forward pass over the step's chunks.
   void run_forward(const SchedulerOutput& sched);
   void note_first_scheduled(const SchedulerOutput& sched);
+  // What requests asking for every prompt row gather from the step's rows: prompt logprobs
+  // and mean-pooled hidden states.
+  void gather_prompt_rows(const SchedulerOutput& sched);
+  // Ends an embedding request whose prompt is computed: its pooled hidden state, nothing sampled.
+  void finish_embedding(Sequence& seq, int64_t chunk);
   // Samples the sequences whose logits are ready (starting a request's siblings the first
   // time), or hands a beam's row to its group. The draws (processors, sampling, detokenizing,
   // stop checks: each sequence's own state) run side by side on the pool; what touches the
@@ -118,7 +129,10 @@ class Engine {
 
   std::vector<std::unique_ptr<EngineRequest>> active_;  // engine thread only
   std::vector<float> logits_;
+  std::vector<float> hidden_;  // the rows' final hidden states, when an embedding request runs
   std::vector<SequenceChunk> batch_;
+  std::vector<int64_t> first_row_;  // per chunk of the step: its first logits row (last: below)
+  std::vector<int64_t> last_row_;
   // One step's draws: a sequence, its logits row (a sibling's own copy on its first step), the
   // result.
   struct Draw {
@@ -147,7 +161,9 @@ struct CompletedSequence {
   FinishReason finish = FinishReason::kNone;
   double cumulative_logprob = 0.0;
   std::vector<SampleResult> logprobs;
-  std::string error;  // the engine failed on it (RequestOutput::error)
+  std::vector<PromptLogprob> prompt_logprobs;  // when asked for (on one of a request's sequences)
+  std::vector<float> embedding;                // an embedding request's
+  std::string error;                           // the engine failed on it (RequestOutput::error)
 };
 // Adds one output event to the sequence it belongs to.
 void append_output(CompletedSequence& seq, const RequestOutput& out);

@@ -11,6 +11,7 @@
 #include <functional>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -22,6 +23,15 @@
 namespace tf {
 
 using Clock = std::chrono::steady_clock;
+
+// How an embedding request pools the prompt's final hidden states (after the final norm).
+enum class Pooling { kNone, kLast, kMean };
+
+// A prompt token's log-probability given the tokens before it (vLLM's prompt_logprobs).
+struct PromptLogprob {
+  SampleResult sample;  // token: the prompt's token; top: the most likely there
+  int32_t rank = 0;     // 1: the model's most likely token at that position
+};
 
 // What submit() takes.
 struct GenerationRequest {
@@ -39,6 +49,16 @@ struct GenerationRequest {
   // Past this moment the request ends as if cancelled (finish reason abort, blocks freed),
   // waiting or running; the epoch (default) means none.
   std::chrono::steady_clock::time_point deadline{};
+  // Set: the log-probability of every prompt token after the first, with this many top
+  // alternatives, in the request's first output. The prompt is then computed in full (no prefix
+  // cache hits: a cached position has no logits).
+  std::optional<int32_t> prompt_logprobs;
+  // Not kNone: an embedding request. The prompt is computed, its hidden states pooled into the
+  // last output's embedding, and nothing is generated (sampling parameters are ignored).
+  Pooling pooling = Pooling::kNone;
+
+  // Every prompt position needs its row of the forward pass, not only the last.
+  bool all_prompt_rows() const { return prompt_logprobs.has_value() || pooling == Pooling::kMean; }
 };
 
 // Fits max_tokens to the context, the one rule of every door: lowered to the room the prompt
@@ -62,6 +82,9 @@ struct RequestOutput {
   FinishReason finish = FinishReason::kNone;
   double cumulative_logprob = 0.0;  // set with finish (when logprobs or best_of ask for it)
   bool request_done = false;        // the last event of the request
+  // The prompt's logprobs (positions 1..), in the request's first output when asked for.
+  std::vector<PromptLogprob> prompt_logprobs;
+  std::vector<float> embedding;  // an embedding request's pooled hidden state (its last output)
   // Set (with finish kAbort) when the engine failed while running the request: a server error
   // (500 / INTERNAL), not a cancellation. What clients may be told; the log has the cause.
   std::string error;
@@ -111,6 +134,12 @@ struct EngineRequest {
   std::shared_ptr<RequestStream> stream;
   RequestTimings timings;
   bool queued = true;  // counted in the engine's queue until first scheduled
+  // Gathered while the prompt is computed (positions in order; a recompute after preemption
+  // adds nothing already gathered): prompt logprobs, and the hidden states' sum for mean pooling.
+  std::vector<PromptLogprob> prompt_logprobs;
+  bool prompt_logprobs_sent = false;
+  std::vector<double> pooled_sum;
+  int64_t pooled_positions = 0;
 };
 
 // The last event of a request that ended without a result (cancelled, engine stopped or failed).

@@ -169,7 +169,9 @@ SchedulerOutput Scheduler::schedule() {
   while (admit && !waiting_.empty() && budget > 0 &&
          static_cast<int64_t>(running_.size()) < config_.max_num_seqs) {
     Sequence* seq = waiting_.front();
-    if (seq->num_computed == 0 && seq->block_table.empty()) kv_.match_prefix(*seq, salt(seq));
+    // A request gathering every prompt row computes them all: a cached position has no row.
+    if (seq->num_computed == 0 && seq->block_table.empty() && !seq->request->spec.all_prompt_rows())
+      kv_.match_prefix(*seq, salt(seq));
     const int64_t remaining = seq->num_tokens() - seq->num_computed;
     const int64_t take = config_.chunked_prefill ? std::min(remaining, budget) : remaining;
     if (take > budget || !kv_.allocate_slots(*seq, seq->num_computed + take, out.block_copies)) {

@@ -1,5 +1,6 @@
 #include "model/gpt2.h"
 
+#include <cstring>
 #include <vector>
 
 #include "kernels/matmul.h"
@@ -111,6 +112,8 @@ class Gpt2Model final : public Model {
       kernels::layer_norm(a.xb.data() + i * dim, lnf_w_, lnf_b_, c.norm_eps, dim,
                           a.head_in.data() + i * dim);
     });
+    if (hidden_out_)
+      std::memcpy(hidden_out_, a.head_in.data(), static_cast<size_t>(rows * dim) * sizeof(float));
     kernels::matmul(a.head_in.data(), rows, lm_head_, nullptr, logits, pool);
   }
 

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <deque>
 #include <numeric>
 #include <vector>
@@ -197,6 +198,8 @@ class LlamaModel final : public Model {
       kernels::rms_norm(a.xb.data() + i * dim, final_norm_, c.norm_eps, dim,
                         a.head_in.data() + i * dim);
     });
+    if (hidden_out_)
+      std::memcpy(hidden_out_, a.head_in.data(), static_cast<size_t>(rows * dim) * sizeof(float));
     kernels::matmul(a.head_in.data(), rows, lm_head_, nullptr, logits, pool);
     if (c.final_softcap > 0.0f) {
       const float cap = c.final_softcap, inv = 1.0f / cap;

@@ -30,7 +30,7 @@ int64_t Model::logit_rows(std::span<const SequenceChunk> batch) {
 }
 
 void Model::forward(std::span<const SequenceChunk> batch, KvCache& kv, float* logits,
-                    ThreadPool& pool) {
+                    ThreadPool& pool, float* hidden) {
   if (batch.empty()) fail("empty batch");
   const int64_t bs = kv.block_size();
   const int64_t window = config_.window_of_every_layer();
@@ -76,6 +76,7 @@ void Model::forward(std::span<const SequenceChunk> batch, KvCache& kv, float* lo
                                static_cast<int32_t>(i)};
     }
   }
+  hidden_out_ = hidden;
   run(batch, token_positions_, kv, logits, pool);
 }
 

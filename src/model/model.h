@@ -44,8 +44,10 @@ class Model {
   // Checks the batch against the model and the cache, then runs it: writes K/V for every token
   // and the logits rows ([logit_rows(batch), vocab_size]) to `logits`. Throws before changing
   // anything if a token, position or block is out of range. Not thread-safe: one caller (the
-  // engine thread of this instance) at a time.
-  void forward(std::span<const SequenceChunk> batch, KvCache& kv, float* logits, ThreadPool& pool);
+  // engine thread of this instance) at a time. hidden, when given, also gets each logits row's
+  // final hidden state after the final norm ([logit_rows(batch), dim]: what embeddings pool).
+  void forward(std::span<const SequenceChunk> batch, KvCache& kv, float* logits, ThreadPool& pool,
+               float* hidden = nullptr);
 
   static int64_t logit_rows(std::span<const SequenceChunk> batch);
 
@@ -60,6 +62,7 @@ class Model {
 
   ModelConfig config_;
   WeightStore weights_;
+  float* hidden_out_ = nullptr;  // forward()'s hidden, for run() to fill (null: not asked for)
 
  private:
   std::vector<TokenPosition> token_positions_;

@@ -203,24 +203,43 @@ SampleResult Sampler::sample(const SamplingParams& p, std::span<const float> log
     }
   }
   if (p.logprobs) {
-    // log_softmax over the processed logits (before truncation): one pass for the normalizer.
-    float mx = kNegInf;
-    for (float l : logits) mx = std::max(mx, l);
-    double sum = 0.0;
-    for (float l : logits) sum += std::exp(static_cast<double>(l - mx));
-    const double lse = static_cast<double>(mx) + std::log(sum);
-    r.logprob = static_cast<float>(static_cast<double>(logits[r.token]) - lse);
-    const int32_t k = std::min<int32_t>(*p.logprobs, static_cast<int32_t>(logits.size()));
-    if (k > 0) {
-      cand_.clear();
-      for (size_t i = 0; i < logits.size(); ++i)
-        cand_.emplace_back(logits[i], static_cast<int32_t>(i));
-      std::partial_sort(cand_.begin(), cand_.begin() + k, cand_.end(), better);
-      for (int32_t i = 0; i < k; ++i) {
-        r.top.push_back(
-            {cand_[i].second, static_cast<float>(static_cast<double>(cand_[i].first) - lse)});
-      }
-    }
+    // log_softmax over the processed logits (before truncation).
+    SampleResult lp = logprobs_of(logits, r.token, *p.logprobs);
+    r.logprob = lp.logprob;
+    r.top = std::move(lp.top);
+  }
+  return r;
+}
+
+SampleResult logprobs_of(std::span<const float> logits, int32_t token, int32_t top_k,
+                         int32_t* rank) {
+  SampleResult r;
+  r.token = token;
+  // One pass for the normalizer.
+  float mx = kNegInf;
+  for (float l : logits) mx = std::max(mx, l);
+  double sum = 0.0;
+  for (float l : logits) sum += std::exp(static_cast<double>(l - mx));
+  const double lse = static_cast<double>(mx) + std::log(sum);
+  r.logprob = static_cast<float>(static_cast<double>(logits[token]) - lse);
+  if (rank) {
+    // 1 + the tokens `better` puts first (more likely; equally likely with a lower id).
+    int32_t ahead = 0;
+    const float own = logits[token];
+    for (size_t i = 0; i < logits.size(); ++i)
+      ahead += logits[i] > own || (logits[i] == own && static_cast<int32_t>(i) < token);
+    *rank = ahead + 1;
+  }
+  const int32_t k = std::min<int32_t>(top_k, static_cast<int32_t>(logits.size()));
+  if (k > 0) {
+    thread_local std::vector<std::pair<float, int32_t>> cand;
+    cand.clear();
+    for (size_t i = 0; i < logits.size(); ++i)
+      cand.emplace_back(logits[i], static_cast<int32_t>(i));
+    std::partial_sort(cand.begin(), cand.begin() + k, cand.end(), better);
+    for (int32_t i = 0; i < k; ++i)
+      r.top.push_back(
+          {cand[i].second, static_cast<float>(static_cast<double>(cand[i].first) - lse)});
   }
   return r;
 }

@@ -32,6 +32,12 @@ uint64_t random_seed();
 // Index of the largest value; the lowest index wins ties.
 int32_t argmax(std::span<const float> logits);
 
+// The log-probability of `token` under log_softmax(logits) and the top_k most likely tokens
+// (best first, ties to the lower id), as sampling reports them; with rank, the token's rank (1:
+// the most likely). Prompt logprobs use it on the model's raw logits.
+SampleResult logprobs_of(std::span<const float> logits, int32_t token, int32_t top_k,
+                         int32_t* rank = nullptr);
+
 class Sampler {
  public:
   // logits are processed (steps 1-6). Greedy when params.greedy(); else truncates and draws

@@ -58,8 +58,8 @@ void SamplingParams::validate(int64_t vocab_size) const {
   if (best_of && (*best_of < n || *best_of > 128)) {
     fail_field("best_of", "best_of must be between n ({}) and 128, got {}", n, *best_of);
   }
-  if (logprobs && (*logprobs < 0 || *logprobs > 20))
-    fail_field("logprobs", "logprobs must be between 0 and 20, got {}", *logprobs);
+  if (logprobs && (*logprobs < 0 || *logprobs > kMaxLogprobs))
+    fail_field("logprobs", "logprobs must be between 0 and {}, got {}", kMaxLogprobs, *logprobs);
   if (num_beams < 1 || num_beams > 64)
     fail_field("num_beams", "num_beams must be between 1 and 64, got {}", num_beams);
   if (num_return_sequences < 1 || num_return_sequences > num_beams) {

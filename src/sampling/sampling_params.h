@@ -23,6 +23,9 @@ namespace tf {
 class CompiledGrammar;
 struct GrammarVocab;
 
+// The most alternatives a token's (or a prompt token's) logprobs may list.
+inline constexpr int32_t kMaxLogprobs = 20;
+
 struct SamplingParams {
   // Lengths.
   int32_t max_tokens = 16;  // new tokens at most

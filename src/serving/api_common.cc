@@ -197,10 +197,18 @@ void log_request(const RequestRecord& r, int status) {
                           : status >= 400 ? "client_error"
                                           : "success";
     const std::string model = r.model_unknown ? "" : r.model;
-    r.metrics->requests.add({{"model", model},
-                             {"version", version},
-                             {"code", std::to_string(status)},
-                             {"outcome", outcome}});
+    Labels labels = {{"model", model},
+                     {"version", version},
+                     {"code", std::to_string(status)},
+                     {"outcome", outcome}};
+    if (r.key) {  // per-key series only where keys are on
+      labels.emplace_back("key", r.key->name);
+      r.metrics->key_tokens.add({{"key", r.key->name}, {"model", model}, {"type", "prompt"}},
+                                static_cast<double>(r.prompt_tokens));
+      r.metrics->key_tokens.add({{"key", r.key->name}, {"model", model}, {"type", "generation"}},
+                                static_cast<double>(r.completion_tokens));
+    }
+    r.metrics->requests.add(labels);
     r.metrics->request_duration.observe({{"model", model}, {"version", version}}, ms / 1000);
     const char* entrypoint = "";
     if (const char* api = tf_serving_api(r.path, &entrypoint)) {

@@ -25,7 +25,7 @@ const std::unordered_set<std::string> kCommonFields = {
     "stop_token_ids", "skip_special_tokens", "include_stop_str_in_output", "length_penalty",
     "use_beam_search", "early_stopping", "no_repeat_ngram_size", "bad_words_ids", "priority",
     "request_id", "cache_salt", "spaces_between_special_tokens", "add_special_tokens", "timeout",
-    "service_tier", "metadata", "store",
+    "service_tier", "metadata", "store", "prompt_logprobs",
     // Structured output (structured_output.h): OpenAI's, vLLM's and llama.cpp's names.
     "response_format", "grammar", "guided_grammar", "guided_json", "guided_regex", "guided_choice",
     "guided_whitespace_pattern", "guided_decoding_backend", "structured_outputs", "json_schema"};
@@ -145,6 +145,14 @@ void read_body(const json& body, bool chat, bool log_prompt,
     const double ms = std::min(body["timeout"].get<double>() * 1000, 1e12);
     r.timeout = std::chrono::milliseconds(std::max<int64_t>(1, static_cast<int64_t>(ms)));
   }
+  if (present(body, "prompt_logprobs")) {
+    const json& v = body["prompt_logprobs"];
+    if (!v.is_number_integer() || v.get<int64_t>() < 0 || v.get<int64_t>() > kMaxLogprobs)
+      throw HttpError(
+          400, fmt::format("'prompt_logprobs' must be an integer from 0 to {}", kMaxLogprobs), "",
+          "prompt_logprobs");
+    r.prompt_logprobs = static_cast<int32_t>(v.get<int64_t>());
+  }
   apply_request_rules(r, body.value("use_beam_search", false));
   if (chat) {
     r.messages = read_chat_messages(body);
@@ -198,10 +206,12 @@ void apply_request_rules(CompletionRequest& r, bool use_beam_search) {
     throw HttpError(400, "'best_of' greater than 'n' cannot stream: the best are known at the end",
                     "", "best_of");
   }
-  if (r.echo && p.logprobs) {
-    throw HttpError(400, "'echo' with 'logprobs' is not supported (no prompt logprobs yet)",
-                    "unsupported_parameter", "echo");
-  }
+  if (r.prompt_logprobs && r.stream)
+    throw HttpError(400, "'prompt_logprobs' cannot stream (they come with the whole response)", "",
+                    "prompt_logprobs");
+  if (p.beam_search() && (r.prompt_logprobs || (r.echo && p.logprobs)))
+    throw HttpError(400, "prompt logprobs with beam search are not supported", "",
+                    r.prompt_logprobs ? "prompt_logprobs" : "echo");
   check_stop_limits(p);
 }
 

@@ -60,6 +60,9 @@ struct CompletionRequest {
   // "required" or a named function, decoding constrained to calls.
   ToolRequest tools;
   std::optional<std::chrono::milliseconds> timeout;  // the request's own "timeout"
+  // vLLM's prompt_logprobs: each prompt token's logprob with this many alternatives, in the
+  // response's prompt_logprobs. (Completions' echo with logprobs asks for them too.)
+  std::optional<int32_t> prompt_logprobs;
   // The prompt as the access log writes it (kept only when the access log takes prompts).
   std::string logged_prompt;
   bool operator==(const CompletionRequest&) const = default;

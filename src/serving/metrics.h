@@ -67,7 +67,10 @@ struct ServerMetrics {
   CounterFamily requests{"tokenflow_requests_total",
                          "Requests answered (REST and gRPC), by model, version, HTTP status code "
                          "(gRPC calls: the equivalent code) and outcome (success, client_error, "
-                         "server_error, client_gone)"};
+                         "server_error, client_gone); with API keys on, by key (its name)"};
+  CounterFamily key_tokens{"tokenflow_key_tokens_total",
+                           "Tokens of answered requests per API key (its name), model and type "
+                           "(prompt, generation); only with API keys on"};
   HistogramFamily request_duration{"tokenflow_request_duration_seconds",
                                    "End-to-end request latency, from the request's arrival to "
                                    "its last byte",

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <charconv>
 #include <filesystem>
+#include <new>
 #include <random>
 #include <set>
 
@@ -190,6 +191,7 @@ void ModelRegistry::sync() {
       in_use = memory_locked();
     }
     std::string error;
+    const char* oom = nullptr;  // the out-of-memory reason a refusal counts under
     std::shared_ptr<ServedModel> model;
     int64_t bytes = 0;
     if (options_.memory_budget > 0 && options_.estimate) estimate = options_.estimate(l.path);
@@ -198,15 +200,20 @@ void ModelRegistry::sync() {
           "not loaded: needs about {:.0f} MiB, {:.0f} MiB of the {:.0f} MiB memory budget are in "
           "use",
           mib(estimate), mib(in_use), mib(options_.memory_budget));
+      oom = "model_load_memory_budget";
     } else {
       log::info("loading model '{}' version {} from {}", l.name, l.version, l.path);
       try {
         model = loader_(l.name, l.version, l.path, l.config);
         if (options_.measure) bytes = options_.measure(*model);
+      } catch (const std::bad_alloc&) {
+        error = "not loaded: memory allocation failed";
+        oom = "allocation_failure";
       } catch (const std::exception& ex) {
         error = ex.what();
       }
       if (error.empty() && options_.memory_budget > 0 && in_use + bytes > options_.memory_budget) {
+        oom = "model_load_memory_budget";
         error = fmt::format(
             "unloaded: takes {:.0f} MiB, {:.0f} MiB of the {:.0f} MiB memory budget are in use",
             mib(bytes), mib(in_use), mib(options_.memory_budget));
@@ -214,6 +221,7 @@ void ModelRegistry::sync() {
       }
     }
     std::lock_guard lock(mu_);
+    if (oom) ++load_ooms_[{l.name, oom}];
     Slot& slot = models_.at(l.name).versions.at(l.version);
     if (error.empty()) {
       slot.model = std::move(model);
@@ -448,6 +456,11 @@ std::map<std::string, int64_t> ModelRegistry::labels(const std::string& name) co
   std::lock_guard lock(mu_);
   auto it = models_.find(name);
   return it == models_.end() ? std::map<std::string, int64_t>{} : it->second.labels;
+}
+
+std::map<std::pair<std::string, std::string>, int64_t> ModelRegistry::load_ooms() const {
+  std::lock_guard lock(mu_);
+  return load_ooms_;
 }
 
 int64_t ModelRegistry::memory_in_use() const {

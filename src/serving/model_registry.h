@@ -107,6 +107,9 @@ class ModelRegistry {
   std::map<std::string, int64_t> labels(const std::string& name) const;
   // Bytes the loaded versions occupy (by Options::measure).
   int64_t memory_in_use() const;
+  // Loads refused for memory, by (model, reason): "model_load_memory_budget" (the budget) or
+  // "allocation_failure" (std::bad_alloc while loading).
+  std::map<std::pair<std::string, std::string>, int64_t> load_ooms() const;
 
  private:
   struct Slot {
@@ -134,8 +137,9 @@ class ModelRegistry {
 
   Loader loader_;
   Options options_;
-  mutable std::mutex mu_;  // models_, order_
-  std::mutex sync_mu_;     // one sync at a time
+  mutable std::mutex mu_;  // models_, order_, load_ooms_
+  std::map<std::pair<std::string, std::string>, int64_t> load_ooms_;
+  std::mutex sync_mu_;  // one sync at a time
   std::map<std::string, Entry> models_;
   std::vector<std::string> order_;
 };

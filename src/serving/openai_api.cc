@@ -92,11 +92,16 @@ void handle_openai_generation(ServingState& state, const HttpRequest& req,
     for (const auto& pr : parsed->prompts)
       shape.echo.push_back(shape.tokenizer ? shape.tokenizer->decode(pr, false) : std::string());
   }
+  shape.prompt_logprobs_field = parsed->prompt_logprobs.has_value();
+  for (const auto& pr : parsed->prompts) shape.first_prompt_token.push_back(pr.at(0));
   auto shared = std::make_shared<const OpenAiShape>(std::move(shape));
 
   if (parsed->stream) {
     const int32_t n = parsed->choices_per_prompt;
     auto echoed = std::make_shared<std::vector<bool>>(reqs.size() * n, false);
+    // Echo with logprobs: each prompt's logprobs arrive with its request's first output; every
+    // choice's echo chunk lists them.
+    auto prompt_lps = std::make_shared<std::vector<ojson>>(reqs.size());
     // With tools or reasoning, each chat choice's text is shaped by a ChatChoiceStream:
     // reasoning and content deltas as they settle, tool calls parsed at the end.
     auto shapers = std::make_shared<std::vector<ChatChoiceStream>>();
@@ -111,7 +116,18 @@ void handle_openai_generation(ServingState& state, const HttpRequest& req,
         for (const ojson& chunk : (*shapers)[index].chunks(i, out)) responder->write(sse(chunk));
         return;
       }
+      if (shared->logprobs && parsed->echo && !out.prompt_logprobs.empty() &&
+          i < prompt_lps->size())
+        (*prompt_lps)[i] = completion_prompt_logprobs(
+            shared->tokenizer, shared->first_prompt_token.at(i), out.prompt_logprobs);
       if (auto chunk = openai_stream_chunk(*shared, i, out, echo)) {
+        if (echo && shared->logprobs) {
+          ojson part = (*prompt_lps)[i];
+          if (part.is_null())  // a one-token prompt: its token has no logprob
+            part =
+                completion_prompt_logprobs(shared->tokenizer, shared->first_prompt_token.at(i), {});
+          prepend_logprobs((*chunk)["choices"][0]["logprobs"], part);
+        }
         if (echo) (*echoed)[index] = true;
         responder->write(sse(*chunk));
       }

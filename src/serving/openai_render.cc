@@ -63,6 +63,52 @@ ojson chat_logprobs(const Tokenizer* tok, const std::vector<SampleResult>& lps) 
   return {{"content", content}, {"refusal", nullptr}};
 }
 
+ojson completion_prompt_logprobs(const Tokenizer* tok, int32_t first_token,
+                                 const std::vector<PromptLogprob>& lps) {
+  std::vector<SampleResult> samples;
+  samples.reserve(lps.size());
+  for (const auto& lp : lps) samples.push_back(lp.sample);
+  ojson out = completion_logprobs(tok, samples, token_bytes(tok, first_token).size());
+  out["tokens"].insert(out["tokens"].begin(), token_bytes(tok, first_token));
+  out["token_logprobs"].insert(out["token_logprobs"].begin(), nullptr);
+  out["top_logprobs"].insert(out["top_logprobs"].begin(), nullptr);
+  out["text_offset"].insert(out["text_offset"].begin(), 0);
+  return out;
+}
+
+void prepend_logprobs(ojson& logprobs, const ojson& prompt_part) {
+  if (!logprobs.is_object()) return;
+  for (const char* k : {"tokens", "token_logprobs", "top_logprobs", "text_offset"})
+    logprobs[k].insert(logprobs[k].begin(), prompt_part[k].begin(), prompt_part[k].end());
+}
+
+ojson vllm_prompt_logprobs(const Tokenizer* tok, const std::vector<PromptLogprob>& lps) {
+  ojson out = ojson::array({nullptr});
+  for (const auto& lp : lps) {
+    ojson pos = ojson::object();
+    pos[std::to_string(lp.sample.token)] = {{"logprob", lp.sample.logprob},
+                                            {"rank", lp.rank},
+                                            {"decoded_token", token_bytes(tok, lp.sample.token)}};
+    for (size_t i = 0; i < lp.sample.top.size(); ++i) {
+      const TokenLogprob& alt = lp.sample.top[i];
+      const std::string id = std::to_string(alt.token);
+      if (pos.contains(id)) continue;
+      pos[id] = {{"logprob", alt.logprob},
+                 {"rank", static_cast<int64_t>(i) + 1},
+                 {"decoded_token", token_bytes(tok, alt.token)}};
+    }
+    out.push_back(std::move(pos));
+  }
+  return out;
+}
+
+const std::vector<PromptLogprob>& prompt_logprobs_of(const std::vector<GeneratedSequence>& seqs) {
+  static const std::vector<PromptLogprob> kNone;
+  for (const auto& s : seqs)
+    if (!s.prompt_logprobs.empty()) return s.prompt_logprobs;
+  return kNone;
+}
+
 ojson openai_usage(const JobSummary& s) {
   return ojson{{"prompt_tokens", s.prompt_tokens},
                {"completion_tokens", s.completion_tokens},
@@ -110,16 +156,27 @@ ojson openai_response(const OpenAiShape& shape,
         c["logprobs"] = shape.logprobs
                             ? ojson(completion_logprobs(shape.tokenizer, s.logprobs, prefix.size()))
                             : ojson();
+        if (shape.logprobs && i < shape.echo.size() && i < shape.first_prompt_token.size())
+          prepend_logprobs(c["logprobs"],
+                           completion_prompt_logprobs(shape.tokenizer, shape.first_prompt_token[i],
+                                                      prompt_logprobs_of(seqs)));
+        if (shape.prompt_logprobs_field)
+          c["prompt_logprobs"] = vllm_prompt_logprobs(shape.tokenizer, prompt_logprobs_of(seqs));
       }
       c["finish_reason"] = finish_as ? ojson(finish_as) : ojson(finish_json(s.finish));
       c["stop_reason"] = nullptr;
       choices.push_back(c);
     }
   }
-  return {
+  ojson response = {
       {"id", shape.id},           {"object", shape.chat ? "chat.completion" : "text_completion"},
       {"created", shape.created}, {"model", shape.model},
       {"choices", choices},       {"usage", openai_usage(summary)}};
+  // vLLM's chat response lists the prompt's (one prompt) at the top.
+  if (shape.chat && shape.prompt_logprobs_field && !results.empty())
+    response["prompt_logprobs"] =
+        vllm_prompt_logprobs(shape.tokenizer, prompt_logprobs_of(results[0]));
+  return response;
 }
 
 namespace {

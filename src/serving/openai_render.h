@@ -35,6 +35,11 @@ struct OpenAiShape {
   // Chat with a reasoning template: <think>...</think> goes to reasoning_content (opened: the
   // prompt left the think block open).
   bool reasoning = false, thinking_opened = false;
+  // Prompt logprobs: completions with echo and logprobs list them before the output's; vLLM's
+  // prompt_logprobs field (asked: set) lists them by id. first_prompt_token: per prompt, the
+  // token that has none.
+  bool prompt_logprobs_field = false;
+  std::vector<int32_t> first_prompt_token;
 };
 
 // {"prompt_tokens", "completion_tokens", "total_tokens", "prompt_tokens_details"}.
@@ -92,5 +97,15 @@ std::string token_bytes(const Tokenizer* tok, int32_t id);
 ojson completion_logprobs(const Tokenizer* tok, const std::vector<SampleResult>& lps,
                           size_t offset);
 ojson chat_logprobs(const Tokenizer* tok, const std::vector<SampleResult>& lps);
+// A prompt's logprobs in the completions shape, offsets from 0: the first token's entries null.
+ojson completion_prompt_logprobs(const Tokenizer* tok, int32_t first_token,
+                                 const std::vector<PromptLogprob>& lps);
+// Completions' logprobs (a JSON null stays null) after a prompt's (echo with logprobs).
+void prepend_logprobs(ojson& logprobs, const ojson& prompt_part);
+// vLLM's prompt_logprobs: [null, {"id": {"logprob", "rank", "decoded_token"}, ...}, ...], each
+// position's own token first, then its top alternatives.
+ojson vllm_prompt_logprobs(const Tokenizer* tok, const std::vector<PromptLogprob>& lps);
+// The prompt logprobs of a prompt's sequences (the one that carries them; empty: none).
+const std::vector<PromptLogprob>& prompt_logprobs_of(const std::vector<GeneratedSequence>& seqs);
 
 }  // namespace tf

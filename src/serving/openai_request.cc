@@ -175,33 +175,34 @@ void check_stop_limits(const SamplingParams& p) {
                kMaxStopStrings, kMaxStopBytes, p.stop.size(), stop_bytes);
 }
 
-std::vector<PromptInput> read_completion_prompts(const json& body) {
-  auto it = body.find("prompt");
-  if (it == body.end() || it->is_null()) fail_field("prompt", "'prompt' is required");
-  const char* shape =
-      "'prompt' must be a string, a list of strings, a list of token ids or a list of lists of "
-      "token ids";
+std::vector<PromptInput> read_completion_prompts(const json& body, const char* field) {
+  auto it = body.find(field);
+  if (it == body.end() || it->is_null()) fail_field(field, "'{}' is required", field);
+  const std::string shape = fmt::format(
+      "'{}' must be a string, a list of strings, a list of token ids or a list of lists of token "
+      "ids",
+      field);
   auto ids = [&](const json& v) {
-    PromptInput p{false, {}, int_list(v, "prompt")};
-    if (p.ids.empty()) fail_field("prompt", "'prompt' must not be empty");
+    PromptInput p{false, {}, int_list(v, field)};
+    if (p.ids.empty()) fail_field(field, "'{}' must not be empty", field);
     return p;
   };
   std::vector<PromptInput> out;
   if (it->is_string()) {
     out.push_back({true, it->get<std::string>(), {}});
   } else if (!it->is_array() || it->empty()) {
-    fail_field("prompt", "{}", shape);
+    fail_field(field, "{}", shape);
   } else if (const json& first = (*it)[0]; first.is_number_integer()) {
     out.push_back(ids(*it));
   } else if (first.is_string()) {
     for (const auto& p : *it) {
-      if (!p.is_string()) fail_field("prompt", "{}", shape);
+      if (!p.is_string()) fail_field(field, "{}", shape);
       out.push_back({true, p.get<std::string>(), {}});
     }
   } else if (first.is_array()) {
     for (const auto& p : *it) out.push_back(ids(p));
   } else {
-    fail_field("prompt", "{}", shape);
+    fail_field(field, "{}", shape);
   }
   return out;
 }

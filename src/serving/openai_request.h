@@ -39,7 +39,8 @@ std::vector<int32_t> encode_prompt(const Tokenizer& tokenizer, std::string_view 
 
 // Every prompt of a completions body as sent: a string, a list of strings, a list of token ids,
 // or a list of lists of token ids (none empty).
-std::vector<PromptInput> read_completion_prompts(const nlohmann::json& body);
+std::vector<PromptInput> read_completion_prompts(const nlohmann::json& body,
+                                                 const char* field = "prompt");
 
 // The messages of a chat body, checked: a non-empty list of objects with a string role and a
 // string (or list of text parts) content.

@@ -58,6 +58,7 @@ GenerationPlan plan_request(
     p.stream = req.stream;
     p.include_usage = req.include_usage;
     p.echo = req.echo;
+    p.prompt_logprobs = req.prompt_logprobs;
     p.max_tokens_given = req.max_tokens_given;
     p.choices_per_prompt = p.params.n;
     p.rule = {p.params.n, p.params.best_of, p.params.beam_search()};
@@ -131,6 +132,11 @@ GenerationPlan plan_request(
     r.prompt = p.prompts[i];
     r.params = p.params;
     r.priority = req.priority;
+    // Completions' echo with logprobs shows the prompt's logprobs (as many alternatives as the
+    // output's), vLLM's prompt_logprobs its own count: the larger serves both.
+    if (req.prompt_logprobs || (req.echo && p.params.logprobs))
+      r.prompt_logprobs =
+          std::max(req.prompt_logprobs.value_or(0), req.echo ? p.params.logprobs.value_or(0) : 0);
     const int64_t room = fit_max_tokens(r.params, r.prompt.size(), ctx, req.max_tokens_given);
     if (static_cast<int64_t>(r.params.max_tokens) > room) {
       throw HttpError(400,
@@ -144,6 +150,21 @@ GenerationPlan plan_request(
   return p;
 }
 
+std::shared_ptr<ServedModel> resolve_model(ServingState& state, const std::string& name,
+                                           const std::string& user,
+                                           const ModelRegistry::HeaderFn& header,
+                                           RequestRecord& record) {
+  // "name", "name:version" or "name@label"; a traffic split keeps one "user" on one version.
+  const ModelRequestSpec spec = state.registry.parse_model_field(name);
+  auto model = state.registry.resolve(spec, user, header);
+  if (!model) {
+    throw HttpError(404, state.registry.unavailable_reason(spec), "model_not_found", "model");
+  }
+  record.model = model->name;
+  record.version = model->version;
+  return model;
+}
+
 GenerationPlan plan_generation(ServingState& state, const CompletionRequest& req,
                                const ModelRegistry::HeaderFn& header, RequestRecord& record,
                                const std::string& id,
@@ -154,12 +175,7 @@ GenerationPlan plan_generation(ServingState& state, const CompletionRequest& req
                state.limits.max_request_time);
   // Preparing the prompt (below) stops at that deadline too.
   if (CancelToken* token = current_cancel_token()) token->limit_deadline(record.received + limit);
-  // "name", "name:version" or "name@label"; a traffic split keeps one "user" on one version.
-  const ModelRequestSpec spec = state.registry.parse_model_field(req.model);
-  auto model = state.registry.resolve(spec, req.user, header);
-  if (!model) {
-    throw HttpError(404, state.registry.unavailable_reason(spec), "model_not_found", "model");
-  }
+  auto model = resolve_model(state, req.model, req.user, header, record);
   GenerationPlan p = plan_request(
       req, model->tokenizer, model->config(), id, 0,
       [m = model.get()] { return m->grammar_vocab(); }, state.tool_format);

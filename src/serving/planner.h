@@ -27,8 +27,9 @@ struct GenerationPlan {
   std::vector<std::vector<int32_t>> prompts;
   SamplingParams params;
   bool stream = false, include_usage = false, echo = false;
-  int32_t choices_per_prompt = 1;  // n (after best_of or beam search pick theirs)
-  ReturnRule rule;                 // which sequences of a prompt are returned
+  std::optional<int32_t> prompt_logprobs;  // vLLM's field, as asked (rendered as its own list)
+  int32_t choices_per_prompt = 1;          // n (after best_of or beam search pick theirs)
+  ReturnRule rule;                         // which sequences of a prompt are returned
   bool max_tokens_given = false;
   std::vector<GenerationRequest> requests;  // one per prompt, limits and deadline applied
   std::shared_ptr<Admission> admission;     // the API key's admission (nullptr: keys are off)
@@ -52,6 +53,13 @@ GenerationPlan plan_request(
     const std::string& id, int32_t default_max_tokens = 0,
     const std::function<std::shared_ptr<const GrammarVocab>()>& grammar_vocab = nullptr,
     std::optional<ToolFormat> tool_format = std::nullopt);
+
+// The version a request's model field names ("" the default; user and header: the sticky keys
+// of a traffic split), the record told its name and version. HttpError 404 when none.
+std::shared_ptr<ServedModel> resolve_model(ServingState& state, const std::string& model,
+                                           const std::string& user,
+                                           const ModelRegistry::HeaderFn& header,
+                                           RequestRecord& record);
 
 // Resolves the request's model (header: the sticky header lookup of a traffic split; 404 when
 // none), plans it, and applies the server's rules (ServingState::prepare). Fills record's

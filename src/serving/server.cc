@@ -2,11 +2,14 @@
 
 #include <fmt/format.h>
 
+#include <map>
+
 #include "core/log.h"
 #include "core/memory.h"
 #include "serving/api_common.h"
 #include "serving/openai_api.h"
 #include "serving/tfserving_api.h"
+#include "serving/utility_api.h"
 
 namespace tf {
 namespace {
@@ -215,6 +218,21 @@ void Server::route(const HttpRequest& req, std::shared_ptr<HttpResponder> respon
     handle_openai_generation(state_, req, responder, record, p == "/v1/chat/completions");
     return;
   }
+  if (p == "/tokenize" || p == "/v1/tokenize") {
+    only("POST");
+    handle_tokenize(state_, req, responder, *record);
+    return;
+  }
+  if (p == "/detokenize" || p == "/v1/detokenize") {
+    only("POST");
+    handle_detokenize(state_, req, responder, *record);
+    return;
+  }
+  if (p == "/v1/embeddings") {
+    only("POST");
+    handle_embeddings(state_, req, responder, record);
+    return;
+  }
   if (p == "/v1/models" || p == "/v1/models/") {
     only("GET");
     responder->send(200, dump_json(openai_model_list(state_, record->key)));
@@ -264,6 +282,7 @@ std::string Server::render_metrics(bool tf_serving_names) const {
   std::string out;
   const ServerMetrics& m = state_.metrics;
   m.requests.render(out);
+  m.key_tokens.render(out);
   m.request_duration.render(out);
   m.ttft.render(out);
   m.itl.render(out);
@@ -316,6 +335,29 @@ std::string Server::render_metrics(bool tf_serving_names) const {
          "counter", [](const Row& r) { return D(r.s.preemptions); });
   family("tokenflow_engine_steps_total", "Forward passes (engine steps)", "counter",
          [](const Row& r) { return D(r.s.steps); });
+  family("tokenflow_engine_busy_seconds_total",
+         "Seconds the version's compute pool spent in engine steps; rate() is its utilization "
+         "(0-1), the CPU counterpart of GPU utilization",
+         "counter", [](const Row& r) { return r.s.busy_seconds; });
+  // Out of memory, by model and reason: requests whose prompt plus max_tokens can never fit the
+  // KV cache (refused), steps that failed to allocate (their requests failed), model loads the
+  // memory budget refused or that failed to allocate. Preemptions (the KV cache full for now,
+  // the sequence recomputed later) are counted apart.
+  {
+    std::map<std::pair<std::string, std::string>, double> ooms = {};
+    for (const auto& r : rows) {
+      const std::string& model = r.labels[0].second;
+      ooms[{model, "kv_cache_exhausted"}] += D(r.s.oom_kv_refused);
+      ooms[{model, "allocation_failure"}] += D(r.s.oom_alloc_failures);
+    }
+    for (const auto& [key, n] : state_.registry.load_ooms()) ooms[key] += D(n);
+    append_header(out, "tokenflow_oom_total",
+                  "Out-of-memory events by model and reason (kv_cache_exhausted, "
+                  "allocation_failure, model_load_memory_budget)",
+                  "counter");
+    for (const auto& [key, n] : ooms)
+      append_sample(out, "tokenflow_oom_total", {{"model", key.first}, {"reason", key.second}}, n);
+  }
   family("tokenflow_model_load_duration_seconds", "Seconds the version took to load", "gauge",
          [](const Row& r) { return r.load_seconds; });
   const char* batch = "tokenflow_batch_size";

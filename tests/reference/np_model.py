@@ -310,6 +310,10 @@ class Llama:
         return y if b is None else y + b
 
     def logits(self, ids):
+        return self.hidden(ids) @ self.head.T
+
+    def hidden(self, ids):
+        """The final hidden states (after the final norm), one row per token."""
         ids = np.asarray(ids, dtype=np.int64)
         T = len(ids)
         H, KV, hd = self.n_heads, self.n_kv_heads, self.head_dim
@@ -345,8 +349,7 @@ class Llama:
                 continue
             m = silu(self._lin(h, L, "gate_proj")) * self._lin(h, L, "up_proj")
             x = x + self._lin(m, L, "down_proj")
-        x = rms_norm(x, self.norm, self.eps)
-        return x @ self.head.T
+        return rms_norm(x, self.norm, self.eps)
 
 
 _LAYER_KEYS = {

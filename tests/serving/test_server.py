@@ -27,14 +27,14 @@ NODE_MODULES = os.environ.get("TF_NODE_MODULES", os.path.join(REPO, "tests", "js
 MODEL = "stories260K"
 
 
-def start_server(*extra, model=("--model", STORIES_BIN), preexec_fn=None):
+def start_server(*extra, model=("--model", STORIES_BIN), preexec_fn=None, kv_cache="32MiB"):
     """Starts the server on a free port; returns (process, port). Its stderr goes to a temporary
     file (a pipe nobody reads would fill up with the access log and stall the server). model:
-    the flags that say what it serves."""
+    the flags that say what it serves; kv_cache: its --kv-cache-memory."""
     err = tempfile.TemporaryFile(mode="w+")
     proc = subprocess.Popen(
         [BIN, "--log-level", "info", "serve", *model, "--port", "0",
-         "--kv-cache-memory", "32MiB", *extra],
+         "--kv-cache-memory", kv_cache, *extra],
         stdout=subprocess.PIPE, stderr=err, text=True, preexec_fn=preexec_fn)
     proc.err_file = err
     line = proc.stdout.readline()
