@@ -70,6 +70,7 @@ Job parse_line(const std::string& text, size_t line, const LoadedTokenizer& tok,
     });
     if (req.stream) fail("'stream' is not supported in a batch file");
     if (req.echo) fail("'echo' is not supported in a batch file");
+    if (req.prompt_logprobs) fail("'prompt_logprobs' is not supported in a batch file");
     if (!job.chat && req.prompts.size() != 1)
       fail("a batch line holds one prompt, not {}", req.prompts.size());
     GenerationPlan plan =

@@ -56,6 +56,29 @@ json openai_model_list(const ServingState& state, const KeyPolicy* key) {
   return {{"object", "list"}, {"data", data}};
 }
 
+OpenAiShape openai_shape(const GenerationPlan& plan, const std::string& id,
+                         const std::string& model, bool chat) {
+  OpenAiShape shape;
+  shape.id = id;
+  shape.model = model;
+  shape.created = unix_seconds();
+  shape.chat = chat;
+  shape.logprobs = plan.params.logprobs.has_value();
+  shape.choices_per_prompt = plan.choices_per_prompt;
+  shape.tokenizer = plan.model->tok();
+  shape.tools = plan.tools;
+  shape.tool_format = plan.tool_format;
+  shape.reasoning = plan.reasoning;
+  shape.thinking_opened = plan.thinking_opened;
+  if (plan.echo) {
+    for (const auto& pr : plan.prompts)
+      shape.echo.push_back(shape.tokenizer ? shape.tokenizer->decode(pr, false) : std::string());
+  }
+  shape.prompt_logprobs_field = plan.prompt_logprobs.has_value();
+  for (const auto& pr : plan.prompts) shape.first_prompt_token.push_back(pr.at(0));
+  return shape;
+}
+
 void handle_openai_generation(ServingState& state, const HttpRequest& req,
                               std::shared_ptr<HttpResponder> responder,
                               std::shared_ptr<RequestRecord> record, bool chat) {
@@ -76,25 +99,7 @@ void handle_openai_generation(ServingState& state, const HttpRequest& req,
                              {{"model", model.name}, {"version", std::to_string(model.version)}}};
   std::vector<GenerationRequest> reqs = std::move(parsed->requests);
   const auto limit = parsed->time_limit;
-  OpenAiShape shape;
-  shape.id = id;
-  shape.model = model.name;
-  shape.created = unix_seconds();
-  shape.chat = chat;
-  shape.logprobs = parsed->params.logprobs.has_value();
-  shape.choices_per_prompt = parsed->choices_per_prompt;
-  shape.tokenizer = model.tok();
-  shape.tools = parsed->tools;
-  shape.tool_format = parsed->tool_format;
-  shape.reasoning = parsed->reasoning;
-  shape.thinking_opened = parsed->thinking_opened;
-  if (parsed->echo) {
-    for (const auto& pr : parsed->prompts)
-      shape.echo.push_back(shape.tokenizer ? shape.tokenizer->decode(pr, false) : std::string());
-  }
-  shape.prompt_logprobs_field = parsed->prompt_logprobs.has_value();
-  for (const auto& pr : parsed->prompts) shape.first_prompt_token.push_back(pr.at(0));
-  auto shared = std::make_shared<const OpenAiShape>(std::move(shape));
+  auto shared = std::make_shared<const OpenAiShape>(openai_shape(*parsed, id, model.name, chat));
 
   if (parsed->stream) {
     const int32_t n = parsed->choices_per_prompt;

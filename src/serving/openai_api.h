@@ -13,6 +13,7 @@
 #include "serving/api_common.h"
 #include "serving/http_server.h"
 #include "serving/job_summary.h"
+#include "serving/openai_render.h"
 #include "serving/planner.h"
 #include "serving/serving_state.h"
 
@@ -24,6 +25,10 @@ namespace tf {
 void handle_openai_generation(ServingState& state, const HttpRequest& req,
                               std::shared_ptr<HttpResponder> responder,
                               std::shared_ptr<RequestRecord> record, bool chat);
+
+// How the plan's answer is shaped (OpenAI's completions or chat), under id and the model's name.
+OpenAiShape openai_shape(const GenerationPlan& plan, const std::string& id,
+                         const std::string& model, bool chat);
 
 // {"id", "object": "model", "created", "owned_by", ...} of one model version; id defaults to
 // the model's name, parent (for "name:version" and "name@label" entries) to null.

@@ -8,6 +8,7 @@
 #include "core/memory.h"
 #include "serving/api_common.h"
 #include "serving/openai_api.h"
+#include "serving/responses_api.h"
 #include "serving/tfserving_api.h"
 #include "serving/utility_api.h"
 
@@ -218,6 +219,16 @@ void Server::route(const HttpRequest& req, std::shared_ptr<HttpResponder> respon
     handle_openai_generation(state_, req, responder, record, p == "/v1/chat/completions");
     return;
   }
+  if (p == "/v1/responses") {
+    only("POST");
+    handle_responses(state_, req, responder, record);
+    return;
+  }
+  if (p.starts_with("/v1/responses/"))
+    throw HttpError(404,
+                    "this server stores no responses (it answers /v1/responses statelessly): "
+                    "nothing to retrieve, cancel or delete",
+                    "not_found");
   if (p == "/tokenize" || p == "/v1/tokenize") {
     only("POST");
     handle_tokenize(state_, req, responder, *record);

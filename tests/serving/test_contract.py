@@ -21,7 +21,8 @@ from test_server import (BIN, MODEL, STORIES_BIN, Client, SharedServerTest,  # n
 BAD = [
     ("/v1/completions", {"prompt": "Once", "bogus": 1}, "bogus"),
     ("/v1/completions", {"prompt": "Once", "temperature": -1}, "temperature"),
-    ("/v1/completions", {"prompt": "Once", "echo": True, "logprobs": 1}, "echo"),
+    ("/v1/completions", {"prompt": "Once", "echo": True, "logprobs": 1, "use_beam_search": True,
+                         "best_of": 2}, "echo"),
     ("/v1/completions", {"prompt": "Once", "max_tokens": 100000}, "max_tokens"),
     ("/v1/completions", {"prompt": "Once upon a time " * 3500, "max_tokens": 1}, "prompt"),
     ("/v1/completions", {"prompt": [1, 4294967296]}, "prompt"),

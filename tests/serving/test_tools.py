@@ -281,6 +281,72 @@ class QwenTemplateTest(ServerCase):
         self.assertEqual(chat["usage"]["prompt_tokens"], plain["usage"]["prompt_tokens"])
         self.assertEqual(chat["choices"][0]["message"]["content"], plain["choices"][0]["text"])
 
+    def test_responses_items_render_as_the_chat_messages_do(self):
+        """/v1/responses: instructions and input items (a function_call and its output) reach
+        the template as the chat API's messages do: the same prompt, the same greedy answer."""
+        messages = [
+            {"role": "system", "content": "You are helpful."},
+            {"role": "user", "content": "Weather in Paris?"},
+            {"role": "assistant", "content": None, "tool_calls": [{
+                "id": "call_1", "type": "function",
+                "function": {"name": "get_weather",
+                             "arguments": "{\"city\": \"Paris\", \"unit\": \"celsius\"}"}}]},
+            {"role": "tool", "tool_call_id": "call_1", "content": "{\"temperature\": 21}"},
+        ]
+        chat = self.post("/v1/chat/completions", {"messages": messages, "tools": TOOLS,
+                                                  "max_tokens": 6, "temperature": 0})
+        rtools = [dict(t["function"], type="function") for t in TOOLS]
+        resp = self.post("/v1/responses", {
+            "instructions": "You are helpful.",
+            "input": [{"role": "user", "content": [{"type": "input_text",
+                                                    "text": "Weather in Paris?"}]},
+                      {"type": "function_call", "call_id": "call_1", "name": "get_weather",
+                       "arguments": messages[2]["tool_calls"][0]["function"]["arguments"]},
+                      {"type": "function_call_output", "call_id": "call_1",
+                       "output": "{\"temperature\": 21}"}],
+            "tools": rtools, "max_output_tokens": 6, "temperature": 0})
+        self.assertEqual(resp["usage"]["input_tokens"], chat["usage"]["prompt_tokens"])
+        self.assertEqual(resp["usage"]["output_tokens"], chat["usage"]["completion_tokens"])
+        text = "".join(c["text"] for o in resp["output"] if o["type"] == "message"
+                       for c in o["content"])
+        self.assertEqual(text, chat["choices"][0]["message"]["content"] or "")
+        self.assertEqual(resp["tools"], rtools)
+        self.assertEqual(resp["status"], "incomplete" if chat["choices"][0]["finish_reason"]
+                         == "length" else "completed")
+
+    def test_responses_refusals(self):
+        for body, param in (
+                ({"input": "x", "previous_response_id": "resp_1"}, "previous_response_id"),
+                ({"input": "x", "bogus": 1}, "bogus"),
+                ({}, "input"),
+                ({"input": []}, "input"),
+                ({"input": [{"role": "user", "content": [{"type": "input_image",
+                                                           "image_url": "x"}]}]}, "input"),
+                ({"input": [{"type": "web_search_call"}]}, "input"),
+                ({"input": "x", "tools": [{"type": "web_search"}]}, "tools"),
+                ({"input": "x", "max_output_tokens": 0}, "max_output_tokens"),
+                ({"input": "x", "text": {"format": {"type": "xml"}}}, "text"),
+                ({"input": "x", "tool_choice": {"type": "mcp"}}, "tool_choice"),
+                ({"input": "x", "background": True}, "background")):
+            s, b, text, _ = self.c.post("/v1/responses", body)
+            self.assertEqual(s, 400, (body, text))
+            self.assertEqual(b["error"]["param"], param, (body, text))
+        self.assertIn("max_output_tokens", self.c.post(
+            "/v1/responses", {"input": "x", "max_output_tokens": 0})[1]["error"]["message"])
+        s, _, _, _ = self.c.get("/v1/responses/resp_123")
+        self.assertEqual(s, 404)
+
+    def test_openai_npm_responses_and_embeddings(self):
+        """The official client's responses.create / stream / parse and embeddings.create
+        (tests/js/openai_responses.mjs)."""
+        js = os.path.join(os.path.dirname(HERE), "js")
+        env = dict(os.environ, TF_BASE_URL="http://127.0.0.1:%d/v1" % self.c.port,
+                   TF_MODEL=os.path.basename(self.dir))
+        p = subprocess.run(["node", os.path.join(js, "openai_responses.mjs")],
+                           capture_output=True, text=True, timeout=180, env=env, cwd=js)
+        self.assertEqual(p.returncode, 0, p.stdout + p.stderr)
+        self.assertIn("all openai responses checks passed", p.stdout)
+
     def test_openai_npm_client(self):
         """The official client: a manual tool loop, streamed tool calls, runTools, and
         chat.completions.parse with zodResponseFormat (tests/js/openai_tools.mjs)."""
@@ -327,6 +393,34 @@ class ReasoningTest(ServerCase):
                 content[ch["index"]] += ch["delta"].get("content") or ""
         self.assertEqual(reasoning, [c["message"]["reasoning_content"] for c in once["choices"]])
         self.assertEqual(content, [c["message"]["content"] for c in once["choices"]])
+
+    def test_think_blocks_are_reasoning_items_in_responses(self):
+        body = {"input": "Why is the sky blue?", "max_output_tokens": 200, "temperature": 1.0,
+                "seed": 2, "guided_regex": self.THINK}
+        s, once, text, _ = self.c.post("/v1/responses", body)
+        self.assertEqual(s, 200, text)
+        self.assertEqual([o["type"] for o in once["output"]], ["reasoning", "message"])
+        reasoning = once["output"][0]["content"][0]["text"]
+        self.assertRegex(reasoning, r"^\n[a-z ]+\n$")
+        answer = once["output"][1]["content"][0]["text"]
+        self.assertRegex(answer, r"^[a-z ]+$")
+        head, raw = self.c.raw_stream("/v1/responses", dict(body, stream=True))
+        events = []
+        for block in raw.split("\n\n")[:-1]:
+            name, data = block.split("\n")
+            self.assertTrue(name.startswith("event: ") and data.startswith("data: "), block)
+            events.append(json.loads(data[len("data: "):]))
+            self.assertEqual(name[len("event: "):], events[-1]["type"])
+        self.assertEqual([e["sequence_number"] for e in events], list(range(len(events))))
+        got = "".join(e["delta"] for e in events if e["type"] == "response.reasoning_text.delta")
+        self.assertEqual(got, reasoning)
+        got = "".join(e["delta"] for e in events if e["type"] == "response.output_text.delta")
+        self.assertEqual(got, answer)
+        final = events[-1]
+        self.assertEqual(final["type"], "response.completed")
+        self.assertEqual([o["type"] for o in final["response"]["output"]],
+                         ["reasoning", "message"])
+        self.assertEqual(final["response"]["output"][1]["content"][0]["text"], answer)
 
     def test_no_think_block_no_reasoning(self):
         b = self.post({"messages": [{"role": "user", "content": "Hi"}], "max_tokens": 40,
