@@ -14,6 +14,8 @@ packages=(
   python3 python3-numpy python3-jinja2 python3-sentencepiece python3-matplotlib
   python3-grpcio python3-grpc-tools python3-yaml python3-h5py python3-jsonschema
   clang-format
+  # The playground's browser test (tests/serving/test_playground.py) drives it headless.
+  chromium
 )
 
 # node + npm run the independent JavaScript implementations the tests compare against.

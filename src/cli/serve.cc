@@ -44,6 +44,7 @@ struct ServeOptions {
   int64_t max_prompt_tokens = 0, max_tokens_cap = 0;
   std::string tls_cert, tls_key;
   bool metrics_require_key = false;
+  bool no_playground = false;
   bool allow_config_reload_body = false;
   int64_t max_connections = 4096;
   int64_t max_sequences_per_request = 256;
@@ -89,6 +90,7 @@ int run_serve(const ServeOptions& o) {
   so.model_roots = o.model_roots;
   so.api_keys_file = o.api_keys_file;
   so.metrics_require_key = o.metrics_require_key;
+  so.playground = !o.no_playground;
   so.access_log = o.access_log;
   so.log_prompts = o.log_prompts;
   so.prepare_threads = o.prepare_threads;
@@ -235,6 +237,8 @@ Action add_serve(CLI::App& app) {
                  "startup base paths are always allowed)");
   app.add_flag("--metrics-require-key", o->metrics_require_key,
                "with --api-keys-file: /metrics needs a key too");
+  app.add_flag("--no-playground", o->no_playground,
+               "do not serve the playground page at / (the APIs are unchanged)");
   app.add_option("--memory-budget", o->memory_budget,
                  "versions that would take more memory (weights + KV cache) in all are not "
                  "loaded: bytes, 8GiB, or a fraction of available memory");

@@ -147,6 +147,7 @@ ModelServer::ModelServer(ModelServerOptions options) : options_(std::move(option
     log::info("API keys required ({} keys from {})", state.api_keys->size(), o.api_keys_file);
   }
   state.prometheus_path = o.prometheus_path;
+  state.playground = o.playground;
   state.tool_format = o.tool_format;
   if (o.access_log != "off")
     state.access_log = std::make_unique<AccessLog>(o.access_log, o.log_prompts);

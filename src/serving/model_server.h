@@ -37,6 +37,7 @@ struct ModelServerOptions {
   std::vector<std::string> model_roots;  // canonical; the config's base paths are added
   std::string api_keys_file;
   bool metrics_require_key = false;
+  bool playground = true;        // the chat page at / (web/)
   std::string access_log = "-";  // "off": none
   bool log_prompts = false;
   int prepare_threads = 2;

@@ -152,16 +152,13 @@ GenerationPlan plan_request(
 
 std::shared_ptr<ServedModel> resolve_model(ServingState& state, const std::string& name,
                                            const std::string& user,
-                                           const ModelRegistry::HeaderFn& header,
-                                           RequestRecord& record) {
+                                           const ModelRegistry::HeaderFn& header) {
   // "name", "name:version" or "name@label"; a traffic split keeps one "user" on one version.
   const ModelRequestSpec spec = state.registry.parse_model_field(name);
   auto model = state.registry.resolve(spec, user, header);
   if (!model) {
     throw HttpError(404, state.registry.unavailable_reason(spec), "model_not_found", "model");
   }
-  record.model = model->name;
-  record.version = model->version;
   return model;
 }
 
@@ -175,7 +172,7 @@ GenerationPlan plan_generation(ServingState& state, const CompletionRequest& req
                state.limits.max_request_time);
   // Preparing the prompt (below) stops at that deadline too.
   if (CancelToken* token = current_cancel_token()) token->limit_deadline(record.received + limit);
-  auto model = resolve_model(state, req.model, req.user, header, record);
+  auto model = resolve_model(state, req.model, req.user, header);
   GenerationPlan p = plan_request(
       req, model->tokenizer, model->config(), id, 0,
       [m = model.get()] { return m->grammar_vocab(); }, state.tool_format);

@@ -55,11 +55,10 @@ GenerationPlan plan_request(
     std::optional<ToolFormat> tool_format = std::nullopt);
 
 // The version a request's model field names ("" the default; user and header: the sticky keys
-// of a traffic split), the record told its name and version. HttpError 404 when none.
+// of a traffic split). HttpError 404 when none.
 std::shared_ptr<ServedModel> resolve_model(ServingState& state, const std::string& model,
                                            const std::string& user,
-                                           const ModelRegistry::HeaderFn& header,
-                                           RequestRecord& record);
+                                           const ModelRegistry::HeaderFn& header);
 
 // Resolves the request's model (header: the sticky header lookup of a traffic split; 404 when
 // none), plans it, and applies the server's rules (ServingState::prepare). Fills record's

@@ -11,6 +11,7 @@
 #include "serving/responses_api.h"
 #include "serving/tfserving_api.h"
 #include "serving/utility_api.h"
+#include "serving/web_assets.h"
 
 namespace tf {
 namespace {
@@ -77,7 +78,8 @@ void Server::handle(HttpRequest req, std::shared_ptr<HttpResponder> responder) {
   responder->add_header("X-Request-Id", record->id);
   // Probes and scrapes are not requests of the service.
   if (!is_metrics_path(req.path) && req.path != "/healthz" && req.path != "/readyz") {
-    record->metrics = &state_.metrics;
+    // The playground's files are logged, not counted as requests of the service.
+    if (!(state_.playground && find_web_asset(req.path))) record->metrics = &state_.metrics;
     record->access_log = state_.access_log.get();
   }
   // A POST carries a body to parse and, for generation, a prompt to tokenize: work that grows
@@ -133,6 +135,9 @@ void Server::authenticate(const HttpRequest& req, RequestRecord& record) const {
   if (!state_.api_keys) return;
   const std::string& p = req.path;
   if (p == "/healthz" || p == "/readyz" || (is_metrics_path(p) && !state_.metrics_need_key)) return;
+  // The playground's page and files hold no data: the page asks for a key and sends it with
+  // every API request it makes.
+  if (state_.playground && req.method == "GET" && find_web_asset(p)) return;
   record.key = state_.authenticate(req.header("authorization"));
 }
 
@@ -143,6 +148,23 @@ void Server::route(const HttpRequest& req, std::shared_ptr<HttpResponder> respon
     if (req.method != method)
       throw HttpError(405, fmt::format("{} takes {} requests", p, method), "method_not_allowed");
   };
+  if (state_.playground && req.method == "GET") {
+    if (const WebAsset* asset = find_web_asset(p)) {
+      // Only the page's own files may run or load; it talks to this origin only, and no
+      // other site may frame it.
+      responder->send(200, std::string(asset->body), std::string(asset->content_type),
+                      {{"Content-Security-Policy",
+                        "default-src 'none'; script-src 'self'; style-src 'self'; "
+                        "connect-src 'self'; img-src 'self' data:; base-uri 'none'; "
+                        "form-action 'none'; frame-ancestors 'none'"},
+                       {"X-Content-Type-Options", "nosniff"},
+                       {"X-Frame-Options", "DENY"},
+                       {"Referrer-Policy", "no-referrer"},
+                       {"Cache-Control", "no-cache"}});
+      log_request(*record, 200);
+      return;
+    }
+  }
   if (p == "/healthz") {
     only("GET");
     responder->send(200, R"({"status": "ok"})");

@@ -45,6 +45,7 @@ struct ServingState {
   std::unique_ptr<AccessLog> access_log;  // nullptr: requests go to the debug log only
   std::unique_ptr<ApiKeys> api_keys;      // nullptr: no authentication
   bool metrics_need_key = false;          // GET /metrics behind the keys too
+  bool playground = true;                 // GET / serves the playground (web/)
   std::string prometheus_path;            // TF Serving's monitoring path beside /metrics ("": none)
   // --tool-call-parser: the format models write tool calls in (nullopt: told from each model's
   // chat template).

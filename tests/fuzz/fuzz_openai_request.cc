@@ -1,7 +1,9 @@
 // Fuzz target: the JSON request readers of the HTTP API (OpenAI completions and chat bodies, TF
 // Serving's Predict bodies, tokenflow's signature and the generate signature) and the planner
 // behind them (prompts, messages through a chat template, every sampling parameter), and TF
-// Serving's model paths. Any input must end in a value or an Error, never a crash or a hang.
+// Serving's model paths; the same bodies as Responses API bodies (turned into chat bodies, then
+// read and planned) and embeddings bodies. Any input must end in a value or an Error, never a
+// crash or a hang.
 #include <nlohmann/json.hpp>
 
 #include <cstddef>
@@ -12,7 +14,9 @@
 #include "core/json.h"
 #include "openai_body_check.h"
 #include "serving/completion_request.h"
+#include "serving/responses_api.h"
 #include "serving/tfserving_api.h"
+#include "serving/utility_api.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const std::string text(reinterpret_cast<const char*>(data), size);
@@ -28,6 +32,16 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   }
   if (body.is_discarded()) return 0;
   for (bool chat : {false, true}) check_openai_body(body, chat);
+  try {
+    const nlohmann::json chat =
+        nlohmann::json::parse(tf::responses_to_chat_body(nlohmann::ordered_json(body)).dump());
+    check_openai_body(chat, true);
+  } catch (const tf::Error&) {
+  }
+  try {
+    (void)tf::read_embeddings_request(body);
+  } catch (const tf::Error&) {
+  }
   // As a TF Serving Predict body: each instance through the same planner.
   try {
     const tf::PredictInput in = tf::read_predict_body(body);

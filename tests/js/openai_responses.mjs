@@ -83,20 +83,26 @@ assert.ok(answered.usage.input_tokens > called.usage.input_tokens);
 // A named tool, streamed: the call's arguments arrive as deltas and add up to the item's.
 const callStream = client.responses.stream({
   model, input: [{ role: "user", content: "Add 4 and 5" }], tools,
-  tool_choice: { type: "function", name: "add" }, max_output_tokens: 200, temperature: 0.8,
+  tool_choice: { type: "function", name: "add" }, parallel_tool_calls: false,
+  max_output_tokens: 300, temperature: 0.8,
 });
-let argDeltas = "";
+const argDeltas = {};
 for await (const event of callStream) {
-  if (event.type === "response.function_call_arguments.delta") argDeltas += event.delta;
+  if (event.type === "response.function_call_arguments.delta")
+    argDeltas[event.output_index] = (argDeltas[event.output_index] || "") + event.delta;
 }
 const callFinal = await callStream.finalResponse();
-const streamedCall = callFinal.output.find((o) => o.type === "function_call");
-assert.equal(streamedCall.name, "add");
-assert.equal(streamedCall.arguments, argDeltas);
-AddArgs.parse(JSON.parse(argDeltas));
+const streamedCalls = callFinal.output.map((o, i) => [o, i]).filter(([o]) => o.type === "function_call");
+assert.equal(streamedCalls.length, 1, JSON.stringify(callFinal.output));
+for (const [call, i] of streamedCalls) {
+  assert.equal(call.name, "add");
+  assert.equal(call.arguments, argDeltas[i]);
+  AddArgs.parse(JSON.parse(call.arguments));
+}
 
 // 4. Structured output through text.format.
-const Story = z.object({ title: z.string().max(20), lines: z.number().int().min(1).max(9) }).strict();
+// (a pattern, not max(): zod counts UTF-16 units, JSON Schema code points)
+const Story = z.object({ title: z.string().regex(/^[a-z ]{1,20}$/), lines: z.number().int().min(1).max(9) }).strict();
 const parsed = await client.responses.parse({
   model, input: "Write a story title", text: { format: zodTextFormat(Story, "story") },
   max_output_tokens: 120, temperature: 0.9,
