@@ -290,6 +290,91 @@ TEST_F(EngineTest, GreedyOutputIsTheSameAloneAmongOthersCachedChunkedAndPreempte
   }
 }
 
+// Prompt logprobs and embeddings (issue 26) gather every prompt row: the same values alone and
+// among 40 requests whose prompts are chunked, cached or preempted and recomputed (a recompute
+// adds nothing already gathered; a cached prefix is not used, since it has no rows).
+TEST_F(EngineTest, PromptLogprobsAndEmbeddingsAreTheSameChunkedCachedAndPreempted) {
+  auto scored = [](const char* text) {
+    GenerationRequest r = greedy(text, 4);
+    r.prompt_logprobs = 3;
+    return r;
+  };
+  auto embedded = [](const char* text, Pooling pooling) {
+    GenerationRequest r = greedy(text, 1);
+    r.pooling = pooling;
+    return r;
+  };
+  std::vector<std::vector<PromptLogprob>> lps;
+  std::vector<std::vector<float>> means, lasts;
+  {
+    Engine e(*model_, tok_, {2}, config(256, false));
+    for (const char* p : kPrompts) {
+      const auto s = run_to_completion(e, scored(p));
+      ASSERT_EQ(s[0].prompt_logprobs.size(), tok_->encode(p, true).size() - 1) << p;
+      lps.push_back(s[0].prompt_logprobs);
+      means.push_back(run_to_completion(e, embedded(p, Pooling::kMean))[0].embedding);
+      lasts.push_back(run_to_completion(e, embedded(p, Pooling::kLast))[0].embedding);
+      ASSERT_EQ(means.back().size(), static_cast<size_t>(model_->config().dim));
+      EXPECT_NE(means.back(), lasts.back());
+    }
+  }
+  struct Setup {
+    const char* name;
+    int64_t blocks;
+    bool prefix;
+    int64_t step_tokens;
+  };
+  for (const Setup s : {Setup{"prefix cache", 256, true, 2048}, Setup{"small chunks", 256, true, 7},
+                        Setup{"tight memory (preemption)", 14, true, 2048}}) {
+    Engine e(*model_, tok_, {2}, config(s.blocks, s.prefix, s.step_tokens));
+    struct Sent {
+      std::shared_ptr<RequestStream> stream;
+      size_t prompt;
+      int kind;  // 0 prompt logprobs, 1 mean, 2 last, 3 plain (fills the cache and the batch)
+    };
+    std::vector<Sent> sent;
+    for (int copy = 0; copy < 2; ++copy) {
+      for (size_t i = 0; i < std::size(kPrompts); ++i) {
+        sent.push_back({e.submit(greedy(kPrompts[i], 48)), i, 3});
+        sent.push_back({e.submit(scored(kPrompts[i])), i, 0});
+        sent.push_back({e.submit(embedded(kPrompts[i], Pooling::kMean)), i, 1});
+        sent.push_back({e.submit(embedded(kPrompts[i], Pooling::kLast)), i, 2});
+      }
+    }
+    for (const Sent& x : sent) {
+      CompletedSequence got;
+      RequestOutput o;
+      while (x.stream->next(o)) append_output(got, o);
+      if (x.kind == 0) {
+        const auto& want = lps[x.prompt];
+        ASSERT_EQ(got.prompt_logprobs.size(), want.size()) << s.name;
+        for (size_t k = 0; k < want.size(); ++k) {
+          EXPECT_EQ(got.prompt_logprobs[k].sample.token, want[k].sample.token);
+          EXPECT_NEAR(got.prompt_logprobs[k].sample.logprob, want[k].sample.logprob, 1e-4)
+              << s.name << ", prompt " << x.prompt << ", position " << k + 1;
+          EXPECT_EQ(got.prompt_logprobs[k].rank, want[k].rank) << s.name;
+          ASSERT_EQ(got.prompt_logprobs[k].sample.top.size(), 3u);
+          for (size_t t = 0; t < 3; ++t)
+            EXPECT_EQ(got.prompt_logprobs[k].sample.top[t].token, want[k].sample.top[t].token);
+        }
+        EXPECT_EQ(got.tokens.size(), 4u);  // and it generated as asked
+      } else if (x.kind == 1 || x.kind == 2) {
+        const auto& want = x.kind == 1 ? means[x.prompt] : lasts[x.prompt];
+        ASSERT_EQ(got.embedding.size(), want.size()) << s.name;
+        for (size_t d = 0; d < want.size(); ++d)
+          EXPECT_NEAR(got.embedding[d], want[d], 1e-4) << s.name << ", prompt " << x.prompt;
+        EXPECT_TRUE(got.tokens.empty()) << "an embedding request generates nothing";
+        EXPECT_EQ(got.finish, FinishReason::kStop);
+      }
+    }
+    if (s.blocks == 14) {
+      EXPECT_GT(e.stats().preemptions, 0) << s.name;
+    }
+    wait_until([&] { return e.stats().running == 0; });
+    EXPECT_EQ(e.stats().kv_blocks_used, 0) << s.name << ": every block released";
+  }
+}
+
 // Constrained sampling (issue 24) is a function of the request alone: the same seeded outputs
 // alone and among 40 requests under preemption (recomputed sequences keep their grammar
 // state), each a sentence of the grammar.

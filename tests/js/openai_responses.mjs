@@ -123,4 +123,15 @@ for (let i = 0; i < 2; i++) {
 }
 await assert.rejects(client.embeddings.create({ model, input: "x", dimensions: 3 }), (e) => e.status === 400);
 
+// 6. Prompt logprobs through completions' echo: the prompt's tokens come first, the first null.
+const echoed = await client.completions.create({
+  model, prompt: "Hello there, friend", echo: true, logprobs: 2, max_tokens: 3, temperature: 0,
+});
+const lp = echoed.choices[0].logprobs;
+assert.ok(echoed.choices[0].text.startsWith("Hello there, friend"));
+assert.equal(lp.token_logprobs[0], null);
+assert.equal(lp.top_logprobs[0], null);
+assert.equal(lp.tokens.length, echoed.usage.prompt_tokens + echoed.usage.completion_tokens);
+assert.ok(lp.token_logprobs.slice(1).every((v) => typeof v === "number" && v <= 0));
+
 console.log("all openai responses checks passed");
