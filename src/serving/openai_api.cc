@@ -56,6 +56,26 @@ json openai_model_list(const ServingState& state, const KeyPolicy* key) {
   return {{"object", "list"}, {"data", data}};
 }
 
+GenerationJob::DoneFn answer_whole(std::shared_ptr<const GenerationPlan> plan,
+                                   std::shared_ptr<RequestRecord> record,
+                                   std::shared_ptr<HttpResponder> responder, WholeBody body) {
+  return [=](const GenerationJob& job, bool client_gone) {
+    const JobSummary summary = summarize(*plan, job, *record);
+    record_job(summary, *record, plan->admission.get());
+    if (client_gone) return log_request(*record, 499);
+    if (!summary.error.empty()) {
+      responder->send(500, openai_error_body(500, summary.error, "server_error"));
+      return log_request(*record, 500);
+    }
+    if (summary.timed_out) {
+      responder->send(504, openai_error_body(504, deadline_message(plan->time_limit), "timeout"));
+      return log_request(*record, 504);
+    }
+    responder->send(200, body(job, summary));
+    log_request(*record, 200);
+  };
+}
+
 OpenAiShape openai_shape(const GenerationPlan& plan, const std::string& id,
                          const std::string& model, bool chat) {
   OpenAiShape shape;
@@ -171,23 +191,13 @@ void handle_openai_generation(ServingState& state, const HttpRequest& req,
     return;
   }
 
-  GenerationJob::DoneFn on_done = [=](const GenerationJob& job, bool client_gone) {
-    const JobSummary summary = summarize(*parsed, job, *record);
-    record_job(summary, *record, parsed->admission.get());
-    if (client_gone) return log_request(*record, 499);
-    if (!summary.error.empty()) {
-      responder->send(500, openai_error_body(500, summary.error, "server_error"));
-      return log_request(*record, 500);
-    }
-    if (summary.timed_out) {
-      responder->send(504, openai_error_body(504, deadline_message(limit), "timeout"));
-      return log_request(*record, 504);
-    }
-    responder->send(200, dump_json(openai_response(*shared, job.results(), summary)));
-    log_request(*record, 200);
-  };
-  GenerationJob::start(*model.engine, std::move(reqs), responder, state.jobs, nullptr, on_done,
-                       observer);
+  GenerationJob::start(
+      *model.engine, std::move(reqs), responder, state.jobs, nullptr,
+      answer_whole(parsed, record, responder,
+                   [shared](const GenerationJob& job, const JobSummary& summary) {
+                     return dump_json(openai_response(*shared, job.results(), summary));
+                   }),
+      observer);
 }
 
 }  // namespace tf

@@ -549,7 +549,6 @@ void handle_responses(ServingState& state, const HttpRequest& req,
   head.model = model.name;
   head.request = body;
   std::vector<GenerationRequest> reqs = std::move(plan->requests);
-  const auto limit = plan->time_limit;
 
   if (plan->stream) {
     auto events = std::make_shared<ResponseEventStream>(head);
@@ -587,24 +586,14 @@ void handle_responses(ServingState& state, const HttpRequest& req,
     return;
   }
 
-  GenerationJob::DoneFn on_done = [=](const GenerationJob& job, bool client_gone) {
-    const JobSummary summary = summarize(*plan, job, *record);
-    record_job(summary, *record, plan->admission.get());
-    if (client_gone) return log_request(*record, 499);
-    if (!summary.error.empty()) {
-      responder->send(500, openai_error_body(500, summary.error, "server_error"));
-      return log_request(*record, 500);
-    }
-    if (summary.timed_out) {
-      responder->send(504, openai_error_body(504, deadline_message(limit), "timeout"));
-      return log_request(*record, 504);
-    }
-    responder->send(
-        200, dump_json(response_from_chat(head, openai_response(*shape, job.results(), summary))));
-    log_request(*record, 200);
-  };
-  GenerationJob::start(*model.engine, std::move(reqs), responder, state.jobs, nullptr, on_done,
-                       observer);
+  GenerationJob::start(
+      *model.engine, std::move(reqs), responder, state.jobs, nullptr,
+      answer_whole(plan, record, responder,
+                   [shape, head](const GenerationJob& job, const JobSummary& summary) {
+                     return dump_json(
+                         response_from_chat(head, openai_response(*shape, job.results(), summary)));
+                   }),
+      observer);
 }
 
 }  // namespace tf

@@ -8,6 +8,7 @@
 #include <unordered_set>
 
 #include "serving/job_summary.h"
+#include "serving/openai_api.h"
 #include "serving/openai_request.h"
 #include "serving/planner.h"
 #include "serving/tool_calls.h"
@@ -257,18 +258,7 @@ void handle_embeddings(ServingState& state, const HttpRequest& req,
                              {{"model", model.name}, {"version", std::to_string(model.version)}}};
   std::vector<GenerationRequest> reqs = plan->requests;
   const std::string model_name = model.name;
-  GenerationJob::DoneFn on_done = [=](const GenerationJob& job, bool client_gone) {
-    const JobSummary summary = summarize(*plan, job, *record);
-    record_job(summary, *record, plan->admission.get());
-    if (client_gone) return log_request(*record, 499);
-    if (!summary.error.empty()) {
-      responder->send(500, openai_error_body(500, summary.error, "server_error"));
-      return log_request(*record, 500);
-    }
-    if (summary.timed_out) {
-      responder->send(504, openai_error_body(504, deadline_message(plan->time_limit), "timeout"));
-      return log_request(*record, 504);
-    }
+  WholeBody answer = [er, model_name](const GenerationJob& job, const JobSummary& summary) {
     ojson data = ojson::array();
     for (size_t i = 0; i < job.results().size(); ++i) {
       std::vector<float> e = job.results()[i].at(0).embedding;
@@ -283,16 +273,15 @@ void handle_embeddings(ServingState& state, const HttpRequest& req,
                       {"index", i},
                       {"embedding", er.base64 ? ojson(base64_floats(e)) : ojson(e)}});
     }
-    responder->send(200, dump_json(ojson{{"object", "list"},
-                                         {"data", data},
-                                         {"model", model_name},
-                                         {"usage",
-                                          {{"prompt_tokens", summary.prompt_tokens},
-                                           {"total_tokens", summary.prompt_tokens}}}}));
-    log_request(*record, 200);
+    return dump_json(ojson{
+        {"object", "list"},
+        {"data", data},
+        {"model", model_name},
+        {"usage",
+         {{"prompt_tokens", summary.prompt_tokens}, {"total_tokens", summary.prompt_tokens}}}});
   };
-  GenerationJob::start(*model.engine, std::move(reqs), responder, state.jobs, nullptr, on_done,
-                       observer);
+  GenerationJob::start(*model.engine, std::move(reqs), responder, state.jobs, nullptr,
+                       answer_whole(plan, record, responder, std::move(answer)), observer);
 }
 
 }  // namespace tf

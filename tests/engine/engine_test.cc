@@ -245,6 +245,14 @@ void wait_until(Cond cond) {
     std::this_thread::sleep_for(std::chrono::milliseconds(5));
 }
 
+// An engine setup the equality tests run requests under.
+struct EngineSetup {
+  const char* name;
+  int64_t blocks;
+  bool prefix;
+  int64_t step_tokens;
+};
+
 const char* kPrompts[] = {PREAMBLE "Once upon a time", PREAMBLE "The little dog ran",
                           PREAMBLE "Lily and Ben went to the park. They saw",
                           PREAMBLE "Tom had a red ball.", "One day, a bird"};
@@ -255,15 +263,10 @@ TEST_F(EngineTest, GreedyOutputIsTheSameAloneAmongOthersCachedChunkedAndPreempte
     Engine e(*model_, tok_, {2}, config(256, false));
     for (const char* p : kPrompts) alone.push_back(run_to_completion(e, greedy(p, 48))[0].tokens);
   }
-  struct Setup {
-    const char* name;
-    int64_t blocks;
-    bool prefix;
-    int64_t step_tokens;
-  };
-  for (const Setup s : {Setup{"prefix cache", 256, true, 2048}, Setup{"small chunks", 256, true, 7},
-                        Setup{"tight memory (preemption)", 14, true, 2048},
-                        Setup{"tight, no cache", 14, false, 64}}) {
+  for (const EngineSetup s :
+       {EngineSetup{"prefix cache", 256, true, 2048}, EngineSetup{"small chunks", 256, true, 7},
+        EngineSetup{"tight memory (preemption)", 14, true, 2048},
+        EngineSetup{"tight, no cache", 14, false, 64}}) {
     Engine e(*model_, tok_, {2}, config(s.blocks, s.prefix, s.step_tokens));
     std::vector<std::shared_ptr<RequestStream>> streams;
     std::vector<size_t> which;
@@ -318,14 +321,9 @@ TEST_F(EngineTest, PromptLogprobsAndEmbeddingsAreTheSameChunkedCachedAndPreempte
       EXPECT_NE(means.back(), lasts.back());
     }
   }
-  struct Setup {
-    const char* name;
-    int64_t blocks;
-    bool prefix;
-    int64_t step_tokens;
-  };
-  for (const Setup s : {Setup{"prefix cache", 256, true, 2048}, Setup{"small chunks", 256, true, 7},
-                        Setup{"tight memory (preemption)", 14, true, 2048}}) {
+  for (const EngineSetup s :
+       {EngineSetup{"prefix cache", 256, true, 2048}, EngineSetup{"small chunks", 256, true, 7},
+        EngineSetup{"tight memory (preemption)", 14, true, 2048}}) {
     Engine e(*model_, tok_, {2}, config(s.blocks, s.prefix, s.step_tokens));
     struct Sent {
       std::shared_ptr<RequestStream> stream;

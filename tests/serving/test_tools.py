@@ -233,6 +233,19 @@ def gpt2_model_with_template(template_name):
     return d, template
 
 
+# A conversation with an earlier tool call and its result, as the chat API takes it.
+EARLIER_CALL = [
+    {"role": "system", "content": "You are helpful."},
+    {"role": "user", "content": "Weather in Paris?"},
+    {"role": "assistant", "content": None, "tool_calls": [{
+        "id": "call_1", "type": "function",
+        "function": {"name": "get_weather",
+                     "arguments": "{\"city\": \"Paris\", \"unit\": \"celsius\"}"}}]},
+    {"role": "tool", "tool_call_id": "call_1", "name": "get_weather",
+     "content": "{\"temperature\": 21}"},
+]
+
+
 class QwenTemplateTest(ServerCase):
     @classmethod
     def setUpClass(cls):
@@ -255,16 +268,7 @@ class QwenTemplateTest(ServerCase):
             check_calls(self, ch["message"])
 
     def test_tools_and_earlier_calls_reach_the_template_as_transformers_passes_them(self):
-        messages = [
-            {"role": "system", "content": "You are helpful."},
-            {"role": "user", "content": "Weather in Paris?"},
-            {"role": "assistant", "content": None, "tool_calls": [{
-                "id": "call_1", "type": "function",
-                "function": {"name": "get_weather",
-                             "arguments": "{\"city\": \"Paris\", \"unit\": \"celsius\"}"}}]},
-            {"role": "tool", "tool_call_id": "call_1", "name": "get_weather",
-             "content": "{\"temperature\": 21}"},
-        ]
+        messages = json.loads(json.dumps(EARLIER_CALL))
         chat = self.post("/v1/chat/completions", {"messages": messages, "tools": TOOLS,
                                                   "max_tokens": 1, "temperature": 0})
         # transformers' form: arguments parsed into an object (vLLM does the same).
@@ -284,15 +288,7 @@ class QwenTemplateTest(ServerCase):
     def test_responses_items_render_as_the_chat_messages_do(self):
         """/v1/responses: instructions and input items (a function_call and its output) reach
         the template as the chat API's messages do: the same prompt, the same greedy answer."""
-        messages = [
-            {"role": "system", "content": "You are helpful."},
-            {"role": "user", "content": "Weather in Paris?"},
-            {"role": "assistant", "content": None, "tool_calls": [{
-                "id": "call_1", "type": "function",
-                "function": {"name": "get_weather",
-                             "arguments": "{\"city\": \"Paris\", \"unit\": \"celsius\"}"}}]},
-            {"role": "tool", "tool_call_id": "call_1", "content": "{\"temperature\": 21}"},
-        ]
+        messages = EARLIER_CALL
         chat = self.post("/v1/chat/completions", {"messages": messages, "tools": TOOLS,
                                                   "max_tokens": 6, "temperature": 0})
         rtools = [dict(t["function"], type="function") for t in TOOLS]
