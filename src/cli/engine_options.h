@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <string>
 
+#include "core/error.h"
 #include "engine/engine.h"
 #include "engine/memory_budget.h"
 
@@ -20,6 +21,10 @@ struct EngineOptions {
   bool no_prefix_caching = false;
   int threads = 0;
   std::string kv_cache_dtype = "f32";
+  std::string speculative = "off";
+  int32_t num_speculative_tokens = 4;
+  int32_t prompt_lookup_min = 1, prompt_lookup_max = 4;
+  int64_t spec_max_running = 8;
 
   EngineConfig config() const {
     EngineConfig ec;
@@ -30,6 +35,17 @@ struct EngineOptions {
     ec.scheduler.max_num_batched_tokens = max_num_batched_tokens;
     ec.batch_timeout_micros = batch_timeout_micros;
     ec.kv_type = kernels::parse_kv_type(kv_cache_dtype.c_str());
+    if (speculative == "ngram") {
+      ec.speculative_ngram = true;
+    } else if (speculative.starts_with("draft:")) {
+      fail("--speculative draft:PATH is not supported yet; use ngram (prompt lookup)");
+    } else if (speculative != "off") {
+      fail("--speculative must be off or ngram, got '{}'", speculative);
+    }
+    ec.ngram.num_tokens = num_speculative_tokens;
+    ec.ngram.min_n = prompt_lookup_min;
+    ec.ngram.max_n = prompt_lookup_max;
+    ec.spec_max_running = spec_max_running;
     return ec;
   }
 };
@@ -53,6 +69,23 @@ inline void add_engine_options(CLI::App& app, EngineOptions& o) {
                  "keys and values in the cache: f32, or bf16 / f16 (half the memory per token)")
       ->capture_default_str();
   app.add_option("--threads", o.threads, "compute threads (default: one per core)");
+  app.add_option("--speculative", o.speculative,
+                 "speculative decoding: off, or ngram (prompt lookup: a recurring suffix proposes "
+                 "what followed it; outputs are unchanged)")
+      ->capture_default_str();
+  app.add_option("--num-speculative-tokens", o.num_speculative_tokens,
+                 "the most tokens proposed per step")
+      ->capture_default_str();
+  app.add_option("--prompt-lookup-min", o.prompt_lookup_min,
+                 "the shortest suffix a prompt lookup matches")
+      ->capture_default_str();
+  app.add_option("--prompt-lookup-max", o.prompt_lookup_max,
+                 "the longest suffix a prompt lookup tries")
+      ->capture_default_str();
+  app.add_option("--spec-max-running", o.spec_max_running,
+                 "speculate only while at most this many sequences run (a busy batch has no "
+                 "compute to spare)")
+      ->capture_default_str();
 }
 
 }  // namespace tf::cli

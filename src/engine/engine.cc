@@ -106,6 +106,7 @@ Engine::Engine(Model& model, const Tokenizer* tokenizer, std::vector<int32_t> eo
   if (config_.scheduler.max_num_batched_tokens < 1 || config_.scheduler.max_num_seqs < 1) {
     fail("max_num_batched_tokens and max_num_seqs must be at least 1");
   }
+  if (config_.speculative_ngram) (void)ngram_propose({}, config_.ngram);  // throws if invalid
   stats_.kv_blocks_total = pool_.num_blocks();
   last_progress_ns_ = Clock::now().time_since_epoch().count();
   thread_ = std::thread([this] { loop(); });
@@ -265,6 +266,7 @@ void Engine::loop() {
 
 void Engine::step() {
   end_cancelled_requests();
+  propose();
   const SchedulerOutput sched = scheduler_.schedule();
   run_forward(sched);
   note_first_scheduled(sched);
@@ -313,15 +315,21 @@ void Engine::run_forward(const SchedulerOutput& sched) {
   batch_.clear();
   first_row_.clear();
   last_row_.clear();
+  chunk_start_.clear();
   int64_t rows = 0;
   bool hidden = false;
   for (const auto& c : sched.chunks) {
     const GenerationRequest& spec = c.seq->request->spec;
     // Every row of a chunk that computes prompt positions, for the requests that gather them.
-    const bool all = spec.all_prompt_rows() && c.start < c.seq->prompt_len && !c.seq->padding;
+    // Every row of a chunk that computes prompt positions, for the requests that gather them,
+    // and of one that computes proposals, to verify them.
+    const bool all =
+        ((spec.all_prompt_rows() && c.start < c.seq->prompt_len) || c.seq->num_drafts > 0) &&
+        !c.seq->padding;
     batch_.push_back({std::span<const int32_t>(c.seq->tokens.data() + c.start, c.count), c.start,
                       c.seq->block_table, all});
     first_row_.push_back(rows);
+    chunk_start_.push_back(c.start);
     rows += all ? c.count : 1;
     last_row_.push_back(rows - 1);
     hidden = hidden || spec.pooling != Pooling::kNone;
@@ -329,6 +337,41 @@ void Engine::run_forward(const SchedulerOutput& sched) {
   logits_.resize(static_cast<size_t>(rows * model_.config().vocab_size));
   if (hidden) hidden_.resize(static_cast<size_t>(rows * model_.config().dim));
   model_.forward(batch_, kv_, logits_.data(), pool_threads_, hidden ? hidden_.data() : nullptr);
+}
+
+void Engine::propose() {
+  // Not with sliding windows: a rollback would need keys the window already released.
+  if (!config_.speculative_ngram || config_.scheduler.static_batching || manager_.window() > 0)
+    return;
+  if (static_cast<int64_t>(scheduler_.num_running()) > config_.spec_max_running) return;
+  const int64_t context = model_.config().max_seq_len;
+  int64_t free_blocks = pool_.num_blocks() - pool_.num_used();
+  for (auto& r : active_) {
+    const GenerationRequest& spec = r->spec;
+    if (!spec.speculate || spec.pooling != Pooling::kNone || r->group.beam_search()) continue;
+    for (const auto& s : r->group.sequences()) {
+      Sequence& seq = *s;
+      const int64_t len = seq.num_tokens(), generated = len - seq.prompt_len;
+      // Decoding: its last token (sampled) is all that waits to be computed.
+      if (seq.status != SequenceStatus::kRunning || seq.padding || seq.num_drafts > 0 ||
+          generated < 1 || seq.num_computed != len - 1 || seq.sampler->finished())
+        continue;
+      // No more than the tokens it may still emit (a step emits up to proposals + 1) and the
+      // context holds.
+      int64_t room = std::min<int64_t>(spec.params.max_tokens - generated - 1, context - len);
+      room = std::min<int64_t>(room, config_.ngram.num_tokens);
+      if (room < 1) continue;
+      std::vector<int32_t> drafts = ngram_propose(seq.tokens, config_.ngram);
+      if (static_cast<int64_t>(drafts.size()) > room) drafts.resize(static_cast<size_t>(room));
+      // Only from free blocks: speculation never preempts anyone.
+      const int64_t need =
+          manager_.blocks_for(len + static_cast<int64_t>(drafts.size())) - manager_.blocks_for(len);
+      if (drafts.empty() || need > free_blocks) continue;
+      free_blocks -= need;
+      seq.tokens.insert(seq.tokens.end(), drafts.begin(), drafts.end());
+      seq.num_drafts = static_cast<int64_t>(drafts.size());
+    }
+  }
 }
 
 void Engine::gather_prompt_rows(const SchedulerOutput& sched) {
@@ -406,7 +449,23 @@ void Engine::sample(const std::vector<ReadySequence>& ready) {
       finish_embedding(seq, r.row);
       continue;
     }
-    const int64_t row_index = last_row_[r.row];  // r.row: the chunk
+    int64_t row_index = last_row_[r.row];  // r.row: the chunk
+    std::vector<int32_t> drafts;
+    if (seq.num_drafts > 0) {
+      // Proposals: the rows from the last real token on verify them. A chunk that began past
+      // that token (a preempted sequence recomputed in pieces) has lost its row: the proposals
+      // are dropped and the token is computed again next step.
+      const int64_t len = seq.num_tokens() - seq.num_drafts;
+      drafts.assign(seq.tokens.begin() + len, seq.tokens.end());
+      seq.tokens.resize(static_cast<size_t>(len));
+      seq.num_drafts = 0;
+      if (chunk_start_[r.row] > len - 1) {
+        seq.num_computed = len - 1;
+        manager_.truncate(seq);
+        continue;
+      }
+      row_index = first_row_[r.row] + (len - 1 - chunk_start_[r.row]);
+    }
     if (group.beam_search()) {
       group.set_beam_row(seq, row_index);
       continue;
@@ -416,20 +475,58 @@ void Engine::sample(const std::vector<ReadySequence>& ready) {
       if (sibling_rows_.size() <= copies) sibling_rows_.emplace_back();
       std::vector<float>& copy = sibling_rows_[copies++];
       copy.assign(row.begin(), row.end());
-      draws_.push_back({sibling, copy, {}});
+      draws_.push_back({sibling, copy, {}, {}, {}});
     }
-    draws_.push_back({&seq, row, {}});
+    draws_.push_back({&seq, row, {}, std::move(drafts), {}});
   }
   // Each draw reads and writes only its sequence's sampler and logits row (the tokenizer is
   // shared, and const). At 32 sequences a serial loop of greedy draws was ~8 % of a 110M int8
   // step; a sampled draw over a 50k vocabulary costs 0.1-1.7 ms.
   pool_threads_.parallel_for(static_cast<int64_t>(draws_.size()), [&](int64_t b, int64_t e) {
-    for (int64_t i = b; i < e; ++i) draws_[i].out = draws_[i].seq->sampler->step(draws_[i].logits);
+    for (int64_t i = b; i < e; ++i) {
+      Draw& d = draws_[i];
+      d.out = d.seq->sampler->step(d.logits);
+      // Each proposal is checked against the token the sequence's own draw makes there (with
+      // the uniform it would use without speculation): equal, the draw goes on to the next
+      // row; else that token is the step's last. A point-mass proposal is accepted with
+      // probability p(token), as rejection sampling would, and every emitted token is the
+      // one plain decoding would draw.
+      const StepOutput* last = &d.out;
+      for (size_t j = 0;
+           j < d.drafts.size() && !d.seq->sampler->finished() && last->sample.token == d.drafts[j];
+           ++j) {
+        d.more.push_back(d.seq->sampler->step(
+            std::span<float>(d.logits.data() + static_cast<int64_t>(j + 1) * vocab, vocab)));
+        last = &d.more.back();
+      }
+    }
   });
-  for (Draw& d : draws_) stream_step(*d.seq, std::move(d.out));
+  for (Draw& d : draws_) {
+    Sequence& seq = *d.seq;
+    const bool speculated = !d.drafts.empty();
+    const int64_t len = seq.num_tokens();
+    stream_step(seq, std::move(d.out), d.more.empty());
+    for (size_t j = 0; j < d.more.size(); ++j)
+      stream_step(seq, std::move(d.more[j]), j + 1 == d.more.size());
+    if (!speculated) continue;
+    const auto accepted = static_cast<int64_t>(d.more.size());  // each followed a match
+    if (seq.status != SequenceStatus::kFinished) {
+      // The accepted proposals' K/V stay; the rejected ones' positions are written again.
+      seq.num_computed = len + accepted;
+      manager_.truncate(seq);
+      manager_.cache_full_blocks(seq, seq.request->spec.cache_salt);
+    }
+    std::lock_guard<std::mutex> lock(stats_mu_);
+    ++stats_.spec_drafts;
+    stats_.spec_draft_tokens += static_cast<int64_t>(d.drafts.size());
+    stats_.spec_accepted_tokens += accepted;
+    stats_.spec_emitted_tokens += accepted + 1;
+    for (int64_t j = 0; j < accepted && j < static_cast<int64_t>(EngineStats::kSpecPositions); ++j)
+      ++stats_.spec_accepted_per_position[j];
+  }
 }
 
-void Engine::stream_step(Sequence& seq, StepOutput so) {
+void Engine::stream_step(Sequence& seq, StepOutput so, bool last) {
   EngineRequest* r = seq.request;
   seq.tokens.push_back(so.sample.token);
   if (r->timings.first_token == Clock::time_point{}) r->timings.first_token = Clock::now();
@@ -443,7 +540,7 @@ void Engine::stream_step(Sequence& seq, StepOutput so) {
     out.prompt_logprobs = std::move(r->prompt_logprobs);
     r->prompt_logprobs_sent = true;
   }
-  if (seq.sampler->finished()) finish_sequence(&seq, out);
+  if (last && seq.sampler->finished()) finish_sequence(&seq, out);
   r->stream->push(std::move(out));
 }
 

@@ -18,6 +18,7 @@
 #include "engine/kv_block_pool.h"
 #include "engine/kv_cache_manager.h"
 #include "engine/scheduler.h"
+#include "engine/spec_proposer.h"
 #include "model/model.h"
 #include "tokenizer/tokenizer.h"
 
@@ -34,6 +35,13 @@ struct EngineConfig {
   // Requests submitted and not yet scheduled at which submit() refuses more (kUnavailable); 0:
   // no limit. Bounds memory under overload: the excess is shed instead of queued.
   int64_t max_queued_requests = 0;
+  // Speculative decoding by prompt lookup (spec_proposer.h): a decoding sequence whose suffix
+  // recurred proposes up to num_tokens tokens, verified in the next step's forward pass.
+  // Proposals are made only while at most spec_max_running sequences run (a busy batch already
+  // uses the compute that verification rows would take).
+  bool speculative_ngram = false;
+  NgramConfig ngram;
+  int64_t spec_max_running = 8;
 };
 
 struct EngineStats {
@@ -59,6 +67,11 @@ struct EngineStats {
   // Out of memory: requests refused because their prompt plus max_tokens can never fit the KV
   // cache; steps that failed to allocate (std::bad_alloc: their requests ended as failed).
   int64_t oom_kv_refused = 0, oom_alloc_failures = 0;
+  // Speculative decoding (vLLM's spec_decode counters): tokens proposed, proposals accepted,
+  // tokens emitted by verification steps, and accepted per proposal position.
+  int64_t spec_drafts = 0, spec_draft_tokens = 0, spec_accepted_tokens = 0, spec_emitted_tokens = 0;
+  static constexpr size_t kSpecPositions = 16;
+  std::array<int64_t, kSpecPositions> spec_accepted_per_position{};
 };
 
 class Engine {
@@ -92,6 +105,8 @@ class Engine {
   // Copies the blocks the scheduler asked for and runs the forward pass over the step's chunks.
   void run_forward(const SchedulerOutput& sched);
   void note_first_scheduled(const SchedulerOutput& sched);
+  // Appends proposals to the decoding sequences that may speculate (EngineConfig).
+  void propose();
   // What requests asking for every prompt row gather from the step's rows: prompt logprobs
   // and mean-pooled hidden states.
   void gather_prompt_rows(const SchedulerOutput& sched);
@@ -105,7 +120,9 @@ class Engine {
   // Beam searches whose beams all have their logits this step select and fork their next beams.
   void step_beam_searches();
   // Streams a sequence's sampled step (and ends the sequence when the step finished it).
-  void stream_step(Sequence& seq, StepOutput so);
+  // last: the draw's last output (the sampler's finish belongs to it; a verification step's
+  // earlier outputs come first).
+  void stream_step(Sequence& seq, StepOutput so, bool last = true);
   void finish_sequence(Sequence* seq, RequestOutput& out);
   // Streams an ended beam search's hypotheses (an abort when cancelled or there are none).
   void finish_beams(EngineRequest& r, bool aborted);
@@ -133,12 +150,16 @@ class Engine {
   std::vector<SequenceChunk> batch_;
   std::vector<int64_t> first_row_;  // per chunk of the step: its first logits row (last: below)
   std::vector<int64_t> last_row_;
+  std::vector<int64_t> chunk_start_;  // per chunk of the step: its first position
   // One step's draws: a sequence, its logits row (a sibling's own copy on its first step), the
   // result.
   struct Draw {
     Sequence* seq;
     std::span<float> logits;
     StepOutput out;
+    // A sequence with proposals: the draw goes on through the next rows while it equals them.
+    std::vector<int32_t> drafts;
+    std::vector<StepOutput> more;
   };
   std::vector<Draw> draws_;
   std::vector<std::vector<float>> sibling_rows_;

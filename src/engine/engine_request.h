@@ -56,6 +56,8 @@ struct GenerationRequest {
   // Not kNone: an embedding request. The prompt is computed, its hidden states pooled into the
   // last output's embedding, and nothing is generated (sampling parameters are ignored).
   Pooling pooling = Pooling::kNone;
+  // Speculative decoding, when the engine has it on: false turns it off for this request.
+  bool speculate = true;
 
   // Every prompt position needs its row of the forward pass, not only the last.
   bool all_prompt_rows() const { return prompt_logprobs.has_value() || pooling == Pooling::kMean; }

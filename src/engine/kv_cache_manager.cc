@@ -82,7 +82,8 @@ void KvCacheManager::fork(const Sequence& parent, Sequence& child) {
 void KvCacheManager::cache_full_blocks(Sequence& seq, uint64_t salt) {
   if (!prefix_caching_) return;
   const int bs = pool_.block_size();
-  const int64_t full = seq.num_computed / bs;
+  // Proposals (speculative decoding) are not the sequence's tokens yet: their blocks wait.
+  const int64_t full = std::min(seq.num_computed, seq.num_tokens() - seq.num_drafts) / bs;
   uint64_t parent =
       seq.block_hashes.empty() ? root_hash(salt, pool_.hash_key()) : seq.block_hashes.back();
   for (int64_t b = static_cast<int64_t>(seq.block_hashes.size()); b < full; ++b) {
@@ -108,6 +109,16 @@ void KvCacheManager::release_outside_window(Sequence& seq) {
     seq.block_table[b] = kReleased;
     ++window_releases_;
   }
+}
+
+void KvCacheManager::truncate(Sequence& seq) {
+  const int64_t keep = blocks_for(seq.num_tokens());
+  while (static_cast<int64_t>(seq.block_table.size()) > keep) {
+    if (seq.block_table.back() != kReleased) pool_.release(seq.block_table.back());
+    seq.block_table.pop_back();
+  }
+  const int64_t full = seq.num_computed / pool_.block_size();
+  if (static_cast<int64_t>(seq.block_hashes.size()) > full) seq.block_hashes.resize(full);
 }
 
 void KvCacheManager::free(Sequence& seq) {

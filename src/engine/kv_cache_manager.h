@@ -51,6 +51,9 @@ class KvCacheManager {
   // start. Their entries become kReleased (positions stay where they are); each block goes back
   // to the pool (and stays findable in the prefix cache until reused).
   void release_outside_window(Sequence& seq);
+  // After rejected proposals were dropped (tokens and num_computed lowered): releases the blocks
+  // past the ones its tokens need, and forgets hashes of blocks no longer full of computed ones.
+  void truncate(Sequence& seq);
   // Releases every block (last block first, so a sequence's tail is evicted before its head).
   void free(Sequence& seq);
   // Blocks needed to hold num_tokens.

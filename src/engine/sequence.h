@@ -29,6 +29,9 @@ struct Sequence {
   int64_t preemptions = 0;
   bool padding = false;   // finished, holding its row in a padded static batch (Scheduler::pad)
   uint64_t fair_tag = 0;  // its turn among the waiting of its priority (Scheduler::add)
+  // Speculative decoding: the last num_drafts tokens are proposals, computed with the others
+  // and verified once their rows are ready (Engine::verify); never cached or emitted before.
+  int64_t num_drafts = 0;
 
   int64_t num_tokens() const { return static_cast<int64_t>(tokens.size()); }
 };

@@ -368,6 +368,29 @@ std::string Server::render_metrics(bool tf_serving_names) const {
          "counter", [](const Row& r) { return D(r.s.preemptions); });
   family("tokenflow_engine_steps_total", "Forward passes (engine steps)", "counter",
          [](const Row& r) { return D(r.s.steps); });
+  family("tokenflow_spec_decode_num_drafts_total",
+         "Speculative decoding: verification steps of sequences with proposals", "counter",
+         [](const Row& r) { return D(r.s.spec_drafts); });
+  family("tokenflow_spec_decode_num_draft_tokens_total", "Speculative decoding: tokens proposed",
+         "counter", [](const Row& r) { return D(r.s.spec_draft_tokens); });
+  family("tokenflow_spec_decode_num_accepted_tokens_total",
+         "Speculative decoding: proposed tokens accepted (acceptance rate: ratio to proposed)",
+         "counter", [](const Row& r) { return D(r.s.spec_accepted_tokens); });
+  family("tokenflow_spec_decode_num_emitted_tokens_total",
+         "Speculative decoding: tokens emitted by verification steps (accepted + one each)",
+         "counter", [](const Row& r) { return D(r.s.spec_emitted_tokens); });
+  append_header(out, "tokenflow_spec_decode_num_accepted_tokens_per_pos_total",
+                "Speculative decoding: proposals accepted at each position (0: the first)",
+                "counter");
+  for (const auto& r : rows) {
+    if (r.s.spec_drafts == 0) continue;
+    for (size_t i = 0; i < EngineStats::kSpecPositions; ++i) {
+      Labels l = r.labels;
+      l.emplace_back("position", std::to_string(i));
+      append_sample(out, "tokenflow_spec_decode_num_accepted_tokens_per_pos_total", l,
+                    D(r.s.spec_accepted_per_position[i]));
+    }
+  }
   family("tokenflow_engine_busy_seconds_total",
          "Seconds the version's compute pool spent in engine steps; rate() is its utilization "
          "(0-1), the CPU counterpart of GPU utilization",

@@ -373,6 +373,101 @@ TEST_F(EngineTest, PromptLogprobsAndEmbeddingsAreTheSameChunkedCachedAndPreempte
   }
 }
 
+// Prompt-lookup speculation (issue 27) emits exactly what plain decoding emits: greedy, seeded
+// sampling with logprobs, stop strings, n > 1, alone and among many requests chunked or
+// preempted; and it does accept proposals (stories repeat themselves).
+TEST_F(EngineTest, NgramSpeculationEmitsWhatPlainDecodingDoes) {
+  auto requests = [](const char* text, size_t i) {
+    std::vector<GenerationRequest> rs;
+    rs.push_back(greedy(text, 48));
+    GenerationRequest sampled = greedy(text, 40);
+    sampled.params.temperature = 0.8f;
+    sampled.params.top_k = 40;
+    sampled.params.seed = 100 + i;
+    sampled.params.logprobs = 2;
+    rs.push_back(sampled);
+    GenerationRequest stopped = greedy(text, 64);
+    stopped.params.ignore_eos = false;
+    stopped.params.stop = {"park"};
+    rs.push_back(stopped);
+    GenerationRequest many = sampled;
+    many.params.n = 2;
+    many.params.logprobs.reset();
+    rs.push_back(many);
+    return rs;
+  };
+  auto collect = [](const std::shared_ptr<RequestStream>& stream, size_t n) {
+    std::vector<CompletedSequence> out(n);
+    RequestOutput o;
+    while (stream->next(o)) append_output(out.at(o.index), o);
+    return out;
+  };
+  std::vector<std::vector<CompletedSequence>> plain;
+  {
+    Engine e(*model_, tok_, {2}, config(256, false));
+    for (size_t i = 0; i < std::size(kPrompts); ++i)
+      for (auto& r : requests(kPrompts[i], i)) {
+        const size_t n = static_cast<size_t>(r.params.n);
+        plain.push_back(collect(e.submit(std::move(r)), n));
+      }
+  }
+  auto same = [&](const std::vector<CompletedSequence>& got, size_t k, const std::string& what) {
+    ASSERT_EQ(got.size(), plain[k].size()) << what;
+    for (size_t s = 0; s < got.size(); ++s) {
+      EXPECT_EQ(got[s].tokens, plain[k][s].tokens) << what << ", request " << k;
+      EXPECT_EQ(got[s].text, plain[k][s].text) << what << ", request " << k;
+      EXPECT_EQ(got[s].finish, plain[k][s].finish) << what << ", request " << k;
+      ASSERT_EQ(got[s].logprobs.size(), plain[k][s].logprobs.size()) << what;
+      for (size_t t = 0; t < got[s].logprobs.size(); ++t) {
+        EXPECT_EQ(got[s].logprobs[t].token, plain[k][s].logprobs[t].token);
+        EXPECT_NEAR(got[s].logprobs[t].logprob, plain[k][s].logprobs[t].logprob, 1e-4);
+      }
+    }
+  };
+  // One at a time: every request speculates.
+  {
+    EngineConfig c = config(256, true);
+    c.speculative_ngram = true;
+    Engine e(*model_, tok_, {2}, c);
+    size_t k = 0;
+    for (size_t i = 0; i < std::size(kPrompts); ++i)
+      for (auto& r : requests(kPrompts[i], i)) {
+        const size_t n = static_cast<size_t>(r.params.n);
+        same(collect(e.submit(std::move(r)), n), k++, "one at a time");
+      }
+    const EngineStats st = e.stats();
+    EXPECT_GT(st.spec_drafts, 0);
+    EXPECT_GT(st.spec_accepted_tokens, 0) << "stories repeat: some proposals must hold";
+    EXPECT_LE(st.spec_accepted_tokens, st.spec_draft_tokens);
+    EXPECT_EQ(st.spec_emitted_tokens, st.spec_accepted_tokens + st.spec_drafts);
+    EXPECT_GE(st.spec_accepted_per_position[0], st.spec_accepted_per_position[1]);
+    wait_until([&] { return e.stats().running == 0; });
+    EXPECT_EQ(e.stats().kv_blocks_used, 0);
+  }
+  for (const EngineSetup s :
+       {EngineSetup{"all at once", 256, true, 2048}, EngineSetup{"small chunks", 256, true, 7},
+        EngineSetup{"tight memory (preemption)", 14, true, 2048}}) {
+    EngineConfig c = config(s.blocks, s.prefix, s.step_tokens);
+    c.speculative_ngram = true;
+    c.spec_max_running = 1000;
+    Engine e(*model_, tok_, {2}, c);
+    std::vector<std::pair<std::shared_ptr<RequestStream>, size_t>> sent;
+    for (size_t i = 0; i < std::size(kPrompts); ++i)
+      for (auto& r : requests(kPrompts[i], i)) {
+        const size_t n = static_cast<size_t>(r.params.n);
+        sent.emplace_back(e.submit(std::move(r)), n);
+      }
+    for (size_t k = 0; k < sent.size(); ++k)
+      same(collect(sent[k].first, sent[k].second), k, s.name);
+    EXPECT_GT(e.stats().spec_accepted_tokens, 0) << s.name;
+    if (s.blocks == 14) {
+      EXPECT_GT(e.stats().preemptions, 0) << s.name;
+    }
+    wait_until([&] { return e.stats().running == 0; });
+    EXPECT_EQ(e.stats().kv_blocks_used, 0) << s.name;
+  }
+}
+
 // Constrained sampling (issue 24) is a function of the request alone: the same seeded outputs
 // alone and among 40 requests under preemption (recomputed sequences keep their grammar
 // state), each a sentence of the grammar.
