@@ -552,9 +552,10 @@ void handle_responses(ServingState& state, const HttpRequest& req,
 
   if (plan->stream) {
     auto events = std::make_shared<ResponseEventStream>(head);
+    // The chat stream points into the shape: the callbacks hold both.
     auto chat_stream = std::make_shared<ChatChoiceStream>(*shape);
     auto mu = std::make_shared<std::mutex>();
-    GenerationJob::EventFn on_event = [=](size_t i, const RequestOutput& out) {
+    GenerationJob::EventFn on_event = [=, shape = shape](size_t i, const RequestOutput& out) {
       std::lock_guard lock(*mu);
       for (const ojson& c : chat_stream->chunks(i, out))
         for (const ojson& e : events->chunk(c)) responder->write(sse_event(e));
