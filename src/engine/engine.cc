@@ -315,12 +315,10 @@ void Engine::run_forward(const SchedulerOutput& sched) {
   batch_.clear();
   first_row_.clear();
   last_row_.clear();
-  chunk_start_.clear();
   int64_t rows = 0;
   bool hidden = false;
   for (const auto& c : sched.chunks) {
     const GenerationRequest& spec = c.seq->request->spec;
-    // Every row of a chunk that computes prompt positions, for the requests that gather them.
     // Every row of a chunk that computes prompt positions, for the requests that gather them,
     // and of one that computes proposals, to verify them.
     const bool all =
@@ -329,7 +327,6 @@ void Engine::run_forward(const SchedulerOutput& sched) {
     batch_.push_back({std::span<const int32_t>(c.seq->tokens.data() + c.start, c.count), c.start,
                       c.seq->block_table, all});
     first_row_.push_back(rows);
-    chunk_start_.push_back(c.start);
     rows += all ? c.count : 1;
     last_row_.push_back(rows - 1);
     hidden = hidden || spec.pooling != Pooling::kNone;
@@ -416,14 +413,8 @@ void Engine::finish_embedding(Sequence& seq, int64_t chunk) {
     std::copy(h, h + dim, out.embedding.begin());
   }
   if (r.timings.first_token == Clock::time_point{}) r.timings.first_token = Clock::now();
-  scheduler_.remove(&seq);
-  seq.status = SequenceStatus::kFinished;
-  out.finish = FinishReason::kStop;
-  if (r.group.finish_sample()) {
-    out.request_done = true;
-    r.timings.finished = Clock::now();
-    r.stream->set_timings(r.timings);
-  }
+  finish_sequence(&seq, out);
+  out.finish = FinishReason::kStop;  // its sampler never ran: the prompt is all there was
   r.stream->push(std::move(out));
 }
 
@@ -459,12 +450,13 @@ void Engine::sample(const std::vector<ReadySequence>& ready) {
       drafts.assign(seq.tokens.begin() + len, seq.tokens.end());
       seq.tokens.resize(static_cast<size_t>(len));
       seq.num_drafts = 0;
-      if (chunk_start_[r.row] > len - 1) {
+      const int64_t start = batch_[r.row].start_pos;  // the chunk's first position
+      if (start > len - 1) {
         seq.num_computed = len - 1;
         manager_.truncate(seq);
         continue;
       }
-      row_index = first_row_[r.row] + (len - 1 - chunk_start_[r.row]);
+      row_index = first_row_[r.row] + (len - 1 - start);
     }
     if (group.beam_search()) {
       group.set_beam_row(seq, row_index);
@@ -501,6 +493,7 @@ void Engine::sample(const std::vector<ReadySequence>& ready) {
       }
     }
   });
+  EngineStats spec;  // this step's speculation counters, added to stats_ once
   for (Draw& d : draws_) {
     Sequence& seq = *d.seq;
     const bool speculated = !d.drafts.empty();
@@ -516,14 +509,21 @@ void Engine::sample(const std::vector<ReadySequence>& ready) {
       manager_.truncate(seq);
       manager_.cache_full_blocks(seq, seq.request->spec.cache_salt);
     }
-    std::lock_guard<std::mutex> lock(stats_mu_);
-    ++stats_.spec_drafts;
-    stats_.spec_draft_tokens += static_cast<int64_t>(d.drafts.size());
-    stats_.spec_accepted_tokens += accepted;
-    stats_.spec_emitted_tokens += accepted + 1;
+    ++spec.spec_drafts;
+    spec.spec_draft_tokens += static_cast<int64_t>(d.drafts.size());
+    spec.spec_accepted_tokens += accepted;
+    spec.spec_emitted_tokens += accepted + 1;
     for (int64_t j = 0; j < accepted && j < static_cast<int64_t>(EngineStats::kSpecPositions); ++j)
-      ++stats_.spec_accepted_per_position[j];
+      ++spec.spec_accepted_per_position[j];
   }
+  if (spec.spec_drafts == 0) return;
+  std::lock_guard<std::mutex> lock(stats_mu_);
+  stats_.spec_drafts += spec.spec_drafts;
+  stats_.spec_draft_tokens += spec.spec_draft_tokens;
+  stats_.spec_accepted_tokens += spec.spec_accepted_tokens;
+  stats_.spec_emitted_tokens += spec.spec_emitted_tokens;
+  for (size_t j = 0; j < EngineStats::kSpecPositions; ++j)
+    stats_.spec_accepted_per_position[j] += spec.spec_accepted_per_position[j];
 }
 
 void Engine::stream_step(Sequence& seq, StepOutput so, bool last) {

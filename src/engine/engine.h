@@ -150,7 +150,6 @@ class Engine {
   std::vector<SequenceChunk> batch_;
   std::vector<int64_t> first_row_;  // per chunk of the step: its first logits row (last: below)
   std::vector<int64_t> last_row_;
-  std::vector<int64_t> chunk_start_;  // per chunk of the step: its first position
   // One step's draws: a sequence, its logits row (a sibling's own copy on its first step), the
   // result.
   struct Draw {

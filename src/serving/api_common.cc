@@ -186,6 +186,25 @@ const char* tf_serving_api(const std::string& path, const char** entrypoint) {
 
 }  // namespace
 
+void unknown_field(const std::string& key) {
+  throw HttpError(400, fmt::format("Unrecognized request argument supplied: {}", key),
+                  "unknown_parameter", key);
+}
+
+std::string string_field(const nlohmann::json& body, const char* key) {
+  if (!present(body, key)) return {};
+  if (!body[key].is_string())
+    throw HttpError(400, fmt::format("'{}' must be a string", key), "", key);
+  return body[key].get<std::string>();
+}
+
+bool bool_field(const nlohmann::json& body, const char* key, bool fallback) {
+  if (!present(body, key)) return fallback;
+  if (!body[key].is_boolean())
+    throw HttpError(400, fmt::format("'{}' must be true or false", key), "", key);
+  return body[key].get<bool>();
+}
+
 void log_request(const RequestRecord& r, int status) {
   const double ms =
       std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - r.received)

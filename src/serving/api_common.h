@@ -60,9 +60,25 @@ std::string deadline_message(std::chrono::milliseconds limit);
 
 // Whether a request body has the field with a value (a JSON null counts as absent, as OpenAI
 // reads it).
-inline bool present(const nlohmann::json& body, const char* key) {
+// (A template: an ordered_json body is read as it is, not converted to a json copy per call.)
+template <typename Json>
+bool present(const Json& body, const char* key) {
   return body.contains(key) && !body[key].is_null();
 }
+
+// 400 "Unrecognized request argument supplied: KEY" (OpenAI's words, code unknown_parameter).
+[[noreturn]] void unknown_field(const std::string& key);
+// A body must be an object whose every member known(name) accepts: 400 otherwise.
+template <typename Json, typename Known>
+void check_known_fields(const Json& body, Known known) {
+  if (!body.is_object()) throw HttpError(400, "the request body must be a JSON object");
+  for (auto it = body.begin(); it != body.end(); ++it)
+    if (!known(it.key())) unknown_field(it.key());
+}
+// A string field ("" when absent or null), a boolean field (fallback when absent or null):
+// 400 naming the field when it holds another type.
+std::string string_field(const nlohmann::json& body, const char* key);
+bool bool_field(const nlohmann::json& body, const char* key, bool fallback);
 
 // JSON text; invalid UTF-8 (a token that is half a character) becomes U+FFFD instead of throwing.
 std::string dump_json(const nlohmann::json& j);

@@ -56,14 +56,9 @@ const std::unordered_set<std::string> kPredictParams = {"max_tokens",
                                                         "no_repeat_ngram_size"};
 
 void check_fields(const json& body, bool chat) {
-  if (!body.is_object()) throw HttpError(400, "the request body must be a JSON object");
   const auto& own = chat ? kChatFields : kCompletionFields;
-  for (const auto& [key, value] : body.items()) {
-    if (!kCommonFields.count(key) && !own.count(key)) {
-      throw HttpError(400, fmt::format("Unrecognized request argument supplied: {}", key),
-                      "unknown_parameter", key);
-    }
-  }
+  check_known_fields(
+      body, [&](const std::string& key) { return kCommonFields.count(key) || own.count(key); });
   if (present(body, "suffix") && body["suffix"] != "") {
     throw HttpError(400, "'suffix' is not supported", "unsupported_parameter", "suffix");
   }
@@ -93,13 +88,6 @@ std::string field_of(const std::string& message, const json& body) {
     ++e;
   const std::string word = message.substr(b, e - b);
   return body.is_object() && body.contains(word) ? word : std::string();
-}
-
-std::string string_field(const json& body, const char* key) {
-  if (!present(body, key)) return {};
-  if (!body[key].is_string())
-    throw HttpError(400, fmt::format("'{}' must be a string", key), "", key);
-  return body[key].get<std::string>();
 }
 
 void read_body(const json& body, bool chat, bool log_prompt,

@@ -285,12 +285,7 @@ std::string sse_event(const ojson& e) {
 }  // namespace
 
 ojson responses_to_chat_body(const ojson& body) {
-  if (!body.is_object()) throw HttpError(400, "the request body must be a JSON object");
-  for (const auto& [key, value] : body.items()) {
-    if (!kFields.count(key))
-      throw HttpError(400, fmt::format("Unrecognized request argument supplied: {}", key),
-                      "unknown_parameter", key);
-  }
+  check_known_fields(body, [](const std::string& key) { return kFields.count(key) > 0; });
   if (present(body, "previous_response_id"))
     throw HttpError(400,
                     "'previous_response_id' is not supported: this server stores no responses; "

@@ -23,26 +23,7 @@ using ojson = nlohmann::ordered_json;
 constexpr size_t kMaxEmbeddingInputs = 2048;
 
 void check_fields(const json& body, const std::unordered_set<std::string>& allowed) {
-  if (!body.is_object()) throw HttpError(400, "the request body must be a JSON object");
-  for (const auto& [key, value] : body.items()) {
-    if (!allowed.count(key))
-      throw HttpError(400, fmt::format("Unrecognized request argument supplied: {}", key),
-                      "unknown_parameter", key);
-  }
-}
-
-std::string string_field(const json& body, const char* key) {
-  if (!present(body, key)) return {};
-  if (!body[key].is_string())
-    throw HttpError(400, fmt::format("'{}' must be a string", key), "", key);
-  return body[key].get<std::string>();
-}
-
-bool bool_field(const json& body, const char* key, bool fallback) {
-  if (!present(body, key)) return fallback;
-  if (!body[key].is_boolean())
-    throw HttpError(400, fmt::format("'{}' must be true or false", key), "", key);
-  return body[key].get<bool>();
+  check_known_fields(body, [&](const std::string& key) { return allowed.count(key) > 0; });
 }
 
 // Runs fn, turning a FieldError or plain Error into a 400 naming the field.
