@@ -99,7 +99,7 @@ int run_bench(const BenchOptions& o) {
          o.prefix_len + o.input_len + out_hi, cfg.max_seq_len);
   }
   const long rss_after_load = peak_rss_mib();
-  EngineConfig ec = o.engine.config();
+  EngineConfig ec = o.engine.config(kernels::parse_weight_type(o.dtype));
   ec.scheduler.static_batching = o.batching != "continuous";
   ec.scheduler.pad_finished = o.batching == "static";
   instance.start_engine(ec, /*ids_only=*/true);  // random ids: no text, no EOS

@@ -25,8 +25,11 @@ struct EngineOptions {
   int32_t num_speculative_tokens = 4;
   int32_t prompt_lookup_min = 1, prompt_lookup_max = 4;
   int64_t spec_max_running = 8;
+  std::string draft_dtype;  // empty: the model's --dtype
+  double spec_min_acceptance = 0.3;
 
-  EngineConfig config() const {
+  // dtype: the model's weight type (a draft model's unless --draft-dtype).
+  EngineConfig config(kernels::WeightType dtype = kernels::WeightType::kF32) const {
     EngineConfig ec;
     ec.threads = threads;
     ec.kv_cache_bytes = parse_memory_budget(kv_cache_memory);
@@ -35,13 +38,11 @@ struct EngineOptions {
     ec.scheduler.max_num_batched_tokens = max_num_batched_tokens;
     ec.batch_timeout_micros = batch_timeout_micros;
     ec.kv_type = kernels::parse_kv_type(kv_cache_dtype.c_str());
-    if (speculative == "ngram") {
-      ec.speculative_ngram = true;
-    } else if (speculative.starts_with("draft:")) {
-      fail("--speculative draft:PATH is not supported yet; use ngram (prompt lookup)");
-    } else if (speculative != "off") {
-      fail("--speculative must be off or ngram, got '{}'", speculative);
-    }
+    set_speculative(ec, speculative);
+    ec.draft_weight_type = draft_dtype.empty() ? dtype : kernels::parse_weight_type(draft_dtype);
+    if (!(spec_min_acceptance >= 0.0 && spec_min_acceptance <= 1.0))
+      fail("--spec-min-acceptance must be in [0, 1], got {}", spec_min_acceptance);
+    ec.spec_min_acceptance = spec_min_acceptance;
     ec.ngram.num_tokens = num_speculative_tokens;
     ec.ngram.min_n = prompt_lookup_min;
     ec.ngram.max_n = prompt_lookup_max;
@@ -70,8 +71,16 @@ inline void add_engine_options(CLI::App& app, EngineOptions& o) {
       ->capture_default_str();
   app.add_option("--threads", o.threads, "compute threads (default: one per core)");
   app.add_option("--speculative", o.speculative,
-                 "speculative decoding: off, or ngram (prompt lookup: a recurring suffix proposes "
-                 "what followed it; outputs are unchanged)")
+                 "speculative decoding: off, ngram (prompt lookup: a recurring suffix proposes "
+                 "what followed it) or draft:PATH (a model with the same vocabulary proposes; "
+                 "it may be the model itself at a lower --draft-dtype); outputs keep their "
+                 "distribution, and greedy ones are unchanged")
+      ->capture_default_str();
+  app.add_option("--draft-dtype", o.draft_dtype,
+                 "the draft model's weights: f32, bf16, f16, int8 or q4 (default: --dtype)");
+  app.add_option("--spec-min-acceptance", o.spec_min_acceptance,
+                 "a sequence whose proposals' running acceptance rate falls below this stops "
+                 "proposing for 16 steps")
       ->capture_default_str();
   app.add_option("--num-speculative-tokens", o.num_speculative_tokens,
                  "the most tokens proposed per step")

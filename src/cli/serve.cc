@@ -78,7 +78,7 @@ int run_serve(const ServeOptions& o) {
   so.file_system_poll_s = o.file_system_poll_s;
   so.tokenizer = o.tokenizer;
   so.dtype = kernels::parse_weight_type(o.dtype);
-  so.engine = o.engine.config();
+  so.engine = o.engine.config(so.dtype);
   so.engine.max_queued_requests = o.max_waiting_requests;
   if (!o.memory_budget.empty()) so.memory_budget = parse_memory_budget(o.memory_budget);
   so.limits.max_request_time =

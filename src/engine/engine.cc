@@ -89,8 +89,21 @@ int64_t blocks_for_budget(const ModelConfig& c, const EngineConfig& e) {
 }
 }  // namespace
 
+void set_speculative(EngineConfig& config, std::string_view method) {
+  config.speculative_ngram = false;
+  config.speculative_draft.clear();
+  if (method == "ngram") {
+    config.speculative_ngram = true;
+  } else if (method.starts_with("draft:")) {
+    config.speculative_draft = std::string(method.substr(6));
+    if (config.speculative_draft.empty()) fail("--speculative draft:PATH names no path");
+  } else if (method != "off" && !method.empty()) {
+    fail("speculative decoding must be off, ngram or draft:PATH, got '{}'", method);
+  }
+}
+
 Engine::Engine(Model& model, const Tokenizer* tokenizer, std::vector<int32_t> eos_ids,
-               EngineConfig config)
+               EngineConfig config, Model* draft)
     : model_(model),
       tokenizer_(tokenizer),
       eos_ids_(std::move(eos_ids)),
@@ -106,7 +119,23 @@ Engine::Engine(Model& model, const Tokenizer* tokenizer, std::vector<int32_t> eo
   if (config_.scheduler.max_num_batched_tokens < 1 || config_.scheduler.max_num_seqs < 1) {
     fail("max_num_batched_tokens and max_num_seqs must be at least 1");
   }
-  if (config_.speculative_ngram) (void)ngram_propose({}, config_.ngram);  // throws if invalid
+  if (config_.speculative_ngram || !config_.speculative_draft.empty())
+    (void)ngram_propose({}, config_.ngram);  // throws if invalid (num_tokens is both's)
+  if (config_.speculative_ngram && !config_.speculative_draft.empty())
+    fail("speculative decoding takes one proposer: ngram or a draft model");
+  if (!config_.speculative_draft.empty()) {
+    if (!draft) fail("no draft model was loaded for {}", config_.speculative_draft);
+    const ModelConfig& d = draft->config();
+    if (d.vocab_size != model.config().vocab_size)
+      fail("the draft model {} has a vocabulary of {} tokens; the model's has {}",
+           config_.speculative_draft, d.vocab_size, model.config().vocab_size);
+    // Enough for spec_max_running sequences at the full context (proposals are made for no
+    // more), and no more blocks than the model's own cache has.
+    const int64_t per_seq = manager_.blocks_for(model.config().max_seq_len) + 1;
+    const int64_t blocks =
+        std::min(pool_.num_blocks(), std::max<int64_t>(config_.spec_max_running, 1) * per_seq);
+    draft_ = std::make_unique<DraftProposer>(*draft, blocks, config_.block_size, config_.kv_type);
+  }
   stats_.kv_blocks_total = pool_.num_blocks();
   last_progress_ns_ = Clock::now().time_since_epoch().count();
   thread_ = std::thread([this] { loop(); });
@@ -257,6 +286,7 @@ void Engine::loop() {
         leave_queue(*r);
       }
       active_.clear();
+      if (draft_) draft_->release_all();
     }
     const double busy = std::chrono::duration<double>(Clock::now() - started).count();
     std::lock_guard<std::mutex> lock(stats_mu_);
@@ -338,11 +368,14 @@ void Engine::run_forward(const SchedulerOutput& sched) {
 
 void Engine::propose() {
   // Not with sliding windows: a rollback would need keys the window already released.
-  if (!config_.speculative_ngram || config_.scheduler.static_batching || manager_.window() > 0)
+  if ((!config_.speculative_ngram && !draft_) || config_.scheduler.static_batching ||
+      manager_.window() > 0)
     return;
   if (static_cast<int64_t>(scheduler_.num_running()) > config_.spec_max_running) return;
-  const int64_t context = model_.config().max_seq_len;
+  int64_t context = model_.config().max_seq_len;
+  if (draft_) context = std::min(context, draft_->model().config().max_seq_len);
   int64_t free_blocks = pool_.num_blocks() - pool_.num_used();
+  std::vector<DraftProposer::Job> jobs;
   for (auto& r : active_) {
     const GenerationRequest& spec = r->spec;
     if (!spec.speculate || spec.pooling != Pooling::kNone || r->group.beam_search()) continue;
@@ -353,21 +386,41 @@ void Engine::propose() {
       if (seq.status != SequenceStatus::kRunning || seq.padding || seq.num_drafts > 0 ||
           generated < 1 || seq.num_computed != len - 1 || seq.sampler->finished())
         continue;
+      if (seq.spec_pause > 0) {  // its proposals kept failing: plain steps for a while
+        --seq.spec_pause;
+        continue;
+      }
       // No more than the tokens it may still emit (a step emits up to proposals + 1) and the
       // context holds.
       int64_t room = std::min<int64_t>(spec.params.max_tokens - generated - 1, context - len);
       room = std::min<int64_t>(room, config_.ngram.num_tokens);
       if (room < 1) continue;
-      std::vector<int32_t> drafts = ngram_propose(seq.tokens, config_.ngram);
-      if (static_cast<int64_t>(drafts.size()) > room) drafts.resize(static_cast<size_t>(room));
+      std::vector<int32_t> drafts;
+      if (config_.speculative_ngram) {
+        drafts = ngram_propose(seq.tokens, config_.ngram);
+        if (static_cast<int64_t>(drafts.size()) > room) drafts.resize(static_cast<size_t>(room));
+        if (drafts.empty()) continue;
+        room = static_cast<int64_t>(drafts.size());
+      }
       // Only from free blocks: speculation never preempts anyone.
-      const int64_t need =
-          manager_.blocks_for(len + static_cast<int64_t>(drafts.size())) - manager_.blocks_for(len);
-      if (drafts.empty() || need > free_blocks) continue;
+      const int64_t need = manager_.blocks_for(len + room) - manager_.blocks_for(len);
+      if (need > free_blocks) continue;
       free_blocks -= need;
+      if (draft_) {
+        jobs.push_back({&seq, room, {}, {}});
+        continue;
+      }
       seq.tokens.insert(seq.tokens.end(), drafts.begin(), drafts.end());
       seq.num_drafts = static_cast<int64_t>(drafts.size());
     }
+  }
+  if (jobs.empty()) return;
+  draft_->propose(jobs, pool_threads_, config_.scheduler.max_num_batched_tokens);
+  for (DraftProposer::Job& j : jobs) {
+    if (j.drafts.empty()) continue;
+    j.seq->tokens.insert(j.seq->tokens.end(), j.drafts.begin(), j.drafts.end());
+    j.seq->num_drafts = static_cast<int64_t>(j.drafts.size());
+    j.seq->draft_q = std::move(j.q);
   }
 }
 
@@ -442,6 +495,7 @@ void Engine::sample(const std::vector<ReadySequence>& ready) {
     }
     int64_t row_index = last_row_[r.row];  // r.row: the chunk
     std::vector<int32_t> drafts;
+    std::vector<float> q;
     if (seq.num_drafts > 0) {
       // Proposals: the rows from the last real token on verify them. A chunk that began past
       // that token (a preempted sequence recomputed in pieces) has lost its row: the proposals
@@ -450,6 +504,8 @@ void Engine::sample(const std::vector<ReadySequence>& ready) {
       drafts.assign(seq.tokens.begin() + len, seq.tokens.end());
       seq.tokens.resize(static_cast<size_t>(len));
       seq.num_drafts = 0;
+      q.swap(seq.draft_q);
+      seq.draft_q.clear();
       const int64_t start = batch_[r.row].start_pos;  // the chunk's first position
       if (start > len - 1) {
         seq.num_computed = len - 1;
@@ -467,9 +523,9 @@ void Engine::sample(const std::vector<ReadySequence>& ready) {
       if (sibling_rows_.size() <= copies) sibling_rows_.emplace_back();
       std::vector<float>& copy = sibling_rows_[copies++];
       copy.assign(row.begin(), row.end());
-      draws_.push_back({sibling, copy, {}, {}, {}});
+      draws_.push_back({sibling, copy, {}, {}, {}, {}});
     }
-    draws_.push_back({&seq, row, {}, std::move(drafts), {}});
+    draws_.push_back({&seq, row, {}, std::move(drafts), std::move(q), {}});
   }
   // Each draw reads and writes only its sequence's sampler and logits row (the tokenizer is
   // shared, and const). At 32 sequences a serial loop of greedy draws was ~8 % of a 110M int8
@@ -477,18 +533,28 @@ void Engine::sample(const std::vector<ReadySequence>& ready) {
   pool_threads_.parallel_for(static_cast<int64_t>(draws_.size()), [&](int64_t b, int64_t e) {
     for (int64_t i = b; i < e; ++i) {
       Draw& d = draws_[i];
-      d.out = d.seq->sampler->step(d.logits);
-      // Each proposal is checked against the token the sequence's own draw makes there (with
-      // the uniform it would use without speculation): equal, the draw goes on to the next
-      // row; else that token is the step's last. A point-mass proposal is accepted with
-      // probability p(token), as rejection sampling would, and every emitted token is the
-      // one plain decoding would draw.
+      SequenceSampler& sampler = *d.seq->sampler;
+      auto row = [&](size_t j) {
+        return std::span<float>(d.logits.data() + static_cast<int64_t>(j) * vocab, vocab);
+      };
+      // Proposal j is verified on row j; the row after the last proposal draws a free token.
+      // Point-mass proposals (prompt lookup, greedy drafts) are checked against the token the
+      // sequence's own draw makes there (with the uniform it would use without speculation):
+      // equal, the draw goes on to the next row; else that token is the step's last. A
+      // proposal is thus accepted with probability p(token), as rejection sampling would, and
+      // every emitted token is the one plain decoding would draw. A sampled draft's proposals
+      // are verified by rejection sampling against their q (SequenceSampler::verify).
+      auto draw = [&](size_t j) {
+        if (j < d.drafts.size() && !d.q.empty())
+          return sampler.verify(row(j), d.drafts[j],
+                                std::span<const float>(d.q.data() + j * vocab, vocab));
+        return sampler.step(row(j));
+      };
+      d.out = draw(0);
       const StepOutput* last = &d.out;
       for (size_t j = 0;
-           j < d.drafts.size() && !d.seq->sampler->finished() && last->sample.token == d.drafts[j];
-           ++j) {
-        d.more.push_back(d.seq->sampler->step(
-            std::span<float>(d.logits.data() + static_cast<int64_t>(j + 1) * vocab, vocab)));
+           j < d.drafts.size() && !sampler.finished() && last->sample.token == d.drafts[j]; ++j) {
+        d.more.push_back(draw(j + 1));
         last = &d.more.back();
       }
     }
@@ -502,17 +568,28 @@ void Engine::sample(const std::vector<ReadySequence>& ready) {
     for (size_t j = 0; j < d.more.size(); ++j)
       stream_step(seq, std::move(d.more[j]), j + 1 == d.more.size());
     if (!speculated) continue;
-    const auto accepted = static_cast<int64_t>(d.more.size());  // each followed a match
+    // Accepted: the leading proposals the emitted tokens equal.
+    int64_t accepted = 0;
+    while (accepted < static_cast<int64_t>(d.drafts.size()) && len + accepted < seq.num_tokens() &&
+           seq.tokens[static_cast<size_t>(len + accepted)] == d.drafts[accepted])
+      ++accepted;
     if (seq.status != SequenceStatus::kFinished) {
       // The accepted proposals' K/V stay; the rejected ones' positions are written again.
       seq.num_computed = len + accepted;
       manager_.truncate(seq);
       manager_.cache_full_blocks(seq, seq.request->spec.cache_salt);
+      if (draft_) draft_->keep(seq, len + accepted);
+      const double rate = static_cast<double>(accepted) / static_cast<double>(d.drafts.size());
+      seq.spec_acceptance = 0.5 * seq.spec_acceptance + 0.5 * rate;
+      if (seq.spec_acceptance < config_.spec_min_acceptance) {
+        seq.spec_pause = config_.spec_pause_steps;
+        seq.spec_acceptance = 1.0;  // a fresh start once the pause is over
+      }
     }
     ++spec.spec_drafts;
     spec.spec_draft_tokens += static_cast<int64_t>(d.drafts.size());
     spec.spec_accepted_tokens += accepted;
-    spec.spec_emitted_tokens += accepted + 1;
+    spec.spec_emitted_tokens += seq.num_tokens() - len;
     for (int64_t j = 0; j < accepted && j < static_cast<int64_t>(EngineStats::kSpecPositions); ++j)
       ++spec.spec_accepted_per_position[j];
   }
@@ -552,6 +629,7 @@ void Engine::finish_sequence(Sequence* seq, RequestOutput& out) {
     scheduler_.remove(seq);
   }
   seq->status = SequenceStatus::kFinished;
+  if (draft_) draft_->release(*seq);
   out.finish = seq->sampler->finish_reason();
   out.cumulative_logprob = seq->sampler->cumulative_logprob();
   if (r->group.finish_sample()) {
@@ -611,6 +689,7 @@ void Engine::retire_and_record(const SchedulerOutput& sched) {
   stats_.running = static_cast<int64_t>(scheduler_.num_running());
   stats_.waiting = static_cast<int64_t>(scheduler_.num_waiting());
   stats_.kv_blocks_used = pool_.num_used();
+  if (draft_) stats_.draft_kv_blocks_used = draft_->blocks_used();
   stats_.prefix_queried_tokens = manager_.prefix_queries();
   stats_.prefix_hit_tokens = manager_.prefix_hits();
   stats_.preemptions = scheduler_.preemptions();

@@ -10,6 +10,8 @@
 #include <condition_variable>
 #include <memory>
 #include <mutex>
+#include <string>
+#include <string_view>
 #include <thread>
 #include <vector>
 
@@ -18,6 +20,7 @@
 #include "engine/kv_block_pool.h"
 #include "engine/kv_cache_manager.h"
 #include "engine/scheduler.h"
+#include "engine/spec_draft.h"
 #include "engine/spec_proposer.h"
 #include "model/model.h"
 #include "tokenizer/tokenizer.h"
@@ -40,9 +43,21 @@ struct EngineConfig {
   // Proposals are made only while at most spec_max_running sequences run (a busy batch already
   // uses the compute that verification rows would take).
   bool speculative_ngram = false;
-  NgramConfig ngram;
+  NgramConfig ngram;  // num_tokens: the most proposals per step, by either proposer
   int64_t spec_max_running = 8;
+  // Speculative decoding with a draft model (spec_draft.h): the path ModelInstance loads it
+  // from (as draft_weight_type) and hands to the Engine. Exclusive with speculative_ngram.
+  std::string speculative_draft;
+  kernels::WeightType draft_weight_type = kernels::WeightType::kF32;
+  // Adapting: a sequence whose proposals' running acceptance rate falls below this stops
+  // proposing for spec_pause_steps steps (a proposal that fails costs verification rows).
+  double spec_min_acceptance = 0.3;
+  int64_t spec_pause_steps = 16;
 };
+
+// Sets the speculation fields of `config` from "off", "ngram" or "draft:PATH" (the --speculative
+// flag and a model config's `speculative`); throws Error naming anything else.
+void set_speculative(EngineConfig& config, std::string_view method);
 
 struct EngineStats {
   int64_t steps = 0;
@@ -71,14 +86,16 @@ struct EngineStats {
   // tokens emitted by verification steps, and accepted per proposal position.
   int64_t spec_drafts = 0, spec_draft_tokens = 0, spec_accepted_tokens = 0, spec_emitted_tokens = 0;
   static constexpr size_t kSpecPositions = 16;
+  int64_t draft_kv_blocks_used = 0;  // the draft model's KV blocks in use
   std::array<int64_t, kSpecPositions> spec_accepted_per_position{};
 };
 
 class Engine {
  public:
   // The engine does not own the model or tokenizer; they must outlive it. eos_ids end sequences.
+  // draft: the draft model when config.speculative_draft names one (same vocabulary).
   Engine(Model& model, const Tokenizer* tokenizer, std::vector<int32_t> eos_ids,
-         EngineConfig config);
+         EngineConfig config, Model* draft = nullptr);
   ~Engine();
   Engine(const Engine&) = delete;
   Engine& operator=(const Engine&) = delete;
@@ -137,6 +154,7 @@ class Engine {
   KvBlockPool pool_;
   KvCacheManager manager_;
   Scheduler scheduler_;
+  std::unique_ptr<DraftProposer> draft_;
 
   std::mutex mu_;  // guards incoming_ and stop_
   std::condition_variable cv_;
@@ -158,6 +176,7 @@ class Engine {
     StepOutput out;
     // A sequence with proposals: the draw goes on through the next rows while it equals them.
     std::vector<int32_t> drafts;
+    std::vector<float> q;  // a draft model's distributions of them (empty: point masses)
     std::vector<StepOutput> more;
   };
   std::vector<Draw> draws_;

@@ -24,8 +24,28 @@ void ModelInstance::load(const std::string& path, const std::string& explicit_to
 
 void ModelInstance::start_engine(const EngineConfig& config, bool ids_only) {
   TF_CHECK(model && !engine);
-  engine = std::make_unique<Engine>(*model, ids_only ? nullptr : tok(),
-                                    ids_only ? std::vector<int32_t>{} : eos_ids, config);
+  if (!config.speculative_draft.empty()) {
+    const std::string& path = config.speculative_draft;
+    draft = load_model(path, config.draft_weight_type);
+    if (draft->config().vocab_size != model->config().vocab_size)
+      fail("the draft model {} has a vocabulary of {} tokens; the model's has {}", path,
+           draft->config().vocab_size, model->config().vocab_size);
+    if (tok()) {
+      // Same ids must mean the same text. A draft without a tokenizer of its own is taken at
+      // its word (a llama2c checkpoint's sits beside it, found or not).
+      LoadedTokenizer t;
+      try {
+        t = load_tokenizer(path, draft->config().vocab_size, "");
+      } catch (const Error&) {
+      }
+      if (t.tokenizer && t.tokenizer->vocabulary_bytes() != tok()->vocabulary_bytes())
+        fail("the draft model {} has another vocabulary than the model's (its tokens differ)",
+             path);
+    }
+  }
+  engine =
+      std::make_unique<Engine>(*model, ids_only ? nullptr : tok(),
+                               ids_only ? std::vector<int32_t>{} : eos_ids, config, draft.get());
 }
 
 std::shared_ptr<const GrammarVocab> ModelInstance::grammar_vocab() const {

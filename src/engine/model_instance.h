@@ -25,6 +25,7 @@ struct ModelInstance {
   std::unique_ptr<Model> model;
   LoadedTokenizer tokenizer;  // tokenizer.tokenizer is null when the model has none
   std::vector<int32_t> eos_ids;
+  std::unique_ptr<Model> draft;    // speculative decoding's draft model (config.speculative_draft)
   std::unique_ptr<Engine> engine;  // null until start_engine()
 
   virtual ~ModelInstance();  // the engine (its thread) stops before the model goes
@@ -39,8 +40,10 @@ struct ModelInstance {
   // stop ids. Throws Error naming what is wrong.
   void load(const std::string& path, const std::string& explicit_tokenizer = "",
             kernels::WeightType weight_type = kernels::WeightType::kF32);
-  // Starts the engine. ids_only: without the tokenizer and the stop ids, so that sequences are
-  // token ids that end only at max_tokens (benchmarks with fixed output lengths).
+  // Starts the engine (loading config.speculative_draft's model first: its vocabulary, and its
+  // tokenizer's tokens where it has one, must be the model's). ids_only: without the tokenizer
+  // and the stop ids, so that sequences are token ids that end only at max_tokens (benchmarks
+  // with fixed output lengths).
   void start_engine(const EngineConfig& config, bool ids_only = false);
 
  private:

@@ -32,6 +32,11 @@ struct Sequence {
   // Speculative decoding: the last num_drafts tokens are proposals, computed with the others
   // and verified once their rows are ready (Engine::verify); never cached or emitted before.
   int64_t num_drafts = 0;
+  std::vector<float> draft_q;  // a draft model's distributions of them (empty: point masses)
+  // Adapting (EngineConfig::spec_min_acceptance): the running acceptance rate of its proposals
+  // and the steps it still waits before proposing again.
+  double spec_acceptance = 1.0;
+  int64_t spec_pause = 0;
 
   int64_t num_tokens() const { return static_cast<int64_t>(tokens.size()); }
 };

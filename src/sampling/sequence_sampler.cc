@@ -42,6 +42,12 @@ std::string SequenceSampler::flush_text() {
   return out;
 }
 
+namespace {
+// The streams of a sequence's other draws: a draft model's proposals and the residual draw of a
+// rejected proposal (stream ids of a request's sequences are small).
+constexpr uint64_t kDraftStream = 1ull << 62, kResidualStream = 1ull << 63;
+}  // namespace
+
 StepOutput SequenceSampler::step(std::span<float> logits) {
   StepOutput out;
   if (finished()) return out;
@@ -49,6 +55,80 @@ StepOutput SequenceSampler::step(std::span<float> logits) {
   if (grammar_) constrain(logits);
   const double u = sample_uniform(seed_, stream_, history_.output().size());
   out.sample = sampler_.sample(logprob_params_, logits, u);
+  advance(out);
+  return out;
+}
+
+int32_t SequenceSampler::draft(std::span<float> logits, int64_t ahead, std::span<float> q) {
+  apply_logits_processors(params_, history_, eos_ids_, logits);
+  if (params_.greedy()) return argmax(logits);
+  const auto dist = sampler_.distribution(params_, logits);
+  std::fill(q.begin(), q.end(), 0.0f);
+  if (dist.empty()) return argmax(logits);
+  const double u = sample_uniform(seed_, stream_ | kDraftStream,
+                                  history_.output().size() + static_cast<uint64_t>(ahead));
+  int32_t token = dist.back().first;
+  double acc = 0.0;
+  bool drawn = false;
+  for (const auto& [t, prob] : dist) {
+    q[static_cast<size_t>(t)] = static_cast<float>(prob);
+    acc += prob;
+    if (!drawn && u < acc) {
+      token = t;
+      drawn = true;
+    }
+  }
+  return token;
+}
+
+StepOutput SequenceSampler::verify(std::span<float> logits, int32_t proposal,
+                                   std::span<const float> q) {
+  StepOutput out;
+  if (finished()) return out;
+  apply_logits_processors(params_, history_, eos_ids_, logits);
+  if (grammar_) constrain(logits);
+  const uint64_t n = history_.output().size();
+  const auto p = sampler_.distribution(logprob_params_, logits);
+  auto q_of = [&](int32_t t) {
+    return t >= 0 && static_cast<size_t>(t) < q.size()
+               ? static_cast<double>(q[static_cast<size_t>(t)])
+               : 0.0;
+  };
+  const double qx = q_of(proposal);
+  double px = 0.0;
+  for (const auto& [t, prob] : p)
+    if (t == proposal) px = prob;
+  int32_t token = -1;
+  // Accepted with probability min(1, p(x) / q(x)).
+  if (qx > 0.0 && sample_uniform(seed_, stream_, n) * qx < px) {
+    token = proposal;
+  } else {
+    // The residual max(0, p - q), normalized; where it is empty (p == q up to rounding), p.
+    double total = 0.0;
+    for (const auto& [t, prob] : p) total += std::max(0.0, prob - q_of(t));
+    const bool residual = total > 1e-12;
+    if (!residual) total = 1.0;
+    const double target = sample_uniform(seed_, stream_ | kResidualStream, n) * total;
+    double acc = 0.0;
+    for (const auto& [t, prob] : p) {
+      const double w = residual ? std::max(0.0, prob - q_of(t)) : prob;
+      if (w <= 0.0) continue;
+      token = t;  // the last with weight, should rounding leave target past the sum
+      acc += w;
+      if (target < acc) break;
+    }
+  }
+  out.sample.token = token;
+  if (logprob_params_.logprobs) {
+    SampleResult lp = logprobs_of(logits, token, *logprob_params_.logprobs);
+    out.sample.logprob = lp.logprob;
+    out.sample.top = std::move(lp.top);
+  }
+  advance(out);
+  return out;
+}
+
+void SequenceSampler::advance(StepOutput& out) {
   if (!params_.logprobs) out.sample.top.clear();
   const int32_t token = out.sample.token;
   cumulative_logprob_ += out.sample.logprob;
@@ -78,7 +158,6 @@ StepOutput SequenceSampler::step(std::span<float> logits) {
   }
   out.finish = finish_;
   text_ += out.text;
-  return out;
 }
 
 void SequenceSampler::constrain(std::span<float> logits) const {

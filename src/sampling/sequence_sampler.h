@@ -43,7 +43,21 @@ class SequenceSampler {
   // Ends the sequence from outside (client gone, deadline): releases held-back text.
   StepOutput abort();
 
+  // Speculative decoding with a draft model. draft(): the distribution this sequence draws
+  // from (the processors with its history so far, temperature and truncation; no grammar mask)
+  // applied to a draft model's logits, written dense into q (vocab entries, zero outside the
+  // kept tokens), and a token drawn from it with the draft's own uniforms for the proposal
+  // `ahead` positions on. Greedy: a point mass at the processed argmax (q is not written).
+  // Changes nothing but the logits row.
+  int32_t draft(std::span<float> logits, int64_t ahead, std::span<float> q);
+  // Verifies a proposal drawn from q: processes `logits` as step() does (grammar included) into
+  // the target distribution p, accepts `proposal` with probability min(1, p/q) and otherwise
+  // draws from the residual max(0, p - q) normalized (Leviathan et al., 2023; Chen et al.,
+  // 2023), so that the emitted token is distributed exactly as p. Then advances as step().
+  StepOutput verify(std::span<float> logits, int32_t proposal, std::span<const float> q);
+
   bool finished() const { return finish_ != FinishReason::kNone; }
+  bool greedy() const { return params_.greedy(); }
   FinishReason finish_reason() const { return finish_; }
   const TokenHistory& history() const { return history_; }
   const std::vector<int32_t>& output() const { return history_.output(); }
@@ -53,6 +67,8 @@ class SequenceSampler {
 
  private:
   std::string flush_text();
+  // Appends the chosen token and decides whether the sequence finished (out.sample is filled).
+  void advance(StepOutput& out);
   // Masks the tokens the grammar refuses now (end-of-sequence ids: allowed where it may end).
   void constrain(std::span<float> logits) const;
 

@@ -26,6 +26,8 @@ const std::unordered_set<std::string> kCommonFields = {
     "use_beam_search", "early_stopping", "no_repeat_ngram_size", "bad_words_ids", "priority",
     "request_id", "cache_salt", "spaces_between_special_tokens", "add_special_tokens", "timeout",
     "service_tier", "metadata", "store", "prompt_logprobs",
+    // tokenflow's: false turns speculative decoding off for this request.
+    "speculative",
     // Structured output (structured_output.h): OpenAI's, vLLM's and llama.cpp's names.
     "response_format", "grammar", "guided_grammar", "guided_json", "guided_regex", "guided_choice",
     "guided_whitespace_pattern", "guided_decoding_backend", "structured_outputs", "json_schema"};
@@ -118,6 +120,7 @@ void read_body(const json& body, bool chat, bool log_prompt,
   }
   r.echo = !chat && body.value("echo", false);
   r.add_special_tokens = body.value("add_special_tokens", true);
+  r.speculative = bool_field(body, "speculative", true);
   if (present(body, "priority")) {
     const json& v = body["priority"];
     if (!v.is_number_integer() || (v.is_number_unsigned() && v.get<uint64_t>() > INT32_MAX) ||

@@ -53,6 +53,7 @@ struct CompletionRequest {
   std::string max_tokens_field = "max_tokens";  // the name the client gave it (errors name it)
   bool stream = false, include_usage = false, echo = false;
   int32_t priority = 0;
+  bool speculative = true;  // false: no speculative decoding for this request
   std::string cache_salt;
   // Structured output: what the output must follow (kind kNone: nothing). Compiled by the planner.
   OutputConstraint output;

@@ -129,6 +129,9 @@ ModelServer::ModelServer(ModelServerOptions options) : options_(std::move(option
         if (config.max_batch_size() > 0) model_ec.scheduler.max_num_seqs = config.max_batch_size();
         if (config.batch_timeout_micros() > 0)
           model_ec.batch_timeout_micros = config.batch_timeout_micros();
+        if (!config.speculative().empty()) set_speculative(model_ec, config.speculative());
+        if (config.num_speculative_tokens() > 0)
+          model_ec.ngram.num_tokens = config.num_speculative_tokens();
         std::shared_ptr<ServedModel> m = load_served_model(name, path, model_ec, tokenizer, dtype);
         apply_signature_config(m->generate, config.generate_signature());
         m->version = version;

@@ -132,6 +132,7 @@ GenerationPlan plan_request(
     r.prompt = p.prompts[i];
     r.params = p.params;
     r.priority = req.priority;
+    r.speculate = req.speculative;
     // Completions' echo with logprobs shows the prompt's logprobs (as many alternatives as the
     // output's), vLLM's prompt_logprobs its own count: the larger serves both.
     if (req.prompt_logprobs || (req.echo && p.params.logprobs))

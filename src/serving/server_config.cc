@@ -235,6 +235,18 @@ void validate_model_server_config(const tfs::ModelServerConfig& config) {
       fail(ErrorKind::kInvalidArgument,
            "model '{}': max_batch_size and batch_timeout_micros must be >= 0 (0: the server's)",
            name);
+    if (m.num_speculative_tokens() < 0 || m.num_speculative_tokens() > 16)
+      fail(ErrorKind::kInvalidArgument,
+           "model '{}': num_speculative_tokens must be in 0..16 (0: the server's), not {}", name,
+           m.num_speculative_tokens());
+    if (!m.speculative().empty()) {
+      try {
+        EngineConfig probe;
+        set_speculative(probe, m.speculative());
+      } catch (const Error& e) {
+        fail(ErrorKind::kInvalidArgument, "model '{}': {}", name, e.what());
+      }
+    }
     if (m.has_traffic_split()) {
       const auto& split = m.traffic_split();
       if (split.route().empty())

@@ -14,6 +14,7 @@
 #include "model/stories_fixture.h"
 #include "model/test_util.h"
 #include "sampling/beam_search.h"
+#include "sampling/logits_processor.h"
 #include "sampling/sampler.h"
 #include "sampling/sequence_sampler.h"
 #include "sampling/stop_checker.h"
@@ -195,6 +196,91 @@ std::vector<Ids> run_batch(Model& model, const std::vector<std::pair<Ids, Sampli
   std::vector<Ids> out;
   for (auto& s : seqs) out.push_back(s.output());
   return out;
+}
+
+// Speculative decoding's rejection sampling (Leviathan et al. 2023, Theorem 1): a proposal drawn
+// from a draft distribution q, accepted with probability min(1, p/q) and otherwise replaced by a
+// draw from the normalized residual max(0, p - q), is distributed as p, whatever q is; and it is
+// accepted with probability sum_i min(p_i, q_i). Checked by chi-square over 20000 seeds, with
+// truncation (top_k) and temperature changing both distributions.
+TEST(SpeculativeVerify, EmitsTheTargetDistributionWhateverTheDraft) {
+  const std::vector<float> target = {2.0f, 1.6f, 1.3f, 0.9f, 0.9f, 0.7f, 0.2f, -1.0f};
+  const std::vector<float> drafted = {-0.5f, 0.1f, 2.2f, -0.5f, 1.2f, -0.3f, 0.4f, -0.5f};
+  struct Case {
+    float temperature;
+    int32_t top_k;
+  };
+  for (const Case c : {Case{1.0f, 0}, Case{0.7f, 5}}) {
+    SamplingParams p;
+    p.temperature = c.temperature;
+    p.top_k = c.top_k;
+    p.max_tokens = 4;
+    p.ignore_eos = true;
+    const Ids prompt = {1};
+    // The exact distributions, as plain sampling draws them (processors, then truncation).
+    auto exact = [&](std::vector<float> logits) {
+      TokenHistory history(prompt);
+      apply_logits_processors(p, history, Ids{}, logits);
+      std::vector<double> d(logits.size(), 0.0);
+      for (const auto& [t, prob] : Sampler().distribution(p, logits)) d[t] = prob;
+      return d;
+    };
+    const std::vector<double> pd = exact(target), qd = exact(drafted);
+    double overlap = 0.0;
+    for (size_t i = 0; i < pd.size(); ++i) overlap += std::min(pd[i], qd[i]);
+    const int n = 20000;
+    std::vector<int> emitted(target.size(), 0), proposed(target.size(), 0);
+    int accepted = 0;
+    for (int seed = 0; seed < n; ++seed) {
+      SequenceSampler seq(p, static_cast<uint64_t>(seed), 0, prompt, nullptr, Ids{});
+      std::vector<float> q(target.size()), dl = drafted, tl = target;
+      const int32_t d = seq.draft(dl, 0, q);
+      for (size_t i = 0; i < q.size(); ++i) ASSERT_NEAR(q[i], qd[i], 1e-6) << "q at " << i;
+      const StepOutput out = seq.verify(tl, d, q);
+      ASSERT_EQ(seq.output().size(), 1u);
+      ++proposed[d];
+      ++emitted[out.sample.token];
+      accepted += out.sample.token == d;
+    }
+    // Chi-square against the exact distributions, over the tokens they keep.
+    auto chi2 = [&](const std::vector<int>& counts, const std::vector<double>& dist, int& dof) {
+      double x = 0.0;
+      dof = -1;
+      for (size_t i = 0; i < dist.size(); ++i) {
+        if (dist[i] == 0.0) {
+          EXPECT_EQ(counts[i], 0) << "token " << i << " is outside the distribution";
+          continue;
+        }
+        const double e = n * dist[i];
+        x += (counts[i] - e) * (counts[i] - e) / e;
+        ++dof;
+      }
+      return x;
+    };
+    // The 99.99 % points of chi-square with 4 and 7 degrees of freedom.
+    int dof = 0;
+    const double xe = chi2(emitted, pd, dof);
+    const double limit = dof == 7 ? 29.88 : 23.51;
+    EXPECT_LT(xe, limit) << "emitted tokens, temperature " << c.temperature << ", dof " << dof;
+    const double xq = chi2(proposed, qd, dof);
+    EXPECT_LT(xq, dof == 7 ? 29.88 : 23.51) << "proposals, dof " << dof;
+    // Acceptance: binomial(n, overlap), within 5 standard deviations.
+    const double sd = std::sqrt(n * overlap * (1 - overlap));
+    EXPECT_NEAR(accepted, n * overlap, 5 * sd) << "acceptance";
+    EXPECT_LT(overlap, 0.8) << "the draft must differ from the target for the test to mean much";
+  }
+}
+
+// A greedy sequence's draft is a point mass at the argmax (q untouched), and drafting changes
+// nothing in the sequence.
+TEST(SpeculativeVerify, GreedyDraftIsTheArgmax) {
+  SamplingParams greedy;
+  greedy.temperature = 0.0f;
+  greedy.max_tokens = 4;
+  SequenceSampler g(greedy, 1, 0, Ids{1}, nullptr, Ids{});
+  std::vector<float> logits = {0.1f, 3.0f, 2.9f}, q;
+  EXPECT_EQ(g.draft(logits, 0, q), 1);
+  EXPECT_TRUE(g.output().empty()) << "drafting does not advance the sequence";
 }
 
 TEST_F(StoriesTest, SeededOutputDoesNotDependOnTheBatch) {
