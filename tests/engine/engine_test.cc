@@ -678,6 +678,62 @@ TEST_F(EngineTest, ConstrainedSampledOutputIsTheSameUnderPreemption) {
   EXPECT_GT(e.stats().preemptions, 0) << "the setup must force preemption";
 }
 
+// Structured output with speculation: proposals are drawn against the grammar like any token (a
+// proposal it forbids has p = 0 and is rejected). Prompt lookup and a greedy draft leave the
+// tokens as plain decoding gives them; a sampled draft's outputs are sentences of the grammar.
+TEST_F(EngineTest, ConstrainedOutputWithSpeculation) {
+  const auto vocab = std::make_shared<const GrammarVocab>(tok_->vocabulary_bytes());
+  // Repetitive by construction, so that the prompt lookup finds what to propose.
+  const auto compiled = vocab->compile(regex_to_gbnf("(la ){3,8}[a-z]{1,8}\\."));
+  const std::unique_ptr<Model> q4 =
+      load_model(testing::shared_dir() + "/models/stories260K/stories260K-Q4_0.gguf");
+  auto constrained = [&](const char* text, uint64_t seed, float temperature) {
+    GenerationRequest r = greedy(text, 48);
+    r.params.ignore_eos = false;
+    r.params.temperature = temperature;
+    r.params.seed = seed;
+    r.params.grammar = compiled;
+    r.params.grammar_vocab = vocab;
+    return r;
+  };
+  auto in_grammar = [&](const Ids& got) {
+    GrammarMatcher m(compiled->grammar());
+    std::string text;
+    for (int32_t t : got)
+      if (t != 2) text += vocab->bytes[static_cast<size_t>(t)];
+    return m.accept(text) && m.can_end();
+  };
+  for (const float temperature : {0.0f, 0.9f}) {
+    std::vector<Ids> plain;
+    {
+      Engine e(*model_, tok_, {2}, config(256, false));
+      for (size_t i = 0; i < std::size(kPrompts); ++i)
+        plain.push_back(run_to_completion(e, constrained(kPrompts[i], i, temperature))[0].tokens);
+    }
+    for (const bool draft : {false, true}) {
+      EngineConfig c = config(256, true);
+      c.spec_min_acceptance = 0.0;
+      if (draft) {
+        c.speculative_draft = "stories260K-Q4_0.gguf";
+      } else {
+        c.speculative_ngram = true;
+      }
+      Engine e(*model_, tok_, {2}, c, draft ? q4.get() : nullptr);
+      for (size_t i = 0; i < std::size(kPrompts); ++i) {
+        const Ids got = run_to_completion(e, constrained(kPrompts[i], i, temperature))[0].tokens;
+        EXPECT_TRUE(in_grammar(got)) << "draft " << draft << ", temperature " << temperature
+                                     << ": " << tok_->decode(got, false);
+        // Seeded sampling is token for token the same with point-mass proposals only.
+        if (!draft || temperature == 0.0f) {
+          EXPECT_EQ(got, plain[i]) << "draft " << draft << ", temperature " << temperature;
+        }
+      }
+      EXPECT_GT(e.stats().spec_accepted_tokens, 0)
+          << "draft " << draft << ", temperature " << temperature;
+    }
+  }
+}
+
 TEST_F(EngineTest, StaticBatchingRunsWholeBatchesAndPaddedRowsKeepComputing) {
   // Output lengths differ, so a static batch has rows that finish early.
   const int32_t lengths[] = {40, 8, 24, 4, 16};
