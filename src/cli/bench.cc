@@ -198,6 +198,12 @@ int run_bench(const BenchOptions& o) {
               static_cast<long long>(st.prefix_hit_tokens),
               static_cast<long long>(st.prefix_queried_tokens));
   std::printf("preemptions      %lld\n", static_cast<long long>(st.preemptions));
+  if (!ec.speculative_draft.empty() || ec.speculative_ngram) {
+    std::printf("speculation      %lld verification steps, %lld proposed, %lld accepted\n",
+                static_cast<long long>(st.spec_drafts),
+                static_cast<long long>(st.spec_draft_tokens),
+                static_cast<long long>(st.spec_accepted_tokens));
+  }
   std::printf("kv cache         %lld blocks of %d tokens (%.0f MiB)\n",
               static_cast<long long>(st.kv_blocks_total), KvCache::kDefaultBlockSize,
               static_cast<double>(ec.kv_cache_bytes) / (1 << 20));

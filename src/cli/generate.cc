@@ -44,7 +44,36 @@ struct GenerateOptions {
   std::string kv_cache_dtype = "f32";
   bool no_echo = false;
   bool verbose = false;
+  // Speculative decoding (docs/speculative.md).
+  std::string speculative = "off";
+  int32_t num_speculative_tokens = 4;
+  std::string draft_dtype;
+  int64_t spec_max_running = 8;
+  double spec_min_acceptance = 0.3;
 };
+
+void set_speculation(EngineConfig& ec, const GenerateOptions& o) {
+  set_speculative(ec, o.speculative);
+  ec.ngram.num_tokens = o.num_speculative_tokens;
+  ec.draft_weight_type =
+      kernels::parse_weight_type(o.draft_dtype.empty() ? o.dtype : o.draft_dtype);
+  ec.spec_max_running = o.spec_max_running;
+  if (!(o.spec_min_acceptance >= 0.0 && o.spec_min_acceptance <= 1.0))
+    fail("--spec-min-acceptance must be in [0, 1], got {}", o.spec_min_acceptance);
+  ec.spec_min_acceptance = o.spec_min_acceptance;
+}
+
+void print_speculation(const EngineStats& st) {
+  if (st.spec_drafts == 0) return;
+  std::fprintf(stderr,
+               "speculation: %lld verification steps, %lld tokens proposed, %lld accepted "
+               "(%.1f %%), %.2f tokens per step\n",
+               static_cast<long long>(st.spec_drafts), static_cast<long long>(st.spec_draft_tokens),
+               static_cast<long long>(st.spec_accepted_tokens),
+               100.0 * static_cast<double>(st.spec_accepted_tokens) /
+                   static_cast<double>(std::max<int64_t>(st.spec_draft_tokens, 1)),
+               static_cast<double>(st.spec_emitted_tokens) / static_cast<double>(st.spec_drafts));
+}
 
 double seconds_since(std::chrono::steady_clock::time_point t0) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
@@ -91,14 +120,21 @@ int run_generate(GenerateOptions& o) {
     ec.threads = o.threads;
     ec.kv_cache_bytes = parse_memory_budget(o.kv_cache_memory);
     ec.kv_type = kernels::parse_kv_type(o.kv_cache_dtype.c_str());
+    set_speculation(ec, o);
     m.start_engine(ec);
     BatchOptions bo;
     bo.input_file = o.input_file;
     bo.output_file = o.output_file;
     bo.concurrency = o.concurrency;
+    const auto t0 = std::chrono::steady_clock::now();
     const int rc = run_batch_file(*m.engine, m.tokenizer, m.config(), bo);
     if (o.verbose) {
       const EngineStats st = m.engine->stats();
+      const double s = seconds_since(t0);
+      std::fprintf(stderr, "batch: %lld generated tokens in %.3f s: %.1f tok/s\n",
+                   static_cast<long long>(st.generated_tokens), s,
+                   static_cast<double>(st.generated_tokens) / s);
+      print_speculation(st);
       std::fprintf(
           stderr,
           "engine: %lld preemptions, %lld of %lld prompt tokens from the prefix cache, %lld "
@@ -167,7 +203,6 @@ int run_generate(GenerateOptions& o) {
     write(tokenizer ? tokenizer->decode(prompt) : "");
   }
 
-  const auto t_start = std::chrono::steady_clock::now();
   // Through the engine: n (or best_of) sequences decode together, sharing the prompt's blocks.
   // Beam search returns num_return_sequences; its beams may each need their own blocks.
   const int32_t m = params.beam_search() ? params.num_return_sequences : params.candidates();
@@ -176,7 +211,9 @@ int run_generate(GenerateOptions& o) {
   ec.threads = o.threads;
   ec.kv_type = kernels::parse_kv_type(o.kv_cache_dtype.c_str());
   ec.kv_cache_bytes = (per_seq + 1) * slots * KvCache::bytes_per_block(cfg, bs, ec.kv_type);
-  instance.start_engine(ec);
+  set_speculation(ec, o);
+  instance.start_engine(ec);  // loads a draft model, if any: not counted as generation time
+  const auto t_start = std::chrono::steady_clock::now();
   Engine& engine = *instance.engine;
   GenerationRequest req;
   req.prompt = prompt;
@@ -239,6 +276,7 @@ int run_generate(GenerateOptions& o) {
         generated > m && decode_s > 0 ? static_cast<double>(generated - m) / decode_s : 0.0,
         finish_reason_name(seqs[0].finish), static_cast<unsigned long long>(seed),
         o.threads > 0 ? o.threads : ThreadPool::hardware_threads());
+    print_speculation(engine.stats());
   }
   return 0;
 }
@@ -320,6 +358,20 @@ Action add_generate(CLI::App& app) {
       ->capture_default_str();
   app.add_flag("--no-echo", o->no_echo, "do not print the prompt before the generated text");
   app.add_flag("--verbose,-v", o->verbose, "print timings to stderr");
+  app.add_option("--speculative", o->speculative,
+                 "speculative decoding: off, ngram (prompt lookup) or draft:PATH (a draft model "
+                 "with the same vocabulary); docs/speculative.md")
+      ->capture_default_str();
+  app.add_option("--num-speculative-tokens", o->num_speculative_tokens,
+                 "the most tokens proposed per step")
+      ->capture_default_str();
+  app.add_option("--draft-dtype", o->draft_dtype, "the draft model's weights (default: --dtype)");
+  app.add_option("--spec-max-running", o->spec_max_running,
+                 "batch job: speculate only while at most this many sequences run")
+      ->capture_default_str();
+  app.add_option("--spec-min-acceptance", o->spec_min_acceptance,
+                 "a sequence whose proposals' acceptance rate falls below this pauses 16 steps")
+      ->capture_default_str();
   return [o] { return run_generate(*o); };
 }
 

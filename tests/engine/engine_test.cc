@@ -721,8 +721,8 @@ TEST_F(EngineTest, ConstrainedOutputWithSpeculation) {
       Engine e(*model_, tok_, {2}, c, draft ? q4.get() : nullptr);
       for (size_t i = 0; i < std::size(kPrompts); ++i) {
         const Ids got = run_to_completion(e, constrained(kPrompts[i], i, temperature))[0].tokens;
-        EXPECT_TRUE(in_grammar(got)) << "draft " << draft << ", temperature " << temperature
-                                     << ": " << tok_->decode(got, false);
+        EXPECT_TRUE(in_grammar(got)) << "draft " << draft << ", temperature " << temperature << ": "
+                                     << tok_->decode(got, false);
         // Seeded sampling is token for token the same with point-mass proposals only.
         if (!draft || temperature == 0.0f) {
           EXPECT_EQ(got, plain[i]) << "draft " << draft << ", temperature " << temperature;

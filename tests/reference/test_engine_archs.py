@@ -5,7 +5,9 @@ batch job of 24 greedy requests whose prompts share a preamble longer than a KV 
 twice through `tokenflow generate --input-file`: one request at a time with room to spare, and
 all 48 at once in a KV cache far too small for them (continuous batching, prefix caching,
 preemption by recompute, blocks behind a sliding window released and reused). Each request must
-produce the same tokens both ways.
+produce the same tokens both ways, and the same again with speculative decoding (issue 27): a
+draft model (the same checkpoint at int8, so that some proposals hold and some are rolled back)
+proposing for 8 of them at once.
 
 Needs TOKENFLOW_BIN (the tokenflow binary).
 """
@@ -59,7 +61,7 @@ class EngineArchitectures(unittest.TestCase):
     def tearDownClass(cls):
         cls.tmp.cleanup()
 
-    def run_job(self, model, requests, concurrency, kv_memory, stats=None):
+    def run_job(self, model, requests, concurrency, kv_memory, stats=None, extra=()):
         d = self.tmp.name
         inp, out = os.path.join(d, "in.jsonl"), os.path.join(d, "out.jsonl")
         if os.path.exists(out):
@@ -68,7 +70,7 @@ class EngineArchitectures(unittest.TestCase):
             for r in requests:
                 f.write(json.dumps(r) + "\n")
         cmd = [self.bin, "generate", "-m", model, "--input-file", inp, "--output-file", out,
-               "--concurrency", str(concurrency), "--kv-cache-memory", kv_memory, "-v"]
+               "--concurrency", str(concurrency), "--kv-cache-memory", kv_memory, "-v", *extra]
         r = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                            universal_newlines=True, timeout=TIMEOUT_S)
         self.assertEqual(r.returncode, 0, "%s\n%s" % (" ".join(cmd), r.stderr[-2000:]))
@@ -78,6 +80,10 @@ class EngineArchitectures(unittest.TestCase):
         if stats is not None:
             stats.update(preemptions=int(m.group(1)), prefix_hits=int(m.group(2)),
                          window_releases=int(m.group(4)))
+            spec = re.search(r"speculation: (\d+) verification steps, (\d+) tokens proposed, "
+                             r"(\d+) accepted", r.stderr)
+            stats.update(proposed=int(spec.group(2)) if spec else 0,
+                         accepted=int(spec.group(3)) if spec else 0)
         texts = []
         with open(out) as f:
             for line in f:
@@ -120,9 +126,21 @@ class EngineArchitectures(unittest.TestCase):
                     self.assertEqual(st["window_releases"], 0, kind)
                     self.assertGreater(st["preemptions"], 0, kind + ": the cache must force preemption")
                     self.assertGreater(st["prefix_hits"], 0, kind + ": the preamble must be shared")
+                alone = [self.run_job(model, [requests[i]], 1, "64MiB")[0] for i in range(8)]
                 for i in range(8):
-                    alone = self.run_job(model, [requests[i]], 1, "64MiB")[0]
-                    self.assertEqual(batched[i], alone, "%s request %d" % (kind, i))
+                    self.assertEqual(batched[i], alone[i], "%s request %d" % (kind, i))
+                spec = {}
+                speculated = self.run_job(
+                    model, requests[:8], 8, "64MiB", spec,
+                    ("--speculative", "draft:" + model, "--draft-dtype", "int8",
+                     "--num-speculative-tokens", "3", "--spec-max-running", "1000",
+                     "--spec-min-acceptance", "0"))
+                self.assertEqual(speculated, alone, kind + " with a draft model")
+                if kind == "mistral_window":
+                    # No speculation under sliding windows (a rollback would need released keys).
+                    self.assertEqual(spec["proposed"], 0, kind)
+                else:
+                    self.assertGreater(spec["accepted"], 0, kind + ": some proposals must hold")
 
 
 if __name__ == "__main__":
