@@ -378,6 +378,22 @@ TEST_F(EngineTest, PromptLogprobsAndEmbeddingsAreTheSameChunkedCachedAndPreempte
 // Prompt-lookup speculation (issue 27) emits exactly what plain decoding emits: greedy, seeded
 // sampling with logprobs, stop strings, n > 1, alone and among many requests chunked or
 // preempted; and it does accept proposals (stories repeat themselves).
+// The sequences of a request as another run gave them: tokens, text, finish and logprobs.
+void expect_same_sequences(const std::vector<CompletedSequence>& got,
+                           const std::vector<CompletedSequence>& want, const std::string& what) {
+  ASSERT_EQ(got.size(), want.size()) << what;
+  for (size_t s = 0; s < got.size(); ++s) {
+    EXPECT_EQ(got[s].tokens, want[s].tokens) << what;
+    EXPECT_EQ(got[s].text, want[s].text) << what;
+    EXPECT_EQ(got[s].finish, want[s].finish) << what;
+    ASSERT_EQ(got[s].logprobs.size(), want[s].logprobs.size()) << what;
+    for (size_t t = 0; t < got[s].logprobs.size(); ++t) {
+      EXPECT_EQ(got[s].logprobs[t].token, want[s].logprobs[t].token) << what;
+      EXPECT_NEAR(got[s].logprobs[t].logprob, want[s].logprobs[t].logprob, 1e-4) << what;
+    }
+  }
+}
+
 TEST_F(EngineTest, NgramSpeculationEmitsWhatPlainDecodingDoes) {
   auto requests = [](const char* text, size_t i) {
     std::vector<GenerationRequest> rs;
@@ -414,17 +430,7 @@ TEST_F(EngineTest, NgramSpeculationEmitsWhatPlainDecodingDoes) {
       }
   }
   auto same = [&](const std::vector<CompletedSequence>& got, size_t k, const std::string& what) {
-    ASSERT_EQ(got.size(), plain[k].size()) << what;
-    for (size_t s = 0; s < got.size(); ++s) {
-      EXPECT_EQ(got[s].tokens, plain[k][s].tokens) << what << ", request " << k;
-      EXPECT_EQ(got[s].text, plain[k][s].text) << what << ", request " << k;
-      EXPECT_EQ(got[s].finish, plain[k][s].finish) << what << ", request " << k;
-      ASSERT_EQ(got[s].logprobs.size(), plain[k][s].logprobs.size()) << what;
-      for (size_t t = 0; t < got[s].logprobs.size(); ++t) {
-        EXPECT_EQ(got[s].logprobs[t].token, plain[k][s].logprobs[t].token);
-        EXPECT_NEAR(got[s].logprobs[t].logprob, plain[k][s].logprobs[t].logprob, 1e-4);
-      }
-    }
+    expect_same_sequences(got, plain[k], what + ", request " + std::to_string(k));
   };
   // One at a time: every request speculates.
   {
@@ -499,12 +505,7 @@ TEST_F(EngineTest, DraftSpeculationKeepsGreedyOutputAndReleasesBlocks) {
       for (auto& r : requests(prompt)) plain.push_back(run_to_completion(e, std::move(r)));
   }
   auto same = [&](const std::vector<CompletedSequence>& got, size_t k, const std::string& what) {
-    ASSERT_EQ(got.size(), plain[k].size()) << what;
-    for (size_t s = 0; s < got.size(); ++s) {
-      EXPECT_EQ(got[s].tokens, plain[k][s].tokens) << what << ", request " << k;
-      EXPECT_EQ(got[s].text, plain[k][s].text) << what << ", request " << k;
-      EXPECT_EQ(got[s].finish, plain[k][s].finish) << what << ", request " << k;
-    }
+    expect_same_sequences(got, plain[k], what + ", request " + std::to_string(k));
   };
   struct DraftSetup {
     const char* name;
@@ -556,6 +557,45 @@ TEST_F(EngineTest, DraftSpeculationKeepsGreedyOutputAndReleasesBlocks) {
     EXPECT_EQ(st.kv_blocks_used, 0) << s.name;
     EXPECT_EQ(st.draft_kv_blocks_used, 0) << s.name;
   }
+}
+
+// Cancelling requests while they speculate (proposals appended, verification steps running):
+// each ends "abort", and both KV pools (the model's, the draft's) are empty once they are gone.
+TEST_F(EngineTest, CancelDuringSpeculationReleasesEveryBlock) {
+  const std::unique_ptr<Model> q4 =
+      load_model(testing::shared_dir() + "/models/stories260K/stories260K-Q4_0.gguf");
+  EngineConfig c = config(256, true);
+  c.speculative_draft = "stories260K-Q4_0.gguf";
+  c.spec_max_running = 1000;
+  c.spec_min_acceptance = 0.0;
+  Engine e(*model_, tok_, {2}, c, q4.get());
+  std::vector<std::shared_ptr<RequestStream>> streams;
+  std::vector<std::unique_ptr<std::atomic<int>>> pushes;
+  for (int i = 0; i < 12; ++i) {
+    GenerationRequest r = greedy(kPrompts[i % std::size(kPrompts)], 400);
+    r.params.temperature = i % 2 ? 0.8f : 0.0f;
+    r.params.seed = static_cast<uint64_t>(i);
+    streams.push_back(e.submit(std::move(r)));
+    // Cancelled from the engine's own thread after 12 outputs (several verification steps in),
+    // whatever the test thread is doing.
+    pushes.push_back(std::make_unique<std::atomic<int>>(0));
+    RequestStream* s = streams.back().get();
+    std::atomic<int>* n = pushes.back().get();
+    streams.back()->set_listener([s, n] {
+      if (++*n == 12) s->cancel();
+    });
+  }
+  for (auto& s : streams) {
+    CompletedSequence seq;
+    RequestOutput o;
+    while (s->next(o)) append_output(seq, o);
+    EXPECT_EQ(seq.finish, FinishReason::kAbort);
+    EXPECT_LT(seq.tokens.size(), 400u);
+  }
+  wait_until([&] { return e.stats().running == 0 && e.stats().kv_blocks_used == 0; });
+  EXPECT_GT(e.stats().spec_drafts, 12) << "the requests must have been speculating";
+  EXPECT_EQ(e.stats().kv_blocks_used, 0);
+  EXPECT_EQ(e.stats().draft_kv_blocks_used, 0);
 }
 
 // Sampled output keeps the model's distribution with a draft model proposing (rejection
