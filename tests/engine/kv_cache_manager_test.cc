@@ -196,6 +196,53 @@ TEST(KvCacheManagerAlone, ACachedBlockIsRewrittenInPlaceOnlyWithTheTokensItsHash
   EXPECT_EQ(pool.num_used(), 0);
 }
 
+// Speculative decoding's rollback (Engine::sample): proposals get slots and K/V like any token;
+// after verification the sequence keeps its accepted ones and the drawn token, truncate()
+// releases the blocks past them, and the prefix cache registers blocks only from the verified
+// tokens, so a later request finds the accepted prefix and never a rejected proposal.
+TEST(KvCacheManagerAlone, RollingBackRejectedProposalsFreesTheirBlocksAndCachesNone) {
+  KvBlockPool pool(16, kBlock);
+  KvCacheManager kv(pool, /*prefix_caching=*/true);
+  Sequence a = make_sequence(6);  // a prompt of 6, then its last token sampled: 7 tokens
+  compute(kv, a);
+  a.tokens.push_back(100);
+  // Proposes 101..105 and verifies them: every proposal rejected, 888 drawn at position 7.
+  auto verify = [&](std::vector<int32_t> proposals, size_t accepted, int32_t drawn) {
+    const int64_t len = a.num_tokens();
+    a.tokens.insert(a.tokens.end(), proposals.begin(), proposals.end());
+    std::vector<BlockCopy> copies;
+    ASSERT_TRUE(kv.allocate_slots(a, a.num_tokens(), copies));
+    EXPECT_TRUE(copies.empty());
+    a.num_computed = a.num_tokens();  // the verification pass wrote every row
+    pool.check_invariants();
+    a.tokens.resize(static_cast<size_t>(len) + accepted);  // the accepted, then the drawn
+    a.tokens.push_back(drawn);
+    a.num_computed = len + static_cast<int64_t>(accepted);
+    kv.truncate(a);
+    kv.cache_full_blocks(a, 0);
+    pool.check_invariants();
+    EXPECT_EQ(static_cast<int64_t>(a.block_table.size()), kv.blocks_for(a.num_tokens()));
+    EXPECT_EQ(pool.num_used(), kv.blocks_for(a.num_tokens())) << "the rest went back";
+  };
+  verify({101, 102, 103, 104, 105}, 0, 888);  // tokens: 6 + 100 888 (8)
+  EXPECT_EQ(a.block_hashes.size(), 1u) << "block 1 is not full of verified K/V yet";
+  verify({201, 202, 203}, 2, 999);  // 888 computed now; 201 and 202 held: 11 tokens
+  EXPECT_EQ(a.block_hashes.size(), 2u);
+  EXPECT_EQ(a.num_tokens(), 11);
+  // The cache has the verified tokens, never the rejected proposal 101 at position 7.
+  Sequence verified = make_sequence(6);
+  verified.tokens.insert(verified.tokens.end(), {100, 888, 1});
+  EXPECT_EQ(kv.match_prefix(verified, 0), 8);
+  Sequence rejected = make_sequence(6);
+  rejected.tokens.insert(rejected.tokens.end(), {100, 101, 1});
+  EXPECT_EQ(kv.match_prefix(rejected, 0), 4);
+  kv.free(a);
+  kv.free(verified);
+  kv.free(rejected);
+  pool.check_invariants();
+  EXPECT_EQ(pool.num_used(), 0);
+}
+
 }  // namespace
 }  // namespace tf
 
