@@ -345,6 +345,7 @@ void read_generate(const v1::GenerateRequest& req, bool stream, CompletionReques
   r.stream = stream;
   if (req.has_structured_output()) read_structured_output(req.structured_output(), r.output);
   if (req.has_add_special_tokens()) r.add_special_tokens = req.add_special_tokens();
+  if (req.has_speculative()) r.speculative = req.speculative();
   switch (req.prompt_case()) {
     case v1::GenerateRequest::kText:
       r.prompts.push_back({true, req.text(), {}});

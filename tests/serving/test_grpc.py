@@ -684,6 +684,33 @@ class GrpcApiTest(unittest.TestCase):
                                r'code="200",outcome="success"\}')
 
 
+class GrpcSpeculationTest(unittest.TestCase):
+    """GenerateRequest.speculative: false turns a server's speculative decoding off for one
+    request (docs/speculative.md); unset, the request speculates, with the same greedy tokens."""
+
+    def test_speculative_false_proposes_nothing(self):
+        proc, port, channel = start("--speculative", "ngram")
+        try:
+            gen = g_grpc.GenerationServiceStub(channel)
+            c = Client(port)
+
+            def drafts():
+                m = re.search(r"^tokenflow_spec_decode_num_drafts_total\{[^}]*\} (\S+)$",
+                              c.get("/metrics")[2], re.M)
+                return float(m.group(1))
+
+            req = dict(text="Once upon a time", sampling=sampling(
+                max_tokens=150, temperature=0.0, ignore_eos=True))
+            off = gen.Generate(g.GenerateRequest(speculative=False, **req), timeout=60)
+            self.assertEqual(drafts(), 0)
+            on = gen.Generate(g.GenerateRequest(**req), timeout=60)
+            self.assertGreater(drafts(), 0)
+            self.assertEqual(list(on.sequences[0].token_ids), list(off.sequences[0].token_ids))
+        finally:
+            channel.close()
+            stop_server(proc)
+
+
 class GrpcKeysAndLimitsTest(unittest.TestCase):
     """API keys from `authorization` metadata; 401/403/429/503/504 as gRPC codes."""
 
