@@ -13,6 +13,20 @@
 
 namespace tf::cli {
 
+// The speculation flags that `serve`, `bench` and `generate` share (docs/speculative.md); the
+// draft's weights default to the model's dtype.
+inline void set_speculation(EngineConfig& ec, const std::string& method, int32_t num_tokens,
+                            const std::string& draft_dtype, kernels::WeightType dtype,
+                            int64_t max_running, double min_acceptance) {
+  set_speculative(ec, method);
+  ec.ngram.num_tokens = num_tokens;
+  ec.draft_weight_type = draft_dtype.empty() ? dtype : kernels::parse_weight_type(draft_dtype);
+  ec.spec_max_running = max_running;
+  if (!(min_acceptance >= 0.0 && min_acceptance <= 1.0))
+    fail("--spec-min-acceptance must be in [0, 1], got {}", min_acceptance);
+  ec.spec_min_acceptance = min_acceptance;
+}
+
 struct EngineOptions {
   std::string kv_cache_memory = "512MiB";
   int64_t max_num_seqs = 256;
@@ -38,15 +52,10 @@ struct EngineOptions {
     ec.scheduler.max_num_batched_tokens = max_num_batched_tokens;
     ec.batch_timeout_micros = batch_timeout_micros;
     ec.kv_type = kernels::parse_kv_type(kv_cache_dtype.c_str());
-    set_speculative(ec, speculative);
-    ec.draft_weight_type = draft_dtype.empty() ? dtype : kernels::parse_weight_type(draft_dtype);
-    if (!(spec_min_acceptance >= 0.0 && spec_min_acceptance <= 1.0))
-      fail("--spec-min-acceptance must be in [0, 1], got {}", spec_min_acceptance);
-    ec.spec_min_acceptance = spec_min_acceptance;
-    ec.ngram.num_tokens = num_speculative_tokens;
+    set_speculation(ec, speculative, num_speculative_tokens, draft_dtype, dtype, spec_max_running,
+                    spec_min_acceptance);
     ec.ngram.min_n = prompt_lookup_min;
     ec.ngram.max_n = prompt_lookup_max;
-    ec.spec_max_running = spec_max_running;
     return ec;
   }
 };

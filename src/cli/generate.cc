@@ -10,6 +10,7 @@
 
 #include "cli/batch.h"
 #include "cli/commands.h"
+#include "cli/engine_options.h"
 #include "core/error.h"
 #include "core/thread_pool.h"
 #include "engine/engine.h"
@@ -53,14 +54,9 @@ struct GenerateOptions {
 };
 
 void set_speculation(EngineConfig& ec, const GenerateOptions& o) {
-  set_speculative(ec, o.speculative);
-  ec.ngram.num_tokens = o.num_speculative_tokens;
-  ec.draft_weight_type =
-      kernels::parse_weight_type(o.draft_dtype.empty() ? o.dtype : o.draft_dtype);
-  ec.spec_max_running = o.spec_max_running;
-  if (!(o.spec_min_acceptance >= 0.0 && o.spec_min_acceptance <= 1.0))
-    fail("--spec-min-acceptance must be in [0, 1], got {}", o.spec_min_acceptance);
-  ec.spec_min_acceptance = o.spec_min_acceptance;
+  cli::set_speculation(ec, o.speculative, o.num_speculative_tokens, o.draft_dtype,
+                       kernels::parse_weight_type(o.dtype), o.spec_max_running,
+                       o.spec_min_acceptance);
 }
 
 void print_speculation(const EngineStats& st) {

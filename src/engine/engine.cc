@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <new>
+#include <utility>
 
 #include "core/error.h"
 #include "core/log.h"
@@ -504,8 +505,7 @@ void Engine::sample(const std::vector<ReadySequence>& ready) {
       drafts.assign(seq.tokens.begin() + len, seq.tokens.end());
       seq.tokens.resize(static_cast<size_t>(len));
       seq.num_drafts = 0;
-      q.swap(seq.draft_q);
-      seq.draft_q.clear();
+      q = std::exchange(seq.draft_q, {});
       const int64_t start = batch_[r.row].start_pos;  // the chunk's first position
       if (start > len - 1) {
         seq.num_computed = len - 1;

@@ -26,10 +26,7 @@ void ModelInstance::start_engine(const EngineConfig& config, bool ids_only) {
   TF_CHECK(model && !engine);
   if (!config.speculative_draft.empty()) {
     const std::string& path = config.speculative_draft;
-    draft = load_model(path, config.draft_weight_type);
-    if (draft->config().vocab_size != model->config().vocab_size)
-      fail("the draft model {} has a vocabulary of {} tokens; the model's has {}", path,
-           draft->config().vocab_size, model->config().vocab_size);
+    draft = load_model(path, config.draft_weight_type);  // its vocabulary size: Engine checks
     if (tok()) {
       // Same ids must mean the same text. A draft without a tokenizer of its own is taken at
       // its word (a llama2c checkpoint's sits beside it, found or not).

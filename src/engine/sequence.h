@@ -30,7 +30,7 @@ struct Sequence {
   bool padding = false;   // finished, holding its row in a padded static batch (Scheduler::pad)
   uint64_t fair_tag = 0;  // its turn among the waiting of its priority (Scheduler::add)
   // Speculative decoding: the last num_drafts tokens are proposals, computed with the others
-  // and verified once their rows are ready (Engine::verify); never cached or emitted before.
+  // and verified once their rows are ready (Engine::sample); never cached or emitted before.
   int64_t num_drafts = 0;
   std::vector<float> draft_q;  // a draft model's distributions of them (empty: point masses)
   // Adapting (EngineConfig::spec_min_acceptance): the running acceptance rate of its proposals
