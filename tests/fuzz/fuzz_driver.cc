@@ -1,13 +1,22 @@
-// A libFuzzer-compatible driver for compilers without libFuzzer (g++): runs the target on each
-// seed file and on a fixed number of deterministic mutations of it (bit flips, byte overwrites,
-// truncations, insertions, duplicated chunks). CTest runs it under every preset, so the asan
-// preset turns it into a sanitizer-checked fuzz smoke test. Usage: DRIVER [-runs=N] SEED...
+// A libFuzzer-compatible driver for compilers without libFuzzer (g++): runs the target on every
+// seed (files, or folders of files: the committed corpus) and then on N mutated inputs (bit
+// flips, byte overwrites, truncations, insertions, duplicated chunks, boundary integers, deep
+// nesting). Mutations stack: each input is a mutation of a seed or of an earlier mutated input,
+// so one run reaches several edits away from the corpus. The mutation seed is random unless
+// given (-seed=S or TF_FUZZ_SEED) and is printed first, so a failing CI run is reproduced with
+// the same seed. CTest runs it in every tree; the asan tree makes it a sanitizer-checked fuzz
+// test. Usage: DRIVER [-runs=N] [-seed=S] SEED_FILE_OR_DIR...
+// (Coverage-guided fuzzing is the libFuzzer build: scripts/fuzz.sh, docs/fuzzing.md.)
 
+#include <algorithm>
 #include <cstdint>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <iterator>
+#include <random>
 #include <string>
 #include <vector>
 
@@ -81,37 +90,75 @@ void mutate(std::vector<uint8_t>& b, uint64_t& rng) {
 
 }  // namespace
 
+std::vector<std::string> seed_files(const std::string& path) {
+  std::error_code ec;
+  if (!std::filesystem::is_directory(path, ec)) return {path};
+  std::vector<std::string> files;
+  for (const auto& e : std::filesystem::directory_iterator(path, ec)) {
+    if (e.is_regular_file()) files.push_back(e.path().string());
+  }
+  std::sort(files.begin(), files.end());
+  return files;
+}
+
 int main(int argc, char** argv) {
   long runs = 2000;
+  uint64_t seed = 0;
+  bool seeded = false;
+  if (const char* env = std::getenv("TF_FUZZ_SEED")) {
+    seed = std::strtoull(env, nullptr, 10);
+    seeded = true;
+  }
   std::vector<std::string> seeds;
   for (int i = 1; i < argc; ++i) {
     if (std::strncmp(argv[i], "-runs=", 6) == 0) {
       runs = std::atol(argv[i] + 6);
+    } else if (std::strncmp(argv[i], "-seed=", 6) == 0) {
+      seed = std::strtoull(argv[i] + 6, nullptr, 10);
+      seeded = true;
+    } else if (argv[i][0] == '-') {
+      // libFuzzer flags (-max_len=, -timeout=, ...) mean nothing here.
     } else {
-      seeds.push_back(argv[i]);
+      for (auto& f : seed_files(argv[i])) seeds.push_back(std::move(f));
     }
   }
   if (seeds.empty()) {
-    std::fprintf(stderr, "usage: %s [-runs=N] SEED...\n", argv[0]);
+    std::fprintf(stderr, "usage: %s [-runs=N] [-seed=S] SEED_FILE_OR_DIR...\n", argv[0]);
     return 2;
   }
-  long total = 0;
+  if (!seeded) seed = std::random_device{}() * 0x100000001ull ^ std::random_device{}();
+  std::printf("fuzz driver: seed %llu (rerun with -seed=%llu), %zu seed inputs, %ld mutations\n",
+              static_cast<unsigned long long>(seed), static_cast<unsigned long long>(seed),
+              seeds.size(), runs);
+  std::fflush(stdout);
+  std::vector<std::vector<uint8_t>> corpus;
   for (const auto& path : seeds) {
     std::ifstream in(path, std::ios::binary);
     if (!in) {
       std::fprintf(stderr, "cannot read seed %s\n", path.c_str());
       return 2;
     }
-    const std::vector<uint8_t> seed((std::istreambuf_iterator<char>(in)), {});
-    LLVMFuzzerTestOneInput(seed.data(), seed.size());
-    uint64_t rng = 0x9e3779b97f4a7c15ull ^ seed.size();
-    for (long r = 0; r < runs; ++r) {
-      std::vector<uint8_t> b = seed;
-      mutate(b, rng);
-      LLVMFuzzerTestOneInput(b.data(), b.size());
-      ++total;
+    corpus.emplace_back((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    LLVMFuzzerTestOneInput(corpus.back().data(), corpus.back().size());
+  }
+  // Mutated inputs join a small pool that later mutations start from (half the time), so edits
+  // stack; the pool is bounded so that inputs do not grow without limit.
+  constexpr size_t kPool = 64, kMaxSize = 1 << 20;
+  std::vector<std::vector<uint8_t>> pool;
+  uint64_t rng = seed | 1;
+  for (long r = 0; r < runs; ++r) {
+    const bool from_pool = !pool.empty() && next(rng) % 2;
+    std::vector<uint8_t> b =
+        from_pool ? pool[next(rng) % pool.size()] : corpus[next(rng) % corpus.size()];
+    mutate(b, rng);
+    if (b.size() > kMaxSize) b.resize(kMaxSize);
+    LLVMFuzzerTestOneInput(b.data(), b.size());
+    if (pool.size() < kPool) {
+      pool.push_back(std::move(b));
+    } else {
+      pool[next(rng) % kPool] = std::move(b);
     }
   }
-  std::printf("%ld inputs, no crash\n", total);
+  std::printf("%ld inputs, no crash\n", runs + static_cast<long>(corpus.size()));
   return 0;
 }

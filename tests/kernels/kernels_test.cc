@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <cstdlib>
 #include <cstring>
 #include <limits>
 #include <numeric>
@@ -84,6 +85,10 @@ TEST_P(KernelTable, IsTestedWhereTheCpuRunsIt) {
   const bool listed = std::find(tables.begin(), tables.end(), c.table) != tables.end();
   if (!c.runs_here()) {
     ASSERT_FALSE(listed) << c.table->name << " is dispatched without " << c.needs;
+    // scripts/test.sh amx: on an AMX host its table must be tested, never skipped.
+    ASSERT_FALSE(std::getenv("TF_REQUIRE_AMX") != nullptr && std::string(c.table->name) == "amx")
+        << "TF_REQUIRE_AMX is set, but this CPU (or Linux) gives no AMX tiles ("
+        << cpu_features().to_string() << ")";
     GTEST_SKIP() << "this CPU (or TOKENFLOW_ISA) lacks " << c.needs << ": the " << c.table->name
                  << " kernel table is not tested here (" << cpu_features().to_string() << ")";
   }

@@ -199,7 +199,8 @@ class SavedModelTest(TempDirCase):
             c.close()
         finally:
             proc.terminate()
-            proc.communicate(timeout=30)
+            _, err = proc.communicate(timeout=30)
+        self.assertEqual(proc.returncode, 0, "a graceful shutdown exits 0: " + err[-3000:])
 
 
 if __name__ == "__main__":

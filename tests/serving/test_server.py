@@ -47,8 +47,11 @@ def start_server(*extra, model=("--model", STORIES_BIN), preexec_fn=None, kv_cac
     return proc, int(m.group(1))
 
 
-def stop_server(proc, sig=signal.SIGTERM, timeout=30):
-    """Signals the server and waits; returns (exit code, its stderr)."""
+def stop_server(proc, sig=signal.SIGTERM, timeout=30, expect=0):
+    """Signals the server and waits; returns (exit code, its stderr). A server told to shut down
+    gracefully must exit with `expect` (0): anything else (a crash, a sanitizer's exit code, a
+    hang past timeout) fails the calling test with the end of the server's stderr. Pass
+    expect=None where the test judges the exit code itself."""
     proc.send_signal(sig)
     try:
         proc.communicate(timeout=timeout)
@@ -61,6 +64,9 @@ def stop_server(proc, sig=signal.SIGTERM, timeout=30):
         proc.err_file.seek(0)
         err = proc.err_file.read()
         proc.err_file.close()
+    if expect is not None and proc.returncode != expect:
+        raise AssertionError("the server exited with %s after signal %d, expected %s; its stderr "
+                             "ends:\n%s" % (proc.returncode, sig, expect, err[-3000:]))
     return proc.returncode, err
 
 
