@@ -71,11 +71,11 @@ run_tests() {
   return "$rc"
 }
 
-# The sanitizer trees link the release tree's protobuf objects (and tsan its kernel tables):
-# CMakeLists.txt, TOKENFLOW_REUSE_FROM.
+# The tsan tree links the release tree's kernel-table objects:
+# CMakeLists.txt, TOKENFLOW_KERNEL_OBJECTS_FROM.
 release_objects() {
   configure release
-  cmake --build --preset release -j "$jobs" --target tf_grpc_proto tf_kernels
+  cmake --build --preset release -j "$jobs" --target tf_kernels
 }
 
 stage setup scripts/setup.sh

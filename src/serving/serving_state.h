@@ -39,7 +39,6 @@ struct ServingState {
   explicit ServingState(ModelRegistry::Loader loader, ModelRegistry::Options options = {})
       : registry(std::move(loader), std::move(options)) {}
 
-  ModelRegistry registry;
   JobRegistry jobs;
   ServerMetrics metrics;
   std::unique_ptr<AccessLog> access_log;  // nullptr: requests go to the debug log only
@@ -53,6 +52,9 @@ struct ServingState {
   KeyLimiter limiter;
   // Keys the tenants' prefix-cache salts (prefix_cache_salt); new for every process.
   const std::array<uint8_t, 32> cache_secret = random_secret();
+  // Declared last, so destroyed first: the engines' threads end (and with them every job's last
+  // callback) while the jobs, metrics, access log and limits those callbacks use still exist.
+  ModelRegistry registry;
 
   // The API key of a request from its authorization value ("Bearer KEY", an HTTP header or gRPC
   // metadata; nullptr when absent): nullptr when keys are off; throws HttpError 401 when the

@@ -96,8 +96,10 @@ TEST(JobSummary, AnEngineFailureIsAServerError) {
   EngineConfig ec;
   ec.kv_cache_bytes = 16 * KvCache::bytes_per_block(c, 16);
   ec.threads = 1;
-  Engine engine(model, nullptr, {}, ec);
+  // Before the engine, so that it outlives the engine thread's last use of it (the job leaves
+  // the registry after its done callback has run: ThreadSanitizer saw the test's end race it).
   JobRegistry registry;
+  Engine engine(model, nullptr, {}, ec);
   std::mutex mu;
   std::condition_variable cv;
   bool done = false;
