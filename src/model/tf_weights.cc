@@ -10,6 +10,8 @@
 #include <atomic>
 #include <cerrno>
 #include <csignal>
+#include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <map>
@@ -17,6 +19,17 @@
 #include <nlohmann/json.hpp>
 #include <regex>
 #include <set>
+
+#if defined(__SANITIZE_ADDRESS__)
+#define TF_H5_CHILD_SANITIZED 1
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+#define TF_H5_CHILD_SANITIZED 1
+#endif
+#endif
+#if defined(TF_H5_CHILD_SANITIZED)
+#include <sanitizer/common_interface_defs.h>
+#endif
 
 #include "core/error.h"
 #include "core/json.h"
@@ -261,6 +274,9 @@ std::chrono::seconds default_h5_time_limit(const std::string& path) {
   return std::chrono::seconds(120 + (ec ? 0 : static_cast<int64_t>(bytes >> 30) * 30));
 }
 
+// The child's exit status when a sanitizer reported an error in it (sanitizer builds only).
+constexpr int kChildSanitizerReport = 86;
+
 void load_tf_h5_file(const std::string& path, WeightStore& store,
                      std::optional<std::chrono::seconds> time_limit) {
   // libhdf5 is not robust against malformed files (they can crash it or make it loop), so it
@@ -280,6 +296,17 @@ void load_tf_h5_file(const std::string& path, WeightStore& store,
   }
   if (pid == 0) {  // the child: read, write, exit (no logging: the parent's locks are not ours)
     ::close(pipe_fds[0]);
+#if defined(TF_H5_CHILD_SANITIZED)
+    // A memory error in our reading code must fail a sanitizer build (the fuzz target, the
+    // tests), not read as a malformed file: the child says so by its exit status, and the
+    // parent aborts. libhdf5's own crashes (it is not instrumented) stay ordinary signals, as
+    // in a release build, instead of going through the sanitizer's SEGV report.
+    __sanitizer_set_death_callback([] { ::_exit(kChildSanitizerReport); });
+    struct sigaction dfl {};
+    dfl.sa_handler = SIG_DFL;
+    ::sigaction(SIGSEGV, &dfl, nullptr);
+    ::sigaction(SIGBUS, &dfl, nullptr);
+#endif
     int code = 0;
     try {
       const std::vector<Weight> weights = read_h5(path);
@@ -337,6 +364,14 @@ void load_tf_h5_file(const std::string& path, WeightStore& store,
   if (WIFSIGNALED(status))
     fail("'{}': libhdf5 crashed reading it (signal {}): a malformed HDF5 file", path,
          WTERMSIG(status));
+#if defined(TF_H5_CHILD_SANITIZED)
+  if (WIFEXITED(status) && WEXITSTATUS(status) == kChildSanitizerReport) {
+    std::fprintf(stderr,
+                 "tokenflow: a sanitizer reported an error in the HDF5 reader's child "
+                 "process (its report is above, or in the sanitizer's log_path)\n");
+    std::abort();
+  }
+#endif
   if (!WIFEXITED(status) || WEXITSTATUS(status) != 0)
     fail("{}", message.empty() ? fmt::format("'{}' could not be read", path) : message);
   load_safetensors_file(tmp.string(), store);

@@ -134,11 +134,22 @@ def read_fixture(name):
 
 class JinjaComparison(unittest.TestCase):
     def assert_same(self, template, context, label=""):
+        """Both sides render the same text, or both raise. True when they rendered."""
         want = render_jinja(template, context)
         got = render_tokenflow(template, context)
         if want[0] == "error" and got[0] == "error":
-            return
+            return False
         self.assertEqual(want, got, f"{label} template: {template[:200]!r}")
+        return True
+
+    def assert_each_rendered(self, rendered, names):
+        """The positive control: two errors compare equal, so a template that raised on every
+        context (a fixture that stopped parsing, a context both sides reject) would pass while
+        checking nothing. Each template must have rendered, the same, at least once."""
+        for name in names:
+            self.assertGreater(rendered.get(name, 0), 0,
+                               f"{name}: raised on both sides for every context, so nothing "
+                               "about it was compared")
 
 
 # ---- conversations ------------------------------------------------------------------------------
@@ -157,6 +168,10 @@ REASONING_ASSISTANT = {"role": "assistant", "content": "\nIt is 4.",
                        "reasoning_content": "\nThe user asks 2 + 2.\nThat is 4.\n\n"}
 THINK_ASSISTANT = {"role": "assistant",
                    "content": "<think>\nLet me think.\n</think>\n\nHello! How can I help?"}
+FUNCTIONS_MESSAGE = {"role": "functions", "content": json.dumps([{
+    "name": "get_weather", "description": "The weather in a city.",
+    "parameters": {"type": "object", "properties": {"city": {"type": "string"}},
+                   "required": ["city"]}}])}
 PARTS_SYSTEM = {"role": "system", "content": [{"type": "text", "text": "You are terse."}]}
 PARTS_USER = {"role": "user", "content": [{"type": "text", "text": "  Describe this: "},
                                           {"type": "image"},
@@ -178,6 +193,9 @@ CONVERSATIONS = {
     "ends_with_reasoning": [USER, REASONING_ASSISTANT],
     "think_in_content": [USER, THINK_ASSISTANT, USER2],
     "ends_with_think": [SYSTEM, USER, THINK_ASSISTANT],
+    # FireFunction v1 reads its tools from a "functions" message after the system one and
+    # refuses every conversation without it.
+    "functions_message": [SYSTEM, FUNCTIONS_MESSAGE, USER, ASSISTANT, USER2],
     # Content as a list of {"type": "text"} parts (Gemma 3, multimodal-style clients).
     "content_parts": [PARTS_SYSTEM, PARTS_USER, ASSISTANT, USER2],
     "content_parts_user_only": [PARTS_USER],
@@ -258,13 +276,16 @@ class RealTemplates(JinjaComparison):
             self.assertIn(name + ".jinja", REAL_TEMPLATES)
 
     def test_conversations(self):
+        rendered = {}
         for name in REAL_TEMPLATES:
             template = read_fixture(name)
             for conv_name, messages in CONVERSATIONS.items():
                 for gen in (True, False):
                     with self.subTest(template=name, conversation=conv_name, gen=gen):
                         context = {"messages": messages, "add_generation_prompt": gen, **SPECIAL}
-                        self.assert_same(template, context, f"{name} {conv_name} gen={gen}")
+                        if self.assert_same(template, context, f"{name} {conv_name} gen={gen}"):
+                            rendered[name] = rendered.get(name, 0) + 1
+        self.assert_each_rendered(rendered, REAL_TEMPLATES)
 
     def test_tool_conversations(self):
         for name in REAL_TEMPLATES:
@@ -374,13 +395,16 @@ class BuiltinTemplates(JinjaComparison):
                 self.assertEqual(self.builtin_source(name), read_fixture(fixture + ".jinja"))
 
     def test_renderings(self):
+        rendered = {}
         for name in BUILTIN_NAMES:
             template = self.builtin_source(name)
             for conv_name, messages in CONVERSATIONS.items():
                 for gen in (True, False):
                     with self.subTest(builtin=name, conversation=conv_name, gen=gen):
                         context = {"messages": messages, "add_generation_prompt": gen, **SPECIAL}
-                        self.assert_same(template, context)
+                        if self.assert_same(template, context):
+                            rendered[name] = rendered.get(name, 0) + 1
+        self.assert_each_rendered(rendered, BUILTIN_NAMES)
 
 
 # ---- constructs, one small template each --------------------------------------------------------
