@@ -56,8 +56,7 @@ if [ -z "${TF_FUZZ_SEED:-}" ] && head=$(git rev-parse --short=12 HEAD 2>/dev/nul
   export TF_FUZZ_SEED=$((16#$head))
 fi
 
-configure() { cmake --preset "$1" > /dev/null; }
-build() { configure "$1" && cmake --build --preset "$1" -j "$jobs"; }
+build() { scripts/build.sh "$1"; }
 
 # ctest for one preset, then the skips and timings check on its JUnit file.
 run_tests() {
@@ -74,7 +73,7 @@ run_tests() {
 # The tsan tree links the release tree's kernel-table objects:
 # CMakeLists.txt, TOKENFLOW_KERNEL_OBJECTS_FROM.
 release_objects() {
-  configure release
+  cmake --preset release > /dev/null
   cmake --build --preset release -j "$jobs" --target tf_kernels
 }
 
@@ -94,10 +93,14 @@ case "$what" in
     stage "$what build" build "$what"
     stage "$what tests" run_tests "$what"
     ;;
-  asan | tsan)
+  asan)
+    stage "asan build" build asan
+    stage "asan tests" run_tests asan
+    ;;
+  tsan)
     stage "release objects" release_objects
-    stage "$what build" build "$what"
-    stage "$what tests" run_tests "$what"
+    stage "tsan build" build tsan
+    stage "tsan tests" run_tests tsan
     ;;
   amx)
     # Every AMX test must run: a skip here is a failure (TF_REQUIRE_AMX).
