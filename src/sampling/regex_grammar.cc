@@ -541,6 +541,10 @@ class RegexParser {
       if ((b & 0xC0) != 0x80) error("invalid UTF-8");
       cp = (cp << 6) | (b & 0x3F);
     }
+    // Overlong forms, surrogates and values past U+10FFFF (F4 90.. to F7) are not characters.
+    static constexpr uint32_t kLeast[] = {0, 0, 0x80, 0x800, 0x10000};
+    if (cp < kLeast[len] || cp > kMaxCodePoint || (cp >= 0xD800 && cp <= 0xDFFF))
+      error("invalid UTF-8");
     i_ += len;
     return cp;
   }

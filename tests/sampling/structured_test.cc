@@ -244,6 +244,11 @@ TEST(RegexGrammar, JsonStringModeWritesEscapes) {
 
 TEST(RegexGrammar, RefusesWhatItCannotFollowByName) {
   EXPECT_NE(regex_error("(a)\\1").find("backreferences"), std::string::npos);
+  // Bytes that decode past U+10FFFF, to a surrogate, or overlong are not characters (the fuzz
+  // target found a class of them turned into a grammar escape beyond U+10FFFF).
+  for (const char* bad : {"[\xF6\x90\x80\x80]", "\xF4\x90\x80\x80", "\xED\xA0\x80", "\xC0\xAF",
+                          "[a-\xF7\xBF\xBF\xBF]"})
+    EXPECT_NE(regex_error(bad).find("invalid UTF-8"), std::string::npos) << bad;
   EXPECT_NE(regex_error("a(?=b)").find("lookaround"), std::string::npos);
   EXPECT_NE(regex_error("\\bword").find("word boundaries"), std::string::npos);
   EXPECT_NE(regex_error("(?i)abc").find("inline flags"), std::string::npos);
