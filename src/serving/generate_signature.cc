@@ -196,9 +196,9 @@ GenerateSettings read_generate_settings(const json& obj, const std::string& wher
     }
     if (k == "seed") {
       // An integer, or TensorFlow generate()'s pair of integers.
-      auto part = [&](const json& x) -> uint64_t {
+      auto part = [&, &key = k](const json& x) -> uint64_t {
         if (!x.is_number_integer())
-          bad(k, fmt::format("{} 'seed' must be an integer or a pair of integers", where));
+          bad(key, fmt::format("{} 'seed' must be an integer or a pair of integers", where));
         return x.is_number_unsigned() ? x.get<uint64_t>() : static_cast<uint64_t>(x.get<int64_t>());
       };
       if (v.is_array() && v.size() == 2) {

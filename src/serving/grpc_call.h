@@ -19,6 +19,7 @@
 #include "core/cancel.h"
 #include "serving/api_common.h"
 #include "serving/generation_job.h"
+#include "serving/grpc_sync.h"
 #include "serving/job_host.h"
 #include "serving/model_registry.h"
 #include "serving/serving_state.h"
@@ -133,10 +134,17 @@ class UnaryJobCall final : public grpc::ServerUnaryReactor {
       : call(ctx, server_ctx, service, method, "unary"),
         host(std::make_shared<GrpcCallHost>(ctx.pool)),
         server_ctx(server_ctx) {}
-  void OnCancel() override { host->cancelled(); }
-  void OnDone() override { delete this; }
+  void OnCancel() override {
+    GrpcCallbackScope scope;
+    host->cancelled();
+  }
+  void OnDone() override {
+    grpc_handoff_acquire();
+    delete this;
+  }
   void finish(const grpc::Status& status) {
     call.finish(status);
+    grpc_handoff_release();
     Finish(status);
   }
   GrpcCall call;
@@ -147,6 +155,7 @@ class UnaryJobCall final : public grpc::ServerUnaryReactor {
 template <typename Fn>
 grpc::ServerUnaryReactor* answer_now(GrpcContext& ctx, grpc::CallbackServerContext* server_ctx,
                                      const char* service, const char* method, Fn fn) {
+  GrpcCallbackScope scope;
   auto* reactor = server_ctx->DefaultReactor();
   GrpcCall call(ctx, server_ctx, service, method, "unary");
   grpc::Status status = grpc::Status::OK;
@@ -157,6 +166,7 @@ grpc::ServerUnaryReactor* answer_now(GrpcContext& ctx, grpc::CallbackServerConte
     status = call.error_status(e);
   }
   call.finish(status);
+  grpc_handoff_release();
   reactor->Finish(status);
   return reactor;
 }

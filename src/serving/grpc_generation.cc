@@ -142,6 +142,7 @@ class StreamReactor final : public grpc::ServerWriteReactor<v1::GenerateStreamRe
   }
 
   void OnWriteDone(bool ok) override {
+    GrpcCallbackScope scope;
     std::unique_lock lock(mu_);
     writing_ = false;
     if (!ok) {  // the client is gone: nothing more can be written
@@ -150,8 +151,14 @@ class StreamReactor final : public grpc::ServerWriteReactor<v1::GenerateStreamRe
     }
     next(lock);
   }
-  void OnCancel() override { host_->cancelled(); }
-  void OnDone() override { delete this; }
+  void OnCancel() override {
+    GrpcCallbackScope scope;
+    host_->cancelled();
+  }
+  void OnDone() override {
+    grpc_handoff_acquire();
+    delete this;
+  }
 
  private:
   void start(const v1::GenerateRequest& req) {
@@ -205,6 +212,7 @@ class StreamReactor final : public grpc::ServerWriteReactor<v1::GenerateStreamRe
       queue_.pop_front();
       writing_ = true;
       lock.unlock();
+      grpc_handoff_release();
       StartWrite(&current_);
       return;
     }
@@ -213,6 +221,7 @@ class StreamReactor final : public grpc::ServerWriteReactor<v1::GenerateStreamRe
     const grpc::Status status = status_;
     lock.unlock();
     call_.finish(status);
+    grpc_handoff_release();
     Finish(status);
   }
 
@@ -445,6 +454,7 @@ v1::GenerateStreamResponse stream_end_proto(
 grpc::ServerUnaryReactor* GenerationServiceImpl::Generate(grpc::CallbackServerContext* context,
                                                           const v1::GenerateRequest* request,
                                                           v1::GenerateResponse* response) {
+  GrpcCallbackScope scope;
   auto* r = new UnaryJobCall(ctx_, context, kService, "Generate");
   // Nothing ends the call before r->finish, so r and the request outlive the preparation.
   prepare_call(ctx_, *r->host, *r->call.record, [this, r, request, response] {
@@ -459,6 +469,7 @@ grpc::ServerUnaryReactor* GenerationServiceImpl::Generate(grpc::CallbackServerCo
 
 grpc::ServerWriteReactor<v1::GenerateStreamResponse>* GenerationServiceImpl::GenerateStream(
     grpc::CallbackServerContext* context, const v1::GenerateRequest* request) {
+  GrpcCallbackScope scope;
   return new StreamReactor(ctx_, context, request);
 }
 

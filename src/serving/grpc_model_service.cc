@@ -41,12 +41,14 @@ grpc::ServerUnaryReactor* ModelServiceImpl::GetModelStatus(
 grpc::ServerUnaryReactor* ModelServiceImpl::HandleReloadConfigRequest(
     grpc::CallbackServerContext* context, const tfs::ReloadConfigRequest* request,
     tfs::ReloadConfigResponse* response) {
+  GrpcCallbackScope scope;
   auto* reactor = context->DefaultReactor();
   auto call =
       std::make_shared<GrpcCall>(ctx_, context, kService, "HandleReloadConfigRequest", "unary");
   auto finish = [call, reactor, response](const grpc::Status& status) {
     set_status(response->mutable_status(), status);
     call->finish(status);
+    grpc_handoff_release();
     reactor->Finish(status);
   };
   try {

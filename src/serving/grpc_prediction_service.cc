@@ -15,11 +15,16 @@ namespace {
 using json = nlohmann::json;
 constexpr const char* kService = "tensorflow.serving.PredictionService";
 
-// Values of type T: the repeated field, else tensor_content read as little-endian T.
+// Values of type T: the repeated field, else tensor_content read as little-endian T (not both:
+// TF Serving takes one or the other, and a silent choice would answer a different prompt).
 template <typename T, typename Field>
 std::vector<T> values(const tensorflow::TensorProto& t, const Field& field,
                       const std::string& name) {
   if (t.tensor_content().empty()) return std::vector<T>(field.begin(), field.end());
+  if (!field.empty())
+    throw HttpError(400, fmt::format("input '{}' has both tensor_content and typed values; "
+                                     "send one of them",
+                                     name));
   const std::string& raw = t.tensor_content();
   if (raw.size() % sizeof(T) != 0)
     throw HttpError(400, fmt::format("input '{}': tensor_content of {} bytes is not a whole "
@@ -30,18 +35,34 @@ std::vector<T> values(const tensorflow::TensorProto& t, const Field& field,
   return out;
 }
 
-json shape_values(std::vector<json> flat, const std::vector<int64_t>& dims,
-                  const std::string& name) {
+}  // namespace
+
+int64_t tensor_element_count(const std::vector<int64_t>& dims, const std::string& name) {
   int64_t count = 1;
   for (int64_t d : dims) {
     if (d < 0) throw HttpError(400, fmt::format("input '{}' has an unknown dimension", name));
-    count *= d;
+    // Checked: a shape such as [2^62, 4] must not wrap to a small count, nor [2^62, 0] make
+    // 2^62 empty rows.
+    if (d > kMaxTensorElements || __builtin_mul_overflow(count, d, &count) ||
+        count > kMaxTensorElements)
+      throw HttpError(400, fmt::format("input '{}' has a shape of more than {} elements", name,
+                                       kMaxTensorElements));
   }
-  // TensorFlow's shorthand: one value fills the whole shape.
-  if (flat.size() == 1 && count > 1) flat.assign(static_cast<size_t>(count), flat[0]);
-  if (static_cast<int64_t>(flat.size()) != count)
-    throw HttpError(400, fmt::format("input '{}' has {} values for a shape of {} elements", name,
-                                     flat.size(), count));
+  return count;
+}
+
+void check_value_count(int64_t values, int64_t count, bool packed, const std::string& name) {
+  // One typed value may fill the shape (TensorFlow's shorthand); packed tensor_content must
+  // match it exactly, as TF Serving requires.
+  if (values == count || (!packed && values == 1 && count >= 1)) return;
+  throw HttpError(
+      400, fmt::format("input '{}' has {} values for a shape of {} elements", name, values, count));
+}
+
+namespace {
+
+json shape_values(std::vector<json> flat, const std::vector<int64_t>& dims,
+                  const std::string& name) {
   if (dims.empty()) return flat[0];
   if (dims.size() == 1) return json(std::move(flat));
   if (dims.size() == 2) {
@@ -107,34 +128,68 @@ void answered_spec(const ServedModel& model, const std::string& signature, tfs::
 json tensor_to_json(const tensorflow::TensorProto& t, const std::string& name) {
   std::vector<int64_t> dims;
   for (const auto& d : t.tensor_shape().dim()) dims.push_back(d.size());
+  // The shape first: bounded and overflow-checked before any value is decoded or expanded.
+  if (dims.size() > 2)
+    throw HttpError(400,
+                    fmt::format("input '{}' has rank {}; at most 2 is taken", name, dims.size()));
+  const int64_t count = tensor_element_count(dims, name);
   std::vector<json> flat;
+  auto take = [&](const auto& vals) {
+    check_value_count(static_cast<int64_t>(vals.size()), count, !t.tensor_content().empty(), name);
+    flat.reserve(vals.size());
+    for (const auto& v : vals) flat.emplace_back(v);
+  };
   switch (t.dtype()) {
     case tensorflow::DT_STRING:
-      for (const auto& s : t.string_val()) flat.emplace_back(s);
+      if (!t.tensor_content().empty())
+        throw HttpError(400, fmt::format("input '{}': DT_STRING values go in string_val, not "
+                                         "tensor_content",
+                                         name));
+      take(t.string_val());
       break;
     case tensorflow::DT_INT32:
-      for (int32_t v : values<int32_t>(t, t.int_val(), name)) flat.emplace_back(v);
+      take(values<int32_t>(t, t.int_val(), name));
       break;
     case tensorflow::DT_INT64:
-      for (int64_t v : values<int64_t>(t, t.int64_val(), name)) flat.emplace_back(v);
+      take(values<int64_t>(t, t.int64_val(), name));
       break;
     case tensorflow::DT_FLOAT:
-      for (float v : values<float>(t, t.float_val(), name)) flat.emplace_back(v);
+      take(values<float>(t, t.float_val(), name));
       break;
     case tensorflow::DT_DOUBLE:
-      for (double v : values<double>(t, t.double_val(), name)) flat.emplace_back(v);
+      take(values<double>(t, t.double_val(), name));
       break;
-    case tensorflow::DT_BOOL:
+    case tensorflow::DT_BOOL: {
+      std::vector<bool> b;
       if (t.tensor_content().empty()) {
-        for (bool v : t.bool_val()) flat.emplace_back(v);
+        b.assign(t.bool_val().begin(), t.bool_val().end());
       } else {
-        for (char c : t.tensor_content()) flat.emplace_back(c != 0);
+        if (!t.bool_val().empty())
+          throw HttpError(400, fmt::format("input '{}' has both tensor_content and typed values; "
+                                           "send one of them",
+                                           name));
+        for (char c : t.tensor_content()) b.push_back(c != 0);
       }
+      take(b);
       break;
+    }
     default:
       throw HttpError(400, fmt::format("input '{}' has type {}; DT_STRING, DT_INT32, DT_INT64, "
                                        "DT_FLOAT, DT_DOUBLE and DT_BOOL are taken",
                                        name, tensorflow::DataType_Name(t.dtype())));
+  }
+  // TensorFlow's shorthand: one typed value fills the whole shape (count is bounded above, and
+  // so are the bytes a string fills it with).
+  if (flat.size() == 1 && count > 1) {
+    if (flat[0].is_string() &&
+        static_cast<double>(flat[0].get_ref<const std::string&>().size() + 1) *
+                static_cast<double>(count) >
+            static_cast<double>(kMaxTensorElements) * 16)
+      throw HttpError(400, fmt::format("input '{}': one string of {} bytes filling a shape of {} "
+                                       "elements is more than {} MiB",
+                                       name, flat[0].get_ref<const std::string&>().size(), count,
+                                       kMaxTensorElements * 16 >> 20));
+    flat.assign(static_cast<size_t>(count), flat[0]);
   }
   return shape_values(std::move(flat), dims, name);
 }
@@ -184,6 +239,7 @@ json predict_body_of(const tfs::PredictRequest& request) {
 grpc::ServerUnaryReactor* PredictionServiceImpl::Predict(grpc::CallbackServerContext* context,
                                                          const tfs::PredictRequest* request,
                                                          tfs::PredictResponse* response) {
+  GrpcCallbackScope scope;
   auto* r = new UnaryJobCall(ctx_, context, kService, "Predict");
   // Parsed and tokenized on the preparation pool; r and the request live until r->finish.
   prepare_call(ctx_, *r->host, *r->call.record, [this, r, context, request, response] {

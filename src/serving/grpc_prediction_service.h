@@ -29,6 +29,16 @@ class PredictionServiceImpl final : public tfs::PredictionService::CallbackServi
   GrpcContext& ctx_;
 };
 
+// At most this many elements in one request tensor (a shape's product, also for the one-value
+// shorthand that fills a shape): a batch of 64 prompts of 16k tokens, far below the 8 MiB message.
+inline constexpr int64_t kMaxTensorElements = int64_t{1} << 20;
+// The element count of a shape, checked for negative dimensions, overflow and the limit above
+// (HttpError 400 naming the input).
+int64_t tensor_element_count(const std::vector<int64_t>& dims, const std::string& name);
+// Throws HttpError 400 unless `values` values fill a shape of `count` elements: exactly, or one
+// typed value (not packed tensor_content) as TensorFlow's shorthand.
+void check_value_count(int64_t values, int64_t count, bool packed, const std::string& name);
+
 // A tensor's values as JSON: a scalar (rank 0), a list (rank 1) or a list of lists (rank 2),
 // from the typed field or the packed tensor_content. Throws HttpError 400 naming the input for
 // an unsupported type, a higher rank or a value count that does not fit the shape.

@@ -31,6 +31,7 @@ class UnparsedRequestInterceptor final : public grpc::experimental::Interceptor 
 
   void Intercept(grpc::experimental::InterceptorBatchMethods* methods) override {
     using grpc::experimental::InterceptionHookPoints;
+    GrpcCallbackScope scope;
     if (methods->QueryInterceptionHookPoint(InterceptionHookPoints::POST_RECV_MESSAGE)) {
       received_ = true;
       parsed_ = methods->GetRecvMessage() != nullptr;
@@ -192,9 +193,11 @@ void GrpcServer::shutdown(std::chrono::steady_clock::time_point deadline) {
   if (health_.joinable()) health_.join();
   if (auto* health = impl_->server->GetHealthCheckService()) health->Shutdown();
   const auto left = deadline - std::chrono::steady_clock::now();
+  grpc_handoff_release();
   impl_->server->Shutdown(std::chrono::system_clock::now() +
                           std::chrono::duration_cast<std::chrono::system_clock::duration>(left));
   impl_->server->Wait();
+  grpc_handoff_acquire();
 }
 
 }  // namespace tf

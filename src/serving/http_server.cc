@@ -231,7 +231,9 @@ class HttpConnection : public std::enable_shared_from_this<HttpConnection> {
     auto [body, type] = server_.errors
                             ? server_.errors(status, std::move(message))
                             : std::pair<std::string, std::string>{
-                                  nlohmann::json{{"error", message}}.dump(), "application/json"};
+                                  nlohmann::json{{"error", message}}.dump(
+                                      -1, ' ', false, nlohmann::json::error_handler_t::replace),
+                                  "application/json"};
     respond_whole(status, std::move(body), type, {});
   }
 

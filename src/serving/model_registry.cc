@@ -242,9 +242,10 @@ void ModelRegistry::sync() {
     std::lock_guard lock(mu_);
     for (auto& [name, e] : models_) {
       const std::set<int64_t>& want = wanted[name];
-      auto available = [&](int64_t v) {
-        auto it = e.versions.find(v);
-        return it != e.versions.end() && it->second.state == VersionState::kAvailable;
+      // (e named again: a structured binding in a lambda is C++20 that clang 14 lacks.)
+      auto available = [&entry = e](int64_t v) {
+        auto it = entry.versions.find(v);
+        return it != entry.versions.end() && it->second.state == VersionState::kAvailable;
       };
       // Labels move only to available versions; one that cannot stays where it was.
       std::map<std::string, int64_t> labels;

@@ -15,6 +15,7 @@ import os
 import re
 import shutil
 import signal
+import struct
 import subprocess
 import sys
 import tempfile
@@ -459,6 +460,50 @@ class GrpcApiTest(unittest.TestCase):
         r = req(prompt=prompt)
         r.output_filter.append("scores")
         self.assertCode(C.INVALID_ARGUMENT, stub.Predict, r)
+
+    def test_predict_shapes_are_bounded(self):
+        # Issue 49: a shape whose element count overflows int64 (40 bytes, no values) crashed the
+        # process; one value filling [1, 20000000] allocated gigabytes before any limit. Both
+        # are refused from the shape alone, and the server goes on answering.
+        stub = prediction_service_pb2_grpc.PredictionServiceStub(self.channel)
+        T = types_pb2
+
+        def req(**inputs):
+            r = predict_pb2.PredictRequest()
+            r.model_spec.name = MODEL
+            for k, v in inputs.items():
+                r.inputs[k].CopyFrom(v)
+            return r
+
+        overflow = req(input_ids=self.tensor(T.DT_INT32, shape=[1 << 62, 4]))
+        self.assertLess(len(overflow.SerializeToString()), 64)  # the issue's 40 bytes + the name
+        e = self.assertCode(C.INVALID_ARGUMENT, stub.Predict, overflow)
+        self.assertIn("more than 1048576 elements", e.details())
+        for shape in ([1 << 62, 0], [0, 1 << 62], [1 << 31, 1 << 31, 4], [-1, 2]):
+            self.assertCode(C.INVALID_ARGUMENT, stub.Predict,
+                            req(input_ids=self.tensor(T.DT_INT32, shape=shape)))
+        started = time.monotonic()
+        e = self.assertCode(C.INVALID_ARGUMENT, stub.Predict,
+                            req(input_ids=self.tensor(T.DT_INT32, [5], shape=[1, 20000000])))
+        self.assertIn("more than 1048576 elements", e.details())
+        # A one-string shorthand is bounded by its bytes, not only its count.
+        e = self.assertCode(C.INVALID_ARGUMENT, stub.Predict,
+                            req(prompt=self.tensor(T.DT_STRING, [b"x" * 4096], shape=[1, 65536])))
+        self.assertIn("MiB", e.details())
+        # tensor_content must match the shape exactly (TF Serving's rule; one packed value is
+        # not the shorthand), and is not mixed with typed values.
+        e = self.assertCode(C.INVALID_ARGUMENT, stub.Predict, req(input_ids=self.tensor(
+            T.DT_INT32, shape=[1, 4], content=struct.pack("<i", 7))))
+        self.assertIn("1 values for a shape of 4 elements", e.details())
+        both = self.tensor(T.DT_INT32, shape=[1, 2], content=struct.pack("<2i", 3, 4))
+        both.int_val.extend([1, 2])
+        e = self.assertCode(C.INVALID_ARGUMENT, stub.Predict, req(input_ids=both))
+        self.assertIn("both tensor_content and typed values", e.details())
+        self.assertLess(time.monotonic() - started, 30)
+        # The one-value shorthand within the limit still fills its shape.
+        r = stub.Predict(req(input_ids=self.tensor(T.DT_INT32, [1], shape=[2, 3]),
+                             max_tokens=self.tensor(T.DT_INT32, [2], shape=[])))
+        self.assertEqual([d.size for d in r.outputs["output_ids"].tensor_shape.dim][0], 2)
 
     # --- health and reflection ----------------------------------------------------------------
 

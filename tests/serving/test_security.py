@@ -255,6 +255,19 @@ class HttpEdgeTest(SharedServerTest):
                   b"Content-Length: 5\r\n\r\n0\r\n\r\n")
         got = read_all(s)
         self.assertTrue(got.startswith(b"HTTP/1.1 400"), got[:200])
+        # A coding that is not UTF-8 is quoted in the error as valid JSON (the HTTP library's
+        # default error body threw on it from an I/O thread: found by fuzz_http), and the
+        # server goes on.
+        s = self.connect()
+        s.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\n"
+                  b"Transfer-Encoding: \xe0\x98\x85\x92p, chunked\r\n\r\n")
+        got = read_all(s)
+        self.assertTrue(got.startswith(b"HTTP/1.1 501"), got[:200])
+        error = json.loads(got.split(b"\r\n\r\n", 1)[1])["error"]
+        self.assertIn("not supported", error["message"])
+        s = self.connect()
+        s.sendall(b"GET /v1/models HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+        self.assertTrue(read_all(s).startswith(b"HTTP/1.1 200"))
 
     def test_half_closed_client_gets_its_answer(self):
         import socket
