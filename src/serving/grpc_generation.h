@@ -22,7 +22,8 @@ namespace v1 = tokenflow::v1;
 
 class GenerationServiceImpl final : public v1::GenerationService::CallbackService {
  public:
-  explicit GenerationServiceImpl(GrpcContext& ctx) : ctx_(ctx) {}
+  // In grpc_services.cc, with gRPC's method handlers it instantiates (see there).
+  explicit GenerationServiceImpl(GrpcContext& ctx);
 
   grpc::ServerUnaryReactor* Generate(grpc::CallbackServerContext* context,
                                      const v1::GenerateRequest* request,

@@ -13,10 +13,12 @@
 
 #include <nlohmann/json.hpp>
 
+#include <cerrno>
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
 #include <cstdio>
+#include <cstring>
 #include <memory>
 #include <string>
 
@@ -74,13 +76,29 @@ bool status_line_at(const std::string& out, size_t at, int* status) {
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const uint16_t port = server().port();
-  const int fd = socket(AF_INET, SOCK_STREAM, 0);
-  if (fd < 0) return 0;
   sockaddr_in addr{};
   addr.sin_family = AF_INET;
   addr.sin_port = htons(port);
   addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  if (connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0) __builtin_trap();
+  int fd = -1;
+  // A refused connection means the server stopped listening: a failure. Running out of local
+  // ports (EADDRNOTAVAIL, at thousands of connections a second) is the harness's: wait a little.
+  for (int attempt = 0;; ++attempt) {
+    fd = socket(AF_INET, SOCK_STREAM, 0);
+    if (fd < 0) return 0;
+    if (connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) == 0) break;
+    const int err = errno;
+    close(fd);
+    if ((err != EADDRNOTAVAIL && err != EAGAIN && err != EINTR) || attempt == 1000) {
+      std::fprintf(stderr, "cannot connect to the server: %s\n", std::strerror(err));
+      __builtin_trap();
+    }
+    usleep(10000);
+  }
+  // Closed with a reset once read (below): no TIME_WAIT left on either side, so the local ports
+  // are not used up.
+  const linger reset{1, 0};
+  setsockopt(fd, SOL_SOCKET, SO_LINGER, &reset, sizeof reset);
   // Send what the server takes (it may close early, after an error answer: EPIPE is fine).
   size_t sent = 0;
   while (sent < size) {
