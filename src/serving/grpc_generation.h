@@ -22,8 +22,7 @@ namespace v1 = tokenflow::v1;
 
 class GenerationServiceImpl final : public v1::GenerationService::CallbackService {
  public:
-  // In grpc_services.cc, with gRPC's method handlers it instantiates (see there).
-  explicit GenerationServiceImpl(GrpcContext& ctx);
+  explicit GenerationServiceImpl(GrpcContext& ctx) : ctx_(ctx) {}
 
   grpc::ServerUnaryReactor* Generate(grpc::CallbackServerContext* context,
                                      const v1::GenerateRequest* request,

@@ -11,7 +11,7 @@ namespace tf {
 
 class ModelServiceImpl final : public tfs::ModelService::CallbackService {
  public:
-  explicit ModelServiceImpl(GrpcContext& ctx);  // grpc_services.cc
+  explicit ModelServiceImpl(GrpcContext& ctx) : ctx_(ctx) {}
 
   grpc::ServerUnaryReactor* GetModelStatus(grpc::CallbackServerContext* context,
                                            const tfs::GetModelStatusRequest* request,

@@ -16,7 +16,7 @@ namespace tf {
 
 class PredictionServiceImpl final : public tfs::PredictionService::CallbackService {
  public:
-  explicit PredictionServiceImpl(GrpcContext& ctx);  // grpc_services.cc
+  explicit PredictionServiceImpl(GrpcContext& ctx) : ctx_(ctx) {}
 
   grpc::ServerUnaryReactor* Predict(grpc::CallbackServerContext* context,
                                     const tfs::PredictRequest* request,

@@ -3,6 +3,7 @@
 #include <grpcpp/ext/proto_server_reflection_plugin.h>
 #include <grpcpp/grpcpp.h>
 #include <grpcpp/health_check_service_interface.h>
+#include <grpcpp/support/server_interceptor.h>
 #include <charconv>
 
 #include <fmt/format.h>
@@ -13,10 +14,65 @@
 #include "serving/grpc_generation.h"
 #include "serving/grpc_model_service.h"
 #include "serving/grpc_prediction_service.h"
-#include "serving/grpc_services.h"
 #include "tensorflow_serving/apis/model_service.pb.h"
 
 namespace tf {
+namespace {
+
+// A request message that does not parse never reaches a handler: gRPC's callback API answers
+// it UNIMPLEMENTED with no message (as for a method nobody implements). This interceptor sees
+// the message arrive unparsed (POST_RECV_MESSAGE without a message) and turns that answer into
+// INVALID_ARGUMENT. Methods that are really not implemented (no message was received for them)
+// and unknown methods keep UNIMPLEMENTED.
+class UnparsedRequestInterceptor final : public grpc::experimental::Interceptor {
+ public:
+  explicit UnparsedRequestInterceptor(grpc::experimental::ServerRpcInfo* info)
+      : method_(info->method()) {}
+  // gRPC deletes it on whichever thread ends the call.
+  ~UnparsedRequestInterceptor() override { grpc_handoff_acquire(); }
+
+  void Intercept(grpc::experimental::InterceptorBatchMethods* methods) override {
+    using grpc::experimental::InterceptionHookPoints;
+    // gRPC runs every batch of a call's operations through here, on whichever of its threads
+    // carries it: the one hook into its handoffs (grpc_sync.h), e.g. a response built on our
+    // strand and serialized on a gRPC thread. Proceed() may hand the batch on to another
+    // thread: the release comes before it.
+    grpc_handoff_acquire();
+    if (methods->QueryInterceptionHookPoint(InterceptionHookPoints::POST_RECV_MESSAGE)) {
+      received_ = true;
+      parsed_ = methods->GetRecvMessage() != nullptr;
+    }
+    if (methods->QueryInterceptionHookPoint(InterceptionHookPoints::PRE_SEND_STATUS)) {
+      const grpc::Status status = methods->GetSendStatus();
+      if (received_ && !parsed_ && status.error_code() == grpc::StatusCode::UNIMPLEMENTED &&
+          status.error_message().empty()) {
+        methods->ModifySendStatus(
+            grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
+                         fmt::format("the request message of {} does not parse", method_)));
+      }
+    }
+    grpc_handoff_release();
+    methods->Proceed();
+  }
+
+ private:
+  std::string method_;
+  bool received_ = false;
+  bool parsed_ = false;
+};
+
+class UnparsedRequestInterceptorFactory final
+    : public grpc::experimental::ServerInterceptorFactoryInterface {
+ public:
+  grpc::experimental::Interceptor* CreateServerInterceptor(
+      grpc::experimental::ServerRpcInfo* info) override {
+    auto* interceptor = new UnparsedRequestInterceptor(info);
+    grpc_handoff_release();
+    return interceptor;
+  }
+};
+
+}  // namespace
 
 struct GrpcServer::Impl {
   explicit Impl(ServingState& state)
@@ -86,7 +142,7 @@ GrpcServer::GrpcServer(ServingState& state, GrpcServerConfig config)
   // A port in use is an error, as for HTTP (gRPC would otherwise share it).
   builder.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);
   std::vector<std::unique_ptr<grpc::experimental::ServerInterceptorFactoryInterface>> creators;
-  creators.push_back(unparsed_request_interceptors());
+  creators.push_back(std::make_unique<UnparsedRequestInterceptorFactory>());
   builder.experimental().SetInterceptorCreators(std::move(creators));
   builder.RegisterService(&impl_->generation);
   builder.RegisterService(&impl_->models);
