@@ -30,7 +30,7 @@ std::optional<std::array<uint8_t, 32>> parse_hex_digest(std::string_view hex) {
   return out;
 }
 
-double number(const std::string& v, const std::string& where) {
+double limit_number(const std::string& v, const std::string& where) {
   double d = 0;
   const auto r = std::from_chars(v.data(), v.data() + v.size(), d);
   if (r.ec != std::errc() || r.ptr != v.data() + v.size() || d < 0)
@@ -110,11 +110,11 @@ ApiKeys ApiKeys::parse(std::string_view text, const std::string& source) {
         for (std::string m; std::getline(list, m, ',');)
           if (!m.empty()) p.models.push_back(m);
       } else if (k == "rpm") {
-        p.requests_per_minute = number(v, where);
+        p.requests_per_minute = limit_number(v, where);
       } else if (k == "tpm") {
-        p.tokens_per_minute = number(v, where);
+        p.tokens_per_minute = limit_number(v, where);
       } else if (k == "concurrency") {
-        p.max_concurrent = static_cast<int64_t>(number(v, where));
+        p.max_concurrent = static_cast<int64_t>(limit_number(v, where));
       } else if (k == "admin") {
         if (v != "true" && v != "false")
           fail(ErrorKind::kInvalidArgument, "{}: admin is true or false, got '{}'", where, v);

@@ -57,7 +57,7 @@ const std::unordered_set<std::string> kPredictParams = {"max_tokens",
                                                         "include_stop_str_in_output",
                                                         "no_repeat_ngram_size"};
 
-void check_fields(const json& body, bool chat) {
+void check_completion_fields(const json& body, bool chat) {
   const auto& own = chat ? kChatFields : kCompletionFields;
   check_known_fields(
       body, [&](const std::string& key) { return kCommonFields.count(key) || own.count(key); });
@@ -94,7 +94,7 @@ std::string field_of(const std::string& message, const json& body) {
 
 void read_body(const json& body, bool chat, bool log_prompt,
                const std::function<nlohmann::ordered_json()>& ordered_body, CompletionRequest& r) {
-  check_fields(body, chat);
+  check_completion_fields(body, chat);
   r.chat = chat;
   r.model = string_field(body, "model");
   r.user = string_field(body, "user");

@@ -64,7 +64,7 @@ const std::unordered_set<std::string> kShared = {
     "temperature",          "top_p", "top_k", "min_p", "typical_p", "repetition_penalty",
     "no_repeat_ngram_size", "seed"};
 
-[[noreturn]] void bad(const std::string& field, const std::string& message) {
+[[noreturn]] void bad_setting(const std::string& field, const std::string& message) {
   throw HttpError(400, message, "", field);
 }
 
@@ -77,13 +77,14 @@ int32_t int_setting(const json& raw, const std::string& k, const std::string& wh
   if (!v.is_number_integer() ||
       (v.is_number_unsigned() ? v.get<uint64_t>() > INT32_MAX
                               : v.get<int64_t>() < INT32_MIN || v.get<int64_t>() > INT32_MAX))
-    bad(k, fmt::format("{} '{}' must be a 32-bit integer, not {}", where, k, raw.dump()));
+    bad_setting(k, fmt::format("{} '{}' must be a 32-bit integer, not {}", where, k, raw.dump()));
   return static_cast<int32_t>(v.get<int64_t>());
 }
 
 float float_setting(const json& raw, const std::string& k, const std::string& where) {
   const json& v = scalar(raw);
-  if (!v.is_number()) bad(k, fmt::format("{} '{}' must be a number, not {}", where, k, raw.dump()));
+  if (!v.is_number())
+    bad_setting(k, fmt::format("{} '{}' must be a number, not {}", where, k, raw.dump()));
   return v.get<float>();
 }
 
@@ -91,14 +92,14 @@ bool bool_setting(const json& raw, const std::string& k, const std::string& wher
   const json& v = scalar(raw);
   if (v.is_boolean()) return v.get<bool>();
   if (v.is_number_integer() && (v == 0 || v == 1)) return v == 1;  // an int tensor
-  bad(k, fmt::format("{} '{}' must be true or false, not {}", where, k, raw.dump()));
+  bad_setting(k, fmt::format("{} '{}' must be true or false, not {}", where, k, raw.dump()));
 }
 
 int32_t id_of(const json& v, const std::string& k, const std::string& where) {
   if (!v.is_number_integer() ||
       (v.is_number_unsigned() ? v.get<uint64_t>() > INT32_MAX
                               : v.get<int64_t>() < 0 || v.get<int64_t>() > INT32_MAX))
-    bad(k, fmt::format("{} '{}' holds {}, which is not a token id", where, k, v.dump()));
+    bad_setting(k, fmt::format("{} '{}' holds {}, which is not a token id", where, k, v.dump()));
   return static_cast<int32_t>(v.get<int64_t>());
 }
 
@@ -148,15 +149,16 @@ bool is_generate_only_input(const std::string& name) {
 GenerateSettings read_generate_settings(const json& obj, const std::string& where, bool strict,
                                         std::vector<std::string>* not_applied) {
   GenerateSettings s;
-  if (!obj.is_object()) bad("", fmt::format("{} must be a JSON object", where));
+  if (!obj.is_object()) bad_setting("", fmt::format("{} must be a JSON object", where));
   for (const auto& [k, v] : obj.items()) {
     if (v.is_null()) continue;
     if (!kSettings.count(k)) {
       if (kNotApplied.count(k)) {
-        if (strict) bad(k, fmt::format("generate() setting '{}' is not supported by tokenflow", k));
+        if (strict)
+          bad_setting(k, fmt::format("generate() setting '{}' is not supported by tokenflow", k));
         if (not_applied) not_applied->push_back(k);
       } else if (strict && !kHarmless.count(k)) {
-        bad(k, fmt::format("unknown input '{}'", k));
+        bad_setting(k, fmt::format("unknown input '{}'", k));
       }
       continue;
     }
@@ -180,16 +182,18 @@ GenerateSettings read_generate_settings(const json& obj, const std::string& wher
     if (k == "early_stopping") {
       const json& e = scalar(v);
       if (e.is_string())  // generate()'s "never": the canonical beam search, not ours
-        bad(k, fmt::format("{} 'early_stopping' {} is not supported (true or false)", where,
-                           e.dump()));
+        bad_setting(k, fmt::format("{} 'early_stopping' {} is not supported (true or false)", where,
+                                   e.dump()));
       s.early_stopping = bool_setting(v, k, where);
     }
     if (k == "bad_words_ids") {
-      if (!v.is_array()) bad(k, fmt::format("{} 'bad_words_ids' must be a list of lists", where));
+      if (!v.is_array())
+        bad_setting(k, fmt::format("{} 'bad_words_ids' must be a list of lists", where));
       std::vector<std::vector<int32_t>> words;
       for (const auto& w : v) {
         if (!w.is_array() || w.empty())
-          bad(k, fmt::format("{} 'bad_words_ids' must be a list of non-empty lists", where));
+          bad_setting(k,
+                      fmt::format("{} 'bad_words_ids' must be a list of non-empty lists", where));
         words.push_back(ids_setting(w, k, where));
       }
       s.bad_words_ids = std::move(words);
@@ -198,7 +202,8 @@ GenerateSettings read_generate_settings(const json& obj, const std::string& wher
       // An integer, or TensorFlow generate()'s pair of integers.
       auto part = [&, &key = k](const json& x) -> uint64_t {
         if (!x.is_number_integer())
-          bad(key, fmt::format("{} 'seed' must be an integer or a pair of integers", where));
+          bad_setting(key,
+                      fmt::format("{} 'seed' must be an integer or a pair of integers", where));
         return x.is_number_unsigned() ? x.get<uint64_t>() : static_cast<uint64_t>(x.get<int64_t>());
       };
       if (v.is_array() && v.size() == 2) {
@@ -288,21 +293,23 @@ int32_t row_id(const json& v, const char* field, size_t row) {
   try {
     return token_id(v, field);
   } catch (const Error& e) {
-    bad(field, fmt::format("row {}: {}", row, e.what()));
+    bad_setting(field, fmt::format("row {}: {}", row, e.what()));
   }
 }
 
 GenerateRow make_row(const json& ids, const json* mask, size_t r) {
   if (!ids.is_array() || ids.empty())
-    bad("input_ids", fmt::format("'input_ids' row {} must be a non-empty list of token ids", r));
+    bad_setting("input_ids",
+                fmt::format("'input_ids' row {} must be a non-empty list of token ids", r));
   std::vector<int32_t> all;
   for (const auto& x : ids) all.push_back(row_id(x, "input_ids", r));
   size_t first = 0, end = all.size();
   if (mask) {
     if (!mask->is_array() || mask->size() != all.size())
-      bad("attention_mask", fmt::format("'attention_mask' row {} must have the {} positions of "
-                                        "'input_ids' row {}",
-                                        r, all.size(), r));
+      bad_setting("attention_mask",
+                  fmt::format("'attention_mask' row {} must have the {} positions of "
+                              "'input_ids' row {}",
+                              r, all.size(), r));
     std::vector<bool> real;
     for (const auto& m : *mask) {
       if (m.is_boolean()) {
@@ -310,16 +317,18 @@ GenerateRow make_row(const json& ids, const json* mask, size_t r) {
       } else if (m.is_number_integer() && (m == 0 || m == 1)) {
         real.push_back(m == 1);
       } else {
-        bad("attention_mask",
-            fmt::format("'attention_mask' row {} holds {}: only 0 and 1", r, m.dump()));
+        bad_setting("attention_mask",
+                    fmt::format("'attention_mask' row {} holds {}: only 0 and 1", r, m.dump()));
       }
     }
     const auto a = std::find(real.begin(), real.end(), true);
     if (a == real.end())
-      bad("attention_mask", fmt::format("'attention_mask' row {} marks no real position", r));
+      bad_setting("attention_mask",
+                  fmt::format("'attention_mask' row {} marks no real position", r));
     const auto b = std::find(real.rbegin(), real.rend(), true).base();
     if (std::find(a, b, false) != b)
-      bad("attention_mask",
+      bad_setting(
+          "attention_mask",
           fmt::format("'attention_mask' row {} has padding between real positions: it must pad "
                       "on the left or on the right",
                       r));
@@ -340,9 +349,10 @@ GenerateInput read_generate_rows(const json& instances) {
   for (size_t i = 0; i < instances.size(); ++i) {
     const json& inst = instances[i];
     if (!inst.is_object() || !inst.contains("input_ids"))
-      bad("input_ids", fmt::format("instance {} of the generate signature must be an object with "
-                                   "'input_ids' (and 'attention_mask')",
-                                   i));
+      bad_setting("input_ids",
+                  fmt::format("instance {} of the generate signature must be an object with "
+                              "'input_ids' (and 'attention_mask')",
+                              i));
     json settings = json::object();
     for (const auto& [k, v] : inst.items())
       if (k != "input_ids" && k != "attention_mask") settings[k] = v;
@@ -350,9 +360,9 @@ GenerateInput read_generate_rows(const json& instances) {
     if (i == 0) {
       in.settings = std::move(s);
     } else if (!(s == in.settings)) {
-      bad("",
-          "instances set generate() settings differently: one request is one generate() "
-          "call, with one set of settings");
+      bad_setting("",
+                  "instances set generate() settings differently: one request is one generate() "
+                  "call, with one set of settings");
     }
     in.rows.push_back(make_row(
         inst["input_ids"], inst.contains("attention_mask") ? &inst["attention_mask"] : nullptr, i));
@@ -362,9 +372,9 @@ GenerateInput read_generate_rows(const json& instances) {
 
 GenerateInput read_generate_columns(const json& inputs) {
   if (!inputs.is_object() || !inputs.contains("input_ids"))
-    bad("input_ids",
-        "'inputs' of the generate signature must be an object with 'input_ids' (and "
-        "'attention_mask')");
+    bad_setting("input_ids",
+                "'inputs' of the generate signature must be an object with 'input_ids' (and "
+                "'attention_mask')");
   GenerateInput in;
   json settings = json::object();
   for (const auto& [k, v] : inputs.items())
@@ -378,9 +388,9 @@ GenerateInput read_generate_columns(const json& inputs) {
   if (mask) {
     const bool mask_matrix = mask->is_array() && !mask->empty() && (*mask)[0].is_array();
     if (mask_matrix != matrix || (matrix && mask->size() != rows.size()))
-      bad("attention_mask",
-          fmt::format("'attention_mask' must have the shape of 'input_ids' ({} rows)",
-                      rows.size()));
+      bad_setting("attention_mask",
+                  fmt::format("'attention_mask' must have the shape of 'input_ids' ({} rows)",
+                              rows.size()));
     mask_rows = matrix ? *mask : json::array({*mask});
   }
   for (size_t r = 0; r < rows.size(); ++r)
@@ -396,43 +406,47 @@ GenerateRowParams generate_row_params(const GenerateSettings& s, const GenerateR
   const bool sample = s.do_sample.value_or(false);
   const int32_t beams = s.num_beams.value_or(1);
   const int32_t returned = s.num_return_sequences.value_or(1);
-  if (beams < 1) bad("num_beams", fmt::format("'num_beams' must be >= 1, not {}", beams));
+  if (beams < 1) bad_setting("num_beams", fmt::format("'num_beams' must be >= 1, not {}", beams));
   if (returned < 1)
-    bad("num_return_sequences",
-        fmt::format("'num_return_sequences' must be >= 1, not {}", returned));
+    bad_setting("num_return_sequences",
+                fmt::format("'num_return_sequences' must be >= 1, not {}", returned));
   if (!sample && beams == 1 && returned > 1)
-    bad("num_return_sequences",
+    bad_setting(
+        "num_return_sequences",
         fmt::format("Greedy methods without beam search do not support `num_return_sequences` "
                     "different than 1 (got {}).",
                     returned));
   if (beams > 1 && returned > beams)
-    bad("num_return_sequences",
+    bad_setting(
+        "num_return_sequences",
         fmt::format("`num_return_sequences` ({}) has to be smaller or equal to `num_beams` ({}).",
                     returned, beams));
   if (sample && beams > 1)
-    bad("num_beams",
-        "'do_sample' with 'num_beams' > 1 (beam-search multinomial sampling) is not "
-        "supported");
+    bad_setting("num_beams",
+                "'do_sample' with 'num_beams' > 1 (beam-search multinomial sampling) is not "
+                "supported");
   int64_t new_tokens = 0;
   const char* length_field = "max_new_tokens";
   if (s.max_new_tokens) {
     new_tokens = *s.max_new_tokens;
     if (new_tokens < 1)
-      bad("max_new_tokens",
-          fmt::format("'max_new_tokens' must be >= 1, not {}", *s.max_new_tokens));
+      bad_setting("max_new_tokens",
+                  fmt::format("'max_new_tokens' must be >= 1, not {}", *s.max_new_tokens));
   } else {
     length_field = "max_length";
     const int32_t max_length = s.max_length.value_or(20);  // GenerationConfig's default
     new_tokens = max_length - len;
     if (new_tokens < 1)
-      bad("max_length",
+      bad_setting(
+          "max_length",
           fmt::format("Input length of input_ids is {}, but `max_length` is set to {}. This can "
                       "lead to unexpected behavior. You should consider increasing `max_length` "
                       "or, better yet, setting `max_new_tokens`.",
                       len, max_length));
   }
   if (static_cast<int64_t>(row.ids.size()) + new_tokens > context)
-    bad(length_field,
+    bad_setting(
+        length_field,
         fmt::format("row {}: {} prompt tokens and {} new ones ('{}') exceed the model's context of "
                     "{} tokens",
                     r, row.ids.size(), new_tokens, length_field, context));
@@ -447,13 +461,14 @@ GenerateRowParams generate_row_params(const GenerateSettings& s, const GenerateR
   if (sample) {
     const float t = s.temperature.value_or(1.0f);
     if (!(t > 0.0f))
-      bad("temperature",
+      bad_setting(
+          "temperature",
           fmt::format("`temperature` (={}) has to be a strictly positive float, otherwise your "
                       "next token scores will be invalid.",
                       t));
     p.temperature = t;
     p.top_k = s.top_k.value_or(50);  // GenerationConfig's default
-    if (p.top_k < 0) bad("top_k", fmt::format("'top_k' must be >= 0, not {}", p.top_k));
+    if (p.top_k < 0) bad_setting("top_k", fmt::format("'top_k' must be >= 0, not {}", p.top_k));
     p.top_p = s.top_p.value_or(1.0f);
     p.min_p = s.min_p.value_or(0.0f);
     p.typical_p = s.typical_p.value_or(1.0f);
@@ -469,12 +484,12 @@ GenerateRowParams generate_row_params(const GenerateSettings& s, const GenerateR
   }
   p.repetition_penalty = s.repetition_penalty.value_or(1.0f);
   if (!(p.repetition_penalty > 0.0f))
-    bad("repetition_penalty",
-        fmt::format("'repetition_penalty' must be > 0, not {}", p.repetition_penalty));
+    bad_setting("repetition_penalty",
+                fmt::format("'repetition_penalty' must be > 0, not {}", p.repetition_penalty));
   p.no_repeat_ngram_size = s.no_repeat_ngram_size.value_or(0);
   if (p.no_repeat_ngram_size < 0)
-    bad("no_repeat_ngram_size",
-        fmt::format("'no_repeat_ngram_size' must be >= 0, not {}", p.no_repeat_ngram_size));
+    bad_setting("no_repeat_ngram_size",
+                fmt::format("'no_repeat_ngram_size' must be >= 0, not {}", p.no_repeat_ngram_size));
   if (s.bad_words_ids) p.bad_words_ids = *s.bad_words_ids;
   p.seed = s.seed;
   if (s.eos_token_id && *s.eos_token_id != stop_ids) {

@@ -18,7 +18,7 @@ namespace tf {
 namespace {
 
 using json = nlohmann::json;
-constexpr const char* kService = "tokenflow.v1.GenerationService";
+constexpr const char* kGenerationService = "tokenflow.v1.GenerationService";
 
 v1::FinishReason finish_of(FinishReason f) {
   switch (f) {
@@ -58,8 +58,8 @@ void fill_usage(const JobSummary& s, v1::Usage* u) {
 }
 
 // The model a tokenize / detokenize request names (nullptr: throws 404).
-std::shared_ptr<ServedModel> resolve_model(GrpcCall& call, ServingState& state,
-                                           const std::string& field) {
+std::shared_ptr<ServedModel> resolve_call_model(GrpcCall& call, ServingState& state,
+                                                const std::string& field) {
   const ModelRequestSpec spec = state.registry.parse_model_field(field);
   auto m = state.registry.resolve(spec, {}, call.header_fn());
   if (!m) throw HttpError(404, state.registry.unavailable_reason(spec), "model_not_found", "model");
@@ -129,7 +129,7 @@ class StreamReactor final : public grpc::ServerWriteReactor<v1::GenerateStreamRe
   StreamReactor(GrpcContext& ctx, grpc::CallbackServerContext* sctx, const v1::GenerateRequest* req)
       : ctx_(ctx),
         sctx_(sctx),
-        call_(ctx, sctx, kService, "GenerateStream", "server_stream"),
+        call_(ctx, sctx, kGenerationService, "GenerateStream", "server_stream"),
         host_(std::make_shared<GrpcCallHost>(ctx.pool)) {
     // The reactor lives until OnDone, which follows the Finish that end() starts.
     prepare_call(ctx, *host_, *call_.record, [this, req] {
@@ -455,7 +455,7 @@ grpc::ServerUnaryReactor* GenerationServiceImpl::Generate(grpc::CallbackServerCo
                                                           const v1::GenerateRequest* request,
                                                           v1::GenerateResponse* response) {
   GrpcCallbackScope scope;
-  auto* r = new UnaryJobCall(ctx_, context, kService, "Generate");
+  auto* r = new UnaryJobCall(ctx_, context, kGenerationService, "Generate");
   // Nothing ends the call before r->finish, so r and the request outlive the preparation.
   prepare_call(ctx_, *r->host, *r->call.record, [this, r, request, response] {
     try {
@@ -476,8 +476,8 @@ grpc::ServerWriteReactor<v1::GenerateStreamResponse>* GenerationServiceImpl::Gen
 grpc::ServerUnaryReactor* GenerationServiceImpl::Tokenize(grpc::CallbackServerContext* context,
                                                           const v1::TokenizeRequest* request,
                                                           v1::TokenizeResponse* response) {
-  return answer_now(ctx_, context, kService, "Tokenize", [&](GrpcCall& call) {
-    auto m = resolve_model(call, ctx_.state, request->model());
+  return answer_now(ctx_, context, kGenerationService, "Tokenize", [&](GrpcCall& call) {
+    auto m = resolve_call_model(call, ctx_.state, request->model());
     const Tokenizer* tok = m->tok();
     if (!tok) throw HttpError(400, "this model has no tokenizer");
     std::vector<int32_t> ids;
@@ -516,8 +516,8 @@ grpc::ServerUnaryReactor* GenerationServiceImpl::Tokenize(grpc::CallbackServerCo
 grpc::ServerUnaryReactor* GenerationServiceImpl::Detokenize(grpc::CallbackServerContext* context,
                                                             const v1::DetokenizeRequest* request,
                                                             v1::DetokenizeResponse* response) {
-  return answer_now(ctx_, context, kService, "Detokenize", [&](GrpcCall& call) {
-    auto m = resolve_model(call, ctx_.state, request->model());
+  return answer_now(ctx_, context, kGenerationService, "Detokenize", [&](GrpcCall& call) {
+    auto m = resolve_call_model(call, ctx_.state, request->model());
     const Tokenizer* tok = m->tok();
     if (!tok) throw HttpError(400, "this model has no tokenizer");
     const int64_t vocab = m->config().vocab_size;
@@ -536,7 +536,7 @@ grpc::ServerUnaryReactor* GenerationServiceImpl::Detokenize(grpc::CallbackServer
 grpc::ServerUnaryReactor* GenerationServiceImpl::ListModels(grpc::CallbackServerContext* context,
                                                             const v1::ListModelsRequest*,
                                                             v1::ListModelsResponse* response) {
-  return answer_now(ctx_, context, kService, "ListModels", [&](GrpcCall& call) {
+  return answer_now(ctx_, context, kGenerationService, "ListModels", [&](GrpcCall& call) {
     // The REST listing, typed: every id a request (with this key) can use.
     const json list = openai_model_list(ctx_.state, call.record->key);
     for (const auto& m : list["data"]) {

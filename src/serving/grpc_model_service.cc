@@ -7,7 +7,7 @@
 namespace tf {
 namespace {
 
-constexpr const char* kService = "tensorflow.serving.ModelService";
+constexpr const char* kModelService = "tensorflow.serving.ModelService";
 
 // TF Serving's error code of a status message (tensorflow.error.Code has gRPC's numbers).
 void set_status(tfs::StatusProto* out, const grpc::Status& status) {
@@ -20,7 +20,7 @@ void set_status(tfs::StatusProto* out, const grpc::Status& status) {
 grpc::ServerUnaryReactor* ModelServiceImpl::GetModelStatus(
     grpc::CallbackServerContext* context, const tfs::GetModelStatusRequest* request,
     tfs::GetModelStatusResponse* response) {
-  return answer_now(ctx_, context, kService, "GetModelStatus", [&](GrpcCall& call) {
+  return answer_now(ctx_, context, kModelService, "GetModelStatus", [&](GrpcCall& call) {
     const ModelRequestSpec spec = model_spec_of(request->model_spec());
     ctx_.state.require_model_access(*call.record, spec.name);
     call.record->model = spec.name;
@@ -43,8 +43,8 @@ grpc::ServerUnaryReactor* ModelServiceImpl::HandleReloadConfigRequest(
     tfs::ReloadConfigResponse* response) {
   GrpcCallbackScope scope;
   auto* reactor = context->DefaultReactor();
-  auto call =
-      std::make_shared<GrpcCall>(ctx_, context, kService, "HandleReloadConfigRequest", "unary");
+  auto call = std::make_shared<GrpcCall>(ctx_, context, kModelService, "HandleReloadConfigRequest",
+                                         "unary");
   auto finish = [call, reactor, response](const grpc::Status& status) {
     set_status(response->mutable_status(), status);
     call->finish(status);

@@ -13,7 +13,7 @@ namespace tf {
 namespace {
 
 using json = nlohmann::json;
-constexpr const char* kService = "tensorflow.serving.PredictionService";
+constexpr const char* kPredictionService = "tensorflow.serving.PredictionService";
 
 // Values of type T: the repeated field, else tensor_content read as little-endian T (not both:
 // TF Serving takes one or the other, and a silent choice would answer a different prompt).
@@ -240,7 +240,7 @@ grpc::ServerUnaryReactor* PredictionServiceImpl::Predict(grpc::CallbackServerCon
                                                          const tfs::PredictRequest* request,
                                                          tfs::PredictResponse* response) {
   GrpcCallbackScope scope;
-  auto* r = new UnaryJobCall(ctx_, context, kService, "Predict");
+  auto* r = new UnaryJobCall(ctx_, context, kPredictionService, "Predict");
   // Parsed and tokenized on the preparation pool; r and the request live until r->finish.
   prepare_call(ctx_, *r->host, *r->call.record, [this, r, context, request, response] {
     try {
@@ -289,7 +289,7 @@ grpc::ServerUnaryReactor* PredictionServiceImpl::Predict(grpc::CallbackServerCon
 grpc::ServerUnaryReactor* PredictionServiceImpl::GetModelMetadata(
     grpc::CallbackServerContext* context, const tfs::GetModelMetadataRequest* request,
     tfs::GetModelMetadataResponse* response) {
-  return answer_now(ctx_, context, kService, "GetModelMetadata", [&](GrpcCall& call) {
+  return answer_now(ctx_, context, kPredictionService, "GetModelMetadata", [&](GrpcCall& call) {
     // As TF Serving: signature_def must be asked for, and is the only metadata there is.
     if (request->metadata_field().empty())
       throw HttpError(400, "GetModelMetadataRequest must specify at least one metadata_field");

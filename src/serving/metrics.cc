@@ -34,7 +34,7 @@ std::string escape(const std::string& v) {
   return out;
 }
 
-std::string number(double v) {
+std::string metric_number(double v) {
   if (std::isnan(v)) return "NaN";
   if (std::isinf(v)) return v > 0 ? "+Inf" : "-Inf";
   if (v == std::floor(v) && std::fabs(v) < 1e15) return fmt::format("{}", static_cast<int64_t>(v));
@@ -57,7 +57,7 @@ void append_sample(std::string& out, const std::string& name, const Labels& labe
     out += '}';
   }
   out += ' ';
-  out += number(value);
+  out += metric_number(value);
   out += '\n';
 }
 
@@ -117,7 +117,7 @@ void HistogramFamily::render(std::string& out) const {
     for (size_t i = 0; i < bounds_.size(); ++i) {
       cumulative += s.buckets[i];
       Labels l = labels;
-      l.emplace_back("le", number(bounds_[i]));
+      l.emplace_back("le", metric_number(bounds_[i]));
       append_sample(out, name_ + "_bucket", l, static_cast<double>(cumulative));
     }
     Labels inf = labels;

@@ -77,27 +77,27 @@ auto in_responses_terms(Fn fn) {
   }
 }
 
-[[noreturn]] void bad(const std::string& message, const std::string& param) {
+[[noreturn]] void bad_input(const std::string& message, const std::string& param) {
   throw HttpError(400, message, "", param);
 }
 
 std::string item_text(const ojson& content, const std::string& where) {
   if (content.is_string()) return content.get<std::string>();
   if (!content.is_array())
-    bad(fmt::format("'{}' must be a string or a list of parts", where), "input");
+    bad_input(fmt::format("'{}' must be a string or a list of parts", where), "input");
   std::string text;
   for (const ojson& part : content) {
     const std::string type = part.is_object() ? part.value("type", "") : "";
     if (type == "input_text" || type == "output_text" || type == "text") {
       if (!part.contains("text") || !part["text"].is_string())
-        bad(fmt::format("a '{}' part of '{}' needs a string 'text'", type, where), "input");
+        bad_input(fmt::format("a '{}' part of '{}' needs a string 'text'", type, where), "input");
       text += part["text"].get<std::string>();
     } else if (type == "input_image" || type == "input_file" || type == "input_audio") {
       throw HttpError(400,
                       fmt::format("'{}' parts are not supported: this server takes text", type),
                       "unsupported_parameter", "input");
     } else {
-      bad(fmt::format("unknown content part type '{}' in '{}'", type, where), "input");
+      bad_input(fmt::format("unknown content part type '{}' in '{}'", type, where), "input");
     }
   }
   return text;
@@ -106,35 +106,37 @@ std::string item_text(const ojson& content, const std::string& where) {
 ojson chat_messages(const ojson& body) {
   ojson messages = ojson::array();
   if (present(body, "instructions")) {
-    if (!body["instructions"].is_string()) bad("'instructions' must be a string", "instructions");
+    if (!body["instructions"].is_string())
+      bad_input("'instructions' must be a string", "instructions");
     messages.push_back({{"role", "system"}, {"content", body["instructions"]}});
   }
-  if (!present(body, "input")) bad("'input' is required", "input");
+  if (!present(body, "input")) bad_input("'input' is required", "input");
   const ojson& input = body["input"];
   if (input.is_string()) {
     messages.push_back({{"role", "user"}, {"content", input}});
     return messages;
   }
   if (!input.is_array() || input.empty())
-    bad("'input' must be a string or a non-empty list of items", "input");
+    bad_input("'input' must be a string or a non-empty list of items", "input");
   for (size_t i = 0; i < input.size(); ++i) {
     const ojson& item = input[i];
     const std::string where = fmt::format("input[{}]", i);
-    if (!item.is_object()) bad(fmt::format("'{}' must be an object", where), "input");
+    if (!item.is_object()) bad_input(fmt::format("'{}' must be an object", where), "input");
     const std::string type = item.value("type", item.contains("role") ? "message" : "");
     if (type == "message") {
       if (!item.contains("role") || !item["role"].is_string())
-        bad(fmt::format("'{}' needs a role", where), "input");
+        bad_input(fmt::format("'{}' needs a role", where), "input");
       std::string role = item["role"].get<std::string>();
       if (role == "developer") role = "system";
       if (role != "user" && role != "assistant" && role != "system")
-        bad(fmt::format("'{}.role' must be user, assistant, system or developer", where), "input");
-      if (!item.contains("content")) bad(fmt::format("'{}' needs content", where), "input");
+        bad_input(fmt::format("'{}.role' must be user, assistant, system or developer", where),
+                  "input");
+      if (!item.contains("content")) bad_input(fmt::format("'{}' needs content", where), "input");
       messages.push_back({{"role", role}, {"content", item_text(item["content"], where)}});
     } else if (type == "function_call") {
       for (const char* k : {"call_id", "name", "arguments"})
         if (!item.contains(k) || !item[k].is_string())
-          bad(fmt::format("'{}' (a function_call) needs a string '{}'", where, k), "input");
+          bad_input(fmt::format("'{}' (a function_call) needs a string '{}'", where, k), "input");
       const ojson call = {{"id", item["call_id"]},
                           {"type", "function"},
                           {"function", {{"name", item["name"]}, {"arguments", item["arguments"]}}}};
@@ -147,8 +149,10 @@ ojson chat_messages(const ojson& body) {
       }
     } else if (type == "function_call_output") {
       if (!item.contains("call_id") || !item["call_id"].is_string())
-        bad(fmt::format("'{}' (a function_call_output) needs a string 'call_id'", where), "input");
-      if (!item.contains("output")) bad(fmt::format("'{}' needs an 'output'", where), "input");
+        bad_input(fmt::format("'{}' (a function_call_output) needs a string 'call_id'", where),
+                  "input");
+      if (!item.contains("output"))
+        bad_input(fmt::format("'{}' needs an 'output'", where), "input");
       messages.push_back({{"role", "tool"},
                           {"tool_call_id", item["call_id"]},
                           {"content", item_text(item["output"], where)}});
@@ -163,7 +167,7 @@ ojson chat_messages(const ojson& body) {
 }
 
 ojson chat_tools(const ojson& tools) {
-  if (!tools.is_array()) bad("'tools' must be a list", "tools");
+  if (!tools.is_array()) bad_input("'tools' must be a list", "tools");
   ojson out = ojson::array();
   for (const ojson& t : tools) {
     if (!t.is_object() || t.value("type", "") != "function")
@@ -183,13 +187,14 @@ ojson chat_tool_choice(const ojson& choice) {
   if (choice.is_string()) return choice;
   if (choice.is_object() && choice.value("type", "") == "function" && choice.contains("name"))
     return {{"type", "function"}, {"function", {{"name", choice["name"]}}}};
-  bad("'tool_choice' must be \"none\", \"auto\", \"required\" or {\"type\": \"function\", "
+  bad_input(
+      "'tool_choice' must be \"none\", \"auto\", \"required\" or {\"type\": \"function\", "
       "\"name\": ...}",
       "tool_choice");
 }
 
 ojson chat_response_format(const ojson& text) {
-  if (!text.is_object()) bad("'text' must be an object", "text");
+  if (!text.is_object()) bad_input("'text' must be an object", "text");
   if (!text.contains("format")) return nullptr;
   const ojson& f = text["format"];
   const std::string type = f.is_object() ? f.value("type", "") : "";
@@ -201,7 +206,7 @@ ojson chat_response_format(const ojson& text) {
       if (f.contains(k)) schema[k] = f[k];
     return {{"type", "json_schema"}, {"json_schema", schema}};
   }
-  bad("'text.format.type' must be text, json_object or json_schema", "text");
+  bad_input("'text.format.type' must be text, json_object or json_schema", "text");
 }
 
 ojson usage_of(const ojson& chat_usage) {
@@ -306,9 +311,9 @@ ojson responses_to_chat_body(const ojson& body) {
   }
   bool logprobs = present(body, "top_logprobs");
   if (present(body, "include")) {
-    if (!body["include"].is_array()) bad("'include' must be a list", "include");
+    if (!body["include"].is_array()) bad_input("'include' must be a list", "include");
     for (const ojson& v : body["include"]) {
-      if (!v.is_string()) bad("'include' must be a list of strings", "include");
+      if (!v.is_string()) bad_input("'include' must be a list of strings", "include");
       if (v == "message.output_text.logprobs") logprobs = true;
     }
   }

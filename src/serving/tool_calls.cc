@@ -22,7 +22,7 @@ constexpr std::string_view kPythonTag = "<|python_tag|>";
 constexpr std::string_view kMistralTag = "[TOOL_CALLS]";
 constexpr std::string_view kMistralArgs = "[ARGS]";
 
-[[noreturn]] void bad(const char* field, const std::string& message) {
+[[noreturn]] void bad_tool(const char* field, const std::string& message) {
   throw HttpError(400, message, "", field);
 }
 
@@ -254,30 +254,31 @@ ToolRequest read_tool_request(const json& body, const ojson& ordered) {
   ToolRequest r;
   if (present(body, "tools")) {
     const json& tools = body["tools"];
-    if (!tools.is_array()) bad("tools", "'tools' must be a list");
-    if (tools.size() > 1024) bad("tools", "'tools' holds more than 1024 tools");
+    if (!tools.is_array()) bad_tool("tools", "'tools' must be a list");
+    if (tools.size() > 1024) bad_tool("tools", "'tools' holds more than 1024 tools");
     for (size_t i = 0; i < tools.size(); ++i) {
       const json& t = tools[i];
       const std::string where = fmt::format("tools[{}]", i);
       if (!t.is_object() || !t.contains("type") || t["type"] != "function")
-        bad("tools", fmt::format("{}: each tool must be {{\"type\": \"function\", \"function\": "
-                                 "{{...}}}}: only function tools are supported",
-                                 where));
+        bad_tool("tools",
+                 fmt::format("{}: each tool must be {{\"type\": \"function\", \"function\": "
+                             "{{...}}}}: only function tools are supported",
+                             where));
       if (!t.contains("function") || !t["function"].is_object())
-        bad("tools", fmt::format("{}: 'function' must be an object", where));
+        bad_tool("tools", fmt::format("{}: 'function' must be an object", where));
       const json& fn = t["function"];
       if (!fn.contains("name") || !fn["name"].is_string() || fn["name"].get<std::string>().empty())
-        bad("tools", fmt::format("{}: 'function.name' must be a non-empty string", where));
+        bad_tool("tools", fmt::format("{}: 'function.name' must be a non-empty string", where));
       const std::string name = fn["name"].get<std::string>();
       if (known(r.names, name))
-        bad("tools", fmt::format("{}: two tools are named '{}'", where, name));
+        bad_tool("tools", fmt::format("{}: two tools are named '{}'", where, name));
       if (present(fn, "description") && !fn["description"].is_string())
-        bad("tools", fmt::format("{}: 'function.description' must be a string", where));
+        bad_tool("tools", fmt::format("{}: 'function.description' must be a string", where));
       ojson params = ojson{{"type", "object"}};
       if (present(fn, "parameters")) {
         if (!fn["parameters"].is_object())
-          bad("tools",
-              fmt::format("{}: 'function.parameters' must be a JSON schema object", where));
+          bad_tool("tools",
+                   fmt::format("{}: 'function.parameters' must be a JSON schema object", where));
         params = ordered["tools"][i]["function"]["parameters"];
       }
       // The schema must compile: a bad one is the request's error now, not a failed call later.
@@ -285,7 +286,7 @@ ToolRequest read_tool_request(const json& body, const ojson& ordered) {
         (void)json_schema_to_gbnf(params);
       } catch (const Error& e) {
         if (e.kind() == ErrorKind::kInternal) throw;
-        bad("tools", fmt::format("{}: 'function.parameters': {}", where, e.what()));
+        bad_tool("tools", fmt::format("{}: 'function.parameters': {}", where, e.what()));
       }
       r.names.push_back(name);
       r.parameters.push_back(std::move(params));
@@ -303,29 +304,29 @@ ToolRequest read_tool_request(const json& body, const ojson& ordered) {
       else if (s == "required")
         r.choice = ToolRequest::kRequired;
       else
-        bad("tool_choice",
-            fmt::format("'tool_choice' must be \"none\", \"auto\", \"required\" or "
-                        "{{\"type\": \"function\", \"function\": {{\"name\": ...}}}}, "
-                        "not \"{}\"",
-                        s));
+        bad_tool("tool_choice",
+                 fmt::format("'tool_choice' must be \"none\", \"auto\", \"required\" or "
+                             "{{\"type\": \"function\", \"function\": {{\"name\": ...}}}}, "
+                             "not \"{}\"",
+                             s));
     } else if (c.is_object() && c.contains("function") && c["function"].is_object() &&
                c["function"].contains("name") && c["function"]["name"].is_string()) {
       r.choice = ToolRequest::kNamed;
       r.named = c["function"]["name"].get<std::string>();
       if (!known(r.names, r.named))
-        bad("tool_choice",
-            fmt::format("'tool_choice' names '{}', which is not among 'tools'", r.named));
+        bad_tool("tool_choice",
+                 fmt::format("'tool_choice' names '{}', which is not among 'tools'", r.named));
     } else {
-      bad("tool_choice",
-          "'tool_choice' must be \"none\", \"auto\", \"required\" or {\"type\": \"function\", "
-          "\"function\": {\"name\": ...}}");
+      bad_tool("tool_choice",
+               "'tool_choice' must be \"none\", \"auto\", \"required\" or {\"type\": \"function\", "
+               "\"function\": {\"name\": ...}}");
     }
     if ((r.choice == ToolRequest::kRequired) && r.names.empty())
-      bad("tool_choice", "'tool_choice' is \"required\" but no 'tools' are given");
+      bad_tool("tool_choice", "'tool_choice' is \"required\" but no 'tools' are given");
   }
   if (present(body, "parallel_tool_calls")) {
     if (!body["parallel_tool_calls"].is_boolean())
-      bad("parallel_tool_calls", "'parallel_tool_calls' must be a boolean");
+      bad_tool("parallel_tool_calls", "'parallel_tool_calls' must be a boolean");
     r.parallel = body["parallel_tool_calls"].get<bool>();
   }
   return r;

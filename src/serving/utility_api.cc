@@ -22,7 +22,7 @@ using ojson = nlohmann::ordered_json;
 // OpenAI's limit on the inputs of one embeddings request.
 constexpr size_t kMaxEmbeddingInputs = 2048;
 
-void check_fields(const json& body, const std::unordered_set<std::string>& allowed) {
+void check_body_fields(const json& body, const std::unordered_set<std::string>& allowed) {
   check_known_fields(body, [&](const std::string& key) { return allowed.count(key) > 0; });
 }
 
@@ -68,7 +68,7 @@ const Tokenizer& tokenizer_of(const ServedModel& m) {
 void handle_tokenize(ServingState& state, const HttpRequest& req,
                      std::shared_ptr<HttpResponder> responder, RequestRecord& record) {
   const json body = parse_json_body(req.body);
-  check_fields(
+  check_body_fields(
       body, {"model", "user", "prompt", "messages", "add_special_tokens", "add_generation_prompt",
              "chat_template_kwargs", "tools", "return_token_strs"});
   if (present(body, "prompt") == present(body, "messages"))
@@ -117,7 +117,7 @@ void handle_tokenize(ServingState& state, const HttpRequest& req,
 void handle_detokenize(ServingState& state, const HttpRequest& req,
                        std::shared_ptr<HttpResponder> responder, RequestRecord& record) {
   const json body = parse_json_body(req.body);
-  check_fields(body, {"model", "user", "tokens", "skip_special_tokens"});
+  check_body_fields(body, {"model", "user", "tokens", "skip_special_tokens"});
   if (!present(body, "tokens") || !body["tokens"].is_array())
     throw HttpError(400, "'tokens' must be a list of token ids", "", "tokens");
   auto model = model_of(state, req, body, record);
@@ -138,8 +138,8 @@ void handle_detokenize(ServingState& state, const HttpRequest& req,
 }
 
 EmbeddingsRequest read_embeddings_request(const json& body) {
-  check_fields(body, {"model", "input", "encoding_format", "dimensions", "user", "pooling",
-                      "normalize", "add_special_tokens"});
+  check_body_fields(body, {"model", "input", "encoding_format", "dimensions", "user", "pooling",
+                           "normalize", "add_special_tokens"});
   EmbeddingsRequest r;
   r.model = string_field(body, "model");
   r.user = string_field(body, "user");
