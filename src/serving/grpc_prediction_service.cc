@@ -160,17 +160,9 @@ json tensor_to_json(const tensorflow::TensorProto& t, const std::string& name) {
       take(values<double>(t, t.double_val(), name));
       break;
     case tensorflow::DT_BOOL: {
-      std::vector<bool> b;
-      if (t.tensor_content().empty()) {
-        b.assign(t.bool_val().begin(), t.bool_val().end());
-      } else {
-        if (!t.bool_val().empty())
-          throw HttpError(400, fmt::format("input '{}' has both tensor_content and typed values; "
-                                           "send one of them",
-                                           name));
-        for (char c : t.tensor_content()) b.push_back(c != 0);
-      }
-      take(b);
+      // One byte a value in tensor_content; values<> applies the same rules as the other types.
+      const std::vector<uint8_t> bytes = values<uint8_t>(t, t.bool_val(), name);
+      take(std::vector<bool>(bytes.begin(), bytes.end()));
       break;
     }
     default:
