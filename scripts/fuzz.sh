@@ -25,12 +25,17 @@ if ! command -v clang++ > /dev/null || ! ls /usr/lib/llvm-*/lib/clang/*/lib/linu
   apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends \
     clang libclang-rt-dev > /dev/null
 fi
-cmake --preset fuzz > /dev/null
 targets=("$@")
 if [ ${#targets[@]} -eq 0 ]; then
   mapfile -t targets < <(ls tests/fuzz/fuzz_*.cc | sed 's|.*/fuzz_\(.*\)\.cc|\1|' | grep -v '^driver$')
 fi
-cmake --build --preset fuzz -j "$(nproc)" --target "${targets[@]/#/fuzz_}"
+# Two of these may run side by side (one per core): the configure and build steps take turns.
+mkdir -p build
+(
+  flock 9
+  cmake --preset fuzz > /dev/null
+  cmake --build --preset fuzz -j "$(nproc)" --target "${targets[@]/#/fuzz_}"
+) 9> build/.fuzz-build.lock
 
 status=0
 for t in "${targets[@]}"; do

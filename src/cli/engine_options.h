@@ -4,6 +4,7 @@
 
 #include <CLI/CLI.hpp>
 
+#include <chrono>
 #include <cstdint>
 #include <string>
 
@@ -41,6 +42,7 @@ struct EngineOptions {
   int64_t spec_max_running = 8;
   std::string draft_dtype;  // empty: the model's --dtype
   double spec_min_acceptance = 0.3;
+  int64_t grammar_token_budget_ms = 200, grammar_request_budget_ms = 20000;
 
   // dtype: the model's weight type (a draft model's unless --draft-dtype).
   EngineConfig config(kernels::WeightType dtype = kernels::WeightType::kF32) const {
@@ -56,6 +58,10 @@ struct EngineOptions {
                     spec_min_acceptance);
     ec.ngram.min_n = prompt_lookup_min;
     ec.ngram.max_n = prompt_lookup_max;
+    if (grammar_token_budget_ms < 0 || grammar_request_budget_ms < 0)
+      fail("--grammar-token-budget-ms and --grammar-request-budget-ms must be >= 0 (0: no limit)");
+    ec.grammar_budget = {std::chrono::milliseconds(grammar_token_budget_ms),
+                         std::chrono::milliseconds(grammar_request_budget_ms)};
     return ec;
   }
 };
@@ -99,6 +105,13 @@ inline void add_engine_options(CLI::App& app, EngineOptions& o) {
       ->capture_default_str();
   app.add_option("--prompt-lookup-max", o.prompt_lookup_max,
                  "the longest suffix a prompt lookup tries")
+      ->capture_default_str();
+  app.add_option("--grammar-token-budget-ms", o.grammar_token_budget_ms,
+                 "the time a request's grammar (structured output) may take to compute one "
+                 "token's mask; past it the request ends alone with an error (0: no limit)")
+      ->capture_default_str();
+  app.add_option("--grammar-request-budget-ms", o.grammar_request_budget_ms,
+                 "the time a request's grammar may take over all its tokens (0: no limit)")
       ->capture_default_str();
   app.add_option("--spec-max-running", o.spec_max_running,
                  "speculate only while at most this many sequences run (a busy batch has no "

@@ -171,6 +171,7 @@ std::shared_ptr<RequestStream> Engine::submit(GenerationRequest request) {
   const ModelConfig& c = model_.config();
   SamplingParams& p = request.params;
   p.validate(c.vocab_size);
+  if (p.grammar) p.grammar_budget = config_.grammar_budget;
   if (request.prompt.empty()) fail("the prompt is empty");
   for (int32_t id : request.prompt) {
     if (id < 0 || id >= c.vocab_size)
@@ -311,7 +312,13 @@ void Engine::step_beam_searches() {
   const int64_t vocab = model_.config().vocab_size;
   for (auto& r : active_) {
     if (!r->group.beam_search() || r->group.done()) continue;
-    const int64_t tokens = r->group.step_beams(logits_.data(), vocab, eos_ids_, scheduler_);
+    int64_t tokens = 0;
+    try {
+      tokens = r->group.step_beams(logits_.data(), vocab, eos_ids_, scheduler_);
+    } catch (const std::exception& e) {
+      fail_request(*r, e);
+      continue;
+    }
     if (tokens > 0 && r->timings.first_token == Clock::time_point{})
       r->timings.first_token = Clock::now();
     r->timings.generated_tokens += tokens;
@@ -523,9 +530,9 @@ void Engine::sample(const std::vector<ReadySequence>& ready) {
       if (sibling_rows_.size() <= copies) sibling_rows_.emplace_back();
       std::vector<float>& copy = sibling_rows_[copies++];
       copy.assign(row.begin(), row.end());
-      draws_.push_back({sibling, copy, {}, {}, {}, {}});
+      draws_.push_back({sibling, copy, {}, {}, {}, {}, {}});
     }
-    draws_.push_back({&seq, row, {}, std::move(drafts), std::move(q), {}});
+    draws_.push_back({&seq, row, {}, std::move(drafts), std::move(q), {}, {}});
   }
   // Each draw reads and writes only its sequence's sampler and logits row (the tokenizer is
   // shared, and const). At 32 sequences a serial loop of greedy draws was ~8 % of a 110M int8
@@ -533,35 +540,57 @@ void Engine::sample(const std::vector<ReadySequence>& ready) {
   pool_threads_.parallel_for(static_cast<int64_t>(draws_.size()), [&](int64_t b, int64_t e) {
     for (int64_t i = b; i < e; ++i) {
       Draw& d = draws_[i];
-      SequenceSampler& sampler = *d.seq->sampler;
-      auto row = [&](size_t j) {
-        return std::span<float>(d.logits.data() + static_cast<int64_t>(j) * vocab, vocab);
-      };
-      // Proposal j is verified on row j; the row after the last proposal draws a free token.
-      // Point-mass proposals (prompt lookup, greedy drafts) are checked against the token the
-      // sequence's own draw makes there (with the uniform it would use without speculation):
-      // equal, the draw goes on to the next row; else that token is the step's last. A
-      // proposal is thus accepted with probability p(token), as rejection sampling would, and
-      // every emitted token is the one plain decoding would draw. A sampled draft's proposals
-      // are verified by rejection sampling against their q (SequenceSampler::verify).
-      auto draw = [&](size_t j) {
-        if (j < d.drafts.size() && !d.q.empty())
-          return sampler.verify(row(j), d.drafts[j],
-                                std::span<const float>(d.q.data() + j * vocab, vocab));
-        return sampler.step(row(j));
-      };
-      d.out = draw(0);
-      const StepOutput* last = &d.out;
-      for (size_t j = 0;
-           j < d.drafts.size() && !sampler.finished() && last->sample.token == d.drafts[j]; ++j) {
-        d.more.push_back(draw(j + 1));
-        last = &d.more.back();
+      try {
+        SequenceSampler& sampler = *d.seq->sampler;
+        auto row = [&](size_t j) {
+          return std::span<float>(d.logits.data() + static_cast<int64_t>(j) * vocab, vocab);
+        };
+        // Proposal j is verified on row j; the row after the last proposal draws a free token.
+        // Point-mass proposals (prompt lookup, greedy drafts) are checked against the token the
+        // sequence's own draw makes there (with the uniform it would use without speculation):
+        // equal, the draw goes on to the next row; else that token is the step's last. A
+        // proposal is thus accepted with probability p(token), as rejection sampling would, and
+        // every emitted token is the one plain decoding would draw. A sampled draft's proposals
+        // are verified by rejection sampling against their q (SequenceSampler::verify).
+        auto draw = [&](size_t j) {
+          if (j < d.drafts.size() && !d.q.empty())
+            return sampler.verify(row(j), d.drafts[j],
+                                  std::span<const float>(d.q.data() + j * vocab, vocab));
+          return sampler.step(row(j));
+        };
+        d.out = draw(0);
+        const StepOutput* last = &d.out;
+        for (size_t j = 0;
+             j < d.drafts.size() && !sampler.finished() && last->sample.token == d.drafts[j]; ++j) {
+          d.more.push_back(draw(j + 1));
+          last = &d.more.back();
+        }
+      } catch (...) {
+        d.error = std::current_exception();
       }
     }
   });
+  // What a request brought (its grammar, its processors) failed in its draw: the request ends
+  // alone, before anything of this step is streamed for it.
+  std::vector<const EngineRequest*> failed;
+  for (Draw& d : draws_) {
+    if (!d.error) continue;
+    EngineRequest& r = *d.seq->request;
+    if (std::find(failed.begin(), failed.end(), &r) != failed.end()) continue;
+    failed.push_back(&r);
+    try {
+      std::rethrow_exception(d.error);
+    } catch (const std::exception& e) {
+      fail_request(r, e);
+    } catch (...) {
+      fail_request(r, std::runtime_error("an exception of unknown type"));
+    }
+  }
   EngineStats spec;  // this step's speculation counters, added to stats_ once
   for (Draw& d : draws_) {
     Sequence& seq = *d.seq;
+    if (!failed.empty() && std::find(failed.begin(), failed.end(), seq.request) != failed.end())
+      continue;
     const bool speculated = !d.drafts.empty();
     const int64_t len = seq.num_tokens();
     stream_step(seq, std::move(d.out), d.more.empty());
@@ -637,6 +666,44 @@ void Engine::finish_sequence(Sequence* seq, RequestOutput& out) {
     r->timings.finished = Clock::now();
     // Before the last event, so that a reader who saw it sees these.
     r->stream->set_timings(r->timings);
+  }
+}
+
+void Engine::fail_request(EngineRequest& r, const std::exception& e) {
+  const auto* err = dynamic_cast<const Error*>(&e);
+  const ErrorKind kind = err != nullptr ? err->kind() : ErrorKind::kInternal;
+  if (dynamic_cast<const std::bad_alloc*>(&e)) {
+    std::lock_guard<std::mutex> lock(stats_mu_);
+    ++stats_.oom_alloc_failures;
+  }
+  log::warn("request {} ended alone: {}", r.spec.id, e.what());
+  RequestOutput failure = failed_output();
+  failure.error_kind = kind;
+  if (kind != ErrorKind::kInternal) failure.error = e.what();  // the client's input: say why
+  {
+    std::lock_guard<std::mutex> lock(stats_mu_);
+    ++stats_.requests_failed;
+  }
+  if (r.group.beam_search()) {
+    r.group.remove_all(scheduler_);
+    r.timings.finished = Clock::now();
+    r.stream->set_timings(r.timings);
+    r.stream->push(std::move(failure));
+    return;
+  }
+  for (const auto& s : r.group.sequences()) {
+    if (s->status == SequenceStatus::kFinished) continue;
+    RequestOutput out;
+    out.index = s->index;
+    try {
+      out.text = s->sampler->abort().text;  // the text held back so far
+    } catch (const std::exception&) {
+    }
+    finish_sequence(s.get(), out);
+    out.finish = FinishReason::kAbort;
+    out.error = failure.error;
+    out.error_kind = kind;
+    r.stream->push(std::move(out));
   }
 }
 
@@ -720,7 +787,10 @@ void append_output(CompletedSequence& s, const RequestOutput& o) {
     s.finish = o.finish;
     s.cumulative_logprob = o.cumulative_logprob;
   }
-  if (!o.error.empty()) s.error = o.error;
+  if (!o.error.empty()) {
+    s.error = o.error;
+    s.error_kind = o.error_kind;
+  }
 }
 
 }  // namespace tf

@@ -8,6 +8,7 @@
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
+#include <exception>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -53,6 +54,10 @@ struct EngineConfig {
   // proposing for spec_pause_steps steps (a proposal that fails costs verification rows).
   double spec_min_acceptance = 0.3;
   int64_t spec_pause_steps = 16;
+  // What a request's grammar (structured output) may cost: its mask and matcher's time per
+  // token and in all (--grammar-token-budget-ms, --grammar-request-budget-ms). Past either its
+  // request ends alone with an error; the others never wait longer than that for it.
+  GrammarBudget grammar_budget{std::chrono::milliseconds(200), std::chrono::milliseconds(20000)};
 };
 
 // Sets the speculation fields of `config` from "off", "ngram" or "draft:PATH" (the --speculative
@@ -82,6 +87,8 @@ struct EngineStats {
   // Out of memory: requests refused because their prompt plus max_tokens can never fit the KV
   // cache; steps that failed to allocate (std::bad_alloc: their requests ended as failed).
   int64_t oom_kv_refused = 0, oom_alloc_failures = 0;
+  // Requests ended alone by a failure in their own draw (a grammar past its budget).
+  int64_t requests_failed = 0;
   // Speculative decoding (vLLM's spec_decode counters): tokens proposed, proposals accepted,
   // tokens emitted by verification steps, and accepted per proposal position.
   int64_t spec_drafts = 0, spec_draft_tokens = 0, spec_accepted_tokens = 0, spec_emitted_tokens = 0;
@@ -178,11 +185,15 @@ class Engine {
     std::vector<int32_t> drafts;
     std::vector<float> q;  // a draft model's distributions of them (empty: point masses)
     std::vector<StepOutput> more;
+    std::exception_ptr error;  // the draw threw: its request ends alone (fail_request)
   };
   std::vector<Draw> draws_;
   std::vector<std::vector<float>> sibling_rows_;
 
   void leave_queue(EngineRequest& r);
+  // Ends every open sequence of r alone, with the error its own input caused (a grammar past
+  // its budget, a processor's failure): the other requests of the step go on.
+  void fail_request(EngineRequest& r, const std::exception& e);
 
   std::atomic<int64_t> queued_{0};  // submitted, not yet scheduled (or ended first)
   std::atomic<bool> idle_{true};
@@ -200,9 +211,10 @@ struct CompletedSequence {
   FinishReason finish = FinishReason::kNone;
   double cumulative_logprob = 0.0;
   std::vector<SampleResult> logprobs;
-  std::vector<PromptLogprob> prompt_logprobs;  // when asked for (on one of a request's sequences)
-  std::vector<float> embedding;                // an embedding request's
-  std::string error;                           // the engine failed on it (RequestOutput::error)
+  std::vector<PromptLogprob> prompt_logprobs;   // when asked for (on one of a request's sequences)
+  std::vector<float> embedding;                 // an embedding request's
+  std::string error;                            // the engine failed on it (RequestOutput::error)
+  ErrorKind error_kind = ErrorKind::kInternal;  // RequestOutput::error_kind
 };
 // Adds one output event to the sequence it belongs to.
 void append_output(CompletedSequence& seq, const RequestOutput& out);

@@ -15,6 +15,7 @@
 #include <string>
 #include <vector>
 
+#include "core/error.h"
 #include "engine/sequence.h"
 #include "engine/sequence_group.h"
 #include "sampling/sampler.h"
@@ -87,9 +88,12 @@ struct RequestOutput {
   // The prompt's logprobs (positions 1..), in the request's first output when asked for.
   std::vector<PromptLogprob> prompt_logprobs;
   std::vector<float> embedding;  // an embedding request's pooled hidden state (its last output)
-  // Set (with finish kAbort) when the engine failed while running the request: a server error
-  // (500 / INTERNAL), not a cancellation. What clients may be told; the log has the cause.
+  // Set (with finish kAbort) when the engine failed while running the request, not a
+  // cancellation: what clients may be told. error_kind kInternal: a server error (500 /
+  // INTERNAL; the log has the cause); another kind: the request's own input failed (a grammar
+  // past its budget: 400 / RESOURCE_EXHAUSTED), and error says why.
   std::string error;
+  ErrorKind error_kind = ErrorKind::kInternal;
 };
 
 struct RequestTimings {

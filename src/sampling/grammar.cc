@@ -18,6 +18,21 @@ constexpr uint32_t kMaxRepeat = 1000;
 constexpr size_t kMaxStacks = 1 << 16;
 constexpr uint32_t kMaxCodePoint = 0x10FFFF;
 
+// The innermost GrammarDeadline in scope on this thread, and the work done since the clock was
+// last read (stacks moved, trie nodes visited).
+thread_local GrammarDeadline* t_deadline = nullptr;
+thread_local size_t t_work = 0;
+constexpr size_t kWorkPerClockRead = 4096;
+
+// Counts work toward the next clock read: cheap enough for the innermost loops.
+inline void charge(size_t units) {
+  if (t_deadline == nullptr) return;
+  t_work += units;
+  if (t_work < kWorkPerClockRead) return;
+  t_work = 0;
+  GrammarDeadline::check();
+}
+
 using Alt = std::vector<GrammarElement>;
 
 GrammarElement chars(std::vector<std::pair<uint32_t, uint32_t>> ranges, bool negated = false) {
@@ -464,6 +479,23 @@ number ::= "-"? ( "0" | [1-9] [0-9]* ) ( "." [0-9]+ )? ( [eE] [-+]? [0-9]+ )?
 ws     ::= [ \t\n]*
 )";
 
+GrammarDeadline::GrammarDeadline(std::chrono::steady_clock::time_point deadline, std::string what)
+    : deadline_(deadline), what_(std::move(what)), outer_(t_deadline) {
+  t_deadline = this;
+}
+
+GrammarDeadline::~GrammarDeadline() {
+  t_deadline = outer_;
+}
+
+void GrammarDeadline::check() {
+  const GrammarDeadline* d = t_deadline;
+  if (d == nullptr || std::chrono::steady_clock::now() < d->deadline_) return;
+  fail(ErrorKind::kResourceExhausted,
+       "grammar: the constraint is too expensive: computing the tokens it allows used up {}",
+       d->what_);
+}
+
 Grammar parse_gbnf(std::string_view text) {
   return Parser(text).parse();
 }
@@ -515,9 +547,11 @@ std::vector<GrammarMatcher::Stack> GrammarMatcher::dedupe(std::vector<Stack> sta
   return stacks;
 }
 
-bool GrammarMatcher::accept_code_point(uint32_t cp) {
+bool GrammarMatcher::step_code_point(const std::vector<Stack>& from, uint32_t cp,
+                                     std::vector<Stack>& to) const {
+  charge(from.size());
   std::vector<Stack> next;
-  for (const Stack& s : stacks_) {
+  for (const Stack& s : from) {
     if (s.empty()) continue;
     const Pos top = s.back();
     if (!matches(grammar_->rules[top.rule][top.alt][top.elem], cp)) continue;
@@ -526,50 +560,72 @@ bool GrammarMatcher::accept_code_point(uint32_t cp) {
     expand(std::move(moved), next, 0);
   }
   if (next.empty()) return false;
-  stacks_ = dedupe(std::move(next));
+  to = dedupe(std::move(next));
   return true;
 }
 
 bool GrammarMatcher::accept(std::string_view bytes) {
-  GrammarMatcher trial = *this;
+  GrammarMatcher next(grammar_);
+  if (!advance(bytes, next)) return false;
+  *this = std::move(next);
+  return true;
+}
+
+bool GrammarMatcher::advance(std::string_view bytes, GrammarMatcher& out) const {
+  // out's stacks are this matcher's until the first whole character moves them (a large set of
+  // stacks is not copied only to be filtered).
+  out.grammar_ = grammar_;
+  out.pending_cp_ = pending_cp_;
+  out.pending_left_ = pending_left_;
+  out.pending_min_ = pending_min_;
+  bool moved = false;
+  auto stacks = [&]() -> const std::vector<Stack>& { return moved ? out.stacks_ : stacks_; };
+  auto take = [&](uint32_t cp) {
+    std::vector<Stack> next;
+    if (!step_code_point(stacks(), cp, next)) return false;
+    out.stacks_ = std::move(next);
+    moved = true;
+    return true;
+  };
   for (const char ch : bytes) {
     const auto b = static_cast<unsigned char>(ch);
-    if (trial.pending_left_ > 0) {
+    if (out.pending_left_ > 0) {
       if ((b & 0xC0) != 0x80) return false;
-      trial.pending_cp_ = (trial.pending_cp_ << 6) | (b & 0x3F);
-      if (--trial.pending_left_ > 0) continue;
+      out.pending_cp_ = (out.pending_cp_ << 6) | (b & 0x3F);
+      if (--out.pending_left_ > 0) continue;
       // Overlong forms and surrogates are not UTF-8: a lead byte 0xF0 must not spell '{'.
-      const uint32_t cp = trial.pending_cp_;
-      if (cp < trial.pending_min_ || (cp >= 0xD800 && cp <= 0xDFFF) || cp > kMaxCodePoint)
+      const uint32_t cp = out.pending_cp_;
+      if (cp < out.pending_min_ || (cp >= 0xD800 && cp <= 0xDFFF) || cp > kMaxCodePoint)
         return false;
-      if (!trial.accept_code_point(cp)) return false;
+      if (!take(cp)) return false;
       continue;
     }
     if (b < 0x80) {
-      if (!trial.accept_code_point(b)) return false;
+      if (!take(b)) return false;
       continue;
     }
     const int more = (b >> 5) == 0x6 ? 1 : (b >> 4) == 0xE ? 2 : (b >> 3) == 0x1E ? 3 : 0;
     if (more == 0) return false;  // a continuation byte or an invalid lead byte
-    trial.pending_cp_ = b & (0x3F >> more);
-    trial.pending_left_ = more;
-    trial.pending_min_ = more == 1 ? 0x80 : more == 2 ? 0x800 : 0x10000;
+    out.pending_cp_ = b & (0x3F >> more);
+    out.pending_left_ = more;
+    out.pending_min_ = more == 1 ? 0x80 : more == 2 ? 0x800 : 0x10000;
   }
-  if (trial.pending_left_ > 0) {
+  if (out.pending_left_ > 0) {
     // A character not yet whole: some stack must take one of the code points it can become.
-    const int bits = 6 * trial.pending_left_;
-    const uint32_t first = trial.pending_cp_ << bits;
-    const uint32_t lo = std::max(first, trial.pending_min_);
+    const int bits = 6 * out.pending_left_;
+    const uint32_t first = out.pending_cp_ << bits;
+    const uint32_t lo = std::max(first, out.pending_min_);
     const uint32_t hi = std::min<uint32_t>(first | ((1u << bits) - 1), kMaxCodePoint);
+    const auto& st = stacks();
     const bool possible =
-        lo <= hi && std::any_of(trial.stacks_.begin(), trial.stacks_.end(), [&](const Stack& s) {
+        lo <= hi && std::any_of(st.begin(), st.end(), [&](const Stack& s) {
           if (s.empty()) return false;
           const Pos top = s.back();
           return matches_any(grammar_->rules[top.rule][top.alt][top.elem], lo, hi);
         });
     if (!possible) return false;
   }
-  *this = std::move(trial);
+  if (!moved) out.stacks_ = stacks_;
   return true;
 }
 
@@ -587,8 +643,8 @@ std::vector<bool> GrammarMatcher::allowed(const std::vector<std::string>& tokens
   std::vector<bool> out(tokens.size(), false);
   for (size_t t = 0; t < tokens.size(); ++t) {
     if (tokens[t].empty()) continue;
-    GrammarMatcher trial = *this;
-    out[t] = trial.accept(tokens[t]);
+    GrammarMatcher next(grammar_);
+    out[t] = advance(tokens[t], next);
   }
   return out;
 }
@@ -630,10 +686,11 @@ void GrammarMatcher::walk(const TokenTrie& trie, GrammarMatcher start, Visit vis
   while (!todo.empty()) {
     Frame f = std::move(todo.back());
     todo.pop_back();
+    charge(trie.nodes_[f.node].children.size());
     for (const auto& [byte, child] : trie.nodes_[f.node].children) {
-      GrammarMatcher m = f.matcher;
+      GrammarMatcher m(f.matcher.grammar_);
       const char c = static_cast<char>(byte);
-      if (!m.accept(std::string_view(&c, 1))) continue;
+      if (!f.matcher.advance(std::string_view(&c, 1), m)) continue;
       if (visit(child, m) && !trie.nodes_[child].children.empty())
         todo.push_back({child, std::move(m)});
     }
@@ -720,41 +777,68 @@ CompiledGrammar::ContextMask CompiledGrammar::compute(const GrammarMatcher::Stac
   return out;
 }
 
+std::string CompiledGrammar::context_key(const GrammarMatcher::Stack& stack) {
+  const size_t n = std::min(stack.size(), kContextFrames);
+  std::string key(n == stack.size() ? "w" : "p");
+  for (auto p = stack.end() - static_cast<std::ptrdiff_t>(n); p != stack.end(); ++p)
+    key.append(reinterpret_cast<const char*>(&*p), sizeof(*p));
+  return key;
+}
+
+std::shared_ptr<const CompiledGrammar::ContextMask> CompiledGrammar::cached(
+    const std::string& key) const {
+  std::lock_guard lock(mu_);
+  auto it = masks_.find(key);
+  if (it == masks_.end()) return nullptr;
+  lru_.splice(lru_.begin(), lru_, it->second.second);
+  return it->second.first;
+}
+
 std::shared_ptr<const CompiledGrammar::ContextMask> CompiledGrammar::context_mask(
     const GrammarMatcher::Stack& stack) const {
+  std::string key = context_key(stack);
+  if (auto hit = cached(key)) return hit;
   const size_t n = std::min(stack.size(), kContextFrames);
-  const bool whole = n == stack.size();
   GrammarMatcher::Stack frames(stack.end() - static_cast<std::ptrdiff_t>(n), stack.end());
-  std::string key(whole ? "w" : "p");
-  for (const auto& p : frames) key.append(reinterpret_cast<const char*>(&p), sizeof(p));
-  {
-    std::lock_guard lock(mu_);
-    auto it = masks_.find(key);
-    if (it != masks_.end()) return it->second;
-  }
   // Computed outside the lock (two sequences may both compute one; the first kept wins).
-  auto mask = std::make_shared<const ContextMask>(compute(frames, whole));
+  auto mask = std::make_shared<const ContextMask>(compute(frames, n == stack.size()));
   std::lock_guard lock(mu_);
-  if (masks_.size() >= kMaxContexts) return mask;
-  auto [it, inserted] = masks_.emplace(std::move(key), std::move(mask));
-  return it->second;
+  auto it = masks_.find(key);
+  if (it != masks_.end()) return it->second.first;
+  if (masks_.size() >= kMaxContexts) {  // the least recently used makes room
+    masks_.erase(lru_.back());
+    lru_.pop_back();
+  }
+  lru_.push_front(key);
+  masks_.emplace(std::move(key), std::make_pair(mask, lru_.begin()));
+  return mask;
 }
 
 std::vector<uint64_t> CompiledGrammar::mask(const GrammarMatcher& matcher) const {
   const size_t n = vocab_->trie.tokens();
   std::vector<uint64_t> bits((n + 63) / 64, 0);
-  if (matcher.pending_left_ > 0) {
-    // Part of a character pending: the cache's contexts start at character boundaries.
-    const std::vector<bool> a = matcher.allowed(vocab_->trie);
-    for (size_t t = 0; t < n; ++t)
-      if (a[t]) bits[t / 64] |= uint64_t{1} << (t % 64);
+  auto walk_all = [&] {
+    // One walk with every stack (and a pending character's bytes) at once.
+    GrammarMatcher::walk(vocab_->trie, matcher, [&](uint32_t node, const GrammarMatcher&) {
+      for (uint32_t t : vocab_->trie.nodes_[node].ends) bits[t / 64] |= uint64_t{1} << (t % 64);
+      return true;
+    });
     return bits;
+  };
+  // Part of a character pending: the cache's contexts start at character boundaries.
+  if (matcher.pending_left_ > 0) return walk_all();
+  std::vector<std::shared_ptr<const ContextMask>> masks(matcher.stacks_.size());
+  size_t missing = 0;
+  for (size_t i = 0; i < masks.size(); ++i) {
+    if (matcher.stacks_[i].empty()) continue;
+    masks[i] = cached(context_key(matcher.stacks_[i]));
+    if (!masks[i] && ++missing > kMaxContextWalks) return walk_all();
   }
   std::vector<uint32_t> uncertain;
-  for (const auto& stack : matcher.stacks_) {
-    if (stack.empty()) continue;
-    const std::shared_ptr<const ContextMask> cm = context_mask(stack);
-    const ContextMask& m = *cm;
+  for (size_t i = 0; i < masks.size(); ++i) {
+    if (matcher.stacks_[i].empty()) continue;
+    if (!masks[i]) masks[i] = context_mask(matcher.stacks_[i]);
+    const ContextMask& m = *masks[i];
     for (size_t w = 0; w < bits.size(); ++w) bits[w] |= m.accepted[w];
     uncertain.insert(uncertain.end(), m.uncertain.begin(), m.uncertain.end());
   }
@@ -764,8 +848,9 @@ std::vector<uint64_t> CompiledGrammar::mask(const GrammarMatcher& matcher) const
   }
   for (uint32_t t : uncertain) {
     if (bits[t / 64] >> (t % 64) & 1) continue;
-    GrammarMatcher trial = matcher;
-    if (trial.accept(vocab_->bytes[t])) bits[t / 64] |= uint64_t{1} << (t % 64);
+    charge(1);
+    GrammarMatcher next(matcher.grammar_);
+    if (matcher.advance(vocab_->bytes[t], next)) bits[t / 64] |= uint64_t{1} << (t % 64);
   }
   return bits;
 }

@@ -11,6 +11,7 @@
 // (ranges, ^ negation), `.` (any character), rule names, ( groups ), each optionally followed
 // by *, +, ?, {m}, {m,} or {m,n}; `#` comments. Errors name the line and column.
 
+#include <chrono>
 #include <cstdint>
 #include <list>
 #include <map>
@@ -84,6 +85,28 @@ struct GrammarVocab {
   mutable std::list<std::pair<std::string, std::shared_ptr<const CompiledGrammar>>> compiled_;
 };
 
+// How much work a constraint may cost the thread that runs it: while one is in scope (on that
+// thread), the matcher and the mask computations check the clock every few hundred steps and
+// throw Error (kResourceExhausted) naming the budget once the deadline passes, so that a
+// grammar whose states explode, or whose masks need long vocabulary walks, fails its own
+// sequence within about the budget instead of holding the engine step.
+class GrammarDeadline {
+ public:
+  // what: the budget's name in the error ("the step's budget of 200 ms").
+  GrammarDeadline(std::chrono::steady_clock::time_point deadline, std::string what);
+  ~GrammarDeadline();
+  GrammarDeadline(const GrammarDeadline&) = delete;
+  GrammarDeadline& operator=(const GrammarDeadline&) = delete;
+  // Throws if the innermost deadline in scope on this thread has passed (every call reads the
+  // clock; the grammar's loops call it through a counter).
+  static void check();
+
+ private:
+  std::chrono::steady_clock::time_point deadline_;
+  std::string what_;
+  GrammarDeadline* outer_;
+};
+
 // Follows a grammar byte by byte. Copyable: a copy is a snapshot (a token is tried on a copy).
 class GrammarMatcher {
  public:
@@ -115,7 +138,12 @@ class GrammarMatcher {
 
   // Adds stack, with its top expanded until it is a character element (or empty), to out.
   void expand(Stack stack, std::vector<Stack>& out, int depth) const;
-  bool accept_code_point(uint32_t cp);
+  // An empty matcher of grammar (no stacks): what advance() fills.
+  explicit GrammarMatcher(const Grammar* grammar) : grammar_(grammar) {}
+  // out = this matcher after bytes, if it takes them (accept() without changing this one).
+  bool advance(std::string_view bytes, GrammarMatcher& out) const;
+  // to = from after the code point, if some stack takes it.
+  bool step_code_point(const std::vector<Stack>& from, uint32_t cp, std::vector<Stack>& to) const;
   static std::vector<Stack> dedupe(std::vector<Stack> stacks);
   template <class Visit>
   static void walk(const TokenTrie& trie, GrammarMatcher start, Visit visit);
@@ -138,9 +166,13 @@ class GrammarMatcher {
 class CompiledGrammar {
  public:
   static constexpr size_t kContextFrames = 5;
-  // Contexts kept per grammar (a 150k vocabulary's mask is 19 KB); past it masks are computed
-  // each time they are needed, uncached.
+  // Contexts kept per grammar (a 150k vocabulary's mask is 19 KB), the least recently used
+  // dropped first past it.
   static constexpr size_t kMaxContexts = 1024;
+  // A matcher with more stacks than this whose contexts are not all cached gets its mask from
+  // one trie walk with all its stacks at once (a large enum's alternatives, an ambiguous
+  // repetition): each uncached context would be a walk of its own.
+  static constexpr size_t kMaxContextWalks = 8;
   CompiledGrammar(Grammar grammar, const GrammarVocab& vocab);
   const Grammar& grammar() const { return grammar_; }
   // The tokens the matcher (of this grammar) accepts now, a bit per token id (bit t % 64 of
@@ -159,10 +191,17 @@ class CompiledGrammar {
   std::shared_ptr<const ContextMask> context_mask(const GrammarMatcher::Stack& stack) const;
   ContextMask compute(const GrammarMatcher::Stack& frames, bool whole) const;
 
+  std::shared_ptr<const ContextMask> cached(const std::string& key) const;
+  static std::string context_key(const GrammarMatcher::Stack& stack);
+
   Grammar grammar_;
   const GrammarVocab* vocab_;
   mutable std::mutex mu_;
-  mutable std::map<std::string, std::shared_ptr<const ContextMask>> masks_;
+  // key -> (mask, its place in lru_); lru_ most recently used first.
+  mutable std::list<std::string> lru_;
+  mutable std::map<std::string,
+                   std::pair<std::shared_ptr<const ContextMask>, std::list<std::string>::iterator>>
+      masks_;
 };
 
 // Sets logits[t] to -inf wherever bit t of mask (CompiledGrammar::mask's layout) is clear,

@@ -11,6 +11,7 @@
 // logprobs are taken after step 6, before truncation (the distribution the user shaped, with
 // every alternative still visible).
 
+#include <chrono>
 #include <cstdint>
 #include <memory>
 #include <optional>
@@ -22,6 +23,13 @@ namespace tf {
 
 class CompiledGrammar;
 struct GrammarVocab;
+
+// What a grammar may cost its sequence (not a client's parameter: the server sets it): the time
+// its mask and matcher may take in one step, and in all its steps together. Zero: no limit.
+struct GrammarBudget {
+  std::chrono::milliseconds step{0}, total{0};
+  bool operator==(const GrammarBudget&) const = default;
+};
 
 // The most alternatives a token's (or a prompt token's) logprobs may list.
 inline constexpr int32_t kMaxLogprobs = 20;
@@ -74,6 +82,7 @@ struct SamplingParams {
   // grammar_vocab (the model's token bytes), which it points into. Both set, or neither.
   std::shared_ptr<const CompiledGrammar> grammar;
   std::shared_ptr<const GrammarVocab> grammar_vocab;
+  GrammarBudget grammar_budget;
 
   bool greedy() const { return temperature == 0.0f || top_k == 1; }
   bool beam_search() const { return num_beams > 1; }

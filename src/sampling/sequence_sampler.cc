@@ -1,5 +1,7 @@
 #include "sampling/sequence_sampler.h"
 
+#include <fmt/format.h>
+
 #include <algorithm>
 #include <cmath>
 
@@ -48,9 +50,42 @@ namespace {
 constexpr uint64_t kDraftStream = 1ull << 62, kResidualStream = 1ull << 63;
 }  // namespace
 
+template <class Fn>
+void SequenceSampler::within_budget(Fn fn) {
+  using std::chrono::steady_clock;
+  const GrammarBudget& b = params_.grammar_budget;
+  const auto start = steady_clock::now();
+  std::optional<GrammarDeadline> deadline;
+  if (b.step.count() > 0 || b.total.count() > 0) {
+    auto end = steady_clock::time_point::max();
+    std::string what;
+    if (b.step.count() > 0) {
+      end = start - grammar_step_ + b.step;
+      what = fmt::format("the budget of {} ms a token", b.step.count());
+    }
+    if (b.total.count() > 0 && start - grammar_total_ + b.total < end) {
+      end = start - grammar_total_ + b.total;
+      what = fmt::format("the budget of {} ms a request", b.total.count());
+    }
+    deadline.emplace(end, std::move(what));
+    GrammarDeadline::check();  // already spent
+  }
+  struct Count {  // the time counts even when fn throws
+    SequenceSampler& s;
+    steady_clock::time_point start;
+    ~Count() {
+      const auto spent = steady_clock::now() - start;
+      s.grammar_step_ += spent;
+      s.grammar_total_ += spent;
+    }
+  } count{*this, start};
+  fn();
+}
+
 StepOutput SequenceSampler::step(std::span<float> logits) {
   StepOutput out;
   if (finished()) return out;
+  grammar_step_ = {};
   apply_logits_processors(params_, history_, eos_ids_, logits);
   if (grammar_) constrain(logits);
   const double u = sample_uniform(seed_, stream_, history_.output().size());
@@ -85,6 +120,7 @@ StepOutput SequenceSampler::verify(std::span<float> logits, int32_t proposal,
                                    std::span<const float> q) {
   StepOutput out;
   if (finished()) return out;
+  grammar_step_ = {};
   apply_logits_processors(params_, history_, eos_ids_, logits);
   if (grammar_) constrain(logits);
   const uint64_t n = history_.output().size();
@@ -141,7 +177,8 @@ void SequenceSampler::advance(StepOutput& out) {
   if (grammar_ && !is_eos && !is_stop_token &&
       static_cast<size_t>(token) < params_.grammar_vocab->bytes.size()) {
     // The mask let only tokens the grammar takes through.
-    grammar_->accept(params_.grammar_vocab->bytes[static_cast<size_t>(token)]);
+    within_budget(
+        [&] { grammar_->accept(params_.grammar_vocab->bytes[static_cast<size_t>(token)]); });
   }
   if (is_eos || is_stop_token) {
     // The ending token's own text is not shown (it is usually special anyway).
@@ -160,8 +197,9 @@ void SequenceSampler::advance(StepOutput& out) {
   text_ += out.text;
 }
 
-void SequenceSampler::constrain(std::span<float> logits) const {
-  const std::vector<uint64_t> allowed = params_.grammar->mask(*grammar_);
+void SequenceSampler::constrain(std::span<float> logits) {
+  std::vector<uint64_t> allowed;
+  within_budget([&] { allowed = params_.grammar->mask(*grammar_); });
   // The ends: end-of-sequence ids (unless ignored) and stop tokens, where the grammar may end.
   std::vector<int32_t> ends = params_.stop_token_ids;
   if (!params_.ignore_eos) ends.insert(ends.end(), eos_ids_.begin(), eos_ids_.end());

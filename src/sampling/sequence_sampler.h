@@ -70,7 +70,11 @@ class SequenceSampler {
   // Appends the chosen token and decides whether the sequence finished (out.sample is filled).
   void advance(StepOutput& out);
   // Masks the tokens the grammar refuses now (end-of-sequence ids: allowed where it may end).
-  void constrain(std::span<float> logits) const;
+  void constrain(std::span<float> logits);
+  // Runs fn (the grammar's work) under params_.grammar_budget: throws Error (kResourceExhausted)
+  // once this step's or the sequence's budget is used up; the time counts either way.
+  template <class Fn>
+  void within_budget(Fn fn);
 
   SamplingParams params_;
   uint64_t seed_, stream_;
@@ -83,6 +87,8 @@ class SequenceSampler {
   FinishReason finish_ = FinishReason::kNone;
   double cumulative_logprob_ = 0.0;
   std::string text_;
+  // The grammar's time this step (the mask and the token's accept) and in all steps so far.
+  std::chrono::steady_clock::duration grammar_step_{}, grammar_total_{};
   SamplingParams logprob_params_;  // params with logprobs forced on (for best_of ranking)
 };
 

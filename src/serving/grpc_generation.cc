@@ -241,7 +241,7 @@ class StreamReactor final : public grpc::ServerWriteReactor<v1::GenerateStreamRe
 // What a finished job ends with: INTERNAL when the engine failed on it, DEADLINE_EXCEEDED when it
 // ran past its deadline and a sequence was stopped for it, else OK.
 grpc::Status end_status(const JobSummary& summary, std::chrono::milliseconds limit) {
-  if (!summary.error.empty()) return grpc::Status(grpc::StatusCode::INTERNAL, summary.error);
+  if (!summary.error.empty()) return grpc_status_of(summary.failure());
   if (!summary.timed_out) return grpc::Status::OK;
   return grpc::Status(grpc::StatusCode::DEADLINE_EXCEEDED, deadline_message(limit));
 }

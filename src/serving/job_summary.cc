@@ -28,7 +28,10 @@ JobSummary summarize_job(const GenerationJob& job, const ReturnRule& rule,
     }
     for (const auto& seq : seqs) {
       s.timed_out = s.timed_out || (past && seq.finish == FinishReason::kAbort);
-      if (s.error.empty()) s.error = seq.error;
+      if (s.error.empty()) {
+        s.error = seq.error;
+        s.error_kind = seq.error_kind;
+      }
     }
   }
   s.ttft_ms = job.first_token_ms(received);

@@ -33,8 +33,13 @@ struct JobSummary {
   // The deadline passed and at least one sequence was stopped for it: the request timed out
   // (504 / DEADLINE_EXCEEDED where nothing was sent yet).
   bool timed_out = false;
-  // The engine failed on a sequence of the job (500 / INTERNAL): what the client is told.
+  // The engine failed on a sequence of the job: what the client is told, and whether it was
+  // the engine (kInternal: 500 / INTERNAL) or the request's own input (a grammar past its
+  // budget: 400 / RESOURCE_EXHAUSTED).
   std::string error;
+  ErrorKind error_kind = ErrorKind::kInternal;
+  Error failure() const { return Error(error_kind, error); }
+  int error_status() const { return http_status_of(failure()); }
 };
 
 JobSummary summarize_job(const GenerationJob& job, const ReturnRule& rule,

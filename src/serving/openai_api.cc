@@ -64,8 +64,10 @@ GenerationJob::DoneFn answer_whole(std::shared_ptr<const GenerationPlan> plan,
     record_job(summary, *record, plan->admission.get());
     if (client_gone) return log_request(*record, 499);
     if (!summary.error.empty()) {
-      responder->send(500, openai_error_body(500, summary.error, "server_error"));
-      return log_request(*record, 500);
+      const int status = summary.error_status();
+      responder->send(
+          status, openai_error_body(status, summary.error, status == 500 ? "server_error" : ""));
+      return log_request(*record, status);
     }
     if (summary.timed_out) {
       responder->send(504, openai_error_body(504, deadline_message(plan->time_limit), "timeout"));
@@ -162,10 +164,13 @@ void handle_openai_generation(ServingState& state, const HttpRequest& req,
       record_job(summary, *record, parsed->admission.get());
       if (client_gone) return log_request(*record, 499);
       if (!summary.error.empty()) {  // the headers are out: the error travels in the stream
-        responder->write("data: " + openai_error_body(500, summary.error, "server_error") + "\n\n");
+        const int status = summary.error_status();
+        responder->write(
+            "data: " +
+            openai_error_body(status, summary.error, status == 500 ? "server_error" : "") + "\n\n");
         responder->write("data: [DONE]\n\n");
         responder->end();
-        return log_request(*record, 500);
+        return log_request(*record, status);
       }
       if (parsed->include_usage) responder->write(sse(openai_usage_chunk(*shared, summary)));
       responder->write("data: [DONE]\n\n");

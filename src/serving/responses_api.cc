@@ -568,7 +568,7 @@ void handle_responses(ServingState& state, const HttpRequest& req,
       if (!summary.error.empty()) {
         for (const ojson& e : events->fail(summary.error)) responder->write(sse_event(e));
         responder->end();
-        return log_request(*record, 500);
+        return log_request(*record, summary.error_status());
       }
       for (const ojson& e : events->finish(openai_usage(summary))) responder->write(sse_event(e));
       responder->end();

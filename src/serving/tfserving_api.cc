@@ -96,8 +96,9 @@ void predict(ServingState& state, std::shared_ptr<ServedModel> model, const Http
     record_job(summary, *record, plan->admission.get());
     if (client_gone) return log_request(*record, 499);
     if (!summary.error.empty()) {
-      responder->send(500, tfserving_error_body(summary.error));
-      return log_request(*record, 500);
+      const int status = summary.error_status();
+      responder->send(status, tfserving_error_body(summary.error));
+      return log_request(*record, status);
     }
     if (summary.timed_out) {  // as completions answer it (before, a 200 with "abort")
       responder->send(504, tfserving_error_body(deadline_message(plan->time_limit)));

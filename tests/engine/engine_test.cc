@@ -1114,6 +1114,75 @@ TEST(EngineFailure, AFailedStepEndsItsRequestsWithAnErrorAndTheEngineGoesOn) {
   }
 }
 
+// A request whose grammar fails (its states explode, or it runs past its budget) ends alone,
+// with an error that says why and is the client's (not kInternal); the requests beside it in
+// the same steps finish as if it had never been there, and the engine goes on.
+TEST(EngineFailure, AFailingGrammarEndsOnlyItsOwnRequest) {
+  SlowModel model(tiny_config());
+  EngineConfig config = tiny_engine_config(model);
+  const auto vocab = std::make_shared<const GrammarVocab>(
+      std::vector<std::string>{"", "x", "y", "z", "w", "v", "u", "t"});
+  // 3 * 2^k ways to continue after k x's (each x leaves a "y" to come by one of two rules):
+  // greedy over equal logits takes "x" (the lowest id) until the matcher refuses to go on.
+  const auto exploding =
+      vocab->compile("root ::= a\na ::= \"x\" a p | \"x\" a q | \"x\"\np ::= \"y\"\nq ::= \"y\"\n");
+  const auto benign = vocab->compile("root ::= [xy]+\n");
+  auto request = [&](std::shared_ptr<const CompiledGrammar> g, int32_t n) {
+    GenerationRequest r;
+    r.prompt = {1, 2, 3};
+    r.params.max_tokens = 40;
+    r.params.temperature = 0.0f;
+    r.params.ignore_eos = true;
+    r.params.n = n;
+    if (g) {
+      r.params.grammar = std::move(g);
+      r.params.grammar_vocab = vocab;
+    }
+    return r;
+  };
+  for (const bool budget : {false, true}) {
+    // With a budget of a millisecond a token the time runs out first; without one, the matcher's
+    // own limit on ways to continue.
+    config.grammar_budget =
+        budget ? GrammarBudget{std::chrono::milliseconds(1), {}} : GrammarBudget{};
+    Engine e(model, nullptr, {}, config);
+    model.delay_ms = 5;  // the requests share steps
+    auto plain = e.submit(request(nullptr, 2));
+    auto bad = e.submit(request(exploding, 2));
+    // (Under a budget of 1 ms, a benign grammar too could run out on a busy machine.)
+    auto good = e.submit(request(budget ? nullptr : benign, 1));
+    auto gather = [](RequestStream& s) {
+      std::vector<CompletedSequence> out(2);
+      RequestOutput o;
+      while (s.next(o)) append_output(out.at(o.index), o);
+      return out;
+    };
+    const auto failed = gather(*bad);
+    for (const auto& s : failed) {
+      EXPECT_EQ(s.finish, FinishReason::kAbort);
+      EXPECT_NE(s.error_kind, ErrorKind::kInternal) << s.error;
+      EXPECT_NE(s.error.find("grammar"), std::string::npos) << s.error;
+      EXPECT_NE(s.error.find(budget ? "too expensive" : "ways to continue"), std::string::npos)
+          << s.error;
+      EXPECT_LT(s.tokens.size(), 40u);
+    }
+    for (const auto& s : gather(*plain)) {
+      EXPECT_EQ(s.finish, FinishReason::kLength);
+      EXPECT_EQ(s.tokens.size(), 40u);
+      EXPECT_TRUE(s.error.empty()) << s.error;
+    }
+    const auto ok = gather(*good);
+    EXPECT_EQ(ok[0].finish, FinishReason::kLength);
+    EXPECT_EQ(ok[0].tokens, std::vector<int32_t>(40, budget ? 0 : 1));
+    EXPECT_TRUE(ok[0].error.empty()) << ok[0].error;
+    EXPECT_EQ(e.stats().requests_failed, 1);
+    model.delay_ms = 0;
+    EXPECT_EQ(run_to_completion(e, request(nullptr, 1))[0].tokens.size(), 40u);
+    wait_until([&] { return e.stats().kv_blocks_used == 0; });
+    EXPECT_EQ(e.stats().kv_blocks_used, 0) << "the failed request's blocks are freed";
+  }
+}
+
 TEST(EngineLiveness, AStepLongerThanTheLimitReadsAsNotResponsive) {
   SlowModel model(tiny_config());
   Engine e(model, nullptr, {}, tiny_engine_config(model));

@@ -2,7 +2,10 @@
 // answers on whole strings, on bytes split anywhere (partial UTF-8), and per token.
 #include <gtest/gtest.h>
 
+#include <fmt/format.h>
+
 #include <algorithm>
+#include <chrono>
 #include <string>
 
 #include "core/error.h"
@@ -141,6 +144,79 @@ TEST(Grammar, TrieMasksEqualTokenByTokenMasks) {
       ASSERT_TRUE(m.accept(text.substr(i, 1)));
     }
   }
+}
+
+// A grammar whose states double with every "x" (each x leaves a "y" to come by one of two
+// rules: 2^k stacks after k x's).
+const char* const kExplodingGbnf =
+    "root ::= a\na ::= \"x\" a p | \"x\" a q | \"x\"\np ::= \"y\"\nq ::= \"y\"\n";
+
+// The matcher refuses to follow more than 65536 ways to continue, with a clear error; under a
+// deadline it gives up when the deadline passes, long before that (a budget the engine sets per
+// token), and out of the deadline's scope the matcher goes on.
+TEST(Grammar, StackExplosionAndDeadlinesFailWithAClearError) {
+  const Grammar g = parse_gbnf(kExplodingGbnf);
+  {
+    GrammarMatcher m(g);
+    std::string error;
+    int taken = 0;
+    try {
+      for (; taken < 40; ++taken) ASSERT_TRUE(m.accept("x"));
+    } catch (const Error& e) {
+      error = e.what();
+      EXPECT_EQ(e.kind(), ErrorKind::kInvalidArgument);
+    }
+    EXPECT_NE(error.find("more than 65536 ways to continue"), std::string::npos) << error;
+    EXPECT_GE(taken, 12);  // about 3 * 2^k stacks after k x's
+    EXPECT_LE(taken, 16);
+  }
+  GrammarMatcher m(g);
+  for (int i = 0; i < 12; ++i) ASSERT_TRUE(m.accept("x"));  // 2^11 stacks: within the limit
+  std::string error;
+  try {
+    GrammarDeadline past(std::chrono::steady_clock::now() - std::chrono::seconds(1),
+                         "the budget of 5 ms a token");
+    for (int i = 0; i < 4; ++i) m.accept("x");
+  } catch (const Error& e) {
+    error = e.what();
+    EXPECT_EQ(e.kind(), ErrorKind::kResourceExhausted);
+  }
+  EXPECT_NE(error.find("too expensive"), std::string::npos) << error;
+  EXPECT_NE(error.find("the budget of 5 ms a token"), std::string::npos) << error;
+  EXPECT_TRUE(m.accept("x"));
+  EXPECT_EQ(m.allowed(std::vector<std::string>{"x", "y", "z"}),
+            (std::vector<bool>{true, true, false}));
+}
+
+// The context-mask cache keeps at most kMaxContexts contexts, dropping the least recently used:
+// a grammar with more contexts than that still gets exact masks, those of evicted contexts
+// included, and a matcher with many stacks (a large alternation) gets its mask from one walk.
+TEST(Grammar, MaskCacheEvictsAndStaysExact) {
+  const int kRules = static_cast<int>(CompiledGrammar::kMaxContexts) + 200;
+  std::string gbnf = "root ::= ";
+  for (int k = 0; k < kRules; ++k) gbnf += (k ? " | " : "") + fmt::format("\"{}:\" r{}", k, k);
+  gbnf += "\n";
+  for (int k = 0; k < kRules; ++k)
+    gbnf += fmt::format("r{} ::= [a-z]{{{}}} \"{}\"\n", k, 1 + k % 3, k % 10);
+  std::vector<std::string> tokens = {"", "a", "ab", "abc", "b7", "c", "3", "7", ":", "1:", "12"};
+  for (int d = 0; d < 10; ++d) tokens.push_back(std::to_string(d) + ":");
+  const GrammarVocab vocab(tokens);
+  const auto compiled = vocab.compile(gbnf);
+  const GrammarMatcher start(compiled->grammar());
+  // The start has one stack per rule: one walk, nothing cached.
+  EXPECT_EQ(compiled->allowed(start), start.allowed(vocab.trie));
+  EXPECT_EQ(compiled->contexts(), 0u);
+  auto check = [&](int k) {
+    GrammarMatcher m = start;
+    ASSERT_TRUE(m.accept(fmt::format("{}:", k)));
+    EXPECT_EQ(compiled->allowed(m), m.allowed(vocab.trie)) << "rule " << k;
+    ASSERT_TRUE(m.accept("a"));
+    EXPECT_EQ(compiled->allowed(m), m.allowed(vocab.trie)) << "rule " << k << " after a";
+  };
+  for (int k = 0; k < kRules; ++k) check(k);
+  EXPECT_EQ(compiled->contexts(), CompiledGrammar::kMaxContexts);
+  for (int k = 0; k < 50; ++k) check(k);  // evicted early: computed again, the same answers
+  EXPECT_EQ(compiled->contexts(), CompiledGrammar::kMaxContexts);
 }
 
 TEST(Grammar, ErrorsNameWhatAndWhere) {

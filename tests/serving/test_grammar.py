@@ -8,6 +8,7 @@ Env: TOKENFLOW_BIN, TF_SHARED_DIR.
 """
 
 import re
+import threading
 import unittest
 
 from test_server import ServerCase, sse_events
@@ -69,6 +70,43 @@ class GrammarTest(ServerCase):
             b = self.complete(dict(body, prompt="Once", max_tokens=4), status=400)
             self.assertIn(message, b["error"]["message"], body)
             self.assertIn(b["error"]["param"], ("grammar", "guided_grammar"), body)
+
+    def test_a_grammar_that_fails_ends_only_its_own_request(self):
+        # Issue 49: 3 * 2^k ways to continue after k x's (each leaves a "y" to come by one of
+        # two rules); logit_bias makes the model take "x" (token 444) until the matcher refuses
+        # (65536 ways) or its time budget runs out. Before, the engine step's failure ended every
+        # request of the model (500s for all of them).
+        exploding = ('root ::= a\na ::= "x" a p | "x" a q | "x"\n'
+                     'p ::= "y"\nq ::= "y"\n')
+        bad = {"prompt": "Once upon a time", "max_tokens": 40, "temperature": 0,
+               "grammar": exploding, "logit_bias": {"444": 100}}
+        normal = {"prompt": "Once upon a time", "max_tokens": 24, "temperature": 0,
+                  "ignore_eos": True}
+        alone = self.complete(normal)["choices"][0]["text"]
+        results = {}
+
+        def run(name, body):
+            results[name] = self.c.post("/v1/completions", body)
+
+        threads = [threading.Thread(target=run, args=(i, normal)) for i in range(5)]
+        threads.append(threading.Thread(target=run, args=("bad", bad)))
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        status, body, text, _ = results.pop("bad")
+        self.assertEqual(status, 400, text)
+        self.assertIn("grammar", body["error"]["message"])
+        self.assertEqual(body["error"]["type"], "invalid_request_error")
+        for name, (status, body, text, _) in results.items():
+            self.assertEqual(status, 200, text)
+            self.assertEqual(body["choices"][0]["text"], alone, name)
+        # Streamed: the headers are out, so the error is an event of the stream.
+        _, events = self.c.raw_stream("/v1/completions", dict(bad, stream=True))
+        errors = [e["error"] for e in sse_events(events) if "error" in e]
+        self.assertEqual(len(errors), 1, events)
+        self.assertIn("grammar", errors[0]["message"])
+        self.assertEqual(self.complete(normal)["choices"][0]["text"], alone)
 
 
 if __name__ == "__main__":
