@@ -47,6 +47,7 @@ struct ServeOptions {
   bool no_playground = false;
   bool allow_config_reload_body = false;
   int64_t max_connections = 4096;
+  bool http_half_close = false;
   int64_t max_sequences_per_request = 256;
   std::vector<std::string> model_roots;
   std::string prometheus_path;   // TF Serving's monitoring path ("": none)
@@ -106,6 +107,7 @@ int run_serve(const ServeOptions& o) {
   so.http.tls_cert = o.tls_cert;
   so.http.tls_key = o.tls_key;
   so.http.max_connections = o.max_connections;
+  so.http.half_close = o.http_half_close;
   if (o.grpc_port >= 0) {
     GrpcServerConfig gc;
     gc.host = o.host;
@@ -278,6 +280,9 @@ Action add_serve(CLI::App& app) {
                  "HTTP connections open at once; more are answered 503 and closed (0: no cap; "
                  "keep it under the process's file descriptor limit)")
       ->capture_default_str();
+  app.add_flag("--http-half-close", o->http_half_close,
+               "a client's EOF after its request is a half-close (the answer is still sent) "
+               "instead of a disconnect that cancels the request");
   app.add_option("--max-body-bytes", o->max_body_bytes, "largest request body (413 above)")
       ->capture_default_str();
   app.add_option("--max-waiting-requests", o->max_waiting_requests,

@@ -313,11 +313,17 @@ class HttpConnection : public std::enable_shared_from_this<HttpConnection> {
                                    } else if (peek_ec && peek_ec != net::error::eof) {
                                      self->fail_connection();  // reset: the client is gone
                                    } else if (n == 0) {
-                                     // FIN: the client may have only half-closed after its
-                                     // request (shutdown(SHUT_WR)), so the answer still goes
-                                     // out; a client that is really gone fails the next write.
-                                     // Nothing more can come: close once this response ends.
-                                     self->keep_alive_ = false;
+                                     // FIN: a client that closed its socket (curl given up, a
+                                     // killed process) is gone: its request is cancelled now,
+                                     // not at the next write, so that an unread answer does
+                                     // not keep computing. With half_close the client may
+                                     // only have shut its sending side: the answer still goes
+                                     // out, and the connection closes after it.
+                                     if (self->server_.config.half_close) {
+                                       self->keep_alive_ = false;
+                                     } else {
+                                       self->fail_connection();
+                                     }
                                    }
                                    // Otherwise a pipelined request waits; it is read later.
                                  });

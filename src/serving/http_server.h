@@ -32,6 +32,10 @@ struct HttpServerConfig {
   std::chrono::milliseconds idle_timeout{60000};   // a keep-alive connection with no request
   std::chrono::milliseconds write_timeout{60000};  // a client that stops reading
   int64_t max_connections = 0;  // open connections at most; more get a 503 and close (0: none)
+  // A client's FIN (EOF) while its response is being made: false (default) cancels the request
+  // as a reset does (a client that gave up); true takes it as a half-close
+  // (shutdown(SHUT_WR) after the request) and still sends the answer.
+  bool half_close = false;
   // TLS (HTTPS) when both are set: PEM certificate chain and private key. TLS 1.2 and 1.3 only.
   std::string tls_cert, tls_key;
 };

@@ -28,6 +28,7 @@ std::string render_json(const jinja::Body& body, const Json& context,
   l.max_output_bytes = limits.max_output_bytes;
   l.max_steps = limits.max_steps;
   l.max_depth = limits.max_depth;
+  l.max_time = limits.max_time;
   std::unique_ptr<jinja::Interpreter> in;
   try {
     jinja::Value ctx = jinja::Value::from_json(context);

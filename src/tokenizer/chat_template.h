@@ -8,6 +8,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include <chrono>
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -36,6 +37,7 @@ struct ChatTemplateLimits {
   size_t max_output_bytes = size_t{64} << 20;  // the output, and any string built on the way
   int64_t max_steps = 50'000'000;              // evaluations, statements, loop iterations
   int max_depth = 500;                         // nested evaluation and macro calls
+  std::chrono::milliseconds max_time{2000};    // wall time for one render (0: none)
 };
 
 class ChatTemplate {

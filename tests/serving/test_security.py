@@ -17,7 +17,7 @@ import unittest
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from test_server import (BIN, MODEL, SHARED, Client, SharedServerTest,  # noqa: E402
-                         read_all, start_server, stop_server)
+                         raw_post, read_all, start_server, stop_server, wait_for)
 
 
 class NestingTest(SharedServerTest):
@@ -269,17 +269,6 @@ class HttpEdgeTest(SharedServerTest):
         s.sendall(b"GET /v1/models HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
         self.assertTrue(read_all(s).startswith(b"HTTP/1.1 200"))
 
-    def test_half_closed_client_gets_its_answer(self):
-        import socket
-        body = json.dumps({"prompt": "Once", "max_tokens": 8}).encode()
-        s = self.connect()
-        s.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json"
-                  b"\r\nContent-Length: " + str(len(body)).encode() + b"\r\n\r\n" + body)
-        s.shutdown(socket.SHUT_WR)
-        got = read_all(s)
-        self.assertTrue(got.startswith(b"HTTP/1.1 200"), got[:200])
-        self.assertIn(b'"text_completion"', got)
-
     def test_expect_100_continue(self):
         body = json.dumps({"prompt": "Once", "max_tokens": 4}).encode()
         s = self.connect()
@@ -311,6 +300,46 @@ class HttpEdgeTest(SharedServerTest):
                 h.close()
         # Once they close, new clients are served again.
         self.assertTrue(wait_for(lambda: self.c.get("/healthz")[0] == 200, 20))
+
+
+class DisconnectTest(SharedServerTest):
+    """Issue 49: a client that closes its connection (a FIN, not only a reset) while its
+    non-streaming answer is computed cancels it: before, the FIN was taken as a half-close and
+    an n x 400-token request ran on to the end after its client had left."""
+
+    def stats(self):
+        return self.c.get("/v1/admin/stats")[1]["models"][MODEL]
+
+    def test_eof_cancels_a_non_streaming_request(self):
+        before = self.stats()["generated_tokens"]
+        n, max_tokens = 32, 480
+        s = raw_post(self.port, "/v1/completions", {
+            "prompt": "Once upon a time", "max_tokens": max_tokens, "n": n, "ignore_eos": True})
+        # Running (the token counters land only when a request ends).
+        self.assertTrue(wait_for(lambda: self.stats()["running"] > 0))
+        s.shutdown(socket.SHUT_WR)  # a FIN, as a client that closes its socket sends
+        self.assertEqual(read_all(s), b"", "a client that left gets no answer")
+        self.assertTrue(wait_for(lambda: self.stats()["running"] == 0 and
+                                 self.stats()["kv_blocks_used"] == 0))
+        generated = self.stats()["generated_tokens"] - before
+        self.assertLess(generated, n * max_tokens // 2,
+                        "the request must stop once its client left, not run to the end")
+
+
+class HalfCloseTest(SharedServerTest):
+    """--http-half-close keeps the old reading of a FIN for clients that shut down their
+    sending side after the request (shutdown(SHUT_WR)) and still read the answer."""
+    SERVER_ARGS = ("--http-half-close",)
+
+    def test_half_closed_client_gets_its_answer(self):
+        body = json.dumps({"prompt": "Once", "max_tokens": 8}).encode()
+        s = socket.create_connection(("127.0.0.1", self.port), timeout=30)
+        s.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json"
+                  b"\r\nContent-Length: " + str(len(body)).encode() + b"\r\n\r\n" + body)
+        s.shutdown(socket.SHUT_WR)
+        got = read_all(s)
+        self.assertTrue(got.startswith(b"HTTP/1.1 200"), got[:200])
+        self.assertIn(b'"text_completion"', got)
 
 
 class FileDescriptorsTest(unittest.TestCase):

@@ -885,6 +885,9 @@ class Errors(unittest.TestCase):
             ("{% set ns = namespace(l=[]) %}{% for i in range(1000) %}{% set ns.l = [ns.l] %}"
              "{% endfor %}{{ ns.l }}", roomy, "deeper"),
             ("{% set ns = namespace() %}{% set ns.me = ns %}{{ ns }}", roomy, "deeper"),
+            # Within every other limit, 10^10 iterations stop at the time limit.
+            ("{% for i in range(100000) %}{% for j in range(100000) %}{% endfor %}{% endfor %}",
+             dict(roomy, max_steps=10 ** 15, max_time_ms=100), "longer than 100 ms"),
         ]
         for template, limits, word in cases:
             with self.subTest(template=template):

@@ -35,6 +35,8 @@ std::string render_one(const nlohmann::ordered_json& request) {
     limits.max_output_bytes = l.value("max_output_bytes", limits.max_output_bytes);
     limits.max_steps = l.value("max_steps", limits.max_steps);
     limits.max_depth = l.value("max_depth", limits.max_depth);
+    limits.max_time =
+        std::chrono::milliseconds(l.value("max_time_ms", int64_t{limits.max_time.count()}));
   }
   return tf::ChatTemplate::parse(source).render(context, limits);
 }

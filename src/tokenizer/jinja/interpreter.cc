@@ -125,6 +125,7 @@ Interpreter::Interpreter(const Limits& limits, Dict globals, Dict context) : lim
 Interpreter::~Interpreter() = default;
 
 std::string Interpreter::render(const Body& body) {
+  if (limits_.max_time.count() > 0) deadline_ = std::chrono::steady_clock::now() + limits_.max_time;
   std::string out;
   out_ = &out;
   exec(body);
@@ -136,6 +137,12 @@ void Interpreter::charge(int64_t units) {
   steps_ += units;
   if (steps_ > limits_.max_steps) {
     exhausted(fmt::format("rendering takes more than {} steps", limits_.max_steps));
+  }
+  if (steps_ - checked_steps_ < 1024) return;
+  checked_steps_ = steps_;
+  check_cancelled();  // the client left, or its request's deadline passed
+  if (std::chrono::steady_clock::now() >= deadline_) {
+    exhausted(fmt::format("rendering takes longer than {} ms", limits_.max_time.count()));
   }
 }
 

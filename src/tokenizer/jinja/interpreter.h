@@ -4,6 +4,7 @@
 // attribute lookup through jinja2's immutable sandbox. Every render runs under limits on work,
 // output and recursion, so no template can run away.
 
+#include <chrono>
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -19,6 +20,9 @@ struct Limits {
   size_t max_output_bytes = size_t{64} << 20;  // also caps every string a template builds
   int64_t max_steps = 50'000'000;              // evaluations, statements, loop iterations, items
   int max_depth = 500;                         // nested evaluations and macro calls
+  // Wall time for one render (0: none). Checked, with the request's CancelToken, every 1024
+  // steps: a render stops soon after its time is up or its client leaves.
+  std::chrono::milliseconds max_time{2000};
 };
 
 struct Scope;
@@ -71,7 +75,8 @@ class Interpreter {
   std::vector<std::unique_ptr<Namespace>> namespaces_;  // outlive every Value of the render
   std::shared_ptr<Scope> scope_;
   std::string* out_ = nullptr;
-  int64_t steps_ = 0;
+  int64_t steps_ = 0, checked_steps_ = 0;
+  std::chrono::steady_clock::time_point deadline_ = std::chrono::steady_clock::time_point::max();
   int depth_ = 0;
   int line_ = 0;
 };
