@@ -60,14 +60,9 @@ void fill_usage(const JobSummary& s, v1::Usage* u) {
 // The model a tokenize / detokenize request names (nullptr: throws 404).
 std::shared_ptr<ServedModel> resolve_call_model(GrpcCall& call, ServingState& state,
                                                 const std::string& field) {
-  const ModelRequestSpec spec = state.registry.parse_model_field(field);
-  auto m = state.registry.resolve(spec, {}, call.header_fn());
-  if (!m) throw HttpError(404, state.registry.unavailable_reason(spec), "model_not_found", "model");
+  auto m = resolve_model(state, *call.record, field, {}, call.header_fn());
   call.record->model = m->name;
   call.record->version = m->version;
-  if (call.record->key && !call.record->key->allows(m->name))
-    throw HttpError(403, fmt::format("this API key may not use model '{}'", m->name),
-                    "model_not_allowed");
   return m;
 }
 

@@ -110,7 +110,8 @@ tensorflow::TensorProto padded_tensor(const std::vector<std::vector<T>>& rows, T
 std::shared_ptr<ServedModel> resolve_spec(GrpcContext& ctx, GrpcCall& call,
                                           const tfs::ModelSpec& model_spec) {
   const ModelRequestSpec spec = model_spec_of(model_spec);
-  auto model = resolve_servable(ctx.state, spec.name, spec.version, spec.label, call.header_fn());
+  auto model = resolve_servable(ctx.state, *call.record, spec.name, spec.version, spec.label,
+                                call.header_fn());
   call.record->model = model->name;
   call.record->version = model->version;
   return model;

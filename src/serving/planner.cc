@@ -151,15 +151,17 @@ GenerationPlan plan_request(
   return p;
 }
 
-std::shared_ptr<ServedModel> resolve_model(ServingState& state, const std::string& name,
-                                           const std::string& user,
+std::shared_ptr<ServedModel> resolve_model(ServingState& state, const RequestRecord& record,
+                                           const std::string& name, const std::string& user,
                                            const ModelRegistry::HeaderFn& header) {
   // "name", "name:version" or "name@label"; a traffic split keeps one "user" on one version.
   const ModelRequestSpec spec = state.registry.parse_model_field(name);
+  if (!spec.name.empty()) state.require_model_access(record, spec.name);  // before the lookup
   auto model = state.registry.resolve(spec, user, header);
   if (!model) {
     throw HttpError(404, state.registry.unavailable_reason(spec), "model_not_found", "model");
   }
+  state.require_model_access(record, model->name);  // the default model, when none was named
   return model;
 }
 
@@ -173,7 +175,7 @@ GenerationPlan plan_generation(ServingState& state, const CompletionRequest& req
                state.limits.max_request_time);
   // Preparing the prompt (below) stops at that deadline too.
   if (CancelToken* token = current_cancel_token()) token->limit_deadline(record.received + limit);
-  auto model = resolve_model(state, req.model, req.user, header);
+  auto model = resolve_model(state, record, req.model, req.user, header);
   GenerationPlan p = plan_request(
       req, model->tokenizer, model->config(), id, 0,
       [m = model.get()] { return m->grammar_vocab(); }, state.tool_format);

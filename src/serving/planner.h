@@ -55,9 +55,12 @@ GenerationPlan plan_request(
     std::optional<ToolFormat> tool_format = std::nullopt);
 
 // The version a request's model field names ("" the default; user and header: the sticky keys
-// of a traffic split). HttpError 404 when none.
-std::shared_ptr<ServedModel> resolve_model(ServingState& state, const std::string& model,
-                                           const std::string& user,
+// of a traffic split). Every door resolves its model here or in resolve_servable, and both
+// check the request's API key first: 403 for a model the key may not use, whether or not it
+// exists (a key learns nothing of other models), before anything model-specific of the
+// request is decoded. HttpError 404 when none.
+std::shared_ptr<ServedModel> resolve_model(ServingState& state, const RequestRecord& record,
+                                           const std::string& model, const std::string& user,
                                            const ModelRegistry::HeaderFn& header);
 
 // Resolves the request's model (header: the sticky header lookup of a traffic split; 404 when

@@ -283,7 +283,16 @@ void Server::route(const HttpRequest& req, std::shared_ptr<HttpResponder> respon
       state_.require_model_access(*record, spec.name);
       // A fixed sticky key: a model with a traffic split answers the same version every time.
       auto m = state_.registry.resolve(spec, "listing");
-      if (!m) return false;
+      if (!m) {
+        // "name:3" and "name@label" are model ids, not TF Serving verbs: nothing answers them.
+        const size_t colon = rest.rfind(':');
+        const bool version = colon != std::string::npos && colon + 1 < rest.size() &&
+                             rest.find_first_not_of("0123456789", colon + 1) == std::string::npos;
+        if (version || rest.find('@') != std::string::npos)
+          throw HttpError(404, state_.registry.unavailable_reason(spec), "model_not_found",
+                          "model");
+        return false;
+      }
       responder->send(200,
                       dump_json(openai_model_object(*m, rest, rest == spec.name ? "" : spec.name)));
       log_request(*record, 200);

@@ -20,8 +20,8 @@ std::string servable(const ModelPath& p) {
 
 // The version a predict or metadata request addresses, held for the request's duration.
 std::shared_ptr<ServedModel> resolve(ServingState& state, const ModelPath& p,
-                                     const HttpRequest& req) {
-  return resolve_servable(state, p.name, p.version, p.label, [&](const std::string& h) {
+                                     const HttpRequest& req, const RequestRecord& record) {
+  return resolve_servable(state, record, p.name, p.version, p.label, [&](const std::string& h) {
     const std::string* v = req.header(h);
     return v ? *v : std::string();
   });
@@ -192,10 +192,12 @@ std::optional<ModelPath> parse_model_path(const std::string& rest) {
   return p;
 }
 
-std::shared_ptr<ServedModel> resolve_servable(ServingState& state, const std::string& name,
+std::shared_ptr<ServedModel> resolve_servable(ServingState& state, const RequestRecord& record,
+                                              const std::string& name,
                                               std::optional<int64_t> version,
                                               const std::optional<std::string>& label,
                                               const ModelRegistry::HeaderFn& header) {
+  state.require_model_access(record, name);
   const ModelPath p{name, version, label, false, ""};
   auto m = name.empty() ? nullptr : state.registry.resolve({name, version, label}, {}, header);
   if (!m) {
@@ -215,7 +217,7 @@ void handle_tfserving(ServingState& state, const ModelPath& path, const HttpRequ
       throw HttpError(400, fmt::format("':{}' is not supported: generation models serve ':predict'",
                                        path.verb));
     }
-    auto m = resolve(state, path, req);
+    auto m = resolve(state, path, req, *record);
     record->version = m->version;
     responder->add_header("X-Model-Version", std::to_string(m->version));
     predict(state, m, req, std::move(responder), std::move(record));
@@ -227,7 +229,7 @@ void handle_tfserving(ServingState& state, const ModelPath& path, const HttpRequ
   record->model_unknown = !state.registry.status(path.name).has_value();
   json body;
   if (path.metadata) {
-    const auto m = resolve(state, path, req);
+    const auto m = resolve(state, path, req, *record);
     body = model_metadata(*m);
   } else {
     body = model_status(state, path);

@@ -38,8 +38,10 @@ std::vector<VersionStatus> model_version_statuses(ServingState& state, const std
                                                   const std::optional<std::string>& label);
 
 // The version a TF Serving request addresses (name, and a version or a label), with TF
-// Serving's 404 messages when there is none.
-std::shared_ptr<ServedModel> resolve_servable(ServingState& state, const std::string& name,
+// Serving's 404 messages when there is none; the API key is checked first, as resolve_model
+// does (403 whether or not the model exists).
+std::shared_ptr<ServedModel> resolve_servable(ServingState& state, const RequestRecord& record,
+                                              const std::string& name,
                                               std::optional<int64_t> version,
                                               const std::optional<std::string>& label,
                                               const ModelRegistry::HeaderFn& header = nullptr);

@@ -43,15 +43,11 @@ auto as_bad_request(Fn fn) {
 
 std::shared_ptr<ServedModel> model_of(ServingState& state, const HttpRequest& req, const json& body,
                                       RequestRecord& record) {
-  const std::string name = string_field(body, "model");
-  const ModelRequestSpec spec = state.registry.parse_model_field(name);
-  // Before the lookup: a key learns nothing of models it may not use.
-  if (!name.empty()) state.require_model_access(record, spec.name);
-  auto m = resolve_model(state, name, string_field(body, "user"), [&](const std::string& h) {
-    const std::string* v = req.header(h);
-    return v ? *v : std::string();
-  });
-  state.require_model_access(record, m->name);
+  auto m = resolve_model(state, record, string_field(body, "model"), string_field(body, "user"),
+                         [&](const std::string& h) {
+                           const std::string* v = req.header(h);
+                           return v ? *v : std::string();
+                         });
   record.model = m->name;
   record.version = m->version;
   return m;

@@ -70,6 +70,37 @@ class AuthTest(unittest.TestCase):
         self.assertEqual(status, 403)
         self.assertIn("error", body)
 
+    def test_every_door_checks_the_key_before_the_model(self):
+        # Issue 49: on every REST door a key held to another model gets 403 for an existing
+        # model and a missing one alike (before: 404 for a missing one told which exist), and
+        # before the body's model-specific parts are decoded (a malformed predict body is
+        # still 403, not 400).
+        posts = {
+            "/v1/completions": lambda m: {"model": m, "prompt": "Hi", "max_tokens": 2},
+            "/v1/chat/completions": lambda m: {"model": m, "max_tokens": 2,
+                                               "messages": [{"role": "user", "content": "Hi"}]},
+            "/v1/responses": lambda m: {"model": m, "input": "Hi", "max_output_tokens": 2},
+            "/v1/embeddings": lambda m: {"model": m, "input": "Hi"},
+            "/tokenize": lambda m: {"model": m, "prompt": "Hi"},
+            "/detokenize": lambda m: {"model": m, "tokens": [1, 2]},
+            "/v1/models/%s:predict": lambda m: {"instances": 5},
+        }
+        gets = ["/v1/models/%s", "/v1/models/%s/metadata", "/v1/models/%s/versions/1",
+                "/v1/models/%s:1"]
+        for key, models, want in (("sk-other", ("stories260K", "nope"), 403),
+                                  ("sk-admin", ("nope",), 404)):
+            headers = {"Authorization": "Bearer " + key}
+            for model in models:
+                for path, body in posts.items():
+                    url = path % model if "%s" in path else path
+                    status, b, text, _ = self.c.post(url, body(model), headers=headers)
+                    self.assertEqual(status, want, (key, url, text))
+                    if want == 403:
+                        self.assertIn("may not use model '%s'" % model, text)
+                for path in gets:
+                    status, _, text, _ = self.c.get(path % model, headers=headers)
+                    self.assertEqual(status, want, (key, path % model, text))
+
     def test_request_rate_gives_429_with_retry_after(self):
         codes = [self.post("sk-limited")[0] for _ in range(3)]
         self.assertEqual(codes, [200, 200, 200])

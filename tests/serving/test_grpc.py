@@ -815,6 +815,52 @@ class GrpcKeysAndLimitsTest(unittest.TestCase):
         self.assertEqual(h.Check(health_pb2.HealthCheckRequest(service=MODEL)).status,
                          health_pb2.HealthCheckResponse.SERVING)
 
+    def test_every_method_checks_the_key_before_anything_else(self):
+        # Issue 49: the key's model list is checked before the model is looked up and before
+        # anything of the request is decoded, on every method: a key held to another model
+        # gets PERMISSION_DENIED for an existing model and a missing one alike (before, a
+        # missing one was NOT_FOUND, GetModelMetadata answered at all, and Predict decoded its
+        # tensors first: the 40-byte overflowing shape crashed the server for any valid key).
+        T = types_pb2
+        prediction = prediction_service_pb2_grpc.PredictionServiceStub(self.channel)
+
+        def predict(model):
+            r = predict_pb2.PredictRequest()
+            r.model_spec.name = model
+            r.inputs["input_ids"].CopyFrom(GrpcApiTest.tensor(None, T.DT_INT32, shape=[1 << 62, 4]))
+            return prediction.Predict, r
+
+        calls = {
+            "Generate": lambda m: (self.gen.Generate, g.GenerateRequest(model=m, text="Hi")),
+            "GenerateStream": lambda m: (self.gen.GenerateStream,
+                                         g.GenerateRequest(model=m, text="Hi")),
+            "Tokenize": lambda m: (self.gen.Tokenize, g.TokenizeRequest(model=m, text="x")),
+            "Detokenize": lambda m: (self.gen.Detokenize,
+                                     g.DetokenizeRequest(model=m, token_ids=[1, 2])),
+            "Predict": predict,
+            "GetModelMetadata": lambda m: (prediction.GetModelMetadata,
+                                           get_model_metadata_pb2.GetModelMetadataRequest(
+                                               model_spec={"name": m},
+                                               metadata_field=["signature_def"])),
+            "GetModelStatus": lambda m: (self.models.GetModelStatus,
+                                         status_pb2.GetModelStatusRequest(model_spec={"name": m})),
+        }
+        for name, make in calls.items():
+            for model in (MODEL, "nope"):
+                method, req = make(model)
+                md = [("authorization", "Bearer sk-other")]
+                code, e = self.code(method, req, metadata=md)
+                self.assertEqual(code, C.PERMISSION_DENIED, (name, model, e and e.details()))
+                self.assertIn("may not use model '%s'" % model, e.details())
+            # The control: a key that may use every model is told what exists.
+            method, req = make("nope")
+            code, e = self.code(method, req, metadata=[("authorization", "Bearer sk-admin")])
+            self.assertEqual(code, C.NOT_FOUND, (name, e and e.details()))
+        method, req = predict(MODEL)
+        code, e = self.code(method, req, metadata=[("authorization", "Bearer sk-admin")])
+        self.assertEqual(code, C.INVALID_ARGUMENT, e and e.details())  # decoded, then refused
+        self.assertEqual(self.code(self.call, "sk-admin")[0], C.OK)  # and the server is up
+
     def test_rate_limit_is_resource_exhausted(self):
         codes = [self.code(self.call, "sk-limited")[0] for _ in range(4)]
         self.assertEqual(codes[:2], [C.OK, C.OK])
