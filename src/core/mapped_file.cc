@@ -7,25 +7,19 @@
 
 #include <cerrno>
 #include <cstring>
-#include <fstream>
-#include <sstream>
 #include <utility>
 
 #include "core/error.h"
 
 namespace tf {
 
-std::string read_file(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) fail(ErrorKind::kNotFound, "cannot open '{}'", path);
-  std::ostringstream ss;
-  ss << in.rdbuf();
-  if (in.bad()) fail("cannot read '{}'", path);
-  return ss.str();
-}
+namespace {
 
-MappedFile MappedFile::open(const std::string& path) {
-  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+// Opens path for reading if it is a regular file: a FIFO, a device or a socket in a model
+// directory is refused, and opening one never blocks (O_NONBLOCK: a FIFO with no writer would
+// hold open() forever). Returns the descriptor and the file's size.
+std::pair<int, size_t> open_regular(const std::string& path) {
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOCTTY);
   if (fd < 0) {
     const int err = errno;
     fail(err == ENOENT ? ErrorKind::kNotFound : ErrorKind::kInvalidArgument, "cannot open '{}': {}",
@@ -39,11 +33,42 @@ MappedFile MappedFile::open(const std::string& path) {
   }
   if (!S_ISREG(st.st_mode)) {
     ::close(fd);
-    fail("'{}' is not a regular file", path);
+    fail("'{}' is not a regular file ({})", path,
+         S_ISFIFO(st.st_mode)   ? "a FIFO"
+         : S_ISDIR(st.st_mode)  ? "a directory"
+         : S_ISSOCK(st.st_mode) ? "a socket"
+                                : "a device");
   }
+  return {fd, static_cast<size_t>(st.st_size)};
+}
+
+}  // namespace
+
+std::string read_file(const std::string& path) {
+  const auto [fd, size] = open_regular(path);
+  std::string out;
+  out.reserve(size);
+  char buf[1 << 16];
+  for (;;) {
+    const ssize_t n = ::read(fd, buf, sizeof(buf));
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) {
+      const int err = errno;
+      ::close(fd);
+      fail("cannot read '{}': {}", path, std::strerror(err));
+    }
+    if (n == 0) break;
+    out.append(buf, static_cast<size_t>(n));
+  }
+  ::close(fd);
+  return out;
+}
+
+MappedFile MappedFile::open(const std::string& path) {
+  const auto [fd, size] = open_regular(path);
   MappedFile file;
   file.path_ = path;
-  file.size_ = static_cast<size_t>(st.st_size);
+  file.size_ = size;
   if (file.size_ > 0) {
     void* p = ::mmap(nullptr, file.size_, PROT_READ, MAP_PRIVATE, fd, 0);
     if (p == MAP_FAILED) {

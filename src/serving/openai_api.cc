@@ -120,7 +120,6 @@ void handle_openai_generation(ServingState& state, const HttpRequest& req,
   const JobObserver observer{&state.metrics,
                              {{"model", model.name}, {"version", std::to_string(model.version)}}};
   std::vector<GenerationRequest> reqs = std::move(parsed->requests);
-  const auto limit = parsed->time_limit;
   auto shared = std::make_shared<const OpenAiShape>(openai_shape(*parsed, id, model.name, chat));
 
   if (parsed->stream) {

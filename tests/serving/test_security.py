@@ -371,6 +371,44 @@ class FileDescriptorsTest(unittest.TestCase):
             stop_server(proc)
 
 
+class ModelFileTypesTest(unittest.TestCase):
+    """Issue 49: a FIFO (or another non-regular file) where a model file is expected hung the
+    loader forever in open(), and SIGTERM could not end it. Each is refused at once, naming
+    the file, by the CLI and by the server."""
+
+    def run_tool(self, *args):
+        p = subprocess.run([BIN, *args], capture_output=True, text=True, timeout=60)
+        return p.returncode, p.stderr
+
+    def test_fifos_are_refused_without_blocking(self):
+        gguf = os.path.join(SHARED, "models", "stories260K", "stories260K.gguf")
+        with tempfile.TemporaryDirectory() as d:
+            weights = os.path.join(d, "weights")  # the weights file itself
+            os.mkdir(weights)
+            os.mkfifo(os.path.join(weights, "model.gguf"))
+            hf = os.path.join(d, "hf")  # a Hugging Face directory's config.json
+            os.mkdir(hf)
+            os.mkfifo(os.path.join(hf, "config.json"))
+            open(os.path.join(hf, "model.safetensors"), "wb").close()
+            tok = os.path.join(d, "tok")  # a tokenizer file beside real weights
+            os.mkdir(tok)
+            os.symlink(gguf, os.path.join(tok, "model.gguf"))
+            os.mkfifo(os.path.join(tok, "tokenizer.json"))
+            cases = [(["inspect", os.path.join(weights, "model.gguf")], "model.gguf"),
+                     (["inspect", hf], "config.json"),
+                     (["generate", "-m", tok, "--prompt", "Hi", "--max-tokens", "2"],
+                      "tokenizer.json")]
+            for args, name in cases:
+                rc, err = self.run_tool(*args)
+                self.assertNotEqual(rc, 0, args)
+                self.assertIn("%s' is not a regular file (a FIFO)" % name, err)
+            # The server refuses the model the same way, and exits.
+            rc, err = self.run_tool("serve", "--model", os.path.join(weights, "model.gguf"),
+                                    "--port", "0")
+            self.assertNotEqual(rc, 0)
+            self.assertIn("is not a regular file (a FIFO)", err)
+
+
 class WeightFileChangesTest(unittest.TestCase):
     """A served weight file truncated or overwritten in place does not kill the server: the
     model keeps no pointer into the file once loaded (before, the next request died of
