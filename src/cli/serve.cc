@@ -48,6 +48,7 @@ struct ServeOptions {
   bool allow_config_reload_body = false;
   int64_t max_connections = 4096;
   bool http_half_close = false;
+  int64_t max_unsent_bytes = 8 << 20;
   int64_t max_sequences_per_request = 256;
   std::vector<std::string> model_roots;
   std::string prometheus_path;   // TF Serving's monitoring path ("": none)
@@ -108,6 +109,9 @@ int run_serve(const ServeOptions& o) {
   so.http.tls_key = o.tls_key;
   so.http.max_connections = o.max_connections;
   so.http.half_close = o.http_half_close;
+  if (o.max_unsent_bytes < 0) fail("--max-unsent-bytes must be >= 0 (0: no limit)");
+  so.http.max_unsent_bytes = static_cast<size_t>(o.max_unsent_bytes);
+  so.limits.max_unsent_bytes = o.max_unsent_bytes;
   if (o.grpc_port >= 0) {
     GrpcServerConfig gc;
     gc.host = o.host;
@@ -279,6 +283,11 @@ Action add_serve(CLI::App& app) {
   app.add_option("--max-connections", o->max_connections,
                  "HTTP connections open at once; more are answered 503 and closed (0: no cap; "
                  "keep it under the process's file descriptor limit)")
+      ->capture_default_str();
+  app.add_option("--max-unsent-bytes", o->max_unsent_bytes,
+                 "a stream (SSE or gRPC) whose client leaves more than this many bytes unread is "
+                 "ended and its request cancelled: memory stays flat under slow readers (0: no "
+                 "limit)")
       ->capture_default_str();
   app.add_flag("--http-half-close", o->http_half_close,
                "a client's EOF after its request is a half-close (the answer is still sent) "

@@ -5,6 +5,7 @@
 #include <limits>
 #include <random>
 
+#include "core/error.h"
 #include "core/hash.h"
 
 namespace tf {
@@ -49,10 +50,7 @@ void Sampler::truncate(const SamplingParams& p, std::span<const float> logits) {
     if (logits[i] != kNegInf && !std::isnan(logits[i]))
       cand_.emplace_back(logits[i], static_cast<int32_t>(i));
   }
-  if (cand_.empty()) {  // everything masked: fall back to the first token rather than NaN
-    cand_.emplace_back(0.0f, 0);
-    return;
-  }
+  if (cand_.empty()) return;  // everything masked: the caller's error (Sampler::sample)
   // A tiny temperature can push logits to +inf: those tokens share all the mass.
   if (std::any_of(cand_.begin(), cand_.end(), [](const auto& c) { return std::isinf(c.first); })) {
     cand_.erase(std::remove_if(cand_.begin(), cand_.end(),
@@ -169,10 +167,12 @@ std::vector<std::pair<int32_t, double>> Sampler::distribution(const SamplingPara
                                                               std::span<const float> logits) {
   std::vector<std::pair<int32_t, double>> out;
   if (p.greedy()) {
-    out.emplace_back(argmax(logits), 1.0);
-    return out;
+    const int32_t t = argmax(logits);
+    if (logits[static_cast<size_t>(t)] > -INFINITY) out.emplace_back(t, 1.0);
+    return out;  // empty: no token is left
   }
   truncate(p, logits);
+  if (cand_.empty()) return out;
   const float mx = std::min_element(cand_.begin(), cand_.end(), better)->first;
   double total = 0.0;
   for (const auto& c : cand_) total += std::exp(static_cast<double>(c.first - mx));
@@ -184,10 +184,19 @@ std::vector<std::pair<int32_t, double>> Sampler::distribution(const SamplingPara
 SampleResult Sampler::sample(const SamplingParams& p, std::span<const float> logits,
                              double uniform) {
   SampleResult r;
+  // The request's own processors (bad_words_ids, logit_bias, min_tokens, ...) left no token:
+  // its error, not token 0 (the engine ends this request alone with it).
+  auto none_left = [] {
+    fail(ErrorKind::kInvalidArgument,
+         "no token is left to generate: the request's bad_words_ids, logit_bias or other "
+         "constraints exclude every token");
+  };
   if (p.greedy()) {
     r.token = argmax(logits);
+    if (!(logits[static_cast<size_t>(r.token)] > -INFINITY)) none_left();
   } else {
     truncate(p, logits);
+    if (cand_.empty()) none_left();  // every logit -inf (or NaN): no candidate at all
     const float mx = std::min_element(cand_.begin(), cand_.end(), better)->first;
     double total = 0.0;
     for (const auto& c : cand_) total += std::exp(static_cast<double>(c.first - mx));

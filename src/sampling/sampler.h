@@ -45,7 +45,8 @@ class Sampler {
   SampleResult sample(const SamplingParams& params, std::span<const float> logits, double uniform);
 
   // The final distribution after truncation: (token, probability) pairs summing to 1, in the
-  // order the draw walks them. Exposed for tests against the reference.
+  // order the draw walks them; empty when every logit is -inf. Exposed for tests against the
+  // reference.
   std::vector<std::pair<int32_t, double>> distribution(const SamplingParams& params,
                                                        std::span<const float> logits);
 

@@ -50,6 +50,19 @@ void SamplingParams::validate(int64_t vocab_size) const {
     if (seq.empty()) fail_field("bad_words_ids", "bad_words_ids entries must not be empty");
     for (int32_t id : seq) check_token(id, "bad_words_ids");
   }
+  if (vocab_size > 0 && static_cast<int64_t>(bad_words_ids.size()) >= vocab_size) {
+    // One-token entries banning every token: nothing could ever be generated.
+    std::vector<bool> banned(static_cast<size_t>(vocab_size), false);
+    int64_t count = 0;
+    for (const auto& seq : bad_words_ids) {
+      if (seq.size() != 1 || banned[static_cast<size_t>(seq[0])]) continue;
+      banned[static_cast<size_t>(seq[0])] = true;
+      ++count;
+    }
+    if (count == vocab_size)
+      fail_field("bad_words_ids", "bad_words_ids bans every token of the vocabulary ({})",
+                 vocab_size);
+  }
   for (const auto& s : stop) {
     if (s.empty()) fail_field("stop", "stop strings must not be empty");
   }

@@ -4,6 +4,9 @@
 
 #include <algorithm>
 #include <cmath>
+#include <utility>
+
+#include "core/error.h"
 
 namespace tf {
 
@@ -125,6 +128,10 @@ StepOutput SequenceSampler::verify(std::span<float> logits, int32_t proposal,
   if (grammar_) constrain(logits);
   const uint64_t n = history_.output().size();
   const auto p = sampler_.distribution(logprob_params_, logits);
+  if (p.empty())
+    fail(ErrorKind::kInvalidArgument,
+         "no token is left to generate: the request's bad_words_ids, logit_bias or other "
+         "constraints exclude every token");
   auto q_of = [&](int32_t t) {
     return t >= 0 && static_cast<size_t>(t) < q.size()
                ? static_cast<double>(q[static_cast<size_t>(t)])
@@ -171,7 +178,8 @@ void SequenceSampler::advance(StepOutput& out) {
   history_.append(token);
 
   const bool is_eos =
-      !params_.ignore_eos && std::find(eos_ids_.begin(), eos_ids_.end(), token) != eos_ids_.end();
+      std::exchange(grammar_stop_, false) ||
+      (!params_.ignore_eos && std::find(eos_ids_.begin(), eos_ids_.end(), token) != eos_ids_.end());
   const bool is_stop_token = std::find(params_.stop_token_ids.begin(), params_.stop_token_ids.end(),
                                        token) != params_.stop_token_ids.end();
   if (grammar_ && !is_eos && !is_stop_token &&
@@ -218,8 +226,19 @@ void SequenceSampler::constrain(std::span<float> logits) {
       end_possible = end_possible || v > -INFINITY;
     }
   }
-  if (!any && !end_possible)
+  if (!any && !end_possible) {
     for (const auto& [e, v] : kept) logits[static_cast<size_t>(e)] = 0.0f;
+    if (kept.empty()) {
+      // No end token may be drawn (ignore_eos and no stop tokens), yet nothing else is left:
+      // the grammar's sentence is over, so the sequence stops (with an end-of-sequence id, or
+      // token 0 for a model without one; its text is not shown) rather than leave it.
+      const int32_t end = eos_ids_.empty() ? 0 : eos_ids_.front();
+      if (end >= 0 && static_cast<size_t>(end) < logits.size()) {
+        logits[static_cast<size_t>(end)] = 0.0f;
+        grammar_stop_ = true;
+      }
+    }
+  }
 }
 
 StepOutput SequenceSampler::abort() {

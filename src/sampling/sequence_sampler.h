@@ -89,6 +89,7 @@ class SequenceSampler {
   std::string text_;
   // The grammar's time this step (the mask and the token's accept) and in all steps so far.
   std::chrono::steady_clock::duration grammar_step_{}, grammar_total_{};
+  bool grammar_stop_ = false;      // the grammar left only an end: the token drawn ends it
   SamplingParams logprob_params_;  // params with logprobs forced on (for best_of ranking)
 };
 

@@ -7,6 +7,7 @@
 #include <deque>
 
 #include "core/cancel.h"
+#include "core/log.h"
 #include "serving/generation_job.h"
 #include "serving/openai_api.h"
 #include "serving/openai_render.h"
@@ -185,7 +186,28 @@ class StreamReactor final : public grpc::ServerWriteReactor<v1::GenerateStreamRe
   void send(v1::GenerateStreamResponse msg) {
     std::unique_lock lock(mu_);
     if (broken_ || finishing_) return;
+    unsent_ += msg.ByteSizeLong();
     queue_.push_back(std::move(msg));
+    const int64_t cap = ctx_.state.limits.max_unsent_bytes;
+    if (cap > 0 && static_cast<int64_t>(unsent_) > cap) {
+      // The client takes messages slower than they are made (HTTP/2 flow control holds the
+      // writes): the stream ends with RESOURCE_EXHAUSTED and its request is cancelled, rather
+      // than queue without bound.
+      log::warn(
+          "request {}: {} bytes of a stream are unsent (over --max-unsent-bytes {}): the "
+          "client reads too slowly; the stream is ended",
+          call_.record->id, unsent_, cap);
+      ++ctx_.state.grpc_slow_reader_streams;
+      queue_.clear();
+      unsent_ = 0;
+      finishing_ = true;
+      status_ = grpc::Status(grpc::StatusCode::RESOURCE_EXHAUSTED,
+                             "the client reads the stream too slowly: over --max-unsent-bytes of "
+                             "it were waiting; the request was cancelled");
+      lock.unlock();
+      host_->cancelled();
+      lock.lock();
+    }
     next(lock);
   }
 
@@ -205,6 +227,7 @@ class StreamReactor final : public grpc::ServerWriteReactor<v1::GenerateStreamRe
     if (!queue_.empty()) {
       current_ = std::move(queue_.front());
       queue_.pop_front();
+      unsent_ -= std::min(unsent_, current_.ByteSizeLong());
       writing_ = true;
       lock.unlock();
       grpc_handoff_release();
@@ -226,6 +249,7 @@ class StreamReactor final : public grpc::ServerWriteReactor<v1::GenerateStreamRe
   std::shared_ptr<GrpcCallHost> host_;
   std::mutex mu_;
   std::deque<v1::GenerateStreamResponse> queue_;
+  size_t unsent_ = 0;                   // the bytes of queue_
   v1::GenerateStreamResponse current_;  // the message being written
   bool writing_ = false, broken_ = false, finishing_ = false, finished_ = false;
   grpc::Status status_;

@@ -59,6 +59,7 @@ struct HttpServer::Impl {
   std::atomic<bool> stopped{false};  // the I/O threads are gone: post nothing any more
   std::atomic<int64_t> connections{0};
   std::atomic<int64_t> in_progress{0};
+  std::atomic<int64_t> slow_readers{0};  // streams ended for --max-unsent-bytes
   net::io_context ioc;
   tcp::acceptor acceptor;
   std::unique_ptr<net::ssl::context> tls;  // set with --tls-cert / --tls-key
@@ -109,8 +110,20 @@ class HttpConnection : public std::enable_shared_from_this<HttpConnection> {
   // Queues the bytes of a response; `last` ends it.
   void queue(std::string bytes, bool last) {
     if (closed_) return;
+    unsent_ += bytes.size();
     if (!bytes.empty()) out_.push_back(std::move(bytes));
     if (last) response_done_ = true;
+    if (!last && server_.config.max_unsent_bytes > 0 && unsent_ > server_.config.max_unsent_bytes) {
+      // A stream whose client takes its bytes slower than they are made (or not at all, with
+      // the per-write timeout reset by every trickle): ended, its request cancelled, instead of
+      // holding ever more memory.
+      log::warn(
+          "{}: {} bytes of a stream are unsent (over --max-unsent-bytes {}): the client "
+          "reads too slowly; the stream is ended",
+          remote_, unsent_, server_.config.max_unsent_bytes);
+      ++server_.slow_readers;
+      return fail_connection();
+    }
     if (!writing_) write_next();
   }
 
@@ -141,6 +154,7 @@ class HttpConnection : public std::enable_shared_from_this<HttpConnection> {
     if (closed_) return;
     closed_ = true;
     out_.clear();
+    unsent_ = 0;
     if (responding_) {
       responding_ = false;
       --server_.in_progress;
@@ -348,6 +362,7 @@ class HttpConnection : public std::enable_shared_from_this<HttpConnection> {
       fail_connection();
       return;
     }
+    unsent_ -= out_.front().size();
     out_.pop_front();
     if (!out_.empty()) return write_next();
     if (!response_done_) return;
@@ -388,6 +403,7 @@ class HttpConnection : public std::enable_shared_from_this<HttpConnection> {
   std::deque<std::string> out_;
   std::weak_ptr<HttpResponder> responder_;
   std::string remote_;
+  size_t unsent_ = 0;  // the bytes in out_
   bool writing_ = false;
   bool watching_ = false;
   bool responding_ = false;
@@ -599,6 +615,10 @@ int64_t HttpServer::open_connections() const {
 }
 int64_t HttpServer::responses_in_progress() const {
   return impl_->in_progress;
+}
+
+int64_t HttpServer::slow_reader_streams() const {
+  return impl_->slow_readers;
 }
 
 }  // namespace tf

@@ -36,6 +36,9 @@ struct HttpServerConfig {
   // as a reset does (a client that gave up); true takes it as a half-close
   // (shutdown(SHUT_WR) after the request) and still sends the answer.
   bool half_close = false;
+  // A streamed response's bytes queued and not yet written to the socket: past it the client
+  // reads too slowly, and the connection is closed (the request cancelled). 0: no limit.
+  size_t max_unsent_bytes = 8u << 20;
   // TLS (HTTPS) when both are set: PEM certificate chain and private key. TLS 1.2 and 1.3 only.
   std::string tls_cert, tls_key;
 };
@@ -117,6 +120,8 @@ class HttpServer {
 
   int64_t open_connections() const;
   int64_t responses_in_progress() const;
+  // Streams ended because their client read too slowly (max_unsent_bytes).
+  int64_t slow_reader_streams() const;
 
   struct Impl;
 

@@ -263,6 +263,9 @@ std::vector<ChatMessage> read_chat_messages(const json& body) {
   auto it = body.find("messages");
   if (it == body.end() || !it->is_array() || it->empty())
     fail_field("messages", "'messages' must be a non-empty list");
+  if (it->size() > kMaxMessages)
+    fail_field("messages", "'messages' holds {} messages; at most {} are taken", it->size(),
+               kMaxMessages);
   std::vector<ChatMessage> messages;
   for (const auto& m : *it) {
     if (!m.is_object() || !m.contains("role") || !m["role"].is_string() ||

@@ -23,6 +23,11 @@ namespace tf {
 // Limits on "stop": strings per request and their bytes in all.
 inline constexpr size_t kMaxStopStrings = 32;
 inline constexpr size_t kMaxStopBytes = 16384;
+// Chat messages (and Responses input items) one request may carry: each is rendered through
+// the chat template, so their count is work, not only bytes.
+inline constexpr size_t kMaxMessages = 4096;
+// Token ids a /tokenize answer or a /detokenize request may hold.
+inline constexpr size_t kMaxTokenIds = size_t{1} << 20;
 
 // A token id from JSON: an integer in 0..2^31-1, else an Error naming key (no wrapping: 2^32
 // is not token 0).

@@ -8,6 +8,7 @@
 #include "serving/completion_request.h"
 #include "serving/openai_api.h"
 #include "serving/openai_render.h"
+#include "serving/openai_request.h"
 #include "serving/planner.h"
 
 namespace tf {
@@ -118,6 +119,10 @@ ojson chat_messages(const ojson& body) {
   }
   if (!input.is_array() || input.empty())
     bad_input("'input' must be a string or a non-empty list of items", "input");
+  if (input.size() > kMaxMessages)
+    bad_input(
+        fmt::format("'input' holds {} items; at most {} are taken", input.size(), kMaxMessages),
+        "input");
   for (size_t i = 0; i < input.size(); ++i) {
     const ojson& item = input[i];
     const std::string where = fmt::format("input[{}]", i);

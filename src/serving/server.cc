@@ -220,6 +220,7 @@ void Server::route(const HttpRequest& req, std::shared_ptr<HttpResponder> respon
                                              {"memory_in_use", state_.registry.memory_in_use()},
                                              {"memory", memory_json()},
                                              {"open_connections", http_.open_connections()},
+                                             {"slow_reader_streams", slow_reader_streams()},
                                              {"jobs_in_flight", state_.jobs.size()}}));
     return;
   }
@@ -461,6 +462,11 @@ std::string Server::render_metrics(bool tf_serving_names) const {
   append_sample(out, "tokenflow_requests_preparing", {}, D(state_.prepare_pool.in_progress()));
   append_header(out, "tokenflow_open_connections", "HTTP connections open now", "gauge");
   append_sample(out, "tokenflow_open_connections", {}, D(http_.open_connections()));
+  append_header(out, "tokenflow_slow_reader_streams_total",
+                "Streams (SSE and gRPC) ended because their client read too slowly "
+                "(--max-unsent-bytes)",
+                "counter");
+  append_sample(out, "tokenflow_slow_reader_streams_total", {}, D(slow_reader_streams()));
   append_process_metrics(out);
   return out;
 }

@@ -22,6 +22,9 @@ class Server {
   const HttpServer& http() const { return http_; }
 
  private:
+  int64_t slow_reader_streams() const {
+    return http_.slow_reader_streams() + state_.grpc_slow_reader_streams.load();
+  }
   void handle(HttpRequest req, std::shared_ptr<HttpResponder> responder);
   // Authenticates, routes and answers errors in the route's shape.
   void serve(const HttpRequest& req, std::shared_ptr<HttpResponder> responder,

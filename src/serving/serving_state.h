@@ -29,6 +29,10 @@ struct ServingLimits {
   int64_t max_tokens_cap = 0;     // largest max_tokens a request may ask for; 0: the context
   // Sequences one request may ask for in all (prompts x max(n, best_of, beams)); 0: no limit.
   int64_t max_sequences_per_request = 256;
+  // A stream's output queued and not yet taken by its client (gRPC: messages not yet written to
+  // the transport): past it the client reads too slowly and the stream is ended (its request
+  // cancelled), so that memory stays flat (--max-unsent-bytes; 0: no limit).
+  int64_t max_unsent_bytes = 8 << 20;
 };
 
 // Whether path, made canonical (symlinks and '..' resolved as far as it exists), is one of the
@@ -40,6 +44,8 @@ struct ServingState {
       : registry(std::move(loader), std::move(options)) {}
 
   JobRegistry jobs;
+  // gRPC streams ended for max_unsent_bytes (the HTTP server counts its own).
+  std::atomic<int64_t> grpc_slow_reader_streams{0};
   ServerMetrics metrics;
   std::unique_ptr<AccessLog> access_log;  // nullptr: requests go to the debug log only
   std::unique_ptr<ApiKeys> api_keys;      // nullptr: no authentication

@@ -93,6 +93,11 @@ void handle_tokenize(ServingState& state, const HttpRequest& req,
     return render_chat_prompt(read_chat_messages(body), add_generation_prompt, model->tokenizer,
                               model->config(), kwargs, tools);
   });
+  if (ids.size() > kMaxTokenIds)
+    throw HttpError(400,
+                    fmt::format("the input is {} tokens; /tokenize answers at most {}", ids.size(),
+                                kMaxTokenIds),
+                    "", chat ? "messages" : "prompt");
   ojson out = {{"count", ids.size()},
                {"max_model_len", model->config().max_seq_len},
                {"tokens", ids},
@@ -116,6 +121,11 @@ void handle_detokenize(ServingState& state, const HttpRequest& req,
   check_body_fields(body, {"model", "user", "tokens", "skip_special_tokens"});
   if (!present(body, "tokens") || !body["tokens"].is_array())
     throw HttpError(400, "'tokens' must be a list of token ids", "", "tokens");
+  if (body["tokens"].size() > kMaxTokenIds)
+    throw HttpError(400,
+                    fmt::format("'tokens' holds {} ids; at most {} are taken",
+                                body["tokens"].size(), kMaxTokenIds),
+                    "", "tokens");
   auto model = model_of(state, req, body, record);
   const Tokenizer& tok = tokenizer_of(*model);
   std::vector<int32_t> ids;

@@ -98,6 +98,40 @@ TEST(StopChecker, HoldsBackAStopStringSplitAcrossTokens) {
   EXPECT_EQ(inc.push("more"), "");
 }
 
+// Issue 49: processors that leave no token (every one banned) are the request's error, not a
+// draw of token 0 repeated; banning the whole vocabulary is refused up front.
+TEST(Sampler, NoTokenLeftIsAnErrorNotTokenZero) {
+  const std::vector<float> none(8, -INFINITY);
+  Sampler s;
+  SamplingParams greedy;
+  greedy.temperature = 0.0f;
+  SamplingParams sampled;
+  sampled.temperature = 0.8f;
+  for (const SamplingParams& p : {greedy, sampled}) {
+    try {
+      s.sample(p, none, 0.5);
+      ADD_FAILURE() << "a token was drawn from nothing";
+    } catch (const Error& e) {
+      EXPECT_EQ(e.kind(), ErrorKind::kInvalidArgument);
+      EXPECT_NE(std::string(e.what()).find("no token is left"), std::string::npos) << e.what();
+    }
+  }
+  std::vector<float> one = none;
+  one[5] = 0.0f;
+  EXPECT_EQ(s.sample(greedy, one, 0.5).token, 5);
+  EXPECT_EQ(s.sample(sampled, one, 0.5).token, 5);
+  SamplingParams all;
+  for (int32_t t = 0; t < 100; ++t) all.bad_words_ids.push_back({t});
+  try {
+    all.validate(100);
+    ADD_FAILURE() << "banning every token must be refused";
+  } catch (const FieldError& e) {
+    EXPECT_EQ(e.field(), "bad_words_ids");
+  }
+  all.bad_words_ids.back() = {98, 99};  // token 99 is still possible (unless after 98)
+  EXPECT_NO_THROW(all.validate(100));
+}
+
 TEST(SamplingParams, ValidationNamesTheParameter) {
   auto error_of = [](auto mutate) {
     SamplingParams p;

@@ -927,6 +927,67 @@ class GrpcKeysAndLimitsTest(unittest.TestCase):
         self.assertTrue(set(codes) <= {C.UNAVAILABLE, C.OK}, codes)
 
 
+class SlowReaderTest(unittest.TestCase):
+    """Issue 49: a streaming client that never reads grew server memory without bound (about
+    0.7 MiB/s a stream with logprobs; the per-write timeout never trips for a trickle). Past
+    --max-unsent-bytes of unread output an SSE or gRPC stream is ended, its request cancelled,
+    and the count is in the stats and metrics."""
+
+    @classmethod
+    def setUpClass(cls):
+        cls.proc, cls.port, cls.channel = start("--max-unsent-bytes", "65536")
+        cls.c = Client(cls.port)
+        cls.gen = g_grpc.GenerationServiceStub(cls.channel)
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.channel.close()
+        stop_server(cls.proc)
+
+    def stats(self):
+        return self.c.get("/v1/admin/stats")[1]
+
+    def idle(self):
+        m = self.stats()["models"][MODEL]
+        return m["running"] == 0 and m["waiting"] == 0 and m["kv_blocks_used"] == 0
+
+    def test_sse_and_grpc_streams_of_slow_readers_are_ended(self):
+        import socket
+        # 32 x 480 tokens with 20 logprobs each: tens of MB of events, far more than the
+        # kernel's socket buffers hold and the 64 KiB allowed to wait in the server.
+        body = json.dumps({"prompt": "Once upon a time", "max_tokens": 480, "n": 32,
+                           "logprobs": 20, "ignore_eos": True, "stream": True}).encode()
+        s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)  # before connect: a small window
+        s.connect(("127.0.0.1", self.port))
+        s.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: "
+                  b"application/json\r\nContent-Length: " + str(len(body)).encode() +
+                  b"\r\n\r\n" + body)
+        # Never read: the stream is ended once 64 KiB wait, and its sequences are gone.
+        self.assertTrue(wait_for(lambda: self.stats()["slow_reader_streams"] >= 1, 60))
+        self.assertTrue(wait_for(self.idle, 60))
+        generated = self.stats()["models"][MODEL]["generated_tokens"]
+        self.assertLess(generated, 32 * 480, "cancelled, not run to the end")
+        s.close()
+        # gRPC: the same request, its messages left unread.
+        req = g.GenerateRequest(text="Once upon a time", sampling=sampling(
+            max_tokens=480, n=32, logprobs=20, ignore_eos=True))
+        stream = self.gen.GenerateStream(req)
+        self.assertTrue(wait_for(lambda: self.stats()["slow_reader_streams"] >= 2, 60))
+        with self.assertRaises(grpc.RpcError) as e:
+            for _ in stream:
+                pass
+        self.assertEqual(e.exception.code(), grpc.StatusCode.RESOURCE_EXHAUSTED)
+        self.assertIn("too slowly", e.exception.details())
+        self.assertTrue(wait_for(self.idle, 60))
+        metrics = self.c.get("/metrics")[2]
+        self.assertIn("tokenflow_slow_reader_streams_total 2", metrics)
+        # A reader that keeps up is not affected.
+        status, b, text, _ = self.c.post("/v1/completions", {
+            "prompt": "Once", "max_tokens": 64, "n": 2, "logprobs": 5})
+        self.assertEqual(status, 200, text)
+
+
 class GrpcReloadTest(unittest.TestCase):
     """HandleReloadConfigRequest with TF Serving's ModelServerConfig; health follows it."""
 

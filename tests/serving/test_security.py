@@ -220,6 +220,39 @@ class InputErrorsTest(SharedServerTest):
         status, _, t, _ = self.c.post(comp, {"prompt": ["Once"] * 2, "n": 128, "max_tokens": 1})
         self.assertEqual(status, 200, t[:300])
 
+    def test_constraints_that_leave_no_token_are_400(self):
+        # Issue 49: banning the whole vocabulary answered token 0 repeated; now it is refused
+        # up front, and a combination found only while decoding (every token but the end of
+        # sequence banned, and min_tokens holding that back) ends that request with a 400
+        # naming the cause.
+        comp = "/v1/completions"
+        everything = [[t] for t in range(512)]  # stories260K's vocabulary
+        self.expect_400(comp, {"prompt": "Once", "max_tokens": 4, "bad_words_ids": everything},
+                        param="bad_words_ids", text="bans every token")
+        all_but_eos = [[t] for t in range(512) if t != 2]
+        b = self.expect_400(comp, {"prompt": "Once", "max_tokens": 4, "min_tokens": 2,
+                                   "bad_words_ids": all_but_eos})
+        self.assertIn("no token is left", b["error"]["message"])
+        status, _, t, _ = self.c.post(comp, {"prompt": "Once", "max_tokens": 4,
+                                             "bad_words_ids": everything[:-1]})
+        self.assertEqual(status, 200, t)
+
+    def test_lists_are_bounded(self):
+        # Issue 49: /tokenize, /detokenize and Responses inputs had no count limits beyond the
+        # body size (a message or item is rendered through the template; a token id decoded).
+        many = [{"role": "user", "content": ""}] * 5000
+        self.expect_400("/v1/chat/completions", {"messages": many, "max_tokens": 1},
+                        param="messages", text="at most 4096")
+        self.expect_400("/tokenize", {"messages": many}, param="messages", text="at most 4096")
+        self.expect_400("/v1/responses", {"input": [{"role": "user", "content": "x"}] * 5000},
+                        param="input", text="at most 4096")
+        self.expect_400("/detokenize", {"tokens": [1] * ((1 << 20) + 1)}, param="tokens",
+                        text="at most 1048576")
+        self.expect_400("/tokenize", {"prompt": "a " * ((1 << 20) + 8)}, param="prompt",
+                        text="at most 1048576")
+        status, b, t, _ = self.c.post("/detokenize", {"tokens": [1] * 1000})
+        self.assertEqual(status, 200, t)
+
     def test_stop_strings_are_bounded(self):
         comp = "/v1/completions"
         self.expect_400(comp, {"prompt": "x", "n": 128, "max_tokens": 4,

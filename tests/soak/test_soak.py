@@ -72,7 +72,7 @@ class SoakTest(unittest.TestCase):
             [BIN, "serve", "--model_config_file", config, "--api-keys-file", keys, "--port", "0",
              "--kv-cache-memory", "32MiB", "--request-timeout", "20", "--max-body-bytes",
              "65536", "--max-waiting-requests", "256", "--access-log", "off",
-             "--file_system_poll_wait_seconds", "0.5"],
+             "--file_system_poll_wait_seconds", "0.5", "--max-unsent-bytes", "65536"],
             stdout=subprocess.PIPE, stderr=err, text=True)
         err.close()
         line = proc.stdout.readline()
@@ -119,6 +119,35 @@ class SoakTest(unittest.TestCase):
                 return "bad:" + buf[:60].decode(errors="replace")
             return "ok" if b"data: [DONE]" in buf else "truncated"
 
+        def slow_reader(rng):
+            """A stream read a kilobyte at a time: its server-side queue passes
+            --max-unsent-bytes and the server ends it (or, on a slow machine, it finishes)."""
+            body = json.dumps({"prompt": "Once upon a time", "max_tokens": 400, "n": 16,
+                               "logprobs": 20, "stream": True, "ignore_eos": True}).encode()
+            s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+            s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+            s.settimeout(40)
+            s.connect(("127.0.0.1", port))
+            s.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer "
+                      b"sk-good\r\nContent-Type: application/json\r\nConnection: close\r\n"
+                      b"Content-Length: " + str(len(body)).encode() + b"\r\n\r\n" + body)
+            buf = b""
+            try:
+                while True:
+                    try:
+                        got = s.recv(1024)
+                    except ConnectionResetError:
+                        break
+                    if not got:
+                        break
+                    buf += got
+                    time.sleep(0.01)  # the trickle
+            finally:
+                s.close()
+            if not buf.startswith(b"HTTP/1.1 200"):
+                return "bad:" + buf[:60].decode(errors="replace")
+            return "ok" if b"data: [DONE]" in buf else "ended"
+
         stop = threading.Event()
         go = threading.Event()  # cleared: the workers finish what they sent and wait
         busy = [0]  # requests the workers have in flight
@@ -143,8 +172,9 @@ class SoakTest(unittest.TestCase):
         def one_request(rng):
             kind = rng.choices(["plain", "stream", "drop", "malformed", "oversized",
                                 "no_key", "wrong_key", "limited", "deep", "bad_te",
-                                "unknown_model", "too_many", "huge_id", "long_prompt"],
-                               [35, 25, 8, 7, 3, 5, 5, 12, 2, 2, 2, 2, 2, 2])[0]
+                                "unknown_model", "too_many", "huge_id", "long_prompt",
+                                "grammar_bomb", "slow_reader"],
+                               [35, 25, 8, 7, 3, 5, 5, 12, 2, 2, 2, 2, 2, 2, 2, 1])[0]
             try:
                 if kind == "plain":
                     status, body, _, _ = post({"prompt": "The dog",
@@ -197,6 +227,20 @@ class SoakTest(unittest.TestCase):
                     record(kind, status)
                     if status != 400 or "has at least" not in body["error"]["message"]:
                         lost.append("long_prompt: %d" % status)
+                elif kind == "grammar_bomb":  # issue 49: its states double with every "x"
+                    status, body, _, _ = post({
+                        "prompt": "Once", "max_tokens": 40, "temperature": 0,
+                        "grammar": 'root ::= a\na ::= "x" a p | "x" a q | "x"\n'
+                                   'p ::= "y"\nq ::= "y"\n',
+                        "logit_bias": {"444": 100}})
+                    record(kind, status)
+                    if status != 400 or "grammar" not in body["error"]["message"]:
+                        lost.append("grammar_bomb: %d" % status)
+                elif kind == "slow_reader":
+                    got = slow_reader(rng)
+                    if got.startswith("bad"):
+                        lost.append(got)
+                    record("slow_" + got, None)  # 200 (finished) or 499 (ended) on the server
                 elif kind == "huge_id":
                     status, _, _, _ = post({"prompt": [1, 4294967296], "max_tokens": 1})
                     record(kind, status)
@@ -315,7 +359,8 @@ class SoakTest(unittest.TestCase):
         rc, _ = stop_server(proc)
 
         sent = sum(outcomes.values())
-        rejected = {k: v for k, v in outcomes.items() if k not in ("plain", "stream", "drop")}
+        rejected = {k: v for k, v in outcomes.items()
+                    if k not in ("plain", "stream", "drop", "slow_ok", "slow_ended")}
         mib = lambda m, k: m[k] / 2**20  # noqa: E731
         print("\nsoak: %.0f s, sent %d, completed %d, dropped by clients %d, rejected %s, lost %d;"
               " MiB rss/heap warm %.1f/%.1f, phase 1 %.1f/%.1f, phase 2 %.1f/%.1f, unloads gave"
@@ -339,11 +384,12 @@ class SoakTest(unittest.TestCase):
             self.assertLessEqual(second["heap_in_use_bytes"],
                                  first["heap_in_use_bytes"] + (512 << 10), (first, second))
         # The server's counts equal the test's: exactly for every code the test can know; the
-        # dropped streams are 200 (finished first) or 499 (cut off) on the server.
+        # dropped streams and the slow readers' are 200 (finished first) or 499 (cut off).
         for code in (400, 401, 429):
             self.assertEqual(served[code], counts[code], code)
         self.assertEqual(served_story[200] + served_story[499],
-                         counts[200] + outcomes["drop"] + polls[0])
+                         counts[200] + outcomes["drop"] + outcomes["slow_ok"] +
+                         outcomes["slow_ended"] + polls[0])
 
 
 if __name__ == "__main__":
