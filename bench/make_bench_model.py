@@ -1,7 +1,7 @@
 """Writes a random-weight Hugging Face model directory of a real model's shape, for benchmarks
 (the numbers in ../shared/reference/cpu-limits.md were measured on the same shapes).
 
-    python3 bench/make_bench_model.py OUT_DIR SHAPE      SHAPE: llama110m | gpt2-124m | tinyllama | qwen05b
+    python3 bench/make_bench_model.py OUT_DIR SHAPE      SHAPE: llama110m | gpt2-124m | gpt2-tiny | tinyllama | qwen05b
 """
 
 import json
@@ -20,6 +20,9 @@ SHAPES = {
     # output's masks are measured against (bench/grammar_bench.cc).
     "qwen05b": dict(arch="llama", hidden=896, layers=24, heads=14, kv=2, ffn=4864, vocab=151936, ctx=1024),
     "gpt2-124m": dict(arch="gpt2", hidden=768, layers=12, heads=12, kv=12, ffn=3072, vocab=50257, ctx=1024),
+    # GPT-2's vocabulary on a tiny body: constrained decoding over a real vocabulary at almost no
+    # forward-pass cost (bench/attack_bench.py).
+    "gpt2-tiny": dict(arch="gpt2", hidden=64, layers=2, heads=2, kv=2, ffn=256, vocab=50257, ctx=1024),
 }
 
 

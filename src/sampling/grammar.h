@@ -120,6 +120,9 @@ class GrammarMatcher {
   bool can_end() const;
   // Whether nothing at all can follow (a sentence that cannot be extended).
   bool must_end() const;
+  // How many ways the text so far can continue (the recognizer's stacks): what a grammar's
+  // ambiguity costs each step.
+  size_t ways() const { return stacks_.size(); }
   // Per token (its bytes): whether accept() would take it now.
   std::vector<bool> allowed(const std::vector<std::string>& tokens) const;
   // The same over a trie of the tokens (the same answers, prefixes shared).

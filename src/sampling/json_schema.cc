@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <functional>
 #include <map>
 #include <optional>
 #include <set>
@@ -667,13 +668,76 @@ class SchemaCompiler {
     }
     unsigned allowed = kAny;
     if (schema.contains("type")) allowed = types_of(ojson{{"type", schema["type"]}}, path, 0);
-    std::vector<std::string> alts;
+    std::vector<std::string> texts;
     for (const auto& v : values)
-      if (value_bit(v) & allowed) alts.push_back(gbnf_literal(v.dump()));
-    if (alts.empty()) error(path, "no value of 'enum' / 'const' has the schema's 'type'");
-    std::string body;
-    for (size_t i = 0; i < alts.size(); ++i) body += (i ? " | " : "") + alts[i];
-    return add_rule(hint(path), body);
+      if (value_bit(v) & allowed) texts.push_back(v.dump());
+    if (texts.empty()) error(path, "no value of 'enum' / 'const' has the schema's 'type'");
+    return add_rule(hint(path), literal_trie(texts));
+  }
+
+  // The alternation of literal texts, factored by their common prefixes: a matcher following
+  // it keeps one way to continue per distinct next character, not one per text (an enum of
+  // 20,000 strings written as 20,000 alternatives held 20,000 stacks at its first character,
+  // and a mask needed a context for each).
+  static std::string literal_trie(const std::vector<std::string>& texts) {
+    struct Node {
+      std::map<uint32_t, size_t> next;
+      bool end = false;
+    };
+    std::vector<Node> trie(1);
+    for (const std::string& t : texts) {
+      size_t n = 0;
+      for (size_t i = 0; i < t.size();) {
+        const uint32_t cp = unicode::next_code_point(t, i);
+        auto it = trie[n].next.find(cp);
+        if (it == trie[n].next.end()) {
+          trie.emplace_back();
+          it = trie[n].next.emplace(cp, trie.size() - 1).first;
+        }
+        n = it->second;
+      }
+      trie[n].end = true;
+    }
+    // Every text below node n (for the flat fallback of very deep tries).
+    auto below = [&](size_t n) {
+      std::vector<std::string> out;
+      std::vector<std::pair<size_t, std::string>> todo = {{n, ""}};
+      while (!todo.empty()) {
+        auto [m, text] = std::move(todo.back());
+        todo.pop_back();
+        if (trie[m].end) out.push_back(text);
+        for (const auto& [cp, child] : trie[m].next) {
+          std::string t = text;
+          unicode::append_utf8(t, cp);
+          todo.push_back({child, std::move(t)});
+        }
+      }
+      return out;
+    };
+    std::function<std::string(size_t, int)> emit = [&](size_t n, int depth) -> std::string {
+      std::string chain;
+      while (!trie[n].end && trie[n].next.size() == 1) {
+        unicode::append_utf8(chain, trie[n].next.begin()->first);
+        n = trie[n].next.begin()->second;
+      }
+      const std::string head = chain.empty() ? "" : gbnf_literal(chain) + " ";
+      if (trie[n].next.empty()) return chain.empty() ? std::string("\"\"") : gbnf_literal(chain);
+      std::string body;
+      if (depth >= 64) {  // deeper branch points: the rest as plain alternatives
+        for (const std::string& t : below(n))
+          if (!t.empty()) body += (body.empty() ? "" : " | ") + gbnf_literal(t);
+      } else {
+        for (const auto& [cp, child] : trie[n].next) {
+          std::string c;
+          unicode::append_utf8(c, cp);
+          std::string rest = emit(child, depth + 1);
+          body +=
+              (body.empty() ? "" : " | ") + gbnf_literal(c) + (rest == "\"\"" ? "" : " " + rest);
+        }
+      }
+      return head + "(" + body + ")" + (trie[n].end ? "?" : "");
+    };
+    return emit(0, 0);
   }
 
   // A bound as an integer (ceil for lower bounds, floor for upper); for numbers, an integer

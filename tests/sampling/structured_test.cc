@@ -274,6 +274,46 @@ TEST(RegexGrammar, ChoiceIsExactlyOneOfTheStrings) {
 }
 
 // Integer bounds: every value in a window accepted iff in range, as the schema says.
+// Issue 49: an enum is factored by common prefixes, so that a matcher has one way to continue
+// per distinct next character, not one per value (20,000 values held 20,000 stacks at the
+// first character, and every mask needed a context per stack). The language is unchanged:
+// every value, and nothing else.
+TEST(JsonSchemaGrammar, LargeEnumsAreFactoredAndExact) {
+  std::mt19937_64 rng(7);
+  ojson values = ojson::array();
+  std::vector<std::string> words;
+  for (int i = 0; i < 20000; ++i) {
+    std::string w;
+    const int len = 1 + static_cast<int>(rng() % 8);
+    for (int k = 0; k < len; ++k) w += static_cast<char>('a' + rng() % 6);
+    words.push_back(w);
+    values.push_back(w);
+  }
+  values.push_back("é\"x");  // escapes and multi-byte characters
+  values.push_back(12);
+  values.push_back(nullptr);
+  const Grammar g = parse_gbnf(json_schema_to_gbnf(ojson{{"enum", values}}));
+  GrammarMatcher m(g);
+  EXPECT_LE(m.ways(), 4u);  // '"', '1', 'n'
+  ASSERT_TRUE(m.accept("\""));
+  EXPECT_LE(m.ways(), 8u);  // a..f, and the "é" value's first character
+  for (size_t i = 0; i < words.size(); i += 37) {
+    EXPECT_TRUE(accepts(g, "\"" + words[i] + "\"")) << words[i];
+    EXPECT_FALSE(accepts(g, "\"" + words[i] + "g\"")) << words[i];
+  }
+  EXPECT_TRUE(accepts(g, R"("é\"x")"));
+  EXPECT_TRUE(accepts(g, "12"));
+  EXPECT_TRUE(accepts(g, "null"));
+  EXPECT_FALSE(accepts(g, "1"));
+  EXPECT_FALSE(accepts(g, "\"\""));
+  // Values that are prefixes of others: "ab" and "abc" both, "a" alone too.
+  const Grammar p = schema_grammar(R"({"enum": ["abc", "ab", "a", "abd", "b"]})");
+  for (const char* yes : {"\"abc\"", "\"ab\"", "\"a\"", "\"abd\"", "\"b\""})
+    EXPECT_TRUE(accepts(p, yes)) << yes;
+  for (const char* no : {"\"abe\"", "\"\"", "\"abcd\"", "\"ba\"", "\"abc"})
+    EXPECT_FALSE(accepts(p, no)) << no;
+}
+
 TEST(JsonSchemaGrammar, IntegerBoundsExactlyOverAWindow) {
   struct Case {
     const char* schema;
