@@ -62,6 +62,12 @@ def attacks():
             "prompt": "Once", "max_tokens": 64, "temperature": 0,
             "grammar": 'root ::= a\na ::= "x" a p | "x" a q | "x"\np ::= "y"\nq ::= "y"\n',
             "logit_bias": {"87": 100}}),  # GPT-2's "x"
+        # The same after 18 fixed x's: past what the compile-time check follows.
+        "GBNF doubling after 18 x": ("/v1/completions", {
+            "prompt": "Once", "max_tokens": 64, "temperature": 0,
+            "grammar": 'root ::= "xxxxxxxxxxxxxxxxxx" a\na ::= "x" a p | "x" a q | "x"\n'
+                       'p ::= "y"\nq ::= "y"\n',
+            "logit_bias": {"87": 100}}),
     }
 
 

@@ -7,6 +7,7 @@
 #include <set>
 
 #include "core/error.h"
+#include "tokenizer/unicode.h"
 
 namespace tf {
 namespace {
@@ -629,6 +630,69 @@ bool GrammarMatcher::advance(std::string_view bytes, GrammarMatcher& out) const 
   return true;
 }
 
+void check_ambiguity(const Grammar& grammar, std::chrono::milliseconds budget) {
+  constexpr size_t kProbeChars = 16, kMaxProbeWays = 4096, kMaxCandidates = 32;
+  const auto deadline = std::chrono::steady_clock::now() + budget;
+  GrammarMatcher m(grammar);
+  std::string text;  // what the probe followed, for the error
+  auto refuse = [&](size_t ways) {
+    std::string shown;
+    for (const char c : text) {
+      if (static_cast<unsigned char>(c) < 0x20 || c == '\'' || c == '\\')
+        shown += fmt::format("\\x{:02X}", static_cast<unsigned char>(c));
+      else
+        shown += c;
+    }
+    fail(ErrorKind::kInvalidArgument,
+         "grammar: too ambiguous: {} ways to continue after '{}' (at most {} are allowed when "
+         "it is compiled): a repetition of something that can be empty, or nested repetitions "
+         "over the same characters, make the ways double with every character",
+         ways > kMaxStacks ? std::string("more than 65536") : std::to_string(ways), shown,
+         kMaxProbeWays);
+  };
+  for (size_t step = 0; step < kProbeChars; ++step) {
+    if (std::chrono::steady_clock::now() >= deadline) return;
+    // The characters the stacks expect next: the first of each range (printable where the
+    // element is a negated class).
+    std::vector<uint32_t> candidates;
+    for (const auto& st : m.stacks_) {
+      if (st.empty() || candidates.size() >= kMaxCandidates) continue;
+      const GrammarElement& e = grammar.rules[st.back().rule][st.back().alt][st.back().elem];
+      if (e.negated) {
+        for (uint32_t cp : {uint32_t{'a'}, uint32_t{'0'}, uint32_t{' '}, uint32_t{'"'}})
+          if (matches(e, cp)) {
+            candidates.push_back(cp);
+            break;
+          }
+      } else {
+        for (size_t r = 0; r < e.ranges.size() && r < 4; ++r)
+          candidates.push_back(e.ranges[r].first);
+      }
+    }
+    std::sort(candidates.begin(), candidates.end());
+    candidates.erase(std::unique(candidates.begin(), candidates.end()), candidates.end());
+    std::vector<GrammarMatcher::Stack> best;
+    uint32_t best_cp = 0;
+    for (uint32_t cp : candidates) {
+      std::vector<GrammarMatcher::Stack> next;
+      try {
+        if (!m.step_code_point(m.stacks_, cp, next)) continue;
+      } catch (const Error&) {  // past the matcher's own limit
+        unicode::append_utf8(text, cp);
+        refuse(kMaxStacks + 1);
+      }
+      if (next.size() > best.size()) {
+        best = std::move(next);
+        best_cp = cp;
+      }
+    }
+    if (best.empty()) return;  // nothing can follow: the sentence is over
+    unicode::append_utf8(text, best_cp);
+    if (best.size() > kMaxProbeWays) refuse(best.size());
+    m.stacks_ = std::move(best);
+  }
+}
+
 bool GrammarMatcher::can_end() const {
   return pending_left_ == 0 &&
          std::any_of(stacks_.begin(), stacks_.end(), [](const Stack& s) { return s.empty(); });
@@ -720,7 +784,9 @@ std::shared_ptr<const CompiledGrammar> GrammarVocab::compile(const std::string& 
       }
     }
   }
-  auto g = std::make_shared<const CompiledGrammar>(parse_gbnf(gbnf), *this);
+  Grammar parsed = parse_gbnf(gbnf);
+  check_ambiguity(parsed);
+  auto g = std::make_shared<const CompiledGrammar>(std::move(parsed), *this);
   std::lock_guard lock(mu_);
   compiled_.emplace_front(gbnf, g);
   if (compiled_.size() > 32) compiled_.pop_back();

@@ -47,6 +47,16 @@ extern const char* const kJsonGbnf;
 // grammar larger than the limits (64k rules, 1 MiB of text, repetition counts above 1000).
 Grammar parse_gbnf(std::string_view text);
 
+// A cheap look for exponential ambiguity when a grammar is compiled (GrammarVocab::compile):
+// follows it for up to 16 characters, each time taking the character that leaves the most ways
+// to continue (an adversary's pick among the characters its stacks expect next), and throws
+// Error (kInvalidArgument) naming that text once more than 4096 ways are open. Grammars such as
+// "(.{0,1000}){99}" or nested stars are refused before they reach the engine. It proves only
+// what it sees (within `budget` of time); the matcher's own limit and the engine's budgets hold
+// the rest.
+void check_ambiguity(const Grammar& grammar,
+                     std::chrono::milliseconds budget = std::chrono::milliseconds(20));
+
 // A vocabulary's token bytes as a trie, built once per tokenizer: a mask walks it, so a prefix
 // many tokens share is matched once for all of them.
 class TokenTrie {
@@ -77,7 +87,7 @@ struct GrammarVocab {
   explicit GrammarVocab(std::vector<std::string> b) : bytes(std::move(b)), trie(bytes) {}
 
   // The grammar of this GBNF text compiled against this vocabulary: from the cache (the 32
-  // most recently used), or parsed now (parse_gbnf's errors).
+  // most recently used), or parsed now (parse_gbnf's and check_ambiguity's errors).
   std::shared_ptr<const CompiledGrammar> compile(const std::string& gbnf) const;
 
  private:
@@ -141,6 +151,7 @@ class GrammarMatcher {
 
   // Adds stack, with its top expanded until it is a character element (or empty), to out.
   void expand(Stack stack, std::vector<Stack>& out, int depth) const;
+  friend void check_ambiguity(const Grammar& grammar, std::chrono::milliseconds budget);
   // An empty matcher of grammar (no stacks): what advance() fills.
   explicit GrammarMatcher(const Grammar* grammar) : grammar_(grammar) {}
   // out = this matcher after bytes, if it takes them (accept() without changing this one).

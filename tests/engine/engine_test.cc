@@ -1122,10 +1122,12 @@ TEST(EngineFailure, AFailingGrammarEndsOnlyItsOwnRequest) {
   EngineConfig config = tiny_engine_config(model);
   const auto vocab = std::make_shared<const GrammarVocab>(
       std::vector<std::string>{"", "x", "y", "z", "w", "v", "u", "t"});
-  // 3 * 2^k ways to continue after k x's (each x leaves a "y" to come by one of two rules):
-  // greedy over equal logits takes "x" (the lowest id) until the matcher refuses to go on.
-  const auto exploding =
-      vocab->compile("root ::= a\na ::= \"x\" a p | \"x\" a q | \"x\"\np ::= \"y\"\nq ::= \"y\"\n");
+  // After 18 fixed x's (past what check_ambiguity follows when compiling), 3 * 2^k ways to
+  // continue after k more x's (each leaves a "y" to come by one of two rules): greedy over
+  // equal logits takes "x" (the lowest id) until the matcher refuses to go on.
+  const auto exploding = vocab->compile(
+      "root ::= \"xxxxxxxxxxxxxxxxxx\" a\na ::= \"x\" a p | \"x\" a q | \"x\"\n"
+      "p ::= \"y\"\nq ::= \"y\"\n");
   const auto benign = vocab->compile("root ::= [xy]+\n");
   auto request = [&](std::shared_ptr<const CompiledGrammar> g, int32_t n) {
     GenerationRequest r;

@@ -10,6 +10,7 @@
 
 #include "core/error.h"
 #include "sampling/grammar.h"
+#include "sampling/regex_grammar.h"
 
 namespace tf {
 namespace {
@@ -186,6 +187,42 @@ TEST(Grammar, StackExplosionAndDeadlinesFailWithAClearError) {
   EXPECT_TRUE(m.accept("x"));
   EXPECT_EQ(m.allowed(std::vector<std::string>{"x", "y", "z"}),
             (std::vector<bool>{true, true, false}));
+}
+
+// check_ambiguity (run by GrammarVocab::compile) refuses grammars whose ways to continue grow
+// exponentially within the characters it follows, naming the text that showed it, and passes
+// ordinary grammars, large alternations and ambiguity that starts only later.
+TEST(Grammar, CompileRefusesExponentialAmbiguityItCanSee) {
+  const GrammarVocab vocab(std::vector<std::string>{"", "x", "y", "a", "{", "\""});
+  auto error_of = [&](const std::string& gbnf) {
+    try {
+      vocab.compile(gbnf);
+    } catch (const Error& e) {
+      return std::string(e.what());
+    }
+    return std::string();
+  };
+  const std::string e = error_of(kExplodingGbnf);
+  EXPECT_NE(e.find("too ambiguous"), std::string::npos) << e;
+  EXPECT_NE(e.find("after 'xxxxxxxxxxx"), std::string::npos) << e;
+  // Nested: every x opens two ways within a rule that itself doubles.
+  const std::string nested = error_of(
+      "root ::= b\nb ::= a b | a\na ::= \"x\" a p | \"x\" a q | \"x\"\np ::= \"y\"\n"
+      "q ::= \"y\"\n");
+  EXPECT_NE(nested.find("too ambiguous"), std::string::npos) << nested;
+  // Regular languages stay polynomial once equal stacks merge ("(.{0,1000}){99}" has 138
+  // ways after 16 characters): passed here, held by the engine's budgets and the limit.
+  for (const char* regex : {"(.{0,1000}){99}", "(((.*)*)*)*", "(a|a)*b", "(a*)*b"})
+    EXPECT_EQ(error_of(regex_to_gbnf(regex)), "") << regex;
+  EXPECT_EQ(error_of(kJsonGbnf), "");
+  EXPECT_EQ(error_of(regex_to_gbnf("[a-z]{1,8}( [a-z]{1,8}){2,6}\\.")), "");
+  std::string many = "root ::= ";
+  for (int k = 0; k < 3000; ++k) many += fmt::format("{}\"v{}\"", k ? " | " : "", k);
+  EXPECT_EQ(error_of(many + "\n"), "");
+  // Past the 16 characters it follows, only the matcher's limit and the engine's budgets hold.
+  EXPECT_EQ(error_of("root ::= \"xxxxxxxxxxxxxxxxxx\" a\na ::= \"x\" a p | \"x\" a q | \"x\"\n"
+                     "p ::= \"y\"\nq ::= \"y\"\n"),
+            "");
 }
 
 // The context-mask cache keeps at most kMaxContexts contexts, dropping the least recently used:

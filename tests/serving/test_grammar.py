@@ -72,13 +72,14 @@ class GrammarTest(ServerCase):
             self.assertIn(b["error"]["param"], ("grammar", "guided_grammar"), body)
 
     def test_a_grammar_that_fails_ends_only_its_own_request(self):
-        # Issue 49: 3 * 2^k ways to continue after k x's (each leaves a "y" to come by one of
-        # two rules); logit_bias makes the model take "x" (token 444) until the matcher refuses
-        # (65536 ways) or its time budget runs out. Before, the engine step's failure ended every
+        # Issue 49: after 18 fixed x's (past what the compile-time check follows), 3 * 2^k ways
+        # to continue after k more x's (each leaves a "y" to come by one of two rules);
+        # logit_bias makes the model take "x" (token 444) until the matcher refuses (65536
+        # ways) or its time budget runs out. Before, the engine step's failure ended every
         # request of the model (500s for all of them).
-        exploding = ('root ::= a\na ::= "x" a p | "x" a q | "x"\n'
-                     'p ::= "y"\nq ::= "y"\n')
-        bad = {"prompt": "Once upon a time", "max_tokens": 40, "temperature": 0,
+        doubling = 'a ::= "x" a p | "x" a q | "x"\np ::= "y"\nq ::= "y"\n'
+        exploding = 'root ::= "xxxxxxxxxxxxxxxxxx" a\n' + doubling
+        bad = {"prompt": "Once upon a time", "max_tokens": 48, "temperature": 0,
                "grammar": exploding, "logit_bias": {"444": 100}}
         normal = {"prompt": "Once upon a time", "max_tokens": 24, "temperature": 0,
                   "ignore_eos": True}
@@ -107,6 +108,12 @@ class GrammarTest(ServerCase):
         self.assertEqual(len(errors), 1, events)
         self.assertIn("grammar", errors[0]["message"])
         self.assertEqual(self.complete(normal)["choices"][0]["text"], alone)
+        # Where the doubling starts at once, it is refused when the grammar is compiled, before
+        # it reaches the engine.
+        b = self.complete({"prompt": "Once", "max_tokens": 8, "grammar": "root ::= a\n" +
+                           doubling}, status=400)
+        self.assertIn("too ambiguous", b["error"]["message"])
+        self.assertEqual(b["error"]["param"], "grammar")
 
 
 if __name__ == "__main__":

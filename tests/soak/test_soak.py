@@ -229,9 +229,9 @@ class SoakTest(unittest.TestCase):
                         lost.append("long_prompt: %d" % status)
                 elif kind == "grammar_bomb":  # issue 49: its states double with every "x"
                     status, body, _, _ = post({
-                        "prompt": "Once", "max_tokens": 40, "temperature": 0,
-                        "grammar": 'root ::= a\na ::= "x" a p | "x" a q | "x"\n'
-                                   'p ::= "y"\nq ::= "y"\n',
+                        "prompt": "Once", "max_tokens": 48, "temperature": 0,
+                        "grammar": 'root ::= "xxxxxxxxxxxxxxxxxx" a\n'
+                                   'a ::= "x" a p | "x" a q | "x"\np ::= "y"\nq ::= "y"\n',
                         "logit_bias": {"444": 100}})
                     record(kind, status)
                     if status != 400 or "grammar" not in body["error"]["message"]:
