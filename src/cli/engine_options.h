@@ -42,7 +42,7 @@ struct EngineOptions {
   int64_t spec_max_running = 8;
   std::string draft_dtype;  // empty: the model's --dtype
   double spec_min_acceptance = 0.3;
-  int64_t grammar_token_budget_ms = 200, grammar_request_budget_ms = 20000;
+  int64_t grammar_token_budget_ms = 5000, grammar_request_budget_ms = 60000;
 
   // dtype: the model's weight type (a draft model's unless --draft-dtype).
   EngineConfig config(kernels::WeightType dtype = kernels::WeightType::kF32) const {
@@ -107,11 +107,11 @@ inline void add_engine_options(CLI::App& app, EngineOptions& o) {
                  "the longest suffix a prompt lookup tries")
       ->capture_default_str();
   app.add_option("--grammar-token-budget-ms", o.grammar_token_budget_ms,
-                 "the time a request's grammar (structured output) may take to compute one "
+                 "the CPU time a request's grammar (structured output) may take to compute one "
                  "token's mask; past it the request ends alone with an error (0: no limit)")
       ->capture_default_str();
   app.add_option("--grammar-request-budget-ms", o.grammar_request_budget_ms,
-                 "the time a request's grammar may take over all its tokens (0: no limit)")
+                 "the CPU time a request's grammar may take over all its tokens (0: no limit)")
       ->capture_default_str();
   app.add_option("--spec-max-running", o.spec_max_running,
                  "speculate only while at most this many sequences run (a busy batch has no "

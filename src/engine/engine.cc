@@ -6,6 +6,7 @@
 
 #include "core/error.h"
 #include "core/log.h"
+#include "core/memory.h"
 
 namespace tf {
 
@@ -139,6 +140,13 @@ Engine::Engine(Model& model, const Tokenizer* tokenizer, std::vector<int32_t> eo
   }
   stats_.kv_blocks_total = pool_.num_blocks();
   last_progress_ns_ = Clock::now().time_since_epoch().count();
+  grammar_worker_ = std::make_unique<GrammarWorker>([this] {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      masks_ready_ = true;
+    }
+    cv_.notify_all();
+  });
   thread_ = std::thread([this] { loop(); });
 }
 
@@ -162,6 +170,7 @@ Engine::~Engine() {
   }
   cv_.notify_all();
   thread_.join();
+  grammar_worker_.reset();
   // Whoever still waits on a stream learns that the request ended.
   for (auto& r : active_) r->stream->push(aborted_output());
   for (auto& r : incoming_) r->stream->push(aborted_output());
@@ -260,8 +269,9 @@ void Engine::loop() {
     }
     admit_new_requests();
     const auto started = Clock::now();
+    bool worked = true;
     try {
-      step();
+      worked = step();
     } catch (const std::exception& e) {
       if (dynamic_cast<const std::bad_alloc*>(&e)) {
         std::lock_guard<std::mutex> lock(stats_mu_);
@@ -288,7 +298,15 @@ void Engine::loop() {
         leave_queue(*r);
       }
       active_.clear();
+      deferred_.clear();
       if (draft_) draft_->release_all();
+    }
+    if (!worked) {
+      // Only sequences waiting for their masks: sleep until the worker finishes one (or a
+      // request arrives), not in a busy loop that takes the worker's core.
+      std::unique_lock<std::mutex> lock(mu_);
+      cv_.wait_for(lock, std::chrono::milliseconds(100),
+                   [&] { return stop_ || masks_ready_ || !incoming_.empty(); });
     }
     const double busy = std::chrono::duration<double>(Clock::now() - started).count();
     std::lock_guard<std::mutex> lock(stats_mu_);
@@ -296,16 +314,63 @@ void Engine::loop() {
   }
 }
 
-void Engine::step() {
+bool Engine::step() {
   end_cancelled_requests();
+  resume_deferred();
   propose();
   const SchedulerOutput sched = scheduler_.schedule();
+  for (Sequence* p : sched.preempted) {
+    // Its row is gone with its blocks: recomputed, it is drawn afresh (the mask job stays).
+    if (p->deferred) {
+      p->deferred = false;
+      std::erase(deferred_, p);
+    }
+  }
+  if (sched.chunks.empty() && !deferred_.empty()) {
+    retire_and_record(sched);
+    return false;
+  }
   run_forward(sched);
   note_first_scheduled(sched);
   gather_prompt_rows(sched);
   sample(scheduler_.update(sched));
   step_beam_searches();
   retire_and_record(sched);
+  return true;
+}
+
+void Engine::resume_deferred() {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    masks_ready_ = false;
+  }
+  for (size_t i = 0; i < deferred_.size();) {
+    Sequence& seq = *deferred_[i];
+    if (!seq.deferred || seq.status == SequenceStatus::kFinished) {
+      seq.deferred = false;
+      deferred_.erase(deferred_.begin() + static_cast<std::ptrdiff_t>(i));
+      continue;
+    }
+    if (!seq.sampler->mask_ready()) {
+      ++i;
+      continue;
+    }
+    seq.deferred = false;
+    deferred_.erase(deferred_.begin() + static_cast<std::ptrdiff_t>(i));
+    StepOutput out;
+    try {
+      out = seq.sampler->resume();
+    } catch (const std::exception& e) {
+      fail_request(*seq.request, e);
+      continue;
+    }
+    if (out.deferred) {  // (not ready after all: wait again)
+      seq.deferred = true;
+      deferred_.push_back(&seq);
+      continue;
+    }
+    stream_step(seq, std::move(out), true);
+  }
 }
 
 void Engine::step_beam_searches() {
@@ -542,6 +607,12 @@ void Engine::sample(const std::vector<ReadySequence>& ready) {
       Draw& d = draws_[i];
       try {
         SequenceSampler& sampler = *d.seq->sampler;
+        // Expensive masks go to the worker, the draw deferred: not for a sequence with
+        // proposals (its verification rows are this step's) nor in static batching (whose rows
+        // move together).
+        sampler.set_worker(d.drafts.empty() && !config_.scheduler.static_batching
+                               ? grammar_worker_.get()
+                               : nullptr);
         auto row = [&](size_t j) {
           return std::span<float>(d.logits.data() + static_cast<int64_t>(j) * vocab, vocab);
         };
@@ -559,6 +630,7 @@ void Engine::sample(const std::vector<ReadySequence>& ready) {
           return sampler.step(row(j));
         };
         d.out = draw(0);
+        if (d.out.deferred) continue;
         const StepOutput* last = &d.out;
         for (size_t j = 0;
              j < d.drafts.size() && !sampler.finished() && last->sample.token == d.drafts[j]; ++j) {
@@ -591,6 +663,11 @@ void Engine::sample(const std::vector<ReadySequence>& ready) {
     Sequence& seq = *d.seq;
     if (!failed.empty() && std::find(failed.begin(), failed.end(), seq.request) != failed.end())
       continue;
+    if (d.out.deferred) {  // drawn once the worker has its mask (resume_deferred)
+      seq.deferred = true;
+      deferred_.push_back(&seq);
+      continue;
+    }
     const bool speculated = !d.drafts.empty();
     const int64_t len = seq.num_tokens();
     stream_step(seq, std::move(d.out), d.more.empty());
@@ -677,6 +754,9 @@ void Engine::fail_request(EngineRequest& r, const std::exception& e) {
     ++stats_.oom_alloc_failures;
   }
   log::warn("request {} ended alone: {}", r.spec.id, e.what());
+  // What failed may have held tens of MB (a grammar's matcher with 65,536 ways, in a compute
+  // thread's malloc arena): given back, so that an attack leaves no lasting growth.
+  release_free_memory();
   RequestOutput failure = failed_output();
   failure.error_kind = kind;
   if (kind != ErrorKind::kInternal) failure.error = e.what();  // the client's input: say why

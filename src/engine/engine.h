@@ -54,10 +54,12 @@ struct EngineConfig {
   // proposing for spec_pause_steps steps (a proposal that fails costs verification rows).
   double spec_min_acceptance = 0.3;
   int64_t spec_pause_steps = 16;
-  // What a request's grammar (structured output) may cost: its mask and matcher's time per
-  // token and in all (--grammar-token-budget-ms, --grammar-request-budget-ms). Past either its
-  // request ends alone with an error; the others never wait longer than that for it.
-  GrammarBudget grammar_budget{std::chrono::milliseconds(200), std::chrono::milliseconds(20000)};
+  // What a request's grammar (structured output) may cost: its mask and matcher's CPU time per
+  // token and in all (--grammar-token-budget-ms, --grammar-request-budget-ms), on the thread that
+  // computes them (CPU time: a loaded machine does not fail honest grammars). Past either, its
+  // request ends alone with an error. A mask that takes longer than inline_time (2 ms) is
+  // computed by the GrammarWorker while the other sequences step on.
+  GrammarBudget grammar_budget{std::chrono::milliseconds(5000), std::chrono::milliseconds(60000)};
 };
 
 // Sets the speculation fields of `config` from "off", "ngram" or "draft:PATH" (the --speculative
@@ -122,7 +124,10 @@ class Engine {
  private:
   void loop();
   // cancels -> schedule -> copies + forward -> update -> sample (and fork) -> retire.
-  void step();
+  // One step; false when it had nothing to compute (only sequences waiting for their masks).
+  bool step();
+  // Draws for the sequences whose grammar masks the worker has finished (deferred draws).
+  void resume_deferred();
   void admit_new_requests();
   // Requests past their deadline or cancelled end, so their blocks are free for this schedule.
   void end_cancelled_requests();
@@ -163,10 +168,11 @@ class Engine {
   Scheduler scheduler_;
   std::unique_ptr<DraftProposer> draft_;
 
-  std::mutex mu_;  // guards incoming_ and stop_
+  std::mutex mu_;  // guards incoming_, stop_ and masks_ready_
   std::condition_variable cv_;
   std::vector<std::unique_ptr<EngineRequest>> incoming_;
   bool stop_ = false;
+  bool masks_ready_ = false;  // the grammar worker finished a job since the engine last looked
   uint64_t next_arrival_ = 0;
 
   std::vector<std::unique_ptr<EngineRequest>> active_;  // engine thread only
@@ -189,6 +195,8 @@ class Engine {
   };
   std::vector<Draw> draws_;
   std::vector<std::vector<float>> sibling_rows_;
+  // Sequences whose draw waits for a grammar mask the worker computes (engine thread only).
+  std::vector<Sequence*> deferred_;
 
   void leave_queue(EngineRequest& r);
   // Ends every open sequence of r alone, with the error its own input caused (a grammar past
@@ -202,6 +210,8 @@ class Engine {
   mutable std::mutex stats_mu_;
   EngineStats stats_;
   std::thread thread_;
+  // Expensive grammar masks, off the engine's thread (last: its callback uses mu_ and cv_).
+  std::unique_ptr<GrammarWorker> grammar_worker_;
 };
 
 // Runs one request to completion through an engine and collects its sequences' tokens and text.

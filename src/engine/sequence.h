@@ -28,6 +28,7 @@ struct Sequence {
   SequenceStatus status = SequenceStatus::kWaiting;
   int64_t preemptions = 0;
   bool padding = false;   // finished, holding its row in a padded static batch (Scheduler::pad)
+  bool deferred = false;  // its draw waits for its grammar mask (Engine::resume_deferred)
   uint64_t fair_tag = 0;  // its turn among the waiting of its priority (Scheduler::add)
   // Speculative decoding: the last num_drafts tokens are proposals, computed with the others
   // and verified once their rows are ready (Engine::sample); never cached or emitted before.

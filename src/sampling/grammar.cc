@@ -1,5 +1,7 @@
 #include "sampling/grammar.h"
 
+#include <time.h>
+
 #include <algorithm>
 #include <cmath>
 #include <functional>
@@ -480,8 +482,14 @@ number ::= "-"? ( "0" | [1-9] [0-9]* ) ( "." [0-9]+ )? ( [eE] [-+]? [0-9]+ )?
 ws     ::= [ \t\n]*
 )";
 
-GrammarDeadline::GrammarDeadline(std::chrono::steady_clock::time_point deadline, std::string what)
-    : deadline_(deadline), what_(std::move(what)), outer_(t_deadline) {
+ThreadCpuClock::time_point ThreadCpuClock::now() noexcept {
+  timespec ts{};
+  ::clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+  return time_point(duration(int64_t{ts.tv_sec} * 1'000'000'000 + ts.tv_nsec));
+}
+
+GrammarDeadline::GrammarDeadline(ThreadCpuClock::time_point deadline, std::string what, bool yield)
+    : deadline_(deadline), what_(std::move(what)), yield_(yield), outer_(t_deadline) {
   t_deadline = this;
 }
 
@@ -491,7 +499,8 @@ GrammarDeadline::~GrammarDeadline() {
 
 void GrammarDeadline::check() {
   const GrammarDeadline* d = t_deadline;
-  if (d == nullptr || std::chrono::steady_clock::now() < d->deadline_) return;
+  if (d == nullptr || ThreadCpuClock::now() < d->deadline_) return;
+  if (d->yield_) throw GrammarYield{};
   fail(ErrorKind::kResourceExhausted,
        "grammar: the constraint is too expensive: computing the tokens it allows used up {}",
        d->what_);
@@ -632,7 +641,7 @@ bool GrammarMatcher::advance(std::string_view bytes, GrammarMatcher& out) const 
 
 void check_ambiguity(const Grammar& grammar, std::chrono::milliseconds budget) {
   constexpr size_t kProbeChars = 16, kMaxProbeWays = 4096, kMaxCandidates = 32;
-  const auto deadline = std::chrono::steady_clock::now() + budget;
+  const auto deadline = ThreadCpuClock::now() + budget;
   GrammarMatcher m(grammar);
   std::string text;  // what the probe followed, for the error
   auto refuse = [&](size_t ways) {
@@ -651,7 +660,7 @@ void check_ambiguity(const Grammar& grammar, std::chrono::milliseconds budget) {
          kMaxProbeWays);
   };
   for (size_t step = 0; step < kProbeChars; ++step) {
-    if (std::chrono::steady_clock::now() >= deadline) return;
+    if (ThreadCpuClock::now() >= deadline) return;
     // The characters the stacks expect next: the first of each range (printable where the
     // element is a negated class).
     std::vector<uint32_t> candidates;

@@ -50,12 +50,14 @@ Grammar parse_gbnf(std::string_view text);
 // A cheap look for exponential ambiguity when a grammar is compiled (GrammarVocab::compile):
 // follows it for up to 16 characters, each time taking the character that leaves the most ways
 // to continue (an adversary's pick among the characters its stacks expect next), and throws
-// Error (kInvalidArgument) naming that text once more than 4096 ways are open. Grammars such as
-// "(.{0,1000}){99}" or nested stars are refused before they reach the engine. It proves only
-// what it sees (within `budget` of time); the matcher's own limit and the engine's budgets hold
-// the rest.
+// Error (kInvalidArgument) naming that text once more than 4096 ways are open: grammars whose
+// ways double with every character (nested rules that each leave a different continuation
+// pending) are refused before they reach the engine. Regular languages stay polynomial once equal
+// stacks merge ("(.{0,1000}){99}" has 138 ways after 16 characters) and pass. It proves only what
+// it sees (within `budget` of the thread's CPU time); the matcher's own limit and the engine's
+// budgets hold the rest.
 void check_ambiguity(const Grammar& grammar,
-                     std::chrono::milliseconds budget = std::chrono::milliseconds(20));
+                     std::chrono::milliseconds budget = std::chrono::milliseconds(100));
 
 // A vocabulary's token bytes as a trie, built once per tokenizer: a mask walks it, so a prefix
 // many tokens share is matched once for all of them.
@@ -96,14 +98,31 @@ struct GrammarVocab {
 };
 
 // How much work a constraint may cost the thread that runs it: while one is in scope (on that
-// thread), the matcher and the mask computations check the clock every few hundred steps and
+// thread), the matcher and the mask computations check the thread's CPU time every few thousand
+// units of work and
 // throw Error (kResourceExhausted) naming the budget once the deadline passes, so that a
 // grammar whose states explode, or whose masks need long vocabulary walks, fails its own
 // sequence within about the budget instead of holding the engine step.
+// The CPU time of the calling thread, as a chrono clock: a constraint's budgets count the work
+// it does, not the time a loaded machine keeps its thread waiting.
+struct ThreadCpuClock {
+  using duration = std::chrono::nanoseconds;
+  using rep = duration::rep;
+  using period = duration::period;
+  using time_point = std::chrono::time_point<ThreadCpuClock>;
+  static constexpr bool is_steady = true;
+  static time_point now() noexcept;
+};
+
+// Thrown instead of the Error by a GrammarDeadline made to yield: the work was only tried inline
+// and goes on elsewhere (SequenceSampler hands it to its GrammarWorker).
+struct GrammarYield {};
+
 class GrammarDeadline {
  public:
-  // what: the budget's name in the error ("the step's budget of 200 ms").
-  GrammarDeadline(std::chrono::steady_clock::time_point deadline, std::string what);
+  // what: the budget's name in the error ("the step's budget of 200 ms"). yield: throw
+  // GrammarYield instead of the Error when the deadline passes.
+  GrammarDeadline(ThreadCpuClock::time_point deadline, std::string what, bool yield = false);
   ~GrammarDeadline();
   GrammarDeadline(const GrammarDeadline&) = delete;
   GrammarDeadline& operator=(const GrammarDeadline&) = delete;
@@ -112,8 +131,9 @@ class GrammarDeadline {
   static void check();
 
  private:
-  std::chrono::steady_clock::time_point deadline_;
+  ThreadCpuClock::time_point deadline_;
   std::string what_;
+  bool yield_;
   GrammarDeadline* outer_;
 };
 

@@ -28,6 +28,9 @@ struct GrammarVocab;
 // its mask and matcher may take in one step, and in all its steps together. Zero: no limit.
 struct GrammarBudget {
   std::chrono::milliseconds step{0}, total{0};
+  // How long a mask may take inline (on the engine's thread) before a GrammarWorker, where the
+  // engine gives one, takes it over and the sequence's draw waits for it.
+  std::chrono::microseconds inline_time{2000};
   bool operator==(const GrammarBudget&) const = default;
 };
 

@@ -7,6 +7,7 @@
 #include <utility>
 
 #include "core/error.h"
+#include "core/memory.h"
 
 namespace tf {
 
@@ -53,31 +54,40 @@ namespace {
 constexpr uint64_t kDraftStream = 1ull << 62, kResidualStream = 1ull << 63;
 }  // namespace
 
-template <class Fn>
-void SequenceSampler::within_budget(Fn fn) {
-  using std::chrono::steady_clock;
+std::pair<ThreadCpuClock::time_point, std::string> SequenceSampler::budget_end(
+    ThreadCpuClock::time_point start) const {
   const GrammarBudget& b = params_.grammar_budget;
-  const auto start = steady_clock::now();
+  auto end = ThreadCpuClock::time_point::max();
+  std::string what;
+  if (b.step.count() > 0) {
+    end = start - grammar_step_ + b.step;
+    what = fmt::format("the budget of {} ms a token", b.step.count());
+  }
+  if (b.total.count() > 0 && start - grammar_total_ + b.total < end) {
+    end = start - grammar_total_ + b.total;
+    what = fmt::format("the budget of {} ms a request", b.total.count());
+  }
+  return {end, std::move(what)};
+}
+
+template <class Fn>
+void SequenceSampler::within_budget(Fn fn, bool inline_only) {
+  const auto start = ThreadCpuClock::now();
   std::optional<GrammarDeadline> deadline;
-  if (b.step.count() > 0 || b.total.count() > 0) {
-    auto end = steady_clock::time_point::max();
-    std::string what;
-    if (b.step.count() > 0) {
-      end = start - grammar_step_ + b.step;
-      what = fmt::format("the budget of {} ms a token", b.step.count());
-    }
-    if (b.total.count() > 0 && start - grammar_total_ + b.total < end) {
-      end = start - grammar_total_ + b.total;
-      what = fmt::format("the budget of {} ms a request", b.total.count());
-    }
+  auto [end, what] = budget_end(start);
+  const auto inline_end = start + params_.grammar_budget.inline_time;
+  if (inline_only && inline_end < end) {
+    deadline.emplace(inline_end, "", /*yield=*/true);
+    GrammarDeadline::check();  // an inline time of 0: straight to the worker
+  } else if (end != ThreadCpuClock::time_point::max()) {
     deadline.emplace(end, std::move(what));
     GrammarDeadline::check();  // already spent
   }
   struct Count {  // the time counts even when fn throws
     SequenceSampler& s;
-    steady_clock::time_point start;
+    ThreadCpuClock::time_point start;
     ~Count() {
-      const auto spent = steady_clock::now() - start;
+      const auto spent = ThreadCpuClock::now() - start;
       s.grammar_step_ += spent;
       s.grammar_total_ += spent;
     }
@@ -88,13 +98,99 @@ void SequenceSampler::within_budget(Fn fn) {
 StepOutput SequenceSampler::step(std::span<float> logits) {
   StepOutput out;
   if (finished()) return out;
+  deferred_row_.clear();  // a row computed again (after a preemption) replaces a saved one
   grammar_step_ = {};
   apply_logits_processors(params_, history_, eos_ids_, logits);
-  if (grammar_) constrain(logits);
+  if (grammar_) {
+    std::vector<uint64_t> mask;
+    if (!obtain_mask(mask)) {
+      // Computed off the engine's thread: the processed row waits for it (resume()).
+      deferred_row_.assign(logits.begin(), logits.end());
+      out.deferred = true;
+      return out;
+    }
+    apply_mask(logits, mask);
+  }
   const double u = sample_uniform(seed_, stream_, history_.output().size());
   out.sample = sampler_.sample(logprob_params_, logits, u);
   advance(out);
   return out;
+}
+
+bool SequenceSampler::mask_ready() const {
+  return pending_ == nullptr || pending_->done.load(std::memory_order_acquire);
+}
+
+StepOutput SequenceSampler::resume() {
+  StepOutput out;
+  if (finished() || deferred_row_.empty()) return out;
+  std::vector<uint64_t> mask;
+  if (!obtain_mask(mask)) {
+    out.deferred = true;
+    return out;
+  }
+  std::vector<float> row = std::move(deferred_row_);
+  deferred_row_.clear();
+  apply_mask(row, mask);
+  const double u = sample_uniform(seed_, stream_, history_.output().size());
+  out.sample = sampler_.sample(logprob_params_, row, u);
+  advance(out);
+  return out;
+}
+
+bool SequenceSampler::obtain_mask(std::vector<uint64_t>& mask) {
+  if (pending_) {
+    if (!pending_->done.load(std::memory_order_acquire)) return false;
+    const std::shared_ptr<PendingMask> p = std::exchange(pending_, nullptr);
+    grammar_step_ += p->spent;
+    grammar_total_ += p->spent;
+    if (p->error) std::rethrow_exception(p->error);
+    mask = std::move(p->mask);
+    return true;
+  }
+  if (worker_ == nullptr) {
+    within_budget([&] { mask = params_.grammar->mask(*grammar_); });
+    return true;
+  }
+  try {
+    within_budget([&] { mask = params_.grammar->mask(*grammar_); }, /*inline_only=*/true);
+    return true;
+  } catch (const GrammarYield&) {
+  }
+  // Too slow to wait for on the engine's thread: the worker computes it under what is left of
+  // the budgets, counted from when it starts (not while it queues behind others).
+  auto p = std::make_shared<PendingMask>();
+  const GrammarBudget& b = params_.grammar_budget;
+  auto left = [&](std::chrono::milliseconds budget, ThreadCpuClock::duration spent) {
+    return budget.count() > 0 ? std::optional(budget - spent) : std::nullopt;
+  };
+  const auto step_left = left(b.step, grammar_step_), total_left = left(b.total, grammar_total_);
+  std::string what = step_left && (!total_left || *step_left <= *total_left)
+                         ? fmt::format("the budget of {} ms a token", b.step.count())
+                         : fmt::format("the budget of {} ms a request", b.total.count());
+  std::optional<ThreadCpuClock::duration> room;
+  if (step_left) room = *step_left;
+  if (total_left && (!room || *total_left < *room)) room = *total_left;
+  worker_->submit([p, grammar = params_.grammar, matcher = *grammar_, room, what]() {
+    const auto start = ThreadCpuClock::now();
+    try {
+      std::optional<GrammarDeadline> deadline;
+      if (room) {
+        deadline.emplace(start + *room, what);
+        GrammarDeadline::check();
+      }
+      p->mask = grammar->mask(matcher);
+    } catch (...) {
+      p->error = std::current_exception();
+    }
+    // A matcher this wide (or one that blew up) left tens of MB free in this thread's malloc
+    // arena: give the pages back, or the process keeps them.
+    if (p->error || matcher.ways() > 4096) release_free_memory();
+    p->spent = ThreadCpuClock::now() - start;
+    p->done.store(true, std::memory_order_release);
+  });
+  pending_ = std::move(p);
+  return false;
 }
 
 int32_t SequenceSampler::draft(std::span<float> logits, int64_t ahead, std::span<float> q) {
@@ -125,7 +221,11 @@ StepOutput SequenceSampler::verify(std::span<float> logits, int32_t proposal,
   if (finished()) return out;
   grammar_step_ = {};
   apply_logits_processors(params_, history_, eos_ids_, logits);
-  if (grammar_) constrain(logits);
+  if (grammar_) {
+    std::vector<uint64_t> mask;
+    within_budget([&] { mask = params_.grammar->mask(*grammar_); });  // inline: no deferral
+    apply_mask(logits, mask);
+  }
   const uint64_t n = history_.output().size();
   const auto p = sampler_.distribution(logprob_params_, logits);
   if (p.empty())
@@ -205,9 +305,7 @@ void SequenceSampler::advance(StepOutput& out) {
   text_ += out.text;
 }
 
-void SequenceSampler::constrain(std::span<float> logits) {
-  std::vector<uint64_t> allowed;
-  within_budget([&] { allowed = params_.grammar->mask(*grammar_); });
+void SequenceSampler::apply_mask(std::span<float> logits, const std::vector<uint64_t>& allowed) {
   // The ends: end-of-sequence ids (unless ignored) and stop tokens, where the grammar may end.
   std::vector<int32_t> ends = params_.stop_token_ids;
   if (!params_.ignore_eos) ends.insert(ends.end(), eos_ids_.begin(), eos_ids_.end());

@@ -4,7 +4,10 @@
 // turn the token into text, and decide whether it is finished (EOS, stop token, stop string,
 // max_tokens). The engine keeps one per running sequence; `tokenflow generate` uses it directly.
 
+#include <atomic>
+#include <chrono>
 #include <cstdint>
+#include <exception>
 #include <memory>
 #include <optional>
 #include <span>
@@ -12,6 +15,7 @@
 #include <vector>
 
 #include "sampling/grammar.h"
+#include "sampling/grammar_worker.h"
 #include "sampling/logits_processor.h"
 #include "sampling/sampler.h"
 #include "sampling/sampling_params.h"
@@ -27,6 +31,9 @@ struct StepOutput {
   SampleResult sample;  // token, logprob, top alternatives
   std::string text;     // text that became final with this step (may be empty)
   FinishReason finish = FinishReason::kNone;
+  // Nothing was drawn: the grammar's mask is being computed by the GrammarWorker; resume()
+  // draws from the same row once mask_ready().
+  bool deferred = false;
 };
 
 class SequenceSampler {
@@ -38,8 +45,16 @@ class SequenceSampler {
                   std::span<const int32_t> prompt, const Tokenizer* tokenizer,
                   std::vector<int32_t> eos_ids);
 
-  // Processes `logits` in place, samples, and advances. Call only while !finished().
+  // Processes `logits` in place, samples, and advances. Call only while !finished(). With a
+  // worker set, a grammar mask that takes longer than a short inline attempt is handed to it
+  // and the result is deferred (out.deferred; the processed row is kept for resume()).
   StepOutput step(std::span<float> logits);
+  void set_worker(GrammarWorker* worker) { worker_ = worker; }
+  // Whether a deferred step can be resumed now (its mask is computed, or failed).
+  bool mask_ready() const;
+  // Finishes a deferred step from its kept row: the same token step() would have drawn. Still
+  // deferred while !mask_ready(); throws the mask's error (a budget used up).
+  StepOutput resume();
   // Ends the sequence from outside (client gone, deadline): releases held-back text.
   StepOutput abort();
 
@@ -70,11 +85,25 @@ class SequenceSampler {
   // Appends the chosen token and decides whether the sequence finished (out.sample is filled).
   void advance(StepOutput& out);
   // Masks the tokens the grammar refuses now (end-of-sequence ids: allowed where it may end).
-  void constrain(std::span<float> logits);
+  void apply_mask(std::span<float> logits, const std::vector<uint64_t>& allowed);
+  // The mask for the grammar's state now: computed inline, taken from the worker's finished
+  // job, or (false) handed to the worker or still being computed there.
+  bool obtain_mask(std::vector<uint64_t>& mask);
   // Runs fn (the grammar's work) under params_.grammar_budget: throws Error (kResourceExhausted)
   // once this step's or the sequence's budget is used up; the time counts either way.
+  // inline_only: GrammarYield after the budget's inline_time instead (the worker takes over).
   template <class Fn>
-  void within_budget(Fn fn);
+  void within_budget(Fn fn, bool inline_only = false);
+  // When the budgets run out, counted from start, and which one that is.
+  std::pair<ThreadCpuClock::time_point, std::string> budget_end(
+      ThreadCpuClock::time_point start) const;
+
+  struct PendingMask {  // a mask the worker computes
+    std::atomic<bool> done{false};
+    std::vector<uint64_t> mask;
+    std::exception_ptr error;
+    ThreadCpuClock::duration spent{};
+  };
 
   SamplingParams params_;
   uint64_t seed_, stream_;
@@ -88,9 +117,12 @@ class SequenceSampler {
   double cumulative_logprob_ = 0.0;
   std::string text_;
   // The grammar's time this step (the mask and the token's accept) and in all steps so far.
-  std::chrono::steady_clock::duration grammar_step_{}, grammar_total_{};
-  bool grammar_stop_ = false;      // the grammar left only an end: the token drawn ends it
-  SamplingParams logprob_params_;  // params with logprobs forced on (for best_of ranking)
+  ThreadCpuClock::duration grammar_step_{}, grammar_total_{};
+  bool grammar_stop_ = false;  // the grammar left only an end: the token drawn ends it
+  GrammarWorker* worker_ = nullptr;
+  std::shared_ptr<PendingMask> pending_;
+  std::vector<float> deferred_row_;  // a deferred step's processed logits
+  SamplingParams logprob_params_;    // params with logprobs forced on (for best_of ranking)
 };
 
 }  // namespace tf

@@ -25,6 +25,15 @@ bool is_word_byte(unsigned char c) {
   return std::isalnum(c) || c == '_' || c >= 0x80;
 }
 
+// A token id from the file: a JSON integer in 0..2^24-1 (a float such as 1e33, or a value out of
+// that range, is an error, never a wrapped or undefined conversion).
+int32_t token_id(const json& id, const std::string& source, const char* what) {
+  if (!id.is_number_integer() || id.get<int64_t>() < 0 || id.get<int64_t>() >= (1 << 24))
+    fail("{}: {} must be a token id (an integer from 0 to 2^24 - 1), got {}", source, what,
+         id.dump(-1, ' ', false, json::error_handler_t::replace));
+  return static_cast<int32_t>(id.get<int64_t>());
+}
+
 TokenIdMap parse_vocab(const json& v, const std::string& source) {
   if (!v.is_object()) fail("{}: model.vocab must be an object of token -> id", source);
   TokenIdMap vocab;
@@ -85,13 +94,14 @@ void parse_post_processor(const json& pp, const std::string& source, std::vector
       if (it == specials.end() || !it->contains("ids")) {
         fail("{}: TemplateProcessing names special token '{}' without ids", source, name);
       }
-      for (const auto& id : (*it)["ids"]) (before ? prefix : suffix).push_back(id.get<int32_t>());
+      for (const auto& id : (*it)["ids"])
+        (before ? prefix : suffix).push_back(token_id(id, source, "a special token's ids"));
     }
     return;
   }
   if (type == "RobertaProcessing" || type == "BertProcessing") {
-    prefix.push_back(pp.at("cls").at(1).get<int32_t>());
-    suffix.push_back(pp.at("sep").at(1).get<int32_t>());
+    prefix.push_back(token_id(pp.at("cls").at(1), source, "post_processor.cls"));
+    suffix.push_back(token_id(pp.at("sep").at(1), source, "post_processor.sep"));
     return;
   }
   fail(ErrorKind::kUnsupported, "{}: post_processor type '{}' is not supported", source, type);
@@ -137,7 +147,7 @@ std::unique_ptr<HfTokenizer> HfTokenizer::from_json(std::string_view json_text,
     tok->decoder_ = make_decoder(j.value("decoder", json()));
     for (const auto& a : j.value("added_tokens", json::array())) {
       AddedToken t;
-      t.id = a.at("id").get<int32_t>();
+      t.id = token_id(a.at("id"), source, "added_tokens[].id");
       t.content = a.at("content").get<std::string>();
       t.special = a.value("special", false);
       t.lstrip = a.value("lstrip", false);

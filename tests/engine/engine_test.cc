@@ -1185,6 +1185,84 @@ TEST(EngineFailure, AFailingGrammarEndsOnlyItsOwnRequest) {
   }
 }
 
+// A constraint whose masks are slow is computed off the engine's thread (GrammarWorker): its
+// sequence's draws wait for them while the others step on (issue 49: before, every sequence of
+// the step waited for the slowest mask), and what it draws is what it would have drawn inline.
+TEST(EngineFailure, ASlowConstraintSlowsOnlyItsOwnSequence) {
+  ModelConfig c = tiny_config();
+  c.vocab_size = 20000;
+  c.max_seq_len = 512;
+  SlowModel model(c);
+  // 20,000 lowercase tokens, every one allowed at every position of "[a-z]{1,1000}", which is a
+  // new context there: a walk of the whole vocabulary trie per token, tens of milliseconds,
+  // against microseconds for a step of this model.
+  std::mt19937_64 rng(3);
+  std::vector<std::string> tokens = {""};
+  while (tokens.size() < 20000) {
+    std::string t;
+    const int len = 1 + static_cast<int>(rng() % 8);
+    for (int k = 0; k < len; ++k) t += static_cast<char>('a' + rng() % 26);
+    tokens.push_back(t);
+  }
+  const auto vocab = std::make_shared<const GrammarVocab>(tokens);
+  const auto letters = vocab->compile(regex_to_gbnf("[a-z]{1,1000}"));
+  GenerationRequest constrained;
+  constrained.prompt = {1, 2, 3};
+  constrained.params.max_tokens = 4;
+  constrained.params.temperature = 0.7f;
+  constrained.params.seed = 11;
+  constrained.params.ignore_eos = true;
+  constrained.params.grammar = letters;
+  constrained.params.grammar_vocab = vocab;
+  GenerationRequest plain = constrained;
+  plain.params.grammar = nullptr;
+  plain.params.grammar_vocab = nullptr;
+  plain.params.max_tokens = 400;
+  plain.params.temperature = 0.0f;  // greedy: an argmax, a step of microseconds
+  auto tokens_of = [](RequestStream& s, bool wait) {
+    std::vector<int32_t> got;
+    RequestOutput o;
+    while (wait ? s.next(o) : s.try_next(o))
+      got.insert(got.end(), o.token_ids.begin(), o.token_ids.end());
+    return got;
+  };
+  // Drawn inline (an inline time longer than any mask): the reference.
+  EngineConfig inline_config = tiny_engine_config(model);
+  inline_config.kv_cache_bytes = 64 * KvCache::bytes_per_block(model.config(), 16);
+  inline_config.grammar_budget = {{}, {}, std::chrono::hours(1)};
+  std::vector<int32_t> reference;
+  {
+    Engine e(model, nullptr, {}, inline_config);
+    auto s = e.submit(constrained);
+    reference = tokens_of(*s, true);
+  }
+  ASSERT_EQ(reference.size(), 4u);
+  // Every mask to the worker (an inline time of 0).
+  EngineConfig config = inline_config;
+  config.grammar_budget = {{}, {}, std::chrono::microseconds(0)};
+  Engine e(model, nullptr, {}, config);
+  // The same grammar compiled afresh: the reference run's masks are in the first one's cache.
+  const auto vocab2 = std::make_shared<const GrammarVocab>(tokens);
+  constrained.params.grammar = vocab2->compile(regex_to_gbnf("[a-z]{1,1000}"));
+  constrained.params.grammar_vocab = vocab2;
+  auto slow = e.submit(constrained);
+  auto fast = e.submit(plain);
+  EXPECT_EQ(tokens_of(*fast, true).size(), 400u);
+  // The plain request's 400 steps are done; the constrained one, waiting for its masks, is not
+  // (drawn inline, in lockstep, it would have finished its 4 tokens after 4 steps).
+  std::vector<int32_t> got = tokens_of(*slow, false);
+  EXPECT_LT(got.size(), 4u) << "the plain request waited for the constraint's masks";
+  const std::vector<int32_t> rest = tokens_of(*slow, true);
+  got.insert(got.end(), rest.begin(), rest.end());
+  EXPECT_EQ(got, reference) << "a deferred draw must be the draw made inline";
+  std::string text;
+  for (int32_t t : got) text += tokens[static_cast<size_t>(t)];
+  GrammarMatcher m(letters->grammar());
+  EXPECT_TRUE(m.accept(text)) << text;
+  wait_until([&] { return e.stats().kv_blocks_used == 0; });
+  EXPECT_EQ(e.stats().kv_blocks_used, 0);
+}
+
 TEST(EngineLiveness, AStepLongerThanTheLimitReadsAsNotResponsive) {
   SlowModel model(tiny_config());
   Engine e(model, nullptr, {}, tiny_engine_config(model));

@@ -77,9 +77,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     tf::GrammarMatcher m(compiled->grammar());
     for (size_t step = 0; step < 32; ++step) {
       // A budget per token, as the engine sets one (200 ms by default).
-      tf::GrammarDeadline deadline(
-          std::chrono::steady_clock::now() + std::chrono::milliseconds(100),
-          "the fuzz target's budget of 100 ms a token");
+      tf::GrammarDeadline deadline(tf::ThreadCpuClock::now() + std::chrono::milliseconds(100),
+                                   "the fuzz target's budget of 100 ms a token");
       const std::vector<bool> mask = compiled->allowed(m);
       if (step % 8 == 0) check(mask == m.allowed(v.trie), "mask != token-by-token answer", gbnf);
       std::vector<uint32_t> allowed;
