@@ -253,6 +253,15 @@ void Engine::loop() {
     {
       std::unique_lock<std::mutex> lock(mu_);
       if (scheduler_.idle() && active_.empty()) {
+        if (std::exchange(trim_when_idle_, false)) {
+          // A request failed since the engine was last idle: what its transient work left free
+          // in the threads' malloc arenas (a grammar matcher of tens of MB, say) is given back
+          // before the engine sleeps, so that idle memory does not depend on when it failed.
+          lock.unlock();
+          release_free_memory();
+          lock.lock();
+          if (!scheduler_.idle() || !active_.empty() || !incoming_.empty() || stop_) continue;
+        }
         idle_ = true;
         cv_.wait(lock, [&] { return stop_ || !incoming_.empty(); });
         last_progress_ns_ = Clock::now().time_since_epoch().count();
@@ -757,6 +766,7 @@ void Engine::fail_request(EngineRequest& r, const std::exception& e) {
   // What failed may have held tens of MB (a grammar's matcher with 65,536 ways, in a compute
   // thread's malloc arena): given back, so that an attack leaves no lasting growth.
   release_free_memory();
+  trim_when_idle_ = true;
   RequestOutput failure = failed_output();
   failure.error_kind = kind;
   if (kind != ErrorKind::kInternal) failure.error = e.what();  // the client's input: say why

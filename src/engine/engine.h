@@ -197,6 +197,7 @@ class Engine {
   std::vector<std::vector<float>> sibling_rows_;
   // Sequences whose draw waits for a grammar mask the worker computes (engine thread only).
   std::vector<Sequence*> deferred_;
+  bool trim_when_idle_ = false;  // a request failed: free memory goes back once idle
 
   void leave_queue(EngineRequest& r);
   // Ends every open sequence of r alone, with the error its own input caused (a grammar past

@@ -8,6 +8,7 @@
 #include <map>
 #include <optional>
 #include <set>
+#include <string_view>
 #include <vector>
 
 #include "core/error.h"
@@ -235,6 +236,34 @@ const char* const kBuiltins[][2] = {
 };
 
 constexpr size_t kMaxGrammarBytes = size_t{1} << 20;  // what parse_gbnf accepts
+
+// Texts as a trie of code points: node 0 the root, `end` where a text ends.
+struct CodePointTrie {
+  struct Node {
+    std::map<uint32_t, size_t> next;
+    bool end = false;
+  };
+  std::vector<Node> nodes = std::vector<Node>(1);
+
+  void insert(const std::vector<uint32_t>& cps) {
+    size_t n = 0;
+    for (uint32_t cp : cps) {
+      auto it = nodes[n].next.find(cp);
+      if (it == nodes[n].next.end()) {
+        nodes.emplace_back();
+        it = nodes[n].next.emplace(cp, nodes.size() - 1).first;
+      }
+      n = it->second;
+    }
+    nodes[n].end = true;
+  }
+};
+
+std::vector<uint32_t> code_points(std::string_view text) {
+  std::vector<uint32_t> cps;
+  for (size_t i = 0; i < text.size();) cps.push_back(unicode::next_code_point(text, i));
+  return cps;
+}
 
 class SchemaCompiler {
  public:
@@ -680,24 +709,9 @@ class SchemaCompiler {
   // 20,000 strings written as 20,000 alternatives held 20,000 stacks at its first character,
   // and a mask needed a context for each).
   static std::string literal_trie(const std::vector<std::string>& texts) {
-    struct Node {
-      std::map<uint32_t, size_t> next;
-      bool end = false;
-    };
-    std::vector<Node> trie(1);
-    for (const std::string& t : texts) {
-      size_t n = 0;
-      for (size_t i = 0; i < t.size();) {
-        const uint32_t cp = unicode::next_code_point(t, i);
-        auto it = trie[n].next.find(cp);
-        if (it == trie[n].next.end()) {
-          trie.emplace_back();
-          it = trie[n].next.emplace(cp, trie.size() - 1).first;
-        }
-        n = it->second;
-      }
-      trie[n].end = true;
-    }
+    CodePointTrie t;
+    for (const std::string& text : texts) t.insert(code_points(text));
+    const std::vector<CodePointTrie::Node>& trie = t.nodes;
     // Every text below node n (for the flat fallback of very deep tries).
     auto below = [&](size_t n) {
       std::vector<std::string> out;
@@ -913,29 +927,15 @@ class SchemaCompiler {
   // A JSON string key that is none of `keys`, without escapes (so that no spelling of a defined
   // key slips through).
   std::string other_key(const std::vector<std::string>& keys) {
-    struct Node {
-      std::map<uint32_t, size_t> next;
-      bool end = false;
-    };
-    std::vector<Node> trie(1);
+    CodePointTrie t;
     for (const auto& key : keys) {
       if (key.find_first_of(std::string("\"\\\0", 3)) != std::string::npos) continue;
-      size_t n = 0;
-      std::vector<uint32_t> cps;
-      for (size_t i = 0; i < key.size();) cps.push_back(unicode::next_code_point(key, i));
+      const std::vector<uint32_t> cps = code_points(key);
       bool control = false;
       for (uint32_t cp : cps) control |= cp < 0x20;
-      if (control) continue;
-      for (uint32_t cp : cps) {
-        auto it = trie[n].next.find(cp);
-        if (it == trie[n].next.end()) {
-          trie.emplace_back();
-          it = trie[n].next.emplace(cp, trie.size() - 1).first;
-        }
-        n = it->second;
-      }
-      trie[n].end = true;
+      if (!control) t.insert(cps);
     }
+    const std::vector<CodePointTrie::Node>& trie = t.nodes;
     const std::string free_rest = add_rule("key-rest", "[^\"\\\\\\x00-\\x1F]* \"\\\"\"");
     // Rules from the leaves up; node n's rule: the key's rest from n.
     std::vector<std::string> rule(trie.size());

@@ -95,13 +95,17 @@ class SoakTest(unittest.TestCase):
             h.update(headers)
             return c.request("POST", "/v1/completions", body, headers=h, raw=raw)
 
+        def send_completion(s, body):
+            """A POST /v1/completions of the JSON bytes body with the good key, on socket s."""
+            s.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer "
+                      b"sk-good\r\nContent-Type: application/json\r\nConnection: close\r\n"
+                      b"Content-Length: " + str(len(body)).encode() + b"\r\n\r\n" + body)
+
         def stream(rng, drop):
             body = json.dumps({"prompt": "Once upon a time", "max_tokens": rng.randint(8, 200),
                                "stream": True, "ignore_eos": True, "temperature": 1.0}).encode()
             s = socket.create_connection(("127.0.0.1", port), timeout=40)
-            s.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer "
-                      b"sk-good\r\nContent-Type: application/json\r\nConnection: close\r\n"
-                      b"Content-Length: " + str(len(body)).encode() + b"\r\n\r\n" + body)
+            send_completion(s, body)
             buf = b""
             try:
                 while True:
@@ -120,22 +124,21 @@ class SoakTest(unittest.TestCase):
             return "ok" if b"data: [DONE]" in buf else "truncated"
 
         def slow_reader(rng):
-            """A stream read a kilobyte at a time: its server-side queue passes
-            --max-unsent-bytes and the server ends it (or, on a slow machine, it finishes)."""
+            """A stream read 8 KiB at a time, slower than it is made: its server-side queue
+            passes --max-unsent-bytes and the server ends it (or, on a slow machine, it
+            finishes). What the kernel buffered is then drained in a few seconds."""
             body = json.dumps({"prompt": "Once upon a time", "max_tokens": 400, "n": 16,
                                "logprobs": 20, "stream": True, "ignore_eos": True}).encode()
             s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
             s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
             s.settimeout(40)
             s.connect(("127.0.0.1", port))
-            s.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer "
-                      b"sk-good\r\nContent-Type: application/json\r\nConnection: close\r\n"
-                      b"Content-Length: " + str(len(body)).encode() + b"\r\n\r\n" + body)
+            send_completion(s, body)
             buf = b""
             try:
                 while True:
                     try:
-                        got = s.recv(1024)
+                        got = s.recv(8192)
                     except ConnectionResetError:
                         break
                     if not got:
@@ -377,9 +380,12 @@ class SoakTest(unittest.TestCase):
         self.assertGreater(outcomes["burst_429"], 0)  # the burst did hit the limit
         if os.environ.get("TF_SANITIZED") != "1":
             # Memory does not grow with the amount of work: the second phase ends where the
-            # first did, give or take 2 MiB of RSS and 512 KiB of heap. (Under ASan the quarantine
-            # keeps freed memory; LeakSanitizer checks for leaks at exit instead: the exit code.)
-            self.assertLessEqual(second["rss_bytes"], first["rss_bytes"] + (2 << 20),
+            # first did, give or take 512 KiB of heap in use (the leak check) and 6 MiB of RSS
+            # (pages: the grammar bombs' matchers of tens of MB pass through several threads'
+            # malloc arenas, and what is resident of those after the trims varies by a few MiB
+            # run to run). (Under ASan the quarantine keeps freed memory; LeakSanitizer checks for
+            # leaks at exit instead: the exit code.)
+            self.assertLessEqual(second["rss_bytes"], first["rss_bytes"] + (6 << 20),
                                  (first, second))
             self.assertLessEqual(second["heap_in_use_bytes"],
                                  first["heap_in_use_bytes"] + (512 << 10), (first, second))
