@@ -310,16 +310,18 @@ void Engine::loop() {
       deferred_.clear();
       if (draft_) draft_->release_all();
     }
+    const double busy = std::chrono::duration<double>(Clock::now() - started).count();
+    {
+      std::lock_guard<std::mutex> lock(stats_mu_);
+      stats_.busy_seconds += busy;
+    }
     if (!worked) {
-      // Only sequences waiting for their masks: sleep until the worker finishes one (or a
-      // request arrives), not in a busy loop that takes the worker's core.
+      // Only sequences waiting for their masks: sleep (not counted busy) until the worker
+      // finishes one or a request arrives, not in a loop that takes the worker's core.
       std::unique_lock<std::mutex> lock(mu_);
       cv_.wait_for(lock, std::chrono::milliseconds(100),
                    [&] { return stop_ || masks_ready_ || !incoming_.empty(); });
     }
-    const double busy = std::chrono::duration<double>(Clock::now() - started).count();
-    std::lock_guard<std::mutex> lock(stats_mu_);
-    stats_.busy_seconds += busy;
   }
 }
 
@@ -764,8 +766,7 @@ void Engine::fail_request(EngineRequest& r, const std::exception& e) {
   }
   log::warn("request {} ended alone: {}", r.spec.id, e.what());
   // What failed may have held tens of MB (a grammar's matcher with 65,536 ways, in a compute
-  // thread's malloc arena): given back, so that an attack leaves no lasting growth.
-  release_free_memory();
+  // thread's malloc arena): given back once the engine is idle (loop), not here on the step.
   trim_when_idle_ = true;
   RequestOutput failure = failed_output();
   failure.error_kind = kind;
