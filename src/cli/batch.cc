@@ -22,10 +22,10 @@
 #include "core/error.h"
 #include "core/json.h"
 #include "sampling/grammar.h"
-#include "serving/openai_api.h"
-#include "serving/openai_render.h"
-#include "serving/openai_request.h"
-#include "serving/tool_calls.h"
+#include "serving/core/tool_calls.h"
+#include "serving/openai/openai_api.h"
+#include "serving/openai/openai_render.h"
+#include "serving/openai/openai_request.h"
 
 namespace tf::cli {
 namespace {

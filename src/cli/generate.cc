@@ -18,7 +18,7 @@
 #include "engine/model_instance.h"
 #include "model/model.h"
 #include "sampling/sequence_sampler.h"
-#include "serving/openai_request.h"
+#include "serving/core/prompt.h"
 #include "tokenizer/tokenizer_loader.h"
 
 namespace tf::cli {

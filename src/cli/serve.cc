@@ -13,7 +13,7 @@
 #include "core/error.h"
 #include "core/log.h"
 #include "serving/model_server.h"
-#include "serving/server_config.h"
+#include "serving/models/server_config.h"
 
 namespace tf::cli {
 namespace {

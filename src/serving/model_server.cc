@@ -9,7 +9,12 @@
 
 #include "core/error.h"
 #include "core/log.h"
-#include "serving/served_model.h"
+#include "serving/grpc/grpc_generation.h"
+#include "serving/models/served_model.h"
+#include "serving/openai/openai_routes.h"
+#include "serving/tfserving/grpc_model_service.h"
+#include "serving/tfserving/grpc_prediction_service.h"
+#include "serving/tfserving/tfserving_routes.h"
 
 namespace tf {
 namespace {
@@ -179,8 +184,28 @@ ModelServer::ModelServer(ModelServerOptions options) : options_(std::move(option
     log::warn("no model version is available yet: requests get 404 until one loads");
   }
   state.prepare_pool.start(o.prepare_threads);
-  if (o.serve_http) http_ = std::make_unique<Server>(state, o.http);
-  if (o.grpc) grpc_ = std::make_unique<GrpcServer>(state, *o.grpc);
+  // The protocols: each door's HTTP routes and gRPC services, on the shared state.
+  if (o.serve_http) {
+    http_ = std::make_unique<Server>(state, o.http);
+    add_openai_routes(http_->routes(), state);
+    add_tfserving_routes(http_->routes(), state);
+  }
+  if (o.grpc) {
+    auto service = [](auto* tag) {
+      using S = std::remove_pointer_t<decltype(tag)>;
+      return [](GrpcContext& ctx) -> std::unique_ptr<grpc::Service> {
+        return std::make_unique<S>(ctx);
+      };
+    };
+    grpc_ = std::make_unique<GrpcServer>(
+        state, *o.grpc,
+        std::vector<GrpcServiceSpec>{{service(static_cast<GenerationServiceImpl*>(nullptr)),
+                                      "tokenflow.v1.GenerationService", true},
+                                     {service(static_cast<ModelServiceImpl*>(nullptr)),
+                                      "tensorflow.serving.ModelService", false},
+                                     {service(static_cast<PredictionServiceImpl*>(nullptr)),
+                                      "tensorflow.serving.PredictionService", true}});
+  }
 }
 
 ModelServer::~ModelServer() {

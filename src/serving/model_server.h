@@ -14,11 +14,11 @@
 
 #include "engine/engine.h"
 #include "kernels/weights.h"
-#include "serving/grpc_server.h"
-#include "serving/server.h"
-#include "serving/server_config.h"
-#include "serving/serving_state.h"
-#include "serving/version_manager.h"
+#include "serving/core/serving_state.h"
+#include "serving/grpc/grpc_server.h"
+#include "serving/http/server.h"
+#include "serving/models/server_config.h"
+#include "serving/models/version_manager.h"
 
 namespace tf {
 

@@ -12,7 +12,7 @@
 
 #include "core/error.h"
 #include "openai_body_check.h"
-#include "serving/grpc_prediction_service.h"
+#include "serving/tfserving/grpc_prediction_service.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   static const bool quiet = [] {

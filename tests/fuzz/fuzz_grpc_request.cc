@@ -10,8 +10,8 @@
 
 #include "core/error.h"
 #include "openai_body_check.h"
-#include "serving/grpc_generation.h"
-#include "serving/server_config.h"
+#include "serving/grpc/grpc_generation.h"
+#include "serving/models/server_config.h"
 #include "tensorflow_serving/apis/model_management.pb.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {

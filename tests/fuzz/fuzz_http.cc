@@ -22,7 +22,7 @@
 #include <memory>
 #include <string>
 
-#include "serving/http_server.h"
+#include "serving/http/http_server.h"
 
 namespace {
 

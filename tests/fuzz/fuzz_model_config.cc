@@ -7,7 +7,7 @@
 #include <string_view>
 
 #include "core/error.h"
-#include "serving/server_config.h"
+#include "serving/models/server_config.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   try {

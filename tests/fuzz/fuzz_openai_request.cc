@@ -13,10 +13,11 @@
 #include "core/error.h"
 #include "core/json.h"
 #include "openai_body_check.h"
-#include "serving/completion_request.h"
-#include "serving/responses_api.h"
-#include "serving/tfserving_api.h"
-#include "serving/utility_api.h"
+#include "serving/core/completion_request.h"
+#include "serving/openai/openai_request.h"
+#include "serving/openai/responses_api.h"
+#include "serving/openai/utility_api.h"
+#include "serving/tfserving/tfserving_api.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const std::string text(reinterpret_cast<const char*>(data), size);

@@ -9,7 +9,8 @@
 #include <string>
 
 #include "core/error.h"
-#include "serving/planner.h"
+#include "serving/core/planner.h"
+#include "serving/openai/openai_request.h"
 #include "tokenizer/tokenizer_loader.h"
 
 inline void check_request(const tf::CompletionRequest& request);

@@ -8,8 +8,8 @@
 #include <thread>
 
 #include "core/error.h"
-#include "serving/auth.h"
-#include "serving/serving_state.h"
+#include "serving/core/auth.h"
+#include "serving/core/serving_state.h"
 
 namespace tf {
 namespace {

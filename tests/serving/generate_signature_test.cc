@@ -7,10 +7,11 @@
 #include <filesystem>
 #include <fstream>
 
-#include "serving/api_common.h"
-#include "serving/completion_request.h"
-#include "serving/generate_signature.h"
-#include "serving/server_config.h"
+#include "serving/core/api_common.h"
+#include "serving/core/completion_request.h"
+#include "serving/models/server_config.h"
+#include "serving/tfserving/generate_signature.h"
+#include "serving/tfserving/predict_request.h"
 
 namespace tf {
 namespace {

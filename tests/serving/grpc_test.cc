@@ -5,11 +5,14 @@
 #include <limits>
 
 #include "core/error.h"
-#include "serving/grpc_call.h"
-#include "serving/grpc_generation.h"
-#include "serving/grpc_prediction_service.h"
-#include "serving/openai_request.h"
-#include "serving/planner.h"
+#include "serving/core/planner.h"
+#include "serving/core/prompt.h"
+#include "serving/core/request_fields.h"
+#include "serving/grpc/grpc_call.h"
+#include "serving/grpc/grpc_generation.h"
+#include "serving/openai/openai_request.h"
+#include "serving/tfserving/grpc_prediction_service.h"
+#include "serving/tfserving/predict_plan.h"
 #include "tokenizer/tokenizer_loader.h"
 
 namespace tf {

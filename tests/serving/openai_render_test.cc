@@ -1,12 +1,14 @@
 // The OpenAI response shapes as pure functions (serving/openai_render.h): the exact JSON of a
 // whole response, stream chunks, the chat role and usage chunks, and both logprobs shapes.
-#include "serving/openai_render.h"
+#include "serving/openai/openai_render.h"
+#include "serving/core/prompt.h"
+#include "serving/openai/openai_request.h"
 
 #include <gtest/gtest.h>
 
 #include "core/error.h"
-#include "serving/api_common.h"
-#include "serving/completion_request.h"
+#include "serving/core/api_common.h"
+#include "serving/core/completion_request.h"
 #include "tokenizer/chat_template.h"
 
 namespace tf {

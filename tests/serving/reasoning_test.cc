@@ -7,7 +7,7 @@
 #include <sstream>
 #include <string>
 
-#include "serving/reasoning.h"
+#include "serving/core/reasoning.h"
 
 namespace tf {
 namespace {

@@ -11,8 +11,8 @@
 #include <random>
 
 #include "core/error.h"
-#include "serving/model_registry.h"
-#include "serving/server_config.h"
+#include "serving/models/model_registry.h"
+#include "serving/models/server_config.h"
 
 namespace tf {
 namespace {

@@ -5,14 +5,18 @@
 #include <condition_variable>
 #include <mutex>
 
-#include "serving/api_common.h"
-#include "serving/generation_job.h"
-#include "serving/grpc_generation.h"
-#include "serving/job_host.h"
-#include "serving/job_summary.h"
-#include "serving/openai_api.h"
-#include "serving/planner.h"
-#include "serving/tfserving_api.h"
+#include "serving/core/api_common.h"
+#include "serving/core/generation_job.h"
+#include "serving/core/job_host.h"
+#include "serving/core/job_summary.h"
+#include "serving/core/planner.h"
+#include "serving/core/prompt.h"
+#include "serving/core/request_fields.h"
+#include "serving/grpc/grpc_generation.h"
+#include "serving/openai/openai_api.h"
+#include "serving/openai/openai_request.h"
+#include "serving/tfserving/predict_plan.h"
+#include "serving/tfserving/tfserving_api.h"
 
 namespace tf {
 namespace {

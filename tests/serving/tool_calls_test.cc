@@ -11,8 +11,8 @@
 #include <vector>
 
 #include "sampling/grammar.h"
-#include "serving/api_common.h"
-#include "serving/tool_calls.h"
+#include "serving/core/api_common.h"
+#include "serving/core/tool_calls.h"
 
 namespace tf {
 namespace {

@@ -1,0 +1,199 @@
+#include "serving/core/planner.h"
+
+#include <fmt/format.h>
+
+#include "core/cancel.h"
+#include "sampling/grammar.h"
+#include "serving/core/prompt.h"
+#include "serving/core/reasoning.h"
+#include "serving/core/request_fields.h"
+
+namespace tf {
+namespace {
+
+// Runs fn, turning a parameter's FieldError (or a plain Error) into HttpError 400 naming the
+// field as the client named it.
+template <typename Fn>
+void with_fields(const CompletionRequest& req, Fn fn) {
+  try {
+    fn();
+  } catch (const HttpError&) {
+    throw;
+  } catch (const Cancelled&) {
+    throw;
+  } catch (const FieldError& e) {
+    const std::string field = e.field() == "max_tokens" ? req.max_tokens_field : e.field();
+    throw HttpError(400, e.what(), "", field);
+  } catch (const Error& e) {
+    if (e.kind() == ErrorKind::kInternal) throw;
+    throw HttpError(400, e.what());
+  }
+}
+
+std::vector<int32_t> encode(const PromptInput& p, const CompletionRequest& req,
+                            const LoadedTokenizer& tokenizer, const ModelConfig& cfg) {
+  if (!p.is_text) return p.ids;
+  if (!tokenizer.tokenizer) fail("this model has no tokenizer: send the prompt as token ids");
+  auto ids = encode_prompt(*tokenizer.tokenizer, p.text, req.add_special_tokens, cfg.max_seq_len,
+                           "prompt");
+  if (ids.empty()) fail_field("prompt", "'prompt' must not be empty");
+  return ids;
+}
+
+}  // namespace
+
+GenerationPlan plan_request(
+    const CompletionRequest& req, const LoadedTokenizer& tokenizer, const ModelConfig& cfg,
+    const std::string& id, int32_t default_max_tokens,
+    const std::function<std::shared_ptr<const GrammarVocab>()>& grammar_vocab,
+    std::optional<ToolFormat> tool_format) {
+  GenerationPlan p;
+  with_fields(req, [&] {
+    p.params = req.params;
+    // The default max_tokens: 16 for completions (OpenAI's), the context for chat; lowered to
+    // the room the prompt leaves below.
+    if (!req.max_tokens_given)
+      p.params.max_tokens = default_max_tokens > 0 ? default_max_tokens
+                            : req.chat             ? static_cast<int32_t>(cfg.max_seq_len)
+                                                   : 16;
+    p.stream = req.stream;
+    p.include_usage = req.include_usage;
+    p.echo = req.echo;
+    p.prompt_logprobs = req.prompt_logprobs;
+    p.max_tokens_given = req.max_tokens_given;
+    p.choices_per_prompt = p.params.n;
+    p.rule = {p.params.n, p.params.best_of, p.params.beam_search()};
+    p.params.validate(cfg.vocab_size);
+    if (req.chat) {
+      if (req.messages.empty()) fail_field("messages", "'messages' must be a non-empty list");
+      std::string rendered;
+      p.prompts.push_back(render_chat_prompt(
+          req.messages, req.add_generation_prompt, tokenizer, cfg, req.chat_template_kwargs,
+          req.tools.names.empty() ? nlohmann::ordered_json() : req.tools.tools, &rendered));
+      const std::string source = chat_template_source(tokenizer, cfg);
+      if (template_reasons(source)) {
+        p.reasoning = true;
+        p.thinking_opened = prompt_opens_thinking(rendered);
+      }
+      if (req.tools.active()) {
+        p.tools = std::make_shared<const ToolRequest>(req.tools);
+        p.tool_format = tool_format ? *tool_format : detect_tool_format(source);
+      }
+    } else {
+      if (req.prompts.empty()) fail_field("prompt", "'prompt' is required");
+      for (const auto& prompt : req.prompts)
+        p.prompts.push_back(encode(prompt, req, tokenizer, cfg));
+    }
+  });
+  if (req.output.kind != OutputConstraint::kNone || (p.tools && req.tools.forced())) {
+    const bool tool = req.output.kind == OutputConstraint::kNone;
+    const std::string field = tool ? "tool_choice" : req.output.field;
+    if (p.params.beam_search())
+      throw HttpError(400, fmt::format("'{}' with beam search is not supported", field), "", field);
+    const std::string gbnf =
+        tool ? tool_call_grammar(req.tools, p.tool_format) : output_grammar(req.output);
+    if (grammar_vocab) p.params.grammar_vocab = grammar_vocab();
+    if (!p.params.grammar_vocab && tokenizer.tokenizer)
+      p.params.grammar_vocab =
+          std::make_shared<const GrammarVocab>(tokenizer.tokenizer->vocabulary_bytes());
+    if (!p.params.grammar_vocab)
+      throw HttpError(
+          400, fmt::format("'{}' needs the model's tokenizer, and this model has none", field), "",
+          field);
+    try {
+      p.params.grammar = p.params.grammar_vocab->compile(gbnf);
+    } catch (const Error& e) {
+      if (e.kind() == ErrorKind::kInternal) throw;
+      throw HttpError(400, fmt::format("'{}': {}", field, e.what()), "", field);
+    }
+  }
+  const int64_t ctx = cfg.max_seq_len;
+  const char* prompt_field = req.chat ? "messages" : "prompt";
+  for (auto& prompt : p.prompts) {
+    if (static_cast<int64_t>(prompt.size()) >= ctx) {
+      throw HttpError(400,
+                      fmt::format("This model's maximum context length is {} tokens, the prompt "
+                                  "has {} tokens",
+                                  ctx, prompt.size()),
+                      "context_length_exceeded", prompt_field);
+    }
+  }
+  for (const auto& prompt : p.prompts) {
+    for (int32_t t : prompt) {
+      if (t < 0 || t >= cfg.vocab_size)
+        throw HttpError(400,
+                        fmt::format("prompt token id {} is outside the vocabulary (0..{})", t,
+                                    cfg.vocab_size - 1),
+                        "", prompt_field);
+    }
+  }
+  for (size_t i = 0; i < p.prompts.size(); ++i) {
+    GenerationRequest r;
+    r.id = p.prompts.size() == 1 ? id : fmt::format("{}-{}", id, i);
+    r.prompt = p.prompts[i];
+    r.params = p.params;
+    r.priority = req.priority;
+    r.speculate = req.speculative;
+    // Completions' echo with logprobs shows the prompt's logprobs (as many alternatives as the
+    // output's), vLLM's prompt_logprobs its own count: the larger serves both.
+    if (req.prompt_logprobs || (req.echo && p.params.logprobs))
+      r.prompt_logprobs =
+          std::max(req.prompt_logprobs.value_or(0), req.echo ? p.params.logprobs.value_or(0) : 0);
+    const int64_t room = fit_max_tokens(r.params, r.prompt.size(), ctx, req.max_tokens_given);
+    if (static_cast<int64_t>(r.params.max_tokens) > room) {
+      throw HttpError(400,
+                      fmt::format("This model's maximum context length is {} tokens; the prompt "
+                                  "({} tokens) and max_tokens ({}) exceed it",
+                                  ctx, r.prompt.size(), r.params.max_tokens),
+                      "context_length_exceeded", req.max_tokens_field);
+    }
+    p.requests.push_back(std::move(r));
+  }
+  return p;
+}
+
+std::shared_ptr<ServedModel> resolve_model(ServingState& state, const RequestRecord& record,
+                                           const std::string& name, const std::string& user,
+                                           const ModelRegistry::HeaderFn& header) {
+  // "name", "name:version" or "name@label"; a traffic split keeps one "user" on one version.
+  const ModelRequestSpec spec = state.registry.parse_model_field(name);
+  if (!spec.name.empty()) state.require_model_access(record, spec.name);  // before the lookup
+  auto model = state.registry.resolve(spec, user, header);
+  if (!model) {
+    throw HttpError(404, state.registry.unavailable_reason(spec), "model_not_found", "model");
+  }
+  state.require_model_access(record, model->name);  // the default model, when none was named
+  return model;
+}
+
+GenerationPlan plan_generation(ServingState& state, const CompletionRequest& req,
+                               const ModelRegistry::HeaderFn& header, RequestRecord& record,
+                               const std::string& id,
+                               std::optional<std::chrono::milliseconds> time_limit) {
+  // The deadline: the request's own timeout, else the caller's, within the server's.
+  const auto limit =
+      std::min(req.timeout.value_or(time_limit.value_or(state.limits.max_request_time)),
+               state.limits.max_request_time);
+  // Preparing the prompt (below) stops at that deadline too.
+  if (CancelToken* token = current_cancel_token()) token->limit_deadline(record.received + limit);
+  auto model = resolve_model(state, record, req.model, req.user, header);
+  GenerationPlan p = plan_request(
+      req, model->tokenizer, model->config(), id, 0,
+      [m = model.get()] { return m->grammar_vocab(); }, state.tool_format);
+  p.model = std::move(model);
+  record.model = p.model->name;
+  record.version = p.model->version;
+  if (logs_prompts(record)) record.prompt = req.logged_prompt;
+  p.admission =
+      state.prepare(record, p.model->name, p.requests, p.max_tokens_given, limit, req.cache_salt);
+  p.time_limit = limit;
+  for (const auto& r : p.requests) record.prompt_tokens += static_cast<int64_t>(r.prompt.size());
+  return p;
+}
+
+JobSummary summarize(const GenerationPlan& plan, const GenerationJob& job,
+                     const RequestRecord& record) {
+  return summarize_job(job, plan.rule, record.received, record.received + plan.time_limit);
+}
+
+}  // namespace tf

@@ -1,0 +1,62 @@
+#include "serving/core/prompt.h"
+
+#include <fmt/format.h>
+
+#include "core/error.h"
+#include "serving/core/api_common.h"
+#include "tokenizer/chat_template.h"
+
+namespace tf {
+
+std::vector<int32_t> encode_prompt(const Tokenizer& tokenizer, std::string_view text,
+                                   bool add_special_tokens, int64_t context, const char* field) {
+  if (context > 0) {
+    const size_t at_least = tokenizer.min_tokens_for_bytes(text.size());
+    if (at_least >= static_cast<size_t>(context)) {
+      throw HttpError(400,
+                      fmt::format("This model's maximum context length is {} tokens, the prompt "
+                                  "has at least {} tokens ({} bytes)",
+                                  context, at_least, text.size()),
+                      "context_length_exceeded", field);
+    }
+  }
+  return tokenizer.encode(text, add_special_tokens);
+}
+
+std::string chat_template_source(const LoadedTokenizer& tokenizer, const ModelConfig& config) {
+  if (!tokenizer.chat_template.empty()) return tokenizer.chat_template;
+  const std::string& a = config.architecture;
+  if (a == "Qwen3ForCausalLM" || a == "Qwen3MoeForCausalLM") return builtin_chat_template("qwen3");
+  if (a == "Qwen2ForCausalLM" || a == "Qwen2MoeForCausalLM" || a == "GPT2LMHeadModel")
+    return builtin_chat_template("chatml");
+  if (a == "MistralForCausalLM" || a == "MixtralForCausalLM")
+    return builtin_chat_template("mistral");
+  if (a == "Gemma3ForCausalLM") return builtin_chat_template("gemma3");
+  if (a == "GemmaForCausalLM" || a == "Gemma2ForCausalLM") return builtin_chat_template("gemma");
+  if (a == "Phi3ForCausalLM" && config.vocab_size == 100352) return builtin_chat_template("phi4");
+  if (config.vocab_size >= 128000) return builtin_chat_template("llama3");
+  return builtin_chat_template("llama2");
+}
+
+std::vector<int32_t> render_chat_prompt(const std::vector<ChatMessage>& messages,
+                                        bool add_generation_prompt,
+                                        const LoadedTokenizer& tokenizer, const ModelConfig& config,
+                                        const nlohmann::json& template_kwargs,
+                                        const nlohmann::ordered_json& tools,
+                                        std::string* text_out) {
+  if (!tokenizer.tokenizer) fail("this model has no tokenizer, so it cannot take chat messages");
+  const ChatTemplate tmpl = ChatTemplate::parse(chat_template_source(tokenizer, config));
+  const std::string text = tmpl.apply(messages, add_generation_prompt, tokenizer.bos_token,
+                                      tokenizer.eos_token, template_kwargs, tools);
+  if (text_out) *text_out = text;
+  return encode_prompt(*tokenizer.tokenizer, text, /*add_special_tokens=*/false, config.max_seq_len,
+                       "messages");
+}
+
+std::string token_bytes(const Tokenizer* tok, int32_t id) {
+  if (!tok) return std::to_string(id);
+  const int32_t one[] = {id};
+  return tok->decode_bytes(one, /*skip_special_tokens=*/false);
+}
+
+}  // namespace tf

@@ -1,0 +1,286 @@
+#include "serving/http/admin_routes.h"
+
+#include <fmt/format.h>
+
+#include <map>
+#include <optional>
+
+#include "core/memory.h"
+#include "serving/core/metrics.h"
+#include "serving/models/server_config.h"
+
+namespace tf {
+namespace {
+
+// The process's memory as the OS and malloc see it (core/memory.h), for the stats page.
+nlohmann::json memory_json() {
+  const MemoryStats m = memory_stats();
+  return {{"rss_bytes", m.rss},
+          {"heap_in_use_bytes", m.heap_in_use},
+          {"heap_free_bytes", m.heap_free},
+          {"heap_mmapped_bytes", m.heap_mmapped},
+          {"heap_arena_bytes", m.arena}};
+}
+
+// POST /v1/admin/reload: applies a new model config (the body, or the config file).
+void handle_reload(ServingState& state_, const HttpRequest& req,
+                   std::shared_ptr<HttpResponder> responder,
+                   std::shared_ptr<RequestRecord> record) {
+  if (!state_.reload) throw HttpError(400, "this server takes no reloads", "reload_unsupported");
+  // An empty body re-reads --model_config_file; a body is a ModelServerConfig in text format
+  // (the message of TF Serving's HandleReloadConfigRequest). A bad one is refused here, before
+  // anything changes.
+  std::optional<tfs::ModelServerConfig> config;
+  if (req.body.find_first_not_of(" \t\r\n") != std::string::npos) {
+    config = parse_model_server_config(req.body, "request body");
+    state_.check_reload_config(*config);
+  }
+  // Answered from the manager thread once the new config is loaded (or refused); logged before
+  // the answer goes out, as every answer sent off the connection's strand is.
+  state_.reload(std::move(config), [&state_, responder, record](const std::string& error) {
+    if (!error.empty()) {
+      log_request(*record, 400);
+      responder->send(400, openai_error_body(400, error, "invalid_config"));
+      return;
+    }
+    nlohmann::json models = nlohmann::json::object();
+    for (const std::string& name : state_.registry.names()) {
+      nlohmann::json versions = nlohmann::json::array();
+      for (const auto& v : state_.registry.status(name).value_or(std::vector<VersionStatus>{})) {
+        versions.push_back(
+            {{"version", v.version}, {"state", version_state_name(v.state)}, {"error", v.error}});
+      }
+      models[name] = {{"versions", versions}, {"error", state_.registry.model_error(name)}};
+    }
+    log_request(*record, 200);
+    responder->send(200, dump_json(nlohmann::json{{"status", "ok"}, {"models", models}}));
+  });
+}
+
+}  // namespace
+
+std::string render_metrics(const ServingState& state_, const AdminSources& sources,
+                           bool tf_serving_names) {
+  std::string out;
+  const ServerMetrics& m = state_.metrics;
+  m.requests.render(out);
+  m.key_tokens.render(out);
+  m.request_duration.render(out);
+  m.ttft.render(out);
+  m.itl.render(out);
+  m.queue_time.render(out);
+  m.prompt_tokens.render(out);
+  m.generation_tokens.render(out);
+  m.grpc_started.render(out);
+  m.grpc_handled.render(out);
+  if (tf_serving_names) {
+    m.tf_request_count.render(out);
+    m.tf_request_latency.render(out);
+  }
+
+  // The engines' figures, per available version, read now.
+  struct Row {
+    Labels labels;
+    EngineStats s;
+    double load_seconds;
+  };
+  std::vector<Row> rows;
+  for (const auto& v : state_.registry.available()) {
+    rows.push_back({{{"model", v->name}, {"version", std::to_string(v->version)}},
+                    v->engine->stats(),
+                    v->load_seconds});
+  }
+  auto family = [&](const char* name, const char* help, const char* type, auto value) {
+    append_header(out, name, help, type);
+    for (const auto& r : rows) append_sample(out, name, r.labels, value(r));
+  };
+  using D = double;
+  family("tokenflow_num_requests_running", "Sequences in the running batch", "gauge",
+         [](const Row& r) { return D(r.s.running); });
+  family("tokenflow_num_requests_waiting", "Sequences waiting to be scheduled", "gauge",
+         [](const Row& r) { return D(r.s.waiting); });
+  family("tokenflow_kv_cache_blocks_used", "KV cache blocks in use", "gauge",
+         [](const Row& r) { return D(r.s.kv_blocks_used); });
+  family("tokenflow_kv_cache_capacity_blocks", "KV cache blocks in the pool", "gauge",
+         [](const Row& r) { return D(r.s.kv_blocks_total); });
+  family("tokenflow_kv_cache_usage_ratio", "Fraction of the KV cache blocks in use (0-1)", "gauge",
+         [](const Row& r) {
+           return r.s.kv_blocks_total ? D(r.s.kv_blocks_used) / D(r.s.kv_blocks_total) : 0.0;
+         });
+  family("tokenflow_prefix_cache_queries_total",
+         "Prompt tokens looked up in the prefix cache (hit rate: rate(hits) / rate(queries))",
+         "counter", [](const Row& r) { return D(r.s.prefix_queried_tokens); });
+  family("tokenflow_prefix_cache_hits_total", "Prompt tokens found in the prefix cache", "counter",
+         [](const Row& r) { return D(r.s.prefix_hit_tokens); });
+  family("tokenflow_preemptions_total",
+         "Sequences preempted because the KV cache ran out (recomputed later): the OOM count",
+         "counter", [](const Row& r) { return D(r.s.preemptions); });
+  family("tokenflow_engine_steps_total", "Forward passes (engine steps)", "counter",
+         [](const Row& r) { return D(r.s.steps); });
+  family("tokenflow_spec_decode_num_drafts_total",
+         "Speculative decoding: verification steps of sequences with proposals", "counter",
+         [](const Row& r) { return D(r.s.spec_drafts); });
+  family("tokenflow_spec_decode_num_draft_tokens_total", "Speculative decoding: tokens proposed",
+         "counter", [](const Row& r) { return D(r.s.spec_draft_tokens); });
+  family("tokenflow_spec_decode_num_accepted_tokens_total",
+         "Speculative decoding: proposed tokens accepted (acceptance rate: ratio to proposed)",
+         "counter", [](const Row& r) { return D(r.s.spec_accepted_tokens); });
+  family("tokenflow_spec_decode_num_emitted_tokens_total",
+         "Speculative decoding: tokens emitted by verification steps (accepted + one each)",
+         "counter", [](const Row& r) { return D(r.s.spec_emitted_tokens); });
+  append_header(out, "tokenflow_spec_decode_num_accepted_tokens_per_pos_total",
+                "Speculative decoding: proposals accepted at each position (0: the first)",
+                "counter");
+  for (const auto& r : rows) {
+    if (r.s.spec_drafts == 0) continue;
+    for (size_t i = 0; i < EngineStats::kSpecPositions; ++i) {
+      Labels l = r.labels;
+      l.emplace_back("position", std::to_string(i));
+      append_sample(out, "tokenflow_spec_decode_num_accepted_tokens_per_pos_total", l,
+                    D(r.s.spec_accepted_per_position[i]));
+    }
+  }
+  family("tokenflow_engine_busy_seconds_total",
+         "Seconds the version's compute pool spent in engine steps; rate() is its utilization "
+         "(0-1), the CPU counterpart of GPU utilization",
+         "counter", [](const Row& r) { return r.s.busy_seconds; });
+  // Out of memory, by model and reason: requests whose prompt plus max_tokens can never fit the
+  // KV cache (refused), steps that failed to allocate (their requests failed), model loads the
+  // memory budget refused or that failed to allocate. Preemptions (the KV cache full for now,
+  // the sequence recomputed later) are counted apart.
+  {
+    std::map<std::pair<std::string, std::string>, double> ooms = {};
+    for (const auto& r : rows) {
+      const std::string& model = r.labels[0].second;
+      ooms[{model, "kv_cache_exhausted"}] += D(r.s.oom_kv_refused);
+      ooms[{model, "allocation_failure"}] += D(r.s.oom_alloc_failures);
+    }
+    for (const auto& [key, n] : state_.registry.load_ooms()) ooms[key] += D(n);
+    append_header(out, "tokenflow_oom_total",
+                  "Out-of-memory events by model and reason (kv_cache_exhausted, "
+                  "allocation_failure, model_load_memory_budget)",
+                  "counter");
+    for (const auto& [key, n] : ooms)
+      append_sample(out, "tokenflow_oom_total", {{"model", key.first}, {"reason", key.second}}, n);
+  }
+  family("tokenflow_model_load_duration_seconds", "Seconds the version took to load", "gauge",
+         [](const Row& r) { return r.load_seconds; });
+  const char* batch = "tokenflow_batch_size";
+  append_header(out, batch, "Sequences per engine step", "histogram");
+  for (const auto& r : rows) {
+    int64_t cumulative = 0;
+    for (size_t i = 0; i < EngineStats::kBatchBuckets.size(); ++i) {
+      cumulative += r.s.batch_size_steps[i];
+      Labels l = r.labels;
+      l.emplace_back("le", std::to_string(EngineStats::kBatchBuckets[i]));
+      append_sample(out, std::string(batch) + "_bucket", l, D(cumulative));
+    }
+    Labels l = r.labels;
+    l.emplace_back("le", "+Inf");
+    append_sample(out, std::string(batch) + "_bucket", l, D(r.s.steps));
+    append_sample(out, std::string(batch) + "_sum", r.labels, D(r.s.batch_seqs));
+    append_sample(out, std::string(batch) + "_count", r.labels, D(r.s.steps));
+  }
+
+  // Every version the registry knows, one series per state (1 for the current one).
+  append_header(out, "tokenflow_model_version_state",
+                "1 for the version's current state (START, LOADING, AVAILABLE, UNLOADING, END)",
+                "gauge");
+  for (const std::string& name : state_.registry.names()) {
+    for (const auto& v : state_.registry.status(name).value_or(std::vector<VersionStatus>{})) {
+      append_sample(out, "tokenflow_model_version_state",
+                    {{"model", name},
+                     {"version", std::to_string(v.version)},
+                     {"state", version_state_name(v.state)}},
+                    1);
+    }
+  }
+  append_header(out, "tokenflow_requests_preparing",
+                "Requests being parsed and tokenized (or waiting for a preparation thread)",
+                "gauge");
+  append_sample(out, "tokenflow_requests_preparing", {}, D(state_.prepare_pool.in_progress()));
+  append_header(out, "tokenflow_open_connections", "HTTP connections open now", "gauge");
+  append_sample(out, "tokenflow_open_connections", {}, D(sources.open_connections()));
+  append_header(out, "tokenflow_slow_reader_streams_total",
+                "Streams (SSE and gRPC) ended because their client read too slowly "
+                "(--max-unsent-bytes)",
+                "counter");
+  append_sample(out, "tokenflow_slow_reader_streams_total", {}, D(sources.slow_reader_streams()));
+  append_process_metrics(out);
+  return out;
+}
+
+void add_admin_routes(RouteTable& routes, ServingState& state_, AdminSources sources) {
+  routes.add("GET", "/healthz",
+             [](RouteCall& c) { c.responder->send(200, R"({"status": "ok"})"); });
+  routes.add("GET", "/readyz", [&state_](RouteCall& c) {
+    auto& responder = c.responder;
+    // Ready when not draining and every model's engine is idle or stepping.
+    std::string why;
+    if (state_.draining) why = "draining";
+    const auto versions = state_.registry.available();
+    for (const auto& m : versions) {
+      if (why.empty() && !m->engine->responsive(state_.limits.max_step_time))
+        why = fmt::format("model '{}' version {} is not making progress", m->name, m->version);
+    }
+    if (versions.empty()) why = "no model loaded";
+    if (why.empty()) {
+      responder->send(200, R"({"status": "ready"})");
+    } else {
+      responder->send(503, dump_json(nlohmann::json{{"status", "not ready"}, {"reason", why}}),
+                      "application/json", {{"Retry-After", "1"}});
+    }
+  });
+  routes.add("GET", "/v1/admin/stats", [&state_, sources](RouteCall& c) {
+    auto& responder = c.responder;
+    auto& record = c.record;
+    state_.require_admin(*record);
+    // The engines' counters per model (summed over its versions) and per version (the metrics
+    // issue exports them to Prometheus).
+    nlohmann::json models = nlohmann::json::object();
+    for (const auto& m : state_.registry.available()) {
+      const EngineStats s = m->engine->stats();
+      const nlohmann::json v = {{"steps", s.steps},
+                                {"running", s.running},
+                                {"waiting", s.waiting},
+                                {"kv_blocks_total", s.kv_blocks_total},
+                                {"kv_blocks_used", s.kv_blocks_used},
+                                {"prefix_queried_tokens", s.prefix_queried_tokens},
+                                {"prefix_hit_tokens", s.prefix_hit_tokens},
+                                {"preemptions", s.preemptions},
+                                {"kv_window_releases", s.kv_window_releases},
+                                {"requests_finished", s.requests_finished},
+                                {"prompt_tokens", s.prompt_tokens},
+                                {"generated_tokens", s.generated_tokens}};
+      nlohmann::json& total = models[m->name];
+      if (total.is_null()) total = nlohmann::json::object();
+      for (auto it = v.begin(); it != v.end(); ++it)
+        total[it.key()] = total.value(it.key(), int64_t{0}) + it->get<int64_t>();
+      total["versions"][std::to_string(m->version)] = v;
+    }
+    responder->send(200,
+                    dump_json(nlohmann::json{{"models", models},
+                                             {"memory_in_use", state_.registry.memory_in_use()},
+                                             {"memory", memory_json()},
+                                             {"open_connections", sources.open_connections()},
+                                             {"slow_reader_streams", sources.slow_reader_streams()},
+                                             {"jobs_in_flight", state_.jobs.size()}}));
+  });
+  // TF Serving's names only at its monitoring path, where its dashboards look for them.
+  routes.add("GET", "/metrics", [&state_, sources](RouteCall& c) {
+    c.responder->send(200, render_metrics(state_, sources, false),
+                      "text/plain; version=0.0.4; charset=utf-8");
+  });
+  if (!state_.prometheus_path.empty() && state_.prometheus_path != "/metrics") {
+    routes.add("GET", state_.prometheus_path, [&state_, sources](RouteCall& c) {
+      c.responder->send(200, render_metrics(state_, sources, true),
+                        "text/plain; version=0.0.4; charset=utf-8");
+    });
+  }
+  routes.add("POST", "/v1/admin/reload", [&state_](RouteCall& c) {
+    state_.require_admin(*c.record);
+    handle_reload(state_, c.req, c.responder, c.record);
+  });
+}
+
+}  // namespace tf

@@ -1,0 +1,43 @@
+#include "serving/models/served_model.h"
+
+#include <algorithm>
+#include <filesystem>
+
+#include "model/tf_weights.h"
+
+namespace tf {
+
+std::unique_ptr<ServedModel> load_served_model(const std::string& name, const std::string& path,
+                                               const EngineConfig& engine_config,
+                                               const std::string& explicit_tokenizer,
+                                               kernels::WeightType weight_type) {
+  const auto t0 = std::chrono::steady_clock::now();
+  auto m = std::make_unique<ServedModel>();
+  m->name = name;
+  m->path = path;
+  m->load(path, explicit_tokenizer, weight_type);
+  m->generate = load_generate_signature(path);
+  if (is_saved_model_dir(path)) {
+    // A SavedModel export of generate(): its serving_default's one output names the answer.
+    for (const SavedModelSignature& sig : read_saved_model_signatures(path)) {
+      if (sig.name == m->generate.name && sig.outputs.size() == 1 &&
+          std::find(sig.inputs.begin(), sig.inputs.end(), "input_ids") != sig.inputs.end())
+        m->generate.output = sig.outputs[0];
+    }
+  }
+  m->start_engine(engine_config);
+  m->load_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  m->created = std::chrono::duration_cast<std::chrono::seconds>(
+                   std::chrono::system_clock::now().time_since_epoch())
+                   .count();
+  return m;
+}
+
+std::string default_served_name(const std::string& path) {
+  std::filesystem::path p(path);
+  while (!p.empty() && p.filename().empty()) p = p.parent_path();  // trailing '/'
+  if (std::filesystem::is_directory(p)) return p.filename().string();
+  return p.stem().string();
+}
+
+}  // namespace tf

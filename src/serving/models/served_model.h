@@ -1,0 +1,38 @@
+#pragma once
+// A model as the server serves it: its weights, tokenizer (with chat template and stop ids),
+// and the engine that runs its requests, under the name clients address it by.
+
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "engine/model_instance.h"
+#include "serving/models/generate_settings.h"
+
+namespace tf {
+
+// A ModelInstance (weights, tokenizer, stop ids, engine) under the name and version clients
+// address it by.
+struct ServedModel : ModelInstance {
+  std::string name;     // what clients put in "model" and in TF Serving paths
+  std::string path;     // where it was loaded from
+  int64_t version = 1;  // TF Serving's version number
+  int64_t created = 0;  // unix seconds, when it became available
+  double load_seconds = 0.0;
+  // TF Serving's generate signature: generation_config.json's settings, then the model config's.
+  GenerateSignature generate;
+};
+
+// Loads a model directory or file, its tokenizer (or explicit_tokenizer) and its
+// generation_config.json, and starts its engine.
+std::unique_ptr<ServedModel> load_served_model(
+    const std::string& name, const std::string& path, const EngineConfig& engine_config,
+    const std::string& explicit_tokenizer = "",
+    kernels::WeightType weight_type = kernels::WeightType::kF32);
+
+// The served name of a model path when none is given: the directory's (or file's stem) name.
+std::string default_served_name(const std::string& path);
+
+}  // namespace tf
