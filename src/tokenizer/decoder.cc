@@ -169,8 +169,15 @@ std::unique_ptr<Decoder> make_decoder(const json& spec) {
   if (type == "ByteFallback") return std::make_unique<ByteFallbackDec>();
   if (type == "Fuse") return std::make_unique<FuseDec>();
   if (type == "Strip") {
-    return std::make_unique<StripDec>(spec.value("content", " "), spec.value("start", 0),
-                                      spec.value("stop", 0));
+    // How many characters to strip at each end: a small count (a float or 1e40 is refused,
+    // never converted).
+    auto count = [&](const char* key) {
+      const json& v = spec.value(key, json(0));
+      if (!v.is_number_integer() || v.get<int64_t>() < 0 || v.get<int64_t>() > 1024)
+        fail("tokenizer.json: the Strip decoder's '{}' must be a count from 0 to 1024", key);
+      return static_cast<int>(v.get<int64_t>());
+    };
+    return std::make_unique<StripDec>(spec.value("content", " "), count("start"), count("stop"));
   }
   if (type == "Metaspace") {
     const std::string scheme = metaspace_prepend_scheme(spec);

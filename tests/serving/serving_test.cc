@@ -13,6 +13,7 @@
 #include "serving/core/prompt.h"
 #include "serving/core/request_fields.h"
 #include "serving/grpc/grpc_generation.h"
+#include "serving/http/routes.h"
 #include "serving/openai/openai_api.h"
 #include "serving/openai/openai_request.h"
 #include "serving/tfserving/predict_plan.h"
@@ -41,6 +42,46 @@ TEST(ModelPath, ParsesTfServingGrammar) {
                           "m/labels", "m/versions/99999999999999999999"}) {
     EXPECT_FALSE(parse_model_path(bad)) << bad;
   }
+}
+
+TEST(RouteTable, ExactPathsFirstThenTheLongestPrefixAndMethodsChecked) {
+  RouteTable t;
+  std::string hit;
+  auto mark = [&hit](const char* name) { return [&hit, name](RouteCall&) { hit = name; }; };
+  t.add("GET", "/v1/models", mark("list"));
+  t.add("GET", "/v1/models/", mark("list/"));
+  t.add_prefix("*", "/v1/models/", mark("models/*"));
+  t.add_prefix("POST", "/v1/models/x/", mark("x/*"));
+  t.add("POST", "/v1/chat/completions", mark("chat"));
+  auto route = [&](const char* method, const char* path) {
+    hit.clear();
+    auto m = t.find(method, path);
+    if (!m) return std::string("none");
+    HttpRequest req;
+    RouteCall call{req, nullptr, nullptr, m->rest};
+    m->route->handler(call);
+    return hit + "|" + m->rest;
+  };
+  EXPECT_EQ(route("GET", "/v1/models"), "list|");
+  EXPECT_EQ(route("GET", "/v1/models/"), "list/|");
+  EXPECT_EQ(route("GET", "/v1/models/a:predict"), "models/*|a:predict");
+  EXPECT_EQ(route("POST", "/v1/models/x/y"), "x/*|y");
+  EXPECT_EQ(route("POST", "/v1/chat/completions"), "chat|");
+  EXPECT_EQ(route("GET", "/v2/nothing"), "none");
+  // A path held for other methods: 405 naming them.
+  try {
+    t.find("GET", "/v1/chat/completions");
+    ADD_FAILURE() << "no 405";
+  } catch (const HttpError& e) {
+    EXPECT_EQ(e.status(), 405);
+    EXPECT_STREQ(e.what(), "/v1/chat/completions takes POST requests");
+  }
+  // The longest prefix holds /v1/models/x/... : a GET there is not the shorter prefix's.
+  EXPECT_THROW(t.find("GET", "/v1/models/x/y"), HttpError);
+  // A path claimed twice (or by "*" beside a method) is refused when it is added.
+  EXPECT_THROW(t.add("POST", "/v1/chat/completions", mark("again")), Error);
+  EXPECT_THROW(t.add_prefix("GET", "/v1/models/", mark("again")), Error);
+  EXPECT_NO_THROW(t.add("GET", "/v1/chat/completions", mark("get")));
 }
 
 TEST(ErrorBody, OpenAiShapeWithStatusTypeAndParam) {

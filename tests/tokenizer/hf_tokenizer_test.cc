@@ -215,6 +215,17 @@ TEST(HfTokenizer, RejectsWhatItCannotRunWithClearErrors) {
                            {"sep", json::array({"[SEP]", 2})}};
   EXPECT_NE(error_of(doc.dump()).find("post_processor.cls must be a token id"), std::string::npos)
       << error_of(doc.dump());
+  // The Strip decoder's counts: a float past int's range was converted (fuzz_tokenizer_json).
+  for (const json& stop : {json(4.4e46), json(-1), json(2.5)}) {
+    doc = base_doc();
+    doc["decoder"] = {{"type", "Strip"}, {"content", " "}, {"start", 1}, {"stop", stop}};
+    EXPECT_NE(error_of(doc.dump()).find("Strip decoder's 'stop' must be a count"),
+              std::string::npos)
+        << stop;
+  }
+  doc = base_doc();
+  doc["decoder"] = {{"type", "Strip"}, {"content", " "}, {"start", 1}, {"stop", 0}};
+  EXPECT_EQ(error_of(doc.dump()), "");
   doc = base_doc();
   doc["model"]["vocab"] = json::array();
   EXPECT_NE(error_of(doc.dump()).find("vocab"), std::string::npos);
