@@ -148,8 +148,11 @@ TEST(JobSummary, AnEngineFailureIsAServerError) {
   std::mutex mu;
   std::condition_variable cv;
   bool done = false;
-  JobSummary summary;
-  const auto received = std::chrono::steady_clock::now();
+  JobEnd end;
+  JobPlan plan;
+  plan.time_limit = std::chrono::hours(1);
+  RequestRecord record;
+  record.received = std::chrono::steady_clock::now();
   std::vector<GenerationRequest> reqs(2);
   for (auto& r : reqs) {
     r.prompt = {1, 2, 3};
@@ -159,24 +162,36 @@ TEST(JobSummary, AnEngineFailureIsAServerError) {
                        [&](const GenerationJob& job, bool client_gone) {
                          EXPECT_FALSE(client_gone);
                          std::lock_guard<std::mutex> lock(mu);
-                         summary = summarize_job(job, ReturnRule{}, received,
-                                                 received + std::chrono::hours(1));
+                         end = decide_end(plan, job, record, client_gone);
                          done = true;
                          cv.notify_all();
                        });
   std::unique_lock<std::mutex> lock(mu);
   cv.wait(lock, [&] { return done; });
+  const JobSummary& summary = end.summary;
   EXPECT_NE(summary.error.find("internal error"), std::string::npos) << summary.error;
   EXPECT_FALSE(summary.timed_out);
-  const grpc::Status status = end_status(summary, std::chrono::milliseconds(1000));
+  EXPECT_EQ(end.outcome, JobOutcome::kFailed);
+  EXPECT_EQ(http_status(end), 500);
+  const grpc::Status status = grpc_status(end, nullptr);
   EXPECT_EQ(status.error_code(), grpc::StatusCode::INTERNAL);
   EXPECT_EQ(status.error_message(), summary.error);
-  // With no error, the same summary ends as before: OK, or DEADLINE_EXCEEDED when timed out.
-  summary.error.clear();
-  EXPECT_TRUE(end_status(summary, std::chrono::milliseconds(1000)).ok());
-  summary.timed_out = true;
-  EXPECT_EQ(end_status(summary, std::chrono::milliseconds(1000)).error_code(),
-            grpc::StatusCode::DEADLINE_EXCEEDED);
+  // The one mapping of each outcome, to HTTP and to gRPC.
+  JobEnd e;
+  e.time_limit = std::chrono::milliseconds(1500);
+  EXPECT_EQ(http_status(e), 200);
+  EXPECT_TRUE(grpc_status(e, nullptr).ok());
+  e.outcome = JobOutcome::kTimedOut;
+  EXPECT_EQ(http_status(e), 504);
+  EXPECT_EQ(grpc_status(e, nullptr).error_code(), grpc::StatusCode::DEADLINE_EXCEEDED);
+  EXPECT_EQ(grpc_status(e, nullptr).error_message(), deadline_message(e.time_limit));
+  e.outcome = JobOutcome::kFailed;
+  e.summary.error = "a grammar ran past its budget";
+  e.summary.error_kind = ErrorKind::kResourceExhausted;
+  EXPECT_EQ(http_status(e), 400);
+  EXPECT_EQ(grpc_status(e, nullptr).error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED);
+  e.outcome = JobOutcome::kClientGone;
+  EXPECT_EQ(http_status(e), 499);
 }
 
 TEST(BestOf, KeepsTheMostLikelyBestFirst) {

@@ -191,9 +191,5 @@ GenerationPlan plan_generation(ServingState& state, const CompletionRequest& req
   return p;
 }
 
-JobSummary summarize(const GenerationPlan& plan, const GenerationJob& job,
-                     const RequestRecord& record) {
-  return summarize_job(job, plan.rule, record.received, record.received + plan.time_limit);
-}
 
 }  // namespace tf

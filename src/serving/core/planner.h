@@ -15,26 +15,21 @@
 
 #include "engine/engine_request.h"
 #include "serving/core/completion_request.h"
+#include "serving/core/job_lifecycle.h"
 #include "serving/core/job_summary.h"
 #include "serving/core/serving_state.h"
 
 namespace tf {
 
-// A generation request checked and ready to run.
-struct GenerationPlan {
-  // The version the request runs on; held until the request ends, so that an unloading version
-  // finishes it.
-  std::shared_ptr<ServedModel> model;
+// A generation request checked and ready to run (JobPlan: the engine requests, one per prompt
+// with limits and deadline applied, the version, the return rule, the admission, the deadline).
+struct GenerationPlan : JobPlan {
   std::vector<std::vector<int32_t>> prompts;
   SamplingParams params;
   bool stream = false, include_usage = false, echo = false;
   std::optional<int32_t> prompt_logprobs;  // vLLM's field, as asked (rendered as its own list)
   int32_t choices_per_prompt = 1;          // n (after best_of or beam search pick theirs)
-  ReturnRule rule;                         // which sequences of a prompt are returned
   bool max_tokens_given = false;
-  std::vector<GenerationRequest> requests;  // one per prompt, limits and deadline applied
-  std::shared_ptr<Admission> admission;     // the API key's admission (nullptr: keys are off)
-  std::chrono::milliseconds time_limit{0};  // from arrival to the deadline
   // Chat with tools (tool_choice not "none"): the output is parsed for calls in tool_format.
   std::shared_ptr<const ToolRequest> tools;
   ToolFormat tool_format = ToolFormat::kJson;
@@ -74,8 +69,5 @@ GenerationPlan plan_generation(ServingState& state, const CompletionRequest& req
                                const std::string& id,
                                std::optional<std::chrono::milliseconds> time_limit = std::nullopt);
 
-// What the plan's finished job comes to (JobSummary), with the plan's return rule and deadline.
-JobSummary summarize(const GenerationPlan& plan, const GenerationJob& job,
-                     const RequestRecord& record);
 
 }  // namespace tf

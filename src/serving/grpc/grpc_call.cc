@@ -14,10 +14,15 @@ grpc::Status grpc_status_of(const std::exception& e) {
   return grpc::Status(grpc_code_of_http(http_status_of(e)), e.what());
 }
 
-grpc::Status end_status(const JobSummary& summary, std::chrono::milliseconds limit) {
-  if (!summary.error.empty()) return grpc_status_of(summary.failure());
-  if (!summary.timed_out) return grpc::Status::OK;
-  return grpc::Status(grpc::StatusCode::DEADLINE_EXCEEDED, deadline_message(limit));
+grpc::Status grpc_status(const JobEnd& end, grpc::CallbackServerContext* ctx) {
+  if (end.ok()) return grpc::Status::OK;
+  if (end.outcome == JobOutcome::kClientGone) return client_gone_status(ctx);
+  // A request's own constraint past its budget: the client's error, and a resource it used up
+  // (REST answers it 400).
+  if (end.outcome == JobOutcome::kFailed &&
+      end.summary.error_kind == ErrorKind::kResourceExhausted)
+    return grpc::Status(grpc::StatusCode::RESOURCE_EXHAUSTED, end.summary.error);
+  return grpc_status_of(end.error());
 }
 
 GrpcCall::GrpcCall(GrpcContext& ctx, grpc::CallbackServerContext* server_ctx, const char* service,
@@ -108,19 +113,6 @@ grpc::Status client_gone_status(grpc::CallbackServerContext* server_ctx) {
   if (server_ctx->deadline() <= std::chrono::system_clock::now())
     return grpc::Status(grpc::StatusCode::DEADLINE_EXCEEDED, "deadline exceeded");
   return grpc::Status(grpc::StatusCode::CANCELLED, "cancelled by the client");
-}
-
-void start_call_job(GrpcContext& ctx, std::shared_ptr<GrpcCallHost> host, Engine& engine,
-                    std::vector<GenerationRequest> requests, JobObserver observer,
-                    GenerationJob::EventFn on_event,
-                    std::function<void(const GenerationJob&, bool)> done,
-                    std::function<void(const std::exception&)> failed) {
-  try {
-    GenerationJob::start(engine, std::move(requests), std::move(host), ctx.state.jobs,
-                         std::move(on_event), std::move(done), std::move(observer));
-  } catch (const std::exception& e) {
-    failed(e);
-  }
 }
 
 void GrpcCallHost::post(std::function<void()> fn) {

@@ -20,6 +20,7 @@
 #include "serving/core/api_common.h"
 #include "serving/core/generation_job.h"
 #include "serving/core/job_host.h"
+#include "serving/core/job_lifecycle.h"
 #include "serving/core/job_summary.h"
 #include "serving/core/serving_state.h"
 #include "serving/core/status_codes.h"
@@ -50,10 +51,11 @@ inline const char* grpc_code_name(grpc::StatusCode code) {
   return grpc_code_name(static_cast<int>(code));
 }
 
-// What a finished job ends with: INTERNAL when the engine failed on it (summary.error),
-// DEADLINE_EXCEEDED when it ran past its deadline (limit) and a sequence was stopped for it, else
-// OK. Generate, GenerateStream and Predict alike.
-grpc::Status end_status(const JobSummary& summary, std::chrono::milliseconds limit);
+// What a finished job ends with (the outcome's one gRPC mapping): OK; the engine's failure
+// (INTERNAL, or RESOURCE_EXHAUSTED for a request's own constraint past its budget);
+// DEADLINE_EXCEEDED; for a client gone, what client_gone_status says. Generate, GenerateStream
+// and Predict alike.
+grpc::Status grpc_status(const JobEnd& end, grpc::CallbackServerContext* ctx);
 
 // The version a TF Serving ModelSpec asks for (its name, and a version or a label); HttpError
 // 400 (TF Serving's message) without a name.
@@ -120,14 +122,28 @@ class GrpcCallHost : public JobHost, public std::enable_shared_from_this<GrpcCal
   std::function<void()> on_gone_;  // used on the strand only
 };
 
-// Starts a generation job for a call (from the preparation pool); its outputs are drained on the
-// host's strand. done(job, client_gone) runs once, on the strand, when every request ended;
-// failed(error), at once, if the engine refuses the requests.
-void start_call_job(GrpcContext& ctx, std::shared_ptr<GrpcCallHost> host, Engine& engine,
-                    std::vector<GenerationRequest> requests, JobObserver observer,
-                    GenerationJob::EventFn on_event,
-                    std::function<void(const GenerationJob&, bool client_gone)> done,
-                    std::function<void(const std::exception&)> failed);
+// A call's job (core/job_lifecycle.h: run_job with the call's host): the outputs and the end
+// handed to functions, a refused start to failed; the call logs itself when it finishes.
+class GrpcJobSink final : public JobSink {
+ public:
+  using OutputFn = std::function<void(size_t prompt, const RequestOutput& out)>;
+  using EndFn = std::function<void(const JobEnd& end, const GenerationJob& job)>;
+  using FailedFn = std::function<void(const std::exception& e)>;
+  GrpcJobSink(OutputFn output, EndFn end, FailedFn failed)
+      : output_(std::move(output)), end_(std::move(end)), failed_(std::move(failed)) {}
+  void output(size_t prompt, const RequestOutput& out) override {
+    if (output_) output_(prompt, out);
+  }
+  void end(const JobEnd& end, const GenerationJob& job) override { end_(end, job); }
+  bool answers_start_failure() const override { return true; }
+  void start_failed(const std::exception& e) override { failed_(e); }
+  bool logs_itself() const override { return true; }
+
+ private:
+  OutputFn output_;
+  EndFn end_;
+  FailedFn failed_;
+};
 
 // Runs fn on the server's preparation pool (ServingState::prepare_pool) under the host's token,
 // with the server's time limit for the call as its deadline: the planning of a request (its

@@ -66,27 +66,6 @@ std::shared_ptr<ServedModel> resolve_call_model(GrpcCall& call, ServingState& st
   return m;
 }
 
-// Starts the plan's job on the call's strand; books it as REST does when it ends (record_job),
-// then calls done(job, summary, client_gone).
-void start_job(GrpcContext& ctx, std::shared_ptr<GenerationPlan> plan,
-               std::shared_ptr<RequestRecord> record, std::shared_ptr<GrpcCallHost> host,
-               GenerationJob::EventFn on_event,
-               std::function<void(const GenerationJob&, const JobSummary&, bool)> done,
-               std::function<void(const std::exception&)> failed) {
-  const ServedModel& model = *plan->model;
-  JobObserver observer{&ctx.state.metrics,
-                       {{"model", model.name}, {"version", std::to_string(model.version)}}};
-  start_call_job(
-      ctx, std::move(host), *model.engine, std::move(plan->requests), std::move(observer),
-      std::move(on_event),
-      [plan, record, done = std::move(done)](const GenerationJob& job, bool client_gone) {
-        const JobSummary summary = summarize(*plan, job, *record);
-        record_job(summary, *record, plan->admission.get());
-        done(job, summary, client_gone);
-      },
-      std::move(failed));
-}
-
 // --- Generate (unary) ---------------------------------------------------------------------
 
 void start_generate(GrpcContext& ctx, UnaryJobCall* r, const v1::GenerateRequest& req,
@@ -103,17 +82,16 @@ void start_generate(GrpcContext& ctx, UnaryJobCall* r, const v1::GenerateRequest
   resp->set_model(plan->model->name);
   resp->set_model_version(plan->model->version);
   auto record = r->call.record;
-  start_job(
-      ctx, plan, record, r->host, nullptr,
-      [r, plan, tok, resp](const GenerationJob& job, const JobSummary& summary, bool client_gone) {
-        if (client_gone) return r->finish(client_gone_status(r->server_ctx));
-        const grpc::Status status = end_status(summary, plan->time_limit);
-        if (!status.ok()) return r->finish(status);
-        generate_response_proto(job.results(), summary, plan->params.logprobs.has_value(), tok,
-                                resp);
-        r->finish(grpc::Status::OK);
-      },
-      [r](const std::exception& e) { r->finish(r->call.error_status(e)); });
+  run_job(ctx.state, plan, r->host, record,
+          std::make_shared<GrpcJobSink>(
+              nullptr,
+              [r, plan, tok, resp](const JobEnd& end, const GenerationJob& job) {
+                if (!end.ok()) return r->finish(grpc_status(end, r->server_ctx));
+                generate_response_proto(job.results(), end.summary,
+                                        plan->params.logprobs.has_value(), tok, resp);
+                r->finish(grpc::Status::OK);
+              },
+              [r](const std::exception& e) { r->finish(r->call.error_status(e)); }));
 }
 
 // --- GenerateStream ---------------------------------------------------------------------------
@@ -167,19 +145,19 @@ class StreamReactor final : public grpc::ServerWriteReactor<v1::GenerateStreamRe
     const Tokenizer* tok = plan->model->tok();
     const int32_t n = plan->choices_per_prompt;
     const bool logprobs = plan->params.logprobs.has_value();
-    GenerationJob::EventFn on_event = [this, tok, n, logprobs](size_t, const RequestOutput& out) {
-      if (auto msg = stream_step_proto(out, n, logprobs, tok)) send(std::move(*msg));
-    };
-    auto record = call_.record;
-    start_job(
-        ctx_, plan, record, host_, std::move(on_event),
-        [this, plan, id](const GenerationJob& job, const JobSummary& summary, bool client_gone) {
-          if (client_gone) return end(client_gone_status(sctx_));
-          send(stream_end_proto(id, plan->model->name, plan->model->version, job.results(),
-                                summary));
-          end(end_status(summary, plan->time_limit));
-        },
-        [this](const std::exception& e) { end(call_.error_status(e)); });
+    run_job(ctx_.state, plan, host_, call_.record,
+            std::make_shared<GrpcJobSink>(
+                [this, tok, n, logprobs](size_t, const RequestOutput& out) {
+                  if (auto msg = stream_step_proto(out, n, logprobs, tok)) send(std::move(*msg));
+                },
+                [this, plan, id](const JobEnd& job_end, const GenerationJob& job) {
+                  if (job_end.outcome == JobOutcome::kClientGone)
+                    return end(grpc_status(job_end, sctx_));
+                  send(stream_end_proto(id, plan->model->name, plan->model->version,
+                                        job.results(), job_end.summary));
+                  end(grpc_status(job_end, sctx_));
+                },
+                [this](const std::exception& e) { end(call_.error_status(e)); }));
   }
 
   void send(v1::GenerateStreamResponse msg) {

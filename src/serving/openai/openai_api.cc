@@ -21,26 +21,127 @@ std::string sse(const ojson& j) {
 
 }  // namespace
 
-GenerationJob::DoneFn answer_whole(std::shared_ptr<const GenerationPlan> plan,
-                                   std::shared_ptr<RequestRecord> record,
-                                   std::shared_ptr<HttpResponder> responder, WholeBody body) {
-  return [=](const GenerationJob& job, bool client_gone) {
-    const JobSummary summary = summarize(*plan, job, *record);
-    record_job(summary, *record, plan->admission.get());
-    if (client_gone) return log_request(*record, 499);
-    if (!summary.error.empty()) {
-      const int status = summary.error_status();
-      responder->send(
-          status, openai_error_body(status, summary.error, status == 500 ? "server_error" : ""));
-      return log_request(*record, status);
+namespace {
+
+// A job answered whole: one body, or an error in OpenAI's shape.
+class WholeSink final : public JobSink {
+ public:
+  WholeSink(std::shared_ptr<HttpResponder> responder, WholeBody body)
+      : responder_(std::move(responder)), body_(std::move(body)) {}
+  void end(const JobEnd& end, const GenerationJob& job) override {
+    const int status = http_status(end);
+    switch (end.outcome) {
+      case JobOutcome::kClientGone:
+        return;
+      case JobOutcome::kFailed:
+        return responder_->send(status, openai_error_body(status, end.summary.error,
+                                                          status == 500 ? "server_error" : ""));
+      case JobOutcome::kTimedOut:
+        return responder_->send(504, openai_error_body(504, end.error().what(), "timeout"));
+      case JobOutcome::kOk:
+        return responder_->send(200, body_(job, end.summary));
     }
-    if (summary.timed_out) {
-      responder->send(504, openai_error_body(504, deadline_message(plan->time_limit), "timeout"));
-      return log_request(*record, 504);
+  }
+
+ private:
+  std::shared_ptr<HttpResponder> responder_;
+  WholeBody body_;
+};
+
+// Completions and chat as Server-Sent Events: the role chunks first (chat), a chunk per output
+// (echo, logprobs, tools and reasoning shaped), the usage chunk when asked, then [DONE]; an
+// error after the headers travels inside the stream, as vLLM sends it.
+class OpenAiStreamSink final : public JobSink {
+ public:
+  OpenAiStreamSink(std::shared_ptr<const GenerationPlan> plan,
+                   std::shared_ptr<const OpenAiShape> shape,
+                   std::shared_ptr<HttpResponder> responder, size_t prompts)
+      : plan_(std::move(plan)),
+        shape_(std::move(shape)),
+        responder_(std::move(responder)),
+        n_(plan_->choices_per_prompt),
+        echoed_(prompts * static_cast<size_t>(n_), false),
+        prompt_lps_(prompts) {
+    // With tools or reasoning, each chat choice's text is shaped by a ChatChoiceStream:
+    // reasoning and content deltas as they settle, tool calls parsed at the end.
+    if (shape_->chat && (shape_->tools || shape_->reasoning))
+      shapers_.assign(prompts * static_cast<size_t>(n_), ChatChoiceStream(*shape_));
+  }
+
+  // The headers and, for chat, the first chunk of every choice (it carries the role).
+  void start(size_t prompts) {
+    responder_->start_stream(200, "text/event-stream");
+    if (shape_->chat) {
+      for (size_t i = 0; i < prompts * static_cast<size_t>(n_); ++i)
+        responder_->write(sse(openai_role_chunk(*shape_, static_cast<int64_t>(i))));
     }
-    responder->send(200, body(job, summary));
-    log_request(*record, 200);
-  };
+  }
+
+  void output(size_t i, const RequestOutput& out) override {
+    // (Outputs are drained on the connection's strand; the lock keeps the shapers' state
+    // ordered for a checker that cannot see the strand.)
+    std::lock_guard lock(mu_);
+    const size_t index = i * static_cast<size_t>(n_) + static_cast<size_t>(out.index);
+    const bool echo = plan_->echo && index < echoed_.size() && !echoed_[index];
+    if (index < shapers_.size()) {
+      for (const ojson& chunk : shapers_[index].chunks(i, out)) responder_->write(sse(chunk));
+      return;
+    }
+    // Echo with logprobs: each prompt's logprobs arrive with its request's first output; every
+    // choice's echo chunk lists them.
+    if (shape_->logprobs && plan_->echo && !out.prompt_logprobs.empty() && i < prompt_lps_.size())
+      prompt_lps_[i] = completion_prompt_logprobs(
+          shape_->tokenizer, shape_->first_prompt_token.at(i), out.prompt_logprobs);
+    if (auto chunk = openai_stream_chunk(*shape_, i, out, echo)) {
+      if (echo && shape_->logprobs) {
+        ojson part = prompt_lps_[i];
+        if (part.is_null())  // a one-token prompt: its token has no logprob
+          part = completion_prompt_logprobs(shape_->tokenizer, shape_->first_prompt_token.at(i),
+                                            {});
+        prepend_logprobs((*chunk)["choices"][0]["logprobs"], part);
+      }
+      if (echo) echoed_[index] = true;
+      responder_->write(sse(*chunk));
+    }
+  }
+
+  void end(const JobEnd& end, const GenerationJob&) override {
+    if (end.outcome == JobOutcome::kClientGone) return;
+    if (end.outcome == JobOutcome::kFailed) {  // the headers are out: the error is in the stream
+      const int status = http_status(end);
+      responder_->write("data: " +
+                        openai_error_body(status, end.summary.error,
+                                          status == 500 ? "server_error" : "") +
+                        "\n\n");
+    } else if (plan_->include_usage) {
+      responder_->write(sse(openai_usage_chunk(*shape_, end.summary)));
+    }
+    responder_->write("data: [DONE]\n\n");
+    responder_->end();
+  }
+
+  bool answers_start_failure() const override { return true; }
+  void start_failed(const std::exception& e) override {
+    responder_->write("data: " + openai_error_body(e) + "\n\n");
+    responder_->write("data: [DONE]\n\n");
+    responder_->end();
+  }
+
+ private:
+  std::shared_ptr<const GenerationPlan> plan_;
+  std::shared_ptr<const OpenAiShape> shape_;
+  std::shared_ptr<HttpResponder> responder_;
+  int32_t n_;
+  std::vector<bool> echoed_;
+  std::vector<ojson> prompt_lps_;
+  std::vector<ChatChoiceStream> shapers_;
+  std::mutex mu_;
+};
+
+}  // namespace
+
+std::shared_ptr<JobSink> whole_answer(std::shared_ptr<HttpResponder> responder, WholeBody body) {
+  return std::make_shared<WholeSink>(std::move(responder), std::move(body));
 }
 
 OpenAiShape openai_shape(const GenerationPlan& plan, const std::string& id,
@@ -82,91 +183,18 @@ void handle_openai_generation(ServingState& state, const HttpRequest& req,
       *record, id));
   ServedModel& model = *parsed->model;
   responder->add_header("X-Model-Version", std::to_string(model.version));
-  const JobObserver observer{&state.metrics,
-                             {{"model", model.name}, {"version", std::to_string(model.version)}}};
-  std::vector<GenerationRequest> reqs = std::move(parsed->requests);
-  auto shared = std::make_shared<const OpenAiShape>(openai_shape(*parsed, id, model.name, chat));
-
+  const size_t prompts = parsed->requests.size();
+  auto shape = std::make_shared<const OpenAiShape>(openai_shape(*parsed, id, model.name, chat));
   if (parsed->stream) {
-    const int32_t n = parsed->choices_per_prompt;
-    auto echoed = std::make_shared<std::vector<bool>>(reqs.size() * n, false);
-    // Echo with logprobs: each prompt's logprobs arrive with its request's first output; every
-    // choice's echo chunk lists them.
-    auto prompt_lps = std::make_shared<std::vector<ojson>>(reqs.size());
-    // With tools or reasoning, each chat choice's text is shaped by a ChatChoiceStream:
-    // reasoning and content deltas as they settle, tool calls parsed at the end.
-    auto shapers = std::make_shared<std::vector<ChatChoiceStream>>();
-    if (chat && (shared->tools || shared->reasoning))
-      shapers->assign(reqs.size() * n, ChatChoiceStream(*shared));
-    auto shapers_mu = std::make_shared<std::mutex>();
-    GenerationJob::EventFn on_event = [=](size_t i, const RequestOutput& out) {
-      const size_t index = i * static_cast<size_t>(n) + static_cast<size_t>(out.index);
-      const bool echo = parsed->echo && index < echoed->size() && !(*echoed)[index];
-      if (index < shapers->size()) {
-        std::lock_guard lock(*shapers_mu);
-        for (const ojson& chunk : (*shapers)[index].chunks(i, out)) responder->write(sse(chunk));
-        return;
-      }
-      if (shared->logprobs && parsed->echo && !out.prompt_logprobs.empty() &&
-          i < prompt_lps->size())
-        (*prompt_lps)[i] = completion_prompt_logprobs(
-            shared->tokenizer, shared->first_prompt_token.at(i), out.prompt_logprobs);
-      if (auto chunk = openai_stream_chunk(*shared, i, out, echo)) {
-        if (echo && shared->logprobs) {
-          ojson part = (*prompt_lps)[i];
-          if (part.is_null())  // a one-token prompt: its token has no logprob
-            part =
-                completion_prompt_logprobs(shared->tokenizer, shared->first_prompt_token.at(i), {});
-          prepend_logprobs((*chunk)["choices"][0]["logprobs"], part);
-        }
-        if (echo) (*echoed)[index] = true;
-        responder->write(sse(*chunk));
-      }
-    };
-    GenerationJob::DoneFn on_done = [=](const GenerationJob& job, bool client_gone) {
-      const JobSummary summary = summarize(*parsed, job, *record);
-      record_job(summary, *record, parsed->admission.get());
-      if (client_gone) return log_request(*record, 499);
-      if (!summary.error.empty()) {  // the headers are out: the error travels in the stream
-        const int status = summary.error_status();
-        responder->write(
-            "data: " +
-            openai_error_body(status, summary.error, status == 500 ? "server_error" : "") + "\n\n");
-        responder->write("data: [DONE]\n\n");
-        responder->end();
-        return log_request(*record, status);
-      }
-      if (parsed->include_usage) responder->write(sse(openai_usage_chunk(*shared, summary)));
-      responder->write("data: [DONE]\n\n");
-      responder->end();
-      log_request(*record, 200);
-    };
-    responder->start_stream(200, "text/event-stream");
-    if (chat) {  // the first chunk of every choice carries the role
-      for (size_t i = 0; i < reqs.size() * n; ++i)
-        responder->write(sse(openai_role_chunk(*shared, static_cast<int64_t>(i))));
-    }
-    try {
-      GenerationJob::start(*model.engine, std::move(reqs), responder, state.jobs, on_event, on_done,
-                           observer);
-    } catch (const std::exception& e) {
-      // The headers are out: the error travels in the stream, as vLLM sends it (logged first:
-      // this runs on the preparation pool, not the connection's strand).
-      log_request(*record, http_status_of(e));
-      responder->write("data: " + openai_error_body(e) + "\n\n");
-      responder->write("data: [DONE]\n\n");
-      responder->end();
-    }
+    auto sink = std::make_shared<OpenAiStreamSink>(parsed, shape, responder, prompts);
+    sink->start(prompts);
+    run_job(state, parsed, responder, record, sink);
     return;
   }
-
-  GenerationJob::start(
-      *model.engine, std::move(reqs), responder, state.jobs, nullptr,
-      answer_whole(parsed, record, responder,
-                   [shared](const GenerationJob& job, const JobSummary& summary) {
-                     return dump_json(openai_response(*shared, job.results(), summary));
-                   }),
-      observer);
+  run_job(state, parsed, responder, record,
+          whole_answer(responder, [shape](const GenerationJob& job, const JobSummary& summary) {
+            return dump_json(openai_response(*shape, job.results(), summary));
+          }));
 }
 
 }  // namespace tf

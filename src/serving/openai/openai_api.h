@@ -27,12 +27,11 @@ void handle_openai_generation(ServingState& state, const HttpRequest& req,
                               std::shared_ptr<HttpResponder> responder,
                               std::shared_ptr<RequestRecord> record, bool chat);
 
-// The end of a job answered whole (not streamed), in the OpenAI APIs' terms: the job booked on
-// the record, then 499 (logged only), 500, 504 or 200 with body(job, summary).
+// A job answered whole (not streamed), in the OpenAI APIs' terms: 500 (or 400 for a request's
+// own constraint past its budget) with the engine's error, 504 "timeout", or 200 with
+// body(job, summary).
 using WholeBody = std::function<std::string(const GenerationJob&, const JobSummary&)>;
-GenerationJob::DoneFn answer_whole(std::shared_ptr<const GenerationPlan> plan,
-                                   std::shared_ptr<RequestRecord> record,
-                                   std::shared_ptr<HttpResponder> responder, WholeBody body);
+std::shared_ptr<JobSink> whole_answer(std::shared_ptr<HttpResponder> responder, WholeBody body);
 
 // How the plan's answer is shaped (OpenAI's completions or chat), under id and the model's name.
 OpenAiShape openai_shape(const GenerationPlan& plan, const std::string& id,

@@ -525,6 +525,53 @@ std::vector<ojson> ResponseEventStream::fail(const std::string& message) {
   return out;
 }
 
+namespace {
+
+// A Response streamed as semantic events: response.created / in_progress first, the chat
+// chunks of the one choice turned into output item events, then response.completed with the
+// usage (or response.failed with the engine's error; also when the engine refuses the job).
+class ResponseStreamSink final : public JobSink {
+ public:
+  ResponseStreamSink(const ResponseHead& head, std::shared_ptr<const OpenAiShape> shape,
+                     std::shared_ptr<HttpResponder> responder)
+      : shape_(std::move(shape)),
+        responder_(std::move(responder)),
+        events_(head),
+        chat_stream_(*shape_) {}
+
+  void start() {
+    responder_->start_stream(200, "text/event-stream");
+    for (const ojson& e : events_.start()) responder_->write(sse_event(e));
+  }
+  void output(size_t i, const RequestOutput& out) override {
+    std::lock_guard lock(mu_);
+    for (const ojson& c : chat_stream_.chunks(i, out))
+      for (const ojson& e : events_.chunk(c)) responder_->write(sse_event(e));
+  }
+  void end(const JobEnd& end, const GenerationJob&) override {
+    if (end.outcome == JobOutcome::kClientGone) return;
+    std::lock_guard lock(mu_);
+    const auto last = end.outcome == JobOutcome::kFailed ? events_.fail(end.summary.error)
+                                                         : events_.finish(openai_usage(end.summary));
+    for (const ojson& e : last) responder_->write(sse_event(e));
+    responder_->end();
+  }
+  bool answers_start_failure() const override { return true; }
+  void start_failed(const std::exception& e) override {
+    for (const ojson& ev : events_.fail(e.what())) responder_->write(sse_event(ev));
+    responder_->end();
+  }
+
+ private:
+  std::shared_ptr<const OpenAiShape> shape_;  // the chat stream points into it
+  std::shared_ptr<HttpResponder> responder_;
+  ResponseEventStream events_;
+  ChatChoiceStream chat_stream_;
+  std::mutex mu_;
+};
+
+}  // namespace
+
 void handle_responses(ServingState& state, const HttpRequest& req,
                       std::shared_ptr<HttpResponder> responder,
                       std::shared_ptr<RequestRecord> record) {
@@ -547,61 +594,23 @@ void handle_responses(ServingState& state, const HttpRequest& req,
   });
   ServedModel& model = *plan->model;
   responder->add_header("X-Model-Version", std::to_string(model.version));
-  const JobObserver observer{&state.metrics,
-                             {{"model", model.name}, {"version", std::to_string(model.version)}}};
   auto shape = std::make_shared<const OpenAiShape>(openai_shape(*plan, chat_id, model.name, true));
   ResponseHead head;
   head.id = random_id("resp_");
   head.created_at = unix_seconds();
   head.model = model.name;
   head.request = body;
-  std::vector<GenerationRequest> reqs = std::move(plan->requests);
-
   if (plan->stream) {
-    auto events = std::make_shared<ResponseEventStream>(head);
-    // The chat stream points into the shape: the callbacks hold both.
-    auto chat_stream = std::make_shared<ChatChoiceStream>(*shape);
-    auto mu = std::make_shared<std::mutex>();
-    GenerationJob::EventFn on_event = [=, shape = shape](size_t i, const RequestOutput& out) {
-      std::lock_guard lock(*mu);
-      for (const ojson& c : chat_stream->chunks(i, out))
-        for (const ojson& e : events->chunk(c)) responder->write(sse_event(e));
-    };
-    GenerationJob::DoneFn on_done = [=](const GenerationJob& job, bool client_gone) {
-      const JobSummary summary = summarize(*plan, job, *record);
-      record_job(summary, *record, plan->admission.get());
-      if (client_gone) return log_request(*record, 499);
-      std::lock_guard lock(*mu);
-      if (!summary.error.empty()) {
-        for (const ojson& e : events->fail(summary.error)) responder->write(sse_event(e));
-        responder->end();
-        return log_request(*record, summary.error_status());
-      }
-      for (const ojson& e : events->finish(openai_usage(summary))) responder->write(sse_event(e));
-      responder->end();
-      log_request(*record, 200);
-    };
-    responder->start_stream(200, "text/event-stream");
-    for (const ojson& e : events->start()) responder->write(sse_event(e));
-    try {
-      GenerationJob::start(*model.engine, std::move(reqs), responder, state.jobs, on_event, on_done,
-                           observer);
-    } catch (const std::exception& e) {
-      log_request(*record, http_status_of(e));
-      for (const ojson& ev : events->fail(e.what())) responder->write(sse_event(ev));
-      responder->end();
-    }
+    auto sink = std::make_shared<ResponseStreamSink>(head, shape, responder);
+    sink->start();
+    run_job(state, plan, responder, record, sink);
     return;
   }
-
-  GenerationJob::start(
-      *model.engine, std::move(reqs), responder, state.jobs, nullptr,
-      answer_whole(plan, record, responder,
-                   [shape, head](const GenerationJob& job, const JobSummary& summary) {
-                     return dump_json(
-                         response_from_chat(head, openai_response(*shape, job.results(), summary)));
-                   }),
-      observer);
+  run_job(state, plan, responder, record,
+          whole_answer(responder, [shape, head](const GenerationJob& job, const JobSummary& summary) {
+            return dump_json(
+                response_from_chat(head, openai_response(*shape, job.results(), summary)));
+          }));
 }
 
 }  // namespace tf

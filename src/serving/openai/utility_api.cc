@@ -243,9 +243,6 @@ void handle_embeddings(ServingState& state, const HttpRequest& req,
   plan->admission = state.prepare(*record, model.name, plan->requests, /*max_tokens_given=*/true,
                                   plan->time_limit);
   responder->add_header("X-Model-Version", std::to_string(model.version));
-  const JobObserver observer{&state.metrics,
-                             {{"model", model.name}, {"version", std::to_string(model.version)}}};
-  std::vector<GenerationRequest> reqs = plan->requests;
   const std::string model_name = model.name;
   WholeBody answer = [er, model_name](const GenerationJob& job, const JobSummary& summary) {
     ojson data = ojson::array();
@@ -269,8 +266,7 @@ void handle_embeddings(ServingState& state, const HttpRequest& req,
         {"usage",
          {{"prompt_tokens", summary.prompt_tokens}, {"total_tokens", summary.prompt_tokens}}}});
   };
-  GenerationJob::start(*model.engine, std::move(reqs), responder, state.jobs, nullptr,
-                       answer_whole(plan, record, responder, std::move(answer)), observer);
+  run_job(state, plan, responder, record, whole_answer(responder, std::move(answer)));
 }
 
 }  // namespace tf

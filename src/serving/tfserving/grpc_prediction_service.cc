@@ -250,29 +250,24 @@ grpc::ServerUnaryReactor* PredictionServiceImpl::Predict(grpc::CallbackServerCon
         if (plan->generate ? f != plan->output_name : !kOutputs.count(f))
           throw HttpError(400, fmt::format("output tensor alias not found in signature: {}", f));
       }
-      const ServedModel& m = *plan->model;
-      JobObserver observer{&ctx_.state.metrics,
-                           {{"model", m.name}, {"version", std::to_string(m.version)}}};
-      start_call_job(
-          ctx_, r->host, *m.engine, std::move(plan->requests), std::move(observer), nullptr,
-          [r, plan, request, response](const GenerationJob& job, bool client_gone) {
-            const JobSummary summary = summarize(*plan, job, *r->call.record);
-            record_job(summary, *r->call.record, plan->admission.get());
-            if (client_gone) return r->finish(client_gone_status(r->server_ctx));
-            // As Generate ends (before, OK with "abort").
-            const grpc::Status status = end_status(summary, plan->time_limit);
-            if (!status.ok()) return r->finish(status);
-            if (plan->generate) {
-              (*response->mutable_outputs())[plan->output_name] =
-                  padded_tensor<int32_t>(generate_answer(*plan, job, summary), plan->pad_id);
-            } else {
-              predict_response_proto(predict_outputs(job.results(), plan->logprobs),
-                                     request->output_filter(), response);
-            }
-            answered_spec(*plan->model, plan->signature, response->mutable_model_spec());
-            r->finish(grpc::Status::OK);
-          },
-          [r](const std::exception& e) { r->finish(r->call.error_status(e)); });
+      run_job(
+          ctx_.state, plan, r->host, r->call.record,
+          std::make_shared<GrpcJobSink>(
+              nullptr,
+              [r, plan, request, response](const JobEnd& end, const GenerationJob& job) {
+                // A deadline ends as Generate ends (before, OK with "abort").
+                if (!end.ok()) return r->finish(grpc_status(end, r->server_ctx));
+                if (plan->generate) {
+                  (*response->mutable_outputs())[plan->output_name] = padded_tensor<int32_t>(
+                      generate_answer(*plan, job, end.summary), plan->pad_id);
+                } else {
+                  predict_response_proto(predict_outputs(job.results(), plan->logprobs),
+                                         request->output_filter(), response);
+                }
+                answered_spec(*plan->model, plan->signature, response->mutable_model_spec());
+                r->finish(grpc::Status::OK);
+              },
+              [r](const std::exception& e) { r->finish(r->call.error_status(e)); }));
     } catch (const std::exception& e) {
       r->finish(r->call.error_status(e));
     }

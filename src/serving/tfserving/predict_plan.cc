@@ -67,10 +67,6 @@ PredictPlan plan_predict(ServingState& state, std::shared_ptr<ServedModel> model
   return plan;
 }
 
-JobSummary summarize(const PredictPlan& plan, const GenerationJob& job,
-                     const RequestRecord& record) {
-  return summarize_job(job, plan.rule, record.received, record.received + plan.time_limit);
-}
 
 std::vector<std::vector<int32_t>> generate_answer(const PredictPlan& plan, const GenerationJob& job,
                                                   const JobSummary& summary) {

@@ -18,9 +18,7 @@ namespace tf {
 // A Predict request (REST or gRPC) checked and ready to run: one engine request per instance
 // (tokenflow's signature), each planned as a completions request of one prompt, or per row (the
 // generate signature).
-struct PredictPlan {
-  std::shared_ptr<ServedModel> model;  // held until the request ends
-  std::vector<GenerationRequest> requests;
+struct PredictPlan : JobPlan {
   bool rows = false;           // the row format: answered as "predictions"
   std::string signature;       // the signature that answers
   std::vector<bool> logprobs;  // per prompt: asked for logprobs
@@ -29,15 +27,10 @@ struct PredictPlan {
   std::vector<GenerateRow> generate_rows;
   int32_t pad_id = 0;
   std::string output_name;
-  ReturnRule rule;  // which sequences of a row are returned
-  std::shared_ptr<Admission> admission;
-  std::chrono::milliseconds time_limit{0};  // from arrival to the deadline
 };
 PredictPlan plan_predict(ServingState& state, std::shared_ptr<ServedModel> model,
                          const PredictInput& input, RequestRecord& record,
                          std::optional<std::chrono::milliseconds> time_limit = std::nullopt);
-JobSummary summarize(const PredictPlan& plan, const GenerationJob& job,
-                     const RequestRecord& record);
 // The generate signature's answer: [rows * num_return_sequences, max_len] ids, padded.
 std::vector<std::vector<int32_t>> generate_answer(const PredictPlan& plan, const GenerationJob& job,
                                                   const JobSummary& summary);

@@ -84,6 +84,31 @@ json model_metadata(const ServedModel& m) {
 
 namespace {
 
+// Predict's answer: the outputs (tokenflow's signature) or the padded rows (the generate
+// signature), row or columnar; errors in TF Serving's shape.
+class PredictSink final : public JobSink {
+ public:
+  PredictSink(std::shared_ptr<const PredictPlan> plan, std::shared_ptr<HttpResponder> responder)
+      : plan_(std::move(plan)), responder_(std::move(responder)) {}
+  void end(const JobEnd& end, const GenerationJob& job) override {
+    if (end.outcome == JobOutcome::kClientGone) return;
+    // A deadline answers 504 as completions do (before, a 200 with "abort").
+    if (!end.ok()) return responder_->send(http_status(end), tfserving_error_body(end.error().what()));
+    if (plan_->generate) {
+      // One output: TF Serving answers its value alone (no name), row or columnar.
+      const json answer = generate_answer(*plan_, job, end.summary);
+      responder_->send(200, dump_json(json{{plan_->rows ? "predictions" : "outputs", answer}}));
+    } else {
+      responder_->send(200, dump_json(predict_response_json(
+                                predict_outputs(job.results(), plan_->logprobs), plan_->rows)));
+    }
+  }
+
+ private:
+  std::shared_ptr<const PredictPlan> plan_;
+  std::shared_ptr<HttpResponder> responder_;
+};
+
 void predict(ServingState& state, std::shared_ptr<ServedModel> model, const HttpRequest& req,
              std::shared_ptr<HttpResponder> responder, std::shared_ptr<RequestRecord> record) {
   auto plan = std::make_shared<PredictPlan>(
@@ -91,33 +116,7 @@ void predict(ServingState& state, std::shared_ptr<ServedModel> model, const Http
                    read_predict_body(parse_json_body(req.body), logs_prompts(*record)), *record));
   // The job holds the version and the key's admission (through the plan) until it ends: an
   // unloading version finishes it.
-  auto on_done = [=](const GenerationJob& job, bool client_gone) {
-    const JobSummary summary = summarize(*plan, job, *record);
-    record_job(summary, *record, plan->admission.get());
-    if (client_gone) return log_request(*record, 499);
-    if (!summary.error.empty()) {
-      const int status = summary.error_status();
-      responder->send(status, tfserving_error_body(summary.error));
-      return log_request(*record, status);
-    }
-    if (summary.timed_out) {  // as completions answer it (before, a 200 with "abort")
-      responder->send(504, tfserving_error_body(deadline_message(plan->time_limit)));
-      return log_request(*record, 504);
-    }
-    if (plan->generate) {
-      // One output: TF Serving answers its value alone (no name), row or columnar.
-      const json answer = generate_answer(*plan, job, summary);
-      responder->send(200, dump_json(json{{plan->rows ? "predictions" : "outputs", answer}}));
-    } else {
-      responder->send(200, dump_json(predict_response_json(
-                               predict_outputs(job.results(), plan->logprobs), plan->rows)));
-    }
-    log_request(*record, 200);
-  };
-  const ServedModel& m = *plan->model;
-  GenerationJob::start(
-      *m.engine, std::move(plan->requests), responder, state.jobs, nullptr, on_done,
-      JobObserver{&state.metrics, {{"model", m.name}, {"version", std::to_string(m.version)}}});
+  run_job(state, plan, responder, record, std::make_shared<PredictSink>(plan, responder));
 }
 
 }  // namespace
