@@ -36,8 +36,7 @@ JobEnd decide_end(const JobPlan& plan, const GenerationJob& job, const RequestRe
                   bool client_gone) {
   JobEnd end;
   end.time_limit = plan.time_limit;
-  end.summary =
-      summarize_job(job, plan.rule, record.received, record.received + plan.time_limit);
+  end.summary = summarize_job(job, plan.rule, record.received, record.received + plan.time_limit);
   if (client_gone) {
     end.outcome = JobOutcome::kClientGone;
   } else if (!end.summary.error.empty()) {
@@ -65,13 +64,11 @@ int http_status(const JobEnd& end) {
 void run_job(ServingState& state, std::shared_ptr<JobPlan> plan, std::shared_ptr<JobHost> host,
              std::shared_ptr<RequestRecord> record, std::shared_ptr<JobSink> sink) {
   const ServedModel& m = *plan->model;
-  JobObserver observer{&state.metrics,
-                       {{"model", m.name}, {"version", std::to_string(m.version)}}};
+  JobObserver observer{&state.metrics, {{"model", m.name}, {"version", std::to_string(m.version)}}};
   GenerationJob::EventFn on_event = [sink](size_t i, const RequestOutput& out) {
     sink->output(i, out);
   };
-  GenerationJob::DoneFn on_done = [plan, record, sink](const GenerationJob& job,
-                                                       bool client_gone) {
+  GenerationJob::DoneFn on_done = [plan, record, sink](const GenerationJob& job, bool client_gone) {
     const JobEnd end = decide_end(*plan, job, *record, client_gone);
     record_job(end.summary, *record, plan->admission.get());
     // Logged (and counted) before the answer goes out: a client that has its answer may

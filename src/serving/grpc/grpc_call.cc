@@ -19,8 +19,7 @@ grpc::Status grpc_status(const JobEnd& end, grpc::CallbackServerContext* ctx) {
   if (end.outcome == JobOutcome::kClientGone) return client_gone_status(ctx);
   // A request's own constraint past its budget: the client's error, and a resource it used up
   // (REST answers it 400).
-  if (end.outcome == JobOutcome::kFailed &&
-      end.summary.error_kind == ErrorKind::kResourceExhausted)
+  if (end.outcome == JobOutcome::kFailed && end.summary.error_kind == ErrorKind::kResourceExhausted)
     return grpc::Status(grpc::StatusCode::RESOURCE_EXHAUSTED, end.summary.error);
   return grpc_status_of(end.error());
 }

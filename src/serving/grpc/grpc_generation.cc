@@ -153,8 +153,8 @@ class StreamReactor final : public grpc::ServerWriteReactor<v1::GenerateStreamRe
                 [this, plan, id](const JobEnd& job_end, const GenerationJob& job) {
                   if (job_end.outcome == JobOutcome::kClientGone)
                     return end(grpc_status(job_end, sctx_));
-                  send(stream_end_proto(id, plan->model->name, plan->model->version,
-                                        job.results(), job_end.summary));
+                  send(stream_end_proto(id, plan->model->name, plan->model->version, job.results(),
+                                        job_end.summary));
                   end(grpc_status(job_end, sctx_));
                 },
                 [this](const std::exception& e) { end(call_.error_status(e)); }));

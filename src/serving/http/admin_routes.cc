@@ -12,6 +12,65 @@
 namespace tf {
 namespace {
 
+// The engines' figures, described once for both pages: the key /v1/admin/stats gives one (""
+// none: Prometheus only), its Prometheus series (name, help, type; "" none: the stats page
+// only) and how to read it.
+struct EngineStatField {
+  const char* key;
+  const char* metric;
+  const char* help;
+  const char* type;
+  double (*get)(const EngineStats&);
+};
+using D = double;
+constexpr EngineStatField kEngineStatFields[] = {
+    {"steps", "", "", "", [](const EngineStats& s) { return D(s.steps); }},
+    {"running", "tokenflow_num_requests_running", "Sequences in the running batch", "gauge",
+     [](const EngineStats& s) { return D(s.running); }},
+    {"waiting", "tokenflow_num_requests_waiting", "Sequences waiting to be scheduled", "gauge",
+     [](const EngineStats& s) { return D(s.waiting); }},
+    {"kv_blocks_used", "tokenflow_kv_cache_blocks_used", "KV cache blocks in use", "gauge",
+     [](const EngineStats& s) { return D(s.kv_blocks_used); }},
+    {"kv_blocks_total", "tokenflow_kv_cache_capacity_blocks", "KV cache blocks in the pool",
+     "gauge", [](const EngineStats& s) { return D(s.kv_blocks_total); }},
+    {"", "tokenflow_kv_cache_usage_ratio", "Fraction of the KV cache blocks in use (0-1)", "gauge",
+     [](const EngineStats& s) {
+       return s.kv_blocks_total ? D(s.kv_blocks_used) / D(s.kv_blocks_total) : 0.0;
+     }},
+    {"prefix_queried_tokens", "tokenflow_prefix_cache_queries_total",
+     "Prompt tokens looked up in the prefix cache (hit rate: rate(hits) / rate(queries))",
+     "counter", [](const EngineStats& s) { return D(s.prefix_queried_tokens); }},
+    {"prefix_hit_tokens", "tokenflow_prefix_cache_hits_total",
+     "Prompt tokens found in the prefix cache", "counter",
+     [](const EngineStats& s) { return D(s.prefix_hit_tokens); }},
+    {"preemptions", "tokenflow_preemptions_total",
+     "Sequences preempted because the KV cache ran out (recomputed later): the OOM count",
+     "counter", [](const EngineStats& s) { return D(s.preemptions); }},
+    {"", "tokenflow_engine_steps_total", "Forward passes (engine steps)", "counter",
+     [](const EngineStats& s) { return D(s.steps); }},
+    {"kv_window_releases", "", "", "",
+     [](const EngineStats& s) { return D(s.kv_window_releases); }},
+    {"requests_finished", "", "", "", [](const EngineStats& s) { return D(s.requests_finished); }},
+    {"requests_failed", "", "", "", [](const EngineStats& s) { return D(s.requests_failed); }},
+    {"prompt_tokens", "", "", "", [](const EngineStats& s) { return D(s.prompt_tokens); }},
+    {"generated_tokens", "", "", "", [](const EngineStats& s) { return D(s.generated_tokens); }},
+    {"", "tokenflow_spec_decode_num_drafts_total",
+     "Speculative decoding: verification steps of sequences with proposals", "counter",
+     [](const EngineStats& s) { return D(s.spec_drafts); }},
+    {"", "tokenflow_spec_decode_num_draft_tokens_total", "Speculative decoding: tokens proposed",
+     "counter", [](const EngineStats& s) { return D(s.spec_draft_tokens); }},
+    {"", "tokenflow_spec_decode_num_accepted_tokens_total",
+     "Speculative decoding: proposed tokens accepted (acceptance rate: ratio to proposed)",
+     "counter", [](const EngineStats& s) { return D(s.spec_accepted_tokens); }},
+    {"", "tokenflow_spec_decode_num_emitted_tokens_total",
+     "Speculative decoding: tokens emitted by verification steps (accepted + one each)", "counter",
+     [](const EngineStats& s) { return D(s.spec_emitted_tokens); }},
+    {"", "tokenflow_engine_busy_seconds_total",
+     "Seconds the version's compute pool spent in engine steps; rate() is its utilization "
+     "(0-1), the CPU counterpart of GPU utilization",
+     "counter", [](const EngineStats& s) { return s.busy_seconds; }},
+};
+
 // The process's memory as the OS and malloc see it (core/memory.h), for the stats page.
 nlohmann::json memory_json() {
   const MemoryStats m = memory_stats();
@@ -95,39 +154,9 @@ std::string render_metrics(const ServingState& state_, const AdminSources& sourc
     for (const auto& r : rows) append_sample(out, name, r.labels, value(r));
   };
   using D = double;
-  family("tokenflow_num_requests_running", "Sequences in the running batch", "gauge",
-         [](const Row& r) { return D(r.s.running); });
-  family("tokenflow_num_requests_waiting", "Sequences waiting to be scheduled", "gauge",
-         [](const Row& r) { return D(r.s.waiting); });
-  family("tokenflow_kv_cache_blocks_used", "KV cache blocks in use", "gauge",
-         [](const Row& r) { return D(r.s.kv_blocks_used); });
-  family("tokenflow_kv_cache_capacity_blocks", "KV cache blocks in the pool", "gauge",
-         [](const Row& r) { return D(r.s.kv_blocks_total); });
-  family("tokenflow_kv_cache_usage_ratio", "Fraction of the KV cache blocks in use (0-1)", "gauge",
-         [](const Row& r) {
-           return r.s.kv_blocks_total ? D(r.s.kv_blocks_used) / D(r.s.kv_blocks_total) : 0.0;
-         });
-  family("tokenflow_prefix_cache_queries_total",
-         "Prompt tokens looked up in the prefix cache (hit rate: rate(hits) / rate(queries))",
-         "counter", [](const Row& r) { return D(r.s.prefix_queried_tokens); });
-  family("tokenflow_prefix_cache_hits_total", "Prompt tokens found in the prefix cache", "counter",
-         [](const Row& r) { return D(r.s.prefix_hit_tokens); });
-  family("tokenflow_preemptions_total",
-         "Sequences preempted because the KV cache ran out (recomputed later): the OOM count",
-         "counter", [](const Row& r) { return D(r.s.preemptions); });
-  family("tokenflow_engine_steps_total", "Forward passes (engine steps)", "counter",
-         [](const Row& r) { return D(r.s.steps); });
-  family("tokenflow_spec_decode_num_drafts_total",
-         "Speculative decoding: verification steps of sequences with proposals", "counter",
-         [](const Row& r) { return D(r.s.spec_drafts); });
-  family("tokenflow_spec_decode_num_draft_tokens_total", "Speculative decoding: tokens proposed",
-         "counter", [](const Row& r) { return D(r.s.spec_draft_tokens); });
-  family("tokenflow_spec_decode_num_accepted_tokens_total",
-         "Speculative decoding: proposed tokens accepted (acceptance rate: ratio to proposed)",
-         "counter", [](const Row& r) { return D(r.s.spec_accepted_tokens); });
-  family("tokenflow_spec_decode_num_emitted_tokens_total",
-         "Speculative decoding: tokens emitted by verification steps (accepted + one each)",
-         "counter", [](const Row& r) { return D(r.s.spec_emitted_tokens); });
+  for (const EngineStatField& f : kEngineStatFields) {
+    if (*f.metric) family(f.metric, f.help, f.type, [&f](const Row& r) { return f.get(r.s); });
+  }
   append_header(out, "tokenflow_spec_decode_num_accepted_tokens_per_pos_total",
                 "Speculative decoding: proposals accepted at each position (0: the first)",
                 "counter");
@@ -140,10 +169,6 @@ std::string render_metrics(const ServingState& state_, const AdminSources& sourc
                     D(r.s.spec_accepted_per_position[i]));
     }
   }
-  family("tokenflow_engine_busy_seconds_total",
-         "Seconds the version's compute pool spent in engine steps; rate() is its utilization "
-         "(0-1), the CPU counterpart of GPU utilization",
-         "counter", [](const Row& r) { return r.s.busy_seconds; });
   // Out of memory, by model and reason: requests whose prompt plus max_tokens can never fit the
   // KV cache (refused), steps that failed to allocate (their requests failed), model loads the
   // memory budget refused or that failed to allocate. Preemptions (the KV cache full for now,
@@ -235,23 +260,17 @@ void add_admin_routes(RouteTable& routes, ServingState& state_, AdminSources sou
     auto& responder = c.responder;
     auto& record = c.record;
     state_.require_admin(*record);
+    // ?trim=1: free heap pages go back to the OS first (malloc_trim), so that the memory figures
+    // are what the process holds rather than what malloc happens to keep resident.
+    if (c.req.query == "trim=1") release_free_memory();
     // The engines' counters per model (summed over its versions) and per version (the metrics
     // issue exports them to Prometheus).
     nlohmann::json models = nlohmann::json::object();
     for (const auto& m : state_.registry.available()) {
       const EngineStats s = m->engine->stats();
-      const nlohmann::json v = {{"steps", s.steps},
-                                {"running", s.running},
-                                {"waiting", s.waiting},
-                                {"kv_blocks_total", s.kv_blocks_total},
-                                {"kv_blocks_used", s.kv_blocks_used},
-                                {"prefix_queried_tokens", s.prefix_queried_tokens},
-                                {"prefix_hit_tokens", s.prefix_hit_tokens},
-                                {"preemptions", s.preemptions},
-                                {"kv_window_releases", s.kv_window_releases},
-                                {"requests_finished", s.requests_finished},
-                                {"prompt_tokens", s.prompt_tokens},
-                                {"generated_tokens", s.generated_tokens}};
+      nlohmann::json v = nlohmann::json::object();
+      for (const EngineStatField& f : kEngineStatFields)
+        if (*f.key) v[f.key] = static_cast<int64_t>(f.get(s));
       nlohmann::json& total = models[m->name];
       if (total.is_null()) total = nlohmann::json::object();
       for (auto it = v.begin(); it != v.end(); ++it)

@@ -96,8 +96,8 @@ class OpenAiStreamSink final : public JobSink {
       if (echo && shape_->logprobs) {
         ojson part = prompt_lps_[i];
         if (part.is_null())  // a one-token prompt: its token has no logprob
-          part = completion_prompt_logprobs(shape_->tokenizer, shape_->first_prompt_token.at(i),
-                                            {});
+          part =
+              completion_prompt_logprobs(shape_->tokenizer, shape_->first_prompt_token.at(i), {});
         prepend_logprobs((*chunk)["choices"][0]["logprobs"], part);
       }
       if (echo) echoed_[index] = true;
@@ -109,10 +109,10 @@ class OpenAiStreamSink final : public JobSink {
     if (end.outcome == JobOutcome::kClientGone) return;
     if (end.outcome == JobOutcome::kFailed) {  // the headers are out: the error is in the stream
       const int status = http_status(end);
-      responder_->write("data: " +
-                        openai_error_body(status, end.summary.error,
-                                          status == 500 ? "server_error" : "") +
-                        "\n\n");
+      responder_->write(
+          "data: " +
+          openai_error_body(status, end.summary.error, status == 500 ? "server_error" : "") +
+          "\n\n");
     } else if (plan_->include_usage) {
       responder_->write(sse(openai_usage_chunk(*shape_, end.summary)));
     }

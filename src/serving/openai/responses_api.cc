@@ -551,8 +551,9 @@ class ResponseStreamSink final : public JobSink {
   void end(const JobEnd& end, const GenerationJob&) override {
     if (end.outcome == JobOutcome::kClientGone) return;
     std::lock_guard lock(mu_);
-    const auto last = end.outcome == JobOutcome::kFailed ? events_.fail(end.summary.error)
-                                                         : events_.finish(openai_usage(end.summary));
+    const auto last = end.outcome == JobOutcome::kFailed
+                          ? events_.fail(end.summary.error)
+                          : events_.finish(openai_usage(end.summary));
     for (const ojson& e : last) responder_->write(sse_event(e));
     responder_->end();
   }
@@ -606,11 +607,11 @@ void handle_responses(ServingState& state, const HttpRequest& req,
     run_job(state, plan, responder, record, sink);
     return;
   }
-  run_job(state, plan, responder, record,
-          whole_answer(responder, [shape, head](const GenerationJob& job, const JobSummary& summary) {
-            return dump_json(
-                response_from_chat(head, openai_response(*shape, job.results(), summary)));
-          }));
+  run_job(
+      state, plan, responder, record,
+      whole_answer(responder, [shape, head](const GenerationJob& job, const JobSummary& summary) {
+        return dump_json(response_from_chat(head, openai_response(*shape, job.results(), summary)));
+      }));
 }
 
 }  // namespace tf

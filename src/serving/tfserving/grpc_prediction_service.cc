@@ -250,24 +250,23 @@ grpc::ServerUnaryReactor* PredictionServiceImpl::Predict(grpc::CallbackServerCon
         if (plan->generate ? f != plan->output_name : !kOutputs.count(f))
           throw HttpError(400, fmt::format("output tensor alias not found in signature: {}", f));
       }
-      run_job(
-          ctx_.state, plan, r->host, r->call.record,
-          std::make_shared<GrpcJobSink>(
-              nullptr,
-              [r, plan, request, response](const JobEnd& end, const GenerationJob& job) {
-                // A deadline ends as Generate ends (before, OK with "abort").
-                if (!end.ok()) return r->finish(grpc_status(end, r->server_ctx));
-                if (plan->generate) {
-                  (*response->mutable_outputs())[plan->output_name] = padded_tensor<int32_t>(
-                      generate_answer(*plan, job, end.summary), plan->pad_id);
-                } else {
-                  predict_response_proto(predict_outputs(job.results(), plan->logprobs),
-                                         request->output_filter(), response);
-                }
-                answered_spec(*plan->model, plan->signature, response->mutable_model_spec());
-                r->finish(grpc::Status::OK);
-              },
-              [r](const std::exception& e) { r->finish(r->call.error_status(e)); }));
+      run_job(ctx_.state, plan, r->host, r->call.record,
+              std::make_shared<GrpcJobSink>(
+                  nullptr,
+                  [r, plan, request, response](const JobEnd& end, const GenerationJob& job) {
+                    // A deadline ends as Generate ends (before, OK with "abort").
+                    if (!end.ok()) return r->finish(grpc_status(end, r->server_ctx));
+                    if (plan->generate) {
+                      (*response->mutable_outputs())[plan->output_name] = padded_tensor<int32_t>(
+                          generate_answer(*plan, job, end.summary), plan->pad_id);
+                    } else {
+                      predict_response_proto(predict_outputs(job.results(), plan->logprobs),
+                                             request->output_filter(), response);
+                    }
+                    answered_spec(*plan->model, plan->signature, response->mutable_model_spec());
+                    r->finish(grpc::Status::OK);
+                  },
+                  [r](const std::exception& e) { r->finish(r->call.error_status(e)); }));
     } catch (const std::exception& e) {
       r->finish(r->call.error_status(e));
     }

@@ -67,7 +67,6 @@ PredictPlan plan_predict(ServingState& state, std::shared_ptr<ServedModel> model
   return plan;
 }
 
-
 std::vector<std::vector<int32_t>> generate_answer(const PredictPlan& plan, const GenerationJob& job,
                                                   const JobSummary& summary) {
   std::vector<std::vector<std::vector<int32_t>>> tokens(plan.generate_rows.size());

@@ -93,7 +93,8 @@ class PredictSink final : public JobSink {
   void end(const JobEnd& end, const GenerationJob& job) override {
     if (end.outcome == JobOutcome::kClientGone) return;
     // A deadline answers 504 as completions do (before, a 200 with "abort").
-    if (!end.ok()) return responder_->send(http_status(end), tfserving_error_body(end.error().what()));
+    if (!end.ok())
+      return responder_->send(http_status(end), tfserving_error_body(end.error().what()));
     if (plan_->generate) {
       // One output: TF Serving answers its value alone (no name), row or columnar.
       const json answer = generate_answer(*plan_, job, end.summary);
