@@ -281,6 +281,15 @@ class SchemaCompiler {
   }
 
  private:
+  // OpenAPI's "nullable": true or false (or absent); another type is the schema's error, not a
+  // JSON library's exception.
+  bool nullable(const ojson& s, const std::string& path) const {
+    if (!s.is_object()) return false;
+    const auto it = s.find("nullable");
+    if (it == s.end() || it->is_null()) return false;
+    if (!it->is_boolean()) error(path, "'nullable' must be true or false");
+    return it->get<bool>();
+  }
   [[noreturn]] void error(const std::string& path, const std::string& what) const {
     fail("json_schema: at #{}: {}", path, what);
   }
@@ -443,7 +452,7 @@ class SchemaCompiler {
     }
     if (s.contains("allOf") && s["allOf"].is_array())
       for (const auto& part : s["allOf"]) bits &= types_of(part, path, depth + 1);
-    if (s.value("nullable", false)) bits |= kNull;
+    if (nullable(s, path)) bits |= kNull;
     return bits;
   }
 
@@ -601,7 +610,7 @@ class SchemaCompiler {
       for (const auto& part : schema["allOf"]) merge_into(merged, part, path + "/allOf", depth);
       return visit(merged, path, depth + 1);
     }
-    if (schema.value("nullable", false) == true) {
+    if (nullable(schema, path)) {
       ojson rest = schema;
       rest.erase("nullable");
       return add_rule(hint(path), visit(rest, path, depth + 1) + " | " + builtin("json-null"));

@@ -536,6 +536,10 @@ TEST(JsonSchemaGrammar, RefusesWhatItCannotEnforceByName) {
       {R"({"$ref":"#/$defs/a","$defs":{"a":{"$ref":"#/$defs/a"}}})", "left-recursive"},
       {R"(false)", "matches nothing"},
       {R"({"enum":[]})", "'enum'"},
+      // A "nullable" that is no boolean (fuzz_json_schema: the JSON library's exception escaped).
+      {R"({"type":"array","nullable":3})", "'nullable' must be true or false"},
+      {R"({"properties":{"a":{"allOf":[{"nullable":"yes"}]}}})",
+       "'nullable' must be true or false"},
   };
   for (const auto& [schema, want] : cases) {
     const std::string err = schema_error(schema);
