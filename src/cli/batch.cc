@@ -19,10 +19,10 @@
 #include <nlohmann/json.hpp>
 #include <thread>
 
+#include "chat/tool_calls.h"
 #include "core/error.h"
 #include "core/json.h"
 #include "sampling/grammar.h"
-#include "serving/core/tool_calls.h"
 #include "serving/openai/openai_api.h"
 #include "serving/openai/openai_render.h"
 #include "serving/openai/openai_request.h"

@@ -175,7 +175,8 @@ int run_generate(GenerateOptions& o) {
               "--chat-template-kwargs must be a JSON object, e.g. '{{\"enable_thinking\": "
               "false}}'");
       }
-      prompt = render_chat_prompt(messages, /*add_generation_prompt=*/true, loaded, cfg, kwargs);
+      prompt = render_chat_prompt(*ChatFormat::for_model(loaded, cfg), messages,
+                                  /*add_generation_prompt=*/true, loaded, cfg.max_seq_len, kwargs);
     } else {
       prompt = tokenizer->encode(o.prompt, /*add_special_tokens=*/true);
     }

@@ -53,7 +53,8 @@ struct ServeOptions {
   std::vector<std::string> model_roots;
   std::string prometheus_path;   // TF Serving's monitoring path ("": none)
   std::string tool_call_parser;  // "": told from each model's chat template
-  bool check = false;            // validate and exit (no model loads, no port binds)
+  std::string chat_template, chat_template_kwargs;
+  bool check = false;  // validate and exit (no model loads, no port binds)
   // gRPC only (TF Serving's --ssl_config_file, --grpc_channel_arguments, --grpc_max_threads,
   // --grpc_socket_path).
   std::string grpc_tls_cert_pem, grpc_tls_key_pem, grpc_tls_client_ca_pem;
@@ -99,6 +100,8 @@ int run_serve(const ServeOptions& o) {
   so.serve_http = o.http;
   so.prometheus_path = o.prometheus_path;
   if (!o.tool_call_parser.empty()) so.tool_format = tool_format_named(o.tool_call_parser);
+  so.chat_template = o.chat_template;
+  so.chat_template_kwargs = o.chat_template_kwargs;
   so.http.host = o.host;
   so.http.port = static_cast<uint16_t>(o.port);
   so.http.threads = o.http_threads;
@@ -276,6 +279,14 @@ Action add_serve(CLI::App& app) {
                  "the format models write tool calls in: hermes (Qwen, Hermes), llama3_json, "
                  "mistral or json (default: told from each model's chat template)")
       ->check(CLI::IsMember({"hermes", "llama3_json", "mistral", "json"}));
+  app.add_option("--chat-template", o->chat_template,
+                 "every model's chat template over its own: a built-in template's name (chatml, "
+                 "llama2, llama3, mistral, zephyr, gemma, gemma3, tinyllama, qwen3, phi4), a "
+                 "file, or the template itself (a model config's chat_template wins)");
+  app.add_option("--chat-template-kwargs", o->chat_template_kwargs,
+                 "template variables every chat request gets unless it sets them, as a JSON "
+                 "object (e.g. '{\"enable_thinking\": false}'; a model config's "
+                 "chat_template_kwargs wins)");
   app.add_option("--max-sequences-per-request", o->max_sequences_per_request,
                  "sequences one request may ask for: prompts x max(n, best_of, beams) (400 above; "
                  "0: no limit)")

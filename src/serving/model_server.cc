@@ -84,7 +84,23 @@ std::vector<std::string> checked_roots(const ModelServerOptions& o,
 
 }  // namespace
 
+namespace {
+
+// --chat-template and --chat-template-kwargs, checked before anything loads.
+void check_chat_flags(const ModelServerOptions& o) {
+  try {
+    if (!o.chat_template.empty()) (void)chat_template_from_spec(o.chat_template);
+  } catch (const Error& e) {
+    fail(ErrorKind::kInvalidArgument, "--chat-template: {}", e.what());
+  }
+  if (!o.chat_template_kwargs.empty())
+    (void)chat_template_kwargs_from_text(o.chat_template_kwargs, "--chat-template-kwargs");
+}
+
+}  // namespace
+
 std::string ModelServer::check(const ModelServerOptions& o) {
+  check_chat_flags(o);
   std::vector<std::string> names;
   (void)checked_roots(o, &names);
   if (!o.api_keys_file.empty()) (void)ApiKeys::load(o.api_keys_file);
@@ -107,6 +123,7 @@ std::string ModelServer::check(const ModelServerOptions& o) {
 
 ModelServer::ModelServer(ModelServerOptions options) : options_(std::move(options)) {
   const ModelServerOptions& o = options_;
+  check_chat_flags(o);
   const std::vector<std::string> roots = checked_roots(o);
 
   // A version's memory: its weights as they will be held, and its KV cache.
@@ -126,9 +143,12 @@ ModelServer::ModelServer(ModelServerOptions options) : options_(std::move(option
     return static_cast<int64_t>(weights) + ec.kv_cache_bytes;
   };
   const std::string tokenizer = o.tokenizer;
+  const std::optional<ToolFormat> tool_format = o.tool_format;
+  const std::string chat_template = o.chat_template, chat_kwargs = o.chat_template_kwargs;
   state_ = std::make_unique<ServingState>(
-      [ec, tokenizer, dtype](const std::string& name, int64_t version, const std::string& path,
-                             const tfs::ModelConfig& config) {
+      [ec, tokenizer, dtype, tool_format, chat_template, chat_kwargs](
+          const std::string& name, int64_t version, const std::string& path,
+          const tfs::ModelConfig& config) {
         // The model config's own batching settings over the server's.
         EngineConfig model_ec = ec;
         if (config.max_batch_size() > 0) model_ec.scheduler.max_num_seqs = config.max_batch_size();
@@ -139,6 +159,23 @@ ModelServer::ModelServer(ModelServerOptions options) : options_(std::move(option
           model_ec.ngram.num_tokens = config.num_speculative_tokens();
         std::shared_ptr<ServedModel> m = load_served_model(name, path, model_ec, tokenizer, dtype);
         apply_signature_config(m->generate, config.generate_signature());
+        // The conversation format, built once: the config's template over the server's over the
+        // model's own, the same for the kwargs.
+        const std::string& spec =
+            config.chat_template().empty() ? chat_template : config.chat_template();
+        const std::string& kwargs =
+            config.chat_template_kwargs().empty() ? chat_kwargs : config.chat_template_kwargs();
+        m->chat = ChatFormat::from_source(
+            spec.empty() ? chat_template_source(m->tokenizer, m->config())
+                         : chat_template_from_spec(spec),
+            tool_format,
+            kwargs.empty() ? nlohmann::json::object()
+                           : chat_template_kwargs_from_text(kwargs, "chat_template_kwargs"));
+        if (!m->chat->error().empty() && m->tokenizer.tokenizer)
+          log::warn(
+              "model '{}' version {}: its chat template does not parse, so chat requests "
+              "are refused: {}",
+              name, version, m->chat->error());
         m->version = version;
         log::info("loaded '{}' version {} from {} in {:.2f} s ({}, {} KV blocks)", m->name, version,
                   m->path, m->load_seconds, m->config().architecture, m->engine->kv_blocks());
@@ -156,7 +193,6 @@ ModelServer::ModelServer(ModelServerOptions options) : options_(std::move(option
   }
   state.prometheus_path = o.prometheus_path;
   state.playground = o.playground;
-  state.tool_format = o.tool_format;
   if (o.access_log != "off")
     state.access_log = std::make_unique<AccessLog>(o.access_log, o.log_prompts);
 

@@ -45,7 +45,10 @@ struct ModelServerOptions {
   bool serve_http = true;       // false: gRPC only (TF Serving's --rest_api_port=0)
   std::string prometheus_path;  // metrics also here (TF Serving's --monitoring_config_file)
   std::optional<ToolFormat> tool_format;  // --tool-call-parser (nullopt: from the template)
-  std::optional<GrpcServerConfig> grpc;   // nullopt: no gRPC
+  // --chat-template (a built-in name, a file or the template; "": each model's own) and
+  // --chat-template-kwargs (a JSON object; ""): a model config's own fields win.
+  std::string chat_template, chat_template_kwargs;
+  std::optional<GrpcServerConfig> grpc;  // nullopt: no gRPC
 };
 
 class ModelServer {

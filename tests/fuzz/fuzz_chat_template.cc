@@ -7,8 +7,8 @@
 #include <cstdint>
 #include <string_view>
 
+#include "chat/chat_template.h"
 #include "core/error.h"
-#include "tokenizer/chat_template.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   static const nlohmann::ordered_json context = nlohmann::ordered_json::parse(R"({

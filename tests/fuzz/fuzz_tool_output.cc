@@ -7,8 +7,8 @@
 #include <string>
 #include <vector>
 
-#include "serving/core/reasoning.h"
-#include "serving/core/tool_calls.h"
+#include "chat/reasoning.h"
+#include "chat/tool_calls.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const std::string text(reinterpret_cast<const char*>(data), size);

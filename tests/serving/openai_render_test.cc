@@ -6,10 +6,10 @@
 
 #include <gtest/gtest.h>
 
+#include "chat/chat_template.h"
 #include "core/error.h"
 #include "serving/core/api_common.h"
 #include "serving/core/completion_request.h"
-#include "tokenizer/chat_template.h"
 
 namespace tf {
 namespace {

@@ -12,6 +12,7 @@ import os
 import re
 import shutil
 import struct
+import subprocess
 import sys
 import tempfile
 import unittest
@@ -102,6 +103,54 @@ class TokenizeTest(ServerCase):
             self.assertEqual(out["error"]["param"], "tokens")
         st, _, _, _ = self.c.get("/tokenize")
         self.assertEqual(st, 405)
+
+
+class ChatTemplateFlagsTest(unittest.TestCase):
+    """--chat-template and --chat-template-kwargs (vLLM's and llama-server's flags): the
+    operator's template over the model's own, built once at load, its variables under the
+    request's; a bad one ends the command before it serves."""
+
+    def chat_text(self, port, body):
+        c = Client(port)
+        st, out, text, _ = c.post("/tokenize", body)
+        self.assertEqual(st, 200, text)
+        st, back, text, _ = c.post("/detokenize", {"tokens": out["tokens"]})
+        self.assertEqual(st, 200, text)
+        return back["prompt"].strip()
+
+    def test_a_template_and_its_variables_replace_the_models_own(self):
+        template = ("{% for m in messages %}<{{ m.role }}|{{ tone }}>{{ m.content }}"
+                    "{% endfor %}{% if add_generation_prompt %}<assistant|{{ tone }}>{% endif %}")
+        proc, port = start_server("--chat-template", template,
+                                  "--chat-template-kwargs", '{"tone": "calm"}')
+        try:
+            msgs = [{"role": "user", "content": "Hello"}]
+            self.assertEqual(self.chat_text(port, {"messages": msgs}),
+                             "<user|calm>Hello<assistant|calm>")
+            # The request's own variables win over the server's.
+            self.assertEqual(
+                self.chat_text(port, {"messages": msgs, "add_generation_prompt": False,
+                                      "chat_template_kwargs": {"tone": "loud"}}),
+                "<user|loud>Hello")
+        finally:
+            stop_server(proc)
+        # A built-in template by name.
+        proc, port = start_server("--chat-template", "chatml")
+        try:
+            self.assertEqual(self.chat_text(port, {"messages": msgs}),
+                             "<|im_start|>user\nHello<|im_end|>\n<|im_start|>assistant")  # (stripped)
+        finally:
+            stop_server(proc)
+
+    def test_bad_flags_end_the_command_with_the_reason(self):
+        bin_ = os.environ.get("TOKENFLOW_BIN")
+        for flags, want in ((["--chat-template", "no-such-template"], "--chat-template"),
+                            (["--chat-template-kwargs", "[1]"],
+                             "--chat-template-kwargs must be a JSON object")):
+            r = subprocess.run([bin_, "serve", "--model", STORIES_BIN, "--port", "0", *flags],
+                               capture_output=True, text=True, timeout=60)
+            self.assertNotEqual(r.returncode, 0, flags)
+            self.assertIn(want, r.stderr, flags)
 
 
 class EmbeddingsTest(ServerCase):

@@ -43,7 +43,7 @@ def slow_model(d):
         json.dump(cfg, f)
     safetensors_io.save(os.path.join(d, "model.safetensors"), w, "F32")
     shutil.copy(os.path.join(SHARED, "tokenizers", "gpt2", "tokenizer.json"), d)
-    with open(os.path.join(HERE, "..", "tokenizer", "chat_templates",
+    with open(os.path.join(HERE, "..", "chat", "chat_templates",
                            "qwen2.5_instruct.jinja")) as f:
         template = f.read()
     with open(os.path.join(d, "tokenizer_config.json"), "w") as f:

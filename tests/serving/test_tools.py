@@ -32,7 +32,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 SHARED = os.environ.get("TF_SHARED_DIR", os.path.join(HERE, "..", "..", "..", "shared"))
 sys.path.insert(0, os.environ.get("TF_REFERENCE_DIR",
                                   os.path.join(os.path.dirname(HERE), "reference")))
-sys.path.insert(0, os.path.join(os.path.dirname(HERE), "tokenizer"))
+sys.path.insert(0, os.path.join(os.path.dirname(HERE), "chat"))
 import make_checkpoints  # noqa: E402
 import safetensors_io  # noqa: E402
 from test_chat_templates import render_jinja  # noqa: E402
@@ -226,7 +226,7 @@ def gpt2_model_with_template(template_name):
         json.dump(cfg, f)
     safetensors_io.save(os.path.join(d, "model.safetensors"), w, "F32")
     shutil.copy(os.path.join(SHARED, "tokenizers", "gpt2", "tokenizer.json"), d)
-    with open(os.path.join(HERE, "..", "tokenizer", "chat_templates", template_name)) as f:
+    with open(os.path.join(HERE, "..", "chat", "chat_templates", template_name)) as f:
         template = f.read()
     with open(os.path.join(d, "tokenizer_config.json"), "w") as f:
         json.dump({"chat_template": template, "eos_token": "<|endoftext|>"}, f)

@@ -10,9 +10,10 @@
 #include <string>
 #include <vector>
 
+#include "chat/tool_calls.h"
 #include "sampling/grammar.h"
 #include "serving/core/api_common.h"
-#include "serving/core/tool_calls.h"
+#include "serving/openai/openai_tools.h"
 
 namespace tf {
 namespace {
@@ -21,7 +22,7 @@ using json = nlohmann::json;
 using ojson = nlohmann::ordered_json;
 
 std::string fixture(const std::string& name) {
-  std::ifstream in(std::string(TF_SOURCE_DIR) + "/tests/tokenizer/chat_templates/" + name);
+  std::ifstream in(std::string(TF_SOURCE_DIR) + "/tests/chat/chat_templates/" + name);
   std::stringstream ss;
   ss << in.rdbuf();
   EXPECT_FALSE(ss.str().empty()) << name;

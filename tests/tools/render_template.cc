@@ -17,8 +17,8 @@
 #include <iterator>
 #include <string>
 
+#include "chat/chat_template.h"
 #include "core/error.h"
-#include "tokenizer/chat_template.h"
 
 namespace {
 

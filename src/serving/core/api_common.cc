@@ -148,11 +148,6 @@ int64_t unix_seconds() {
       .count();
 }
 
-std::string random_id(const std::string& prefix) {
-  thread_local std::mt19937_64 rng(std::random_device{}());
-  return fmt::format("{}{:016x}{:08x}", prefix, rng(), static_cast<uint32_t>(rng()));
-}
-
 std::string request_id(const std::string* given) {
   bool valid = given && !given->empty() && given->size() <= 128;
   for (size_t i = 0; valid && i < given->size(); ++i)

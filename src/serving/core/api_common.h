@@ -12,6 +12,7 @@
 #include <string>
 
 #include "core/error.h"
+#include "core/random_id.h"
 
 namespace tf {
 
@@ -88,8 +89,6 @@ std::string dump_json(const nlohmann::ordered_json& j);
 nlohmann::json parse_json_body(const std::string& body);
 
 int64_t unix_seconds();
-// A fresh id such as "cmpl-3f2a..." (prefix + 24 hex digits).
-std::string random_id(const std::string& prefix);
 // A request's id: the client's own (X-Request-Id header, x-request-id metadata) when it is 1 to
 // 128 printable ASCII characters, else a fresh "req-..." one.
 std::string request_id(const std::string* given);

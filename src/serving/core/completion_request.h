@@ -18,10 +18,10 @@
 #include <string>
 #include <vector>
 
+#include "chat/chat_template.h"
+#include "chat/tool_calls.h"
 #include "sampling/sampling_params.h"
 #include "serving/core/structured_output.h"
-#include "serving/core/tool_calls.h"
-#include "tokenizer/chat_template.h"
 
 namespace tf {
 

@@ -2,10 +2,10 @@
 
 #include <fmt/format.h>
 
+#include "chat/reasoning.h"
 #include "core/cancel.h"
 #include "sampling/grammar.h"
 #include "serving/core/prompt.h"
-#include "serving/core/reasoning.h"
 #include "serving/core/request_fields.h"
 
 namespace tf {
@@ -46,7 +46,7 @@ GenerationPlan plan_request(
     const CompletionRequest& req, const LoadedTokenizer& tokenizer, const ModelConfig& cfg,
     const std::string& id, int32_t default_max_tokens,
     const std::function<std::shared_ptr<const GrammarVocab>()>& grammar_vocab,
-    std::optional<ToolFormat> tool_format) {
+    std::shared_ptr<const ChatFormat> chat) {
   GenerationPlan p;
   with_fields(req, [&] {
     p.params = req.params;
@@ -66,18 +66,19 @@ GenerationPlan plan_request(
     p.params.validate(cfg.vocab_size);
     if (req.chat) {
       if (req.messages.empty()) fail_field("messages", "'messages' must be a non-empty list");
+      if (!chat) chat = ChatFormat::for_model(tokenizer, cfg);
       std::string rendered;
       p.prompts.push_back(render_chat_prompt(
-          req.messages, req.add_generation_prompt, tokenizer, cfg, req.chat_template_kwargs,
+          *chat, req.messages, req.add_generation_prompt, tokenizer, cfg.max_seq_len,
+          req.chat_template_kwargs,
           req.tools.names.empty() ? nlohmann::ordered_json() : req.tools.tools, &rendered));
-      const std::string source = chat_template_source(tokenizer, cfg);
-      if (template_reasons(source)) {
+      if (chat->reasons()) {
         p.reasoning = true;
         p.thinking_opened = prompt_opens_thinking(rendered);
       }
       if (req.tools.active()) {
         p.tools = std::make_shared<const ToolRequest>(req.tools);
-        p.tool_format = tool_format ? *tool_format : detect_tool_format(source);
+        p.tool_format = chat->tool_format();
       }
     } else {
       if (req.prompts.empty()) fail_field("prompt", "'prompt' is required");
@@ -179,7 +180,7 @@ GenerationPlan plan_generation(ServingState& state, const CompletionRequest& req
   auto model = resolve_model(state, record, req.model, req.user, header);
   GenerationPlan p = plan_request(
       req, model->tokenizer, model->config(), id, 0,
-      [m = model.get()] { return m->grammar_vocab(); }, state.tool_format);
+      [m = model.get()] { return m->grammar_vocab(); }, model->chat);
   p.model = std::move(model);
   record.model = p.model->name;
   record.version = p.model->version;
@@ -190,6 +191,5 @@ GenerationPlan plan_generation(ServingState& state, const CompletionRequest& req
   for (const auto& r : p.requests) record.prompt_tokens += static_cast<int64_t>(r.prompt.size());
   return p;
 }
-
 
 }  // namespace tf

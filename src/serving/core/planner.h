@@ -13,6 +13,7 @@
 #include <string>
 #include <vector>
 
+#include "chat/chat_format.h"
 #include "engine/engine_request.h"
 #include "serving/core/completion_request.h"
 #include "serving/core/job_lifecycle.h"
@@ -43,12 +44,13 @@ struct GenerationPlan : JobPlan {
 // default_max_tokens: where the request gives none (0: OpenAI's 16 for completions, the
 // context for chat); either way lowered to the room the prompt leaves.
 // grammar_vocab: the model's vocabulary for a request's grammar (ModelInstance::grammar_vocab,
-// kept per model); without one it is built from the tokenizer for this request.
+// kept per model); without one it is built from the tokenizer for this request. chat: the
+// model's chat format (ServedModel::chat, built at load); without one, built for this request.
 GenerationPlan plan_request(
     const CompletionRequest& request, const LoadedTokenizer& tokenizer, const ModelConfig& config,
     const std::string& id, int32_t default_max_tokens = 0,
     const std::function<std::shared_ptr<const GrammarVocab>()>& grammar_vocab = nullptr,
-    std::optional<ToolFormat> tool_format = std::nullopt);
+    std::shared_ptr<const ChatFormat> chat = nullptr);
 
 // The version a request's model field names ("" the default; user and header: the sticky keys
 // of a traffic split). Every door resolves its model here or in resolve_servable, and both
@@ -68,6 +70,5 @@ GenerationPlan plan_generation(ServingState& state, const CompletionRequest& req
                                const ModelRegistry::HeaderFn& header, RequestRecord& record,
                                const std::string& id,
                                std::optional<std::chrono::milliseconds> time_limit = std::nullopt);
-
 
 }  // namespace tf

@@ -2,9 +2,9 @@
 
 #include <fmt/format.h>
 
+#include "chat/chat_format.h"
 #include "core/error.h"
 #include "serving/core/api_common.h"
-#include "tokenizer/chat_template.h"
 
 namespace tf {
 
@@ -23,33 +23,15 @@ std::vector<int32_t> encode_prompt(const Tokenizer& tokenizer, std::string_view 
   return tokenizer.encode(text, add_special_tokens);
 }
 
-std::string chat_template_source(const LoadedTokenizer& tokenizer, const ModelConfig& config) {
-  if (!tokenizer.chat_template.empty()) return tokenizer.chat_template;
-  const std::string& a = config.architecture;
-  if (a == "Qwen3ForCausalLM" || a == "Qwen3MoeForCausalLM") return builtin_chat_template("qwen3");
-  if (a == "Qwen2ForCausalLM" || a == "Qwen2MoeForCausalLM" || a == "GPT2LMHeadModel")
-    return builtin_chat_template("chatml");
-  if (a == "MistralForCausalLM" || a == "MixtralForCausalLM")
-    return builtin_chat_template("mistral");
-  if (a == "Gemma3ForCausalLM") return builtin_chat_template("gemma3");
-  if (a == "GemmaForCausalLM" || a == "Gemma2ForCausalLM") return builtin_chat_template("gemma");
-  if (a == "Phi3ForCausalLM" && config.vocab_size == 100352) return builtin_chat_template("phi4");
-  if (config.vocab_size >= 128000) return builtin_chat_template("llama3");
-  return builtin_chat_template("llama2");
-}
-
-std::vector<int32_t> render_chat_prompt(const std::vector<ChatMessage>& messages,
-                                        bool add_generation_prompt,
-                                        const LoadedTokenizer& tokenizer, const ModelConfig& config,
-                                        const nlohmann::json& template_kwargs,
-                                        const nlohmann::ordered_json& tools,
-                                        std::string* text_out) {
+std::vector<int32_t> render_chat_prompt(
+    const ChatFormat& chat, const std::vector<ChatMessage>& messages, bool add_generation_prompt,
+    const LoadedTokenizer& tokenizer, int64_t context, const nlohmann::json& template_kwargs,
+    const nlohmann::ordered_json& tools, std::string* text_out) {
   if (!tokenizer.tokenizer) fail("this model has no tokenizer, so it cannot take chat messages");
-  const ChatTemplate tmpl = ChatTemplate::parse(chat_template_source(tokenizer, config));
-  const std::string text = tmpl.apply(messages, add_generation_prompt, tokenizer.bos_token,
-                                      tokenizer.eos_token, template_kwargs, tools);
+  const std::string text = chat.render(messages, add_generation_prompt, tokenizer.bos_token,
+                                       tokenizer.eos_token, template_kwargs, tools);
   if (text_out) *text_out = text;
-  return encode_prompt(*tokenizer.tokenizer, text, /*add_special_tokens=*/false, config.max_seq_len,
+  return encode_prompt(*tokenizer.tokenizer, text, /*add_special_tokens=*/false, context,
                        "messages");
 }
 

@@ -1,6 +1,6 @@
 #pragma once
 // Prompts into token ids, for every door: a text encoded under the model's context limit, chat
-// messages rendered with the model's chat template; and a token back into the bytes that
+// messages rendered with the model's chat format; and a token back into the bytes that
 // logprobs show.
 
 #include <nlohmann/json.hpp>
@@ -10,8 +10,8 @@
 #include <string_view>
 #include <vector>
 
+#include "chat/chat_format.h"
 #include "model/model_config.h"
-#include "tokenizer/chat_template.h"
 #include "tokenizer/tokenizer_loader.h"
 
 namespace tf {
@@ -22,17 +22,14 @@ namespace tf {
 std::vector<int32_t> encode_prompt(const Tokenizer& tokenizer, std::string_view text,
                                    bool add_special_tokens, int64_t context, const char* field);
 
-// Chat messages rendered with the model's chat template (or the built-in one for its family),
-// then tokenized without adding special tokens again (refused before that when the rendered
-// text cannot fit the model's context, as encode_prompt does).
+// Chat messages rendered with the model's chat format (chat/chat_format.h: its template parsed
+// once at load), then tokenized without adding special tokens again (refused before that when
+// the rendered text cannot fit the context, as encode_prompt does).
 std::vector<int32_t> render_chat_prompt(
-    const std::vector<ChatMessage>& messages, bool add_generation_prompt,
-    const LoadedTokenizer& tokenizer, const ModelConfig& config,
+    const ChatFormat& chat, const std::vector<ChatMessage>& messages, bool add_generation_prompt,
+    const LoadedTokenizer& tokenizer, int64_t context,
     const nlohmann::json& template_kwargs = nlohmann::json::object(),
     const nlohmann::ordered_json& tools = nullptr, std::string* text = nullptr);
-
-// The chat template a model uses: its own, else the built-in one for its family.
-std::string chat_template_source(const LoadedTokenizer& tokenizer, const ModelConfig& config);
 
 // A token's bytes as logprobs show it (its id as text without a tokenizer).
 std::string token_bytes(const Tokenizer* tok, int32_t id);

@@ -10,12 +10,12 @@
 #include <string>
 #include <vector>
 
+#include "chat/tool_calls.h"
 #include "serving/core/api_common.h"
 #include "serving/core/auth.h"
 #include "serving/core/generation_job.h"
 #include "serving/core/metrics.h"
 #include "serving/core/prepare_pool.h"
-#include "serving/core/tool_calls.h"
 #include "serving/models/model_registry.h"
 
 namespace tf {
@@ -52,9 +52,6 @@ struct ServingState {
   bool metrics_need_key = false;          // GET /metrics behind the keys too
   bool playground = true;                 // GET / serves the playground (web/)
   std::string prometheus_path;            // TF Serving's monitoring path beside /metrics ("": none)
-  // --tool-call-parser: the format models write tool calls in (nullopt: told from each model's
-  // chat template).
-  std::optional<ToolFormat> tool_format;
   KeyLimiter limiter;
   // Keys the tenants' prefix-cache salts (prefix_cache_salt); new for every process.
   const std::array<uint8_t, 32> cache_secret = random_secret();

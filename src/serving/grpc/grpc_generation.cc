@@ -479,7 +479,8 @@ grpc::ServerUnaryReactor* GenerationServiceImpl::Tokenize(grpc::CallbackServerCo
         if (messages.empty()) fail_field("messages", "'messages' must be a non-empty list");
         const bool add =
             !request->chat().has_add_generation_prompt() || request->chat().add_generation_prompt();
-        ids = render_chat_prompt(messages, add, m->tokenizer, m->config());
+        ids = render_chat_prompt(*m->chat_format(), messages, add, m->tokenizer,
+                                 m->config().max_seq_len);
       } else if (request->has_text()) {
         ids = tok->encode(request->text(),
                           request->has_add_special_tokens() ? request->add_special_tokens() : true);

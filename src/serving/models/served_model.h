@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "chat/chat_format.h"
 #include "engine/model_instance.h"
 #include "serving/models/generate_settings.h"
 
@@ -23,6 +24,14 @@ struct ServedModel : ModelInstance {
   double load_seconds = 0.0;
   // TF Serving's generate signature: generation_config.json's settings, then the model config's.
   GenerateSignature generate;
+  // The conversation format (chat template parsed once, tool-call format, think blocks); the
+  // composition root sets it at load with the operator's overrides (nullptr: the planner
+  // builds the model's own per request).
+  std::shared_ptr<const ChatFormat> chat;
+  // chat, or the model's own format when none was set.
+  std::shared_ptr<const ChatFormat> chat_format() const {
+    return chat ? chat : ChatFormat::for_model(tokenizer, config());
+  }
 };
 
 // Loads a model directory or file, its tokenizer (or explicit_tokenizer) and its

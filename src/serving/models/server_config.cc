@@ -11,6 +11,7 @@
 #include <set>
 #include <sstream>
 
+#include "chat/chat_format.h"
 #include "core/error.h"
 #include "serving/models/generate_settings.h"
 #include "serving/models/served_model.h"
@@ -246,6 +247,13 @@ void validate_model_server_config(const tfs::ModelServerConfig& config) {
       } catch (const Error& e) {
         fail(ErrorKind::kInvalidArgument, "model '{}': {}", name, e.what());
       }
+    }
+    try {
+      if (!m.chat_template().empty()) (void)chat_template_from_spec(m.chat_template());
+      if (!m.chat_template_kwargs().empty())
+        (void)chat_template_kwargs_from_text(m.chat_template_kwargs(), "chat_template_kwargs");
+    } catch (const Error& e) {
+      fail(ErrorKind::kInvalidArgument, "model '{}': {}", name, e.what());
     }
     if (m.has_traffic_split()) {
       const auto& split = m.traffic_split();

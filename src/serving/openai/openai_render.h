@@ -11,10 +11,10 @@
 #include <string>
 #include <vector>
 
+#include "chat/reasoning.h"
+#include "chat/tool_calls.h"
 #include "serving/core/job_summary.h"
 #include "serving/core/prompt.h"
-#include "serving/core/reasoning.h"
-#include "serving/core/tool_calls.h"
 #include "tokenizer/tokenizer.h"
 
 namespace tf {

@@ -1,4 +1,5 @@
 #include "serving/openai/openai_request.h"
+#include "serving/openai/openai_tools.h"
 
 #include <fmt/format.h>
 

@@ -7,13 +7,14 @@
 #include <cstring>
 #include <unordered_set>
 
+#include "chat/tool_calls.h"
 #include "serving/core/job_summary.h"
 #include "serving/core/planner.h"
 #include "serving/core/prompt.h"
 #include "serving/core/request_fields.h"
-#include "serving/core/tool_calls.h"
 #include "serving/openai/openai_api.h"
 #include "serving/openai/openai_request.h"
+#include "serving/openai/openai_tools.h"
 
 namespace tf {
 namespace {
@@ -92,8 +93,9 @@ void handle_tokenize(ServingState& state, const HttpRequest& req,
     }
     ojson tools;
     if (present(body, "tools")) tools = read_tool_request(body, ojson::parse(req.body)).tools;
-    return render_chat_prompt(read_chat_messages(body), add_generation_prompt, model->tokenizer,
-                              model->config(), kwargs, tools);
+    return render_chat_prompt(*model->chat_format(), read_chat_messages(body),
+                              add_generation_prompt, model->tokenizer, model->config().max_seq_len,
+                              kwargs, tools);
   });
   if (ids.size() > kMaxTokenIds)
     throw HttpError(400,
