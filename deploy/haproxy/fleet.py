@@ -2,9 +2,10 @@
 """A local tokenflow fleet behind Debian's haproxy (issue 25, item 3): N replicas per model, each
 its own `tokenflow serve` process on 127.0.0.1, and haproxy in front that
 
-  - routes by the OpenAI body's "model" (json_query on the buffered body) and by TF Serving's
-    /v1/models/NAME paths to per-model backends, so one model's replicas failing leaves the
-    others serving;
+  - routes by the body's "model" (every door's: OpenAI's, Anthropic's, Ollama's; json_query on
+    the buffered body) and by TF Serving's /v1/models/NAME paths to per-model backends, so one
+    model's replicas failing leaves the others serving (the configuration is render.py's, which
+    also renders one for replicas on other hosts from their list);
   - health-checks every replica on /readyz and retries a request whose replica failed before
     answering (connection refused, reset, no response) on another one (`retry-on`,
     `option redispatch`): the body is buffered, so it can be sent again;
@@ -31,7 +32,8 @@ import tempfile
 import time
 import urllib.request
 
-PREFIX_BYTES = 256  # the prompt bytes the affinity hash reads
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import render  # noqa: E402  (the configuration, from the replica list)
 
 
 def free_port():
@@ -120,52 +122,12 @@ class Fleet:
         self.haproxy = None
 
     def config(self):
-        lines = [
-            "global",
-            "  maxconn 4096",
-            "  stats socket %s mode 600 level admin" % self.stats_socket,
-            "defaults",
-            "  mode http",
-            "  timeout connect 2s",
-            "  timeout client 300s",
-            "  timeout server 300s",
-            "  timeout http-request 30s",
-            # The whole body is in haproxy before a server is chosen: routing reads it, and a
-            # request whose server failed before answering can be sent again.
-            "  option http-buffer-request",
-            "  retries 3",
-            "  option redispatch 1",
-            # 503: a replica that is shutting down refuses new requests with it.
-            "  retry-on conn-failure empty-response response-timeout 503",
-            "  default-server inter 300ms fall 2 rise 1 observe layer4 error-limit 1 "
-            "on-error mark-down",
-            "frontend front",
-            "  bind 127.0.0.1:%d" % self.port,
-            "  http-request set-var(txn.model) req.body,json_query('$.model') "
-            "if { method POST }",
-            "  http-request set-var(txn.prefix) req.body,json_query('$.prompt'),"
-            "bytes(0,%d) if { method POST }" % PREFIX_BYTES,
-            "  http-request set-var(txn.prefix) req.body,json_query('$.messages[0].content'),"
-            "bytes(0,%d) if { method POST } !{ var(txn.prefix) -m found }" % PREFIX_BYTES,
-        ]
-        names = list(self.replicas)
-        for name in names:
-            # "name", "name:version" and "name@label" all go to the model's backend.
-            lines.append("  use_backend be_%s if { var(txn.model) -m reg ^%s([:@].*)?$ }"
-                         % (name, re.escape(name)))
-            lines.append("  use_backend be_%s if { path_beg /v1/models/%s }" % (name, name))
-        lines.append("  default_backend be_%s" % names[0])
-        for name, reps in self.replicas.items():
-            lines += ["backend be_%s" % name]
-            if self.balance == "affinity":
-                lines += ["  balance hash var(txn.prefix)", "  hash-type consistent"]
-            else:
-                lines += ["  balance roundrobin"]
-            lines += ["  option httpchk GET /readyz", "  http-check expect status 200"]
-            for r in reps:
-                lines.append("  server %s 127.0.0.1:%d check weight %d" % (r.name, r.port,
-                                                                           r.weight))
-        return "\n".join(lines) + "\n"
+        """haproxy.cfg for the fleet: render.py's, over this fleet's replicas."""
+        return render.render(
+            [render.Replica(r.model, "127.0.0.1", r.port, r.weight, name=r.name)
+             for reps in self.replicas.values() for r in reps],
+            bind="127.0.0.1:%d" % self.port, balance=self.balance,
+            stats_socket=self.stats_socket)
 
     def start(self):
         for reps in self.replicas.values():

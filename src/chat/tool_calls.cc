@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <cctype>
 #include <utility>
 
 #include "chat/text_trim.h"
@@ -92,10 +93,27 @@ ParsedToolOutput parse_hermes(std::string_view text, const std::vector<std::stri
   while (at != std::string_view::npos) {
     const size_t body = at + kHermesOpen.size();
     size_t end = text.find(kHermesClose, body);
-    const std::string_view inner =
+    std::string_view inner =
         text.substr(body, end == std::string_view::npos ? std::string_view::npos : end - body);
+    if (end == std::string_view::npos) {
+      // The output was cut off (max_tokens) after the call but inside its closing marker: what
+      // is there of "</tool_call>" is not part of the call (vLLM's hermes parser reads it so).
+      while (!inner.empty() && std::isspace(static_cast<unsigned char>(inner.back())))
+        inner.remove_suffix(1);
+      for (size_t k = std::min(inner.size(), kHermesClose.size() - 1); k > 0; --k) {
+        if (inner.substr(inner.size() - k) == kHermesClose.substr(0, k)) {
+          inner.remove_suffix(k);
+          break;
+        }
+      }
+    }
     auto calls = calls_from_json(inner, names);
-    if (!calls) return as_content(text);
+    if (!calls) {
+      // A call cut off before it was whole: the calls complete before it stand (a forced
+      // choice's answer cut by max_tokens keeps them); with none, the text is content.
+      if (end == std::string_view::npos && !out.calls.empty()) break;
+      return as_content(text);
+    }
     for (auto& c : *calls) out.calls.push_back(std::move(c));
     if (end == std::string_view::npos) break;
     at = text.find(kHermesOpen, end + kHermesClose.size());
@@ -128,6 +146,36 @@ size_t json_value_end(std::string_view s) {
     }
   }
   return std::string_view::npos;
+}
+
+// A list of calls cut off before its end (max_tokens): the calls complete before the cut, when
+// there is at least one and each is a call of the tools; nullopt otherwise. (A forced choice's
+// answer cut short keeps the calls it finished, as vLLM's parsers do.)
+std::optional<std::vector<ToolCall>> calls_of_cut_list(std::string_view text,
+                                                       const std::vector<std::string>& names) {
+  std::string_view t = trim(text);
+  if (t.empty() || t.front() != '[') return std::nullopt;
+  size_t pos = 1;
+  auto skip = [&] {
+    while (pos < t.size() && std::isspace(static_cast<unsigned char>(t[pos]))) ++pos;
+  };
+  std::vector<ToolCall> calls;
+  for (skip(); pos < t.size() && t[pos] == '{';) {
+    const size_t len = json_value_end(t.substr(pos));
+    if (len == std::string_view::npos) break;  // the cut
+    const ojson v = ojson::parse(t.substr(pos, len), nullptr, false);
+    auto c = v.is_discarded() ? std::nullopt : call_from(v, names);
+    if (!c) return std::nullopt;
+    calls.push_back(std::move(*c));
+    pos += len;
+    skip();
+    if (pos < t.size() && t[pos] == ',') {
+      ++pos;
+      skip();
+    }
+  }
+  if (calls.empty() || pos >= t.size() || t[pos] == ']') return std::nullopt;  // not a cut list
+  return calls;
 }
 
 ParsedToolOutput parse_llama3(std::string_view text, const std::vector<std::string>& names) {
@@ -168,6 +216,7 @@ ParsedToolOutput parse_mistral(std::string_view text, const std::vector<std::str
     body = trim(text.substr(tag + kMistralTag.size()));
   }
   if (auto calls = calls_from_json(body, names)) return {content, std::move(*calls)};
+  if (auto calls = calls_of_cut_list(body, names)) return {content, std::move(*calls)};
   // v11: N[ARGS]{...}, possibly repeated after further [TOOL_CALLS] markers.
   ParsedToolOutput out;
   out.content = content;
@@ -262,6 +311,8 @@ ParsedToolOutput parse_tool_calls(std::string_view text, ToolFormat format,
     case ToolFormat::kJson:
       if (auto calls = calls_from_json(text, names))
         out.calls = std::move(*calls);
+      else if (auto cut = calls_of_cut_list(text, names))
+        out.calls = std::move(*cut);
       else
         out = as_content(text);
       break;

@@ -9,6 +9,7 @@
 
 #include "core/error.h"
 #include "core/log.h"
+#include "serving/anthropic/anthropic_routes.h"
 #include "serving/grpc/grpc_generation.h"
 #include "serving/models/served_model.h"
 #include "serving/openai/openai_routes.h"
@@ -225,6 +226,7 @@ ModelServer::ModelServer(ModelServerOptions options) : options_(std::move(option
     http_ = std::make_unique<Server>(state, o.http);
     add_openai_routes(http_->routes(), state);
     add_tfserving_routes(http_->routes(), state);
+    add_anthropic_routes(http_->routes(), state);
   }
   if (o.grpc) {
     auto service = [](auto* tag) {

@@ -126,6 +126,30 @@ TEST(ToolCalls, ParsesEachFormat) {
                                 "\"b\": 2}}",
                                 ToolFormat::kHermes, kNames),
                {{"add", {{"a", 1}, {"b", 2}}}}, std::nullopt);
+  // Cut inside the closing tag: the part of "</tool_call>" there is not the call's (vLLM's
+  // hermes parser reads it so).
+  for (const char* cut : {"\n</", "\n</tool_", "\n</tool_call", " \n"}) {
+    expect_calls(parse_tool_calls(std::string("<tool_call>\n{\"name\": \"add\", \"arguments\": "
+                                              "{\"a\": 1, \"b\": 2}}") +
+                                      cut,
+                                  ToolFormat::kHermes, kNames),
+                 {{"add", {{"a", 1}, {"b", 2}}}}, std::nullopt);
+  }
+  // A second call cut before it is whole: the first, complete, stands (tool_choice "required"
+  // cut by max_tokens returns the calls it finished).
+  expect_calls(parse_tool_calls("<tool_call>\n{\"name\": \"add\", \"arguments\": {\"a\": 1, "
+                                "\"b\": 2}}\n</tool_call>\n<tool_call>\n{\"name\": \"get_w",
+                                ToolFormat::kHermes, kNames),
+               {{"add", {{"a", 1}, {"b", 2}}}}, std::nullopt);
+  // A list of calls cut by max_tokens: the complete ones stand (json and mistral's lists).
+  expect_calls(parse_tool_calls("[{\"name\": \"add\", \"arguments\": {\"a\": 1, \"b\": 2}}, "
+                                "{\"name\": \"get_wea",
+                                ToolFormat::kJson, kNames),
+               {{"add", {{"a", 1}, {"b", 2}}}}, std::nullopt);
+  expect_calls(parse_tool_calls("[TOOL_CALLS] [{\"name\": \"add\", \"arguments\": {\"a\": 1, "
+                                "\"b\": 2}}, {\"name\"",
+                                ToolFormat::kMistral, kNames),
+               {{"add", {{"a", 1}, {"b", 2}}}}, std::nullopt);
   expect_calls(parse_tool_calls("<|python_tag|>{\"name\": \"get_weather\", \"parameters\": "
                                 "{\"city\": \"Oslo\"}}",
                                 ToolFormat::kLlama3Json, kNames),
@@ -157,6 +181,8 @@ TEST(ToolCalls, WhatIsNotACallOfAGivenToolStaysContent) {
            {"<tool_call>\n{\"name\": \"rm_rf\", \"arguments\": {}}\n</tool_call>",
             ToolFormat::kHermes},
            {"<tool_call>\n{\"name\": \"add\", \"arguments\": {\"a\": 1,", ToolFormat::kHermes},
+           {"[{\"name\": \"add\", \"arguments\": {\"a\": 1,", ToolFormat::kJson},
+           {"[{\"name\": \"rm_rf\", \"arguments\": {}}, {\"na", ToolFormat::kJson},
            {"{\"name\": \"add\", \"parameters\": [1, 2]}", ToolFormat::kLlama3Json},
            {"{\"answer\": 42}", ToolFormat::kJson},
            {"[TOOL_CALLS] not json", ToolFormat::kMistral}}) {

@@ -87,7 +87,16 @@ void Server::authenticate(const HttpRequest& req, RequestRecord& record) const {
   // The playground's page and files hold no data: the page asks for a key and sends it with
   // every API request it makes.
   if (state_.playground && req.method == "GET" && find_web_asset(p)) return;
-  record.key = state_.authenticate(req.header("authorization"));
+  // Authorization: Bearer KEY, or x-api-key: KEY as Anthropic's clients send it.
+  const std::string* auth = req.header("authorization");
+  std::string bearer;
+  if (!auth) {
+    if (const std::string* key = req.header("x-api-key")) {
+      bearer = "Bearer " + *key;
+      auth = &bearer;
+    }
+  }
+  record.key = state_.authenticate(auth);
 }
 
 void Server::route(const HttpRequest& req, std::shared_ptr<HttpResponder> responder,
