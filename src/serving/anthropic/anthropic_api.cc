@@ -6,6 +6,7 @@
 #include <mutex>
 #include <optional>
 
+#include "chat/output_stream.h"
 #include "chat/reasoning.h"
 #include "chat/tool_calls.h"
 #include "serving/anthropic/anthropic_request.h"
@@ -135,10 +136,11 @@ class MessageStreamSink final : public JobSink {
  public:
   MessageStreamSink(std::shared_ptr<const MessageShape> shape,
                     std::shared_ptr<HttpResponder> responder)
-      : shape_(std::move(shape)), responder_(std::move(responder)) {
-    if (shape_->reasoning) reasoning_.emplace(shape_->thinking_opened);
-    if (shape_->tools) tools_.emplace(shape_->tool_format);
-  }
+      : shape_(std::move(shape)),
+        responder_(std::move(responder)),
+        split_(shape_->reasoning, shape_->thinking_opened,
+               shape_->tools ? std::optional<ToolFormat>(shape_->tool_format) : std::nullopt,
+               shape_->tools ? shape_->tools->names : std::vector<std::string>{}) {}
 
   void start() {
     responder_->start_stream(200, "text/event-stream");
@@ -151,28 +153,10 @@ class MessageStreamSink final : public JobSink {
 
   void output(size_t, const RequestOutput& out) override {
     std::lock_guard lock(mu_);
-    const bool done = out.finish != FinishReason::kNone;
-    std::string thinking, content = out.text;
-    if (reasoning_) {
-      ReasoningStream::Delta d = reasoning_->push(out.text);
-      if (done) {
-        const ReasoningStream::Delta f = reasoning_->finish();
-        d.reasoning += f.reasoning;
-        d.content += f.content;
-      }
-      thinking = std::move(d.reasoning);
-      content = std::move(d.content);
-    }
-    if (tools_) {
-      content = tools_->push(content);
-      if (done) {
-        std::string rest;
-        calls_ = tools_->finish(shape_->tools->names, rest).calls;
-        content += rest;
-      }
-    }
-    if (!thinking.empty()) delta("thinking", thinking);
-    if (!content.empty()) delta("text", content);
+    ChatOutputStream::Delta d = split_.push(out.text, out.finish != FinishReason::kNone);
+    if (!d.calls.empty()) calls_ = std::move(d.calls);
+    if (!d.reasoning.empty()) delta("thinking", d.reasoning);
+    if (!d.content.empty()) delta("text", d.content);
   }
 
   void end(const JobEnd& end, const GenerationJob& job) override {
@@ -252,8 +236,7 @@ class MessageStreamSink final : public JobSink {
 
   std::shared_ptr<const MessageShape> shape_;
   std::shared_ptr<HttpResponder> responder_;
-  std::optional<ReasoningStream> reasoning_;
-  std::optional<ToolCallStream> tools_;
+  ChatOutputStream split_;
   std::vector<ToolCall> calls_;
   std::string open_;  // the open block's type ("": none)
   int64_t index_ = 0;

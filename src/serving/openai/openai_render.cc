@@ -262,33 +262,16 @@ ojson openai_usage_chunk(const OpenAiShape& shape, const JobSummary& summary) {
   return chunk;
 }
 
-ChatChoiceStream::ChatChoiceStream(const OpenAiShape& shape) : shape_(&shape) {
-  if (shape.reasoning) reasoning_.emplace(shape.thinking_opened);
-  if (shape.tools) tools_.emplace(shape.tool_format);
-}
+ChatChoiceStream::ChatChoiceStream(const OpenAiShape& shape)
+    : shape_(&shape),
+      split_(shape.reasoning, shape.thinking_opened,
+             shape.tools ? std::optional<ToolFormat>(shape.tool_format) : std::nullopt,
+             shape.tools ? shape.tools->names : std::vector<std::string>{}) {}
 
 std::vector<ojson> ChatChoiceStream::chunks(size_t prompt, const RequestOutput& out) {
-  const bool done = out.finish != FinishReason::kNone;
-  std::string reasoning, content = out.text;
-  if (reasoning_) {
-    ReasoningStream::Delta d = reasoning_->push(out.text);
-    if (done) {
-      const ReasoningStream::Delta f = reasoning_->finish();
-      d.reasoning += f.reasoning;
-      d.content += f.content;
-    }
-    reasoning = std::move(d.reasoning);
-    content = std::move(d.content);
-  }
-  std::vector<ToolCall> calls;
-  if (tools_) {
-    content = tools_->push(content);
-    if (done) {
-      std::string rest;
-      calls = tools_->finish(shape_->tools->names, rest).calls;
-      content += rest;
-    }
-  }
+  ChatOutputStream::Delta d = split_.push(out.text, out.finish != FinishReason::kNone);
+  std::string reasoning = std::move(d.reasoning), content = std::move(d.content);
+  std::vector<ToolCall> calls = std::move(d.calls);
   std::vector<ojson> out_chunks;
   RequestOutput o = out;
   o.text = std::move(content);

@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "chat/output_stream.h"
 #include "chat/reasoning.h"
 #include "chat/tool_calls.h"
 #include "serving/core/job_summary.h"
@@ -72,8 +73,7 @@ class ChatChoiceStream {
 
  private:
   const OpenAiShape* shape_;
-  std::optional<ReasoningStream> reasoning_;
-  std::optional<ToolCallStream> tools_;
+  ChatOutputStream split_;
 };
 // A chat choice's tool calls as OpenAI streams them: per call, a chunk with its index, id, type
 // and name (arguments ""), then one with its arguments.

@@ -1,0 +1,36 @@
+#include "chat/output_stream.h"
+
+namespace tf {
+
+ChatOutputStream::ChatOutputStream(bool reasoning, bool opened, std::optional<ToolFormat> tools,
+                                   std::vector<std::string> names)
+    : names_(std::move(names)) {
+  if (reasoning) reasoning_.emplace(opened);
+  if (tools) tools_.emplace(*tools);
+}
+
+ChatOutputStream::Delta ChatOutputStream::push(std::string_view text, bool done) {
+  Delta d;
+  d.content = std::string(text);
+  if (reasoning_) {
+    ReasoningStream::Delta r = reasoning_->push(text);
+    if (done) {
+      const ReasoningStream::Delta f = reasoning_->finish();
+      r.reasoning += f.reasoning;
+      r.content += f.content;
+    }
+    d.reasoning = std::move(r.reasoning);
+    d.content = std::move(r.content);
+  }
+  if (tools_) {
+    d.content = tools_->push(d.content);
+    if (done) {
+      std::string rest;
+      d.calls = tools_->finish(names_, rest).calls;
+      d.content += rest;
+    }
+  }
+  return d;
+}
+
+}  // namespace tf

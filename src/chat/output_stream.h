@@ -1,0 +1,37 @@
+#pragma once
+// A chat answer's text as it streams, split the way every door shows it: the reasoning (the
+// template's think block), the content, and at the end the tool calls (tools given). Each push
+// returns what has settled (a marker cut across pushes is held back until it is whole or
+// disowned); the last push (done) flushes what was held and parses the calls. OpenAI's chat
+// chunks and Anthropic's content blocks are both rendered from these deltas.
+
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "chat/reasoning.h"
+#include "chat/tool_calls.h"
+
+namespace tf {
+
+class ChatOutputStream {
+ public:
+  // reasoning: the template writes think blocks (opened: the prompt left one open); tools:
+  // the format calls are parsed in and the names they may call (nullopt: no tools).
+  ChatOutputStream(bool reasoning, bool opened, std::optional<ToolFormat> tools,
+                   std::vector<std::string> names = {});
+
+  struct Delta {
+    std::string reasoning, content;
+    std::vector<ToolCall> calls;  // set by the last push
+  };
+  Delta push(std::string_view text, bool done);
+
+ private:
+  std::optional<ReasoningStream> reasoning_;
+  std::optional<ToolCallStream> tools_;
+  std::vector<std::string> names_;
+};
+
+}  // namespace tf
