@@ -92,21 +92,28 @@ try {
   const shown = await long.locator(".body").innerText();
   assert.ok(shown.length > 20);
 
+  // The stopped reply stays in the conversation (the next turn would send it as context).
+  const kept = await page.evaluate(() => JSON.parse(localStorage.getItem("tokenflow.conversations"))[0].messages);
+  assert.equal(kept.length, 4);
+  assert.equal(kept[3].role, "assistant");
+  assert.equal(kept[3].content.trim(), shown.trim());
+
   step("switch models back");
+  // A new conversation: how long the stopped reply grew depends on when the stop landed, and
+  // the turns below must not depend on that (on a loaded machine it filled the fast model's
+  // context).
+  await page.click("#new-chat");
+  await until(async () => (await page.locator("#messages .message").count()) === 0, "an empty conversation");
   await page.selectOption("#model", fast);
   await page.fill("#max_tokens", "16");
   await page.fill("#prompt", "The cat");
   await page.click("#send");
   await until(async () => (await page.locator("#messages .message.assistant").last().getAttribute("data-finish")) !== null, "the reply");
+  assert.equal(await page.locator("#messages .message.error").count(), 0);
   assert.equal(chatBodies.at(-1).model, fast);
-  assert.equal(chatBodies.at(-1).messages.length, 5);  // the conversation so far (the stopped reply too), then the new turn
+  assert.equal(chatBodies.at(-1).messages.length, 1);  // the new conversation's first turn
 
   step("token probabilities on hover");
-  // A new conversation: how long the stopped reply grew depends on when the stop landed, and
-  // the turns below must not depend on that (a loaded machine let it fill the fast model's
-  // context once).
-  await page.click("#new-chat");
-  await until(async () => (await page.locator("#messages .message").count()) === 0, "an empty conversation");
   await page.check("#logprobs");
   await page.fill("#prompt", "Lily");
   await page.click("#send");
@@ -154,7 +161,7 @@ try {
   await until(async () => (await page.locator("#model option").count()) >= 2, "the model list");
   assert.deepEqual(await page.locator("#conversation-list button.open").allInnerTexts(), titles);
   assert.ok(titles.length >= 2, "the first conversation and the new one");
-  assert.ok((await page.locator("#messages .message.assistant").count()) >= 2);  // the new one's replies
+  assert.ok((await page.locator("#messages .message.assistant").count()) >= 3);  // the new one's replies
   assert.equal(await page.inputValue("#model"), fast);  // the settings are kept too
 
   step("markdown cannot inject markup");
