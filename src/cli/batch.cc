@@ -47,7 +47,8 @@ struct Job {
 
 Job parse_line(const std::string& text, size_t line, const LoadedTokenizer& tok,
                const ModelConfig& cfg, int32_t default_max_tokens,
-               const std::function<std::shared_ptr<const GrammarVocab>()>& grammar_vocab) {
+               const std::function<std::shared_ptr<const GrammarVocab>()>& grammar_vocab,
+               const std::shared_ptr<const ChatFormat>& chat) {
   Job job;
   job.line = line;
   try {
@@ -74,7 +75,7 @@ Job parse_line(const std::string& text, size_t line, const LoadedTokenizer& tok,
     if (!job.chat && req.prompts.size() != 1)
       fail("a batch line holds one prompt, not {}", req.prompts.size());
     GenerationPlan plan =
-        plan_request(req, tok, cfg, job.custom_id, default_max_tokens, grammar_vocab);
+        plan_request(req, tok, cfg, job.custom_id, default_max_tokens, grammar_vocab, chat);
     job.shape.chat = job.chat;
     job.shape.tools = plan.tools;
     job.shape.tool_format = plan.tool_format;
@@ -159,6 +160,8 @@ int run_batch_file(Engine& engine, const LoadedTokenizer& tok, const ModelConfig
     });
     return vocab;
   };
+  // The model's chat format, its template parsed once for the file (not once per line).
+  const std::shared_ptr<const ChatFormat> chat = ChatFormat::for_model(tok, cfg);
   std::ifstream in(o.input_file);
   if (!in) fail(ErrorKind::kNotFound, "cannot open '{}'", o.input_file);
   std::vector<std::string> lines;
@@ -201,7 +204,7 @@ int run_batch_file(Engine& engine, const LoadedTokenizer& tok, const ModelConfig
     for (;;) {
       const size_t i = next.fetch_add(1);
       if (i >= total) return;
-      Job job = parse_line(lines[i], i, tok, cfg, o.default_max_tokens, grammar_vocab);
+      Job job = parse_line(lines[i], i, tok, cfg, o.default_max_tokens, grammar_vocab, chat);
       std::vector<CompletedSequence> seqs;
       if (job.error.empty()) {
         try {

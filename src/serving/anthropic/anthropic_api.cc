@@ -65,6 +65,8 @@ void set_stop(const MessageShape& s, const CompletedSequence& seq, bool called,
     const std::string full =
         s.tokenizer ? s.tokenizer->decode(seq.tokens, s.skip_special_tokens) : std::string();
     for (const std::string& stop : s.stops) {
+      // The stop begins where the returned text ends; a few bytes of slack for decodings that
+      // differ at the seam (a space the text's decoder dropped).
       const size_t at = full.find(stop, seq.text.size() > 4 ? seq.text.size() - 4 : 0);
       if (at != std::string::npos) {
         a.stop_reason = "stop_sequence";
