@@ -1,6 +1,6 @@
 #pragma once
 // Tool calling (issue 24), protocol-neutral: the tools a request offers (ToolRequest, read from
-// each door's own fields: serving/openai/openai_tools.h), the formats models write their calls
+// each door's own fields: serving/core/tool_fields.h), the formats models write their calls
 // in, told from the chat template (or named by --tool-call-parser); the model's output parsed
 // into tool calls, whole or as it streams; and, for a forced choice ("required" or a named
 // function), the grammar that keeps the output a call of the tools with arguments valid for

@@ -1,8 +1,10 @@
 #include "model/weight_store.h"
 
 #include <algorithm>
+#include <cctype>
 #include <cstdlib>
 #include <cstring>
+#include <map>
 #include <numeric>
 #include <string_view>
 
@@ -29,6 +31,21 @@ void WeightStore::add_f32(const std::string& name, const Shape& shape, std::vect
   owned_.push_back(std::move(values));
   add(name, TensorView{DType::kF32, shape, owned_.back().data()}, file_index);
   tensors_.find(name)->second.owned = true;
+}
+
+std::string WeightStore::stored_type() const {
+  std::map<std::string, int64_t> params;
+  for (const auto& [name, e] : tensors_) {
+    const bool blocks = e.blocks != kernels::WeightType::kF32;
+    std::string type(blocks ? kernels::weight_type_name(e.blocks) : dtype_name(e.view.dtype));
+    for (char& c : type) c = static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
+    params[type] += blocks ? e.shape.numel() : e.view.shape.numel();
+  }
+  std::string best;
+  int64_t most = -1;
+  for (const auto& [type, n] : params)
+    if (n > most) best = type, most = n;
+  return best;
 }
 
 void WeightStore::add_blocks(const std::string& name, const Shape& shape, kernels::WeightType type,

@@ -82,6 +82,9 @@ class WeightStore {
   size_t size() const { return tensors_.size(); }
   // Bytes of all tensors as stored, and bytes of the f32 copies made so far.
   size_t stored_bytes() const;
+  // The storage type holding most of the parameters, as GGUF and Ollama name it ("Q8_0",
+  // "Q4_K", "F16", "BF16", "F32"): what a model listing shows as its quantization.
+  std::string stored_type() const;
   size_t converted_bytes() const { return converted_bytes_; }
   std::string sources() const;  // the file names, for messages
 

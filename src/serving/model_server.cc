@@ -10,6 +10,7 @@
 #include "core/error.h"
 #include "core/log.h"
 #include "serving/anthropic/anthropic_routes.h"
+#include "serving/ollama/ollama_routes.h"
 #include "serving/grpc/grpc_generation.h"
 #include "serving/models/served_model.h"
 #include "serving/openai/openai_routes.h"
@@ -227,6 +228,7 @@ ModelServer::ModelServer(ModelServerOptions options) : options_(std::move(option
     add_openai_routes(http_->routes(), state);
     add_tfserving_routes(http_->routes(), state);
     add_anthropic_routes(http_->routes(), state);
+    add_ollama_routes(http_->routes(), state);
   }
   if (o.grpc) {
     auto service = [](auto* tag) {

@@ -6,10 +6,11 @@ door only reads and renders."""
 
 import json
 import os
+import subprocess
 import tempfile
 import unittest
 
-from test_server import Client, ServerCase, start_server, stop_server
+from test_server import NODE_MODULES, Client, ServerCase, start_server, stop_server
 
 WEATHER = {"name": "get_weather", "description": "Weather of a city",
            "input_schema": {"type": "object", "properties": {"city": {"type": "string",
@@ -193,6 +194,18 @@ class ToolsTest(MessagesTest):
         out_tokens = ev[-2][1]["usage"]["output_tokens"]
         self.assertEqual(ev[-2][1]["delta"]["stop_reason"],
                          "max_tokens" if out_tokens == 64 else "tool_use", ev[-2])
+
+
+    def test_the_anthropic_npm_client(self):
+        """create, the stream helper, countTokens, a tool loop and typed errors through the
+        official @anthropic-ai/sdk client (tests/js/anthropic_client.mjs)."""
+        js = os.path.dirname(NODE_MODULES)
+        env = dict(os.environ, TF_BASE_URL="http://127.0.0.1:%d" % self.c.port,
+                   TF_MODEL=self.model)
+        p = subprocess.run(["node", os.path.join(js, "anthropic_client.mjs")],
+                           capture_output=True, text=True, timeout=120, env=env, cwd=js)
+        self.assertEqual(p.returncode, 0, p.stdout + p.stderr)
+        self.assertIn("all anthropic client checks passed", p.stdout)
 
 
 class ApiKeyTest(unittest.TestCase):

@@ -130,6 +130,56 @@ def predict_tensors(tg, inputs):
     return req
 
 
+# One chat request in the words of each chat door: (name, status, OpenAI chat body fields,
+# Anthropic Messages fields, Ollama /api/chat fields); None where a door has no such field or
+# another rule (Ollama's num_predict stops at the context instead of refusing). Each is refused
+# with the same status and the same message through every door that has it.
+CONV = [{"role": "user", "content": "Once"}]
+LONG_CONV = [{"role": "user", "content": LONG}]
+CHAT_DOORS = [
+    ("temperature", 400, {"temperature": -1}, {"temperature": -1},
+     {"options": {"temperature": -1}}),
+    ("top_p", 400, {"top_p": 1.5}, {"top_p": 1.5}, {"options": {"top_p": 1.5}}),
+    ("top_k", 400, {"top_k": -5}, {"top_k": -5}, {"options": {"top_k": -5}}),
+    ("min_p", 400, {"min_p": 2}, None, {"options": {"min_p": 2}}),
+    ("presence_penalty", 400, {"presence_penalty": 3}, None,
+     {"options": {"presence_penalty": 3}}),
+    ("frequency_penalty", 400, {"frequency_penalty": -3}, None,
+     {"options": {"frequency_penalty": -3}}),
+    ("too many stop strings", 400, {"stop": ["s%d" % i for i in range(40)]},
+     {"stop_sequences": ["s%d" % i for i in range(40)]},
+     {"options": {"stop": ["s%d" % i for i in range(40)]}}),
+    ("max_tokens past the context", 400, {"max_tokens": 100000}, {"max_tokens": 100000}, None),
+    ("prompt past the context", 400, {"messages": LONG_CONV}, {"messages": LONG_CONV},
+     {"messages": LONG_CONV}),
+    ("num_ctx past the model's", 400, None, None, {"options": {"num_ctx": 100000}}),
+    ("unknown model", 404, {"model": "nope"}, {"model": "nope"}, {"model": "nope"}),
+]
+
+
+class ChatDoorsTest(SharedServerTest):
+    def test_bad_inputs_get_the_same_message_through_every_chat_door(self):
+        for name, status, chat, messages, ollama in CHAT_DOORS:
+            got = {}
+            for door, path, fields, base in (
+                    ("openai", "/v1/chat/completions", chat, {"max_tokens": 4}),
+                    ("anthropic", "/v1/messages", messages, {"max_tokens": 4}),
+                    ("ollama", "/api/chat", ollama, {"stream": False})):
+                if fields is None:
+                    continue
+                body = dict({"model": MODEL, "messages": CONV}, **base)
+                body.update(fields)
+                st, resp, text, _ = self.c.post(path, body)
+                with self.subTest(case=name, door=door):
+                    self.assertEqual(st, status, text[:300])
+                    got[door] = (resp["error"] if door == "ollama" else
+                                 resp["error"]["message"])
+            with self.subTest(case=name):
+                self.assertEqual(len(set(got.values())), 1, got)
+                if name == "num_ctx past the model's":
+                    self.assertIn("num_ctx", got["ollama"])
+
+
 class EveryDoorTest(unittest.TestCase):
     """The same bad input gets the same message and status class through REST completions, a
     batch file, the gRPC GenerationService (unary and stream), REST Predict and gRPC Predict; a

@@ -13,7 +13,7 @@
 #include "chat/tool_calls.h"
 #include "sampling/grammar.h"
 #include "serving/core/api_common.h"
-#include "serving/openai/openai_tools.h"
+#include "serving/core/tool_fields.h"
 
 namespace tf {
 namespace {

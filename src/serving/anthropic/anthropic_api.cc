@@ -24,13 +24,6 @@ std::string event(const char* type, const ojson& data) {
   return fmt::format("event: {}\ndata: {}\n\n", type, dump_json(data));
 }
 
-ModelRegistry::HeaderFn header_fn(const HttpRequest& req) {
-  return [&req](const std::string& h) {
-    const std::string* v = req.header(h);
-    return v ? *v : std::string();
-  };
-}
-
 // What the answer's blocks and stop reason need of the plan, kept past the job's start.
 struct MessageShape {
   std::string id, model;
@@ -289,7 +282,7 @@ void handle_messages(ServingState& state, const HttpRequest& req,
                      std::shared_ptr<RequestRecord> record) {
   const AnthropicRequest a = read_messages_body(req, *record, false);
   auto plan = std::make_shared<GenerationPlan>(
-      plan_generation(state, a.request, header_fn(req), *record, random_id("msg_")));
+      plan_generation(state, a.request, req.header_lookup(), *record, random_id("msg_")));
   const ServedModel& model = *plan->model;
   responder->add_header("X-Model-Version", std::to_string(model.version));
   auto shape = std::make_shared<MessageShape>();
@@ -316,7 +309,7 @@ void handle_messages(ServingState& state, const HttpRequest& req,
 void handle_count_tokens(ServingState& state, const HttpRequest& req,
                          std::shared_ptr<HttpResponder> responder, RequestRecord& record) {
   const AnthropicRequest a = read_messages_body(req, record, true);
-  auto model = resolve_model(state, record, a.request.model, "", header_fn(req));
+  auto model = resolve_model(state, record, a.request.model, "", req.header_lookup());
   record.model = model->name;
   record.version = model->version;
   const CompletionRequest& r = a.request;

@@ -184,11 +184,13 @@ void read_tools(const json& body, const ojson& ordered, CompletionRequest& r) {
   }
 }
 
-double number(const json& body, const char* key, double lo, double hi) {
+// A number at most hi; its lower bound is the sampling parameters' own check (the planner's,
+// with the message every door gives).
+double number(const json& body, const char* key, double hi) {
   const json& v = body[key];
-  if (!v.is_number() || !std::isfinite(v.get<double>()) || v.get<double>() < lo ||
-      v.get<double>() > hi)
-    bad(key, fmt::format("'{}' must be a number from {} to {}", key, lo, hi));
+  if (!v.is_number() || !std::isfinite(v.get<double>()))
+    bad(key, fmt::format("'{}' must be a number", key));
+  if (v.get<double>() > hi) bad(key, fmt::format("'{}' must be at most {}", key, hi));
   return v.get<double>();
 }
 
@@ -240,12 +242,12 @@ AnthropicRequest read_anthropic_request(const json& body, const ojson& ordered, 
   if (a.thinking_budget && *a.thinking_budget >= p.max_tokens)
     bad("thinking", "'thinking.budget_tokens' must be less than 'max_tokens'");
   if (present(body, "temperature"))
-    p.temperature = static_cast<float>(number(body, "temperature", 0, 2));
-  if (present(body, "top_p")) p.top_p = static_cast<float>(number(body, "top_p", 0, 1));
+    p.temperature = static_cast<float>(number(body, "temperature", 2));
+  if (present(body, "top_p")) p.top_p = static_cast<float>(number(body, "top_p", 1e9));
   if (present(body, "top_k")) {
     const json& k = body["top_k"];
-    if (!k.is_number_integer() || k.get<int64_t>() < 0 || k.get<int64_t>() > INT32_MAX)
-      bad("top_k", "'top_k' must be a non-negative integer");
+    if (!k.is_number_integer() || k.get<int64_t>() < INT32_MIN || k.get<int64_t>() > INT32_MAX)
+      bad("top_k", "'top_k' must be an integer");
     p.top_k = static_cast<int32_t>(k.get<int64_t>());
   }
   if (present(body, "stop_sequences")) {

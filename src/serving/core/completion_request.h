@@ -50,6 +50,13 @@ struct CompletionRequest {
   SamplingParams params;
   bool max_tokens_given = false;
   std::string max_tokens_field = "max_tokens";  // the name the client gave it (errors name it)
+  // max_tokens when none is given (0: 16 for completions, the context for chat); lowered to
+  // the room the prompt leaves, as the defaults are (Ollama's num_predict).
+  int32_t default_max_tokens = 0;
+  // A context smaller than the model's for this request (Ollama's num_ctx): the prompt and its
+  // output must fit it; more than the model's is a 400 naming context_limit_field.
+  std::optional<int64_t> context_limit;
+  std::string context_limit_field = "num_ctx";
   bool stream = false, include_usage = false, echo = false;
   int32_t priority = 0;
   bool speculative = true;  // false: no speculative decoding for this request

@@ -53,9 +53,10 @@ GenerationPlan plan_request(
     // The default max_tokens: 16 for completions (OpenAI's), the context for chat; lowered to
     // the room the prompt leaves below.
     if (!req.max_tokens_given)
-      p.params.max_tokens = default_max_tokens > 0 ? default_max_tokens
-                            : req.chat             ? static_cast<int32_t>(cfg.max_seq_len)
-                                                   : 16;
+      p.params.max_tokens = default_max_tokens > 0       ? default_max_tokens
+                            : req.default_max_tokens > 0 ? req.default_max_tokens
+                            : req.chat                   ? static_cast<int32_t>(cfg.max_seq_len)
+                                                         : 16;
     p.stream = req.stream;
     p.include_usage = req.include_usage;
     p.echo = req.echo;
@@ -108,7 +109,15 @@ GenerationPlan plan_request(
       throw HttpError(400, fmt::format("'{}': {}", field, e.what()), "", field);
     }
   }
-  const int64_t ctx = cfg.max_seq_len;
+  int64_t ctx = cfg.max_seq_len;
+  if (req.context_limit) {
+    if (*req.context_limit < 1 || *req.context_limit > ctx)
+      throw HttpError(400,
+                      fmt::format("'{}' must be from 1 to the model's context length, {}",
+                                  req.context_limit_field, ctx),
+                      "", req.context_limit_field);
+    ctx = *req.context_limit;
+  }
   const char* prompt_field = req.chat ? "messages" : "prompt";
   for (auto& prompt : p.prompts) {
     if (static_cast<int64_t>(prompt.size()) >= ctx) {

@@ -56,6 +56,14 @@ struct HttpRequest {
 
   // The first header of that (lower-case) name, or nullptr.
   const std::string* header(std::string_view name) const;
+  // A lookup of this request's headers ("" when absent) for as long as the request lives: what
+  // a traffic split's sticky header is read through (ModelRegistry::HeaderFn).
+  std::function<std::string(const std::string&)> header_lookup() const {
+    return [this](const std::string& name) {
+      const std::string* v = header(name);
+      return v ? *v : std::string();
+    };
+  }
 };
 
 class HttpConnection;

@@ -174,13 +174,8 @@ void handle_openai_generation(ServingState& state, const HttpRequest& req,
       read_openai_request(parse_json_body(req.body), chat, logs_prompts(*record),
                           [&] { return nlohmann::ordered_json::parse(req.body); });
   const std::string id = random_id(chat ? "chatcmpl-" : "cmpl-");
-  auto parsed = std::make_shared<GenerationPlan>(plan_generation(
-      state, request,
-      [&](const std::string& h) {
-        const std::string* v = req.header(h);
-        return v ? *v : std::string();
-      },
-      *record, id));
+  auto parsed = std::make_shared<GenerationPlan>(
+      plan_generation(state, request, req.header_lookup(), *record, id));
   ServedModel& model = *parsed->model;
   responder->add_header("X-Model-Version", std::to_string(model.version));
   const size_t prompts = parsed->requests.size();

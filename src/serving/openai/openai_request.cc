@@ -1,5 +1,5 @@
 #include "serving/openai/openai_request.h"
-#include "serving/openai/openai_tools.h"
+#include "serving/core/tool_fields.h"
 
 #include <fmt/format.h>
 

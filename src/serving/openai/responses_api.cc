@@ -585,13 +585,8 @@ void handle_responses(ServingState& state, const HttpRequest& req,
     const CompletionRequest request =
         read_openai_request(json::parse(chat_ordered.dump()), /*chat=*/true, logs_prompts(*record),
                             [&] { return chat_ordered; });
-    return std::make_shared<GenerationPlan>(plan_generation(
-        state, request,
-        [&](const std::string& h) {
-          const std::string* v = req.header(h);
-          return v ? *v : std::string();
-        },
-        *record, chat_id));
+    return std::make_shared<GenerationPlan>(
+        plan_generation(state, request, req.header_lookup(), *record, chat_id));
   });
   ServedModel& model = *plan->model;
   responder->add_header("X-Model-Version", std::to_string(model.version));

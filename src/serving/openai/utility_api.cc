@@ -8,13 +8,14 @@
 #include <unordered_set>
 
 #include "chat/tool_calls.h"
+#include "serving/core/embedding_plan.h"
 #include "serving/core/job_summary.h"
 #include "serving/core/planner.h"
 #include "serving/core/prompt.h"
 #include "serving/core/request_fields.h"
+#include "serving/core/tool_fields.h"
 #include "serving/openai/openai_api.h"
 #include "serving/openai/openai_request.h"
-#include "serving/openai/openai_tools.h"
 
 namespace tf {
 namespace {
@@ -47,10 +48,7 @@ auto as_bad_request(Fn fn) {
 std::shared_ptr<ServedModel> model_of(ServingState& state, const HttpRequest& req, const json& body,
                                       RequestRecord& record) {
   auto m = resolve_model(state, record, string_field(body, "model"), string_field(body, "user"),
-                         [&](const std::string& h) {
-                           const std::string* v = req.header(h);
-                           return v ? *v : std::string();
-                         });
+                         req.header_lookup());
   record.model = m->name;
   record.version = m->version;
   return m;
@@ -201,9 +199,8 @@ void handle_embeddings(ServingState& state, const HttpRequest& req,
                        std::shared_ptr<RequestRecord> record) {
   const json body = parse_json_body(req.body);
   const EmbeddingsRequest er = read_embeddings_request(body);
-  auto plan = std::make_shared<GenerationPlan>();
-  plan->model = model_of(state, req, body, *record);
-  ServedModel& model = *plan->model;
+  auto served = model_of(state, req, body, *record);
+  const ServedModel& model = *served;
   const int64_t dim = model.config().dim;
   if (er.dimensions && *er.dimensions != dim)
     throw HttpError(400,
@@ -211,52 +208,18 @@ void handle_embeddings(ServingState& state, const HttpRequest& req,
                                 "dimensions and cannot shorten them",
                                 *er.dimensions, model.name, dim),
                     "unsupported_parameter", "dimensions");
-  const int64_t ctx = model.config().max_seq_len;
-  const std::string id = random_id("embd-");
-  for (size_t i = 0; i < er.inputs.size(); ++i) {
-    GenerationRequest r;
-    r.id = er.inputs.size() == 1 ? id : fmt::format("{}-{}", id, i);
-    r.pooling = er.pooling;
-    r.prompt = as_bad_request([&] {
-      const PromptInput& in = er.inputs[i];
-      if (!in.is_text) return in.ids;
-      if (in.text.empty()) fail_field("input", "'input' must not hold an empty string");
-      return encode_prompt(tokenizer_of(model), in.text, er.add_special_tokens, ctx, "input");
-    });
-    for (int32_t t : r.prompt)
-      if (t < 0 || t >= model.config().vocab_size)
-        throw HttpError(400,
-                        fmt::format("input token id {} is outside the vocabulary (0..{})", t,
-                                    model.config().vocab_size - 1),
-                        "", "input");
-    if (static_cast<int64_t>(r.prompt.size()) >= ctx)
-      throw HttpError(400,
-                      fmt::format("This model's maximum context length is {} tokens, input {} "
-                                  "has {} tokens",
-                                  ctx, i, r.prompt.size()),
-                      "context_length_exceeded", "input");
-    r.params.max_tokens = 1;  // nothing is generated; the engine checks the room for one
-    record->prompt_tokens += static_cast<int64_t>(r.prompt.size());
-    plan->requests.push_back(std::move(r));
-  }
-  plan->prompts.reserve(plan->requests.size());
-  for (const auto& r : plan->requests) plan->prompts.push_back(r.prompt);
-  plan->time_limit = state.limits.max_request_time;
-  plan->admission = state.prepare(*record, model.name, plan->requests, /*max_tokens_given=*/true,
-                                  plan->time_limit);
+  EmbeddingInputs in;
+  in.inputs = er.inputs;
+  in.pooling = er.pooling;
+  in.add_special_tokens = er.add_special_tokens;
+  auto plan = plan_embeddings(state, served, in, *record, random_id("embd-"));
   responder->add_header("X-Model-Version", std::to_string(model.version));
   const std::string model_name = model.name;
   WholeBody answer = [er, model_name](const GenerationJob& job, const JobSummary& summary) {
     ojson data = ojson::array();
     for (size_t i = 0; i < job.results().size(); ++i) {
       std::vector<float> e = job.results()[i].at(0).embedding;
-      if (er.normalize) {
-        double norm = 0.0;
-        for (float x : e) norm += static_cast<double>(x) * x;
-        norm = std::sqrt(norm);
-        if (norm > 0)
-          for (float& x : e) x = static_cast<float>(x / norm);
-      }
+      if (er.normalize) normalize_embedding(e);
       data.push_back({{"object", "embedding"},
                       {"index", i},
                       {"embedding", er.base64 ? ojson(base64_floats(e)) : ojson(e)}});

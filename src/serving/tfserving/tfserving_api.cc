@@ -21,10 +21,7 @@ std::string servable(const ModelPath& p) {
 // The version a predict or metadata request addresses, held for the request's duration.
 std::shared_ptr<ServedModel> resolve(ServingState& state, const ModelPath& p,
                                      const HttpRequest& req, const RequestRecord& record) {
-  return resolve_servable(state, record, p.name, p.version, p.label, [&](const std::string& h) {
-    const std::string* v = req.header(h);
-    return v ? *v : std::string();
-  });
+  return resolve_servable(state, record, p.name, p.version, p.label, req.header_lookup());
 }
 
 json version_status(const VersionStatus& v) {

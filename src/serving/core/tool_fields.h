@@ -1,7 +1,8 @@
 #pragma once
-// OpenAI's tool fields of a chat body read into the protocol-neutral ToolRequest
-// (chat/tool_calls.h): `tools` (function tools with JSON-schema parameters), `tool_choice`
-// ("none", "auto", "required" or a named function) and `parallel_tool_calls`.
+// The tool fields of a chat body in the shape OpenAI set and vLLM and Ollama share, read into
+// the protocol-neutral ToolRequest (chat/tool_calls.h): `tools` (function tools with
+// JSON-schema parameters), `tool_choice` ("none", "auto", "required" or a named function) and
+// `parallel_tool_calls` (Ollama's bodies carry only `tools`).
 
 #include <nlohmann/json.hpp>
 

@@ -1,4 +1,4 @@
-#include "serving/openai/openai_tools.h"
+#include "serving/core/tool_fields.h"
 
 #include <fmt/format.h>
 

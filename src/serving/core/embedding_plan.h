@@ -1,0 +1,41 @@
+#pragma once
+// Embedding requests, whichever door they came in by (OpenAI's /v1/embeddings, Ollama's
+// /api/embed and /api/embeddings): each input encoded (or taken as token ids), checked against
+// the vocabulary and the context (or cut to it), and planned as one engine request that
+// generates nothing and returns the prompt's pooled final hidden state. The door renders the
+// vectors; normalize_embedding scales one to unit length.
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "engine/engine_request.h"
+#include "serving/core/api_common.h"
+#include "serving/core/completion_request.h"
+#include "serving/core/planner.h"
+#include "serving/core/serving_state.h"
+
+namespace tf {
+
+struct EmbeddingInputs {
+  std::vector<PromptInput> inputs;
+  Pooling pooling = Pooling::kLast;
+  bool add_special_tokens = true;
+  // An input longer than the context: cut to its first tokens (Ollama's truncate) instead of
+  // refused with context_length_exceeded.
+  bool truncate = false;
+  std::string field = "input";  // the body's field, for errors
+};
+
+// The plan of model's embeddings (ids from id, "id-i" with several inputs), admitted by the
+// server's rules (ServingState::prepare); record gets the prompt tokens. HttpError 400 naming
+// in.field for an empty text, a token id outside the vocabulary or an input past the context.
+std::shared_ptr<GenerationPlan> plan_embeddings(ServingState& state,
+                                                std::shared_ptr<ServedModel> model,
+                                                const EmbeddingInputs& in, RequestRecord& record,
+                                                const std::string& id);
+
+// e scaled to unit length (unchanged when it is all zeros).
+void normalize_embedding(std::vector<float>& e);
+
+}  // namespace tf
