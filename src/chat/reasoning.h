@@ -15,6 +15,9 @@
 
 namespace tf {
 
+// The think block's markers.
+inline constexpr std::string_view kThinkStart = "<think>", kThinkEnd = "</think>";
+
 struct ReasoningSplit {
   std::optional<std::string> reasoning;  // nullopt: none
   std::string content;

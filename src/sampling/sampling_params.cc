@@ -67,6 +67,12 @@ void SamplingParams::validate(int64_t vocab_size) const {
     if (s.empty()) fail_field("stop", "stop strings must not be empty");
   }
   for (int32_t id : stop_token_ids) check_token(id, "stop_token_ids");
+  if (thinking.tokens >= 0) {
+    if (thinking.end.empty() || thinking.close.empty())
+      fail_field("thinking", "a thinking budget needs the tokens that close the think block");
+    for (const auto* ids : {&thinking.start, &thinking.close, &thinking.end})
+      for (int32_t id : *ids) check_token(id, "thinking");
+  }
   if (n < 1 || n > 128) fail_field("n", "n must be between 1 and 128, got {}", n);
   if (best_of && (*best_of < n || *best_of > 128)) {
     fail_field("best_of", "best_of must be between n ({}) and 128, got {}", n, *best_of);

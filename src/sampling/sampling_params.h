@@ -80,6 +80,19 @@ struct SamplingParams {
 
   bool skip_special_tokens = true;
 
+  // A reasoning model's think block held to a budget (Anthropic's thinking.budget_tokens,
+  // vLLM's thinking_token_budget): once `tokens` tokens were generated inside the block, `end`
+  // is forced, token by token, to close it. The block is open from the first token when `start`
+  // is empty (the prompt opened it), else from when the output writes `start`; the model
+  // closing it itself (writing `close`) ends the count. Not applied under a grammar (which
+  // decides every token itself) or to beams.
+  struct ThinkingBudget {
+    int32_t tokens = -1;  // -1: no budget
+    std::vector<int32_t> start, close, end;
+    bool operator==(const ThinkingBudget&) const = default;
+  };
+  ThinkingBudget thinking;
+
   // Constrained decoding: the output stays a prefix of a sentence of the grammar, and ends (an
   // end-of-sequence token) only where the grammar allows. grammar: compiled against
   // grammar_vocab (the model's token bytes), which it points into. Both set, or neither.

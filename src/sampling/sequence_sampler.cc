@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 #include <utility>
 
 #include "core/error.h"
@@ -37,8 +38,49 @@ SequenceSampler::SequenceSampler(const SamplingParams& params, uint64_t seed, ui
       logprob_params_(params) {
   if (tokenizer) detok_.emplace(*tokenizer, prompt, params.skip_special_tokens);
   if (params.grammar && params.grammar_vocab) grammar_.emplace(params.grammar->grammar());
+  if (params.thinking.tokens >= 0 && !grammar_)
+    thinking_ = params.thinking.start.empty() ? Thinking::kInside : Thinking::kBefore;
   // best_of ranks candidates by cumulative logprob, so it needs the chosen token's logprob.
   if (!logprob_params_.logprobs && params.candidates() > params.n) logprob_params_.logprobs = 0;
+}
+
+std::optional<int32_t> SequenceSampler::forced_thinking_token() const {
+  const auto& t = params_.thinking;
+  if (thinking_ == Thinking::kClosing) return t.end[closing_at_];
+  if (thinking_ == Thinking::kInside && thinking_tokens_ >= t.tokens) return t.end.front();
+  return std::nullopt;
+}
+
+void SequenceSampler::apply_thinking_budget(std::span<float> logits) const {
+  const std::optional<int32_t> forced = forced_thinking_token();
+  if (!forced || static_cast<size_t>(*forced) >= logits.size()) return;
+  const float keep = logits[static_cast<size_t>(*forced)];
+  std::fill(logits.begin(), logits.end(), -std::numeric_limits<float>::infinity());
+  // The forced token keeps its own logit (its logprob is reported as the model gave it, before
+  // the others were masked away) unless the processors had masked it too.
+  logits[static_cast<size_t>(*forced)] = std::isfinite(keep) ? keep : 0.0f;
+}
+
+void SequenceSampler::advance_thinking(int32_t token) {
+  if (thinking_ == Thinking::kOff || thinking_ == Thinking::kClosed) return;
+  const auto& t = params_.thinking;
+  const auto ends_with = [&](const std::vector<int32_t>& ids) {
+    const auto& out = history_.output();
+    return !ids.empty() && out.size() >= ids.size() &&
+           std::equal(ids.begin(), ids.end(), out.end() - static_cast<std::ptrdiff_t>(ids.size()));
+  };
+  const std::optional<int32_t> forced = forced_thinking_token();
+  if (forced && token == *forced) {
+    thinking_ = Thinking::kClosing;
+    if (++closing_at_ == t.end.size()) thinking_ = Thinking::kClosed;
+    return;
+  }
+  if (thinking_ == Thinking::kBefore) {
+    if (ends_with(t.start)) thinking_ = Thinking::kInside;
+    return;
+  }
+  ++thinking_tokens_;
+  if (ends_with(t.close)) thinking_ = Thinking::kClosed;
 }
 
 std::string SequenceSampler::flush_text() {
@@ -101,6 +143,7 @@ StepOutput SequenceSampler::step(std::span<float> logits) {
   deferred_row_.clear();  // a row computed again (after a preemption) replaces a saved one
   grammar_step_ = {};
   apply_logits_processors(params_, history_, eos_ids_, logits);
+  apply_thinking_budget(logits);
   if (grammar_) {
     std::vector<uint64_t> mask;
     if (!obtain_mask(mask)) {
@@ -195,6 +238,7 @@ bool SequenceSampler::obtain_mask(std::vector<uint64_t>& mask) {
 
 int32_t SequenceSampler::draft(std::span<float> logits, int64_t ahead, std::span<float> q) {
   apply_logits_processors(params_, history_, eos_ids_, logits);
+  if (ahead == 0) apply_thinking_budget(logits);  // later positions: verify() forces them
   if (params_.greedy()) return argmax(logits);
   const auto dist = sampler_.distribution(params_, logits);
   std::fill(q.begin(), q.end(), 0.0f);
@@ -221,6 +265,7 @@ StepOutput SequenceSampler::verify(std::span<float> logits, int32_t proposal,
   if (finished()) return out;
   grammar_step_ = {};
   apply_logits_processors(params_, history_, eos_ids_, logits);
+  apply_thinking_budget(logits);
   if (grammar_) {
     std::vector<uint64_t> mask;
     within_budget([&] { mask = params_.grammar->mask(*grammar_); });  // inline: no deferral
@@ -276,6 +321,7 @@ void SequenceSampler::advance(StepOutput& out) {
   const int32_t token = out.sample.token;
   cumulative_logprob_ += out.sample.logprob;
   history_.append(token);
+  advance_thinking(token);
 
   const bool is_eos =
       std::exchange(grammar_stop_, false) ||

@@ -105,7 +105,17 @@ class SequenceSampler {
     ThreadCpuClock::duration spent{};
   };
 
+  // The think block's budget (params_.thinking): the token forced next, if any; and the state
+  // moved on by the token drawn.
+  std::optional<int32_t> forced_thinking_token() const;
+  void apply_thinking_budget(std::span<float> logits) const;
+  void advance_thinking(int32_t token);
+  enum class Thinking { kOff, kBefore, kInside, kClosing, kClosed };
+
   SamplingParams params_;
+  Thinking thinking_ = Thinking::kOff;
+  int32_t thinking_tokens_ = 0;  // generated inside the block so far
+  size_t closing_at_ = 0;        // kClosing: how much of params_.thinking.end is written
   uint64_t seed_, stream_;
   std::vector<int32_t> eos_ids_;
   TokenHistory history_;

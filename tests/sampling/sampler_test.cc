@@ -184,6 +184,60 @@ TEST(SamplingParams, ValidationNamesTheParameter) {
             std::string::npos);
 }
 
+// The think block's budget (SamplingParams::ThinkingBudget): the block opens when the output
+// writes its start (or at once when there is none), counts the tokens inside, and once the
+// budget is spent forces the close token by token; a close the model writes itself ends it;
+// nothing is forced outside the block, nor under a grammar.
+TEST(ThinkingBudget, ForcesTheCloseOnceTheBudgetIsSpent) {
+  // Vocabulary of 10; the model always prefers token 3 (and, when told, another one).
+  auto row = [](int32_t favourite) {
+    std::vector<float> l(10, 0.0f);
+    l[static_cast<size_t>(favourite)] = 5.0f;
+    return l;
+  };
+  SamplingParams p;
+  p.temperature = 0;
+  p.max_tokens = 100;
+  p.thinking.tokens = 2;
+  p.thinking.start = {5};
+  p.thinking.close = {6};
+  p.thinking.end = {7, 6, 8};
+  const Ids prompt = {1};
+  auto run = [&](const SamplingParams& params, const std::vector<int32_t>& wants) {
+    SequenceSampler seq(params, 1, 0, prompt, nullptr, Ids{});
+    for (int32_t w : wants) {
+      std::vector<float> l = row(w);
+      seq.step(l);
+    }
+    return seq.output();
+  };
+  // Before the block nothing is forced; after its start, 2 tokens, then 7 6 8, then free again.
+  EXPECT_EQ(run(p, {3, 3, 5, 3, 3, 3, 3, 3, 3, 3}), (Ids{3, 3, 5, 3, 3, 7, 6, 8, 3, 3}));
+  // The model closing the block itself within the budget: nothing forced.
+  EXPECT_EQ(run(p, {5, 3, 6, 3, 3, 3}), (Ids{5, 3, 6, 3, 3, 3}));
+  // No start: the block is open from the first token; a budget of 0 closes it at once.
+  SamplingParams open = p;
+  open.thinking.start.clear();
+  open.thinking.tokens = 0;
+  EXPECT_EQ(run(open, {3, 3, 3, 3, 3}), (Ids{7, 6, 8, 3, 3}));
+  // The forced tokens win over what the model prefers and over EOS-like favourites alike, and
+  // a bad_words ban cannot leave the step with nothing.
+  SamplingParams banned = open;
+  banned.bad_words_ids = {{7}};
+  EXPECT_EQ(run(banned, {3, 3, 3, 3}), (Ids{7, 6, 8, 3}));
+  // No budget: nothing is forced.
+  SamplingParams none = p;
+  none.thinking.tokens = -1;
+  EXPECT_EQ(run(none, {5, 3, 3, 3, 3}), (Ids{5, 3, 3, 3, 3}));
+  // A budget needs its close.
+  SamplingParams bad = p;
+  bad.thinking.end.clear();
+  EXPECT_THROW(bad.validate(10), Error);
+  bad = p;
+  bad.thinking.end = {70};
+  EXPECT_THROW(bad.validate(10), Error);
+}
+
 using testing::StoriesTest;
 
 // Runs several requests together, each its own sequence, decoding them in one batch per step

@@ -208,6 +208,69 @@ class ToolsTest(MessagesTest):
         self.assertIn("all anthropic client checks passed", p.stdout)
 
 
+# A template whose prompt opens the think block (as DeepSeek-R1's distills and
+# Qwen3-Thinking-2507 do): the tiny model's whole answer is reasoning until the budget closes it.
+OPEN_THINK = ("{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n"
+              "{% endfor %}{% if add_generation_prompt %}<|im_start|>assistant\n<think>\n"
+              "{% endif %}")
+CLOSE = "\n</think>\n\n"
+
+
+class ThinkingBudgetTest(ServerCase):
+    """The thinking budget enforced while decoding (issue 50, items 4 and 6): once the budget's
+    tokens are spent inside the think block, the block's close is forced token by token and the
+    answer goes on; the same through Anthropic's thinking.budget_tokens and the OpenAI doors'
+    thinking_token_budget / reasoning_effort."""
+    server_args = ("--threads", "1", "--chat-template", OPEN_THINK)
+
+    def chat(self, **extra):
+        st, out, text, _ = self.c.post("/v1/chat/completions", dict(
+            {"messages": [{"role": "user", "content": "Tell me a story"}], "max_tokens": 30,
+             "temperature": 0, "logprobs": True}, **extra))
+        self.assertEqual(st, 200, text)
+        c = out["choices"][0]
+        return c["message"], [t["token"] for t in c["logprobs"]["content"]]
+
+    def test_the_budget_closes_the_think_block(self):
+        free, free_tokens = self.chat()
+        self.assertIsNone(free["content"])  # no budget: all 30 tokens are reasoning
+        self.assertNotIn("</think>", "".join(free_tokens))
+        for budget in (0, 6, 11):
+            msg, tokens = self.chat(thinking_token_budget=budget)
+            # The budget's tokens are the free answer's, then the close, forced.
+            self.assertEqual(tokens[:budget], free_tokens[:budget])
+            self.assertTrue("".join(tokens[budget:]).startswith(CLOSE), tokens)
+            self.assertEqual(msg["reasoning_content"], "".join(tokens[:budget]) + "\n")
+            self.assertTrue(msg["content"], msg)
+            rest = "".join(tokens[budget:])[len(CLOSE):]
+            self.assertEqual(msg["content"], rest)
+        # reasoning_effort "minimal" is a budget of 0; "high" none.
+        self.assertEqual(self.chat(reasoning_effort="minimal"), self.chat(thinking_token_budget=0))
+        self.assertEqual(self.chat(reasoning_effort="high")[1], free_tokens)
+        self.assertEqual(self.c.post("/v1/chat/completions", {
+            "messages": [{"role": "user", "content": "x"}], "reasoning_effort": "max"})[0], 400)
+
+    def test_anthropic_thinking_blocks_keep_the_budget(self):
+        msg, tokens = self.chat(thinking_token_budget=6)
+        st, m, text, _ = self.c.post("/v1/messages", {
+            "model": self.c.get("/v1/models")[1]["data"][0]["id"], "max_tokens": 30,
+            "temperature": 0, "thinking": {"type": "enabled", "budget_tokens": 6},
+            "messages": [{"role": "user", "content": "Tell me a story"}]})
+        self.assertEqual(st, 200, text)
+        self.assertEqual(m["content"], [
+            {"type": "thinking", "thinking": msg["reasoning_content"], "signature": ""},
+            {"type": "text", "text": msg["content"]}])
+        # The Responses API's reasoning.effort: the same budgets.
+        st, r, text, _ = self.c.post("/v1/responses", {
+            "input": "Tell me a story", "max_output_tokens": 30, "temperature": 0,
+            "reasoning": {"effort": "minimal"}})
+        self.assertEqual(st, 200, text)
+        minimal, _ = self.chat(reasoning_effort="minimal")
+        texts = [c["text"] for item in r["output"] if item["type"] == "message"
+                 for c in item["content"]]
+        self.assertEqual(texts, [minimal["content"]])
+
+
 class ApiKeyTest(unittest.TestCase):
     def test_x_api_key_is_a_key_as_authorization_is(self):
         with tempfile.NamedTemporaryFile("w", suffix=".keys", delete=False) as f:

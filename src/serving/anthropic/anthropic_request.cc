@@ -220,6 +220,7 @@ AnthropicRequest read_anthropic_request(const json& body, const ojson& ordered, 
       if (!b.is_number_integer() || b.get<int64_t>() < 1 || b.get<int64_t>() > INT32_MAX)
         bad("thinking", "'thinking.budget_tokens' must be a positive integer");
       a.thinking_budget = static_cast<int32_t>(b.get<int64_t>());
+      r.thinking_budget = a.thinking_budget;
       r.chat_template_kwargs["enable_thinking"] = true;
     } else if (type == "disabled") {
       r.chat_template_kwargs["enable_thinking"] = false;

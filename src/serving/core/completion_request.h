@@ -53,6 +53,11 @@ struct CompletionRequest {
   // max_tokens when none is given (0: 16 for completions, the context for chat); lowered to
   // the room the prompt leaves, as the defaults are (Ollama's num_predict).
   int32_t default_max_tokens = 0;
+  // The most tokens a reasoning model may spend in its think block (vLLM's
+  // thinking_token_budget, Anthropic's thinking.budget_tokens, OpenAI's reasoning_effort):
+  // the block is closed for it when they are spent (SamplingParams::ThinkingBudget). Only for
+  // chat through a template that writes think blocks; otherwise nothing to hold.
+  std::optional<int32_t> thinking_budget;
   // A context smaller than the model's for this request (Ollama's num_ctx): the prompt and its
   // output must fit it; more than the model's is a 400 naming context_limit_field.
   std::optional<int64_t> context_limit;

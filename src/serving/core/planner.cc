@@ -40,6 +40,16 @@ std::vector<int32_t> encode(const PromptInput& p, const CompletionRequest& req,
   return ids;
 }
 
+// A marker's ids as the model writes it inside its output: without the lone space a
+// SentencePiece tokenizer puts before a text's first piece.
+std::vector<int32_t> encode_marker(const Tokenizer& tok, std::string_view text) {
+  std::vector<int32_t> ids = tok.encode(text, false);
+  if (ids.size() > 1 && !text.empty() && text.front() != ' ' &&
+      tok.decode(std::span<const int32_t>(ids.data(), 1), false) == " ")
+    ids.erase(ids.begin());
+  return ids;
+}
+
 }  // namespace
 
 GenerationPlan plan_request(
@@ -76,6 +86,16 @@ GenerationPlan plan_request(
       if (chat->reasons()) {
         p.reasoning = true;
         p.thinking_opened = prompt_opens_thinking(rendered);
+        if (req.thinking_budget && tokenizer.tokenizer && !p.params.beam_search()) {
+          // The block's markers as this vocabulary writes them; the forced close ends the
+          // thought on a line of its own, as the templates write it.
+          auto& t = p.params.thinking;
+          const Tokenizer& tok = *tokenizer.tokenizer;
+          t.tokens = *req.thinking_budget;
+          if (!p.thinking_opened) t.start = encode_marker(tok, kThinkStart);
+          t.close = encode_marker(tok, kThinkEnd);
+          t.end = encode_marker(tok, fmt::format("\n{}\n\n", kThinkEnd));
+        }
       }
       if (req.tools.active()) {
         p.tools = std::make_shared<const ToolRequest>(req.tools);

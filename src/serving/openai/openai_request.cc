@@ -1,8 +1,8 @@
 #include "serving/openai/openai_request.h"
-#include "serving/core/tool_fields.h"
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <optional>
@@ -12,6 +12,7 @@
 #include "serving/core/api_common.h"
 #include "serving/core/request_fields.h"
 #include "serving/core/structured_output.h"
+#include "serving/core/tool_fields.h"
 
 namespace tf {
 
@@ -148,9 +149,47 @@ const std::unordered_set<std::string> kCommonFields = {
     "response_format", "grammar", "guided_grammar", "guided_json", "guided_regex", "guided_choice",
     "guided_whitespace_pattern", "guided_decoding_backend", "structured_outputs", "json_schema"};
 const std::unordered_set<std::string> kCompletionFields = {"prompt", "echo", "suffix"};
-const std::unordered_set<std::string> kChatFields = {
-    "messages",    "max_completion_tokens", "top_logprobs",          "tools",
-    "tool_choice", "parallel_tool_calls",   "add_generation_prompt", "chat_template_kwargs"};
+const std::unordered_set<std::string> kChatFields = {"messages",
+                                                     "max_completion_tokens",
+                                                     "top_logprobs",
+                                                     "tools",
+                                                     "tool_choice",
+                                                     "parallel_tool_calls",
+                                                     "add_generation_prompt",
+                                                     "chat_template_kwargs",
+                                                     "thinking_token_budget",
+                                                     "reasoning_effort"};
+
+// OpenAI's reasoning_effort (and the Responses API's reasoning.effort) as budgets of the think
+// block: "none" turns thinking off (the template's enable_thinking), "minimal" closes the block
+// at once, "low" and "medium" allow 1024 and 8192 tokens, "high" the whole answer; the template
+// also gets it as reasoning_effort (gpt-oss's templates read it). thinking_token_budget
+// (vLLM's) gives the budget in tokens and wins over an effort's.
+void read_thinking_fields(const json& body, CompletionRequest& r) {
+  if (present(body, "reasoning_effort")) {
+    const json& e = body["reasoning_effort"];
+    static const std::vector<std::pair<std::string, int32_t>> kEfforts = {
+        {"none", 0}, {"minimal", 0}, {"low", 1024}, {"medium", 8192}, {"high", -1}};
+    auto it = std::find_if(kEfforts.begin(), kEfforts.end(),
+                           [&](const auto& x) { return e.is_string() && e == x.first; });
+    if (it == kEfforts.end())
+      fail_field("reasoning_effort",
+                 "'reasoning_effort' must be \"none\", \"minimal\", \"low\", \"medium\" or "
+                 "\"high\"");
+    if (it->first == "none") {
+      r.chat_template_kwargs["enable_thinking"] = false;
+    } else {
+      r.chat_template_kwargs["reasoning_effort"] = it->first;
+      if (it->second >= 0) r.thinking_budget = it->second;
+    }
+  }
+  if (present(body, "thinking_token_budget")) {
+    const json& b = body["thinking_token_budget"];
+    if (!b.is_number_integer() || b.get<int64_t>() < 0 || b.get<int64_t>() > INT32_MAX)
+      fail_field("thinking_token_budget", "'thinking_token_budget' must be a non-negative integer");
+    r.thinking_budget = static_cast<int32_t>(b.get<int64_t>());
+  }
+}
 
 void check_completion_fields(const json& body, bool chat) {
   const auto& own = chat ? kChatFields : kCompletionFields;
@@ -269,6 +308,7 @@ void read_body(const json& body, bool chat, bool log_prompt,
                      "'chat_template_kwargs' may not set '{}' (a field of its own)", reserved);
       r.chat_template_kwargs = kw;
     }
+    read_thinking_fields(body, r);
   } else {
     r.prompts = read_completion_prompts(body);
   }

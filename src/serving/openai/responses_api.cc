@@ -328,6 +328,11 @@ ojson responses_to_chat_body(const ojson& body) {
     chat["logprobs"] = true;
     if (present(body, "top_logprobs")) chat["top_logprobs"] = body["top_logprobs"];
   }
+  if (present(body, "reasoning")) {
+    const ojson& r = body["reasoning"];
+    if (!r.is_object()) bad_input("'reasoning' must be an object", "reasoning");
+    if (present(r, "effort")) chat["reasoning_effort"] = r["effort"];
+  }
   if (present(body, "stream") && body["stream"] == true)
     chat["stream_options"] = {{"include_usage", true}};
   return chat;
