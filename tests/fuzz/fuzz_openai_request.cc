@@ -1,8 +1,8 @@
 // Fuzz target: the JSON request readers of the HTTP API (OpenAI completions and chat bodies, TF
 // Serving's Predict bodies, tokenflow's signature and the generate signature) and the planner
 // behind them (prompts, messages through a chat template, every sampling parameter), and TF
-// Serving's model paths; the same bodies as Responses API bodies (turned into chat bodies, then
-// read and planned) and embeddings bodies. Any input must end in a value or an Error, never a
+// Serving's model paths; the same bodies as Responses API bodies (read by their own reader,
+// then planned) and embeddings bodies. Any input must end in a value or an Error, never a
 // crash or a hang.
 #include <nlohmann/json.hpp>
 
@@ -15,7 +15,7 @@
 #include "openai_body_check.h"
 #include "serving/core/completion_request.h"
 #include "serving/openai/openai_request.h"
-#include "serving/openai/responses_api.h"
+#include "serving/openai/responses_request.h"
 #include "serving/openai/utility_api.h"
 #include "serving/tfserving/tfserving_api.h"
 
@@ -33,10 +33,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   }
   if (body.is_discarded()) return 0;
   for (bool chat : {false, true}) check_openai_body(body, chat);
-  try {
-    const nlohmann::json chat =
-        nlohmann::json::parse(tf::responses_to_chat_body(nlohmann::ordered_json(body)).dump());
-    check_openai_body(chat, true);
+  try {  // a Responses body, read by its own reader and planned as a chat request
+    check_request(tf::read_responses_request(nlohmann::ordered_json(body), true));
   } catch (const tf::Error&) {
   }
   try {

@@ -128,18 +128,29 @@ std::string dump_json(const nlohmann::ordered_json& j) {
   return j.dump(-1, ' ', false, nlohmann::ordered_json::error_handler_t::replace);
 }
 
-nlohmann::json parse_json_body(const std::string& body) {
+namespace {
+template <typename Json>
+Json parse_body_as(const std::string& body) {
   if (json_nesting_depth(body) > kMaxJsonDepth)
     throw HttpError(400, fmt::format("the body is nested deeper than {} levels", kMaxJsonDepth),
                     "invalid_json");
   try {
-    return nlohmann::json::parse(body);
+    return Json::parse(body);
   } catch (const nlohmann::json::parse_error& e) {
     throw HttpError(400, fmt::format("the body is not valid JSON (at byte {})", e.byte),
                     "invalid_json");
   } catch (const nlohmann::json::exception& e) {  // out_of_range: a number beyond double
     throw HttpError(400, fmt::format("the body is not valid JSON: {}", e.what()), "invalid_json");
   }
+}
+}  // namespace
+
+nlohmann::json parse_json_body(const std::string& body) {
+  return parse_body_as<nlohmann::json>(body);
+}
+
+nlohmann::ordered_json parse_ordered_json_body(const std::string& body) {
+  return parse_body_as<nlohmann::ordered_json>(body);
 }
 
 int64_t unix_seconds() {

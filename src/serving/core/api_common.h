@@ -87,6 +87,8 @@ std::string dump_json(const nlohmann::ordered_json& j);
 
 // Parses a request body; a syntax error is an HttpError 400 naming the position.
 nlohmann::json parse_json_body(const std::string& body);
+// The same, its objects' members kept in the order sent (a JSON schema's properties).
+nlohmann::ordered_json parse_ordered_json_body(const std::string& body);
 
 int64_t unix_seconds();
 // A request's id: the client's own (X-Request-Id header, x-request-id metadata) when it is 1 to

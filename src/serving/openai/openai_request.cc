@@ -230,9 +230,6 @@ void read_body(const json& body, bool chat, bool log_prompt,
                const std::function<nlohmann::ordered_json()>& ordered_body, CompletionRequest& r) {
   check_completion_fields(body, chat);
   r.chat = chat;
-  r.model = string_field(body, "model");
-  r.user = string_field(body, "user");
-  r.cache_salt = string_field(body, "cache_salt");
   // The body with its members in the order sent, parsed at most once for the schema and the
   // tools' parameters.
   std::optional<nlohmann::ordered_json> ordered;
@@ -254,22 +251,7 @@ void read_body(const json& body, bool chat, bool log_prompt,
   }
   r.echo = !chat && body.value("echo", false);
   r.add_special_tokens = body.value("add_special_tokens", true);
-  r.speculative = bool_field(body, "speculative", true);
-  if (present(body, "priority")) {
-    const json& v = body["priority"];
-    if (!v.is_number_integer() || (v.is_number_unsigned() && v.get<uint64_t>() > INT32_MAX) ||
-        (!v.is_number_unsigned() && (v.get<int64_t>() < INT32_MIN || v.get<int64_t>() > INT32_MAX)))
-      throw HttpError(400, "'priority' must be a 32-bit integer", "", "priority");
-    r.priority = static_cast<int32_t>(v.get<int64_t>());
-  }
-  if (present(body, "timeout")) {
-    if (!body["timeout"].is_number() || !(body["timeout"].get<double>() > 0))
-      throw HttpError(400, "'timeout' must be a number of seconds > 0", "", "timeout");
-    // Bounded before converting (1e300 s is no negative deadline); the server's maximum is
-    // applied by the planner.
-    const double ms = std::min(body["timeout"].get<double>() * 1000, 1e12);
-    r.timeout = std::chrono::milliseconds(std::max<int64_t>(1, static_cast<int64_t>(ms)));
-  }
+  read_request_options(body, r);
   if (present(body, "prompt_logprobs")) {
     const json& v = body["prompt_logprobs"];
     if (!v.is_number_integer() || v.get<int64_t>() < 0 || v.get<int64_t>() > kMaxLogprobs)
@@ -298,17 +280,7 @@ void read_body(const json& body, bool chat, bool log_prompt,
       add = body["add_generation_prompt"].get<bool>();
     }
     r.add_generation_prompt = add;
-    if (present(body, "chat_template_kwargs")) {
-      const json& kw = body["chat_template_kwargs"];
-      if (!kw.is_object())
-        fail_field("chat_template_kwargs", "'chat_template_kwargs' must be an object");
-      for (const char* reserved : {"messages", "add_generation_prompt", "bos_token", "eos_token"})
-        if (kw.contains(reserved))
-          fail_field("chat_template_kwargs",
-                     "'chat_template_kwargs' may not set '{}' (a field of its own)", reserved);
-      r.chat_template_kwargs = kw;
-    }
-    read_thinking_fields(body, r);
+    read_chat_options(body, r);
   } else {
     r.prompts = read_completion_prompts(body);
   }
@@ -319,6 +291,42 @@ void read_body(const json& body, bool chat, bool log_prompt,
 }
 
 }  // namespace
+
+void read_request_options(const json& body, CompletionRequest& r) {
+  r.model = string_field(body, "model");
+  r.user = string_field(body, "user");
+  r.cache_salt = string_field(body, "cache_salt");
+  r.speculative = bool_field(body, "speculative", true);
+  if (present(body, "priority")) {
+    const json& v = body["priority"];
+    if (!v.is_number_integer() || (v.is_number_unsigned() && v.get<uint64_t>() > INT32_MAX) ||
+        (!v.is_number_unsigned() && (v.get<int64_t>() < INT32_MIN || v.get<int64_t>() > INT32_MAX)))
+      throw HttpError(400, "'priority' must be a 32-bit integer", "", "priority");
+    r.priority = static_cast<int32_t>(v.get<int64_t>());
+  }
+  if (present(body, "timeout")) {
+    if (!body["timeout"].is_number() || !(body["timeout"].get<double>() > 0))
+      throw HttpError(400, "'timeout' must be a number of seconds > 0", "", "timeout");
+    // Bounded before converting (1e300 s is no negative deadline); the server's maximum is
+    // applied by the planner.
+    const double ms = std::min(body["timeout"].get<double>() * 1000, 1e12);
+    r.timeout = std::chrono::milliseconds(std::max<int64_t>(1, static_cast<int64_t>(ms)));
+  }
+}
+
+void read_chat_options(const json& body, CompletionRequest& r) {
+  if (present(body, "chat_template_kwargs")) {
+    const json& kw = body["chat_template_kwargs"];
+    if (!kw.is_object())
+      fail_field("chat_template_kwargs", "'chat_template_kwargs' must be an object");
+    for (const char* reserved : {"messages", "add_generation_prompt", "bos_token", "eos_token"})
+      if (kw.contains(reserved))
+        fail_field("chat_template_kwargs",
+                   "'chat_template_kwargs' may not set '{}' (a field of its own)", reserved);
+    r.chat_template_kwargs = kw;
+  }
+  read_thinking_fields(body, r);
+}
 
 CompletionRequest read_openai_request(const json& body, bool chat, bool log_prompt,
                                       const std::function<nlohmann::ordered_json()>& ordered_body) {

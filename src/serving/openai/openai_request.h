@@ -22,6 +22,13 @@ CompletionRequest read_openai_request(
     const nlohmann::json& body, bool chat, bool log_prompt = false,
     const std::function<nlohmann::ordered_json()>& ordered_body = nullptr);
 
+// The fields every OpenAI body shares (completions, chat, Responses): model, user, cache_salt,
+// speculative, priority, timeout.
+void read_request_options(const nlohmann::json& body, CompletionRequest& r);
+// The chat fields the Responses API shares: chat_template_kwargs, and the think block's
+// thinking_token_budget and reasoning_effort (as budgets: see docs/api.md).
+void read_chat_options(const nlohmann::json& body, CompletionRequest& r);
+
 // Every prompt of a completions body as sent: a string, a list of strings, a list of token ids,
 // or a list of lists of token ids (none empty).
 std::vector<PromptInput> read_completion_prompts(const nlohmann::json& body,
