@@ -363,5 +363,30 @@ class OllamaThinkingTest(OllamaCase):
         self.assertEqual(high["prompt_eval_count"], counts[True])
 
 
+class OllamaOpenThinkTest(OllamaCase):
+    """A template whose prompt opens the think block: the tiny model's answer is all reasoning,
+    which comes back as message.thinking (response's thinking in generate), whole and streamed,
+    as the chat door's reasoning_content."""
+    server_args = ("--threads", "1", "--chat-template",
+                   "{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}"
+                   "<|im_end|>\n{% endfor %}{% if add_generation_prompt %}<|im_start|>assistant"
+                   "\n<think>\n{% endif %}")
+
+    def test_the_think_block_is_thinking(self):
+        conv = [{"role": "user", "content": "Tell me a story"}]
+        ref = self.chat(conv, 12)["choices"][0]["message"]
+        self.assertTrue(ref["reasoning_content"])
+        opts = {"temperature": 0, "num_predict": 12}
+        whole = self.ollama("/api/chat", {"messages": conv, "stream": False, "options": opts})
+        self.assertEqual(whole["message"]["thinking"], ref["reasoning_content"])
+        self.assertEqual(whole["message"]["content"], ref["content"] or "")
+        lines = self.stream("/api/chat", {"messages": conv, "options": opts})
+        self.assertEqual("".join(x["message"].get("thinking", "") for x in lines),
+                         ref["reasoning_content"])
+        gen = self.ollama("/api/generate", {"prompt": "Tell me a story", "stream": False,
+                                            "options": opts})
+        self.assertEqual(gen["thinking"], ref["reasoning_content"])
+
+
 if __name__ == "__main__":
     unittest.main()
