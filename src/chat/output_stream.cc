@@ -33,4 +33,28 @@ ChatOutputStream::Delta ChatOutputStream::push(std::string_view text, bool done)
   return d;
 }
 
+ChatAnswerShape::Whole ChatAnswerShape::split(std::string_view text) const {
+  Whole w;
+  std::string content(text);
+  if (reasoning) {
+    ReasoningSplit r = split_reasoning(text, opened);
+    w.reasoning = std::move(r.reasoning);
+    content = std::move(r.content);
+  }
+  if (tools) {
+    ParsedToolOutput p = parse_tool_calls(content, tool_format, tools->names);
+    w.content = std::move(p.content);
+    w.calls = std::move(p.calls);
+  } else if (!content.empty() || !w.reasoning) {
+    w.content = std::move(content);
+  }
+  return w;
+}
+
+ChatOutputStream ChatAnswerShape::stream() const {
+  return ChatOutputStream(reasoning, opened,
+                          tools ? std::optional<ToolFormat>(tool_format) : std::nullopt,
+                          tools ? tools->names : std::vector<std::string>{});
+}
+
 }  // namespace tf

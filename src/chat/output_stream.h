@@ -5,6 +5,7 @@
 // disowned); the last push (done) flushes what was held and parses the calls. OpenAI's chat
 // chunks and Anthropic's content blocks are both rendered from these deltas.
 
+#include <memory>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -32,6 +33,25 @@ class ChatOutputStream {
   std::optional<ReasoningStream> reasoning_;
   std::optional<ToolCallStream> tools_;
   std::vector<std::string> names_;
+};
+
+// How a chat answer is shaped, as the planner decided for the request: whether the template
+// writes think blocks (opened: the prompt left one open) and the tools whose calls are parsed
+// (nullptr: none). Every chat door keeps one and splits its answers with it.
+struct ChatAnswerShape {
+  bool reasoning = false, opened = false;
+  std::shared_ptr<const ToolRequest> tools;
+  ToolFormat tool_format = ToolFormat::kJson;
+
+  // A finished answer split: the reasoning (nullopt: none), the content (nullopt: none, as
+  // OpenAI's null: calls and no text, or only reasoning), the calls.
+  struct Whole {
+    std::optional<std::string> reasoning, content;
+    std::vector<ToolCall> calls;
+  };
+  Whole split(std::string_view text) const;
+  // The same split as the answer streams.
+  ChatOutputStream stream() const;
 };
 
 }  // namespace tf

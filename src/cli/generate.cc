@@ -8,7 +8,7 @@
 #include <optional>
 #include <sstream>
 
-#include "cli/batch.h"
+#include "serving/openai/batch_file.h"
 #include "cli/commands.h"
 #include "cli/engine_options.h"
 #include "core/error.h"

@@ -176,7 +176,7 @@ Engine::~Engine() {
   for (auto& r : incoming_) r->stream->push(aborted_output());
 }
 
-std::shared_ptr<RequestStream> Engine::submit(GenerationRequest request) {
+std::unique_ptr<EngineRequest> Engine::prepare(GenerationRequest request) {
   const ModelConfig& c = model_.config();
   SamplingParams& p = request.params;
   p.validate(c.vocab_size);
@@ -209,22 +209,47 @@ std::shared_ptr<RequestStream> Engine::submit(GenerationRequest request) {
   r->timings.prompt_tokens = static_cast<int64_t>(request.prompt.size());
   r->spec = std::move(request);
   r->group.create_sequences(*r, tokenizer_, eos_ids_);
-  // The queue limit: counted last, once nothing else can refuse the request.
+  return r;
+}
+
+void Engine::enqueue(std::vector<std::unique_ptr<EngineRequest>> requests) {
+  // The queue limit: counted last, once nothing else can refuse the requests.
+  const int64_t n = static_cast<int64_t>(requests.size());
   int64_t queued = queued_.load();
   do {
-    if (config_.max_queued_requests > 0 && queued >= config_.max_queued_requests) {
+    if (config_.max_queued_requests > 0 && queued + n > config_.max_queued_requests) {
       fail(ErrorKind::kUnavailable, "the server is overloaded ({} requests waiting); retry later",
            queued);
     }
-  } while (!queued_.compare_exchange_weak(queued, queued + 1));
-  auto stream = r->stream;
+  } while (!queued_.compare_exchange_weak(queued, queued + n));
   {
     std::lock_guard<std::mutex> lock(mu_);
-    r->arrival_order = next_arrival_++;
-    incoming_.push_back(std::move(r));
+    for (auto& r : requests) {
+      r->arrival_order = next_arrival_++;
+      incoming_.push_back(std::move(r));
+    }
   }
   cv_.notify_all();
+}
+
+std::shared_ptr<RequestStream> Engine::submit(GenerationRequest request) {
+  std::vector<std::unique_ptr<EngineRequest>> one;
+  one.push_back(prepare(std::move(request)));
+  auto stream = one.front()->stream;
+  enqueue(std::move(one));
   return stream;
+}
+
+std::vector<std::shared_ptr<RequestStream>> Engine::submit_all(
+    std::vector<GenerationRequest> requests) {
+  std::vector<std::unique_ptr<EngineRequest>> prepared;
+  std::vector<std::shared_ptr<RequestStream>> streams;
+  for (auto& r : requests) {
+    prepared.push_back(prepare(std::move(r)));
+    streams.push_back(prepared.back()->stream);
+  }
+  enqueue(std::move(prepared));
+  return streams;
 }
 
 EngineStats Engine::stats() const {

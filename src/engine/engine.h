@@ -113,6 +113,10 @@ class Engine {
   // invalid parameters, token ids outside the vocabulary, prompt + max_tokens over the context
   // or over the whole KV pool; or (kUnavailable) when max_queued_requests already wait.
   std::shared_ptr<RequestStream> submit(GenerationRequest request);
+  // Several requests queued together (one client request's prompts, a Predict's instances): all
+  // checked first (one that can never run throws and none is queued), then queued at once, so
+  // the next step admits them side by side however the submitting thread is scheduled.
+  std::vector<std::shared_ptr<RequestStream>> submit_all(std::vector<GenerationRequest> requests);
 
   EngineStats stats() const;
   // Liveness for a readiness probe: true when the loop is idle (waiting for work) or finished a
@@ -129,6 +133,12 @@ class Engine {
   // Draws for the sequences whose grammar masks the worker has finished (deferred draws).
   void resume_deferred();
   void admit_new_requests();
+  // A request checked and built, not yet queued (throws what submit throws, except the queue
+  // limit).
+  std::unique_ptr<EngineRequest> prepare(GenerationRequest request);
+  // Counts n more queued requests against max_queued_requests (kUnavailable past it) and
+  // queues them.
+  void enqueue(std::vector<std::unique_ptr<EngineRequest>> requests);
   // Requests past their deadline or cancelled end, so their blocks are free for this schedule.
   void end_cancelled_requests();
   // Copies the blocks the scheduler asked for and runs the forward pass over the step's chunks.

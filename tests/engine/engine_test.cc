@@ -882,6 +882,40 @@ TEST_F(EngineTest, QueueLimitShedsLoadAndCountsOnlyWaitingRequests) {
   EXPECT_NO_THROW(run_to_completion(e, greedy("Once", 4)));
 }
 
+// One client request's prompts are queued together: all or none against the queue limit, and
+// admitted in the same step however the submitting thread is scheduled (TF Serving's batched
+// Predict rows run side by side; a flaky test saw four rows run one after another under load).
+TEST_F(EngineTest, SubmitAllQueuesEveryRequestTogetherOrNone) {
+  EngineConfig c = config(64, true);
+  c.max_queued_requests = 3;
+  c.scheduler.max_num_seqs = 2;
+  Engine e(*model_, tok_, {2}, c);
+  std::vector<GenerationRequest> four(4, greedy("Once", 6));
+  try {
+    e.submit_all(four);
+    FAIL() << "four requests past a queue of three must be refused";
+  } catch (const Error& err) {
+    EXPECT_EQ(err.kind(), ErrorKind::kUnavailable);
+  }
+  EXPECT_EQ(e.stats().queued, 0) << "none of them may stay queued";
+  std::vector<GenerationRequest> bad(2, greedy("Once", 6));
+  bad[1].prompt.push_back(9999);
+  EXPECT_THROW(e.submit_all(bad), Error);
+  EXPECT_EQ(e.stats().queued, 0) << "a request that can never run queues none of its siblings";
+  std::vector<GenerationRequest> three(3, greedy("Once", 6));
+  auto streams = e.submit_all(three);
+  ASSERT_EQ(streams.size(), 3u);
+  for (auto& s : streams) {
+    RequestOutput o;
+    while (s->next(o)) {
+    }
+  }
+  // Three sequences, two a step: the first steps ran two at once, never one alone first.
+  const EngineStats st = e.stats();
+  EXPECT_GT(st.batch_size_steps[1], 0) << "steps with two sequences";
+  EXPECT_EQ(st.batch_seqs, 3 * 6) << "every token of the three sequences was a sequence's step";
+}
+
 TEST_F(EngineTest, NSequencesShareThePromptAndFollowTheirSeeds) {
   GenerationRequest r =
       greedy("Once upon a time there was a very small cat who lived in a big house", 20);

@@ -31,9 +31,7 @@ struct MessageShape {
   std::vector<int32_t> eos_ids;
   std::vector<std::string> stops;
   bool skip_special_tokens = true;
-  std::shared_ptr<const ToolRequest> tools;
-  ToolFormat tool_format = ToolFormat::kJson;
-  bool reasoning = false, thinking_opened = false;
+  ChatAnswerShape answer;
   int64_t input_tokens = 0;
 };
 
@@ -72,19 +70,11 @@ void set_stop(const MessageShape& s, const CompletedSequence& seq, bool called,
 
 AnthropicAnswer answer_of(const MessageShape& s, const CompletedSequence& seq) {
   AnthropicAnswer a;
-  std::string content = seq.text;
-  if (s.reasoning) {
-    ReasoningSplit r = split_reasoning(content, s.thinking_opened);
-    if (r.reasoning)
-      a.content.push_back({{"type", "thinking"}, {"thinking", *r.reasoning}, {"signature", ""}});
-    content = std::move(r.content);
-  }
-  std::vector<ToolCall> calls;
-  if (s.tools) {
-    ParsedToolOutput p = parse_tool_calls(content, s.tool_format, s.tools->names);
-    content = p.content.value_or("");
-    calls = std::move(p.calls);
-  }
+  ChatAnswerShape::Whole w = s.answer.split(seq.text);
+  if (w.reasoning)
+    a.content.push_back({{"type", "thinking"}, {"thinking", *w.reasoning}, {"signature", ""}});
+  const std::string content = w.content.value_or("");
+  const std::vector<ToolCall>& calls = w.calls;
   if (!content.empty() || (calls.empty() && a.content.empty()))
     a.content.push_back({{"type", "text"}, {"text", content}});
   for (const ToolCall& c : calls) a.content.push_back(tool_use_block(c));
@@ -133,9 +123,7 @@ class MessageStreamSink final : public JobSink {
                     std::shared_ptr<HttpResponder> responder)
       : shape_(std::move(shape)),
         responder_(std::move(responder)),
-        split_(shape_->reasoning, shape_->thinking_opened,
-               shape_->tools ? std::optional<ToolFormat>(shape_->tool_format) : std::nullopt,
-               shape_->tools ? shape_->tools->names : std::vector<std::string>{}) {}
+        split_(shape_->answer.stream()) {}
 
   void start() {
     responder_->start_stream(200, "text/event-stream");
@@ -292,10 +280,7 @@ void handle_messages(ServingState& state, const HttpRequest& req,
   shape->eos_ids = model.eos_ids;
   shape->stops = plan->params.stop;
   shape->skip_special_tokens = plan->params.skip_special_tokens;
-  shape->tools = plan->tools;
-  shape->tool_format = plan->tool_format;
-  shape->reasoning = plan->reasoning;
-  shape->thinking_opened = plan->thinking_opened;
+  shape->answer = plan->answer_shape();
   shape->input_tokens = static_cast<int64_t>(plan->requests.at(0).prompt.size());
   if (plan->stream) {
     auto sink = std::make_shared<MessageStreamSink>(shape, responder);

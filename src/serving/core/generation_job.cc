@@ -44,13 +44,9 @@ std::shared_ptr<GenerationJob> GenerationJob::start(Engine& engine,
   job->on_event_ = std::move(on_event);
   job->on_done_ = std::move(on_done);
   job->observer_ = std::move(observer);
-  for (auto& r : reqs) {
-    try {
-      job->streams_.push_back(engine.submit(std::move(r)));
-    } catch (...) {
-      job->cancel();
-      throw;
-    }
+  // All queued together (or none): the engine's next step sees every prompt of the request.
+  job->streams_ = engine.submit_all(std::move(reqs));
+  for (size_t i = 0; i < job->streams_.size(); ++i) {
     job->results_.emplace_back();
     job->last_token_.emplace_back();
     job->ended_.push_back(false);

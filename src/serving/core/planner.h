@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "chat/chat_format.h"
+#include "chat/output_stream.h"
 #include "engine/engine_request.h"
 #include "serving/core/completion_request.h"
 #include "serving/core/job_lifecycle.h"
@@ -37,6 +38,8 @@ struct GenerationPlan : JobPlan {
   // Chat through a template that writes think blocks: the answer's reasoning is split off
   // (thinking_opened: the rendered prompt left the block open).
   bool reasoning = false, thinking_opened = false;
+  // The four above, as every chat door splits its answers (chat/output_stream.h).
+  ChatAnswerShape answer_shape() const { return {reasoning, thinking_opened, tools, tool_format}; }
 };
 
 // The model-bound part of planning (no server state): HttpError 400 naming the field for what

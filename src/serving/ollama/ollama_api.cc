@@ -51,9 +51,7 @@ std::string registry_field(const ServingState& state, const std::string& name) {
 struct OllamaShape {
   std::string model;  // as the client named it (Ollama echoes it)
   bool chat = false;  // /api/chat: "message"; /api/generate: "response"
-  bool reasoning = false, thinking_opened = false;
-  std::shared_ptr<const ToolRequest> tools;
-  ToolFormat tool_format = ToolFormat::kJson;
+  ChatAnswerShape answer;
   std::vector<int32_t> prompt;  // /api/generate: the answer's "context" starts with it
   Clock::time_point received;
 };
@@ -116,20 +114,9 @@ class OllamaWholeSink final : public JobSink {
     if (!end.ok()) return responder_->send(http_status(end), ollama_error_body(end.error().what()));
     const OllamaShape& s = *shape_;
     const CompletedSequence& seq = job.results().at(0).at(0);
-    std::string content = seq.text, thinking;
-    if (s.reasoning) {
-      ReasoningSplit r = split_reasoning(content, s.thinking_opened);
-      thinking = r.reasoning.value_or("");
-      content = std::move(r.content);
-    }
-    std::vector<ToolCall> calls;
-    if (s.tools) {
-      ParsedToolOutput p = parse_tool_calls(content, s.tool_format, s.tools->names);
-      content = p.content.value_or("");
-      calls = std::move(p.calls);
-    }
+    const ChatAnswerShape::Whole w = s.answer.split(seq.text);
     ojson line = line_head(s);
-    put_text(line, s, content, thinking, calls);
+    put_text(line, s, w.content.value_or(""), w.reasoning.value_or(""), w.calls);
     finish_line(line, s, end.summary);
     if (!s.chat) {
       std::vector<int32_t> context = s.prompt;
@@ -152,9 +139,7 @@ class OllamaStreamSink final : public JobSink {
                    std::shared_ptr<HttpResponder> responder)
       : shape_(std::move(shape)),
         responder_(std::move(responder)),
-        split_(shape_->reasoning, shape_->thinking_opened,
-               shape_->tools ? std::optional<ToolFormat>(shape_->tool_format) : std::nullopt,
-               shape_->tools ? shape_->tools->names : std::vector<std::string>{}) {}
+        split_(shape_->answer.stream()) {}
 
   void start() { responder_->start_stream(200, "application/x-ndjson"); }
 
@@ -245,10 +230,7 @@ void run_generation(ServingState& state, const HttpRequest& req,
   auto shape = std::make_shared<OllamaShape>();
   shape->model = sent_model;
   shape->chat = chat_door;
-  shape->reasoning = plan->reasoning;
-  shape->thinking_opened = plan->thinking_opened;
-  shape->tools = plan->tools;
-  shape->tool_format = plan->tool_format;
+  shape->answer = plan->answer_shape();
   if (!chat_door) shape->prompt = plan->requests.at(0).prompt;
   shape->received = record->received;
   if (plan->stream) {

@@ -4,7 +4,7 @@
 // {"id", "custom_id", "response": {"status_code", "body"}, "error"}. A bad line gets an error line;
 // the job goes on. Lines already in OUT are kept and skipped, so an interrupted job resumes.
 
-#include "cli/batch.h"
+#include "serving/openai/batch_file.h"
 
 #include <unistd.h>
 
@@ -27,7 +27,7 @@
 #include "serving/openai/openai_render.h"
 #include "serving/openai/openai_request.h"
 
-namespace tf::cli {
+namespace tf {
 namespace {
 
 using nlohmann::json;
@@ -77,10 +77,7 @@ Job parse_line(const std::string& text, size_t line, const LoadedTokenizer& tok,
     GenerationPlan plan =
         plan_request(req, tok, cfg, job.custom_id, default_max_tokens, grammar_vocab, chat);
     job.shape.chat = job.chat;
-    job.shape.tools = plan.tools;
-    job.shape.tool_format = plan.tool_format;
-    job.shape.reasoning = plan.reasoning;
-    job.shape.thinking_opened = plan.thinking_opened;
+    job.shape.answer = plan.answer_shape();
     job.prompt = std::move(plan.requests[0].prompt);
     job.params = std::move(plan.requests[0].params);
   } catch (const std::exception& e) {
@@ -251,4 +248,4 @@ int run_batch_file(Engine& engine, const LoadedTokenizer& tok, const ModelConfig
   return 0;
 }
 
-}  // namespace tf::cli
+}  // namespace tf

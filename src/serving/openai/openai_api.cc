@@ -64,7 +64,7 @@ class OpenAiStreamSink final : public JobSink {
         prompt_lps_(prompts) {
     // With tools or reasoning, each chat choice's text is shaped by a ChatChoiceStream:
     // reasoning and content deltas as they settle, tool calls parsed at the end.
-    if (shape_->chat && (shape_->tools || shape_->reasoning))
+    if (shape_->chat && (shape_->answer.tools || shape_->answer.reasoning))
       shapers_.assign(prompts * static_cast<size_t>(n_), ChatChoiceStream(*shape_));
   }
 
@@ -154,10 +154,7 @@ OpenAiShape openai_shape(const GenerationPlan& plan, const std::string& id,
   shape.logprobs = plan.params.logprobs.has_value();
   shape.choices_per_prompt = plan.choices_per_prompt;
   shape.tokenizer = plan.model->tok();
-  shape.tools = plan.tools;
-  shape.tool_format = plan.tool_format;
-  shape.reasoning = plan.reasoning;
-  shape.thinking_opened = plan.thinking_opened;
+  shape.answer = plan.answer_shape();
   if (plan.echo) {
     for (const auto& pr : plan.prompts)
       shape.echo.push_back(shape.tokenizer ? shape.tokenizer->decode(pr, false) : std::string());

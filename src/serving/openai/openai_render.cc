@@ -112,18 +112,13 @@ ojson openai_usage(const JobSummary& s) {
 
 ojson openai_chat_message(const OpenAiShape& shape, const std::string& text, FinishReason finish,
                           const char*& finish_as) {
-  if (!shape.tools && !shape.reasoning) return {{"role", "assistant"}, {"content", text}};
-  ReasoningSplit split{std::nullopt, text};
-  if (shape.reasoning) split = split_reasoning(text, shape.thinking_opened);
-  ParsedToolOutput parsed;
-  if (shape.tools)
-    parsed = parse_tool_calls(split.content, shape.tool_format, shape.tools->names);
-  else if (!split.content.empty() || !split.reasoning)
-    parsed.content = split.content;
-  ojson m = {{"role", "assistant"}, {"content", parsed.content ? ojson(*parsed.content) : ojson()}};
-  if (split.reasoning) m["reasoning_content"] = *split.reasoning;
-  if (!parsed.calls.empty()) {
-    m["tool_calls"] = openai_tool_calls(parsed.calls);
+  if (!shape.answer.tools && !shape.answer.reasoning)
+    return {{"role", "assistant"}, {"content", text}};
+  const ChatAnswerShape::Whole w = shape.answer.split(text);
+  ojson m = {{"role", "assistant"}, {"content", w.content ? ojson(*w.content) : ojson()}};
+  if (w.reasoning) m["reasoning_content"] = *w.reasoning;
+  if (!w.calls.empty()) {
+    m["tool_calls"] = openai_tool_calls(w.calls);
     if (finish == FinishReason::kStop) finish_as = "tool_calls";
   }
   return m;
@@ -263,10 +258,7 @@ ojson openai_usage_chunk(const OpenAiShape& shape, const JobSummary& summary) {
 }
 
 ChatChoiceStream::ChatChoiceStream(const OpenAiShape& shape)
-    : shape_(&shape),
-      split_(shape.reasoning, shape.thinking_opened,
-             shape.tools ? std::optional<ToolFormat>(shape.tool_format) : std::nullopt,
-             shape.tools ? shape.tools->names : std::vector<std::string>{}) {}
+    : shape_(&shape), split_(shape.answer.stream()) {}
 
 std::vector<ojson> ChatChoiceStream::chunks(size_t prompt, const RequestOutput& out) {
   ChatOutputStream::Delta d = split_.push(out.text, out.finish != FinishReason::kNone);

@@ -31,12 +31,9 @@ struct OpenAiShape {
   int32_t choices_per_prompt = 1;        // n: choice index = prompt * n + sequence
   const Tokenizer* tokenizer = nullptr;  // logprob tokens as bytes (nullptr: ids as text)
   std::vector<std::string> echo;         // per prompt, completions with echo: its text
-  // Chat with tools: each choice's text is parsed for calls in tool_format (nullptr: none).
-  std::shared_ptr<const ToolRequest> tools;
-  ToolFormat tool_format = ToolFormat::kJson;
-  // Chat with a reasoning template: <think>...</think> goes to reasoning_content (opened: the
-  // prompt left the think block open).
-  bool reasoning = false, thinking_opened = false;
+  // Chat: each choice's text split into reasoning_content (a template's think block), content
+  // and tool calls (tools given), as the plan decided.
+  ChatAnswerShape answer;
   // Prompt logprobs: completions with echo and logprobs list them before the output's; vLLM's
   // prompt_logprobs field (asked: set) lists them by id. first_prompt_token: per prompt, the
   // token that has none.

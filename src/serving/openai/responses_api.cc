@@ -282,9 +282,7 @@ struct ResponseShape {
   ResponseHead head;
   const Tokenizer* tokenizer = nullptr;
   bool logprobs = false;
-  bool reasoning = false, thinking_opened = false;
-  std::shared_ptr<const ToolRequest> tools;
-  ToolFormat tool_format = ToolFormat::kJson;
+  ChatAnswerShape answer;
 };
 
 ojson output_logprobs(const ResponseShape& s, const std::vector<SampleResult>& lps) {
@@ -306,18 +304,10 @@ class ResponseWholeSink final : public JobSink {
     const ResponseShape& s = *shape_;
     const CompletedSequence& seq = job.results().at(0).at(0);
     ResponseParts parts;
-    std::string content = seq.text;
-    if (s.reasoning) {
-      ReasoningSplit r = split_reasoning(content, s.thinking_opened);
-      parts.reasoning = std::move(r.reasoning);
-      content = std::move(r.content);
-    }
-    if (s.tools) {
-      ParsedToolOutput p = parse_tool_calls(content, s.tool_format, s.tools->names);
-      content = p.content.value_or("");
-      parts.calls = std::move(p.calls);
-    }
-    if (!content.empty() || parts.calls.empty()) parts.text = std::move(content);
+    ChatAnswerShape::Whole w = s.answer.split(seq.text);
+    parts.reasoning = std::move(w.reasoning);
+    parts.calls = std::move(w.calls);
+    parts.text = std::move(w.content);
     parts.logprobs = output_logprobs(s, seq.logprobs);
     parts.incomplete = seq.finish == FinishReason::kLength;
     responder_->send(200, dump_json(response_object_of(s.head, parts, end.summary)));
@@ -339,9 +329,7 @@ class ResponseStreamSink final : public JobSink {
       : shape_(std::move(shape)),
         responder_(std::move(responder)),
         events_(shape_->head),
-        split_(shape_->reasoning, shape_->thinking_opened,
-               shape_->tools ? std::optional<ToolFormat>(shape_->tool_format) : std::nullopt,
-               shape_->tools ? shape_->tools->names : std::vector<std::string>{}) {}
+        split_(shape_->answer.stream()) {}
 
   void start() {
     responder_->start_stream(200, "text/event-stream");
@@ -412,10 +400,7 @@ void handle_responses(ServingState& state, const HttpRequest& req,
   shape->head.request = nlohmann::json(body);
   shape->tokenizer = model.tok();
   shape->logprobs = plan->params.logprobs.has_value();
-  shape->reasoning = plan->reasoning;
-  shape->thinking_opened = plan->thinking_opened;
-  shape->tools = plan->tools;
-  shape->tool_format = plan->tool_format;
+  shape->answer = plan->answer_shape();
   if (plan->stream) {
     auto sink = std::make_shared<ResponseStreamSink>(shape, responder);
     sink->start();
