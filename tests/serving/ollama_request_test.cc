@@ -97,7 +97,8 @@ TEST(OllamaRequest, WhatCannotBeHonouredIsRefusedByName) {
            {R"("options": [1])", "options"},
            {R"("format": "yaml")", "format"},
            {R"("think": 3)", "think"},
-           {R"("logprobs": true)", "logprobs"},
+           {R"("top_logprobs": 2)", "logprobs"},
+           {R"("logprobs": true, "top_logprobs": 50)", "top_logprobs"},
            {R"("keep_alive": [])", "keep_alive"},
            {R"("colour": 1)", "colour"}}) {
     EXPECT_NE(refusal([&] { chat("{" + conv + ", " + extra + "}"); }).find(words),

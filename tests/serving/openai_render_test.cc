@@ -116,10 +116,11 @@ TEST(OpenAiRender, LogprobsInBothShapes) {
   EXPECT_EQ(dump_json(completion_logprobs(nullptr, {r, r}, 4)),
             R"({"tokens":["5","5"],"token_logprobs":[-0.5,-0.5],"top_logprobs":[)"
             R"({"5":-0.5,"7":-1.0},{"5":-0.5,"7":-1.0}],"text_offset":[4,5]})");
+  // Chat's members in OpenAI's order (token, logprob, bytes, top_logprobs).
   EXPECT_EQ(dump_json(chat_logprobs(nullptr, {r})),
-            R"({"content":[{"bytes":[53],"logprob":-0.5,"token":"5","top_logprobs":[)"
-            R"({"bytes":[53],"logprob":-0.5,"token":"5"},{"bytes":[55],"logprob":-1.0,)"
-            R"("token":"7"}]}],"refusal":null})");
+            R"({"content":[{"token":"5","logprob":-0.5,"bytes":[53],"top_logprobs":[)"
+            R"({"token":"5","logprob":-0.5,"bytes":[53]},{"token":"7","logprob":-1.0,)"
+            R"("bytes":[55]}]}],"refusal":null})");
 }
 
 TEST(ChatTemplateKwargs, ReachTheTemplateAndAreCheckedFirst) {

@@ -159,6 +159,20 @@ class OllamaTest(OllamaCase):
         self.assertEqual((small["eval_count"], small["done_reason"]), (3, "length"))
         self.assertTrue(text.startswith(small["message"]["content"]))
 
+    def test_logprobs_are_the_chat_doors(self):
+        conv = [{"role": "user", "content": "Tell me a story"}]
+        ref = self.chat(conv, 10, logprobs=True, top_logprobs=2)["choices"][0]["logprobs"]
+        body = {"messages": conv, "logprobs": True, "top_logprobs": 2,
+                "options": {"temperature": 0, "num_predict": 10}}
+        whole = self.ollama("/api/chat", dict(body, stream=False))
+        self.assertEqual(whole["logprobs"], ref["content"])
+        lines = self.stream("/api/chat", body)
+        self.assertEqual([lp for x in lines for lp in x.get("logprobs", [])], ref["content"])
+        # Each line's logprobs are those of the tokens behind its text.
+        for x in lines[:-1]:
+            self.assertEqual("".join(lp["token"] for lp in x["logprobs"]),
+                             x["message"]["content"])
+
     def test_format_holds_the_answer_to_json_or_a_schema(self):
         conv = [{"role": "user", "content": "How are you?"}]
         out = self.ollama("/api/chat", {"messages": conv, "stream": False, "format": SCHEMA,

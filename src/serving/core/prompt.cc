@@ -41,4 +41,25 @@ std::string token_bytes(const Tokenizer* tok, int32_t id) {
   return tok->decode_bytes(one, /*skip_special_tokens=*/false);
 }
 
+nlohmann::ordered_json token_logprobs_json(const Tokenizer* tok,
+                                           const std::vector<SampleResult>& lps) {
+  const auto bytes = [](const std::string& t) {
+    nlohmann::ordered_json out = nlohmann::ordered_json::array();
+    for (unsigned char c : t) out.push_back(static_cast<int>(c));
+    return out;
+  };
+  nlohmann::ordered_json content = nlohmann::ordered_json::array();
+  for (const auto& r : lps) {
+    const std::string t = token_bytes(tok, r.token);
+    nlohmann::ordered_json top = nlohmann::ordered_json::array();
+    for (const auto& alt : r.top) {
+      const std::string a = token_bytes(tok, alt.token);
+      top.push_back({{"token", a}, {"logprob", alt.logprob}, {"bytes", bytes(a)}});
+    }
+    content.push_back(
+        {{"token", t}, {"logprob", r.logprob}, {"bytes", bytes(t)}, {"top_logprobs", top}});
+  }
+  return content;
+}
+
 }  // namespace tf

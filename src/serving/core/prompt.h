@@ -12,6 +12,7 @@
 
 #include "chat/chat_format.h"
 #include "model/model_config.h"
+#include "sampling/sampler.h"
 #include "tokenizer/tokenizer_loader.h"
 
 namespace tf {
@@ -33,5 +34,9 @@ std::vector<int32_t> render_chat_prompt(
 
 // A token's bytes as logprobs show it (its id as text without a tokenizer).
 std::string token_bytes(const Tokenizer* tok, int32_t id);
+// Generated tokens' logprobs in the shape OpenAI's chat API set and Ollama's follows:
+// [{"token", "logprob", "bytes", "top_logprobs": [{"token", "logprob", "bytes"}]}].
+nlohmann::ordered_json token_logprobs_json(const Tokenizer* tok,
+                                           const std::vector<SampleResult>& lps);
 
 }  // namespace tf

@@ -18,6 +18,7 @@
 #include "serving/core/embedding_plan.h"
 #include "serving/core/job_lifecycle.h"
 #include "serving/core/planner.h"
+#include "serving/core/prompt.h"
 #include "serving/ollama/ollama_request.h"
 
 namespace tf {
@@ -52,6 +53,8 @@ struct OllamaShape {
   std::string model;  // as the client named it (Ollama echoes it)
   bool chat = false;  // /api/chat: "message"; /api/generate: "response"
   ChatAnswerShape answer;
+  bool logprobs = false;  // asked for: each line carries its tokens'
+  const Tokenizer* tokenizer = nullptr;
   std::vector<int32_t> prompt;  // /api/generate: the answer's "context" starts with it
   Clock::time_point received;
 };
@@ -117,6 +120,7 @@ class OllamaWholeSink final : public JobSink {
     const ChatAnswerShape::Whole w = s.answer.split(seq.text);
     ojson line = line_head(s);
     put_text(line, s, w.content.value_or(""), w.reasoning.value_or(""), w.calls);
+    if (s.logprobs) line["logprobs"] = token_logprobs_json(s.tokenizer, seq.logprobs);
     finish_line(line, s, end.summary);
     if (!s.chat) {
       std::vector<int32_t> context = s.prompt;
@@ -148,9 +152,13 @@ class OllamaStreamSink final : public JobSink {
     if (out.index == 0) tokens_.insert(tokens_.end(), out.token_ids.begin(), out.token_ids.end());
     ChatOutputStream::Delta d = split_.push(out.text, out.finish != FinishReason::kNone);
     if (!d.calls.empty()) calls_ = std::move(d.calls);
+    if (shape_->logprobs)
+      for (auto& lp : token_logprobs_json(shape_->tokenizer, out.logprobs))
+        logprobs_.push_back(std::move(lp));
     if (d.reasoning.empty() && d.content.empty()) return;
     ojson line = line_head(*shape_);
     put_text(line, *shape_, d.content, d.reasoning, {});
+    take_logprobs(line);
     line["done"] = false;
     write(line);
   }
@@ -170,6 +178,7 @@ class OllamaStreamSink final : public JobSink {
     }
     ojson line = line_head(*shape_);
     put_text(line, *shape_, "", "", {});
+    take_logprobs(line);  // of tokens whose text never showed (a stop string's)
     finish_line(line, *shape_, end.summary);
     if (end.outcome == JobOutcome::kTimedOut) line["error"] = end.error().what();
     if (!shape_->chat) {
@@ -189,12 +198,19 @@ class OllamaStreamSink final : public JobSink {
 
  private:
   void write(const ojson& line) { responder_->write(dump_json(line) + "\n"); }
+  // The logprobs of the tokens behind the text a line shows (held back with their text).
+  void take_logprobs(ojson& line) {
+    if (!shape_->logprobs) return;
+    line["logprobs"] = std::move(logprobs_);
+    logprobs_ = ojson::array();
+  }
 
   std::shared_ptr<const OllamaShape> shape_;
   std::shared_ptr<HttpResponder> responder_;
   ChatOutputStream split_;
   std::vector<ToolCall> calls_;
   std::vector<int32_t> tokens_;
+  ojson logprobs_ = ojson::array();
   std::mutex mu_;
 };
 
@@ -231,6 +247,8 @@ void run_generation(ServingState& state, const HttpRequest& req,
   shape->model = sent_model;
   shape->chat = chat_door;
   shape->answer = plan->answer_shape();
+  shape->logprobs = plan->params.logprobs.has_value();
+  shape->tokenizer = plan->model->tok();
   if (!chat_door) shape->prompt = plan->requests.at(0).prompt;
   shape->received = record->received;
   if (plan->stream) {

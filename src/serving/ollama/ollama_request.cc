@@ -203,9 +203,18 @@ void read_common(const json& body, const ojson& ordered, CompletionRequest& r) {
   (void)bool_field(body, "shift", true);     // generation stops at the context (done_reason length)
   if (bool_field(body, "debug_render_only", false))
     refuse("debug_render_only", "'debug_render_only' is not supported: use POST /tokenize");
-  if (bool_field(body, "logprobs", false))
-    refuse("logprobs", "'logprobs' is not supported on Ollama's API: use /v1/chat/completions");
-  if (present(body, "top_logprobs")) refuse("top_logprobs", "'top_logprobs' is not supported here");
+  if (bool_field(body, "logprobs", false)) {
+    int32_t top = 0;
+    if (present(body, "top_logprobs")) {
+      const json& t = body["top_logprobs"];
+      if (!t.is_number_integer() || t.get<int64_t>() < 0 || t.get<int64_t>() > 20)
+        refuse("top_logprobs", "'top_logprobs' must be an integer from 0 to 20");
+      top = static_cast<int32_t>(t.get<int64_t>());
+    }
+    r.params.logprobs = top;
+  } else if (present(body, "top_logprobs")) {
+    refuse("top_logprobs", "'top_logprobs' needs 'logprobs': true");
+  }
   try {
     apply_request_rules(r, false);
   } catch (const FieldError& e) {

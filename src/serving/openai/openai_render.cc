@@ -7,12 +7,6 @@ namespace {
 
 using json = nlohmann::json;
 
-json bytes_list(const std::string& s) {
-  json out = json::array();
-  for (unsigned char c : s) out.push_back(static_cast<int>(c));
-  return out;
-}
-
 json finish_json(FinishReason f) {
   if (f == FinishReason::kNone) return nullptr;
   return finish_reason_name(f);
@@ -43,18 +37,7 @@ ojson completion_logprobs(const Tokenizer* tok, const std::vector<SampleResult>&
 
 // Chat shape: {"content": [{"token", "logprob", "bytes", "top_logprobs": [...]}], "refusal"}.
 ojson chat_logprobs(const Tokenizer* tok, const std::vector<SampleResult>& lps) {
-  json content = json::array();
-  for (const auto& r : lps) {
-    const std::string t = token_bytes(tok, r.token);
-    json top = json::array();
-    for (const auto& alt : r.top) {
-      const std::string a = token_bytes(tok, alt.token);
-      top.push_back({{"token", a}, {"logprob", alt.logprob}, {"bytes", bytes_list(a)}});
-    }
-    content.push_back(
-        {{"token", t}, {"logprob", r.logprob}, {"bytes", bytes_list(t)}, {"top_logprobs", top}});
-  }
-  return {{"content", content}, {"refusal", nullptr}};
+  return {{"content", token_logprobs_json(tok, lps)}, {"refusal", nullptr}};
 }
 
 ojson completion_prompt_logprobs(const Tokenizer* tok, int32_t first_token,
