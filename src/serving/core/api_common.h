@@ -10,7 +10,9 @@
 #include <cstdio>
 #include <mutex>
 #include <string>
+#include <type_traits>
 
+#include "core/cancel.h"
 #include "core/error.h"
 #include "core/random_id.h"
 
@@ -65,6 +67,28 @@ std::string deadline_message(std::chrono::milliseconds limit);
 template <typename Json>
 bool present(const Json& body, const char* key) {
   return body.contains(key) && !body[key].is_null();
+}
+
+// Runs fn, turning what it throws about the request into HttpError 400: a FieldError naming its
+// field (as field_name gives the name the client used; nullptr: as it is), any other Error that
+// is not internal with its message. HttpErrors, cancellations and internal errors pass as they
+// are.
+template <typename Fn, typename Rename = std::nullptr_t>
+auto as_bad_request(Fn fn, Rename field_name = nullptr) -> decltype(fn()) {
+  try {
+    return fn();
+  } catch (const HttpError&) {
+    throw;
+  } catch (const Cancelled&) {
+    throw;
+  } catch (const FieldError& e) {
+    std::string field = e.field();
+    if constexpr (!std::is_same_v<Rename, std::nullptr_t>) field = field_name(field);
+    throw HttpError(400, e.what(), "", field);
+  } catch (const Error& e) {
+    if (e.kind() == ErrorKind::kInternal) throw;
+    throw HttpError(400, e.what());
+  }
 }
 
 // 400 "Unrecognized request argument supplied: KEY" (OpenAI's words, code unknown_parameter).

@@ -15,19 +15,9 @@ namespace {
 // field as the client named it.
 template <typename Fn>
 void with_fields(const CompletionRequest& req, Fn fn) {
-  try {
-    fn();
-  } catch (const HttpError&) {
-    throw;
-  } catch (const Cancelled&) {
-    throw;
-  } catch (const FieldError& e) {
-    const std::string field = e.field() == "max_tokens" ? req.max_tokens_field : e.field();
-    throw HttpError(400, e.what(), "", field);
-  } catch (const Error& e) {
-    if (e.kind() == ErrorKind::kInternal) throw;
-    throw HttpError(400, e.what());
-  }
+  as_bad_request(fn, [&](const std::string& field) {
+    return field == "max_tokens" ? req.max_tokens_field : field;
+  });
 }
 
 std::vector<int32_t> encode(const PromptInput& p, const CompletionRequest& req,

@@ -269,11 +269,8 @@ void read_into(const ojson& body, bool log_prompt, CompletionRequest& r) {
     if (!reasoning.is_object()) bad_item("'reasoning' must be an object", "reasoning");
     if (present(reasoning, "effort")) chat_fields["reasoning_effort"] = json(reasoning["effort"]);
   }
-  try {
-    read_chat_options(chat_fields, r);
-  } catch (const FieldError& e) {
-    throw HttpError(400, e.what(), "", e.field() == "reasoning_effort" ? "reasoning" : e.field());
-  }
+  as_bad_request([&] { read_chat_options(chat_fields, r); },
+                 [](const std::string& f) { return f == "reasoning_effort" ? "reasoning" : f; });
   apply_request_rules(r, false);
   if (log_prompt) r.logged_prompt = dump_json(body["input"]);
 }
@@ -282,16 +279,7 @@ void read_into(const ojson& body, bool log_prompt, CompletionRequest& r) {
 
 CompletionRequest read_responses_request(const ojson& body, bool log_prompt) {
   CompletionRequest r;
-  try {
-    read_into(body, log_prompt, r);
-  } catch (const HttpError&) {
-    throw;
-  } catch (const FieldError& e) {
-    throw HttpError(400, e.what(), "", e.field());
-  } catch (const Error& e) {
-    if (e.kind() == ErrorKind::kInternal) throw;
-    throw HttpError(400, e.what());
-  }
+  as_bad_request([&] { read_into(body, log_prompt, r); });
   return r;
 }
 

@@ -30,21 +30,6 @@ void check_body_fields(const json& body, const std::unordered_set<std::string>& 
   check_known_fields(body, [&](const std::string& key) { return allowed.count(key) > 0; });
 }
 
-// Runs fn, turning a FieldError or plain Error into a 400 naming the field.
-template <typename Fn>
-auto as_bad_request(Fn fn) {
-  try {
-    return fn();
-  } catch (const HttpError&) {
-    throw;
-  } catch (const FieldError& e) {
-    throw HttpError(400, e.what(), "", e.field());
-  } catch (const Error& e) {
-    if (e.kind() == ErrorKind::kInternal) throw;
-    throw HttpError(400, e.what());
-  }
-}
-
 std::shared_ptr<ServedModel> model_of(ServingState& state, const HttpRequest& req, const json& body,
                                       RequestRecord& record) {
   auto m = resolve_model(state, record, string_field(body, "model"), string_field(body, "user"),
