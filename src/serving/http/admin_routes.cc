@@ -283,7 +283,8 @@ void add_admin_routes(RouteTable& routes, ServingState& state_, AdminSources sou
                                              {"memory", memory_json()},
                                              {"open_connections", sources.open_connections()},
                                              {"slow_reader_streams", sources.slow_reader_streams()},
-                                             {"jobs_in_flight", state_.jobs.size()}}));
+                                             {"jobs_in_flight", state_.jobs.size()},
+                                             {"preparing", state_.prepare_pool.in_progress()}}));
   });
   // TF Serving's names only at its monitoring path, where its dashboards look for them.
   routes.add("GET", "/metrics", [&state_, sources](RouteCall& c) {
