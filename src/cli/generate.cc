@@ -8,7 +8,6 @@
 #include <optional>
 #include <sstream>
 
-#include "serving/openai/batch_file.h"
 #include "cli/commands.h"
 #include "cli/engine_options.h"
 #include "core/error.h"
@@ -19,6 +18,7 @@
 #include "model/model.h"
 #include "sampling/sequence_sampler.h"
 #include "serving/core/prompt.h"
+#include "serving/openai/batch_file.h"
 #include "tokenizer/tokenizer_loader.h"
 
 namespace tf::cli {

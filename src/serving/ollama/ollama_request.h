@@ -8,10 +8,10 @@
 // (accepted: tokenflow keeps the models its config names loaded), and `options` mapped onto
 // the sampling parameters: num_predict (-1 and -2: up to the context), temperature, top_k,
 // top_p, min_p, typical_p, repeat_penalty, presence_penalty, frequency_penalty, seed (-1:
-// random), stop, num_ctx (at most the model's context); logprobs with top_logprobs. Ollama's runner options (num_gpu,
-// num_thread, num_batch, use_mmap, ...) are accepted and have no effect; options tokenflow
-// cannot honour (mirostat, a repeat_last_n window, images, suffix, Go templates) are refused by
-// name. An unknown field or option, a wrong type or range: HttpError 400 naming it.
+// random), stop, num_ctx (at most the model's context); logprobs with top_logprobs. Ollama's runner
+// options (num_gpu, num_thread, num_batch, use_mmap, ...) are accepted and have no effect; options
+// tokenflow cannot honour (mirostat, a repeat_last_n window, images, suffix, Go templates) are
+// refused by name. An unknown field or option, a wrong type or range: HttpError 400 naming it.
 //
 // Model names as Ollama clients write them, name:tag: "name" and "name:latest" the model's
 // default version, "name:7" version 7, "name:stable" the version labelled stable.
