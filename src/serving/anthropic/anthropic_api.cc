@@ -228,8 +228,8 @@ class MessageStreamSink final : public JobSink {
 
 AnthropicRequest read_messages_body(const HttpRequest& req, const RequestRecord& record,
                                     bool count_only) {
-  const json body = parse_json_body(req.body);
-  return read_anthropic_request(body, ojson::parse(req.body), logs_prompts(record), count_only);
+  const ojson ordered = parse_ordered_json_body(req.body);  // parsed once
+  return read_anthropic_request(json(ordered), ordered, logs_prompts(record), count_only);
 }
 
 }  // namespace

@@ -368,16 +368,16 @@ ojson ollama_details(const ServedModel& m) {
 void handle_ollama_chat(ServingState& state, const HttpRequest& req,
                         std::shared_ptr<HttpResponder> responder,
                         std::shared_ptr<RequestRecord> record) {
-  const json body = parse_json_body(req.body);
-  OllamaRequest o = read_ollama_chat(body, ojson::parse(req.body), logs_prompts(*record));
+  const ojson ordered = parse_ordered_json_body(req.body);  // parsed once
+  OllamaRequest o = read_ollama_chat(json(ordered), ordered, logs_prompts(*record));
   run_generation(state, req, std::move(responder), std::move(record), std::move(o), true);
 }
 
 void handle_ollama_generate(ServingState& state, const HttpRequest& req,
                             std::shared_ptr<HttpResponder> responder,
                             std::shared_ptr<RequestRecord> record) {
-  const json body = parse_json_body(req.body);
-  OllamaRequest o = read_ollama_generate(body, ojson::parse(req.body), logs_prompts(*record));
+  const ojson ordered = parse_ordered_json_body(req.body);  // parsed once
+  OllamaRequest o = read_ollama_generate(json(ordered), ordered, logs_prompts(*record));
   run_generation(state, req, std::move(responder), std::move(record), std::move(o), false);
 }
 
