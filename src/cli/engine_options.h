@@ -34,6 +34,7 @@ struct EngineOptions {
   int64_t max_num_batched_tokens = 2048;
   int64_t batch_timeout_micros = 0;
   bool no_prefix_caching = false;
+  bool disable_hybrid_kv_cache = false;
   int threads = 0;
   std::string kv_cache_dtype = "f32";
   std::string speculative = "off";
@@ -50,6 +51,7 @@ struct EngineOptions {
     ec.threads = threads;
     ec.kv_cache_bytes = parse_memory_budget(kv_cache_memory);
     ec.prefix_caching = !no_prefix_caching;
+    ec.hybrid_kv_cache = !disable_hybrid_kv_cache;
     ec.scheduler.max_num_seqs = max_num_seqs;
     ec.scheduler.max_num_batched_tokens = max_num_batched_tokens;
     ec.batch_timeout_micros = batch_timeout_micros;
@@ -81,6 +83,10 @@ inline void add_engine_options(CLI::App& app, EngineOptions& o) {
          "an idle engine waits this long to gather a batch (TF Serving's batch_timeout_micros)")
       ->capture_default_str();
   app.add_flag("--no-prefix-caching", o.no_prefix_caching, "turn the prefix cache off");
+  app.add_flag("--disable-hybrid-kv-cache-manager", o.disable_hybrid_kv_cache,
+               "keep every KV block of sliding-window layers that sit beside global ones (one "
+               "cache group for all layers, as vLLM's flag), instead of releasing the blocks "
+               "behind the window");
   app.add_option("--kv-cache-dtype", o.kv_cache_dtype,
                  "keys and values in the cache: f32, or bf16 / f16 (half the memory per token)")
       ->capture_default_str();

@@ -42,6 +42,7 @@ struct GenerateOptions {
   std::string input_file, output_file;
   int concurrency = 64;
   std::string kv_cache_memory = "512MiB";
+  bool disable_hybrid_kv_cache = false;
   std::string kv_cache_dtype = "f32";
   bool no_echo = false;
   bool verbose = false;
@@ -116,6 +117,7 @@ int run_generate(GenerateOptions& o) {
     ec.threads = o.threads;
     ec.kv_cache_bytes = parse_memory_budget(o.kv_cache_memory);
     ec.kv_type = kernels::parse_kv_type(o.kv_cache_dtype.c_str());
+    ec.hybrid_kv_cache = !o.disable_hybrid_kv_cache;
     set_speculation(ec, o);
     m.start_engine(ec);
     BatchOptions bo;
@@ -207,7 +209,11 @@ int run_generate(GenerateOptions& o) {
   EngineConfig ec;
   ec.threads = o.threads;
   ec.kv_type = kernels::parse_kv_type(o.kv_cache_dtype.c_str());
-  ec.kv_cache_bytes = (per_seq + 1) * slots * KvCache::bytes_per_block(cfg, bs, ec.kv_type);
+  ec.hybrid_kv_cache = !o.disable_hybrid_kv_cache;
+  // Every cache group holds at most per_seq blocks of each sequence.
+  const CacheLayout layout = CacheLayout::for_model(cfg, ec.hybrid_kv_cache);
+  ec.kv_cache_bytes = (per_seq + 1) * slots * layout.num_groups() *
+                      KvCache::bytes_per_block(cfg, layout, bs, ec.kv_type);
   set_speculation(ec, o);
   instance.start_engine(ec);  // loads a draft model, if any: not counted as generation time
   const auto t_start = std::chrono::steady_clock::now();
@@ -353,6 +359,9 @@ Action add_generate(CLI::App& app) {
                  "KV cache budget: bytes, 512MiB, 2GiB, or a fraction of free memory (0.3)")
       ->capture_default_str()
       ->capture_default_str();
+  app.add_flag("--disable-hybrid-kv-cache-manager", o->disable_hybrid_kv_cache,
+               "one KV cache group for every layer: sliding-window layers beside global ones "
+               "keep every block (as vLLM's flag)");
   app.add_flag("--no-echo", o->no_echo, "do not print the prompt before the generated text");
   app.add_flag("--verbose,-v", o->verbose, "print timings to stderr");
   app.add_option("--speculative", o->speculative,

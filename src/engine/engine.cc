@@ -79,8 +79,8 @@ void RequestStream::set_timings(const RequestTimings& t) {
 // ---- Engine ----------------------------------------------------------------------------------
 
 namespace {
-int64_t blocks_for_budget(const ModelConfig& c, const EngineConfig& e) {
-  const int64_t per_block = KvCache::bytes_per_block(c, e.block_size, e.kv_type);
+int64_t blocks_for_budget(const ModelConfig& c, const CacheLayout& layout, const EngineConfig& e) {
+  const int64_t per_block = KvCache::bytes_per_block(c, layout, e.block_size, e.kv_type);
   const int64_t n = e.kv_cache_bytes / per_block;
   if (n < 1) {
     fail(ErrorKind::kResourceExhausted,
@@ -88,6 +88,17 @@ int64_t blocks_for_budget(const ModelConfig& c, const EngineConfig& e) {
          per_block);
   }
   return n;
+}
+
+void fill_kv_groups(EngineStats& stats, const CacheLayout& layout, const KvBlockPool& pool) {
+  stats.kv_groups.resize(layout.groups.size());
+  for (size_t g = 0; g < layout.groups.size(); ++g) {
+    auto& out = stats.kv_groups[g];
+    out.kind = cache_kind_name(layout.groups[g].kind);
+    out.window = layout.groups[g].window;
+    out.layers = static_cast<int64_t>(layout.groups[g].layers.size());
+    out.blocks_used = pool.num_used(static_cast<int>(g));
+  }
 }
 }  // namespace
 
@@ -111,12 +122,14 @@ Engine::Engine(Model& model, const Tokenizer* tokenizer, std::vector<int32_t> eo
       eos_ids_(std::move(eos_ids)),
       config_(config),
       pool_threads_(config.threads),
-      kv_(model.config(), blocks_for_budget(model.config(), config), config.block_size,
-          config.kv_type),
-      pool_(kv_.num_blocks(), config.block_size),
-      // Blocks behind the window are released only when every layer slides (a global layer,
-      // as Gemma 2/3's or Qwen's first max_window_layers, reads every key).
-      manager_(pool_, config.prefix_caching, model.config().window_of_every_layer()),
+      kv_(model.config(), CacheLayout::for_model(model.config(), config.hybrid_kv_cache),
+          blocks_for_budget(model.config(),
+                            CacheLayout::for_model(model.config(), config.hybrid_kv_cache), config),
+          config.block_size, config.kv_type),
+      pool_(kv_.num_blocks(), config.block_size, static_cast<int>(kv_.layout().num_groups())),
+      // Each group's blocks behind its window are released (a global layer, as Gemma 2/3's or
+      // Qwen's first max_window_layers, reads every key: its group keeps them).
+      manager_(pool_, config.prefix_caching, KvCacheManager::specs_of(kv_.layout())),
       scheduler_(config.scheduler, manager_) {
   if (config_.scheduler.max_num_batched_tokens < 1 || config_.scheduler.max_num_seqs < 1) {
     fail("max_num_batched_tokens and max_num_seqs must be at least 1");
@@ -139,6 +152,7 @@ Engine::Engine(Model& model, const Tokenizer* tokenizer, std::vector<int32_t> eo
     draft_ = std::make_unique<DraftProposer>(*draft, blocks, config_.block_size, config_.kv_type);
   }
   stats_.kv_blocks_total = pool_.num_blocks();
+  fill_kv_groups(stats_, kv_.layout(), pool_);
   last_progress_ns_ = Clock::now().time_since_epoch().count();
   grammar_worker_ = std::make_unique<GrammarWorker>([this] {
     {
@@ -192,7 +206,8 @@ std::unique_ptr<EngineRequest> Engine::prepare(GenerationRequest request) {
          request.prompt.size(), p.max_tokens, c.max_seq_len);
   }
   // Beams may each end up with their own blocks: the request must fit num_beams of them.
-  const int64_t need = manager_.blocks_for(total) * (p.beam_search() ? p.num_beams : 1);
+  const int64_t need = manager_.blocks_needed(total, config_.scheduler.max_num_batched_tokens) *
+                       (p.beam_search() ? p.num_beams : 1);
   if (need > pool_.num_blocks()) {
     {
       std::lock_guard<std::mutex> lock(stats_mu_);
@@ -464,7 +479,7 @@ void Engine::run_forward(const SchedulerOutput& sched) {
         ((spec.all_prompt_rows() && c.start < c.seq->prompt_len) || c.seq->num_drafts > 0) &&
         !c.seq->padding;
     batch_.push_back({std::span<const int32_t>(c.seq->tokens.data() + c.start, c.count), c.start,
-                      c.seq->block_table, all});
+                      c.seq->block_table, all, c.seq->group_tables});
     first_row_.push_back(rows);
     rows += all ? c.count : 1;
     last_row_.push_back(rows - 1);
@@ -476,10 +491,9 @@ void Engine::run_forward(const SchedulerOutput& sched) {
 }
 
 void Engine::propose() {
-  // Not with sliding windows: a rollback would need keys the window already released.
-  if ((!config_.speculative_ngram && !draft_) || config_.scheduler.static_batching ||
-      manager_.window() > 0)
-    return;
+  // With sliding windows too: a window's blocks are released only behind the first position a
+  // rollback can write again (KvCacheManager::release_outside_window).
+  if ((!config_.speculative_ngram && !draft_) || config_.scheduler.static_batching) return;
   if (static_cast<int64_t>(scheduler_.num_running()) > config_.spec_max_running) return;
   int64_t context = model_.config().max_seq_len;
   if (draft_) context = std::min(context, draft_->model().config().max_seq_len);
@@ -512,7 +526,7 @@ void Engine::propose() {
         room = static_cast<int64_t>(drafts.size());
       }
       // Only from free blocks: speculation never preempts anyone.
-      const int64_t need = manager_.blocks_for(len + room) - manager_.blocks_for(len);
+      const int64_t need = manager_.blocks_to_grow(len, room);
       if (need > free_blocks) continue;
       free_blocks -= need;
       if (draft_) {
@@ -878,6 +892,7 @@ void Engine::retire_and_record(const SchedulerOutput& sched) {
   stats_.preemptions = scheduler_.preemptions();
   stats_.kv_block_copies = scheduler_.block_copies();
   stats_.kv_window_releases = manager_.window_releases();
+  fill_kv_groups(stats_, kv_.layout(), pool_);
   stats_.requests_finished += finished;
   stats_.prompt_tokens += prompt_tokens;
   stats_.generated_tokens += generated_tokens;

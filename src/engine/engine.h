@@ -34,6 +34,10 @@ struct EngineConfig {
   int block_size = KvCache::kDefaultBlockSize;
   kernels::KvType kv_type = kernels::KvType::kF32;  // --kv-cache-dtype
   bool prefix_caching = true;
+  // Sliding-window layers beside global ones get cache groups of their own that release the
+  // blocks behind the window (CacheLayout); false keeps every block of every layer (vLLM's
+  // --disable-hybrid-kv-cache-manager), to compare.
+  bool hybrid_kv_cache = true;
   int64_t batch_timeout_micros = 0;  // an idle engine waits this long to gather a first batch
   int threads = 0;                   // compute threads (0: one per core)
   // Requests submitted and not yet scheduled at which submit() refuses more (kUnavailable); 0:
@@ -74,7 +78,15 @@ struct EngineStats {
   int64_t prefix_queried_tokens = 0, prefix_hit_tokens = 0;
   int64_t preemptions = 0;
   int64_t kv_block_copies = 0;     // shared blocks copied on first write (forks: n > 1, beams)
-  int64_t kv_window_releases = 0;  // blocks released behind every layer's sliding window
+  int64_t kv_window_releases = 0;  // blocks released behind a sliding window
+  // Each cache group of the layout: its kind, window, layers and blocks in use now.
+  struct KvGroup {
+    const char* kind = "";
+    int64_t window = 0;
+    int64_t layers = 0;
+    int64_t blocks_used = 0;
+  };
+  std::vector<KvGroup> kv_groups;
   int64_t requests_finished = 0;
   int64_t queued = 0;  // submitted and not yet scheduled (live, not as of the last step)
   int64_t prompt_tokens = 0, generated_tokens = 0;
@@ -124,6 +136,7 @@ class Engine {
   bool responsive(std::chrono::milliseconds max_step) const;
   const Model& model() const { return model_; }
   int64_t kv_blocks() const { return pool_.num_blocks(); }
+  const CacheLayout& kv_layout() const { return kv_.layout(); }
 
  private:
   void loop();

@@ -1,5 +1,6 @@
 #include "engine/kv_block_pool.h"
 
+#include <algorithm>
 #include <random>
 
 #include "core/error.h"
@@ -27,8 +28,10 @@ uint64_t block_hash(uint64_t parent, const int32_t* tokens, int block_size) {
   return h;
 }
 
-KvBlockPool::KvBlockPool(int64_t num_blocks, int block_size)
-    : block_size_(block_size), hash_key_(random_key()) {
+KvBlockPool::KvBlockPool(int64_t num_blocks, int block_size, int num_groups)
+    : block_size_(block_size),
+      used_by_group_(static_cast<size_t>(std::max(num_groups, 1)), 0),
+      hash_key_(random_key()) {
   if (num_blocks <= 0) fail("the KV block pool needs at least one block");
   blocks_.resize(static_cast<size_t>(num_blocks));
   for (int32_t b = 0; b < num_blocks; ++b) push_free(b);
@@ -60,7 +63,9 @@ void KvBlockPool::unlink_free(int32_t b) {
   --free_count_;
 }
 
-bool KvBlockPool::allocate(int64_t n, std::vector<int32_t>& out) {
+bool KvBlockPool::allocate(int64_t n, std::vector<int32_t>& out, int group) {
+  if (group < 0 || group >= num_groups())
+    fail(ErrorKind::kInternal, "KV block group {} of {}", group, num_groups());
   if (n > free_count_) return false;
   for (int64_t i = 0; i < n; ++i) {
     const int32_t b = head_;
@@ -72,6 +77,8 @@ bool KvBlockPool::allocate(int64_t n, std::vector<int32_t>& out) {
       ++evictions_;
     }
     blk.ref = 1;
+    blk.group = group;
+    ++used_by_group_[static_cast<size_t>(group)];
     out.push_back(b);
   }
   return true;
@@ -79,7 +86,10 @@ bool KvBlockPool::allocate(int64_t n, std::vector<int32_t>& out) {
 
 void KvBlockPool::retain(int32_t block) {
   Block& blk = blocks_.at(block);
-  if (blk.in_free) unlink_free(block);
+  if (blk.in_free) {
+    unlink_free(block);
+    ++used_by_group_[static_cast<size_t>(blk.group)];
+  }
   ++blk.ref;
 }
 
@@ -87,7 +97,10 @@ void KvBlockPool::release(int32_t block) {
   Block& blk = blocks_.at(block);
   if (blk.ref <= 0)
     fail(ErrorKind::kInternal, "KV block {} released more often than retained", block);
-  if (--blk.ref == 0) push_free(block);
+  if (--blk.ref == 0) {
+    push_free(block);
+    --used_by_group_[static_cast<size_t>(blk.group)];
+  }
 }
 
 std::optional<int32_t> KvBlockPool::find_cached(uint64_t hash) const {
@@ -118,9 +131,12 @@ void KvBlockPool::check_invariants() const {
   TF_CHECK(prev == tail_);
   TF_CHECK(n == free_count_);
   int64_t cached = 0;
+  std::vector<int64_t> used(used_by_group_.size(), 0);
   for (int32_t b = 0; b < num_blocks(); ++b) {
     const Block& blk = blocks_[b];
     TF_CHECK(blk.ref >= 0);
+    TF_CHECK(blk.group >= 0 && blk.group < num_groups());
+    if (blk.ref > 0) ++used[static_cast<size_t>(blk.group)];
     TF_CHECK(blk.in_free == (blk.ref == 0));
     if (blk.cached) {
       ++cached;
@@ -129,6 +145,7 @@ void KvBlockPool::check_invariants() const {
     }
   }
   TF_CHECK(cached == static_cast<int64_t>(cached_.size()));
+  TF_CHECK(used == used_by_group_);
 }
 
 }  // namespace tf

@@ -121,8 +121,11 @@ void Scheduler::preempt(Sequence* victim, SchedulerOutput& out) {
   // out again in this same step. (Victims are taken from the back of running_, after every
   // sequence scheduled so far, so none has copies today; this keeps it so if that changes.)
   std::erase_if(out.block_copies, [&](const BlockCopy& c) {
-    return std::find(victim->block_table.begin(), victim->block_table.end(), c.dst) !=
-           victim->block_table.end();
+    for (size_t g = 0; g <= victim->group_tables.size(); ++g) {
+      const auto& t = victim->table(g);
+      if (std::find(t.begin(), t.end(), c.dst) != t.end()) return true;
+    }
+    return false;
   });
   running_.erase(std::remove(running_.begin(), running_.end(), victim), running_.end());
   kv_.free(*victim);  // recomputed later; its blocks may still be found in the prefix cache
@@ -170,7 +173,7 @@ SchedulerOutput Scheduler::schedule() {
          static_cast<int64_t>(running_.size()) < config_.max_num_seqs) {
     Sequence* seq = waiting_.front();
     // A request gathering every prompt row computes them all: a cached position has no row.
-    if (seq->num_computed == 0 && seq->block_table.empty() && !seq->request->spec.all_prompt_rows())
+    if (seq->num_computed == 0 && seq->holds_no_blocks() && !seq->request->spec.all_prompt_rows())
       kv_.match_prefix(*seq, salt(seq));
     const int64_t remaining = seq->num_tokens() - seq->num_computed;
     const int64_t take = config_.chunked_prefill ? std::min(remaining, budget) : remaining;

@@ -22,7 +22,9 @@ struct Sequence {
   std::vector<int32_t> tokens;  // prompt + generated
   int64_t prompt_len = 0;
   int64_t num_computed = 0;  // tokens whose K/V are in the cache
+  // Its blocks in each cache group (CacheLayout): group 0's here, the others' in group_tables.
   std::vector<int32_t> block_table;
+  std::vector<std::vector<int32_t>> group_tables;
   std::vector<uint64_t> block_hashes;  // hashes of the leading full blocks (prefix cache)
   std::optional<SequenceSampler> sampler;
   SequenceStatus status = SequenceStatus::kWaiting;
@@ -40,6 +42,19 @@ struct Sequence {
   int64_t spec_pause = 0;
 
   int64_t num_tokens() const { return static_cast<int64_t>(tokens.size()); }
+  std::vector<int32_t>& table(size_t group) {
+    return group == 0 ? block_table : group_tables[group - 1];
+  }
+  const std::vector<int32_t>& table(size_t group) const {
+    return group == 0 ? block_table : group_tables[group - 1];
+  }
+  // Whether it holds no block in any group.
+  bool holds_no_blocks() const {
+    if (!block_table.empty()) return false;
+    for (const auto& t : group_tables)
+      if (!t.empty()) return false;
+    return true;
+  }
 };
 
 }  // namespace tf

@@ -22,6 +22,7 @@ struct PagedKvLayer {
   int block_size = 0;
   int kv_dim = 0;  // n_kv_heads * head_dim
   KvType type = KvType::kF32;
+  int32_t group = 0;  // the cache group whose block table addresses it (CacheLayout)
 
   // Element index of position pos's row.
   int64_t row(const int32_t* block_table, int64_t pos) const {

@@ -10,15 +10,24 @@ namespace tf {
 
 KvCache::KvCache(const ModelConfig& config, int64_t num_blocks, int block_size,
                  kernels::KvType type)
+    : KvCache(config, CacheLayout::single(config), num_blocks, block_size, type) {}
+
+KvCache::KvCache(const ModelConfig& config, CacheLayout layout, int64_t num_blocks, int block_size,
+                 kernels::KvType type)
     : num_blocks_(num_blocks),
       block_size_(block_size),
-      n_layers_(config.n_layers),
+      layout_(std::move(layout)),
+      n_slots_(layout_.slots),
       kv_dim_(config.kv_dim()),
       type_(type) {
+  if (static_cast<int64_t>(layout_.slot_of_layer.size()) != config.n_layers ||
+      static_cast<int64_t>(layout_.group_of_layer.size()) != config.n_layers || n_slots_ <= 0)
+    fail(ErrorKind::kInternal, "a cache layout of {} layers for a model of {}",
+         layout_.slot_of_layer.size(), config.n_layers);
   if (num_blocks <= 0) fail("KV cache needs at least one block, got {}", num_blocks);
   if (block_size <= 0 || block_size > 1024)
     fail("KV block size {} is out of range (1..1024)", block_size);
-  const int64_t elements = n_layers_ * 2 * num_blocks_ * block_size_ * kv_dim_;
+  const int64_t elements = n_slots_ * 2 * num_blocks_ * block_size_ * kv_dim_;
   const int64_t bytes = elements * kernels::kv_type_size(type);
   void* p = ::mmap(nullptr, static_cast<size_t>(bytes), PROT_READ | PROT_WRITE,
                    MAP_PRIVATE | MAP_ANONYMOUS | MAP_POPULATE, -1, 0);
@@ -34,7 +43,12 @@ void KvCache::Unmap::operator()(uint8_t* p) const {
 }
 
 int64_t KvCache::bytes_per_block(const ModelConfig& config, int block_size, kernels::KvType type) {
-  return config.n_layers * 2 * block_size * config.kv_dim() * kernels::kv_type_size(type);
+  return bytes_per_block(config, CacheLayout::single(config), block_size, type);
+}
+
+int64_t KvCache::bytes_per_block(const ModelConfig& config, const CacheLayout& layout,
+                                 int block_size, kernels::KvType type) {
+  return layout.slots * 2 * block_size * config.kv_dim() * kernels::kv_type_size(type);
 }
 
 void KvCache::copy_block(int32_t src, int32_t dst) {
@@ -46,7 +60,7 @@ void KvCache::copy_block(int32_t src, int32_t dst) {
   const int64_t block_bytes =
       static_cast<int64_t>(block_size_) * kv_dim_ * kernels::kv_type_size(type_);
   const int64_t per_array = num_blocks_ * block_bytes;
-  for (int64_t a = 0; a < 2 * n_layers_; ++a) {
+  for (int64_t a = 0; a < 2 * n_slots_; ++a) {
     uint8_t* base = storage_.get() + a * per_array;
     std::copy_n(base + src * block_bytes, block_bytes, base + dst * block_bytes);
   }
@@ -54,9 +68,12 @@ void KvCache::copy_block(int32_t src, int32_t dst) {
 
 kernels::PagedKvLayer KvCache::layer(int64_t l) {
   const int64_t per_array = num_blocks_ * block_size_ * kv_dim_ * kernels::kv_type_size(type_);
-  uint8_t* base = storage_.get() + l * 2 * per_array;
-  return kernels::PagedKvLayer{base, base + per_array, block_size_, static_cast<int>(kv_dim_),
-                               type_};
+  if (l < 0 || l >= static_cast<int64_t>(layout_.slot_of_layer.size()))
+    fail(ErrorKind::kInternal, "layer {} outside the KV cache's layout", l);
+  uint8_t* base = storage_.get() + layout_.slot_of_layer[l] * 2 * per_array;
+  return kernels::PagedKvLayer{base,        base + per_array,
+                               block_size_, static_cast<int>(kv_dim_),
+                               type_,       layout_.group_of_layer[l]};
 }
 
 }  // namespace tf

@@ -1,7 +1,8 @@
 #pragma once
-// The memory of the paged KV cache: for every layer, K and V arrays of num_blocks blocks of
-// block_size token rows. Which block belongs to which sequence is decided above (the engine's
-// block pool); the model only reads and writes through block tables.
+// The memory of the paged KV cache: for every slot of the layout (CacheLayout: a layer of each
+// cache group), K and V arrays of num_blocks blocks of block_size token rows. Which block
+// belongs to which sequence and group is decided above (the engine's block pool); the model
+// only reads and writes through block tables, layer l through its group's table.
 //
 // The memory is mapped on its own and faulted in when the cache is made, as llama.cpp and vLLM
 // reserve theirs at load: a server's resident size is its steady size from the first request on
@@ -13,6 +14,7 @@
 #include <vector>
 
 #include "kernels/attention.h"
+#include "model/cache_layout.h"
 #include "model/model_config.h"
 
 namespace tf {
@@ -21,24 +23,33 @@ class KvCache {
  public:
   static constexpr int kDefaultBlockSize = 16;
 
+  // One group of every layer (CacheLayout::single).
   KvCache(const ModelConfig& config, int64_t num_blocks, int block_size = kDefaultBlockSize,
           kernels::KvType type = kernels::KvType::kF32);
+  KvCache(const ModelConfig& config, CacheLayout layout, int64_t num_blocks,
+          int block_size = kDefaultBlockSize, kernels::KvType type = kernels::KvType::kF32);
 
+  // A block's bytes: layout.slots layers' K and V.
   static int64_t bytes_per_block(const ModelConfig& config, int block_size = kDefaultBlockSize,
                                  kernels::KvType type = kernels::KvType::kF32);
+  static int64_t bytes_per_block(const ModelConfig& config, const CacheLayout& layout,
+                                 int block_size, kernels::KvType type);
 
   int64_t num_blocks() const { return num_blocks_; }
   int block_size() const { return block_size_; }
   int64_t bytes() const { return elements_ * kernels::kv_type_size(type_); }
   kernels::KvType type() const { return type_; }
+  const CacheLayout& layout() const { return layout_; }
+  // Layer l's K/V: its slot's arrays, read through its group's block table.
   kernels::PagedKvLayer layer(int64_t l);
-  // Copies block src's keys and values, in every layer, to block dst (forking a sequence).
+  // Copies block src's keys and values, in every slot, to block dst (forking a sequence).
   void copy_block(int32_t src, int32_t dst);
 
  private:
   int64_t num_blocks_;
   int block_size_;
-  int64_t n_layers_;
+  CacheLayout layout_;
+  int64_t n_slots_;
   int64_t kv_dim_;
   kernels::KvType type_;
   struct Unmap {

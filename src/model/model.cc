@@ -33,7 +33,7 @@ void Model::forward(std::span<const SequenceChunk> batch, KvCache& kv, float* lo
                     ThreadPool& pool, float* hidden) {
   if (batch.empty()) fail("empty batch");
   const int64_t bs = kv.block_size();
-  const int64_t window = config_.window_of_every_layer();
+  const CacheLayout& layout = kv.layout();
   size_t total = 0;
   for (size_t i = 0; i < batch.size(); ++i) {
     const SequenceChunk& s = batch[i];
@@ -49,21 +49,32 @@ void Model::forward(std::span<const SequenceChunk> batch, KvCache& kv, float* lo
              config_.vocab_size - 1);
       }
     }
-    const int64_t needed_blocks = (s.start_pos + n + bs - 1) / bs;
-    if (static_cast<int64_t>(s.block_table.size()) < needed_blocks) {
-      fail("sequence {}: block table has {} blocks, {} needed for {} positions", i,
-           s.block_table.size(), needed_blocks, s.start_pos + n);
+    if (static_cast<int64_t>(s.group_tables.size()) + 1 < layout.num_groups()) {
+      fail("sequence {}: {} block tables for a KV cache of {} groups", i, s.group_tables.size() + 1,
+           layout.num_groups());
     }
-    // When every layer slides, attention reads keys from the chunk of 16 positions that holds
-    // the chunk's first query's first key: blocks before it may have been released (-1).
-    constexpr int64_t kChunk = kernels::kAttentionKeyChunk;
-    const int64_t first_read =
-        window > 0 && s.start_pos + 1 > window ? (s.start_pos + 1 - window) / kChunk * kChunk : 0;
-    for (int64_t b = 0; b < needed_blocks; ++b) {
-      if ((b + 1) * bs <= first_read && s.block_table[b] == -1) continue;
-      if (s.block_table[b] < 0 || s.block_table[b] >= kv.num_blocks()) {
-        fail("sequence {}: block id {} is outside the KV cache (0..{})", i, s.block_table[b],
-             kv.num_blocks() - 1);
+    const int64_t needed_blocks = (s.start_pos + n + bs - 1) / bs;
+    for (int32_t g = 0; g < layout.num_groups(); ++g) {
+      const size_t size = s.table_size(g);
+      const int32_t* table = s.table(g);
+      if (static_cast<int64_t>(size) < needed_blocks) {
+        fail("sequence {}: block table{} has {} blocks, {} needed for {} positions", i,
+             layout.num_groups() > 1 ? fmt::format(" of cache group {}", g) : "", size,
+             needed_blocks, s.start_pos + n);
+      }
+      // A sliding group's attention reads keys from the chunk of 16 positions that holds the
+      // chunk's first query's first key: blocks before it may have been released (-1).
+      constexpr int64_t kChunk = kernels::kAttentionKeyChunk;
+      const int64_t window =
+          layout.groups[g].kind == CacheKind::kSlidingWindow ? layout.groups[g].window : 0;
+      const int64_t first_read =
+          window > 0 && s.start_pos + 1 > window ? (s.start_pos + 1 - window) / kChunk * kChunk : 0;
+      for (int64_t b = 0; b < needed_blocks; ++b) {
+        if ((b + 1) * bs <= first_read && table[b] == -1) continue;
+        if (table[b] < 0 || table[b] >= kv.num_blocks()) {
+          fail("sequence {}: block id {} is outside the KV cache (0..{})", i, table[b],
+               kv.num_blocks() - 1);
+        }
       }
     }
     total += static_cast<size_t>(n);

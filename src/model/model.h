@@ -6,6 +6,7 @@
 #include <memory>
 #include <span>
 #include <string>
+#include <vector>
 
 #include "model/kv_cache.h"
 #include "model/model_config.h"
@@ -16,13 +17,23 @@ namespace tf {
 class ThreadPool;
 
 // The tokens one sequence contributes to a forward pass. Positions [0, start_pos) are already in
-// the KV cache; tokens[i] sits at position start_pos + i. The block table must cover positions
-// [0, start_pos + n_tokens).
+// the KV cache; tokens[i] sits at position start_pos + i. The block tables must cover positions
+// [0, start_pos + n_tokens): one per group of the cache's layout (KvCache::layout), group 0's in
+// block_table and the others' in group_tables; a sliding-window group's may hold -1 (released)
+// for blocks wholly behind the window of the chunk's first query.
 struct SequenceChunk {
   std::span<const int32_t> tokens;
   int64_t start_pos = 0;
   std::span<const int32_t> block_table;
   bool all_logits = false;  // logits for every token, else only for the last
+  std::span<const std::vector<int32_t>> group_tables = {};  // groups 1.. of the layout
+
+  const int32_t* table(int32_t group) const {
+    return group == 0 ? block_table.data() : group_tables[group - 1].data();
+  }
+  size_t table_size(int32_t group) const {
+    return group == 0 ? block_table.size() : group_tables[group - 1].size();
+  }
 };
 
 // Where one token of a flattened batch belongs: its sequence (index into the batch) and position.

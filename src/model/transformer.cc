@@ -36,7 +36,7 @@ void store_kv(std::span<const SequenceChunk> batch, std::span<const TokenPositio
               ThreadPool& pool) {
   const int64_t kv_dim = layer.kv_dim;
   for_rows(pool, static_cast<int64_t>(tokens.size()), [&](int64_t t) {
-    const int32_t* table = batch[tokens[t].seq].block_table.data();
+    const int32_t* table = batch[tokens[t].seq].table(layer.group);
     const int64_t pos = tokens[t].pos;
     const float *ks = k + t * kv_dim, *vs = v + t * kv_dim;
     switch (layer.type) {
@@ -105,7 +105,7 @@ void attention(std::span<const SequenceChunk> batch, std::span<const TokenPositi
       n_ctx[r] = tokens[t].pos + 1;
     }
     kernels::attend_queries(qs, n_ctx, static_cast<int>(task.count), layer,
-                            batch[task.seq].block_table.data(), static_cast<int>(task.kv_head), hd,
+                            batch[task.seq].table(layer.group), static_cast<int>(task.kv_head), hd,
                             att, outs);
   });
 }

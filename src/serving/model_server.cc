@@ -179,8 +179,9 @@ ModelServer::ModelServer(ModelServerOptions options) : options_(std::move(option
               "are refused: {}",
               name, version, m->chat->error());
         m->version = version;
-        log::info("loaded '{}' version {} from {} in {:.2f} s ({}, {} KV blocks)", m->name, version,
-                  m->path, m->load_seconds, m->config().architecture, m->engine->kv_blocks());
+        log::info("loaded '{}' version {} from {} in {:.2f} s ({}, {} KV blocks in {})", m->name,
+                  version, m->path, m->load_seconds, m->config().architecture,
+                  m->engine->kv_blocks(), m->engine->kv_layout().describe());
         return m;
       },
       std::move(ro));

@@ -5,6 +5,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <vector>
 
 namespace tf {
@@ -303,6 +304,140 @@ TEST(KvCacheManagerWindow, NothingIsReleasedWithoutAWindowOrBeforeItFills) {
   wide.release_outside_window(b);
   EXPECT_EQ(wide.window_releases(), 0);
   wide.free(b);
+  pool.check_invariants();
+}
+
+// Cache groups (issue 51): a full-attention group beside a sliding-window one over one pool, as
+// Gemma 2's global and local layers.
+std::vector<CacheGroupSpec> full_and_sliding(int64_t window) {
+  return {{CacheKind::kFullAttention, 0}, {CacheKind::kSlidingWindow, window}};
+}
+
+int released(const std::vector<int32_t>& table) {
+  return static_cast<int>(std::count(table.begin(), table.end(), KvCacheManager::kReleased));
+}
+
+TEST(KvCacheManagerGroups, EachGroupHasItsTableAndOnlyTheSlidingOneReleases) {
+  KvBlockPool pool(64, kBlock, 2);
+  KvCacheManager kv(pool, true, full_and_sliding(20));
+  Sequence a = make_sequence(40);
+  compute(kv, a);
+  ASSERT_EQ(a.group_tables.size(), 1u);
+  EXPECT_EQ(a.block_table.size(), 10u);
+  EXPECT_EQ(a.table(1).size(), 10u);
+  EXPECT_EQ(pool.num_used(0), 10);
+  EXPECT_EQ(pool.num_used(1), 10);
+  for (int b = 0; b < 10; ++b) {
+    EXPECT_EQ(pool.group(a.block_table[b]), 0);
+    EXPECT_EQ(pool.group(a.table(1)[b]), 1);
+    EXPECT_NE(a.block_table[b], a.table(1)[b]) << "each group's K/V in blocks of its own";
+  }
+  kv.release_outside_window(a);
+  // As with one group: positions from 16 on stay (the chunk of 16 keys holding 40 - 20 = 20).
+  EXPECT_EQ(released(a.block_table), 0) << "the full-attention group keeps every block";
+  EXPECT_EQ(released(a.table(1)), 4);
+  EXPECT_EQ(pool.num_used(0), 10);
+  EXPECT_EQ(pool.num_used(1), 6);
+  EXPECT_EQ(kv.window_releases(), 4);
+  pool.check_invariants();
+  kv.free(a);
+  EXPECT_EQ(pool.num_used(0) + pool.num_used(1), 0);
+  pool.check_invariants();
+}
+
+TEST(KvCacheManagerGroups, AStepTakesTheBlocksOfEveryGroupOrNone) {
+  KvBlockPool pool(15, kBlock, 2);  // 15 blocks: 8 + 8 do not fit
+  KvCacheManager kv(pool, true, full_and_sliding(100));
+  Sequence a = make_sequence(32);
+  std::vector<BlockCopy> copies;
+  EXPECT_FALSE(kv.allocate_slots(a, 32, copies));
+  EXPECT_TRUE(a.holds_no_blocks());
+  EXPECT_EQ(pool.num_available(), 15);
+  EXPECT_TRUE(kv.allocate_slots(a, 28, copies));  // 7 + 7
+  EXPECT_EQ(pool.num_available(), 1);
+  pool.check_invariants();
+  kv.free(a);
+  // What a sequence can hold at most: every block in the full group, about a window in the
+  // sliding one.
+  EXPECT_EQ(kv.blocks_needed(400, 16), 100 + std::min<int64_t>(100, (100 + 16 + 16) / kBlock + 2));
+  EXPECT_EQ(kv.blocks_to_grow(8, 4), 2);
+}
+
+TEST(KvCacheManagerGroups, APrefixHitNeedsEveryFullBlockButOnlyTheWindowsSlidingOnes) {
+  KvBlockPool pool(64, kBlock, 2);
+  KvCacheManager kv(pool, true, full_and_sliding(8));
+  Sequence a = make_sequence(41);
+  compute(kv, a);
+  kv.release_outside_window(a);
+  ASSERT_GT(released(a.table(1)), 0);
+  kv.free(a);
+  // Every block is still cached (released ones too): all ten full blocks are found, and the
+  // sliding table retains only the blocks of the next query's window.
+  Sequence b = make_sequence(41);
+  EXPECT_EQ(kv.match_prefix(b, 0), 40);
+  EXPECT_EQ(b.block_table.size(), 10u);
+  EXPECT_EQ(released(b.block_table), 0);
+  ASSERT_EQ(b.table(1).size(), 10u);
+  // The query at 40 attends from 40 - 8 = 32: the chunk of 16 from 32, blocks 8 and 9.
+  EXPECT_EQ(released(b.table(1)), 8);
+  EXPECT_NE(b.table(1)[8], KvCacheManager::kReleased);
+  EXPECT_EQ(pool.num_used(1), 2) << "only the window's blocks are retained";
+  pool.check_invariants();
+  // The rest of the prompt is computed and the next steps run as for any sequence.
+  compute(kv, b);
+  kv.release_outside_window(b);
+  pool.check_invariants();
+  kv.free(b);
+
+  // With a sliding block inside the window evicted (another group-1 allocation took it), the
+  // hit stops before the window that needs it, even though the full group has every block.
+  Sequence c = make_sequence(41);
+  EXPECT_EQ(kv.match_prefix(c, 0), 40);
+  const int32_t evicted = c.table(1)[9];
+  kv.free(c);
+  std::vector<int32_t> taken;
+  while (pool.cached(evicted)) ASSERT_TRUE(pool.allocate(1, taken, 1));
+  for (int32_t t : taken) pool.release(t);
+  Sequence d = make_sequence(41);
+  const int64_t hit = kv.match_prefix(d, 0);
+  EXPECT_LT(hit, 40);
+  // Whatever it found, its window's blocks are all there and the full group's all are.
+  const int64_t blocks = hit / kBlock;
+  EXPECT_EQ(static_cast<int64_t>(d.table(1).size()), blocks);
+  for (int64_t b = 0; b < blocks; ++b) EXPECT_NE(d.block_table[b], KvCacheManager::kReleased);
+  for (int64_t b = (std::max<int64_t>(hit - 8, 0) / 16 * 16) / kBlock; b < blocks; ++b)
+    EXPECT_NE(d.table(1)[b], KvCacheManager::kReleased) << b;
+  kv.free(d);
+  pool.check_invariants();
+}
+
+TEST(KvCacheManagerGroups, ProposalsKeepTheBlocksARollbackWritesAgain) {
+  KvBlockPool pool(64, kBlock, 2);
+  KvCacheManager kv(pool, true, full_and_sliding(8));
+  Sequence a = make_sequence(40);
+  a.num_drafts = 12;  // the last 12 tokens are proposals
+  compute(kv, a);
+  kv.release_outside_window(a);
+  // Released behind 40 - 12 - 8 = 20 (the chunk from 16): blocks 0-3, not those a rollback to
+  // 28 computed tokens reads again.
+  EXPECT_EQ(released(a.table(1)), 4);
+  a.num_drafts = 0;
+  a.num_computed = 28;
+  a.tokens.resize(29);
+  kv.truncate(a);
+  EXPECT_EQ(a.table(1).size(), 8u);
+  EXPECT_EQ(a.block_table.size(), 8u);
+  pool.check_invariants();
+  // A fork shares what each group still holds.
+  Sequence c = child_of(a, 5);
+  kv.fork(a, c);
+  const std::vector<int32_t> computed1(a.table(1).begin(), a.table(1).begin() + 7);
+  const std::vector<int32_t> computed0(a.block_table.begin(), a.block_table.begin() + 7);
+  EXPECT_EQ(c.table(1), computed1) << "the blocks of its 28 computed tokens";
+  EXPECT_EQ(c.block_table, computed0);
+  kv.free(c);
+  kv.free(a);
+  EXPECT_EQ(pool.num_used(0) + pool.num_used(1), 0);
   pool.check_invariants();
 }
 

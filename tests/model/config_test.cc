@@ -3,6 +3,8 @@
 #include <cmath>
 
 #include "core/error.h"
+#include "model/cache_layout.h"
+#include "model/kv_cache.h"
 #include "model/model_config.h"
 
 namespace tf {
@@ -221,6 +223,81 @@ TEST(ModelConfig, OlmoeNormsWholeProjectionsAndRoutesWithoutRenormalizing) {
   std::string over = s;
   over.replace(over.find("\"num_experts_per_tok\":2"), 23, "\"num_experts_per_tok\":9");
   EXPECT_NE(error_of(over).find("experts per token"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace tf
+
+// Cache layouts (issue 51): sliding layers beside global ones get groups of their own, of equal
+// size, and the KV cache's blocks hold one group's layers.
+namespace tf {
+namespace {
+
+ModelConfig layered(int64_t n_layers, std::vector<uint8_t> sliding, int64_t window) {
+  ModelConfig c;
+  c.n_layers = n_layers;
+  c.dim = 8;
+  c.n_heads = 2;
+  c.n_kv_heads = 1;
+  c.head_dim = 4;
+  c.sliding_window = window;
+  c.layer_sliding = std::move(sliding);
+  return c;
+}
+
+TEST(CacheLayout, AlternatingLayersMakeTwoGroupsOfHalfTheLayers) {
+  const ModelConfig c = layered(6, {1, 0, 1, 0, 1, 0}, 512);  // Gemma 2
+  const CacheLayout l = CacheLayout::for_model(c);
+  ASSERT_EQ(l.num_groups(), 2);
+  EXPECT_EQ(l.slots, 3);
+  EXPECT_EQ(l.groups[0].kind, CacheKind::kFullAttention);
+  EXPECT_EQ(l.groups[0].layers, (std::vector<int32_t>{1, 3, 5}));
+  EXPECT_EQ(l.groups[1].kind, CacheKind::kSlidingWindow);
+  EXPECT_EQ(l.groups[1].window, 512);
+  EXPECT_EQ(l.groups[1].layers, (std::vector<int32_t>{0, 2, 4}));
+  for (int32_t layer = 0; layer < 6; ++layer) {
+    const auto& g = l.groups[l.group_of_layer[layer]];
+    EXPECT_EQ(g.layers[l.slot_of_layer[layer]], layer);
+  }
+  // A block holds half the layers: twice the blocks in the same memory.
+  EXPECT_EQ(KvCache::bytes_per_block(c, l, 16, kernels::KvType::kF32) * 2,
+            KvCache::bytes_per_block(c, 16, kernels::KvType::kF32));
+  EXPECT_EQ(CacheLayout::for_model(c, /*grouped=*/false).num_groups(), 1);
+  EXPECT_EQ(l.describe(), "2 groups of 3 layers: full_attention x1, sliding_window(512) x1");
+}
+
+TEST(CacheLayout, FiveToOneMakesSlidingGroupsTheSizeOfTheGlobalOne) {
+  // Gemma 3: every sixth layer global; 12 layers, 2 global, 10 sliding in groups of 2.
+  std::vector<uint8_t> s(12, 1);
+  s[5] = s[11] = 0;
+  const CacheLayout l = CacheLayout::for_model(layered(12, s, 1024));
+  ASSERT_EQ(l.num_groups(), 6);
+  EXPECT_EQ(l.slots, 2);
+  EXPECT_EQ(l.groups[0].layers, (std::vector<int32_t>{5, 11}));
+  for (int g = 1; g < 6; ++g) EXPECT_EQ(l.groups[g].kind, CacheKind::kSlidingWindow);
+  EXPECT_EQ(l.groups[5].layers, (std::vector<int32_t>{9, 10}));
+  // 8 layers, 3 global: the last sliding group is partly empty (its unused slot is memory a
+  // block carries for nothing).
+  std::vector<uint8_t> t(8, 1);
+  t[2] = t[5] = t[7] = 0;
+  const CacheLayout u = CacheLayout::for_model(layered(8, t, 64));
+  ASSERT_EQ(u.num_groups(), 3);
+  EXPECT_EQ(u.groups[2].layers.size(), 2u);
+  EXPECT_EQ(u.slots, 3);
+}
+
+TEST(CacheLayout, OneKindOfLayerIsOneGroup) {
+  const CacheLayout all = CacheLayout::for_model(layered(4, {}, 4096));  // Mistral: every layer
+  ASSERT_EQ(all.num_groups(), 1);
+  EXPECT_EQ(all.groups[0].kind, CacheKind::kSlidingWindow);
+  EXPECT_EQ(all.slots, 4);
+  // Even unseparated, a model whose layers all slide releases (as before groups existed).
+  EXPECT_EQ(CacheLayout::for_model(layered(4, {}, 4096), false).groups[0].kind,
+            CacheKind::kSlidingWindow);
+  const CacheLayout none = CacheLayout::for_model(layered(4, {}, 0));
+  ASSERT_EQ(none.num_groups(), 1);
+  EXPECT_EQ(none.groups[0].kind, CacheKind::kFullAttention);
+  EXPECT_EQ(none.slot_of_layer, (std::vector<int32_t>{0, 1, 2, 3}));
 }
 
 }  // namespace

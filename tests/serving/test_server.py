@@ -527,6 +527,18 @@ class ServerTest(SharedServerTest):
             self.assertEqual(r[0], 24)
         self.wait_idle()
 
+    def test_kv_cache_groups_are_reported(self):
+        # A plain decoder stack has one cache group of every layer (issue 51): the stats page
+        # shows it per version, and Prometheus its share of the pool.
+        self.c.post("/v1/completions", {"prompt": "Once", "max_tokens": 2})
+        version = next(iter(self.stats()["versions"].values()))
+        self.assertEqual(version["kv_groups"], [{"kind": "full_attention", "window": 0,
+                                                 "layers": 5,
+                                                 "blocks_used": version["kv_blocks_used"]}])
+        metrics = self.c.get("/metrics")[2]
+        self.assertRegex(metrics, r'tokenflow_kv_cache_group_usage_ratio\{model="%s",version="\d+",'
+                                  r'group="0",kind="full_attention"\} [0-9.e-]+\n' % MODEL)
+
     def test_client_killed_mid_stream_frees_its_blocks(self):
         for kill_after in (1, 5):
             s = raw_post(self.port, "/v1/completions", {

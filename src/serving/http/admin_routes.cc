@@ -71,6 +71,18 @@ constexpr EngineStatField kEngineStatFields[] = {
      "counter", [](const EngineStats& s) { return s.busy_seconds; }},
 };
 
+// The cache groups of a version's KV layout (CacheLayout) and the blocks each holds now.
+nlohmann::json kv_groups_json(const EngineStats& s) {
+  nlohmann::json out = nlohmann::json::array();
+  for (const auto& g : s.kv_groups) {
+    out.push_back({{"kind", g.kind},
+                   {"window", g.window},
+                   {"layers", g.layers},
+                   {"blocks_used", g.blocks_used}});
+  }
+  return out;
+}
+
 // The process's memory as the OS and malloc see it (core/memory.h), for the stats page.
 nlohmann::json memory_json() {
   const MemoryStats m = memory_stats();
@@ -156,6 +168,22 @@ std::string render_metrics(const ServingState& state_, const AdminSources& sourc
   using D = double;
   for (const EngineStatField& f : kEngineStatFields) {
     if (*f.metric) family(f.metric, f.help, f.type, [&f](const Row& r) { return f.get(r.s); });
+  }
+  // Per cache group (one for a plain decoder stack; sliding-window layers beside global ones
+  // have groups of their own that release blocks): what share of the pool each holds.
+  append_header(out, "tokenflow_kv_cache_group_usage_ratio",
+                "Fraction of the KV cache blocks held by the cache group (0-1); the groups sum "
+                "to tokenflow_kv_cache_usage_ratio",
+                "gauge");
+  for (const auto& r : rows) {
+    for (size_t g = 0; g < r.s.kv_groups.size(); ++g) {
+      Labels l = r.labels;
+      l.emplace_back("group", std::to_string(g));
+      l.emplace_back("kind", r.s.kv_groups[g].kind);
+      append_sample(
+          out, "tokenflow_kv_cache_group_usage_ratio", l,
+          r.s.kv_blocks_total ? D(r.s.kv_groups[g].blocks_used) / D(r.s.kv_blocks_total) : 0.0);
+    }
   }
   append_header(out, "tokenflow_spec_decode_num_accepted_tokens_per_pos_total",
                 "Speculative decoding: proposals accepted at each position (0: the first)",
@@ -275,6 +303,7 @@ void add_admin_routes(RouteTable& routes, ServingState& state_, AdminSources sou
       if (total.is_null()) total = nlohmann::json::object();
       for (auto it = v.begin(); it != v.end(); ++it)
         total[it.key()] = total.value(it.key(), int64_t{0}) + it->get<int64_t>();
+      v["kv_groups"] = kv_groups_json(s);  // per version: versions may differ in layout
       total["versions"][std::to_string(m->version)] = v;
     }
     responder->send(200,
