@@ -136,10 +136,15 @@ int run_generate(GenerateOptions& o) {
       std::fprintf(
           stderr,
           "engine: %lld preemptions, %lld of %lld prompt tokens from the prefix cache, %lld "
-          "blocks released behind the sliding window\n",
+          "blocks released behind the sliding window, at most %lld sequences running; %lld KV "
+          "blocks of %lld bytes in %s\n",
           static_cast<long long>(st.preemptions), static_cast<long long>(st.prefix_hit_tokens),
           static_cast<long long>(st.prefix_queried_tokens),
-          static_cast<long long>(st.kv_window_releases));
+          static_cast<long long>(st.kv_window_releases), static_cast<long long>(st.running_peak),
+          static_cast<long long>(st.kv_blocks_total),
+          static_cast<long long>(KvCache::bytes_per_block(m.config(), m.engine->kv_layout(),
+                                                          KvCache::kDefaultBlockSize, ec.kv_type)),
+          m.engine->kv_layout().describe().c_str());
     }
     return rc;
   }

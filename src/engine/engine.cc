@@ -138,6 +138,11 @@ Engine::Engine(Model& model, const Tokenizer* tokenizer, std::vector<int32_t> eo
     (void)ngram_propose({}, config_.ngram);  // throws if invalid (num_tokens is both's)
   if (config_.speculative_ngram && !config_.speculative_draft.empty())
     fail("speculative decoding takes one proposer: ngram or a draft model");
+  if ((config_.speculative_ngram || !config_.speculative_draft.empty()) && manager_.recurrent())
+    fail(ErrorKind::kUnsupported,
+         "speculative decoding is not supported for {}: its recurrent state cannot be rolled "
+         "back past a rejected proposal",
+         model.config().architecture);
   if (!config_.speculative_draft.empty()) {
     if (!draft) fail("no draft model was loaded for {}", config_.speculative_draft);
     const ModelConfig& d = draft->config();
@@ -465,7 +470,7 @@ void Engine::end_cancelled_requests() {
 
 void Engine::run_forward(const SchedulerOutput& sched) {
   if (sched.chunks.empty()) return;
-  for (const BlockCopy& c : sched.block_copies) kv_.copy_block(c.src, c.dst);
+  for (const BlockCopy& c : sched.block_copies) kv_.copy_block(c.src, c.dst, c.group);
   batch_.clear();
   first_row_.clear();
   last_row_.clear();
@@ -884,6 +889,7 @@ void Engine::retire_and_record(const SchedulerOutput& sched) {
   ++stats_.batch_size_steps[bucket];
   stats_.batch_seqs += seqs;
   stats_.running = static_cast<int64_t>(scheduler_.num_running());
+  stats_.running_peak = std::max(stats_.running_peak, stats_.running);
   stats_.waiting = static_cast<int64_t>(scheduler_.num_waiting());
   stats_.kv_blocks_used = pool_.num_used();
   if (draft_) stats_.draft_kv_blocks_used = draft_->blocks_used();

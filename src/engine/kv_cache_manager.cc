@@ -31,6 +31,11 @@ std::vector<CacheGroupSpec> KvCacheManager::specs_of(const CacheLayout& layout) 
   return out;
 }
 
+bool KvCacheManager::recurrent() const {
+  return std::any_of(groups_.begin(), groups_.end(),
+                     [](const CacheGroupSpec& g) { return g.kind == CacheKind::kRecurrent; });
+}
+
 bool KvCacheManager::releases() const {
   return std::any_of(groups_.begin(), groups_.end(),
                      [](const CacheGroupSpec& g) { return g.kind == CacheKind::kSlidingWindow; });
@@ -56,7 +61,8 @@ int64_t KvCacheManager::first_kept_block(int64_t from, int64_t window) const {
 int64_t KvCacheManager::match_prefix(Sequence& seq, uint64_t salt) {
   TF_CHECK(seq.num_computed == 0 && seq.holds_no_blocks());
   ensure_tables(seq);
-  if (!prefix_caching_) return 0;
+  // A recurrent state is not kept at block boundaries: nothing to resume from.
+  if (!prefix_caching_ || recurrent()) return 0;
   const int bs = pool_.block_size();
   const int64_t lookable =
       (seq.num_tokens() - 1) / bs;  // full blocks, leaving >= 1 token to compute
@@ -138,23 +144,38 @@ bool KvCacheManager::allocate_slots(Sequence& seq, int64_t num_tokens,
   // Existing blocks the new tokens go into: the partial last one, or more after a sequence went
   // back to recompute tokens.
   const int64_t first_written = seq.num_computed / pool_.block_size();
+  // Per group: the blocks the table must have, and the range the new tokens write into (a
+  // recurrent group's one block is written by every step).
+  auto span = [&](size_t g, int64_t& need, int64_t& from) {
+    if (groups_[g].kind == CacheKind::kRecurrent) {
+      need = 1;
+      from = 0;
+    } else {
+      need = needed;
+      from = first_written;
+    }
+  };
   int64_t total = 0;
   for (size_t g = 0; g < groups_.size(); ++g) {
+    int64_t need = 0, from = 0;
+    span(g, need, from);
     const int64_t have = static_cast<int64_t>(seq.table(g).size());
-    total += std::max<int64_t>(needed - have, 0);
-    for (int64_t b = first_written; b < std::min(needed, have); ++b) total += must_copy(seq, g, b);
+    total += std::max<int64_t>(need - have, 0);
+    for (int64_t b = from; b < std::min(need, have); ++b) total += must_copy(seq, g, b);
   }
   if (total > pool_.num_available()) return false;
   for (size_t g = 0; g < groups_.size(); ++g) {
+    int64_t need = 0, from = 0;
+    span(g, need, from);
     auto& table = seq.table(g);
     const int64_t have = static_cast<int64_t>(table.size());
-    pool_.allocate(std::max<int64_t>(needed - have, 0), table, static_cast<int>(g));
-    for (int64_t b = first_written; b < std::min(needed, have); ++b) {
+    pool_.allocate(std::max<int64_t>(need - have, 0), table, static_cast<int>(g));
+    for (int64_t b = from; b < std::min(need, have); ++b) {
       if (!must_copy(seq, g, b)) continue;
       const int32_t src = table[b];
       std::vector<int32_t> dst;
       pool_.allocate(1, dst, static_cast<int>(g));
-      copies.push_back({src, dst[0]});
+      copies.push_back({src, dst[0], static_cast<int32_t>(g)});
       table[b] = dst[0];
       pool_.release(src);  // the others' (or, unreferenced, the prefix cache's) from now on
     }
@@ -171,9 +192,13 @@ void KvCacheManager::fork(const Sequence& parent, Sequence& child) {
   ensure_tables(child);
   for (size_t g = 0; g < groups_.size(); ++g) {
     const auto& from = parent.table(g);
-    TF_CHECK(static_cast<int64_t>(from.size()) >= blocks);
+    // A recurrent group's one block: the state after the parent's computed tokens.
+    const int64_t n_blocks = groups_[g].kind == CacheKind::kRecurrent
+                                 ? std::min<int64_t>(static_cast<int64_t>(from.size()), 1)
+                                 : blocks;
+    TF_CHECK(static_cast<int64_t>(from.size()) >= n_blocks);
     auto& to = child.table(g);
-    for (int64_t b = 0; b < blocks; ++b) {
+    for (int64_t b = 0; b < n_blocks; ++b) {
       if (from[b] != kReleased) pool_.retain(from[b]);
       to.push_back(from[b]);
     }
@@ -184,7 +209,7 @@ void KvCacheManager::fork(const Sequence& parent, Sequence& child) {
 }
 
 void KvCacheManager::cache_full_blocks(Sequence& seq, uint64_t salt) {
-  if (!prefix_caching_) return;
+  if (!prefix_caching_ || recurrent()) return;
   const int bs = pool_.block_size();
   // Proposals (speculative decoding) are not the sequence's tokens yet: their blocks wait.
   const int64_t full = std::min(seq.num_computed, seq.num_tokens() - seq.num_drafts) / bs;
@@ -193,6 +218,7 @@ void KvCacheManager::cache_full_blocks(Sequence& seq, uint64_t salt) {
   for (int64_t b = static_cast<int64_t>(seq.block_hashes.size()); b < full; ++b) {
     const uint64_t h = block_hash(parent, seq.tokens.data() + b * bs, bs);
     for (size_t g = 0; g < groups_.size(); ++g) {
+      if (groups_[g].kind == CacheKind::kRecurrent) continue;
       const int32_t block = seq.table(g)[b];
       if (block != kReleased) pool_.mark_cached(block, group_key(h, g));
     }
@@ -219,6 +245,7 @@ void KvCacheManager::release_outside_window(Sequence& seq) {
 void KvCacheManager::truncate(Sequence& seq) {
   const int64_t keep = blocks_for(seq.num_tokens());
   for (size_t g = 0; g < groups_.size() && g <= seq.group_tables.size(); ++g) {
+    if (groups_[g].kind == CacheKind::kRecurrent) continue;  // one block, whatever the length
     auto& table = seq.table(g);
     while (static_cast<int64_t>(table.size()) > keep) {
       if (table.back() != kReleased) pool_.release(table.back());
@@ -244,7 +271,7 @@ int64_t KvCacheManager::blocks_needed(int64_t num_tokens, int64_t chunk) const {
   const int64_t bs = pool_.block_size();
   int64_t total = 0;
   for (const auto& g : groups_) {
-    int64_t n = blocks_for(num_tokens);
+    int64_t n = g.kind == CacheKind::kRecurrent ? 1 : blocks_for(num_tokens);
     if (g.kind == CacheKind::kSlidingWindow)
       n = std::min(n,
                    (g.window + kernels::kAttentionKeyChunk + std::max<int64_t>(chunk, 1)) / bs + 2);
@@ -254,7 +281,9 @@ int64_t KvCacheManager::blocks_needed(int64_t num_tokens, int64_t chunk) const {
 }
 
 int64_t KvCacheManager::blocks_to_grow(int64_t len, int64_t more) const {
-  return static_cast<int64_t>(groups_.size()) * (blocks_for(len + more) - blocks_for(len));
+  int64_t attention = 0;
+  for (const auto& g : groups_) attention += g.kind != CacheKind::kRecurrent;
+  return attention * (blocks_for(len + more) - blocks_for(len));
 }
 
 }  // namespace tf

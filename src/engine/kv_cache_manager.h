@@ -19,6 +19,7 @@ namespace tf {
 struct BlockCopy {
   int32_t src;
   int32_t dst;
+  int32_t group = 0;  // the cache group both belong to (KvCache::copy_block)
 };
 
 // What the manager needs to know of a cache group.
@@ -36,6 +37,10 @@ class KvCacheManager {
   // One group per spec (the pool's num_groups() must match).
   KvCacheManager(KvBlockPool& pool, bool prefix_caching, std::vector<CacheGroupSpec> groups);
   static std::vector<CacheGroupSpec> specs_of(const CacheLayout& layout);
+
+  // Whether a cache group keeps a recurrent state (then nothing is prefix-cached, proposals
+  // cannot be rolled back, and a sequence holds one block of the group whatever its length).
+  bool recurrent() const;
 
   // A released block's place in a block table: positions no query will attend again.
   static constexpr int32_t kReleased = -1;

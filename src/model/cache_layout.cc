@@ -13,6 +13,8 @@ const char* cache_kind_name(CacheKind kind) {
       return "full_attention";
     case CacheKind::kSlidingWindow:
       return "sliding_window";
+    case CacheKind::kRecurrent:
+      return "recurrent";
   }
   return "unknown";
 }
@@ -36,10 +38,12 @@ CacheLayout one_group(const ModelConfig& config, CacheKind kind, int64_t window)
 }  // namespace
 
 CacheLayout CacheLayout::single(const ModelConfig& config) {
-  return one_group(config, CacheKind::kFullAttention, 0);
+  return one_group(
+      config, config.arch == Arch::kMamba ? CacheKind::kRecurrent : CacheKind::kFullAttention, 0);
 }
 
 CacheLayout CacheLayout::for_model(const ModelConfig& config, bool grouped) {
+  if (config.arch == Arch::kMamba) return one_group(config, CacheKind::kRecurrent, 0);
   const int64_t every = config.window_of_every_layer();
   if (every > 0) return one_group(config, CacheKind::kSlidingWindow, every);
   std::vector<int32_t> full, sliding;

@@ -12,7 +12,8 @@
 // all: Gemma 2's 13 sliding and 13 global layers make two groups of 13; Gemma 3's 5:1 pattern
 // with 4 global layers makes one global group and sliding groups of 4 (the last one partly
 // empty). A model whose layers are all of one kind has one group of all of them: the layout of
-// a plain decoder stack, block for block.
+// a plain decoder stack, block for block; a Mamba model's one recurrent group, whose block is a
+// sequence's state in every layer.
 
 #include <cstdint>
 #include <string>
@@ -25,6 +26,11 @@ namespace tf {
 enum class CacheKind {
   kFullAttention,  // every key of the sequence stays (paged, prefix-cacheable)
   kSlidingWindow,  // keys within `window` of the newest query; blocks behind it are released
+  // A fixed-size state per sequence (Mamba's convolution and SSM state): one block, whatever
+  // the length, written by every step (a fork shares it until one of them writes: then it is
+  // copied, as a shared K/V block is). Not prefix-cached: the state after a prefix is not kept
+  // at block boundaries, so a recurrent model computes every prompt whole.
+  kRecurrent,
 };
 
 const char* cache_kind_name(CacheKind kind);
@@ -46,8 +52,8 @@ struct CacheLayout {
   // (vLLM's --disable-hybrid-kv-cache-manager), except that a model whose layers all slide
   // still releases (as before groups existed).
   static CacheLayout for_model(const ModelConfig& config, bool grouped = true);
-  // One group of every layer, full attention: caches that never release blocks (a draft
-  // model's shadow, beam search).
+  // One group of every layer, full attention (recurrent for Mamba): caches that never release
+  // blocks (a draft model's shadow, beam search).
   static CacheLayout single(const ModelConfig& config);
 
   int64_t num_groups() const { return static_cast<int64_t>(groups.size()); }

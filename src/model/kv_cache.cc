@@ -12,6 +12,24 @@ KvCache::KvCache(const ModelConfig& config, int64_t num_blocks, int block_size,
                  kernels::KvType type)
     : KvCache(config, CacheLayout::single(config), num_blocks, block_size, type) {}
 
+namespace {
+
+// A block's bytes in one slot: what the layout's kinds keep there (the larger, when attention
+// and recurrent groups share the pool).
+int64_t slot_block_bytes(const ModelConfig& config, const CacheLayout& layout, int block_size,
+                         kernels::KvType type) {
+  int64_t bytes = 0;
+  for (const auto& g : layout.groups) {
+    const int64_t b = g.kind == CacheKind::kRecurrent
+                          ? config.ssm_state_floats() * static_cast<int64_t>(sizeof(float))
+                          : 2 * block_size * config.kv_dim() * kernels::kv_type_size(type);
+    bytes = std::max(bytes, b);
+  }
+  return bytes;
+}
+
+}  // namespace
+
 KvCache::KvCache(const ModelConfig& config, CacheLayout layout, int64_t num_blocks, int block_size,
                  kernels::KvType type)
     : num_blocks_(num_blocks),
@@ -27,15 +45,16 @@ KvCache::KvCache(const ModelConfig& config, CacheLayout layout, int64_t num_bloc
   if (num_blocks <= 0) fail("KV cache needs at least one block, got {}", num_blocks);
   if (block_size <= 0 || block_size > 1024)
     fail("KV block size {} is out of range (1..1024)", block_size);
-  const int64_t elements = n_slots_ * 2 * num_blocks_ * block_size_ * kv_dim_;
-  const int64_t bytes = elements * kernels::kv_type_size(type);
+  state_bytes_ = config.ssm_state_floats() * static_cast<int64_t>(sizeof(float));
+  slot_block_bytes_ = slot_block_bytes(config, layout_, block_size, type);
+  const int64_t bytes = n_slots_ * num_blocks_ * slot_block_bytes_;
   void* p = ::mmap(nullptr, static_cast<size_t>(bytes), PROT_READ | PROT_WRITE,
                    MAP_PRIVATE | MAP_ANONYMOUS | MAP_POPULATE, -1, 0);
   if (p == MAP_FAILED)
     fail(ErrorKind::kResourceExhausted, "cannot allocate a KV cache of {} bytes", bytes);
   storage_ = std::unique_ptr<uint8_t[], Unmap>(static_cast<uint8_t*>(p),
                                                Unmap{static_cast<size_t>(bytes)});
-  elements_ = elements;
+  bytes_ = bytes;
 }
 
 void KvCache::Unmap::operator()(uint8_t* p) const {
@@ -48,32 +67,52 @@ int64_t KvCache::bytes_per_block(const ModelConfig& config, int block_size, kern
 
 int64_t KvCache::bytes_per_block(const ModelConfig& config, const CacheLayout& layout,
                                  int block_size, kernels::KvType type) {
-  return layout.slots * 2 * block_size * config.kv_dim() * kernels::kv_type_size(type);
+  return layout.slots * slot_block_bytes(config, layout, block_size, type);
 }
 
-void KvCache::copy_block(int32_t src, int32_t dst) {
-  if (src < 0 || src >= num_blocks_ || dst < 0 || dst >= num_blocks_) {
-    fail(ErrorKind::kInternal, "copy_block({}, {}) outside the cache of {} blocks", src, dst,
-         num_blocks_);
+void KvCache::copy_block(int32_t src, int32_t dst, int32_t group) {
+  if (src < 0 || src >= num_blocks_ || dst < 0 || dst >= num_blocks_ || group < 0 ||
+      group >= layout_.num_groups()) {
+    fail(ErrorKind::kInternal, "copy_block({}, {}) of group {} outside the cache of {} blocks", src,
+         dst, group, num_blocks_);
   }
   if (src == dst) return;
+  const int64_t per_slot = num_blocks_ * slot_block_bytes_;
+  if (layout_.groups[group].kind == CacheKind::kRecurrent) {
+    for (int64_t s = 0; s < n_slots_; ++s) {
+      uint8_t* base = storage_.get() + s * per_slot;
+      std::copy_n(base + src * state_bytes_, state_bytes_, base + dst * state_bytes_);
+    }
+    return;
+  }
   const int64_t block_bytes =
       static_cast<int64_t>(block_size_) * kv_dim_ * kernels::kv_type_size(type_);
   const int64_t per_array = num_blocks_ * block_bytes;
-  for (int64_t a = 0; a < 2 * n_slots_; ++a) {
-    uint8_t* base = storage_.get() + a * per_array;
-    std::copy_n(base + src * block_bytes, block_bytes, base + dst * block_bytes);
+  for (int64_t s = 0; s < n_slots_; ++s) {
+    for (int64_t a = 0; a < 2; ++a) {
+      uint8_t* base = storage_.get() + s * per_slot + a * per_array;
+      std::copy_n(base + src * block_bytes, block_bytes, base + dst * block_bytes);
+    }
   }
 }
 
 kernels::PagedKvLayer KvCache::layer(int64_t l) {
-  const int64_t per_array = num_blocks_ * block_size_ * kv_dim_ * kernels::kv_type_size(type_);
   if (l < 0 || l >= static_cast<int64_t>(layout_.slot_of_layer.size()))
     fail(ErrorKind::kInternal, "layer {} outside the KV cache's layout", l);
-  uint8_t* base = storage_.get() + layout_.slot_of_layer[l] * 2 * per_array;
+  const int64_t per_array = num_blocks_ * block_size_ * kv_dim_ * kernels::kv_type_size(type_);
+  uint8_t* base = storage_.get() + layout_.slot_of_layer[l] * num_blocks_ * slot_block_bytes_;
   return kernels::PagedKvLayer{base,        base + per_array,
                                block_size_, static_cast<int>(kv_dim_),
                                type_,       layout_.group_of_layer[l]};
+}
+
+float* KvCache::state(int64_t l, int32_t block) {
+  if (l < 0 || l >= static_cast<int64_t>(layout_.slot_of_layer.size()) || block < 0 ||
+      block >= num_blocks_ ||
+      layout_.groups[layout_.group_of_layer[l]].kind != CacheKind::kRecurrent)
+    fail(ErrorKind::kInternal, "no recurrent state for layer {} in block {}", l, block);
+  uint8_t* base = storage_.get() + layout_.slot_of_layer[l] * num_blocks_ * slot_block_bytes_;
+  return reinterpret_cast<float*>(base + block * state_bytes_);
 }
 
 }  // namespace tf

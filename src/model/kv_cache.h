@@ -37,13 +37,16 @@ class KvCache {
 
   int64_t num_blocks() const { return num_blocks_; }
   int block_size() const { return block_size_; }
-  int64_t bytes() const { return elements_ * kernels::kv_type_size(type_); }
+  int64_t bytes() const { return bytes_; }
   kernels::KvType type() const { return type_; }
   const CacheLayout& layout() const { return layout_; }
   // Layer l's K/V: its slot's arrays, read through its group's block table.
   kernels::PagedKvLayer layer(int64_t l);
-  // Copies block src's keys and values, in every slot, to block dst (forking a sequence).
-  void copy_block(int32_t src, int32_t dst);
+  // Layer l's recurrent state in block b (a recurrent group's): ModelConfig::ssm_state_floats().
+  float* state(int64_t l, int32_t block);
+  // Copies block src's contents (keys and values, or a recurrent group's states), in every
+  // slot, to block dst (forking a sequence); group: the group both belong to.
+  void copy_block(int32_t src, int32_t dst, int32_t group = 0);
 
  private:
   int64_t num_blocks_;
@@ -51,13 +54,15 @@ class KvCache {
   CacheLayout layout_;
   int64_t n_slots_;
   int64_t kv_dim_;
+  int64_t state_bytes_ = 0;       // a layer's recurrent state
+  int64_t slot_block_bytes_ = 0;  // a block's bytes in one slot: K and V rows, or a state
   kernels::KvType type_;
   struct Unmap {
     size_t bytes;
     void operator()(uint8_t* p) const;
   };
   std::unique_ptr<uint8_t[], Unmap> storage_{nullptr, Unmap{0}};
-  int64_t elements_ = 0;
+  int64_t bytes_ = 0;
 };
 
 }  // namespace tf

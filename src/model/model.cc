@@ -12,6 +12,7 @@
 #include "model/gpt2.h"
 #include "model/llama.h"
 #include "model/llama2c.h"
+#include "model/mamba.h"
 #include "model/safetensors.h"
 #include "model/tf_weights.h"
 
@@ -57,6 +58,12 @@ void Model::forward(std::span<const SequenceChunk> batch, KvCache& kv, float* lo
     for (int32_t g = 0; g < layout.num_groups(); ++g) {
       const size_t size = s.table_size(g);
       const int32_t* table = s.table(g);
+      if (layout.groups[g].kind == CacheKind::kRecurrent) {  // one block: the state
+        if (size < 1 || table[0] < 0 || table[0] >= kv.num_blocks())
+          fail("sequence {}: no state block (0..{}) in its recurrent cache group", i,
+               kv.num_blocks() - 1);
+        continue;
+      }
       if (static_cast<int64_t>(size) < needed_blocks) {
         fail("sequence {}: block table{} has {} blocks, {} needed for {} positions", i,
              layout.num_groups() > 1 ? fmt::format(" of cache group {}", g) : "", size,
@@ -156,8 +163,18 @@ std::unique_ptr<Model> load_model(const std::string& path, kernels::WeightType w
     config = load_llama2c(path, weights);
   }
   weights.set_compute_type(weight_type);
-  auto model = config.arch == Arch::kGpt2 ? make_gpt2(std::move(config), std::move(weights))
-                                          : make_llama(std::move(config), std::move(weights));
+  std::unique_ptr<Model> model;
+  switch (config.arch) {
+    case Arch::kGpt2:
+      model = make_gpt2(std::move(config), std::move(weights));
+      break;
+    case Arch::kMamba:
+      model = make_mamba(std::move(config), std::move(weights));
+      break;
+    case Arch::kLlama:
+      model = make_llama(std::move(config), std::move(weights));
+      break;
+  }
   // The model holds copies and conversions only: the files go, and with them any way for a
   // file changed in place to reach a running model.
   if (!keep_files) model->close_weight_files();

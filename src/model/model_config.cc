@@ -12,7 +12,15 @@
 namespace tf {
 
 const char* arch_name(Arch arch) {
-  return arch == Arch::kGpt2 ? "gpt2" : "llama";
+  switch (arch) {
+    case Arch::kGpt2:
+      return "gpt2";
+    case Arch::kLlama:
+      return "llama";
+    case Arch::kMamba:
+      return "mamba";
+  }
+  return "unknown";
 }
 
 void ModelConfig::validate(const std::string& source) const {
@@ -30,6 +38,12 @@ void ModelConfig::validate(const std::string& source) const {
   if (n_heads % n_kv_heads != 0) {
     fail("{}: number of attention heads ({}) is not a multiple of key/value heads ({})", source,
          n_heads, n_kv_heads);
+  }
+  if (arch == Arch::kMamba) {
+    positive(ssm_inner, "intermediate size", 1 << 22);
+    positive(ssm_state, "state_size", 1024);
+    positive(ssm_conv_kernel, "conv_kernel", 64);
+    positive(ssm_dt_rank, "time_step_rank", 1 << 16);
   }
   if (head_dim % 2 != 0 && arch == Arch::kLlama) {
     fail("{}: head_dim {} must be even for rotary embeddings", source, head_dim);
@@ -134,6 +148,40 @@ ModelConfig parse_gpt2(const json& j, const std::string& source) {
     fail(ErrorKind::kUnsupported, "{}: activation_function '{}' is not supported (gelu_new is)",
          source, act);
   }
+  return c;
+}
+
+// Hugging Face's MambaConfig: no attention; the mixer's sizes, and a context limited by nothing
+// but the position type (a recurrent state does not grow).
+ModelConfig parse_mamba(const json& j, const std::string& source) {
+  ModelConfig c;
+  c.arch = Arch::kMamba;
+  c.vocab_size = get_int(j, "vocab_size", source);
+  c.dim = get_int(j, "hidden_size", source);
+  c.n_layers = get_int(j, "num_hidden_layers", source);
+  c.n_heads = c.n_kv_heads = c.head_dim = 1;  // no attention
+  c.ssm_state = get_int_or(j, "state_size", 16, source);
+  c.ssm_conv_kernel = get_int_or(j, "conv_kernel", 4, source);
+  const double expand = get_num_or(j, "expand", 2.0, source);
+  if (!(expand > 0 && expand <= 64)) fail("{}: expand {} is out of range", source, expand);
+  c.ssm_inner = get_int_or(j, "intermediate_size",
+                           static_cast<int64_t>(expand * static_cast<double>(c.dim)), source);
+  c.ffn_dim = c.ssm_inner;
+  if (auto it = j.find("time_step_rank"); it != j.end() && it->is_string()) {
+    if (it->get<std::string>() != "auto")
+      fail("{}: time_step_rank must be a number or \"auto\"", source);
+    c.ssm_dt_rank = (c.dim + 15) / 16;
+  } else {
+    c.ssm_dt_rank = get_int_or(j, "time_step_rank", (c.dim + 15) / 16, source);
+  }
+  c.ssm_conv_bias = get_bool_or(j, "use_conv_bias", true, source);
+  c.ssm_proj_bias = get_bool_or(j, "use_bias", false, source);
+  c.norm_eps = static_cast<float>(get_num_or(j, "layer_norm_epsilon", 1e-5, source));
+  c.tied_embeddings = get_bool_or(j, "tie_word_embeddings", true, source);
+  c.max_seq_len = int64_t{1} << 20;
+  const std::string act = get_string_or(j, "hidden_act", "silu", source);
+  if (act != "silu")
+    fail(ErrorKind::kUnsupported, "{}: hidden_act '{}' is not supported (silu is)", source, act);
   return c;
 }
 
@@ -460,12 +508,17 @@ ModelConfig parse_hf_config(const std::string& json_text, const std::string& sou
              (architecture.empty() && model_type == "gemma3_text")) {
     c = parse_gemma(j, source, 3);
     if (architecture.empty()) architecture = "Gemma3ForCausalLM";
+  } else if (architecture == "MambaForCausalLM" ||
+             (architecture.empty() && model_type == "mamba")) {
+    c = parse_mamba(j, source);
+    if (architecture.empty()) architecture = "MambaForCausalLM";
   } else {
     fail(ErrorKind::kUnsupported,
          "{}: unknown architecture '{}' (model_type '{}'); supported: GPT2LMHeadModel, "
          "LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM, Qwen3ForCausalLM, "
          "Phi3ForCausalLM, GemmaForCausalLM, Gemma2ForCausalLM, Gemma3ForCausalLM, "
-         "MixtralForCausalLM, Qwen2MoeForCausalLM, Qwen3MoeForCausalLM, OlmoeForCausalLM",
+         "MixtralForCausalLM, Qwen2MoeForCausalLM, Qwen3MoeForCausalLM, OlmoeForCausalLM, "
+         "MambaForCausalLM",
          source, architecture, model_type);
   }
   c.architecture = architecture;

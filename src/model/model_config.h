@@ -10,7 +10,7 @@
 
 namespace tf {
 
-enum class Arch { kGpt2, kLlama };
+enum class Arch { kGpt2, kLlama, kMamba };
 
 const char* arch_name(Arch arch);
 
@@ -74,6 +74,19 @@ struct ModelConfig {
     for (int64_t l = 0; l < n_layers; ++l)
       if (!is_sliding(l)) return 0;
     return sliding_window;
+  }
+
+  // Mamba (selective state spaces, arch kMamba): per layer a mixer of ssm_inner channels
+  // (expand x hidden) with a causal depthwise convolution of ssm_conv_kernel taps and a state of
+  // ssm_state per channel, its step size from a rank-ssm_dt_rank projection. No attention: a
+  // sequence's context is its recurrent state (CacheKind::kRecurrent), whatever its length.
+  int64_t ssm_inner = 0, ssm_state = 0, ssm_conv_kernel = 0, ssm_dt_rank = 0;
+  bool ssm_conv_bias = true;   // use_conv_bias
+  bool ssm_proj_bias = false;  // use_bias: in_proj and out_proj biases
+  // Floats of one layer's recurrent state: the convolution's last ssm_conv_kernel - 1 inputs and
+  // the SSM state, per channel.
+  int64_t ssm_state_floats() const {
+    return (ssm_conv_kernel - 1) * ssm_inner + ssm_inner * ssm_state;
   }
 
   int32_t bos_id = -1;  // -1: none

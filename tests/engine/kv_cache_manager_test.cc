@@ -443,3 +443,49 @@ TEST(KvCacheManagerGroups, ProposalsKeepTheBlocksARollbackWritesAgain) {
 
 }  // namespace
 }  // namespace tf
+
+namespace tf {
+namespace {
+
+TEST(KvCacheManagerGroups, ARecurrentGroupHoldsOneStateBlockCopiedOnTheFirstWriteAfterAFork) {
+  KvBlockPool pool(8, kBlock);
+  KvCacheManager kv(pool, true, std::vector<CacheGroupSpec>{{CacheKind::kRecurrent, 0}});
+  EXPECT_TRUE(kv.recurrent());
+  Sequence a = make_sequence(30);
+  EXPECT_EQ(kv.match_prefix(a, 0), 0) << "a recurrent state is never found in a prefix cache";
+  compute(kv, a);
+  ASSERT_EQ(a.block_table.size(), 1u) << "one state block, whatever the length";
+  EXPECT_EQ(kv.blocks_needed(100000, 16), 1);
+  EXPECT_EQ(kv.blocks_to_grow(30, 8), 0);
+  EXPECT_EQ(pool.num_cached(), 0);
+  // Growing writes the same block in place.
+  for (int i = 0; i < 20; ++i) a.tokens.push_back(7);
+  EXPECT_TRUE(compute(kv, a).empty());
+  EXPECT_EQ(a.block_table.size(), 1u);
+  // A fork shares the state; the first writer copies it (tagged with its group), the last
+  // writes in place.
+  Sequence b = child_of(a, 9);
+  kv.fork(a, b);
+  EXPECT_EQ(b.block_table, a.block_table);
+  EXPECT_EQ(pool.refcount(a.block_table[0]), 2);
+  a.tokens.push_back(8);
+  std::vector<BlockCopy> copies;
+  ASSERT_TRUE(kv.allocate_slots(a, a.num_tokens(), copies));
+  ASSERT_EQ(copies.size(), 1u);
+  EXPECT_EQ(copies[0].src, b.block_table[0]);
+  EXPECT_EQ(copies[0].dst, a.block_table[0]);
+  EXPECT_EQ(copies[0].group, 0);
+  copies.clear();
+  ASSERT_TRUE(kv.allocate_slots(b, b.num_tokens(), copies));
+  EXPECT_TRUE(copies.empty());
+  // Dropping proposals cannot shrink a state: truncate leaves it.
+  kv.truncate(b);
+  EXPECT_EQ(b.block_table.size(), 1u);
+  kv.free(a);
+  kv.free(b);
+  EXPECT_EQ(pool.num_used(), 0);
+  pool.check_invariants();
+}
+
+}  // namespace
+}  // namespace tf

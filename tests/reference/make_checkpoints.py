@@ -199,8 +199,26 @@ def _gemma_config(dtype, version):
     return dict(sorted(cfg.items()))
 
 
+def _mamba_config(dtype):
+    # transformers' MambaConfig at a small size: every feature binding (a time-step rank below
+    # the width, a convolution of 4 taps, biases on the convolution only, tied embeddings).
+    return dict(sorted({
+        "architectures": ["MambaForCausalLM"], "model_type": "mamba",
+        "bos_token_id": 0, "eos_token_id": 0, "pad_token_id": 0, "conv_kernel": 4,
+        "expand": 4, "hidden_act": "silu", "hidden_size": 48, "initializer_range": 0.1,
+        "intermediate_size": 192, "layer_norm_epsilon": 1e-05, "num_hidden_layers": 3,
+        "residual_in_fp32": True, "rescale_prenorm_residual": False, "state_size": 16,
+        "tie_word_embeddings": True, "time_step_floor": 0.0001, "time_step_init_scheme": "random",
+        "time_step_max": 0.1, "time_step_min": 0.001, "time_step_rank": "auto",
+        "time_step_scale": 1.0, "torch_dtype": TORCH_DTYPE[dtype],
+        "transformers_version": TRANSFORMERS_VERSION, "use_bias": False, "use_cache": True,
+        "use_conv_bias": True, "use_mambapy": False, "vocab_size": 1000,
+    }.items()))
+
+
 KINDS = {
     "gpt2": lambda dt: _gpt2_config(dt),
+    "mamba": lambda dt: _mamba_config(dt),
     "llama_gqa": lambda dt: _llama_config(dt, n_kv=2, tie=False, theta=10000.0),
     "llama_tied": lambda dt: _llama_config(dt, n_kv=6, tie=True, theta=500000.0, head_dim=12),
     "qwen2": lambda dt: _qwen2_config(dt),
@@ -306,6 +324,30 @@ def _gpt2_weights(cfg, rng, legacy):
         w[p + "mlp.c_proj.bias"] = _normal(rng, d, 0.05)
     w[pre + "ln_f.weight"] = _norm_weight(rng, d)
     w[pre + "ln_f.bias"] = _normal(rng, d, 0.05)
+    return w
+
+
+def _mamba_weights(cfg, rng):
+    d, L, V = cfg["hidden_size"], cfg["num_hidden_layers"], cfg["vocab_size"]
+    inner, n, k = cfg["intermediate_size"], cfg["state_size"], cfg["conv_kernel"]
+    r = -(-d // 16) if cfg["time_step_rank"] == "auto" else cfg["time_step_rank"]
+    w = {"backbone.embeddings.weight": _normal(rng, (V, d), 0.3)}
+    for i in range(L):
+        p = "backbone.layers.%d." % i
+        w[p + "norm.weight"] = _norm_weight(rng, d)
+        w[p + "mixer.in_proj.weight"] = _normal(rng, (2 * inner, d), 0.2)
+        w[p + "mixer.conv1d.weight"] = _normal(rng, (inner, 1, k), 0.4)
+        w[p + "mixer.conv1d.bias"] = _normal(rng, inner, 0.1)
+        w[p + "mixer.x_proj.weight"] = _normal(rng, (r + 2 * n, inner), 0.2)
+        w[p + "mixer.dt_proj.weight"] = _normal(rng, (inner, r), 0.3)
+        # Step sizes around softplus(-2)..softplus(0.5): states decay over a few tokens.
+        w[p + "mixer.dt_proj.bias"] = rng.uniform(-2.0, 0.5, inner).astype(np.float32)
+        # S4D-real's A = -(1..n), as transformers initializes it, jittered.
+        a = np.tile(np.arange(1, n + 1, dtype=np.float64), (inner, 1))
+        w[p + "mixer.A_log"] = np.log(a * (1.0 + 0.1 * rng.random((inner, n)))).astype(np.float32)
+        w[p + "mixer.D"] = (1.0 + 0.2 * rng.standard_normal(inner)).astype(np.float32)
+        w[p + "mixer.out_proj.weight"] = _normal(rng, (d, inner), 0.2)
+    w["backbone.norm_f.weight"] = _norm_weight(rng, d)
     return w
 
 
@@ -456,6 +498,8 @@ def write_checkpoint(out_dir, kind, dtype="F32", sharded=False, seed=0, legacy_g
         w = _gpt2_weights(cfg, rng, legacy_gpt2_names)
     elif cfg["model_type"].startswith("gemma"):
         w = _gemma_weights(cfg, rng)
+    elif cfg["model_type"] == "mamba":
+        w = _mamba_weights(cfg, rng)
     else:
         w = _llama_weights(cfg, rng)
     with open(os.path.join(out_dir, "config.json"), "w") as f:

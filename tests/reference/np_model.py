@@ -573,6 +573,7 @@ class Gemma:
 
 _ARCHS = {
     "GPT2LMHeadModel": "gpt2",
+    "MambaForCausalLM": "mamba",
     "LlamaForCausalLM": "llama",
     "MistralForCausalLM": "mistral",
     "Qwen2ForCausalLM": "qwen2",
@@ -588,6 +589,63 @@ _ARCHS = {
 }
 
 
+class Mamba:
+    """Mamba (Gu and Dao 2023, Algorithm 2, "selective SSM"), as transformers' MambaMixer
+    computes it: per layer x += out_proj(SSM(conv(x_in)) * silu(z)) over RMSNorm(x), with
+    (x_in, z) = in_proj(.), a causal depthwise convolution of conv_kernel taps and SiLU, then
+    (dt, B, C) = x_proj(.), dt = softplus(dt_proj(dt)), and for each token
+    h = exp(dt * A) * h + dt * B * x, y = C . h + D * x, with A = -exp(A_log). The whole
+    sequence at once, in float64, no state carried between calls."""
+
+    def __init__(self, cfg, w):
+        self.cfg = cfg
+        self.vocab_size = cfg["vocab_size"]
+        self.eps = cfg.get("layer_norm_epsilon", 1e-5)
+        d = cfg["hidden_size"]
+        rank = cfg.get("time_step_rank", "auto")
+        self.rank = -(-d // 16) if rank == "auto" else rank
+        self.n = cfg.get("state_size", 16)
+        self.w = {k: v.astype(F) for k, v in w.items()}
+        self.emb = self.w["backbone.embeddings.weight"]
+        self.head = self.w.get("lm_head.weight", self.emb)
+
+    def logits(self, ids):
+        w, n, r = self.w, self.n, self.rank
+        x = self.emb[np.asarray(ids)]
+        T = len(ids)
+        for i in range(self.cfg["num_hidden_layers"]):
+            p = "backbone.layers.%d.mixer." % i
+            h = rms_norm(x, w["backbone.layers.%d.norm.weight" % i], self.eps)
+            xz = h @ w[p + "in_proj.weight"].T
+            if p + "in_proj.bias" in w:
+                xz = xz + w[p + "in_proj.bias"]
+            inner = xz.shape[1] // 2
+            xs, z = xz[:, :inner], xz[:, inner:]
+            cw = w[p + "conv1d.weight"][:, 0, :]  # [inner, k]
+            k = cw.shape[1]
+            padded = np.vstack([np.zeros((k - 1, inner)), xs])
+            conv = np.stack([(padded[t:t + k] * cw.T).sum(axis=0) for t in range(T)])
+            if p + "conv1d.bias" in w:
+                conv = conv + w[p + "conv1d.bias"]
+            u = silu(conv)
+            dbl = u @ w[p + "x_proj.weight"].T
+            dt_lin = dbl[:, :r] @ w[p + "dt_proj.weight"].T + w[p + "dt_proj.bias"]
+            dt = np.where(dt_lin > 20, dt_lin, np.log1p(np.exp(np.minimum(dt_lin, 20))))
+            B, C = dbl[:, r:r + n], dbl[:, r + n:]
+            A = -np.exp(w[p + "A_log"])  # [inner, n]
+            state = np.zeros((inner, n))
+            y = np.zeros((T, inner))
+            for t in range(T):
+                state = np.exp(dt[t][:, None] * A) * state + (dt[t] * u[t])[:, None] * B[t][None]
+                y[t] = state @ C[t] + w[p + "D"] * u[t]
+            y = y * silu(z)
+            out = y @ w[p + "out_proj.weight"].T
+            if p + "out_proj.bias" in w:
+                out = out + w[p + "out_proj.bias"]
+            x = x + out
+        return rms_norm(x, w["backbone.norm_f.weight"], self.eps) @ self.head.T
+
+
 def load_hf(model_dir):
     with open(os.path.join(model_dir, "config.json")) as f:
         cfg = json.load(f)
@@ -599,6 +657,8 @@ def load_hf(model_dir):
     w = safetensors_io.load_dir(model_dir)
     if arch == "gpt2":
         return GPT2(cfg, w)
+    if arch == "mamba":
+        return Mamba(cfg, w)
     if arch in ("gemma", "gemma2", "gemma3"):
         return Gemma(cfg, w, {"gemma": 1, "gemma2": 2, "gemma3": 3}[arch])
     if arch in ("llama", "mistral", "qwen2", "qwen3", "phi3", "mixtral", "qwen2_moe",

@@ -23,10 +23,12 @@ import unittest
 import make_checkpoints
 
 KINDS = ("llama31", "llama_longrope", "mistral_window", "qwen3", "phi3",
-         "gemma", "gemma2", "gemma3", "mixtral", "qwen2moe", "qwen3moe", "olmoe")
+         "gemma", "gemma2", "gemma3", "mixtral", "qwen2moe", "qwen3moe", "olmoe", "mamba")
 TIMEOUT_S = 600
 # Architectures whose sliding-window layers sit beside global ones (cache groups of each kind).
 SLIDING_BESIDE_GLOBAL = ("gemma2", "gemma3")
+# Architectures that keep a recurrent state instead of K/V (one block per sequence).
+RECURRENT = ("mamba",)
 
 
 def write_vocab(path, n):
@@ -63,7 +65,7 @@ class EngineArchitectures(unittest.TestCase):
     def tearDownClass(cls):
         cls.tmp.cleanup()
 
-    def run_job(self, model, requests, concurrency, kv_memory, stats=None, extra=()):
+    def run_job(self, model, requests, concurrency, kv_memory, stats=None, extra=(), n=1):
         d = self.tmp.name
         inp, out = os.path.join(d, "in.jsonl"), os.path.join(d, "out.jsonl")
         if os.path.exists(out):
@@ -77,11 +79,13 @@ class EngineArchitectures(unittest.TestCase):
                            universal_newlines=True, timeout=TIMEOUT_S)
         self.assertEqual(r.returncode, 0, "%s\n%s" % (" ".join(cmd), r.stderr[-2000:]))
         m = re.search(r"engine: (\d+) preemptions, (\d+) of (\d+) prompt tokens from the prefix "
-                      r"cache, (\d+) blocks released", r.stderr)
+                      r"cache, (\d+) blocks released behind the sliding window, at most (\d+) "
+                      r"sequences running; (\d+) KV blocks", r.stderr)
         self.assertIsNotNone(m, r.stderr[-2000:])
         if stats is not None:
             stats.update(preemptions=int(m.group(1)), prefix_hits=int(m.group(2)),
-                         window_releases=int(m.group(4)))
+                         window_releases=int(m.group(4)), peak=int(m.group(5)),
+                         blocks=int(m.group(6)))
             spec = re.search(r"speculation: (\d+) verification steps, (\d+) tokens proposed, "
                              r"(\d+) accepted", r.stderr)
             stats.update(proposed=int(spec.group(2)) if spec else 0,
@@ -94,10 +98,12 @@ class EngineArchitectures(unittest.TestCase):
                 body = o["response"]["body"]
                 # Every request runs to its max_tokens (an engine step that failed would end
                 # them all "abort" with the same, short, texts).
-                self.assertEqual(body["choices"][0]["finish_reason"], "length", line)
-                self.assertEqual(body["usage"]["completion_tokens"], 64, line)
-                texts.append(body["choices"][0]["text"])
-        self.assertEqual(len(texts), len(requests))
+                self.assertEqual(len(body["choices"]), n, line)
+                for choice in body["choices"]:
+                    self.assertEqual(choice["finish_reason"], "length", line)
+                    texts.append(choice["text"])
+                self.assertEqual(body["usage"]["completion_tokens"], 64 * n, line)
+        self.assertEqual(len(texts), len(requests) * n)
         return texts
 
     def test_same_tokens_alone_and_batched_cached_preempted(self):
@@ -137,6 +143,16 @@ class EngineArchitectures(unittest.TestCase):
                                              ("--disable-hybrid-kv-cache-manager",))
                     self.assertEqual(kept["window_releases"], 0, kind)
                     self.assertEqual(one_group, batched, kind + ": one cache group")
+                elif kind in RECURRENT:
+                    # One state block per sequence, whatever its length: the small cache admits
+                    # as many sequences as it has blocks, the others wait for them (a running
+                    # sequence never grows, so none is preempted), and nothing is found in the
+                    # prefix cache (the state after a prefix is not kept).
+                    self.assertLess(st["blocks"], len(requests), kind + ": the cache must be short")
+                    self.assertEqual(st["peak"], st["blocks"], kind)
+                    self.assertEqual(st["preemptions"], 0, kind)
+                    self.assertEqual(st["prefix_hits"], 0, kind)
+                    self.assertEqual(st["window_releases"], 0, kind)
                 else:
                     # Where every layer attends to everything, nothing may go.
                     self.assertEqual(st["window_releases"], 0, kind)
@@ -145,6 +161,19 @@ class EngineArchitectures(unittest.TestCase):
                 alone = [self.run_job(model, [requests[i]], 1, "64MiB")[0] for i in range(8)]
                 for i in range(8):
                     self.assertEqual(batched[i], alone[i], "%s request %d" % (kind, i))
+                if kind in RECURRENT:
+                    # n > 1 shares the prompt's state and copies it on the first write.
+                    forked = self.run_job(model, [dict(requests[0], n=3)], 1, "64MiB", n=3)
+                    self.assertEqual(forked, [alone[0]] * 3, kind + ": n=3 greedy")
+                    # A rejected proposal cannot be rolled back out of a recurrent state:
+                    # speculation is refused by name.
+                    r = subprocess.run(
+                        [self.bin, "generate", "-m", model, "--prompt-ids", "5,6,7", "-n", "4",
+                         "--speculative", "ngram"], capture_output=True, text=True,
+                        timeout=TIMEOUT_S)
+                    self.assertNotEqual(r.returncode, 0)
+                    self.assertIn("recurrent state cannot be rolled back", r.stderr)
+                    continue
                 spec = {}
                 speculated = self.run_job(
                     model, requests[:8], 8, "64MiB", spec,

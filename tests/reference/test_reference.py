@@ -327,6 +327,18 @@ class SlidingWindowsAndGemma(_LongPrompts):
     def test_mistral_sliding_window(self):
         self._run("mistral_window")
 
+    def test_mamba_selective_scan(self):
+        # Issue 51: the recurrent state carried from the prefill through every decode step.
+        self._run("mamba")
+
+    def test_mamba_long_prompt_and_greedy(self):
+        # A prompt longer than the engine's tokens per chunk is not needed here: 40 tokens, 4
+        # decode steps; then greedy decoding against numpy's.
+        path, model = _CKPTS.get("mamba", "F32", False, False)
+        prompts, decode = _random_batch(3, (40, 2), model.vocab_size)
+        self.check_logits(path, model, prompts, decode)
+        self.check_greedy(path, model, [prompts[0][:7]])
+
     def test_gemma(self):
         self._run("gemma")
 
@@ -449,6 +461,15 @@ class NumpySelfCheck(unittest.TestCase):
                 if kind == "gpt2":
                     self.assertEqual(w["transformer.h.0.attn.c_attn.weight"].shape, (72, 216))
                     self.assertNotIn("lm_head.weight", w)
+                    continue
+                if kind == "mamba":
+                    inner = cfg["intermediate_size"]
+                    self.assertEqual(w["backbone.layers.0.mixer.in_proj.weight"].shape,
+                                     (2 * inner, cfg["hidden_size"]))
+                    self.assertEqual(w["backbone.layers.0.mixer.A_log"].shape,
+                                     (inner, cfg["state_size"]))
+                    self.assertEqual(w["backbone.layers.0.mixer.x_proj.weight"].shape,
+                                     (3 + 2 * cfg["state_size"], inner))
                     continue
                 hd = cfg.get("head_dim") or cfg["hidden_size"] // cfg["num_attention_heads"]
                 if kind in ("mixtral", "qwen2moe", "qwen3moe"):
