@@ -3,7 +3,7 @@
 # it costs):
 #   release  the optimized build and every test: C++ unit tests (GoogleTest), the numpy reference
 #            on every kernel table this CPU runs, tokenizers against their references, CLI and
-#            server integration tests, deployment assets, short fuzz replays, the 2-minute soak
+#            server integration tests, deployment assets, short fuzz replays, the 1-minute soak
 #   asan     ASan + LSan + UBSan (float-cast-overflow, _GLIBCXX_ASSERTIONS) over every test that
 #            runs our code on inputs, with the long fuzz runs
 #   tsan     ThreadSanitizer over core, the engine, serving and the running server

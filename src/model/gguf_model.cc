@@ -57,11 +57,40 @@ const std::pair<const char*, const char*> kGpt2Block[] = {
 
 // The Hugging Face name of a GGUF tensor; empty for one the model does not use (rope_freqs is
 // read into the configuration instead).
+// Mamba's (llama.cpp's converter writes A = -exp(A_log) as ssm_a, read as "mixer.A", and the
+// convolution squeezed to [inner, kernel]).
+const std::pair<const char*, const char*> kMambaBlock[] = {
+    {"attn_norm.weight", "norm.weight"},
+    {"ssm_in.weight", "mixer.in_proj.weight"},
+    {"ssm_in.bias", "mixer.in_proj.bias"},
+    {"ssm_conv1d.weight", "mixer.conv1d.weight"},
+    {"ssm_conv1d.bias", "mixer.conv1d.bias"},
+    {"ssm_x.weight", "mixer.x_proj.weight"},
+    {"ssm_dt.weight", "mixer.dt_proj.weight"},
+    {"ssm_dt.bias", "mixer.dt_proj.bias"},
+    {"ssm_a", "mixer.A"},
+    {"ssm_d", "mixer.D"},
+    {"ssm_out.weight", "mixer.out_proj.weight"},
+    {"ssm_out.bias", "mixer.out_proj.bias"},
+};
+
 // Which GGUF naming a block follows besides the Llama one.
-enum class Names { kLlama, kGpt2, kGemma2, kPhi3 };
+enum class Names { kLlama, kGpt2, kGemma2, kPhi3, kMamba };
 
 std::string hf_name(Names names, const std::string& name) {
   const bool gpt2 = names == Names::kGpt2;
+  if (names == Names::kMamba) {
+    if (name == "token_embd.weight") return "backbone.embeddings.weight";
+    if (name == "output_norm.weight") return "backbone.norm_f.weight";
+    if (name == "output.weight") return "lm_head.weight";
+    if (name.rfind("blk.", 0) != 0) return {};
+    const size_t dot = name.find('.', 4);
+    if (dot == std::string::npos) return {};
+    const std::string layer = name.substr(4, dot - 4), rest = name.substr(dot + 1);
+    for (const auto& [gguf, hf] : kMambaBlock)
+      if (rest == gguf) return fmt::format("backbone.layers.{}.{}", layer, hf);
+    return {};
+  }
   if (gpt2) {
     if (name == "token_embd.weight") return "transformer.wte.weight";
     if (name == "position_embd.weight") return "transformer.wpe.weight";
@@ -189,7 +218,44 @@ void read_moe(const GgufFile& f, const std::string& p, const std::string& path, 
 
 }  // namespace
 
+namespace {
+// llama.cpp's "mamba": the mixer's sizes under {arch}.ssm.*, no attention (its head count 0).
+ModelConfig gguf_mamba_config(const GgufFile& f, const std::string& path) {
+  ModelConfig c;
+  c.format = "gguf";
+  c.arch = Arch::kMamba;
+  c.architecture = "MambaForCausalLM";
+  const std::string p = "mamba.";
+  c.dim = positive(f, p + "embedding_length");
+  c.n_layers = positive(f, p + "block_count");
+  c.n_heads = c.n_kv_heads = c.head_dim = 1;
+  c.ssm_conv_kernel = positive(f, p + "ssm.conv_kernel");
+  c.ssm_inner = positive(f, p + "ssm.inner_size");
+  c.ssm_state = positive(f, p + "ssm.state_size");
+  c.ssm_dt_rank = positive(f, p + "ssm.time_step_rank");
+  c.ffn_dim = c.ssm_inner;
+  if (f.get_bool(p + "ssm.dt_b_c_rms", false))
+    fail(ErrorKind::kUnsupported,
+         "'{}': mamba.ssm.dt_b_c_rms (Falcon-Mamba's norms of dt, B and C) is not supported", path);
+  c.max_seq_len = std::min<int64_t>(
+      static_cast<int64_t>(f.get_uint(p + "context_length", uint64_t{1} << 20)), int64_t{1} << 24);
+  c.norm_eps = static_cast<float>(f.get_float(p + "attention.layer_norm_rms_epsilon", 1e-5));
+  const GgufTensorInfo* emb = f.tensor("token_embd.weight");
+  if (!emb || emb->ne.size() != 2)
+    fail("'{}': tensor 'token_embd.weight' is missing or not a matrix", path);
+  c.vocab_size = emb->ne[1];
+  c.tied_embeddings = f.tensor("output.weight") == nullptr;
+  c.ssm_conv_bias = f.tensor("blk.0.ssm_conv1d.bias") != nullptr;
+  c.ssm_proj_bias = f.tensor("blk.0.ssm_in.bias") != nullptr;
+  c.bos_id = static_cast<int32_t>(f.get_uint("tokenizer.ggml.bos_token_id", 0));
+  c.eos_id = static_cast<int32_t>(f.get_uint("tokenizer.ggml.eos_token_id", 0));
+  c.validate("'" + path + "'");
+  return c;
+}
+}  // namespace
+
 ModelConfig gguf_model_config(const GgufFile& f, const std::string& path) {
+  if (f.get_string("general.architecture") == "mamba") return gguf_mamba_config(f, path);
   ModelConfig c;
   c.format = "gguf";
   const std::string arch = f.get_string("general.architecture");
@@ -219,7 +285,7 @@ ModelConfig gguf_model_config(const GgufFile& f, const std::string& path) {
   if (k == nullptr)
     fail(ErrorKind::kUnsupported,
          "'{}': GGUF architecture '{}' (general.architecture) is not supported (llama, qwen2, "
-         "qwen3, qwen2moe, qwen3moe, olmoe, gemma, gemma2, gemma3, phi3, gpt2)",
+         "qwen3, qwen2moe, qwen3moe, olmoe, gemma, gemma2, gemma3, phi3, gpt2, mamba)",
          path, arch);
   c.architecture = k->hf;
   c.rope_style = arch == "llama" ? kernels::RopeStyle::kInterleaved : kernels::RopeStyle::kHalf;
@@ -348,6 +414,7 @@ ModelConfig load_gguf(const std::string& path, WeightStore& store) {
   const int index = store.add_file(std::move(file));
   store.set_keep_stored_types(true);
   const Names names = c.arch == Arch::kGpt2                 ? Names::kGpt2
+                      : c.arch == Arch::kMamba              ? Names::kMamba
                       : c.post_norms                        ? Names::kGemma2
                       : c.architecture == "Phi3ForCausalLM" ? Names::kPhi3
                                                             : Names::kLlama;

@@ -55,14 +55,24 @@ class MambaModel final : public Model {
         L.in_bias = w.f32(p + "mixer.in_proj.bias", {2 * inner});
         L.out_bias = w.f32(p + "mixer.out_proj.bias", {c.dim});
       }
-      L.conv_w = w.f32(p + "mixer.conv1d.weight", {inner, 1, k});
+      // Hugging Face stores the depthwise convolution [inner, 1, kernel]; llama.cpp's converter
+      // squeezes it to [inner, kernel]. The same values either way.
+      L.conv_w = w.get(p + "mixer.conv1d.weight").shape.rank == 2
+                     ? w.f32(p + "mixer.conv1d.weight", {inner, k})
+                     : w.f32(p + "mixer.conv1d.weight", {inner, 1, k});
       if (c.ssm_conv_bias) L.conv_b = w.f32(p + "mixer.conv1d.bias", {inner});
       L.x_proj = w.matrix(p + "mixer.x_proj.weight", r + 2 * n, inner);
       L.dt_proj = w.matrix(p + "mixer.dt_proj.weight", inner, r);
       L.dt_bias = w.f32(p + "mixer.dt_proj.bias", {inner});
-      const float* a_log = w.f32(p + "mixer.A_log", {inner, n});
+      // A = -exp(A_log) (Hugging Face), or A itself (GGUF's ssm_a, the converter's -exp(A_log)).
       L.a.resize(static_cast<size_t>(inner * n));
-      for (int64_t i = 0; i < inner * n; ++i) L.a[i] = -std::exp(a_log[i]);
+      if (w.has(p + "mixer.A")) {
+        const float* a = w.f32(p + "mixer.A", {inner, n});
+        std::copy_n(a, inner * n, L.a.begin());
+      } else {
+        const float* a_log = w.f32(p + "mixer.A_log", {inner, n});
+        for (int64_t i = 0; i < inner * n; ++i) L.a[i] = -std::exp(a_log[i]);
+      }
       L.d = w.f32(p + "mixer.D", {inner});
       L.out_proj = w.matrix(p + "mixer.out_proj.weight", c.dim, inner);
       layers_.push_back(std::move(L));

@@ -330,6 +330,54 @@ _GPT2 = {"ln_1": "attn_norm", "attn.c_attn": "attn_qkv", "attn.c_proj": "attn_ou
          "ln_2": "ffn_norm", "mlp.c_fc": "ffn_up", "mlp.c_proj": "ffn_down"}
 
 
+_MAMBA = {"norm.weight": "attn_norm.weight", "mixer.in_proj.weight": "ssm_in.weight",
+          "mixer.conv1d.weight": "ssm_conv1d.weight", "mixer.conv1d.bias": "ssm_conv1d.bias",
+          "mixer.x_proj.weight": "ssm_x.weight", "mixer.dt_proj.weight": "ssm_dt.weight",
+          "mixer.dt_proj.bias": "ssm_dt.bias", "mixer.A_log": "ssm_a", "mixer.D": "ssm_d",
+          "mixer.out_proj.weight": "ssm_out.weight"}
+
+
+def _mamba_to_gguf(cfg, w, path):
+    """llama.cpp's "mamba" layout: the mixer's sizes under mamba.ssm.*, A_log written as
+    A = -exp(A_log), the convolution squeezed to [inner, kernel], tied embeddings without an
+    output tensor."""
+    d = cfg["hidden_size"]
+    tensors = []
+
+    def add(name, a):
+        a = np.ascontiguousarray(a, dtype=F32)
+        tensors.append((name, list(reversed(a.shape)), 0, a.tobytes()))
+
+    for name, a in w.items():
+        if name == "backbone.embeddings.weight":
+            add("token_embd.weight", a)
+        elif name == "backbone.norm_f.weight":
+            add("output_norm.weight", a)
+        else:
+            _, _, layer, rest = name.split(".", 3)
+            if rest == "mixer.A_log":
+                a = -np.exp(a.astype(np.float64))
+            if rest == "mixer.conv1d.weight":
+                a = a[:, 0, :]
+            add("blk.%s.%s" % (layer, _MAMBA[rest]), a)
+    meta = {"general.architecture": "mamba",
+            "mamba.context_length": gguf_io.U32(1 << 20),
+            "mamba.embedding_length": gguf_io.U32(d),
+            "mamba.feed_forward_length": gguf_io.U32(0),
+            "mamba.attention.head_count": gguf_io.U32(0),
+            "mamba.block_count": gguf_io.U32(cfg["num_hidden_layers"]),
+            "mamba.ssm.conv_kernel": gguf_io.U32(cfg["conv_kernel"]),
+            "mamba.ssm.inner_size": gguf_io.U32(cfg["intermediate_size"]),
+            "mamba.ssm.state_size": gguf_io.U32(cfg["state_size"]),
+            "mamba.ssm.time_step_rank": gguf_io.U32(-(-d // 16)),
+            "mamba.attention.layer_norm_rms_epsilon": gguf_io.F32(cfg["layer_norm_epsilon"]),
+            "mamba.ssm.dt_b_c_rms": False,
+            "tokenizer.ggml.bos_token_id": gguf_io.U32(cfg["bos_token_id"]),
+            "tokenizer.ggml.eos_token_id": gguf_io.U32(cfg["eos_token_id"])}
+    gguf_io.write_gguf(path, meta, tensors)
+    return cfg
+
+
 def hf_to_gguf(kind, seed, path):
     """Writes make_checkpoints' checkpoint (kind, seed) as GGUF, F32, the way llama.cpp's
     converter lays it out: GGUF names, dims innermost first, GPT-2's Conv1D matrices transposed
@@ -337,6 +385,8 @@ def hf_to_gguf(kind, seed, path):
     pairs (per head: the first half's row i goes to row 2i, the second half's to 2i + 1)."""
     cfg = make_checkpoints.KINDS[kind]("F32")
     rng = np.random.default_rng(seed)
+    if cfg["model_type"] == "mamba":
+        return _mamba_to_gguf(cfg, make_checkpoints._mamba_weights(cfg, rng), path)
     gpt2 = kind == "gpt2"
     gemma = cfg.get("model_type", "").startswith("gemma")
     w = make_checkpoints._gpt2_weights(cfg, rng, False) if gpt2 else \
@@ -517,6 +567,11 @@ class GgufArchitecturesTest(LogitsMixin, unittest.TestCase):
 
     def test_gpt2(self):
         self.check("gpt2", exact=True)
+
+    def test_mamba(self):
+        # A = -exp(A_log) computed by the converter in float64 and stored as f32 (not the
+        # float32 exp tokenflow computes from A_log): within f32 rounding, not bit for bit.
+        self.check("mamba", exact=False)
 
     def test_qwen2(self):
         self.check("qwen2", exact=True)
