@@ -194,10 +194,12 @@ int run_generate(GenerateOptions& o) {
       fail("prompt token id {} is outside the vocabulary (0..{})", id, cfg.vocab_size - 1);
   }
   const int64_t ctx = cfg.max_seq_len;
-  if (static_cast<int64_t>(prompt.size()) >= ctx) {
+  if (static_cast<int64_t>(prompt.size()) >= ctx + (cfg.encoder_decoder() ? 1 : 0)) {
     fail("the prompt has {} tokens but the model's context is {} tokens", prompt.size(), ctx);
   }
-  fit_max_tokens(params, prompt.size(), ctx, /*max_tokens_given=*/false);
+  // An encoder-decoder's output has the decoder's context, less its start token.
+  fit_max_tokens(params, cfg.encoder_decoder() ? 1 : prompt.size(), ctx,
+                 /*max_tokens_given=*/false);
 
   const uint64_t seed = o.seed ? *o.seed : random_seed();
   params.seed = seed;

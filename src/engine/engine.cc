@@ -205,14 +205,32 @@ std::unique_ptr<EngineRequest> Engine::prepare(GenerationRequest request) {
     if (id < 0 || id >= c.vocab_size)
       fail("prompt token id {} is outside the vocabulary (0..{})", id, c.vocab_size - 1);
   }
-  const int64_t total = static_cast<int64_t>(request.prompt.size()) + p.max_tokens;
-  if (total > c.max_seq_len) {
+  const int64_t prompt = static_cast<int64_t>(request.prompt.size());
+  int64_t total = prompt + p.max_tokens, encoder = 0;
+  if (c.encoder_decoder()) {
+    // The prompt is the encoder's input; the decoder starts from its start token.
+    if (prompt > c.max_seq_len)
+      fail("the prompt ({} tokens) exceeds the encoder's context of {} tokens", prompt,
+           c.max_seq_len);
+    if (request.prompt_logprobs || request.pooling != Pooling::kNone)
+      fail(ErrorKind::kUnsupported,
+           "prompt logprobs and embeddings are not supported for the encoder-decoder {}",
+           c.architecture);
+    encoder = prompt;
+    total = 1 + p.max_tokens;
+    if (total > c.max_seq_len)
+      fail(
+          "max_tokens ({}) exceeds the decoder's context of {} tokens (its start token "
+          "included)",
+          p.max_tokens, c.max_seq_len);
+  } else if (total > c.max_seq_len) {
     fail("the prompt ({} tokens) plus max_tokens ({}) exceeds the model's context of {} tokens",
          request.prompt.size(), p.max_tokens, c.max_seq_len);
   }
   // Beams may each end up with their own blocks: the request must fit num_beams of them.
-  const int64_t need = manager_.blocks_needed(total, config_.scheduler.max_num_batched_tokens) *
-                       (p.beam_search() ? p.num_beams : 1);
+  const int64_t need =
+      manager_.blocks_needed(total, config_.scheduler.max_num_batched_tokens, encoder) *
+      (p.beam_search() ? p.num_beams : 1);
   if (need > pool_.num_blocks()) {
     {
       std::lock_guard<std::mutex> lock(stats_mu_);
@@ -228,7 +246,8 @@ std::unique_ptr<EngineRequest> Engine::prepare(GenerationRequest request) {
   r->timings.arrival = Clock::now();
   r->timings.prompt_tokens = static_cast<int64_t>(request.prompt.size());
   r->spec = std::move(request);
-  r->group.create_sequences(*r, tokenizer_, eos_ids_);
+  r->group.create_sequences(*r, tokenizer_, eos_ids_,
+                            c.encoder_decoder() ? c.decoder_start_id : -1);
   return r;
 }
 
@@ -485,6 +504,10 @@ void Engine::run_forward(const SchedulerOutput& sched) {
         !c.seq->padding;
     batch_.push_back({std::span<const int32_t>(c.seq->tokens.data() + c.start, c.count), c.start,
                       c.seq->block_table, all, c.seq->group_tables});
+    if (!c.seq->encoder_tokens.empty()) {  // an encoder-decoder: encode first, if not yet
+      batch_.back().encoder_len = static_cast<int64_t>(c.seq->encoder_tokens.size());
+      if (!c.seq->cross_ready) batch_.back().encoder_tokens = c.seq->encoder_tokens;
+    }
     first_row_.push_back(rows);
     rows += all ? c.count : 1;
     last_row_.push_back(rows - 1);
@@ -493,6 +516,7 @@ void Engine::run_forward(const SchedulerOutput& sched) {
   logits_.resize(static_cast<size_t>(rows * model_.config().vocab_size));
   if (hidden) hidden_.resize(static_cast<size_t>(rows * model_.config().dim));
   model_.forward(batch_, kv_, logits_.data(), pool_threads_, hidden ? hidden_.data() : nullptr);
+  for (const auto& c : sched.chunks) c.seq->cross_ready = !c.seq->encoder_tokens.empty();
 }
 
 void Engine::propose() {

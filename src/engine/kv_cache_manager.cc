@@ -36,6 +36,11 @@ bool KvCacheManager::recurrent() const {
                      [](const CacheGroupSpec& g) { return g.kind == CacheKind::kRecurrent; });
 }
 
+bool KvCacheManager::cross_attention() const {
+  return std::any_of(groups_.begin(), groups_.end(),
+                     [](const CacheGroupSpec& g) { return g.kind == CacheKind::kCrossAttention; });
+}
+
 bool KvCacheManager::releases() const {
   return std::any_of(groups_.begin(), groups_.end(),
                      [](const CacheGroupSpec& g) { return g.kind == CacheKind::kSlidingWindow; });
@@ -62,7 +67,8 @@ int64_t KvCacheManager::match_prefix(Sequence& seq, uint64_t salt) {
   TF_CHECK(seq.num_computed == 0 && seq.holds_no_blocks());
   ensure_tables(seq);
   // A recurrent state is not kept at block boundaries: nothing to resume from.
-  if (!prefix_caching_ || recurrent()) return 0;
+  // Nor is a decoder's K/V, which depend on the encoder's input as well as on its tokens.
+  if (!prefix_caching_ || recurrent() || cross_attention()) return 0;
   const int bs = pool_.block_size();
   const int64_t lookable =
       (seq.num_tokens() - 1) / bs;  // full blocks, leaving >= 1 token to compute
@@ -150,6 +156,10 @@ bool KvCacheManager::allocate_slots(Sequence& seq, int64_t num_tokens,
     if (groups_[g].kind == CacheKind::kRecurrent) {
       need = 1;
       from = 0;
+    } else if (groups_[g].kind == CacheKind::kCrossAttention) {
+      // Written once, by the step that encodes; read-only after.
+      need = blocks_for(static_cast<int64_t>(seq.encoder_tokens.size()));
+      from = seq.cross_ready ? need : 0;
     } else {
       need = needed;
       from = first_written;
@@ -192,9 +202,12 @@ void KvCacheManager::fork(const Sequence& parent, Sequence& child) {
   ensure_tables(child);
   for (size_t g = 0; g < groups_.size(); ++g) {
     const auto& from = parent.table(g);
-    // A recurrent group's one block: the state after the parent's computed tokens.
+    // A recurrent group's one block: the state after the parent's computed tokens; a
+    // cross-attention group's: the encoder's K/V, all of them.
     const int64_t n_blocks = groups_[g].kind == CacheKind::kRecurrent
                                  ? std::min<int64_t>(static_cast<int64_t>(from.size()), 1)
+                             : groups_[g].kind == CacheKind::kCrossAttention
+                                 ? static_cast<int64_t>(from.size())
                                  : blocks;
     TF_CHECK(static_cast<int64_t>(from.size()) >= n_blocks);
     auto& to = child.table(g);
@@ -206,10 +219,12 @@ void KvCacheManager::fork(const Sequence& parent, Sequence& child) {
   const int64_t full = std::min<int64_t>(n / pool_.block_size(), parent.block_hashes.size());
   child.block_hashes.assign(parent.block_hashes.begin(), parent.block_hashes.begin() + full);
   child.num_computed = n;
+  child.encoder_tokens = parent.encoder_tokens;
+  child.cross_ready = parent.cross_ready;
 }
 
 void KvCacheManager::cache_full_blocks(Sequence& seq, uint64_t salt) {
-  if (!prefix_caching_ || recurrent()) return;
+  if (!prefix_caching_ || recurrent() || cross_attention()) return;
   const int bs = pool_.block_size();
   // Proposals (speculative decoding) are not the sequence's tokens yet: their blocks wait.
   const int64_t full = std::min(seq.num_computed, seq.num_tokens() - seq.num_drafts) / bs;
@@ -245,7 +260,9 @@ void KvCacheManager::release_outside_window(Sequence& seq) {
 void KvCacheManager::truncate(Sequence& seq) {
   const int64_t keep = blocks_for(seq.num_tokens());
   for (size_t g = 0; g < groups_.size() && g <= seq.group_tables.size(); ++g) {
-    if (groups_[g].kind == CacheKind::kRecurrent) continue;  // one block, whatever the length
+    // One block whatever the length; the encoder's K/V whatever the decoder's length.
+    if (groups_[g].kind == CacheKind::kRecurrent || groups_[g].kind == CacheKind::kCrossAttention)
+      continue;
     auto& table = seq.table(g);
     while (static_cast<int64_t>(table.size()) > keep) {
       if (table.back() != kReleased) pool_.release(table.back());
@@ -265,13 +282,17 @@ void KvCacheManager::free(Sequence& seq) {
   }
   seq.block_hashes.clear();
   seq.num_computed = 0;
+  seq.cross_ready = false;
 }
 
-int64_t KvCacheManager::blocks_needed(int64_t num_tokens, int64_t chunk) const {
+int64_t KvCacheManager::blocks_needed(int64_t num_tokens, int64_t chunk,
+                                      int64_t encoder_tokens) const {
   const int64_t bs = pool_.block_size();
   int64_t total = 0;
   for (const auto& g : groups_) {
-    int64_t n = g.kind == CacheKind::kRecurrent ? 1 : blocks_for(num_tokens);
+    int64_t n = g.kind == CacheKind::kRecurrent        ? 1
+                : g.kind == CacheKind::kCrossAttention ? blocks_for(encoder_tokens)
+                                                       : blocks_for(num_tokens);
     if (g.kind == CacheKind::kSlidingWindow)
       n = std::min(n,
                    (g.window + kernels::kAttentionKeyChunk + std::max<int64_t>(chunk, 1)) / bs + 2);
@@ -282,7 +303,8 @@ int64_t KvCacheManager::blocks_needed(int64_t num_tokens, int64_t chunk) const {
 
 int64_t KvCacheManager::blocks_to_grow(int64_t len, int64_t more) const {
   int64_t attention = 0;
-  for (const auto& g : groups_) attention += g.kind != CacheKind::kRecurrent;
+  for (const auto& g : groups_)
+    attention += g.kind == CacheKind::kFullAttention || g.kind == CacheKind::kSlidingWindow;
   return attention * (blocks_for(len + more) - blocks_for(len));
 }
 

@@ -41,6 +41,9 @@ class KvCacheManager {
   // Whether a cache group keeps a recurrent state (then nothing is prefix-cached, proposals
   // cannot be rolled back, and a sequence holds one block of the group whatever its length).
   bool recurrent() const;
+  // Whether a group holds an encoder's cross-attention K/V (an encoder-decoder: nothing is
+  // prefix-cached, since a decoder's K/V depend on the encoder's input too).
+  bool cross_attention() const;
 
   // A released block's place in a block table: positions no query will attend again.
   static constexpr int32_t kReleased = -1;
@@ -81,8 +84,9 @@ class KvCacheManager {
     return (num_tokens + pool_.block_size() - 1) / pool_.block_size();
   }
   // The most blocks a sequence of num_tokens holds at once in all groups together, computed in
-  // chunks of at most chunk tokens (a sliding group holds its window plus the chunk).
-  int64_t blocks_needed(int64_t num_tokens, int64_t chunk) const;
+  // chunks of at most chunk tokens (a sliding group holds its window plus the chunk; a
+  // cross-attention group the encoder's encoder_tokens).
+  int64_t blocks_needed(int64_t num_tokens, int64_t chunk, int64_t encoder_tokens = 0) const;
   // The blocks a sequence of len tokens takes to grow by `more` (all groups; an upper bound).
   int64_t blocks_to_grow(int64_t len, int64_t more) const;
 

@@ -26,6 +26,11 @@ struct Sequence {
   std::vector<int32_t> block_table;
   std::vector<std::vector<int32_t>> group_tables;
   std::vector<uint64_t> block_hashes;  // hashes of the leading full blocks (prefix cache)
+  // An encoder-decoder's: the encoder's input (the request's prompt; tokens are the decoder's),
+  // and whether its cross-attention K/V are in its blocks (computed by its first step; freed
+  // with its blocks).
+  std::vector<int32_t> encoder_tokens;
+  bool cross_ready = false;
   std::optional<SequenceSampler> sampler;
   SequenceStatus status = SequenceStatus::kWaiting;
   int64_t preemptions = 0;

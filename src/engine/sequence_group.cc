@@ -8,7 +8,7 @@
 namespace tf {
 
 void SequenceGroup::create_sequences(EngineRequest& request, const Tokenizer* tokenizer,
-                                     const std::vector<int32_t>& eos_ids) {
+                                     const std::vector<int32_t>& eos_ids, int32_t decoder_start) {
   request_ = &request;
   const GenerationRequest& spec = request.spec;
   beam_search_ = spec.params.beam_search();
@@ -17,10 +17,15 @@ void SequenceGroup::create_sequences(EngineRequest& request, const Tokenizer* to
     auto seq = std::make_unique<Sequence>();
     seq->request = &request;
     seq->index = i;
-    seq->tokens = spec.prompt;
-    seq->prompt_len = static_cast<int64_t>(spec.prompt.size());
+    if (decoder_start >= 0) {
+      seq->encoder_tokens = spec.prompt;
+      seq->tokens = {decoder_start};
+    } else {
+      seq->tokens = spec.prompt;
+    }
+    seq->prompt_len = static_cast<int64_t>(seq->tokens.size());
     if (!beam_search_) {
-      seq->sampler.emplace(spec.params, request.seed, static_cast<uint64_t>(i), spec.prompt,
+      seq->sampler.emplace(spec.params, request.seed, static_cast<uint64_t>(i), seq->tokens,
                            tokenizer, eos_ids);
     }
     seqs_.push_back(std::move(seq));

@@ -38,9 +38,10 @@ struct BeamState {
 class SequenceGroup {
  public:
   // Makes the request's sequences, none of them scheduled: its samples, or its first beam (the
-  // prompt). The request must hold its spec and seed.
+  // prompt). The request must hold its spec and seed. decoder_start >= 0: an encoder-decoder's
+  // sequences, whose prompt is the encoder's input and whose tokens start from decoder_start.
   void create_sequences(EngineRequest& request, const Tokenizer* tokenizer,
-                        const std::vector<int32_t>& eos_ids);
+                        const std::vector<int32_t>& eos_ids, int32_t decoder_start = -1);
 
   bool beam_search() const { return beam_search_; }
   // The sequence that computes the prompt: the one to schedule first.

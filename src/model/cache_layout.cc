@@ -15,6 +15,8 @@ const char* cache_kind_name(CacheKind kind) {
       return "sliding_window";
     case CacheKind::kRecurrent:
       return "recurrent";
+    case CacheKind::kCrossAttention:
+      return "cross_attention";
   }
   return "unknown";
 }
@@ -35,15 +37,38 @@ CacheLayout one_group(const ModelConfig& config, CacheKind kind, int64_t window)
   return out;
 }
 
+// An encoder-decoder: the decoder's self-attention layers, then their cross-attention caches,
+// a group each of the decoder's size.
+CacheLayout encoder_decoder(const ModelConfig& config) {
+  CacheLayout out;
+  const int64_t n = config.n_layers;
+  out.slots = n;
+  out.group_of_layer.resize(static_cast<size_t>(2 * n));
+  out.slot_of_layer.resize(static_cast<size_t>(2 * n));
+  for (int g = 0; g < 2; ++g) {
+    CacheGroup group;
+    group.kind = g == 0 ? CacheKind::kFullAttention : CacheKind::kCrossAttention;
+    for (int64_t l = 0; l < n; ++l) {
+      group.layers.push_back(static_cast<int32_t>(g * n + l));
+      out.group_of_layer[g * n + l] = g;
+      out.slot_of_layer[g * n + l] = static_cast<int32_t>(l);
+    }
+    out.groups.push_back(std::move(group));
+  }
+  return out;
+}
+
 }  // namespace
 
 CacheLayout CacheLayout::single(const ModelConfig& config) {
+  if (config.encoder_decoder()) return encoder_decoder(config);
   return one_group(
       config, config.arch == Arch::kMamba ? CacheKind::kRecurrent : CacheKind::kFullAttention, 0);
 }
 
 CacheLayout CacheLayout::for_model(const ModelConfig& config, bool grouped) {
   if (config.arch == Arch::kMamba) return one_group(config, CacheKind::kRecurrent, 0);
+  if (config.encoder_decoder()) return encoder_decoder(config);
   const int64_t every = config.window_of_every_layer();
   if (every > 0) return one_group(config, CacheKind::kSlidingWindow, every);
   std::vector<int32_t> full, sliding;

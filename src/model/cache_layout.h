@@ -31,6 +31,10 @@ enum class CacheKind {
   // copied, as a shared K/V block is). Not prefix-cached: the state after a prefix is not kept
   // at block boundaries, so a recurrent model computes every prompt whole.
   kRecurrent,
+  // An encoder-decoder's cross-attention K/V: computed once from the encoder's output when the
+  // sequence starts (blocks for the encoder's length), read by every decoder step, never
+  // written again; shared by forks, freed with the sequence. Not prefix-cached.
+  kCrossAttention,
 };
 
 const char* cache_kind_name(CacheKind kind);
@@ -41,6 +45,8 @@ struct CacheGroup {
   std::vector<int32_t> layers;  // ascending; at most CacheLayout::slots
 };
 
+// Layers here are cache layers (ModelConfig::cache_layers): a decoder's layers, then, for an
+// encoder-decoder, each decoder layer's cross-attention (n_layers + l).
 struct CacheLayout {
   std::vector<CacheGroup> groups;
   std::vector<int32_t> group_of_layer;

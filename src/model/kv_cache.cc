@@ -38,10 +38,10 @@ KvCache::KvCache(const ModelConfig& config, CacheLayout layout, int64_t num_bloc
       n_slots_(layout_.slots),
       kv_dim_(config.kv_dim()),
       type_(type) {
-  if (static_cast<int64_t>(layout_.slot_of_layer.size()) != config.n_layers ||
-      static_cast<int64_t>(layout_.group_of_layer.size()) != config.n_layers || n_slots_ <= 0)
+  if (static_cast<int64_t>(layout_.slot_of_layer.size()) != config.cache_layers() ||
+      static_cast<int64_t>(layout_.group_of_layer.size()) != config.cache_layers() || n_slots_ <= 0)
     fail(ErrorKind::kInternal, "a cache layout of {} layers for a model of {}",
-         layout_.slot_of_layer.size(), config.n_layers);
+         layout_.slot_of_layer.size(), config.cache_layers());
   if (num_blocks <= 0) fail("KV cache needs at least one block, got {}", num_blocks);
   if (block_size <= 0 || block_size > 1024)
     fail("KV block size {} is out of range (1..1024)", block_size);

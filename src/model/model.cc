@@ -14,6 +14,7 @@
 #include "model/llama2c.h"
 #include "model/mamba.h"
 #include "model/safetensors.h"
+#include "model/t5.h"
 #include "model/tf_weights.h"
 
 namespace tf {
@@ -58,6 +59,23 @@ void Model::forward(std::span<const SequenceChunk> batch, KvCache& kv, float* lo
     for (int32_t g = 0; g < layout.num_groups(); ++g) {
       const size_t size = s.table_size(g);
       const int32_t* table = s.table(g);
+      if (layout.groups[g].kind == CacheKind::kCrossAttention) {
+        const int64_t enc = s.encoder_len;
+        if (enc < 1 || enc > config_.max_seq_len ||
+            (!s.encoder_tokens.empty() && static_cast<int64_t>(s.encoder_tokens.size()) != enc))
+          fail("sequence {}: an encoder input of {} tokens (1..{})", i, enc, config_.max_seq_len);
+        for (int32_t id : s.encoder_tokens)
+          if (id < 0 || id >= config_.vocab_size)
+            fail("sequence {}: encoder token id {} is outside the vocabulary", i, id);
+        const int64_t blocks = (enc + bs - 1) / bs;
+        if (static_cast<int64_t>(size) < blocks)
+          fail("sequence {}: {} cross-attention blocks for {} encoder positions", i, size, enc);
+        for (int64_t b = 0; b < blocks; ++b)
+          if (table[b] < 0 || table[b] >= kv.num_blocks())
+            fail("sequence {}: block id {} is outside the KV cache (0..{})", i, table[b],
+                 kv.num_blocks() - 1);
+        continue;
+      }
       if (layout.groups[g].kind == CacheKind::kRecurrent) {  // one block: the state
         if (size < 1 || table[0] < 0 || table[0] >= kv.num_blocks())
           fail("sequence {}: no state block (0..{}) in its recurrent cache group", i,
@@ -170,6 +188,9 @@ std::unique_ptr<Model> load_model(const std::string& path, kernels::WeightType w
       break;
     case Arch::kMamba:
       model = make_mamba(std::move(config), std::move(weights));
+      break;
+    case Arch::kT5:
+      model = make_t5(std::move(config), std::move(weights));
       break;
     case Arch::kLlama:
       model = make_llama(std::move(config), std::move(weights));

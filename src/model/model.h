@@ -27,6 +27,11 @@ struct SequenceChunk {
   std::span<const int32_t> block_table;
   bool all_logits = false;  // logits for every token, else only for the last
   std::span<const std::vector<int32_t>> group_tables = {};  // groups 1.. of the layout
+  // An encoder-decoder's: the encoder's length (its cross-attention K/V fill positions
+  // [0, encoder_len) of the cross-attention group's blocks), and its input when this chunk
+  // computes them first (the sequence's first chunk, or again after its blocks were freed).
+  int64_t encoder_len = 0;
+  std::span<const int32_t> encoder_tokens = {};
 
   const int32_t* table(int32_t group) const {
     return group == 0 ? block_table.data() : group_tables[group - 1].data();

@@ -19,6 +19,8 @@ const char* arch_name(Arch arch) {
       return "llama";
     case Arch::kMamba:
       return "mamba";
+    case Arch::kT5:
+      return "t5";
   }
   return "unknown";
 }
@@ -44,6 +46,15 @@ void ModelConfig::validate(const std::string& source) const {
     positive(ssm_state, "state_size", 1024);
     positive(ssm_conv_kernel, "conv_kernel", 64);
     positive(ssm_dt_rank, "time_step_rank", 1 << 16);
+  }
+  if (arch == Arch::kT5) {
+    positive(n_encoder_layers, "num_layers (encoder)", 4096);
+    positive(rel_buckets, "relative_attention_num_buckets", 4096);
+    positive(rel_max_distance, "relative_attention_max_distance", 1 << 20);
+    if (rel_buckets < 4)
+      fail("{}: relative_attention_num_buckets {} is below 4", source, rel_buckets);
+    if (decoder_start_id < 0 || decoder_start_id >= vocab_size)
+      fail("{}: decoder_start_token_id {} is outside the vocabulary", source, decoder_start_id);
   }
   if (head_dim % 2 != 0 && arch == Arch::kLlama) {
     fail("{}: head_dim {} must be even for rotary embeddings", source, head_dim);
@@ -182,6 +193,37 @@ ModelConfig parse_mamba(const json& j, const std::string& source) {
   const std::string act = get_string_or(j, "hidden_act", "silu", source);
   if (act != "silu")
     fail(ErrorKind::kUnsupported, "{}: hidden_act '{}' is not supported (silu is)", source, act);
+  return c;
+}
+
+// Hugging Face's T5Config (t5-small/base/large, t5-v1_1, flan-t5, mT5): d_model, d_kv per
+// head, d_ff, num_layers (encoder) and num_decoder_layers, relative-position buckets;
+// feed_forward_proj "relu" (v1.0) or "gated-gelu" (v1.1: GELU, tanh form, times a linear gate).
+ModelConfig parse_t5(const json& j, const std::string& source) {
+  ModelConfig c;
+  c.arch = Arch::kT5;
+  c.vocab_size = get_int(j, "vocab_size", source);
+  c.dim = get_int(j, "d_model", source);
+  c.head_dim = get_int(j, "d_kv", source);
+  c.ffn_dim = get_int(j, "d_ff", source);
+  c.n_heads = c.n_kv_heads = get_int(j, "num_heads", source);
+  c.n_encoder_layers = get_int(j, "num_layers", source);
+  c.n_layers = get_int_or(j, "num_decoder_layers", c.n_encoder_layers, source);
+  c.rel_buckets = get_int_or(j, "relative_attention_num_buckets", 32, source);
+  c.rel_max_distance = get_int_or(j, "relative_attention_max_distance", 128, source);
+  c.norm_eps = static_cast<float>(get_num_or(j, "layer_norm_epsilon", 1e-6, source));
+  c.tied_embeddings = get_bool_or(j, "tie_word_embeddings", true, source);
+  // Relative positions have no limit of their own; n_positions (512) is what T5 was trained on,
+  // and what its configs carry: the longest encoder input and decoder output.
+  c.max_seq_len = get_int_or(j, "n_positions", 512, source);
+  std::string proj = get_string_or(j, "feed_forward_proj", "relu", source);
+  if (proj == "gated-gelu" || proj == "gated-gelu_new") {
+    c.gated_ffn = true;
+  } else if (proj != "relu") {
+    fail(ErrorKind::kUnsupported,
+         "{}: feed_forward_proj '{}' is not supported (relu and gated-gelu are)", source, proj);
+  }
+  c.decoder_start_id = static_cast<int32_t>(get_int_or(j, "decoder_start_token_id", 0, source));
   return c;
 }
 
@@ -508,6 +550,10 @@ ModelConfig parse_hf_config(const std::string& json_text, const std::string& sou
              (architecture.empty() && model_type == "gemma3_text")) {
     c = parse_gemma(j, source, 3);
     if (architecture.empty()) architecture = "Gemma3ForCausalLM";
+  } else if (architecture == "T5ForConditionalGeneration" ||
+             (architecture.empty() && model_type == "t5")) {
+    c = parse_t5(j, source);
+    if (architecture.empty()) architecture = "T5ForConditionalGeneration";
   } else if (architecture == "MambaForCausalLM" ||
              (architecture.empty() && model_type == "mamba")) {
     c = parse_mamba(j, source);
@@ -518,7 +564,7 @@ ModelConfig parse_hf_config(const std::string& json_text, const std::string& sou
          "LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM, Qwen3ForCausalLM, "
          "Phi3ForCausalLM, GemmaForCausalLM, Gemma2ForCausalLM, Gemma3ForCausalLM, "
          "MixtralForCausalLM, Qwen2MoeForCausalLM, Qwen3MoeForCausalLM, OlmoeForCausalLM, "
-         "MambaForCausalLM",
+         "MambaForCausalLM, T5ForConditionalGeneration",
          source, architecture, model_type);
   }
   c.architecture = architecture;

@@ -10,7 +10,7 @@
 
 namespace tf {
 
-enum class Arch { kGpt2, kLlama, kMamba };
+enum class Arch { kGpt2, kLlama, kMamba, kT5 };
 
 const char* arch_name(Arch arch);
 
@@ -88,6 +88,20 @@ struct ModelConfig {
   int64_t ssm_state_floats() const {
     return (ssm_conv_kernel - 1) * ssm_inner + ssm_inner * ssm_state;
   }
+
+  // T5 (arch kT5, an encoder-decoder): n_layers decoder blocks (self-attention, cross-attention
+  // over the encoder's output, MLP) and n_encoder_layers encoder blocks; attention without
+  // score scaling and with a learned bias per head over relative-position buckets (bidirectional
+  // in the encoder, causal in the decoder), from each stack's first block; a gated-GELU MLP
+  // (v1.1, flan-t5, mT5) or ReLU (v1.0). The decoder starts from decoder_start_id.
+  int64_t n_encoder_layers = 0;
+  int64_t rel_buckets = 32, rel_max_distance = 128;
+  bool gated_ffn = false;
+  int32_t decoder_start_id = 0;
+  bool encoder_decoder() const { return arch == Arch::kT5; }
+  // The caches the layout assigns (CacheLayout): one per decoder layer, and a cross-attention
+  // one per decoder layer of an encoder-decoder (numbered n_layers + l).
+  int64_t cache_layers() const { return encoder_decoder() ? 2 * n_layers : n_layers; }
 
   int32_t bos_id = -1;  // -1: none
   int32_t eos_id = -1;

@@ -31,31 +31,54 @@ void for_rows(ThreadPool& pool, int64_t n, FunctionRef<void(int64_t)> fn) {
   });
 }
 
+void store_kv_row(const kernels::PagedKvLayer& layer, const int32_t* table, int64_t pos,
+                  const float* ks, const float* vs) {
+  const int64_t kv_dim = layer.kv_dim;
+  switch (layer.type) {
+    case kernels::KvType::kF32:
+      std::memcpy(layer.k_row(table, pos), ks, kv_dim * sizeof(float));
+      std::memcpy(layer.v_row(table, pos), vs, kv_dim * sizeof(float));
+      break;
+    case kernels::KvType::kBF16:
+    case kernels::KvType::kF16: {
+      uint16_t* kd = layer.k_at<uint16_t>(table, pos);
+      uint16_t* vd = layer.v_at<uint16_t>(table, pos);
+      const bool bf = layer.type == kernels::KvType::kBF16;
+      for (int64_t i = 0; i < kv_dim; ++i) {
+        kd[i] = bf ? f32_to_bf16(ks[i]) : f32_to_f16(ks[i]);
+        vd[i] = bf ? f32_to_bf16(vs[i]) : f32_to_f16(vs[i]);
+      }
+      break;
+    }
+  }
+}
+
+void load_kv_row(const kernels::PagedKvLayer& layer, const int32_t* table, int64_t pos, int which,
+                 float* out) {
+  const int64_t kv_dim = layer.kv_dim;
+  switch (layer.type) {
+    case kernels::KvType::kF32:
+      std::memcpy(out, which == 0 ? layer.k_row(table, pos) : layer.v_row(table, pos),
+                  kv_dim * sizeof(float));
+      break;
+    case kernels::KvType::kBF16:
+    case kernels::KvType::kF16: {
+      const uint16_t* src =
+          which == 0 ? layer.k_at<uint16_t>(table, pos) : layer.v_at<uint16_t>(table, pos);
+      const bool bf = layer.type == kernels::KvType::kBF16;
+      for (int64_t i = 0; i < kv_dim; ++i) out[i] = bf ? bf16_to_f32(src[i]) : f16_to_f32(src[i]);
+      break;
+    }
+  }
+}
+
 void store_kv(std::span<const SequenceChunk> batch, std::span<const TokenPosition> tokens,
               const kernels::PagedKvLayer& layer, const float* k, const float* v,
               ThreadPool& pool) {
   const int64_t kv_dim = layer.kv_dim;
   for_rows(pool, static_cast<int64_t>(tokens.size()), [&](int64_t t) {
-    const int32_t* table = batch[tokens[t].seq].table(layer.group);
-    const int64_t pos = tokens[t].pos;
-    const float *ks = k + t * kv_dim, *vs = v + t * kv_dim;
-    switch (layer.type) {
-      case kernels::KvType::kF32:
-        std::memcpy(layer.k_row(table, pos), ks, kv_dim * sizeof(float));
-        std::memcpy(layer.v_row(table, pos), vs, kv_dim * sizeof(float));
-        break;
-      case kernels::KvType::kBF16:
-      case kernels::KvType::kF16: {
-        uint16_t* kd = layer.k_at<uint16_t>(table, pos);
-        uint16_t* vd = layer.v_at<uint16_t>(table, pos);
-        const bool bf = layer.type == kernels::KvType::kBF16;
-        for (int64_t i = 0; i < kv_dim; ++i) {
-          kd[i] = bf ? f32_to_bf16(ks[i]) : f32_to_f16(ks[i]);
-          vd[i] = bf ? f32_to_bf16(vs[i]) : f32_to_f16(vs[i]);
-        }
-        break;
-      }
-    }
+    store_kv_row(layer, batch[tokens[t].seq].table(layer.group), tokens[t].pos, k + t * kv_dim,
+                 v + t * kv_dim);
   });
 }
 

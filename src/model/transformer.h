@@ -24,6 +24,14 @@ struct Activations {
 // fn(t) for t in [0, n), rows split over the pool.
 void for_rows(ThreadPool& pool, int64_t n, FunctionRef<void(int64_t)> fn);
 
+// Writes one position's K and V rows (kv_dim floats each) into the cache through a block table,
+// in the cache's type.
+void store_kv_row(const kernels::PagedKvLayer& layer, const int32_t* table, int64_t pos,
+                  const float* k, const float* v);
+// Reads one position's K or V row back as floats (which: 0 keys, 1 values).
+void load_kv_row(const kernels::PagedKvLayer& layer, const int32_t* table, int64_t pos, int which,
+                 float* out);
+
 // Writes each token's K and V rows into the cache at its position.
 void store_kv(std::span<const SequenceChunk> batch, std::span<const TokenPosition> tokens,
               const kernels::PagedKvLayer& layer, const float* k, const float* v, ThreadPool& pool);

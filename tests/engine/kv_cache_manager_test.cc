@@ -489,3 +489,46 @@ TEST(KvCacheManagerGroups, ARecurrentGroupHoldsOneStateBlockCopiedOnTheFirstWrit
 
 }  // namespace
 }  // namespace tf
+
+namespace tf {
+namespace {
+
+TEST(KvCacheManagerGroups, CrossAttentionBlocksHoldTheEncoderAndAreWrittenOnce) {
+  KvBlockPool pool(32, kBlock, 2);
+  KvCacheManager kv(
+      pool, true,
+      std::vector<CacheGroupSpec>{{CacheKind::kFullAttention, 0}, {CacheKind::kCrossAttention, 0}});
+  EXPECT_TRUE(kv.cross_attention());
+  Sequence a = make_sequence(1, 0);  // the decoder's start token
+  a.encoder_tokens.assign(10, 7);    // an encoder input of 10: 3 blocks of 4
+  EXPECT_EQ(kv.match_prefix(a, 0), 0) << "a decoder's K/V depend on the encoder's input too";
+  std::vector<BlockCopy> copies;
+  ASSERT_TRUE(kv.allocate_slots(a, 1, copies));
+  EXPECT_EQ(a.block_table.size(), 1u);
+  EXPECT_EQ(a.table(1).size(), 3u);
+  EXPECT_EQ(kv.blocks_needed(9, 16, 10), 3 + 3);
+  a.num_computed = 1;
+  a.cross_ready = true;
+  kv.cache_full_blocks(a, 0);
+  EXPECT_EQ(pool.num_cached(), 0);
+  // Forks share the encoder's K/V and never copy them: nothing writes there again.
+  Sequence b = child_of(a, 9);
+  kv.fork(a, b);
+  EXPECT_TRUE(b.cross_ready);
+  EXPECT_EQ(b.table(1), a.table(1));
+  EXPECT_EQ(b.encoder_tokens, a.encoder_tokens);
+  for (int i = 0; i < 8; ++i) a.tokens.push_back(3);
+  ASSERT_TRUE(kv.allocate_slots(a, a.num_tokens(), copies));
+  ASSERT_TRUE(kv.allocate_slots(b, b.num_tokens(), copies));
+  for (const BlockCopy& c : copies) EXPECT_EQ(c.group, 0) << "only the decoder's blocks copy";
+  EXPECT_EQ(pool.refcount(a.table(1)[0]), 2);
+  // Freed (a preemption): the encoder's K/V go with the blocks, to be computed again.
+  kv.free(a);
+  EXPECT_FALSE(a.cross_ready);
+  kv.free(b);
+  EXPECT_EQ(pool.num_used(), 0);
+  pool.check_invariants();
+}
+
+}  // namespace
+}  // namespace tf

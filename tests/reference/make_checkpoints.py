@@ -216,8 +216,28 @@ def _mamba_config(dtype):
     }.items()))
 
 
+def _t5_config(dtype, v11):
+    # transformers' T5Config, small: 2 encoder and 3 decoder blocks (num_decoder_layers apart
+    # from num_layers), 4 heads of d_kv 12 (inner 48 != d_model 40), 8 buckets over a distance of
+    # 20 (prompts longer than both); v1.0: ReLU, tied embeddings (the decoder's output scaled by
+    # d_model^-0.5); v1.1: gated GELU, an LM head of its own.
+    return dict(sorted({
+        "architectures": ["T5ForConditionalGeneration"], "model_type": "t5",
+        "d_model": 40, "d_kv": 12, "d_ff": 56, "num_layers": 2, "num_decoder_layers": 3,
+        "num_heads": 4, "relative_attention_num_buckets": 8,
+        "relative_attention_max_distance": 20, "dropout_rate": 0.1,
+        "layer_norm_epsilon": 1e-06, "initializer_factor": 1.0,
+        "feed_forward_proj": "gated-gelu" if v11 else "relu", "is_encoder_decoder": True,
+        "tie_word_embeddings": not v11, "decoder_start_token_id": 0, "pad_token_id": 0,
+        "eos_token_id": 1, "n_positions": 512, "vocab_size": 1000, "use_cache": True,
+        "torch_dtype": TORCH_DTYPE[dtype], "transformers_version": TRANSFORMERS_VERSION,
+    }.items()))
+
+
 KINDS = {
     "gpt2": lambda dt: _gpt2_config(dt),
+    "t5": lambda dt: _t5_config(dt, False),
+    "t5_v1_1": lambda dt: _t5_config(dt, True),
     "mamba": lambda dt: _mamba_config(dt),
     "llama_gqa": lambda dt: _llama_config(dt, n_kv=2, tie=False, theta=10000.0),
     "llama_tied": lambda dt: _llama_config(dt, n_kv=6, tie=True, theta=500000.0, head_dim=12),
@@ -324,6 +344,46 @@ def _gpt2_weights(cfg, rng, legacy):
         w[p + "mlp.c_proj.bias"] = _normal(rng, d, 0.05)
     w[pre + "ln_f.weight"] = _norm_weight(rng, d)
     w[pre + "ln_f.bias"] = _normal(rng, d, 0.05)
+    return w
+
+
+def _t5_weights(cfg, rng):
+    d, V, H, dk, ff = (cfg["d_model"], cfg["vocab_size"], cfg["num_heads"], cfg["d_kv"],
+                       cfg["d_ff"])
+    inner = H * dk
+    gated = cfg["feed_forward_proj"].startswith("gated")
+    w = {"shared.weight": _normal(rng, (V, d), 1.0)}
+
+    def attention(p):
+        for m in "qkv":
+            w[p + m + ".weight"] = _normal(rng, (inner, d), 0.25)
+        w[p + "o.weight"] = _normal(rng, (d, inner), 0.2)
+
+    def mlp(p):
+        if gated:
+            w[p + "DenseReluDense.wi_0.weight"] = _normal(rng, (ff, d), 0.3)
+            w[p + "DenseReluDense.wi_1.weight"] = _normal(rng, (ff, d), 0.3)
+        else:
+            w[p + "DenseReluDense.wi.weight"] = _normal(rng, (ff, d), 0.3)
+        w[p + "DenseReluDense.wo.weight"] = _normal(rng, (d, ff), 0.2)
+
+    for stack, n in (("encoder", cfg["num_layers"]), ("decoder", cfg["num_decoder_layers"])):
+        for i in range(n):
+            p = "%s.block.%d.layer." % (stack, i)
+            w[p + "0.layer_norm.weight"] = _norm_weight(rng, d)
+            attention(p + "0.SelfAttention.")
+            if i == 0:  # the position bias: the first block's, shared by the stack
+                w[p + "0.SelfAttention.relative_attention_bias.weight"] = _normal(
+                    rng, (cfg["relative_attention_num_buckets"], H), 1.0)
+            if stack == "decoder":
+                w[p + "1.layer_norm.weight"] = _norm_weight(rng, d)
+                attention(p + "1.EncDecAttention.")
+            last = "2." if stack == "decoder" else "1."
+            w[p + last + "layer_norm.weight"] = _norm_weight(rng, d)
+            mlp(p + last)
+        w[stack + ".final_layer_norm.weight"] = _norm_weight(rng, d)
+    if not cfg["tie_word_embeddings"]:
+        w["lm_head.weight"] = _normal(rng, (V, d), 0.3)
     return w
 
 
@@ -500,6 +560,8 @@ def write_checkpoint(out_dir, kind, dtype="F32", sharded=False, seed=0, legacy_g
         w = _gemma_weights(cfg, rng)
     elif cfg["model_type"] == "mamba":
         w = _mamba_weights(cfg, rng)
+    elif cfg["model_type"] == "t5":
+        w = _t5_weights(cfg, rng)
     else:
         w = _llama_weights(cfg, rng)
     with open(os.path.join(out_dir, "config.json"), "w") as f:

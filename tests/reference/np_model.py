@@ -574,6 +574,7 @@ class Gemma:
 _ARCHS = {
     "GPT2LMHeadModel": "gpt2",
     "MambaForCausalLM": "mamba",
+    "T5ForConditionalGeneration": "t5",
     "LlamaForCausalLM": "llama",
     "MistralForCausalLM": "mistral",
     "Qwen2ForCausalLM": "qwen2",
@@ -646,6 +647,122 @@ class Mamba:
         return rms_norm(x, w["backbone.norm_f.weight"], self.eps) @ self.head.T
 
 
+def t5_position_bucket(relative, bidirectional, num_buckets, max_distance):
+    """T5's bucket of a key at `relative` = key - query (Raffel et al. 2020, section 2.1: exact
+    buckets for small distances, logarithmic ones up to max_distance, then one), with the
+    logarithmic part in float32 and truncated, as transformers computes it."""
+    bucket = 0
+    n = num_buckets
+    if bidirectional:
+        n //= 2
+        if relative > 0:
+            bucket += n
+        relative = abs(relative)
+    else:
+        relative = -min(relative, 0)
+    max_exact = n // 2
+    if relative < max_exact:
+        return bucket + relative
+    f32 = np.float32
+    scaled = (np.log(f32(relative) / f32(max_exact)) / f32(math.log(max_distance / max_exact))
+              * f32(n - max_exact))
+    return bucket + min(max_exact + int(scaled), n - 1)
+
+
+class T5:
+    """T5 (Raffel et al. 2020) as transformers' T5ForConditionalGeneration computes it, in
+    float64: RMS norms (no mean, no bias), unscaled dot-product attention plus a per-head bias
+    over relative-position buckets (the first block's, for every block of its stack;
+    bidirectional in the encoder, causal in the decoder), cross-attention without a bias, ReLU or
+    gated-GELU MLPs in residual blocks, the decoder's output scaled by d_model^-0.5 when the
+    embeddings are tied. logits(encoder_ids, decoder_ids) -> [len(decoder_ids), vocab]."""
+
+    def __init__(self, cfg, w):
+        self.cfg = cfg
+        self.vocab_size = cfg["vocab_size"]
+        self.w = {k: v.astype(F) for k, v in w.items()}
+        self.H, self.dk = cfg["num_heads"], cfg["d_kv"]
+        self.eps = cfg.get("layer_norm_epsilon", 1e-6)
+        self.gated = cfg.get("feed_forward_proj", "relu").startswith("gated")
+        self.tied = cfg.get("tie_word_embeddings", True)
+        self.start = cfg.get("decoder_start_token_id", 0)
+
+    def _bias(self, stack, nq, nk, bidirectional, q0=0):
+        table = self.w["%s.block.0.layer.0.SelfAttention.relative_attention_bias.weight" % stack]
+        b = np.zeros((self.H, nq, nk))
+        for i in range(nq):
+            for j in range(nk):
+                b[:, i, j] = table[t5_position_bucket(
+                    j - (q0 + i), bidirectional, self.cfg["relative_attention_num_buckets"],
+                    self.cfg["relative_attention_max_distance"])]
+        return b
+
+    def _attention(self, p, xq, xkv, bias, causal):
+        w, H, dk = self.w, self.H, self.dk
+        q = (xq @ w[p + "q.weight"].T).reshape(len(xq), H, dk).transpose(1, 0, 2)
+        k = (xkv @ w[p + "k.weight"].T).reshape(len(xkv), H, dk).transpose(1, 0, 2)
+        v = (xkv @ w[p + "v.weight"].T).reshape(len(xkv), H, dk).transpose(1, 0, 2)
+        s = q @ k.transpose(0, 2, 1)
+        if bias is not None:
+            s = s + bias
+        if causal:
+            s = s + np.triu(np.full((len(xq), len(xkv)), -np.inf), 1)
+        out = softmax(s) @ v  # [H, q, dk]
+        return out.transpose(1, 0, 2).reshape(len(xq), H * dk) @ w[p + "o.weight"].T
+
+    def _mlp(self, p, x):
+        w = self.w
+        if self.gated:
+            h = gelu_tanh(x @ w[p + "DenseReluDense.wi_0.weight"].T) * \
+                (x @ w[p + "DenseReluDense.wi_1.weight"].T)
+        else:
+            h = np.maximum(x @ w[p + "DenseReluDense.wi.weight"].T, 0.0)
+        return h @ w[p + "DenseReluDense.wo.weight"].T
+
+    def encode(self, ids):
+        w, eps = self.w, self.eps
+        x = w["shared.weight"][np.asarray(ids)]
+        bias = self._bias("encoder", len(ids), len(ids), True)
+        for i in range(self.cfg["num_layers"]):
+            p = "encoder.block.%d.layer." % i
+            h = rms_norm(x, w[p + "0.layer_norm.weight"], eps)
+            x = x + self._attention(p + "0.SelfAttention.", h, h, bias, False)
+            x = x + self._mlp(p + "1.", rms_norm(x, w[p + "1.layer_norm.weight"], eps))
+        return rms_norm(x, w["encoder.final_layer_norm.weight"], eps)
+
+    def logits(self, encoder_ids, decoder_ids):
+        w, eps = self.w, self.eps
+        enc = self.encode(encoder_ids)
+        x = w["shared.weight"][np.asarray(decoder_ids)]
+        bias = self._bias("decoder", len(decoder_ids), len(decoder_ids), False)
+        for i in range(self.cfg.get("num_decoder_layers", self.cfg["num_layers"])):
+            p = "decoder.block.%d.layer." % i
+            h = rms_norm(x, w[p + "0.layer_norm.weight"], eps)
+            x = x + self._attention(p + "0.SelfAttention.", h, h, bias, True)
+            h = rms_norm(x, w[p + "1.layer_norm.weight"], eps)
+            x = x + self._attention(p + "1.EncDecAttention.", h, enc, None, False)
+            x = x + self._mlp(p + "2.", rms_norm(x, w[p + "2.layer_norm.weight"], eps))
+        x = rms_norm(x, w["decoder.final_layer_norm.weight"], eps)
+        if self.tied:
+            return (x * self.cfg["d_model"] ** -0.5) @ w["shared.weight"].T
+        return x @ w["lm_head.weight"].T
+
+    def greedy(self, encoder_ids, n):
+        """n tokens by argmax (lowest id on ties) from the decoder's start token, with their
+        log-probabilities."""
+        dec = [self.start]
+        out, lps = [], []
+        for _ in range(n):
+            last = self.logits(encoder_ids, dec)[-1]
+            t = int(np.argmax(last))
+            lp = last - last.max()
+            lp = lp - np.log(np.exp(lp).sum())
+            out.append(t)
+            lps.append(float(lp[t]))
+            dec.append(t)
+        return out, lps
+
+
 def load_hf(model_dir):
     with open(os.path.join(model_dir, "config.json")) as f:
         cfg = json.load(f)
@@ -659,6 +776,8 @@ def load_hf(model_dir):
         return GPT2(cfg, w)
     if arch == "mamba":
         return Mamba(cfg, w)
+    if arch == "t5":
+        return T5(cfg, w)
     if arch in ("gemma", "gemma2", "gemma3"):
         return Gemma(cfg, w, {"gemma": 1, "gemma2": 2, "gemma3": 3}[arch])
     if arch in ("llama", "mistral", "qwen2", "qwen3", "phi3", "mixtral", "qwen2_moe",

@@ -129,8 +129,11 @@ GenerationPlan plan_request(
     ctx = *req.context_limit;
   }
   const char* prompt_field = req.chat ? "messages" : "prompt";
+  // An encoder-decoder's prompt is its encoder's input: up to the whole context (its output
+  // has the decoder's).
+  const bool encoder_decoder = cfg.encoder_decoder();
   for (auto& prompt : p.prompts) {
-    if (static_cast<int64_t>(prompt.size()) >= ctx) {
+    if (static_cast<int64_t>(prompt.size()) >= ctx + (encoder_decoder ? 1 : 0)) {
       throw HttpError(400,
                       fmt::format("This model's maximum context length is {} tokens, the prompt "
                                   "has {} tokens",
@@ -159,7 +162,9 @@ GenerationPlan plan_request(
     if (req.prompt_logprobs || (req.echo && p.params.logprobs))
       r.prompt_logprobs =
           std::max(req.prompt_logprobs.value_or(0), req.echo ? p.params.logprobs.value_or(0) : 0);
-    const int64_t room = fit_max_tokens(r.params, r.prompt.size(), ctx, req.max_tokens_given);
+    // An encoder-decoder's output has the decoder's whole context, its start token aside.
+    const size_t decoder_prompt = encoder_decoder ? 1 : r.prompt.size();
+    const int64_t room = fit_max_tokens(r.params, decoder_prompt, ctx, req.max_tokens_given);
     if (static_cast<int64_t>(r.params.max_tokens) > room) {
       throw HttpError(400,
                       fmt::format("This model's maximum context length is {} tokens; the prompt "

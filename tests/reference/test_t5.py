@@ -1,0 +1,147 @@
+"""T5 through the engine (issue 51): an encoder-decoder against the independent numpy T5.
+
+Random-weight T5 checkpoints (make_checkpoints: v1.0 with ReLU and tied embeddings, v1.1 with
+gated GELU and its own LM head; position buckets, heads and layer counts chosen so that every
+part binds) run as batch jobs through `tokenflow generate --input-file`: the prompt is the
+encoder's input, the decoder starts from decoder_start_token_id. Each request's greedy tokens
+and their log-probabilities must be numpy's; the same when all requests run at once in a KV
+cache too small for them (preemption frees a sequence's cross-attention blocks too: it is
+encoded again), with n = 2 (forks share the encoder's K/V), and the top-5 alternatives' values.
+
+Needs TOKENFLOW_BIN (the tokenflow binary).
+"""
+
+import json
+import os
+import re
+import struct
+import subprocess
+import tempfile
+import unittest
+
+import numpy as np
+
+import make_checkpoints
+import np_model
+
+SPECIAL = {"<pad>": 0, "</s>": 1, "<unk>": 2}
+STEPS = 20  # past a block of 16: decoders grow while the small cache is full
+
+
+def write_vocab(path, n):
+    """A llama2.c tokenizer.bin whose every piece is its own word (" t<id>"), so that the text of
+    an output names its token ids."""
+    pieces = [b"<pad>", b"</s>", b"<unk>"] + [(" t%d" % i).encode() for i in range(3, n)]
+    with open(path, "wb") as f:
+        f.write(struct.pack("<i", max(len(p) for p in pieces)))
+        for p in pieces:
+            f.write(struct.pack("<fi", 0.0, len(p)))
+            f.write(p)
+
+
+def ids_of(pieces):
+    out = []
+    for p in pieces:
+        m = re.fullmatch(r" t(\d+)", p)
+        if m is None:
+            raise AssertionError("token %r is not a word of the test vocabulary" % p)
+        out.append(int(m.group(1)))
+    return out
+
+
+class T5Engine(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        cls.bin = os.environ.get("TOKENFLOW_BIN")
+        if not cls.bin:
+            raise unittest.SkipTest("TOKENFLOW_BIN is not set")
+        cls.tmp = tempfile.TemporaryDirectory(prefix="tf_t5_")
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.tmp.cleanup()
+
+    def run_job(self, model, requests, concurrency, kv_memory):
+        d = self.tmp.name
+        inp, out = os.path.join(d, "in.jsonl"), os.path.join(d, "out.jsonl")
+        if os.path.exists(out):
+            os.remove(out)
+        with open(inp, "w") as f:
+            for r in requests:
+                f.write(json.dumps(r) + "\n")
+        cmd = [self.bin, "generate", "-m", model, "--input-file", inp, "--output-file", out,
+               "--concurrency", str(concurrency), "--kv-cache-memory", kv_memory, "-v"]
+        r = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
+        self.assertEqual(r.returncode, 0, "%s\n%s" % (" ".join(cmd), r.stderr[-2000:]))
+        m = re.search(r"engine: (\d+) preemptions", r.stderr)
+        with open(out) as f:
+            bodies = [json.loads(line)["response"]["body"] for line in f]
+        return bodies, int(m.group(1))
+
+    def check(self, kind):
+        model = make_checkpoints.write_checkpoint(os.path.join(self.tmp.name, kind), kind, seed=11)
+        cfg = make_checkpoints.KINDS[kind]("F32")
+        write_vocab(os.path.join(model, "tokenizer.bin"), cfg["vocab_size"])
+        ref = np_model.load_hf(model)
+        rng = np.random.default_rng(5)
+        # Encoder inputs of 1 to 45 tokens (past the 20 of the buckets' max distance).
+        prompts = [[int(t) for t in rng.integers(3, cfg["vocab_size"], n)]
+                   for n in (1, 3, 9, 17, 30, 45)]
+        want = [ref.greedy(p, STEPS) for p in prompts]
+        requests = [{"prompt": p, "max_tokens": STEPS, "temperature": 0, "ignore_eos": True}
+                    for p in prompts]
+
+        # Alone: each request's tokens, their log-probabilities and the top-5 alternatives'
+        # values (the whole distribution, not only its argmax) against numpy's.
+        for i, p in enumerate(prompts):
+            r = subprocess.run(
+                [self.bin, "generate", "-m", model, "--prompt-ids", ",".join(map(str, p)),
+                 "-n", str(STEPS), "-t", "0", "--ignore-eos", "--logprobs", "5", "--no-echo"],
+                capture_output=True, text=True, timeout=600)
+            self.assertEqual(r.returncode, 0, r.stderr[-2000:])
+            steps = [m for m in (re.match(r"\s*(\d+)\s+\S+\s+(-?[\d.]+)(.*)$", line)
+                                 for line in r.stderr.splitlines()) if m]
+            self.assertEqual([int(m.group(1)) for m in steps], want[i][0], "%s request %d" % (kind, i))
+            np.testing.assert_allclose([float(m.group(2)) for m in steps], want[i][1], atol=2e-4,
+                                       err_msg="%s request %d" % (kind, i))
+            logits = ref.logits(p, [cfg["decoder_start_token_id"]] + want[i][0][:-1])
+            for step, m in enumerate(steps):
+                row = logits[step] - logits[step].max()
+                row = row - np.log(np.exp(row).sum())
+                alts = re.findall(r"(<pad>|</s>|<unk>|t\d+):(-?[\d.]+)", m.group(3))
+                self.assertEqual(len(alts), 5, m.group(0))
+                for tok, value in alts:
+                    tid = SPECIAL[tok] if tok in SPECIAL else int(tok[1:])
+                    self.assertAlmostEqual(float(value), row[tid], delta=2e-4)
+
+        def texts(bodies, n=1):
+            out = []
+            for body in bodies:
+                self.assertEqual(len(body["choices"]), n)
+                out.append([ids_of(c["text"].split(" ")[1:] and
+                                   [" " + w for w in c["text"].split(" ")[1:]])
+                            for c in body["choices"]])
+            return out
+
+        # All at once in the smallest cache (1 MiB: ~60 blocks of 16 positions for these
+        # shapes; each sequence holds its decoder's blocks and its encoder's): some wait, some
+        # are preempted (their cross-attention blocks freed, encoded again). The same tokens.
+        together, preemptions = self.run_job(model, requests * 8, 48, "1MiB")
+        for j, got in enumerate(texts(together)):
+            self.assertEqual(got, [want[j % len(prompts)][0]], "%s batched request %d" % (kind, j))
+            self.assertEqual(together[j]["usage"]["prompt_tokens"], len(prompts[j % len(prompts)]))
+        # n = 2: the forks share the encoder's K/V.
+        forked, _ = self.run_job(model, [dict(r, n=2) for r in requests], 6, "64MiB")
+        for j, got in enumerate(texts(forked, n=2)):
+            self.assertEqual(got, [want[j][0]] * 2, "%s n=2 request %d" % (kind, j))
+        return preemptions
+
+    def test_t5_v1_0_relu_tied(self):
+        self.assertGreater(self.check("t5"), 0, "the small cache must force preemption")
+
+    def test_t5_v1_1_gated_gelu_own_head(self):
+        self.check("t5_v1_1")
+
+
+if __name__ == "__main__":
+    unittest.main()
