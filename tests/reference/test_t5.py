@@ -130,6 +130,24 @@ class T5Engine(unittest.TestCase):
         for j, got in enumerate(texts(together)):
             self.assertEqual(got, [want[j % len(prompts)][0]], "%s batched request %d" % (kind, j))
             self.assertEqual(together[j]["usage"]["prompt_tokens"], len(prompts[j % len(prompts)]))
+        # Beam search (what T5 users run): each returned beam's cumulative log-probability is
+        # numpy's for its tokens, and the best is at least the greedy sequence's.
+        p = prompts[3]
+        r = subprocess.run(
+            [self.bin, "generate", "-m", model, "--prompt-ids", ",".join(map(str, p)), "-n", "8",
+             "--num-beams", "4", "--num-return-sequences", "2", "--ignore-eos", "--no-echo"],
+            capture_output=True, text=True, timeout=600)
+        self.assertEqual(r.returncode, 0, r.stderr[-2000:])
+        beams = re.findall(r"cumulative logprob (-?[\d.]+)\) ---\n(.*)\n", r.stdout)
+        self.assertEqual(len(beams), 2, r.stdout)
+        for score, text in beams:
+            ids = ids_of([" " + w for w in text.split(" ")[1:]])
+            self.assertEqual(len(ids), 8)
+            logits = ref.logits(p, [cfg["decoder_start_token_id"]] + ids[:-1])
+            total = sum(float(row[t] - row.max() - np.log(np.exp(row - row.max()).sum()))
+                        for row, t in zip(logits, ids))
+            self.assertAlmostEqual(float(score), total, delta=1e-3)
+        self.assertGreaterEqual(float(beams[0][0]), sum(want[3][1][:8]) - 1e-3)
         # n = 2: the forks share the encoder's K/V.
         forked, _ = self.run_job(model, [dict(r, n=2) for r in requests], 6, "64MiB")
         for j, got in enumerate(texts(forked, n=2)):
