@@ -104,6 +104,24 @@ TEST(GenerateSignature, RowParamsFollowGenerate) {
   EXPECT_THROW(generate_row_params(s, row, 0, {2}, 61), HttpError);
 }
 
+TEST(GenerateSignature, AnEncoderDecoderAnswersWithTheDecodersSequences) {
+  // TFT5ForConditionalGeneration.generate: the rows are the encoder's input; max_length counts
+  // the decoder's tokens from its start token; the answer is [start, new tokens..., pad].
+  GenerateRow row{{0, 0}, std::vector<int32_t>(50, 7)};
+  GenerateSettings s;
+  GenerateRowParams p = generate_row_params(s, row, 0, {1}, 64, /*decoder_start=*/0);
+  EXPECT_EQ(p.params.max_tokens, 20 - 1) << "not max_length minus the encoder's 52 positions";
+  s.max_new_tokens = 63;  // 1 + 63 decoder tokens fit a context of 64, beside 50 encoder ones
+  EXPECT_EQ(generate_row_params(s, row, 0, {1}, 64, 0).params.max_tokens, 63);
+  s.max_new_tokens = 64;
+  EXPECT_THROW(generate_row_params(s, row, 0, {1}, 64, 0), HttpError);
+  GenerateRow longer{{}, std::vector<int32_t>(65, 7)};  // the encoder's input past the context
+  s.max_new_tokens = 4;
+  EXPECT_THROW(generate_row_params(s, longer, 0, {1}, 64, 0), HttpError);
+  const auto out = generate_output({row, longer}, {{{5, 6}}, {{8}}}, /*pad=*/0, /*start=*/0);
+  EXPECT_EQ(out, (std::vector<std::vector<int32_t>>{{0, 5, 6}, {0, 8, 0}}));
+}
+
 TEST(GenerateSignature, PredictBodiesPickTheirSignature) {
   EXPECT_TRUE(
       read_predict_body(json::parse(R"({"inputs": {"input_ids": [[1]], "attention_mask": [[1]]}})"))

@@ -10,6 +10,7 @@ import re
 import shutil
 import socket
 import subprocess
+import sys
 import tempfile
 import unittest
 
@@ -343,6 +344,90 @@ class TfModelServerTest(unittest.TestCase):
             code, err = stop_server(proc)
         with open(os.path.join(self.dir, "log")) as f:
             self.assertEqual(code, 0, f.read())
+
+    def test_gpt2_t5_and_a_third_model_side_by_side_in_one_config(self):
+        """Issue 51 item 5: the seed's configuration, a GPT-2 and a T5 beside another model in
+        one model_config_list (model_platform 'tensorflow'), each with its own version policy;
+        T5 through TF Serving's REST Predict (the generate signature: input_ids and
+        attention_mask are the encoder's input, the answer the decoder's ids), gRPC Predict and
+        the OpenAI completions API, its tokens numpy's."""
+        sys.path.insert(0, os.environ.get("TF_REFERENCE_DIR",
+                                          os.path.join(os.path.dirname(HERE), "reference")))
+        import make_checkpoints
+        import np_model
+        from test_t5 import write_vocab
+        models = os.path.join(self.dir, "models")
+        for kind, name, versions in (("gpt2", "gpt2", (1, 2)), ("t5_v1_1", "t5", (3, 4))):
+            for v in versions:
+                d = make_checkpoints.write_checkpoint(os.path.join(models, name, str(v)), kind,
+                                                      seed=v)
+                write_vocab(os.path.join(d, "tokenizer.bin"),
+                            make_checkpoints.KINDS[kind]("F32")["vocab_size"])
+        config = os.path.join(self.dir, "models.config")
+        with open(config, "w") as f:
+            f.write("model_config_list {\n"
+                    "  config { name: 'gpt2' base_path: '%s/gpt2' model_platform: 'tensorflow'\n"
+                    "           model_version_policy { latest { num_versions: 1 } } }\n"
+                    "  config { name: 't5' base_path: '%s/t5' model_platform: 'tensorflow'\n"
+                    "           model_version_policy { specific { versions: 3 } } }\n"
+                    "  config { name: 'story' base_path: '%s' model_platform: 'tensorflow'\n"
+                    "           model_version_policy { all {} } }\n"
+                    "}\n" % (models, models, self.base))
+        proc, _, (grpc_port, port) = self.start_on_free_ports("--model_config_file=" + config)
+        try:
+            c = Client(port)
+            for name, want in (("gpt2", [("2", "AVAILABLE")]), ("t5", [("3", "AVAILABLE")]),
+                               ("story", [("1", "AVAILABLE"), ("2", "AVAILABLE")])):
+                status, body, _, _ = c.get("/v1/models/" + name)
+                self.assertEqual(status, 200, body)
+                self.assertEqual(sorted((v["version"], v["state"])
+                                        for v in body["model_version_status"]), want, name)
+            ref = np_model.load_hf(os.path.join(models, "t5", "3"))
+            encoder = [5, 17, 300, 42, 9, 77, 11]
+            want, _ = ref.greedy(encoder, 6)
+            # REST Predict, the generate signature: left padding on the encoder's input; the
+            # answer is the decoder's sequence from its start token, as T5's generate() returns.
+            status, body, text, _ = c.post("/v1/models/t5/versions/3:predict", {"inputs": {
+                "input_ids": [[0, 0] + encoder], "attention_mask": [[0, 0] + [1] * len(encoder)],
+                "max_new_tokens": 6}})
+            self.assertEqual(status, 200, text)
+            self.assertEqual(body["outputs"], [[0] + want])
+            # gRPC Predict, tokenflow's own signature: the token ids in, the output ids out.
+            import grpc as grpc_mod
+            from test_grpc import predict_pb2, prediction_service_pb2_grpc, tensor_pb2, types_pb2
+            channel = grpc_mod.insecure_channel("127.0.0.1:%d" % grpc_port)
+            req = predict_pb2.PredictRequest()
+            req.model_spec.name = "t5"
+            ids = tensor_pb2.TensorProto(dtype=types_pb2.DT_INT32)
+            ids.tensor_shape.dim.add(size=1)
+            ids.tensor_shape.dim.add(size=len(encoder))
+            ids.int_val.extend(encoder)
+            req.inputs["input_ids"].CopyFrom(ids)
+            for key, dtype, field, value in (("max_tokens", types_pb2.DT_INT32, "int_val", 6),
+                                             ("temperature", types_pb2.DT_FLOAT, "float_val", 0.0)):
+                t = tensor_pb2.TensorProto(dtype=dtype)
+                getattr(t, field).append(value)
+                req.inputs[key].CopyFrom(t)
+            r = prediction_service_pb2_grpc.PredictionServiceStub(channel).Predict(req, timeout=60)
+            self.assertEqual(list(r.outputs["output_ids"].int_val)[:6], want)
+            self.assertEqual((r.model_spec.name, r.model_spec.version.value), ("t5", 3))
+            channel.close()
+            # The OpenAI completions API: the prompt is the encoder's input.
+            status, body, text, _ = c.post("/v1/completions", {
+                "model": "t5", "prompt": encoder, "max_tokens": 6, "temperature": 0})
+            self.assertEqual(status, 200, text)
+            self.assertEqual(body["choices"][0]["text"], "".join(" t%d" % t for t in want))
+            self.assertEqual(body["usage"]["prompt_tokens"], len(encoder))
+            # The models beside it answer as before.
+            for name in ("gpt2", "story"):
+                status, body, text, _ = c.post("/v1/models/%s:predict" % name, {
+                    "instances": [{"input_ids": [1, 403, 407], "attention_mask": [1, 1, 1],
+                                   "max_new_tokens": 4}]})
+                self.assertEqual(status, 200, text)
+                self.assertEqual(len(body["predictions"][0]), 7, name)
+        finally:
+            code, err = stop_server(proc)
+        self.assertEqual(code, 0, err)
 
     def test_port_zero_turns_an_api_off(self):
         # --rest_api_port's default 0: gRPC only, under --model_name's default name.

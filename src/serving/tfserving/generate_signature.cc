@@ -131,10 +131,13 @@ GenerateInput read_generate_columns(const json& inputs) {
 }
 
 GenerateRowParams generate_row_params(const GenerateSettings& s, const GenerateRow& row, size_t r,
-                                      const std::vector<int32_t>& stop_ids, int64_t context) {
+                                      const std::vector<int32_t>& stop_ids, int64_t context,
+                                      int32_t decoder_start) {
   GenerateRowParams out;
   SamplingParams& p = out.params;
-  const int64_t len = static_cast<int64_t>(row.lead.size() + row.ids.size());
+  const bool encoder_decoder = decoder_start >= 0;
+  // The length max_length counts: the decoder's start token for an encoder-decoder.
+  const int64_t len = encoder_decoder ? 1 : static_cast<int64_t>(row.lead.size() + row.ids.size());
   const bool sample = s.do_sample.value_or(false);
   const int32_t beams = s.num_beams.value_or(1);
   const int32_t returned = s.num_return_sequences.value_or(1);
@@ -176,7 +179,14 @@ GenerateRowParams generate_row_params(const GenerateSettings& s, const GenerateR
                       "or, better yet, setting `max_new_tokens`.",
                       len, max_length));
   }
-  if (static_cast<int64_t>(row.ids.size()) + new_tokens > context)
+  if (encoder_decoder &&
+      (static_cast<int64_t>(row.ids.size()) > context || 1 + new_tokens > context))
+    bad_row_input(
+        length_field,
+        fmt::format("row {}: {} encoder tokens, or 1 + {} decoder tokens ('{}'), exceed the "
+                    "model's context of {} tokens",
+                    r, row.ids.size(), new_tokens, length_field, context));
+  if (!encoder_decoder && static_cast<int64_t>(row.ids.size()) + new_tokens > context)
     bad_row_input(
         length_field,
         fmt::format("row {}: {} prompt tokens and {} new ones ('{}') exceed the model's context of "
@@ -241,13 +251,19 @@ int32_t generate_pad_id(const GenerateSettings& s, const std::vector<int32_t>& s
 
 std::vector<std::vector<int32_t>> generate_output(
     const std::vector<GenerateRow>& rows,
-    const std::vector<std::vector<std::vector<int32_t>>>& new_tokens, int32_t pad) {
+    const std::vector<std::vector<std::vector<int32_t>>>& new_tokens, int32_t pad,
+    int32_t decoder_start) {
   std::vector<std::vector<int32_t>> out;
   size_t width = 0;
   for (size_t r = 0; r < rows.size(); ++r) {
     for (const auto& toks : new_tokens[r]) {
-      std::vector<int32_t> line = rows[r].lead;
-      line.insert(line.end(), rows[r].ids.begin(), rows[r].ids.end());
+      std::vector<int32_t> line;
+      if (decoder_start >= 0) {
+        line.push_back(decoder_start);
+      } else {
+        line = rows[r].lead;
+        line.insert(line.end(), rows[r].ids.begin(), rows[r].ids.end());
+      }
       line.insert(line.end(), toks.begin(), toks.end());
       width = std::max(width, line.size());
       out.push_back(std::move(line));

@@ -44,18 +44,22 @@ struct GenerateRowParams {
 // The engine parameters of a row (settings: the signature's merged with the request's), with
 // generate()'s rules and messages; stop_ids: the model's end-of-sequence ids, context its
 // length. Throws HttpError 400.
+// decoder_start >= 0: an encoder-decoder (TFT5ForConditionalGeneration.generate): the row is the
+// encoder's input, and max_length counts the decoder's tokens, its start token included.
 GenerateRowParams generate_row_params(const GenerateSettings& settings, const GenerateRow& row,
                                       size_t row_index, const std::vector<int32_t>& stop_ids,
-                                      int64_t context);
+                                      int64_t context, int32_t decoder_start = -1);
 // The pad id of the answer: pad_token_id, else the first eos_token_id, else the model's first
 // stop id, else 0 (generate()'s fallback to eos).
 int32_t generate_pad_id(const GenerateSettings& settings, const std::vector<int32_t>& stop_ids);
 
 // The answer: per input row, its sequences' new tokens (sequences() of them) after the row's lead
-// and ids, padded with pad to the longest.
+// and ids (an encoder-decoder's, decoder_start >= 0: after the decoder's start token, as its
+// generate() returns the decoder's sequences), padded with pad to the longest.
 std::vector<std::vector<int32_t>> generate_output(
     const std::vector<GenerateRow>& rows,
-    const std::vector<std::vector<std::vector<int32_t>>>& new_tokens, int32_t pad);
+    const std::vector<std::vector<std::vector<int32_t>>>& new_tokens, int32_t pad,
+    int32_t decoder_start = -1);
 
 // A TensorInfo as JSON: dtype, rank unknown dimensions, tensor name.
 nlohmann::json tensor_info_json(const std::string& name, const char* dtype, int rank);

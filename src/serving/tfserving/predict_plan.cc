@@ -30,6 +30,7 @@ PredictPlan plan_predict(ServingState& state, std::shared_ptr<ServedModel> model
     plan.generate = true;
     plan.generate_rows = g.rows;
     plan.pad_id = generate_pad_id(settings, m.eos_ids);
+    if (m.config().encoder_decoder()) plan.decoder_start = m.config().decoder_start_id;
     plan.output_name = m.generate.output;
     const ModelConfig& cfg = m.config();
     for (size_t r = 0; r < g.rows.size(); ++r) {
@@ -40,8 +41,8 @@ PredictPlan plan_predict(ServingState& state, std::shared_ptr<ServedModel> model
                                       r, t, cfg.vocab_size - 1),
                           "", "input_ids");
       }
-      GenerateRowParams rp =
-          generate_row_params(settings, g.rows[r], r, m.eos_ids, cfg.max_seq_len);
+      GenerateRowParams rp = generate_row_params(settings, g.rows[r], r, m.eos_ids, cfg.max_seq_len,
+                                                 cfg.encoder_decoder() ? cfg.decoder_start_id : -1);
       if (r == 0) plan.rule = {rp.sequences, std::nullopt, rp.params.beam_search()};
       CompletionRequest one;
       one.prompts.push_back({false, {}, g.rows[r].ids});
@@ -75,7 +76,7 @@ std::vector<std::vector<int32_t>> generate_answer(const PredictPlan& plan, const
     // A row that ended without every sequence (aborted) still fills its rows of the answer.
     tokens[r].resize(static_cast<size_t>(plan.rule.n));
   }
-  return generate_output(plan.generate_rows, tokens, plan.pad_id);
+  return generate_output(plan.generate_rows, tokens, plan.pad_id, plan.decoder_start);
 }
 
 }  // namespace tf

@@ -26,6 +26,7 @@ struct PredictPlan : JobPlan {
   bool generate = false;
   std::vector<GenerateRow> generate_rows;
   int32_t pad_id = 0;
+  int32_t decoder_start = -1;  // an encoder-decoder's: its answer rows start with it
   std::string output_name;
 };
 PredictPlan plan_predict(ServingState& state, std::shared_ptr<ServedModel> model,
