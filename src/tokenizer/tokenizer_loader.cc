@@ -94,8 +94,8 @@ std::unique_ptr<Tokenizer> load_file(const fs::path& file, int64_t model_vocab_s
 // The tokenizer file to use in a directory, or an empty path.
 fs::path find_in_dir(const fs::path& dir) {
   std::error_code ec;
-  for (const char* name :
-       {"tokenizer.json", "tokenizer.model", "vocab.json", "encoder.json", "tokenizer.bin"}) {
+  for (const char* name : {"tokenizer.json", "tokenizer.model", "spiece.model", "vocab.json",
+                           "encoder.json", "tokenizer.bin"}) {
     if (fs::exists(dir / name, ec)) return dir / name;
   }
   std::vector<fs::path> candidates;
@@ -186,6 +186,11 @@ LoadedTokenizer load_tokenizer(const std::string& path, int64_t model_vocab_size
     }
     if (tok.bos_id() < 0 && !hf->prefix_ids().empty()) tok.set_bos_id(hf->prefix_ids()[0]);
   } else if (auto* sp = dynamic_cast<SentencePieceTokenizer*>(out.tokenizer.get())) {
+    if (file.filename() == "spiece.model") {
+      // T5Tokenizer's file (T5, mT5, flan-t5): no BOS, and the EOS appended to every input.
+      sp->set_add_bos(false);
+      sp->set_add_eos(true);
+    }
     if (has_add_bos) sp->set_add_bos(tcfg["add_bos_token"].get<bool>());
     if (has_add_eos) sp->set_add_eos(tcfg["add_eos_token"].get<bool>());
   }

@@ -154,6 +154,41 @@ class T5Engine(unittest.TestCase):
             self.assertEqual(got, [want[j][0]] * 2, "%s n=2 request %d" % (kind, j))
         return preemptions
 
+    def test_spiece_model_is_t5s_tokenizer(self):
+        # T5Tokenizer's spiece.model, a SentencePiece Unigram model (here trained with T5's ids:
+        # pad 0, eos 1, unk 2, no bos): found beside the model, the EOS appended to the
+        # encoder's input, no BOS; the text's ids go through the encoder as numpy's do.
+        import sentencepiece as spm
+        model = make_checkpoints.write_checkpoint(os.path.join(self.tmp.name, "t5_sp"), "t5",
+                                                  seed=12)
+        words = ["translate", "English", "German", "summarize", "the", "house", "is", "small",
+                 "wonderful", "question", "answer", "cat", "sat", "on", "mat", "blue", "sky"]
+        rng = np.random.default_rng(1)
+        lines = [" ".join(rng.choice(words, 8)) for _ in range(400)]
+        prefix = os.path.join(self.tmp.name, "sp")
+        spm.SentencePieceTrainer.train(sentence_iterator=iter(lines), model_prefix=prefix,
+                                       vocab_size=120, model_type="unigram", pad_id=0, eos_id=1,
+                                       unk_id=2, bos_id=-1, hard_vocab_limit=False)
+        os.replace(prefix + ".model", os.path.join(model, "spiece.model"))
+        sp = spm.SentencePieceProcessor(model_file=os.path.join(model, "spiece.model"))
+        text = "translate English to German: the house is wonderful"
+        want_ids = sp.encode(text) + [1]
+        r = subprocess.run([self.bin, "tokenize", "-m", model, text], capture_output=True,
+                           text=True, timeout=60)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertEqual(json.loads(r.stdout.splitlines()[0]), want_ids)
+        ref = np_model.load_hf(model)
+        want, _ = ref.greedy(want_ids, 5)
+        r = subprocess.run([self.bin, "generate", "-m", model, "-p", text, "-n", "5", "-t", "0",
+                            "--ignore-eos", "--logprobs", "1", "--no-echo"],
+                           capture_output=True, text=True, timeout=60)
+        self.assertEqual(r.returncode, 0, r.stderr[-2000:])
+        # One line per step: the id, its piece (empty past this small tokenizer's vocabulary),
+        # its logprob, the alternatives.
+        got = [int(m.group(1)) for m in (re.match(r"\s*(\d+)\s.*\s-?\d+\.\d{4}\s", line)
+                                         for line in r.stderr.splitlines()) if m]
+        self.assertEqual(got, want)
+
     def test_t5_v1_0_relu_tied(self):
         self.assertGreater(self.check("t5"), 0, "the small cache must force preemption")
 
