@@ -12,6 +12,7 @@ TOKENFLOW_BIN.
 """
 
 import os
+import re
 import shutil
 import subprocess
 import tempfile
@@ -84,6 +85,31 @@ class TfH5WeightsTest(TempDirCase):
         self.assertFalse(os.path.exists(os.path.join(tf_dir, "tf_model.h5")))
         self.same_logits(st, tf_dir)
 
+    def test_t5_keras_h5(self):
+        # TFT5ForConditionalGeneration's tf_model.h5 (issue 51): an encoder-decoder read through
+        # the same name conversion, generating what its safetensors twin generates, token for
+        # token and logprob for logprob.
+        st = make_checkpoints.write_checkpoint(os.path.join(self.dir, "t5_st"), "t5_v1_1", seed=3)
+        w = safetensors_io.load(os.path.join(st, "model.safetensors"))
+        tf_dir = os.path.join(self.dir, "t5_tf")
+        os.makedirs(tf_dir)
+        shutil.copy(os.path.join(st, "config.json"), tf_dir)
+        tf_h5_io.save_tf_h5(os.path.join(tf_dir, "tf_model.h5"), tf_h5_io.t5_tf_weights(w))
+        bin_ = os.environ.get("TOKENFLOW_BIN")
+        if not bin_:
+            self.fail("TOKENFLOW_BIN is not set")
+
+        def generate(model):
+            r = subprocess.run([bin_, "generate", "-m", model, "--prompt-ids", "5,17,300,42,9",
+                                "-n", "6", "-t", "0", "--ignore-eos", "--logprobs", "2",
+                                "--no-echo"], capture_output=True, text=True, timeout=120)
+            self.assertEqual(r.returncode, 0, r.stderr[-2000:])
+            return [line for line in r.stderr.splitlines() if re.match(r"\s*\d+\s", line)]
+
+        a, b = generate(st), generate(tf_dir)
+        self.assertEqual(len(a), 6)
+        self.assertEqual(a, b)
+
     def test_malformed_files_are_errors_naming_them(self):
         _, tf_dir = self.pair("gpt2", "broken")
         path = os.path.join(tf_dir, "tf_model.h5")
@@ -144,6 +170,29 @@ class SavedModelTest(TempDirCase):
 
     def test_gpt2_saved_model_variables(self):
         self.same_logits(*self.export("gpt2", "gpt2"))
+
+    def test_t5_saved_model_variables(self):
+        # A TF Serving version directory of TFT5ForConditionalGeneration (issue 51): its
+        # variables under the TF names, its config in assets.extra; the same generation as the
+        # safetensors weights.
+        st = make_checkpoints.write_checkpoint(os.path.join(self.dir, "t5_st"), "t5", seed=5)
+        w = safetensors_io.load(os.path.join(st, "model.safetensors"))
+        sm = tf_saved_model_io.save_saved_model(os.path.join(self.dir, "t5_sm", "1"),
+                                                tf_h5_io.t5_tf_weights(w))
+        os.makedirs(os.path.join(sm, "assets.extra"), exist_ok=True)
+        shutil.copy(os.path.join(st, "config.json"), os.path.join(sm, "assets.extra"))
+        bin_ = os.environ.get("TOKENFLOW_BIN")
+        if not bin_:
+            self.fail("TOKENFLOW_BIN is not set")
+        outs = []
+        for model in (st, sm):
+            r = subprocess.run([bin_, "generate", "-m", model, "--prompt-ids", "7,8,9,400",
+                                "-n", "5", "-t", "0", "--ignore-eos", "--logprobs", "2",
+                                "--no-echo"], capture_output=True, text=True, timeout=120)
+            self.assertEqual(r.returncode, 0, r.stderr[-2000:])
+            outs.append([ln for ln in r.stderr.splitlines() if re.match(r"\s*\d+\s", ln)])
+        self.assertEqual(len(outs[0]), 5)
+        self.assertEqual(outs[0], outs[1])
 
     def test_mistral_saved_model_with_its_config_in_assets_extra(self):
         self.same_logits(*self.export("mistral", "mistral", config_in="assets.extra"))

@@ -74,6 +74,42 @@ def mistral_tf_weights(w):
     return out
 
 
+T5_MODEL = "tft5_for_conditional_generation"
+
+
+def t5_tf_weights(w):
+    """PyTorch T5 weights -> {full TF name: (top-level layer, array)}, as
+    TFT5ForConditionalGeneration names them: blocks and layers as block_._N / layer_._N, Dense
+    kernels [in, out], the shared embedding and the position biases as Embedding 'embeddings',
+    the norms' own 'weight'; top-level layers shared, encoder, decoder and lm_head."""
+    out = {}
+    for name, a in w.items():
+        parts = name.split(".")
+        if parts[0] == "shared":
+            out[T5_MODEL + "/shared/embeddings:0"] = ("shared", a)
+            continue
+        if parts[0] == "lm_head":
+            out[T5_MODEL + "/lm_head/kernel:0"] = ("lm_head", np.ascontiguousarray(a.T))
+            continue
+        tf = []
+        i = 0
+        while i < len(parts) - 1:
+            if parts[i] in ("block", "layer"):
+                tf.append("%s_._%s" % (parts[i], parts[i + 1]))
+                i += 2
+            else:
+                tf.append(parts[i])
+                i += 1
+        last = "weight"
+        if tf[-1] == "relative_attention_bias":
+            last = "embeddings"
+        elif tf[-1] in ("q", "k", "v", "o", "wi", "wi_0", "wi_1", "wo"):
+            last = "kernel"
+            a = np.ascontiguousarray(a.T)
+        out["/".join([T5_MODEL] + tf + [last]) + ":0"] = (parts[0], a)
+    return out
+
+
 def _names(names, fixed):
     """A list attribute as h5py writes it: variable-length ASCII (h5py 3, a list of bytes) or
     fixed-length null-padded (h5py 2, an 'S' array)."""
