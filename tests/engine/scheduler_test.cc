@@ -24,8 +24,14 @@ namespace {
 constexpr int kBlock = 4;
 
 struct Harness {
-  explicit Harness(int64_t blocks, bool prefix = false, int64_t budget = 64)
-      : pool(blocks, kBlock), kv(pool, prefix), sched(config(budget), kv), memory(blocks) {
+  // groups: the cache groups (issue 51); empty: one full-attention group.
+  explicit Harness(int64_t blocks, bool prefix = false, int64_t budget = 64,
+                   std::vector<CacheGroupSpec> groups = {})
+      : pool(blocks, kBlock, std::max<int>(1, static_cast<int>(groups.size()))),
+        kv(pool, prefix,
+           groups.empty() ? std::vector<CacheGroupSpec>{{CacheKind::kFullAttention, 0}} : groups),
+        sched(config(budget), kv),
+        memory(blocks) {
     for (auto& b : memory) b.fill(-1);
   }
   static SchedulerConfig config(int64_t budget) {
@@ -74,9 +80,15 @@ struct Harness {
     for (const auto& c : out.chunks) {
       if (c.seq->status == SequenceStatus::kFinished) continue;
       EXPECT_EQ(c.start, c.seq->num_computed);
-      ASSERT_GE(static_cast<int64_t>(c.seq->block_table.size()) * kBlock, c.start + c.count);
-      for (int64_t p = c.start; p < c.start + c.count; ++p)
-        memory[c.seq->block_table[p / kBlock]][p % kBlock] = c.seq->tokens[p];
+      for (int g = 0; g < kv.num_groups(); ++g) {
+        const auto& table = c.seq->table(static_cast<size_t>(g));
+        ASSERT_GE(static_cast<int64_t>(table.size()) * kBlock, c.start + c.count);
+        for (int64_t p = c.start; p < c.start + c.count; ++p) {
+          ASSERT_NE(table[p / kBlock], KvCacheManager::kReleased)
+              << "a write into a released block";
+          memory[table[p / kBlock]][p % kBlock] = c.seq->tokens[p];
+        }
+      }
     }
   }
   // One step: schedule, forward, update; a sequence whose chunk reached its end gets a token.
@@ -96,10 +108,24 @@ struct Harness {
     pool.check_invariants();
     std::vector<int32_t> refs(pool.num_blocks(), 0);
     for (const Sequence* s : live) {
-      for (int32_t b : s->block_table) ++refs[b];
-      for (int64_t p = 0; p < s->num_computed; ++p) {
-        ASSERT_EQ(memory[s->block_table[p / kBlock]][p % kBlock], s->tokens[p])
-            << "position " << p << " of a sequence of " << s->num_tokens();
+      for (size_t g = 0; g < static_cast<size_t>(kv.num_groups()); ++g) {
+        if (g > s->group_tables.size()) continue;  // never scheduled
+        const auto& table = s->table(g);
+        for (int32_t b : table)
+          if (b != KvCacheManager::kReleased) ++refs[b];
+        const int64_t window = kv.groups()[g].window;
+        for (int64_t p = 0; p < s->num_computed; ++p) {
+          const int32_t b = table[p / kBlock];
+          if (b == KvCacheManager::kReleased) {
+            // Only behind the window of the next query (and its chunk of 16 keys).
+            ASSERT_GT(window, 0) << "a released block in a full-attention group";
+            ASSERT_LT(p, s->num_computed - window) << "a released block inside the window";
+            continue;
+          }
+          ASSERT_EQ(pool.group(b), static_cast<int>(g));
+          ASSERT_EQ(memory[b][p % kBlock], s->tokens[p])
+              << "group " << g << " position " << p << " of a sequence of " << s->num_tokens();
+        }
       }
     }
     for (int32_t b = 0; b < pool.num_blocks(); ++b)
@@ -378,12 +404,19 @@ TEST(SchedulerAlone, RemovalAtEveryPhaseOfAForkLeavesNoBlockBehind) {
 // Random adds, steps, forks (some replacing their parent, as beams do), sequences going back to
 // recompute tokens (as a beam waiting for a preempted one does with its last) and removals, in
 // small pools so that preemption is frequent; the harness checks every step.
-TEST(SchedulerAlone, RandomForksPreemptionsAndRemovalsKeepEveryInvariant) {
+// Random adds, forks, rollbacks (without sliding groups: a rollback past a window's released
+// blocks is what the engine never does), removals and steps; every invariant after each step.
+void random_events(std::vector<CacheGroupSpec> groups, int64_t* copies_out,
+                   int64_t* preemptions_out, int64_t* releases_out) {
   std::mt19937 rng(7);
-  int64_t copies = 0, preemptions = 0;
+  int64_t copies = 0, preemptions = 0, releases = 0;
+  const bool sliding = std::any_of(groups.begin(), groups.end(), [](const CacheGroupSpec& g) {
+    return g.kind == CacheKind::kSlidingWindow;
+  });
   for (int trial = 0; trial < 40; ++trial) {
     SCOPED_TRACE(trial);
-    Harness h(16 + rng() % 16, /*prefix=*/rng() % 2, /*budget=*/1 + rng() % 24);
+    const int64_t blocks = (16 + rng() % 16) * std::max<int64_t>(1, groups.size());
+    Harness h(blocks, /*prefix=*/rng() % 2, /*budget=*/1 + rng() % 24, groups);
     h.max_tokens = 40;
     for (int event = 0; event < 200; ++event) {
       const int kind = rng() % 12;
@@ -397,7 +430,7 @@ TEST(SchedulerAlone, RandomForksPreemptionsAndRemovalsKeepEveryInvariant) {
       } else if (kind < 3 && pick && h.live.size() < 12) {
         h.fork(pick);
         if (rng() % 2) h.remove(pick);
-      } else if (kind < 4 && pick) {
+      } else if (kind < 4 && pick && !sliding) {
         pick->num_computed -=
             1 + static_cast<int64_t>(rng() % std::min<int64_t>(pick->num_computed, 6));
       } else if (kind < 5 && !h.live.empty()) {
@@ -407,19 +440,39 @@ TEST(SchedulerAlone, RandomForksPreemptionsAndRemovalsKeepEveryInvariant) {
         if (testing::Test::HasFatalFailure()) return;
         for (const BlockCopy& c : out.block_copies) {
           const bool owned = std::any_of(out.chunks.begin(), out.chunks.end(), [&](const auto& ch) {
-            const auto& t = ch.seq->block_table;
+            const auto& t = ch.seq->table(static_cast<size_t>(c.group));
             return std::find(t.begin(), t.end(), c.dst) != t.end();
           });
           EXPECT_TRUE(owned) << "a copy into a block no scheduled sequence holds";
         }
+        if (testing::Test::HasFailure()) return;
       }
     }
     copies += h.sched.block_copies();
     preemptions += h.sched.preemptions();
+    releases += h.kv.window_releases();
     h.remove_all_and_check_empty();
   }
+  *copies_out = copies;
+  *preemptions_out = preemptions;
+  *releases_out = releases;
+}
+
+TEST(SchedulerAlone, RandomForksPreemptionsAndRemovalsKeepEveryInvariant) {
+  int64_t copies = 0, preemptions = 0, releases = 0;
+  random_events({}, &copies, &preemptions, &releases);
   EXPECT_GT(copies, 100) << "the events must exercise copy-on-write";
   EXPECT_GT(preemptions, 20) << "and preemption";
+}
+
+TEST(SchedulerGroups, RandomEventsOverAFullAndASlidingGroupKeepEveryInvariant) {
+  // Issue 51: Gemma 2's layout over one pool; every step takes both groups' blocks or none.
+  int64_t copies = 0, preemptions = 0, releases = 0;
+  random_events({{CacheKind::kFullAttention, 0}, {CacheKind::kSlidingWindow, 6}}, &copies,
+                &preemptions, &releases);
+  EXPECT_GT(copies, 100) << "the events must exercise copy-on-write";
+  EXPECT_GT(preemptions, 20) << "and preemption";
+  EXPECT_GT(releases, 100) << "and releases behind the window";
 }
 
 }  // namespace
