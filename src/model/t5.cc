@@ -5,6 +5,8 @@
 #include <cstring>
 #include <vector>
 
+#include <fmt/format.h>
+
 #include "kernels/matmul.h"
 #include "kernels/ops.h"
 #include "model/transformer.h"
@@ -102,26 +104,23 @@ class T5Model final : public Model {
       m.wo = w.matrix(p + "DenseReluDense.wo.weight", c.dim, c.ffn_dim);
       return m;
     };
-    for (int64_t l = 0; l < c.n_encoder_layers; ++l) {
-      const std::string p = "encoder.block." + std::to_string(l) + ".layer.";
+    // A block: self-attention (layer 0), cross-attention in the decoder's (layer 1), the MLP.
+    auto block = [&](const char* stack, int64_t l, bool decoder) {
+      const std::string p = fmt::format("{}.block.{}.layer.", stack, l);
+      const std::string mlp_at = decoder ? "2." : "1.";
       T5Block b;
       b.ln_self = w.f32(p + "0.layer_norm.weight", {c.dim});
       b.self = attention(p + "0.SelfAttention.");
-      b.ln_mlp = w.f32(p + "1.layer_norm.weight", {c.dim});
-      b.mlp = mlp(p + "1.");
-      encoder_.push_back(b);
-    }
-    for (int64_t l = 0; l < c.n_layers; ++l) {
-      const std::string p = "decoder.block." + std::to_string(l) + ".layer.";
-      T5Block b;
-      b.ln_self = w.f32(p + "0.layer_norm.weight", {c.dim});
-      b.self = attention(p + "0.SelfAttention.");
-      b.ln_cross = w.f32(p + "1.layer_norm.weight", {c.dim});
-      b.cross = attention(p + "1.EncDecAttention.");
-      b.ln_mlp = w.f32(p + "2.layer_norm.weight", {c.dim});
-      b.mlp = mlp(p + "2.");
-      decoder_.push_back(b);
-    }
+      if (decoder) {
+        b.ln_cross = w.f32(p + "1.layer_norm.weight", {c.dim});
+        b.cross = attention(p + "1.EncDecAttention.");
+      }
+      b.ln_mlp = w.f32(p + mlp_at + "layer_norm.weight", {c.dim});
+      b.mlp = mlp(p + mlp_at);
+      return b;
+    };
+    for (int64_t l = 0; l < c.n_encoder_layers; ++l) encoder_.push_back(block("encoder", l, false));
+    for (int64_t l = 0; l < c.n_layers; ++l) decoder_.push_back(block("decoder", l, true));
     enc_bias_ = w.f32("encoder.block.0.layer.0.SelfAttention.relative_attention_bias.weight",
                       {c.rel_buckets, c.n_heads});
     dec_bias_ = w.f32("decoder.block.0.layer.0.SelfAttention.relative_attention_bias.weight",

@@ -21,6 +21,7 @@ Command line:
 import argparse
 import json
 import os
+import struct
 import sys
 
 import numpy as np
@@ -542,6 +543,16 @@ def _stack_experts(cfg, w):
 
 
 # ---------------------------------------------------------------- writer
+
+
+def write_llama2c_vocab(path, pieces):
+    """A llama2.c tokenizer.bin of the given pieces (bytes), scores 0: a tokenizer the tests put
+    beside random checkpoints so that their outputs decode."""
+    with open(path, "wb") as f:
+        f.write(struct.pack("<i", max(len(p) for p in pieces)))
+        for p in pieces:
+            f.write(struct.pack("<fi", 0.0, len(p)))
+            f.write(p)
 
 
 def write_checkpoint(out_dir, kind, dtype="F32", sharded=False, seed=0, legacy_gpt2_names=False):

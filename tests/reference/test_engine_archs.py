@@ -33,19 +33,9 @@ RECURRENT = ("mamba",)
 
 def write_vocab(path, n):
     """A llama2.c tokenizer.bin of n pieces (byte pieces at 3..258), so texts decode."""
-    pieces = []
-    for i in range(n):
-        if i < 3:
-            pieces.append([b"<unk>", b"<s>", b"</s>"][i])
-        elif i < 259:
-            pieces.append(("<0x%02X>" % (i - 3)).encode())
-        else:
-            pieces.append((" w%d" % i).encode())
-    with open(path, "wb") as f:
-        f.write(struct.pack("<i", max(len(p) for p in pieces)))
-        for p in pieces:
-            f.write(struct.pack("<fi", 0.0, len(p)))
-            f.write(p)
+    make_checkpoints.write_llama2c_vocab(path, [
+        [b"<unk>", b"<s>", b"</s>"][i] if i < 3 else
+        ("<0x%02X>" % (i - 3)).encode() if i < 259 else (" w%d" % i).encode() for i in range(n)])
 
 
 class EngineArchitectures(unittest.TestCase):

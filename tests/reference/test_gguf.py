@@ -337,6 +337,12 @@ _MAMBA = {"norm.weight": "attn_norm.weight", "mixer.in_proj.weight": "ssm_in.wei
           "mixer.out_proj.weight": "ssm_out.weight"}
 
 
+def _f32_tensor(tensors, name, a):
+    """Appends an F32 tensor in GGUF's form (dims innermost first) to tensors."""
+    a = np.ascontiguousarray(a, dtype=F32)
+    tensors.append((name, list(reversed(a.shape)), 0, a.tobytes()))
+
+
 def _mamba_to_gguf(cfg, w, path):
     """llama.cpp's "mamba" layout: the mixer's sizes under mamba.ssm.*, A_log written as
     A = -exp(A_log), the convolution squeezed to [inner, kernel], tied embeddings without an
@@ -345,8 +351,7 @@ def _mamba_to_gguf(cfg, w, path):
     tensors = []
 
     def add(name, a):
-        a = np.ascontiguousarray(a, dtype=F32)
-        tensors.append((name, list(reversed(a.shape)), 0, a.tobytes()))
+        _f32_tensor(tensors, name, a)
 
     for name, a in w.items():
         if name == "backbone.embeddings.weight":
@@ -396,8 +401,7 @@ def hf_to_gguf(kind, seed, path):
     tensors = []
 
     def add(name, a):
-        a = np.ascontiguousarray(a, dtype=F32)
-        tensors.append((name, list(reversed(a.shape)), 0, a.tobytes()))
+        _f32_tensor(tensors, name, a)
 
     if gpt2:
         d, heads = cfg["n_embd"], cfg["n_head"]

@@ -14,7 +14,6 @@ Needs TOKENFLOW_BIN (the tokenflow binary).
 import json
 import os
 import re
-import struct
 import subprocess
 import tempfile
 import unittest
@@ -31,12 +30,8 @@ STEPS = 20  # past a block of 16: decoders grow while the small cache is full
 def write_vocab(path, n):
     """A llama2.c tokenizer.bin whose every piece is its own word (" t<id>"), so that the text of
     an output names its token ids."""
-    pieces = [b"<pad>", b"</s>", b"<unk>"] + [(" t%d" % i).encode() for i in range(3, n)]
-    with open(path, "wb") as f:
-        f.write(struct.pack("<i", max(len(p) for p in pieces)))
-        for p in pieces:
-            f.write(struct.pack("<fi", 0.0, len(p)))
-            f.write(p)
+    make_checkpoints.write_llama2c_vocab(
+        path, [b"<pad>", b"</s>", b"<unk>"] + [(" t%d" % i).encode() for i in range(3, n)])
 
 
 def ids_of(pieces):
