@@ -15,7 +15,6 @@ Needs TOKENFLOW_BIN (the tokenflow binary).
 import json
 import re
 import os
-import struct
 import subprocess
 import tempfile
 import unittest
