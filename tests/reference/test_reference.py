@@ -462,6 +462,15 @@ class NumpySelfCheck(unittest.TestCase):
                     self.assertEqual(w["transformer.h.0.attn.c_attn.weight"].shape, (72, 216))
                     self.assertNotIn("lm_head.weight", w)
                     continue
+                if cfg["model_type"] == "t5":
+                    inner = cfg["num_heads"] * cfg["d_kv"]
+                    self.assertEqual(w["encoder.block.0.layer.0.SelfAttention.q.weight"].shape,
+                                     (inner, cfg["d_model"]))
+                    self.assertEqual(len([n for n in w if n.startswith("decoder.block.") and
+                                          n.endswith("EncDecAttention.k.weight")]),
+                                     cfg["num_decoder_layers"])
+                    self.assertEqual("lm_head.weight" in w, not cfg["tie_word_embeddings"])
+                    continue
                 if kind == "mamba":
                     inner = cfg["intermediate_size"]
                     self.assertEqual(w["backbone.layers.0.mixer.in_proj.weight"].shape,
