@@ -175,6 +175,7 @@ int run_bench(const BenchOptions& o) {
     for (double v : s.itl) itl.push_back(v * 1e3);
     out_tokens += s.tokens;
   }
+  engine.wait_until_idle();  // the last step's figures recorded
   const EngineStats st = engine.stats();
   std::printf("model            %s (%s)\n", o.model.c_str(), cfg.architecture.c_str());
   std::printf(

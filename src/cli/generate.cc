@@ -127,6 +127,7 @@ int run_generate(GenerateOptions& o) {
     const auto t0 = std::chrono::steady_clock::now();
     const int rc = run_batch_file(*m.engine, m.tokenizer, m.config(), bo);
     if (o.verbose) {
+      m.engine->wait_until_idle();  // the last step's figures recorded
       const EngineStats st = m.engine->stats();
       const double s = seconds_since(t0);
       std::fprintf(stderr, "batch: %lld generated tokens in %.3f s: %.1f tok/s\n",
@@ -286,6 +287,7 @@ int run_generate(GenerateOptions& o) {
         generated > m && decode_s > 0 ? static_cast<double>(generated - m) / decode_s : 0.0,
         finish_reason_name(seqs[0].finish), static_cast<unsigned long long>(seed),
         o.threads > 0 ? o.threads : ThreadPool::hardware_threads());
+    engine.wait_until_idle();
     print_speculation(engine.stats());
   }
   return 0;

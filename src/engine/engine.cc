@@ -312,6 +312,11 @@ void Engine::admit_new_requests() {
   }
 }
 
+void Engine::wait_until_idle() {
+  std::unique_lock<std::mutex> lock(mu_);
+  idle_cv_.wait(lock, [&] { return stop_ || (idle_ && incoming_.empty()); });
+}
+
 void Engine::loop() {
   for (;;) {
     {
@@ -327,6 +332,7 @@ void Engine::loop() {
           if (!scheduler_.idle() || !active_.empty() || !incoming_.empty() || stop_) continue;
         }
         idle_ = true;
+        idle_cv_.notify_all();
         cv_.wait(lock, [&] { return stop_ || !incoming_.empty(); });
         last_progress_ns_ = Clock::now().time_since_epoch().count();
         idle_ = false;

@@ -132,6 +132,9 @@ class Engine {
   std::vector<std::shared_ptr<RequestStream>> submit_all(std::vector<GenerationRequest> requests);
 
   EngineStats stats() const;
+  // Blocks until nothing is queued or running and the last step's figures are in stats() (a
+  // stream's last output arrives before its step is recorded).
+  void wait_until_idle();
   // Liveness for a readiness probe: true when the loop is idle (waiting for work) or finished a
   // step within max_step; false when one step has run longer (a wedged engine) or it stopped.
   bool responsive(std::chrono::milliseconds max_step) const;
@@ -230,6 +233,7 @@ class Engine {
 
   std::atomic<int64_t> queued_{0};  // submitted, not yet scheduled (or ended first)
   std::atomic<bool> idle_{true};
+  std::condition_variable idle_cv_;           // notified (under mu_) when the loop goes idle
   std::atomic<int64_t> last_progress_ns_{0};  // steady clock, at the end of each step
 
   mutable std::mutex stats_mu_;
