@@ -4,6 +4,7 @@
 
 #include <cmath>
 #include <cstring>
+#include <span>
 #include <vector>
 
 #include <sys/mman.h>
@@ -73,6 +74,57 @@ const std::pair<const char*, const char*> kMambaBlock[] = {
     {"ssm_out.weight", "mixer.out_proj.weight"},
     {"ssm_out.bias", "mixer.out_proj.bias"},
 };
+
+// T5's (llama.cpp's "t5": enc.blk.N.* and dec.blk.N.*; ffn_gate is wi_0 of the gated MLP, ffn_up
+// its wi_1, or the ReLU MLP's wi when there is no gate).
+const std::pair<const char*, const char*> kT5Encoder[] = {
+    {"attn_norm.weight", "layer.0.layer_norm.weight"},
+    {"attn_q.weight", "layer.0.SelfAttention.q.weight"},
+    {"attn_k.weight", "layer.0.SelfAttention.k.weight"},
+    {"attn_v.weight", "layer.0.SelfAttention.v.weight"},
+    {"attn_o.weight", "layer.0.SelfAttention.o.weight"},
+    {"attn_rel_b.weight", "layer.0.SelfAttention.relative_attention_bias.weight"},
+    {"ffn_norm.weight", "layer.1.layer_norm.weight"},
+    {"ffn_gate.weight", "layer.1.DenseReluDense.wi_0.weight"},
+    {"ffn_down.weight", "layer.1.DenseReluDense.wo.weight"},
+};
+const std::pair<const char*, const char*> kT5Decoder[] = {
+    {"attn_norm.weight", "layer.0.layer_norm.weight"},
+    {"attn_q.weight", "layer.0.SelfAttention.q.weight"},
+    {"attn_k.weight", "layer.0.SelfAttention.k.weight"},
+    {"attn_v.weight", "layer.0.SelfAttention.v.weight"},
+    {"attn_o.weight", "layer.0.SelfAttention.o.weight"},
+    {"attn_rel_b.weight", "layer.0.SelfAttention.relative_attention_bias.weight"},
+    {"cross_attn_norm.weight", "layer.1.layer_norm.weight"},
+    {"cross_attn_q.weight", "layer.1.EncDecAttention.q.weight"},
+    {"cross_attn_k.weight", "layer.1.EncDecAttention.k.weight"},
+    {"cross_attn_v.weight", "layer.1.EncDecAttention.v.weight"},
+    {"cross_attn_o.weight", "layer.1.EncDecAttention.o.weight"},
+    {"ffn_norm.weight", "layer.2.layer_norm.weight"},
+    {"ffn_gate.weight", "layer.2.DenseReluDense.wi_0.weight"},
+    {"ffn_down.weight", "layer.2.DenseReluDense.wo.weight"},
+};
+
+// The Hugging Face name of a llama.cpp "t5" tensor; gated: the MLPs have ffn_gate.
+std::string t5_hf_name(const std::string& name, bool gated) {
+  if (name == "token_embd.weight") return "shared.weight";
+  if (name == "output.weight") return "lm_head.weight";
+  if (name == "enc.output_norm.weight") return "encoder.final_layer_norm.weight";
+  if (name == "dec.output_norm.weight") return "decoder.final_layer_norm.weight";
+  const bool enc = name.rfind("enc.blk.", 0) == 0, dec = name.rfind("dec.blk.", 0) == 0;
+  if (!enc && !dec) return {};
+  const size_t dot = name.find('.', 8);
+  if (dot == std::string::npos) return {};
+  const std::string layer = name.substr(8, dot - 8), rest = name.substr(dot + 1);
+  const char* stack = enc ? "encoder" : "decoder";
+  if (rest == "ffn_up.weight")
+    return fmt::format("{}.block.{}.layer.{}.DenseReluDense.{}.weight", stack, layer, enc ? 1 : 2,
+                       gated ? "wi_1" : "wi");
+  using Names = std::span<const std::pair<const char*, const char*>>;
+  for (const auto& [gguf, hf] : enc ? Names(kT5Encoder) : Names(kT5Decoder))
+    if (rest == gguf) return fmt::format("{}.block.{}.{}", stack, layer, hf);
+  return {};
+}
 
 // Which GGUF naming a block follows besides the Llama one.
 enum class Names { kLlama, kGpt2, kGemma2, kPhi3, kMamba };
@@ -254,8 +306,48 @@ ModelConfig gguf_mamba_config(const GgufFile& f, const std::string& path) {
 }
 }  // namespace
 
+namespace {
+// llama.cpp's "t5": T5's sizes under t5.*; the decoder's layer count apart when the file says
+// so; relative-position buckets over llama.cpp's fixed maximum distance of 128; a gated MLP when
+// the blocks have ffn_gate. llama.cpp applies no d_model^-0.5 before the head, tied or not (the
+// converter writes the checkpoint's lm_head as output): neither does a GGUF here, so that it runs
+// as llama.cpp runs it.
+ModelConfig gguf_t5_config(const GgufFile& f, const std::string& path) {
+  ModelConfig c;
+  c.format = "gguf";
+  c.arch = Arch::kT5;
+  c.architecture = "T5ForConditionalGeneration";
+  const std::string p = "t5.";
+  c.dim = positive(f, p + "embedding_length");
+  c.ffn_dim = positive(f, p + "feed_forward_length");
+  c.n_encoder_layers = positive(f, p + "block_count");
+  c.n_layers = f.find(p + "decoder_block_count") ? positive(f, p + "decoder_block_count")
+                                                 : c.n_encoder_layers;
+  c.n_heads = c.n_kv_heads = positive(f, p + "attention.head_count");
+  c.head_dim = positive(f, p + "attention.key_length");
+  if (f.get_uint(p + "attention.value_length", static_cast<uint64_t>(c.head_dim)) !=
+      static_cast<uint64_t>(c.head_dim))
+    fail(ErrorKind::kUnsupported, "'{}': t5 key and value lengths differ", path);
+  c.rel_buckets = static_cast<int64_t>(f.get_uint(p + "attention.relative_buckets_count", 32));
+  c.rel_max_distance = 128;
+  c.norm_eps = static_cast<float>(f.get_float(p + "attention.layer_norm_rms_epsilon", 1e-6));
+  c.max_seq_len = static_cast<int64_t>(f.get_uint(p + "context_length", 512));
+  c.decoder_start_id = static_cast<int32_t>(f.get_uint(p + "decoder_start_token_id", 0));
+  c.gated_ffn = f.tensor("enc.blk.0.ffn_gate.weight") != nullptr;
+  c.tied_embeddings = false;  // llama.cpp's: no scaling before the head (see above)
+  const GgufTensorInfo* emb = f.tensor("token_embd.weight");
+  if (!emb || emb->ne.size() != 2)
+    fail("'{}': tensor 'token_embd.weight' is missing or not a matrix", path);
+  c.vocab_size = emb->ne[1];
+  c.eos_id = static_cast<int32_t>(f.get_uint("tokenizer.ggml.eos_token_id", 1));
+  c.validate("'" + path + "'");
+  return c;
+}
+}  // namespace
+
 ModelConfig gguf_model_config(const GgufFile& f, const std::string& path) {
   if (f.get_string("general.architecture") == "mamba") return gguf_mamba_config(f, path);
+  if (f.get_string("general.architecture") == "t5") return gguf_t5_config(f, path);
   ModelConfig c;
   c.format = "gguf";
   const std::string arch = f.get_string("general.architecture");
@@ -285,7 +377,7 @@ ModelConfig gguf_model_config(const GgufFile& f, const std::string& path) {
   if (k == nullptr)
     fail(ErrorKind::kUnsupported,
          "'{}': GGUF architecture '{}' (general.architecture) is not supported (llama, qwen2, "
-         "qwen3, qwen2moe, qwen3moe, olmoe, gemma, gemma2, gemma3, phi3, gpt2, mamba)",
+         "qwen3, qwen2moe, qwen3moe, olmoe, gemma, gemma2, gemma3, phi3, gpt2, mamba, t5)",
          path, arch);
   c.architecture = k->hf;
   c.rope_style = arch == "llama" ? kernels::RopeStyle::kInterleaved : kernels::RopeStyle::kHalf;
@@ -419,7 +511,8 @@ ModelConfig load_gguf(const std::string& path, WeightStore& store) {
                       : c.architecture == "Phi3ForCausalLM" ? Names::kPhi3
                                                             : Names::kLlama;
   for (const GgufTensorInfo& t : f.tensors) {
-    const std::string name = hf_name(names, t.name);
+    const std::string name =
+        c.arch == Arch::kT5 ? t5_hf_name(t.name, c.gated_ffn) : hf_name(names, t.name);
     if (name.empty()) continue;
     const auto info = ggml_type_info(static_cast<uint32_t>(t.type));
     if (!ggml_can_dequantize(t.type))

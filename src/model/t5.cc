@@ -7,6 +7,7 @@
 
 #include <fmt/format.h>
 
+#include "core/error.h"
 #include "kernels/matmul.h"
 #include "kernels/ops.h"
 #include "model/transformer.h"
@@ -47,6 +48,7 @@ struct T5Mlp {
 };
 
 struct T5Block {
+  const float* rel_bias = nullptr;  // [buckets, heads]: its own, or its stack's first block's
   const float* ln_self = nullptr;
   T5Attention self;
   const float* ln_cross = nullptr;  // decoder blocks
@@ -109,6 +111,10 @@ class T5Model final : public Model {
       const std::string p = fmt::format("{}.block.{}.layer.", stack, l);
       const std::string mlp_at = decoder ? "2." : "1.";
       T5Block b;
+      // T5 keeps the position bias in each stack's first block; UMT5 (and llama.cpp's reader)
+      // in every block that has one.
+      const std::string bias = p + "0.SelfAttention.relative_attention_bias.weight";
+      if (w.has(bias)) b.rel_bias = w.f32(bias, {c.rel_buckets, c.n_heads});
       b.ln_self = w.f32(p + "0.layer_norm.weight", {c.dim});
       b.self = attention(p + "0.SelfAttention.");
       if (decoder) {
@@ -121,10 +127,14 @@ class T5Model final : public Model {
     };
     for (int64_t l = 0; l < c.n_encoder_layers; ++l) encoder_.push_back(block("encoder", l, false));
     for (int64_t l = 0; l < c.n_layers; ++l) decoder_.push_back(block("decoder", l, true));
-    enc_bias_ = w.f32("encoder.block.0.layer.0.SelfAttention.relative_attention_bias.weight",
-                      {c.rel_buckets, c.n_heads});
-    dec_bias_ = w.f32("decoder.block.0.layer.0.SelfAttention.relative_attention_bias.weight",
-                      {c.rel_buckets, c.n_heads});
+    for (auto* stack : {&encoder_, &decoder_}) {
+      const char* name = stack == &encoder_ ? "encoder" : "decoder";
+      if (stack->empty() || (*stack)[0].rel_bias == nullptr)
+        fail(ErrorKind::kNotFound,
+             "T5: the {}'s first block has no relative_attention_bias (the position bias)", name);
+      for (T5Block& b : *stack)
+        if (b.rel_bias == nullptr) b.rel_bias = (*stack)[0].rel_bias;
+    }
     enc_norm_ = w.f32("encoder.final_layer_norm.weight", {c.dim});
     dec_norm_ = w.f32("decoder.final_layer_norm.weight", {c.dim});
     const bool own_head = w.has("lm_head.weight") && !c.tied_embeddings;
@@ -150,12 +160,12 @@ class T5Model final : public Model {
       project(B.self, T, pool);
       const kernels::PagedKvLayer self = kv.layer(l);
       transformer::store_kv(batch, tokens, self, k_.data(), v_.data(), pool);
-      attend_cached(batch, self, /*cross=*/false, pool);
+      attend_cached(batch, self, B.rel_bias, pool);
       kernels::matmul_add(att_.data(), T, B.self.o, nullptr, x_.data(), pool);
       // Cross-attention over the encoder's K/V, no bias.
       norm(x_, B.ln_cross, T, pool);
       kernels::matmul(xb_.data(), T, B.cross.q, nullptr, q_.data(), pool);
-      attend_cached(batch, kv.layer(c.n_layers + l), /*cross=*/true, pool);
+      attend_cached(batch, kv.layer(c.n_layers + l), /*rel_bias=*/nullptr, pool);
       kernels::matmul_add(att_.data(), T, B.cross.o, nullptr, x_.data(), pool);
       norm(x_, B.ln_mlp, T, pool);
       mlp(B.mlp, x_, T, pool);
@@ -255,10 +265,10 @@ class T5Model final : public Model {
         bias.resize(static_cast<size_t>(len));
         scores.resize(static_cast<size_t>(len));
         for (int64_t j = 0; j < len; ++j)
-          bias[j] = enc_bias_[t5_position_bucket(j - (i - first), true, c.rel_buckets,
-                                                 c.rel_max_distance) *
-                                  c.n_heads +
-                              h];
+          bias[j] = B.rel_bias[t5_position_bucket(j - (i - first), true, c.rel_buckets,
+                                                  c.rel_max_distance) *
+                                   c.n_heads +
+                               h];
         attend(q_.data() + i * inner + h * dk, k_.data() + first * inner, v_.data() + first * inner,
                len, inner, h, dk, bias.data(), scores.data(), att_.data() + i * inner + h * dk);
       });
@@ -284,9 +294,10 @@ class T5Model final : public Model {
   }
 
   // att_ = attention of q_'s rows over each sequence's cache: its own positions <= the query's
-  // with the causal bias, or (cross) the encoder's positions without one.
+  // with rel_bias's causal bias, or (rel_bias null: cross-attention) the encoder's positions.
   void attend_cached(std::span<const SequenceChunk> batch, const kernels::PagedKvLayer& layer,
-                     bool cross, ThreadPool& pool) {
+                     const float* rel_bias, ThreadPool& pool) {
+    const bool cross = rel_bias == nullptr;
     const ModelConfig& c = config_;
     const int64_t inner = c.n_heads * c.head_dim, dk = c.head_dim;
     starts_.assign(1, 0);
@@ -314,9 +325,9 @@ class T5Model final : public Model {
           if (!cross)
             for (int64_t j = 0; j < n; ++j)
               bias[j] =
-                  dec_bias_[t5_position_bucket(j - pos, false, c.rel_buckets, c.rel_max_distance) *
-                                c.n_heads +
-                            h];
+                  rel_bias[t5_position_bucket(j - pos, false, c.rel_buckets, c.rel_max_distance) *
+                               c.n_heads +
+                           h];
           attend(q_.data() + row * inner + h * dk, keys.data(), values.data(), n, inner, h, dk,
                  cross ? nullptr : bias.data(), scores.data(), att_.data() + row * inner + h * dk);
         }
@@ -327,7 +338,6 @@ class T5Model final : public Model {
   kernels::WeightMatrix embed_, lm_head_;
   float head_scale_ = 1.0f;
   std::vector<T5Block> encoder_, decoder_;
-  const float *enc_bias_ = nullptr, *dec_bias_ = nullptr;
   const float *enc_norm_ = nullptr, *dec_norm_ = nullptr;
   std::vector<float> x_, xb_, q_, k_, v_, att_, h1_, h2_, ex_, ek_, ev_;
   std::vector<int64_t> enc_start_, starts_;

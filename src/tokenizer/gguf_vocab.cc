@@ -199,6 +199,12 @@ LoadedTokenizer gpt2_vocab(const GgufFile& f, const std::string& path) {
 LoadedTokenizer load_gguf_tokenizer(const GgufFile& f, const std::string& path) {
   const std::string model = f.get_string("tokenizer.ggml.model");
   if (model == "gpt2") return gpt2_vocab(f, path);
+  if (model == "t5")
+    fail(ErrorKind::kUnsupported,
+         "'{}': tokenizer.ggml.model 't5' (SentencePiece Unigram with its precompiled "
+         "normalization) is not read from GGUF yet: pass the model's spiece.model with "
+         "--tokenizer, or send token ids",
+         path);
   if (model != "llama") {
     fail(ErrorKind::kUnsupported,
          "'{}': tokenizer.ggml.model '{}' is not supported yet (llama and gpt2 are)", path, model);

@@ -441,11 +441,17 @@ class BadInputTest(unittest.TestCase):
 
     def test_gguf_it_cannot_run_is_named(self):
         import gguf_io
+        path = os.path.join(self.tmp, "rwkv6.gguf")
+        gguf_io.write_gguf(path, {"general.architecture": "rwkv6"},
+                           [("token_embd.weight", [4, 8], 0, bytes(128))])
+        self.expect_error(["generate", "-m", path, "--prompt-ids", "1"], "rwkv6",
+                          "general.architecture")
+        # A supported architecture whose sizes are missing names the key.
         path = os.path.join(self.tmp, "mamba.gguf")
         gguf_io.write_gguf(path, {"general.architecture": "mamba"},
                            [("token_embd.weight", [4, 8], 0, bytes(128))])
-        self.expect_error(["generate", "-m", path, "--prompt-ids", "1"], "mamba",
-                          "general.architecture")
+        self.expect_error(["generate", "-m", path, "--prompt-ids", "1"],
+                          "mamba.embedding_length", "missing")
         path = os.path.join(self.tmp, "iq2.gguf")
         meta = {"general.architecture": "llama", "llama.embedding_length": gguf_io.U32(256),
                 "llama.block_count": gguf_io.U32(1), "llama.feed_forward_length": gguf_io.U32(256),

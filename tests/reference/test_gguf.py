@@ -7,6 +7,7 @@ weights), its quantized copies logits close to them.
 Environment: TF_DEQUANT_GGML (tests/tools/dequant_ggml), TF_DUMP_LOGITS, TF_SHARED_DIR.
 """
 import os
+import re
 import subprocess
 import sys
 import tempfile
@@ -383,6 +384,58 @@ def _mamba_to_gguf(cfg, w, path):
     return cfg
 
 
+def _t5_to_gguf(cfg, w, path):
+    """llama.cpp's "t5" layout (convert_hf_to_gguf's T5Model): enc.blk.N / dec.blk.N names, the
+    position biases [buckets, heads] (ne [heads, buckets]), t5.* sizes, the checkpoint's lm_head
+    as output when it has one."""
+    tensors = []
+    gated = cfg["feed_forward_proj"].startswith("gated")
+    block = {"layer.0.layer_norm.weight": "attn_norm.weight",
+             "layer.0.SelfAttention.relative_attention_bias.weight": "attn_rel_b.weight"}
+    for m in "qkv":
+        block["layer.0.SelfAttention.%s.weight" % m] = "attn_%s.weight" % m
+        block["layer.1.EncDecAttention.%s.weight" % m] = "cross_attn_%s.weight" % m
+    block["layer.0.SelfAttention.o.weight"] = "attn_o.weight"
+    block["layer.1.EncDecAttention.o.weight"] = "cross_attn_o.weight"
+    for name, a in w.items():
+        if name == "shared.weight":
+            _f32_tensor(tensors, "token_embd.weight", a)
+        elif name == "lm_head.weight":
+            _f32_tensor(tensors, "output.weight", a)
+        elif name.endswith("final_layer_norm.weight"):
+            _f32_tensor(tensors, name[:3] + ".output_norm.weight", a)
+        else:
+            stack, _, layer, rest = name.split(".", 3)
+            ffn = "layer.2." if stack == "decoder" else "layer.1."
+            names = dict(block, **{
+                ffn + "layer_norm.weight": "ffn_norm.weight",
+                ffn + "DenseReluDense.wi_0.weight": "ffn_gate.weight",
+                ffn + "DenseReluDense.wi_1.weight": "ffn_up.weight",
+                ffn + "DenseReluDense.wi.weight": "ffn_up.weight",
+                ffn + "DenseReluDense.wo.weight": "ffn_down.weight"})
+            if stack == "decoder":
+                names["layer.1.layer_norm.weight"] = "cross_attn_norm.weight"
+            _f32_tensor(tensors, "%s.blk.%s.%s" % (stack[:3], layer, names[rest]), a)
+    meta = {"general.architecture": "t5",
+            "t5.context_length": gguf_io.U32(cfg["n_positions"]),
+            "t5.embedding_length": gguf_io.U32(cfg["d_model"]),
+            "t5.feed_forward_length": gguf_io.U32(cfg["d_ff"]),
+            "t5.block_count": gguf_io.U32(cfg["num_layers"]),
+            "t5.decoder_block_count": gguf_io.U32(cfg["num_decoder_layers"]),
+            "t5.attention.head_count": gguf_io.U32(cfg["num_heads"]),
+            "t5.attention.key_length": gguf_io.U32(cfg["d_kv"]),
+            "t5.attention.value_length": gguf_io.U32(cfg["d_kv"]),
+            "t5.attention.layer_norm_epsilon": gguf_io.F32(cfg["layer_norm_epsilon"]),
+            "t5.attention.relative_buckets_count": gguf_io.U32(
+                cfg["relative_attention_num_buckets"]),
+            "t5.attention.layer_norm_rms_epsilon": gguf_io.F32(cfg["layer_norm_epsilon"]),
+            "t5.decoder_start_token_id": gguf_io.U32(cfg["decoder_start_token_id"]),
+            "tokenizer.ggml.eos_token_id": gguf_io.U32(cfg["eos_token_id"])}
+    assert gated == any(t[0].endswith("ffn_gate.weight") for t in tensors)
+    gguf_io.write_gguf(path, meta, tensors)
+    return cfg
+
+
 def hf_to_gguf(kind, seed, path):
     """Writes make_checkpoints' checkpoint (kind, seed) as GGUF, F32, the way llama.cpp's
     converter lays it out: GGUF names, dims innermost first, GPT-2's Conv1D matrices transposed
@@ -392,6 +445,8 @@ def hf_to_gguf(kind, seed, path):
     rng = np.random.default_rng(seed)
     if cfg["model_type"] == "mamba":
         return _mamba_to_gguf(cfg, make_checkpoints._mamba_weights(cfg, rng), path)
+    if cfg["model_type"] == "t5":
+        return _t5_to_gguf(cfg, make_checkpoints._t5_weights(cfg, rng), path)
     gpt2 = kind == "gpt2"
     gemma = cfg.get("model_type", "").startswith("gemma")
     w = make_checkpoints._gpt2_weights(cfg, rng, False) if gpt2 else \
@@ -571,6 +626,45 @@ class GgufArchitecturesTest(LogitsMixin, unittest.TestCase):
 
     def test_gpt2(self):
         self.check("gpt2", exact=True)
+
+    def t5_generate(self, model, tokenizer):
+        r = subprocess.run([os.environ["TOKENFLOW_BIN"], "generate", "-m", model, "--tokenizer",
+                            tokenizer, "--prompt-ids", "5,17,300,42,9,77", "-n", "6", "-t", "0",
+                            "--ignore-eos", "--logprobs", "3", "--no-echo"],
+                           capture_output=True, text=True, timeout=120)
+        self.assertEqual(r.returncode, 0, r.stderr[-2000:])
+        steps = [re.match(r"\s*(\d+)\s+\S+\s+(-?[\d.]+)", line)
+                 for line in r.stderr.splitlines()]
+        return [(int(m.group(1)), float(m.group(2))) for m in steps if m]
+
+    def test_t5(self):
+        # llama.cpp's "t5" (issue 51): the same checkpoint from safetensors and from GGUF. v1.1
+        # (its own head): the same tokens and logprobs. v1.0 (tied): llama.cpp scales nothing
+        # before the head, so the GGUF's logits are the checkpoint's times sqrt(d_model): the
+        # same greedy tokens, and logprobs of the unscaled logits (numpy's, computed so).
+        import np_model
+        from test_t5 import write_vocab
+        for kind in ("t5_v1_1", "t5"):
+            with self.subTest(kind=kind), tempfile.TemporaryDirectory() as d:
+                hf = make_checkpoints.write_checkpoint(os.path.join(d, "hf"), kind, seed=4)
+                cfg = make_checkpoints.KINDS[kind]("F32")
+                vocab = os.path.join(d, "tokenizer.bin")
+                write_vocab(vocab, cfg["vocab_size"])
+                g = os.path.join(d, kind + ".gguf")
+                hf_to_gguf(kind, 4, g)
+                a, b = self.t5_generate(hf, vocab), self.t5_generate(g, vocab)
+                self.assertEqual(len(a), 6)
+                self.assertEqual([t for t, _ in a], [t for t, _ in b])
+                if kind == "t5_v1_1":
+                    self.assertEqual(a, b)
+                    continue
+                ref = np_model.load_hf(hf)
+                ref.tied = False
+                ref.w["lm_head.weight"] = ref.w["shared.weight"]
+                logits = ref.logits([5, 17, 300, 42, 9, 77], [0] + [t for t, _ in b][:-1])
+                for row, (t, lp) in zip(logits, b):
+                    want = row[t] - row.max() - np.log(np.exp(row - row.max()).sum())
+                    self.assertAlmostEqual(lp, want, delta=2e-4)
 
     def test_mamba(self):
         # A = -exp(A_log) computed by the converter in float64 and stored as f32 (not the
