@@ -271,6 +271,14 @@ void read_moe(const GgufFile& f, const std::string& p, const std::string& path, 
 }  // namespace
 
 namespace {
+// The vocabulary's size: token_embd's rows.
+int64_t vocab_size_of(const GgufFile& f, const std::string& path) {
+  const GgufTensorInfo* emb = f.tensor("token_embd.weight");
+  if (!emb || emb->ne.size() != 2)
+    fail("'{}': tensor 'token_embd.weight' is missing or not a matrix", path);
+  return emb->ne[1];
+}
+
 // llama.cpp's "mamba": the mixer's sizes under {arch}.ssm.*, no attention (its head count 0).
 ModelConfig gguf_mamba_config(const GgufFile& f, const std::string& path) {
   ModelConfig c;
@@ -292,10 +300,7 @@ ModelConfig gguf_mamba_config(const GgufFile& f, const std::string& path) {
   c.max_seq_len = std::min<int64_t>(
       static_cast<int64_t>(f.get_uint(p + "context_length", uint64_t{1} << 20)), int64_t{1} << 24);
   c.norm_eps = static_cast<float>(f.get_float(p + "attention.layer_norm_rms_epsilon", 1e-5));
-  const GgufTensorInfo* emb = f.tensor("token_embd.weight");
-  if (!emb || emb->ne.size() != 2)
-    fail("'{}': tensor 'token_embd.weight' is missing or not a matrix", path);
-  c.vocab_size = emb->ne[1];
+  c.vocab_size = vocab_size_of(f, path);
   c.tied_embeddings = f.tensor("output.weight") == nullptr;
   c.ssm_conv_bias = f.tensor("blk.0.ssm_conv1d.bias") != nullptr;
   c.ssm_proj_bias = f.tensor("blk.0.ssm_in.bias") != nullptr;
@@ -335,10 +340,7 @@ ModelConfig gguf_t5_config(const GgufFile& f, const std::string& path) {
   c.decoder_start_id = static_cast<int32_t>(f.get_uint(p + "decoder_start_token_id", 0));
   c.gated_ffn = f.tensor("enc.blk.0.ffn_gate.weight") != nullptr;
   c.tied_embeddings = false;  // llama.cpp's: no scaling before the head (see above)
-  const GgufTensorInfo* emb = f.tensor("token_embd.weight");
-  if (!emb || emb->ne.size() != 2)
-    fail("'{}': tensor 'token_embd.weight' is missing or not a matrix", path);
-  c.vocab_size = emb->ne[1];
+  c.vocab_size = vocab_size_of(f, path);
   c.eos_id = static_cast<int32_t>(f.get_uint("tokenizer.ggml.eos_token_id", 1));
   c.validate("'" + path + "'");
   return c;
@@ -426,10 +428,7 @@ ModelConfig gguf_model_config(const GgufFile& f, const std::string& path) {
          "'{}': {}rope.scaling.type '{}' is not supported (none, linear, yarn are)", path, p,
          scaling);
   }
-  const GgufTensorInfo* emb = f.tensor("token_embd.weight");
-  if (!emb || emb->ne.size() != 2)
-    fail("'{}': tensor 'token_embd.weight' is missing or not a matrix", path);
-  c.vocab_size = emb->ne[1];
+  c.vocab_size = vocab_size_of(f, path);
   c.tied_embeddings = f.tensor("output.weight") == nullptr;
   if (c.arch == Arch::kLlama) {  // biases where the file has them (llama with attention_bias)
     c.qkv_bias = c.qkv_bias || f.tensor("blk.0.attn_q.bias") != nullptr;

@@ -94,7 +94,9 @@ std::unique_ptr<Tokenizer> load_file(const fs::path& file, int64_t model_vocab_s
 // The tokenizer file to use in a directory, or an empty path.
 fs::path find_in_dir(const fs::path& dir) {
   std::error_code ec;
-  for (const char* name : {"tokenizer.json", "tokenizer.model", "spiece.model", "vocab.json",
+  // spiece.model first: T5's (and ALBERT's, Pegasus's) SentencePiece Unigram model, of which a
+  // tokenizer.json beside it is a conversion (a Unigram one), read by the library itself.
+  for (const char* name : {"spiece.model", "tokenizer.json", "tokenizer.model", "vocab.json",
                            "encoder.json", "tokenizer.bin"}) {
     if (fs::exists(dir / name, ec)) return dir / name;
   }

@@ -165,6 +165,12 @@ class T5Engine(unittest.TestCase):
                                        vocab_size=120, model_type="unigram", pad_id=0, eos_id=1,
                                        unk_id=2, bos_id=-1, hard_vocab_limit=False)
         os.replace(prefix + ".model", os.path.join(model, "spiece.model"))
+        # A T5 directory also ships transformers' conversion, a Unigram tokenizer.json: the
+        # spiece.model is the one read.
+        with open(os.path.join(model, "tokenizer.json"), "w") as f:
+            json.dump({"version": "1.0", "model": {"type": "Unigram", "unk_id": 2,
+                                                   "vocab": [["<pad>", 0.0], ["</s>", 0.0],
+                                                             ["<unk>", 0.0]]}}, f)
         sp = spm.SentencePieceProcessor(model_file=os.path.join(model, "spiece.model"))
         text = "translate English to German: the house is wonderful"
         want_ids = sp.encode(text) + [1]
