@@ -90,6 +90,13 @@ int64_t blocks_for_budget(const ModelConfig& c, const CacheLayout& layout, const
   return n;
 }
 
+// The model's KV cache in its layout, as many blocks as the budget holds.
+KvCache make_kv_cache(const ModelConfig& c, const EngineConfig& e) {
+  CacheLayout layout = CacheLayout::for_model(c, e.hybrid_kv_cache);
+  const int64_t blocks = blocks_for_budget(c, layout, e);
+  return KvCache(c, std::move(layout), blocks, e.block_size, e.kv_type);
+}
+
 void fill_kv_groups(EngineStats& stats, const CacheLayout& layout, const KvBlockPool& pool) {
   stats.kv_groups.resize(layout.groups.size());
   for (size_t g = 0; g < layout.groups.size(); ++g) {
@@ -122,10 +129,7 @@ Engine::Engine(Model& model, const Tokenizer* tokenizer, std::vector<int32_t> eo
       eos_ids_(std::move(eos_ids)),
       config_(config),
       pool_threads_(config.threads),
-      kv_(model.config(), CacheLayout::for_model(model.config(), config.hybrid_kv_cache),
-          blocks_for_budget(model.config(),
-                            CacheLayout::for_model(model.config(), config.hybrid_kv_cache), config),
-          config.block_size, config.kv_type),
+      kv_(make_kv_cache(model.config(), config)),
       pool_(kv_.num_blocks(), config.block_size, static_cast<int>(kv_.layout().num_groups())),
       // Each group's blocks behind its window are released (a global layer, as Gemma 2/3's or
       // Qwen's first max_window_layers, reads every key: its group keeps them).

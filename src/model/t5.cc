@@ -255,22 +255,24 @@ class T5Model final : public Model {
       norm(ex_, B.ln_self, n, pool);
       project(B.self, n, pool);
       // Bidirectional attention within each sequence, with the position bias.
-      const int64_t tasks = n * c.n_heads;
-      transformer::for_rows(pool, tasks, [&](int64_t task) {
-        const int64_t i = task / c.n_heads, h = task % c.n_heads;
+      // A task per query row: its keys' buckets once, then each head's bias from them.
+      transformer::for_rows(pool, n, [&](int64_t i) {
         const size_t e = static_cast<size_t>(
             std::upper_bound(enc_start_.begin(), enc_start_.end(), i) - enc_start_.begin() - 1);
         const int64_t first = enc_start_[e], len = enc_start_[e + 1] - first;
+        thread_local std::vector<int32_t> buckets;
         thread_local std::vector<float> bias, scores;
+        buckets.resize(static_cast<size_t>(len));
         bias.resize(static_cast<size_t>(len));
         scores.resize(static_cast<size_t>(len));
         for (int64_t j = 0; j < len; ++j)
-          bias[j] = B.rel_bias[t5_position_bucket(j - (i - first), true, c.rel_buckets,
-                                                  c.rel_max_distance) *
-                                   c.n_heads +
-                               h];
-        attend(q_.data() + i * inner + h * dk, k_.data() + first * inner, v_.data() + first * inner,
-               len, inner, h, dk, bias.data(), scores.data(), att_.data() + i * inner + h * dk);
+          buckets[j] = t5_position_bucket(j - (i - first), true, c.rel_buckets, c.rel_max_distance);
+        for (int64_t h = 0; h < c.n_heads; ++h) {
+          for (int64_t j = 0; j < len; ++j) bias[j] = B.rel_bias[buckets[j] * c.n_heads + h];
+          attend(q_.data() + i * inner + h * dk, k_.data() + first * inner,
+                 v_.data() + first * inner, len, inner, h, dk, bias.data(), scores.data(),
+                 att_.data() + i * inner + h * dk);
+        }
       });
       kernels::matmul_add(att_.data(), n, B.self.o, nullptr, ex_.data(), pool);
       norm(ex_, B.ln_mlp, n, pool);
@@ -310,6 +312,8 @@ class T5Model final : public Model {
       const int64_t n_tok = static_cast<int64_t>(chunk.tokens.size());
       const int64_t n_keys = cross ? chunk.encoder_len : chunk.start_pos + n_tok;
       thread_local std::vector<float> keys, values, bias, scores;
+      thread_local std::vector<int32_t> buckets;
+      buckets.resize(static_cast<size_t>(n_keys));
       keys.resize(static_cast<size_t>(n_keys * inner));
       values.resize(static_cast<size_t>(n_keys * inner));
       bias.resize(static_cast<size_t>(n_keys));
@@ -321,13 +325,12 @@ class T5Model final : public Model {
       for (int64_t t = 0; t < n_tok; ++t) {
         const int64_t row = starts_[s] + t, pos = chunk.start_pos + t;
         const int64_t n = cross ? n_keys : pos + 1;
+        if (!cross)  // the keys' buckets once per query, each head's bias from them
+          for (int64_t j = 0; j < n; ++j)
+            buckets[j] = t5_position_bucket(j - pos, false, c.rel_buckets, c.rel_max_distance);
         for (int64_t h = 0; h < c.n_heads; ++h) {
           if (!cross)
-            for (int64_t j = 0; j < n; ++j)
-              bias[j] =
-                  rel_bias[t5_position_bucket(j - pos, false, c.rel_buckets, c.rel_max_distance) *
-                               c.n_heads +
-                           h];
+            for (int64_t j = 0; j < n; ++j) bias[j] = rel_bias[buckets[j] * c.n_heads + h];
           attend(q_.data() + row * inner + h * dk, keys.data(), values.data(), n, inner, h, dk,
                  cross ? nullptr : bias.data(), scores.data(), att_.data() + row * inner + h * dk);
         }
