@@ -12,13 +12,9 @@
 #include <utility>
 #include <vector>
 
-namespace tf {
+#include "tokenizer/subword_model.h"
 
-struct StringHash {
-  using is_transparent = void;
-  size_t operator()(std::string_view s) const { return std::hash<std::string_view>{}(s); }
-};
-using TokenIdMap = std::unordered_map<std::string, int32_t, StringHash, std::equal_to<>>;
+namespace tf {
 
 struct BpeOptions {
   bool byte_fallback = false;  // unknown characters become <0xNN> tokens (Llama 2, Mistral)
@@ -27,7 +23,7 @@ struct BpeOptions {
   bool fuse_unk = false;  // consecutive unknowns become one unk
 };
 
-class BpeModel {
+class BpeModel final : public SubwordModel {
  public:
   // vocab: token -> id; merges: pairs in rank order. Throws Error if a merge names a token that
   // is not in the vocab, or its result is not.
@@ -35,17 +31,17 @@ class BpeModel {
            BpeOptions options);
 
   // Appends the ids of one pre-tokenized, normalized word.
-  void encode(std::string_view word, std::vector<int32_t>& out) const;
+  void encode(std::string_view word, std::vector<int32_t>& out) const override;
 
-  std::optional<int32_t> token_to_id(std::string_view token) const;
+  std::optional<int32_t> token_to_id(std::string_view token) const override;
   // Empty for an id the vocab does not have.
-  const std::string& id_to_token(int32_t id) const;
+  const std::string& id_to_token(int32_t id) const override;
   // One past the largest id.
-  int64_t id_limit() const { return static_cast<int64_t>(id_to_token_.size()); }
+  int64_t id_limit() const override { return static_cast<int64_t>(id_to_token_.size()); }
   const BpeOptions& options() const { return options_; }
   // The most bytes of a word one id can stand for (the longest token: a merge's token is the
   // concatenation of its parts, <0xNN> and unk stand for at most 4 bytes); 0 when unknowns fuse.
-  size_t max_bytes_per_token() const;
+  size_t max_bytes_per_token() const override;
 
  private:
   struct Merge {

@@ -1,12 +1,17 @@
 #include "tokenizer/gguf_vocab.h"
 
+#include <fmt/format.h>
+
 #include <algorithm>
+#include <optional>
 
 #include "core/error.h"
 #include "core/mapped_file.h"
 #include "model/gguf.h"
 #include "tokenizer/hf_tokenizer.h"
 #include "tokenizer/llama2c_tokenizer.h"
+#include "tokenizer/spm_normalizer.h"
+#include "tokenizer/unigram.h"
 
 #include <nlohmann/json.hpp>
 
@@ -194,20 +199,105 @@ LoadedTokenizer gpt2_vocab(const GgufFile& f, const std::string& path) {
   return out;
 }
 
+// tokenizer.ggml.model "t5" (llama.cpp's UGM): a SentencePiece Unigram vocabulary with pieces,
+// scores and types, the model's precompiled character map and its whitespace flags; no BOS, the
+// EOS appended. Run as SentencePiece runs it: the normalizer over each text between special
+// tokens, then Viterbi over the whole normalized text.
+LoadedTokenizer t5_vocab(const GgufFile& f, const std::string& path) {
+  const std::vector<std::string> tokens = f.get_strings("tokenizer.ggml.tokens");
+  const std::vector<double> scores = f.get_numbers("tokenizer.ggml.scores");
+  if (scores.size() != tokens.size())
+    fail("'{}': tokenizer.ggml.scores has {} entries for {} tokens", path, scores.size(),
+         tokens.size());
+  const std::vector<int32_t> types = token_types(f, tokens.size(), path);
+  const uint64_t eos = f.get_uint("tokenizer.ggml.eos_token_id", 1);
+  const uint64_t unk = f.get_uint("tokenizer.ggml.unknown_token_id", 2);
+  if (eos >= tokens.size() || unk >= tokens.size())
+    fail("'{}': EOS {} or unknown {} is outside the vocabulary of {}", path, eos, unk,
+         tokens.size());
+  std::optional<uint64_t> bos;
+  if (f.find("tokenizer.ggml.bos_token_id")) {
+    bos = f.get_uint("tokenizer.ggml.bos_token_id");
+    if (*bos >= tokens.size())
+      fail("'{}': BOS {} is outside the vocabulary of {}", path, *bos, tokens.size());
+  }
+  std::string charsmap;
+  if (const GgufValue* v = f.find("tokenizer.ggml.precompiled_charsmap")) {
+    if (v->type != GgufType::kArray ||
+        (v->item_type != GgufType::kUint8 && v->item_type != GgufType::kInt8))
+      fail("'{}': tokenizer.ggml.precompiled_charsmap must be an array of bytes", path);
+    charsmap.assign(v->raw.begin(), v->raw.end());
+  }
+  SentencePieceNormalizerSpec spec;
+  spec.add_dummy_prefix = f.get_bool("tokenizer.ggml.add_space_prefix", false);
+  spec.remove_extra_whitespaces = f.get_bool("tokenizer.ggml.remove_extra_whitespaces", false);
+  std::vector<UnigramPiece> pieces;
+  std::vector<AddedToken> added;
+  pieces.reserve(tokens.size());
+  for (size_t id = 0; id < tokens.size(); ++id) {
+    const int32_t type = types.empty() ? 1 : types[id];
+    if (type < 1 || type > 6)
+      fail("'{}': token {} has type {} (SentencePiece's are 1 to 6)", path, id, type);
+    pieces.push_back({tokens[id], scores[id], static_cast<PieceType>(type)});
+    // Control, unknown and user-defined pieces are matched whole in the text, before the
+    // normalizer (llama.cpp's special-token pass; SentencePiece's user-defined matcher).
+    if ((type == 2 || type == 3 || type == 4) && !tokens[id].empty())
+      added.push_back({static_cast<int32_t>(id), tokens[id], type != 4, false, false, false});
+  }
+  // T5's sentinels: T5Tokenizer names the 100 ids after SentencePiece's <extra_id_99> ..
+  // <extra_id_0>; llama.cpp's converter writes them as [PAD<id>] placeholders (unused pieces).
+  if (f.get_string("general.architecture", "").rfind("t5", 0) == 0) {
+    size_t first = tokens.size();
+    while (first > 0 && tokens[first - 1] == fmt::format("[PAD{}]", first - 1)) --first;
+    if (tokens.size() - first >= 100) {
+      for (size_t k = 0; k < 100; ++k) {
+        const size_t id = first + 99 - k;
+        added.push_back(
+            {static_cast<int32_t>(id), fmt::format("<extra_id_{}>", k), true, false, false, false});
+      }
+    }
+  }
+  UnigramOptions opts;
+  opts.unk_id = static_cast<int32_t>(unk);
+  opts.sentencepiece_lattice = true;
+  opts.byte_fallback = std::any_of(types.begin(), types.end(), [](int32_t t) { return t == 6; });
+  auto model = std::make_unique<UnigramModel>(std::move(pieces), opts, "'" + path + "'");
+  std::vector<int32_t> prefix, suffix;
+  if (f.get_bool("tokenizer.ggml.add_bos_token", false) && bos)
+    prefix.push_back(static_cast<int32_t>(*bos));
+  if (f.get_bool("tokenizer.ggml.add_eos_token", true)) suffix.push_back(static_cast<int32_t>(eos));
+  const json decoder = {{"type", "Sequence"},
+                        {"decoders",
+                         {{{"type", "ByteFallback"}},
+                          {{"type", "Metaspace"},
+                           {"replacement", "\xE2\x96\x81"},
+                           {"prepend_scheme", spec.add_dummy_prefix ? "always" : "never"}}}}};
+  auto tok = HfTokenizer::from_parts(
+      make_sentencepiece_normalizer(std::move(charsmap), spec, "'" + path + "'"), nullptr,
+      std::move(model), make_decoder(decoder), std::move(added), std::move(prefix),
+      std::move(suffix));
+  if (bos) tok->set_bos_id(static_cast<int32_t>(*bos));
+  tok->set_eos_id(static_cast<int32_t>(eos));
+  LoadedTokenizer out;
+  out.stop_ids = end_of_generation_ids(f, tokens, types, eos);
+  if (bos) out.bos_token = tokens[*bos];
+  out.eos_token = tokens[eos];
+  out.tokenizer = std::move(tok);
+  out.source = path;
+  out.chat_template = f.get_string("tokenizer.chat_template", "");
+  return out;
+}
+
 }  // namespace
 
 LoadedTokenizer load_gguf_tokenizer(const GgufFile& f, const std::string& path) {
   const std::string model = f.get_string("tokenizer.ggml.model");
   if (model == "gpt2") return gpt2_vocab(f, path);
-  if (model == "t5")
-    fail(ErrorKind::kUnsupported,
-         "'{}': tokenizer.ggml.model 't5' (SentencePiece Unigram with its precompiled "
-         "normalization) is not read from GGUF yet: pass the model's spiece.model with "
-         "--tokenizer, or send token ids",
-         path);
+  if (model == "t5") return t5_vocab(f, path);
   if (model != "llama") {
     fail(ErrorKind::kUnsupported,
-         "'{}': tokenizer.ggml.model '{}' is not supported yet (llama and gpt2 are)", path, model);
+         "'{}': tokenizer.ggml.model '{}' is not supported yet (llama, gpt2 and t5 are)", path,
+         model);
   }
   std::vector<std::string> pieces = f.get_strings("tokenizer.ggml.tokens");
   std::vector<double> scores = f.get_numbers("tokenizer.ggml.scores");

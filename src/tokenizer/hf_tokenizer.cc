@@ -10,20 +10,14 @@
 #include "core/error.h"
 #include "core/json.h"
 #include "core/mapped_file.h"
+#include "tokenizer/bpe.h"
 #include "tokenizer/unicode.h"
+#include "tokenizer/unigram.h"
 
 namespace tf {
 namespace {
 
 using nlohmann::json;
-
-bool is_space(char c) {
-  return c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\f' || c == '\v';
-}
-
-bool is_word_byte(unsigned char c) {
-  return std::isalnum(c) || c == '_' || c >= 0x80;
-}
 
 // A token id from the file: a JSON integer in 0..2^24-1 (a float such as 1e33, or a value out of
 // that range, is an error, never a wrapped or undefined conversion).
@@ -67,6 +61,48 @@ std::vector<std::pair<std::string, std::string>> parse_merges(const json& m,
     }
   }
   return merges;
+}
+
+std::unique_ptr<SubwordModel> bpe_model(const json& model, const std::string& source) {
+  if (!model.value("continuing_subword_prefix", json()).is_null() &&
+      !model["continuing_subword_prefix"].get<std::string>().empty()) {
+    fail(ErrorKind::kUnsupported, "{}: BPE continuing_subword_prefix is not supported", source);
+  }
+  if (!model.value("end_of_word_suffix", json()).is_null() &&
+      !model["end_of_word_suffix"].get<std::string>().empty()) {
+    fail(ErrorKind::kUnsupported, "{}: BPE end_of_word_suffix is not supported", source);
+  }
+  if (!model.value("dropout", json()).is_null() && model["dropout"].get<double>() > 0.0) {
+    fail(ErrorKind::kUnsupported, "{}: BPE dropout is not supported at inference", source);
+  }
+  BpeOptions opts;
+  opts.byte_fallback = model.value("byte_fallback", false);
+  opts.ignore_merges = model.value("ignore_merges", false);
+  opts.fuse_unk = model.value("fuse_unk", false);
+  if (model.contains("unk_token") && model["unk_token"].is_string())
+    opts.unk_token = model["unk_token"].get<std::string>();
+  return std::make_unique<BpeModel>(parse_vocab(model.value("vocab", json()), source),
+                                    parse_merges(model.value("merges", json()), source), opts);
+}
+
+// {"type": "Unigram", "unk_id": 2, "vocab": [["<pad>", 0.0], ["▁the", -3.1], ...],
+//  "byte_fallback": false}: ids are the list's order.
+std::unique_ptr<SubwordModel> unigram_model(const json& model, const std::string& source) {
+  const json& vocab = model.value("vocab", json());
+  if (!vocab.is_array())
+    fail("{}: a Unigram model's vocab must be a list of [piece, score]", source);
+  std::vector<UnigramPiece> pieces;
+  pieces.reserve(vocab.size());
+  for (const auto& entry : vocab) {
+    if (!entry.is_array() || entry.size() != 2 || !entry[0].is_string() || !entry[1].is_number())
+      fail("{}: Unigram vocab entry {} is not [piece, score]", source, pieces.size());
+    pieces.push_back({entry[0].get<std::string>(), entry[1].get<double>(), PieceType::kNormal});
+  }
+  UnigramOptions opts;
+  if (model.contains("unk_id") && !model["unk_id"].is_null())
+    opts.unk_id = token_id(model["unk_id"], source, "model.unk_id");
+  opts.byte_fallback = model.value("byte_fallback", false);
+  return std::make_unique<UnigramModel>(std::move(pieces), opts, source);
 }
 
 // The ids a post-processor adds around a single sequence.
@@ -115,55 +151,38 @@ std::unique_ptr<HfTokenizer> HfTokenizer::from_json(std::string_view json_text,
   if (j.is_discarded()) fail("{}: not valid JSON", source);
   if (!j.is_object()) fail("{}: expected a JSON object", source);
   auto tok = std::unique_ptr<HfTokenizer>(new HfTokenizer());
+  std::vector<AddedToken> added;
   try {
     const json& model = j.value("model", json());
     if (!model.is_object()) fail("{}: missing model", source);
     const std::string type = model.value("type", model.contains("merges") ? "BPE" : "");
-    if (type != "BPE") {
-      fail(ErrorKind::kUnsupported, "{}: model type '{}' is not supported (BPE is)", source, type);
+    if (type == "BPE") {
+      tok->model_ = bpe_model(model, source);
+    } else if (type == "Unigram") {
+      tok->model_ = unigram_model(model, source);
+    } else {
+      fail(ErrorKind::kUnsupported, "{}: model type '{}' is not supported (BPE and Unigram are)",
+           source, type);
     }
-    if (!model.value("continuing_subword_prefix", json()).is_null() &&
-        !model["continuing_subword_prefix"].get<std::string>().empty()) {
-      fail(ErrorKind::kUnsupported, "{}: BPE continuing_subword_prefix is not supported", source);
-    }
-    if (!model.value("end_of_word_suffix", json()).is_null() &&
-        !model["end_of_word_suffix"].get<std::string>().empty()) {
-      fail(ErrorKind::kUnsupported, "{}: BPE end_of_word_suffix is not supported", source);
-    }
-    if (!model.value("dropout", json()).is_null() && model["dropout"].get<double>() > 0.0) {
-      fail(ErrorKind::kUnsupported, "{}: BPE dropout is not supported at inference", source);
-    }
-    BpeOptions opts;
-    opts.byte_fallback = model.value("byte_fallback", false);
-    opts.ignore_merges = model.value("ignore_merges", false);
-    opts.fuse_unk = model.value("fuse_unk", false);
-    if (model.contains("unk_token") && model["unk_token"].is_string())
-      opts.unk_token = model["unk_token"].get<std::string>();
-    tok->model_ =
-        std::make_unique<BpeModel>(parse_vocab(model.value("vocab", json()), source),
-                                   parse_merges(model.value("merges", json()), source), opts);
     tok->normalizer_ = make_normalizer(j.value("normalizer", json()));
     tok->pre_tokenizer_ = make_pre_tokenizer(j.value("pre_tokenizer", json()));
     tok->decoder_ = make_decoder(j.value("decoder", json()));
     for (const auto& a : j.value("added_tokens", json::array())) {
-      AddedToken t;
+      AddedToken t{};
       t.id = token_id(a.at("id"), source, "added_tokens[].id");
       t.content = a.at("content").get<std::string>();
       t.special = a.value("special", false);
       t.lstrip = a.value("lstrip", false);
       t.rstrip = a.value("rstrip", false);
       t.single_word = a.value("single_word", false);
-      if (t.id < 0 || t.id >= (1 << 24))
-        fail("{}: added token '{}' has an invalid id", source, t.content);
-      if (t.content.empty()) fail("{}: added token {} is empty", source, t.id);
-      tok->added_.push_back(std::move(t));
+      added.push_back(std::move(t));
     }
     parse_post_processor(j.value("post_processor", json()), source, tok->prefix_ids_,
                          tok->suffix_ids_);
   } catch (const json::exception& e) {
     fail("{}: unexpected structure: {}", source, e.what());
   }
-  tok->index_added_tokens();
+  tok->index_added_tokens(std::move(added), source);
   for (int32_t id : tok->prefix_ids_) {
     if (id < 0 || id >= tok->vocab_size_)
       fail("{}: post_processor id {} is outside the vocab", source, id);
@@ -172,6 +191,21 @@ std::unique_ptr<HfTokenizer> HfTokenizer::from_json(std::string_view json_text,
     if (id < 0 || id >= tok->vocab_size_)
       fail("{}: post_processor id {} is outside the vocab", source, id);
   }
+  return tok;
+}
+
+std::unique_ptr<HfTokenizer> HfTokenizer::from_parts(
+    std::unique_ptr<Normalizer> normalizer, std::unique_ptr<PreTokenizer> pre_tokenizer,
+    std::unique_ptr<SubwordModel> model, std::unique_ptr<Decoder> decoder,
+    std::vector<AddedToken> added, std::vector<int32_t> prefix, std::vector<int32_t> suffix) {
+  auto tok = std::unique_ptr<HfTokenizer>(new HfTokenizer());
+  tok->normalizer_ = std::move(normalizer);
+  tok->pre_tokenizer_ = std::move(pre_tokenizer);
+  tok->model_ = std::move(model);
+  tok->decoder_ = std::move(decoder);
+  tok->prefix_ids_ = std::move(prefix);
+  tok->suffix_ids_ = std::move(suffix);
+  tok->index_added_tokens(std::move(added), "tokenizer");
   return tok;
 }
 
@@ -198,39 +232,27 @@ std::unique_ptr<HfTokenizer> HfTokenizer::from_gpt2_files(const std::string& voc
       std::make_unique<BpeModel>(parse_vocab(v, "'" + vocab_path + "'"), merges, BpeOptions{});
   tok->pre_tokenizer_ = make_byte_level_pre_tokenizer(false);
   tok->decoder_ = make_byte_level_decoder();
+  std::vector<AddedToken> added;
   if (auto eot = tok->model_->token_to_id("<|endoftext|>")) {
-    tok->added_.push_back({*eot, "<|endoftext|>", true, false, false, false});
+    added.push_back({*eot, "<|endoftext|>", true, false, false, false});
     tok->bos_id_ = tok->eos_id_ = *eot;
   }
-  tok->index_added_tokens();
+  tok->index_added_tokens(std::move(added), "'" + vocab_path + "'");
   return tok;
 }
 
-void HfTokenizer::index_added_tokens() {
-  vocab_size_ = model_->id_limit();
-  added_by_first_byte_.assign(256, {});
-  added_by_id_.clear();
-  for (size_t i = 0; i < added_.size(); ++i) {
-    added_by_id_[added_[i].id] = i;
-    vocab_size_ = std::max<int64_t>(vocab_size_, added_[i].id + 1);
-    added_by_first_byte_[static_cast<unsigned char>(added_[i].content[0])].push_back(i);
-  }
-  // The bound on bytes per id holds if nothing before the BPE model drops text: normalizers
-  // that never shorten, pre-tokenizers that keep every byte, added tokens that strip nothing.
+void HfTokenizer::index_added_tokens(std::vector<AddedToken> added, const std::string& source) {
+  added_ = AddedTokens(std::move(added), source);
+  vocab_size_ = std::max(model_->id_limit(), added_.id_limit());
+  // The bound on bytes per id holds if nothing before the model drops text: normalizers that
+  // never shorten, pre-tokenizers that keep every byte, added tokens that strip nothing.
   max_bytes_per_token_ = model_->max_bytes_per_token();
   if ((normalizer_ && !normalizer_->never_shortens()) ||
-      (pre_tokenizer_ && !pre_tokenizer_->keeps_all_text()))
+      (pre_tokenizer_ && !pre_tokenizer_->keeps_all_text()) || added_.strips())
     max_bytes_per_token_ = 0;
-  for (const AddedToken& t : added_) {
-    if (t.lstrip || t.rstrip) max_bytes_per_token_ = 0;
-    if (max_bytes_per_token_ != 0)
+  if (max_bytes_per_token_ != 0)
+    for (const AddedToken& t : added_.all())
       max_bytes_per_token_ = std::max(max_bytes_per_token_, t.content.size());
-  }
-  for (auto& list : added_by_first_byte_) {
-    std::stable_sort(list.begin(), list.end(), [&](size_t a, size_t b) {
-      return added_[a].content.size() > added_[b].content.size();
-    });
-  }
 }
 
 void HfTokenizer::encode_text(std::string_view text, bool at_input_start,
@@ -249,44 +271,9 @@ void HfTokenizer::encode_text(std::string_view text, bool at_input_start,
 std::vector<int32_t> HfTokenizer::encode(std::string_view text, bool add_special_tokens) const {
   std::vector<int32_t> out;
   if (add_special_tokens) out = prefix_ids_;
-  // Split on added tokens (leftmost, then longest), honouring lstrip/rstrip/single_word.
-  size_t seg_start = 0;
-  size_t i = 0;
-  while (i < text.size()) {
-    check_cancelled();
-    const AddedToken* hit = nullptr;
-    if (!added_.empty()) {
-      for (size_t idx : added_by_first_byte_[static_cast<unsigned char>(text[i])]) {
-        const AddedToken& t = added_[idx];
-        if (text.compare(i, t.content.size(), t.content) != 0) continue;
-        if (t.single_word) {
-          const bool left_ok = i == 0 || !is_word_byte(static_cast<unsigned char>(text[i - 1]));
-          const size_t e = i + t.content.size();
-          const bool right_ok =
-              e >= text.size() || !is_word_byte(static_cast<unsigned char>(text[e]));
-          if (!left_ok || !right_ok) continue;
-        }
-        hit = &t;
-        break;
-      }
-    }
-    if (hit == nullptr) {
-      ++i;
-      continue;
-    }
-    size_t seg_end = i;
-    if (hit->lstrip) {
-      while (seg_end > seg_start && is_space(text[seg_end - 1])) --seg_end;
-    }
-    encode_text(text.substr(seg_start, seg_end - seg_start), seg_start == 0, out);
-    out.push_back(hit->id);
-    i += hit->content.size();
-    if (hit->rstrip) {
-      while (i < text.size() && is_space(text[i])) ++i;
-    }
-    seg_start = i;
-  }
-  encode_text(text.substr(seg_start), seg_start == 0, out);
+  added_.split(
+      text, [&](std::string_view segment, bool at_start) { encode_text(segment, at_start, out); },
+      out);
   if (add_special_tokens) out.insert(out.end(), suffix_ids_.begin(), suffix_ids_.end());
   return out;
 }
@@ -307,20 +294,18 @@ std::string HfTokenizer::decode_bytes(std::span<const int32_t> ids,
 }
 
 std::string HfTokenizer::id_to_piece(int32_t id) const {
-  if (auto it = added_by_id_.find(id); it != added_by_id_.end()) return added_[it->second].content;
+  if (const AddedToken* t = added_.by_id(id)) return t->content;
   return model_->id_to_token(id);
 }
 
 std::optional<int32_t> HfTokenizer::piece_to_id(std::string_view piece) const {
-  for (const auto& t : added_) {
-    if (t.content == piece) return t.id;
-  }
+  if (auto id = added_.id_of(piece)) return id;
   return model_->token_to_id(piece);
 }
 
 bool HfTokenizer::is_special(int32_t id) const {
-  auto it = added_by_id_.find(id);
-  return it != added_by_id_.end() && added_[it->second].special;
+  const AddedToken* t = added_.by_id(id);
+  return t != nullptr && t->special;
 }
 
 }  // namespace tf

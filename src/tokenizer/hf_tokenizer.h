@@ -1,35 +1,33 @@
 #pragma once
 // A Hugging Face `tokenizers` pipeline: added tokens split off first, then normalizer,
-// pre-tokenizer, BPE model, post-processor; and the decoder chain back. Built from tokenizer.json
-// or from GPT-2's vocab.json + merges.txt.
+// pre-tokenizer, model (BPE or Unigram), post-processor; and the decoder chain back. Built from
+// tokenizer.json, from GPT-2's vocab.json + merges.txt, or in code (a GGUF vocabulary).
 
 #include <memory>
 #include <string>
-#include <unordered_map>
 #include <vector>
 
-#include "tokenizer/bpe.h"
+#include "tokenizer/added_tokens.h"
 #include "tokenizer/decoder.h"
 #include "tokenizer/normalizer.h"
 #include "tokenizer/pre_tokenizer.h"
+#include "tokenizer/subword_model.h"
 #include "tokenizer/tokenizer.h"
 
 namespace tf {
 
 class HfTokenizer final : public Tokenizer {
  public:
-  struct AddedToken {
-    int32_t id;
-    std::string content;
-    bool special = false;
-    bool lstrip = false;
-    bool rstrip = false;
-    bool single_word = false;
-  };
+  using AddedToken = tf::AddedToken;
 
   // Parses tokenizer.json text. `source` names the file in errors.
   static std::unique_ptr<HfTokenizer> from_json(std::string_view json_text,
                                                 const std::string& source);
+  // A pipeline put together in code (a GGUF vocabulary): any part but the model may be null.
+  static std::unique_ptr<HfTokenizer> from_parts(
+      std::unique_ptr<Normalizer> normalizer, std::unique_ptr<PreTokenizer> pre_tokenizer,
+      std::unique_ptr<SubwordModel> model, std::unique_ptr<Decoder> decoder,
+      std::vector<AddedToken> added, std::vector<int32_t> prefix, std::vector<int32_t> suffix);
   // GPT-2's encoder.json/vocab.json + vocab.bpe/merges.txt (byte-level BPE, <|endoftext|>).
   static std::unique_ptr<HfTokenizer> from_gpt2_files(const std::string& vocab_path,
                                                       const std::string& merges_path);
@@ -42,7 +40,7 @@ class HfTokenizer final : public Tokenizer {
   bool is_special(int32_t id) const override;
   size_t max_bytes_per_token() const override { return max_bytes_per_token_; }
 
-  const std::vector<AddedToken>& added_tokens() const { return added_; }
+  const std::vector<AddedToken>& added_tokens() const { return added_.all(); }
   // Ids the post-processor puts before and after a single sequence.
   const std::vector<int32_t>& prefix_ids() const { return prefix_ids_; }
   const std::vector<int32_t>& suffix_ids() const { return suffix_ids_; }
@@ -53,17 +51,15 @@ class HfTokenizer final : public Tokenizer {
 
  private:
   HfTokenizer() = default;
-  void index_added_tokens();
+  void index_added_tokens(std::vector<AddedToken> added, const std::string& source);
   void encode_text(std::string_view text, bool at_input_start, std::vector<int32_t>& out) const;
 
   size_t max_bytes_per_token_ = 0;
   std::unique_ptr<Normalizer> normalizer_;
   std::unique_ptr<PreTokenizer> pre_tokenizer_;
-  std::unique_ptr<BpeModel> model_;
+  std::unique_ptr<SubwordModel> model_;
   std::unique_ptr<Decoder> decoder_;
-  std::vector<AddedToken> added_;
-  std::vector<std::vector<size_t>> added_by_first_byte_;  // longest first
-  std::unordered_map<int32_t, size_t> added_by_id_;
+  AddedTokens added_;
   std::vector<int32_t> prefix_ids_, suffix_ids_;
   int64_t vocab_size_ = 0;
 };

@@ -8,6 +8,7 @@
 
 #include "core/error.h"
 #include "tokenizer/regex.h"
+#include "tokenizer/spm_normalizer.h"
 
 namespace tf {
 namespace {
@@ -157,6 +158,12 @@ std::unique_ptr<Normalizer> make_normalizer(const json& spec) {
     return std::make_unique<UnicodeNormalizer>(type);
   }
   if (type == "Lowercase") return std::make_unique<Lowercase>();
+  if (type == "Precompiled") {
+    // SentencePiece's character map, base64; an empty one maps nothing.
+    const std::string charsmap = get_string(spec, "precompiled_charsmap");
+    if (charsmap.empty()) return nullptr;
+    return make_precompiled_normalizer(charsmap, "tokenizer.json");
+  }
   if (type == "Prepend") return std::make_unique<Prepend>(get_string(spec, "prepend"));
   if (type == "Replace") {
     if (!spec.contains("pattern")) fail("tokenizer.json: Replace normalizer without a pattern");

@@ -200,7 +200,8 @@ class MetaspacePre final : public PreTokenizer {
         }
       }
       const bool prepend = scheme_ == "always" || (scheme_ == "first" && w.at_input_start);
-      if (prepend && t.compare(0, replacement_.size(), replacement_) != 0)
+      // Hugging Face prepends nothing to an empty string (NormalizedString::prepend).
+      if (prepend && !t.empty() && t.compare(0, replacement_.size(), replacement_) != 0)
         t.insert(0, replacement_);
       Word nw{std::move(t), w.at_input_start};
       if (!split_) {

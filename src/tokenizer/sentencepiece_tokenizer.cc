@@ -110,11 +110,15 @@ std::unique_ptr<SentencePieceTokenizer> SentencePieceTokenizer::from_bytes(
 }
 
 int64_t SentencePieceTokenizer::vocab_size() const {
-  return static_cast<int64_t>(pieces_.size());
+  return std::max(static_cast<int64_t>(pieces_.size()), added_.id_limit());
 }
 
-std::vector<int32_t> SentencePieceTokenizer::encode(std::string_view text,
-                                                    bool add_special_tokens) const {
+void SentencePieceTokenizer::set_added_tokens(std::vector<AddedToken> tokens,
+                                              const std::string& source) {
+  added_ = AddedTokens(std::move(tokens), source);
+}
+
+void SentencePieceTokenizer::encode_piece(std::string_view text, std::vector<int32_t>& out) const {
   const Shim& s = shim();
   std::vector<int> ids(text.size() + 16);
   char err[512] = {0};
@@ -124,10 +128,16 @@ std::vector<int32_t> SentencePieceTokenizer::encode(std::string_view text,
     n = s.encode(handle_, text.data(), text.size(), ids.data(), ids.size(), err, sizeof err);
   }
   if (n < 0) fail("SentencePiece could not encode the text: {}", err);
-  std::vector<int32_t> out;
-  out.reserve(static_cast<size_t>(n) + 2);
-  if (add_special_tokens && add_bos_ && bos_id_ >= 0) out.push_back(bos_id_);
   out.insert(out.end(), ids.begin(), ids.begin() + n);
+}
+
+std::vector<int32_t> SentencePieceTokenizer::encode(std::string_view text,
+                                                    bool add_special_tokens) const {
+  std::vector<int32_t> out;
+  out.reserve(text.size() / 3 + 2);
+  if (add_special_tokens && add_bos_ && bos_id_ >= 0) out.push_back(bos_id_);
+  added_.split(
+      text, [&](std::string_view segment, bool) { encode_piece(segment, out); }, out);
   if (add_special_tokens && add_eos_ && eos_id_ >= 0) out.push_back(eos_id_);
   return out;
 }
@@ -139,7 +149,12 @@ std::string SentencePieceTokenizer::decode_bytes(std::span<const int32_t> ids,
   std::string out;
   bool first = true;
   for (int32_t id : ids) {
-    if (id < 0 || id >= vocab_size()) continue;
+    if (const AddedToken* t = added_.by_id(id)) {
+      if (!(skip_special_tokens && t->special)) out += t->content;
+      first = false;
+      continue;
+    }
+    if (id < 0 || id >= static_cast<int64_t>(pieces_.size())) continue;
     const uint8_t f = flags_[static_cast<size_t>(id)];
     if ((f & 1) || (skip_special_tokens && is_special(id))) continue;
     if (f & 2) {
@@ -168,18 +183,22 @@ std::string SentencePieceTokenizer::decode_bytes(std::span<const int32_t> ids,
 }
 
 std::string SentencePieceTokenizer::id_to_piece(int32_t id) const {
-  if (id < 0 || id >= vocab_size()) return "";
+  if (const AddedToken* t = added_.by_id(id)) return t->content;
+  if (id < 0 || id >= static_cast<int64_t>(pieces_.size())) return "";
   return pieces_[static_cast<size_t>(id)];
 }
 
 std::optional<int32_t> SentencePieceTokenizer::piece_to_id(std::string_view piece) const {
+  if (auto id = added_.id_of(piece)) return id;
   auto it = piece_ids_.find(std::string(piece));
   if (it == piece_ids_.end()) return std::nullopt;
   return it->second;
 }
 
 bool SentencePieceTokenizer::is_special(int32_t id) const {
-  return id >= 0 && id < vocab_size() && (flags_[static_cast<size_t>(id)] & 5) != 0;
+  if (const AddedToken* t = added_.by_id(id)) return t->special;
+  return id >= 0 && id < static_cast<int64_t>(pieces_.size()) &&
+         (flags_[static_cast<size_t>(id)] & 5) != 0;
 }
 
 }  // namespace tf

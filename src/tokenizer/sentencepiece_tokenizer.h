@@ -7,6 +7,7 @@
 #include <memory>
 #include <string>
 
+#include "tokenizer/added_tokens.h"
 #include "tokenizer/tokenizer.h"
 
 #include <unordered_map>
@@ -29,12 +30,21 @@ class SentencePieceTokenizer final : public Tokenizer {
   std::optional<int32_t> piece_to_id(std::string_view piece) const override;
   bool is_special(int32_t id) const override;
 
+  // Tokens matched whole before the library sees the text (T5's <extra_id_N> sentinels, a
+  // tokenizer_config.json's added_tokens_decoder): the text between them is encoded piece by
+  // piece, each stretch as its own sentence (as transformers' slow tokenizers do).
+  void set_added_tokens(std::vector<AddedToken> tokens, const std::string& source);
+  const AddedTokens& added_tokens() const { return added_; }
+
   void set_add_bos(bool v) { add_bos_ = v; }
   void set_add_eos(bool v) { add_eos_ = v; }
 
  private:
   SentencePieceTokenizer() = default;
+  void encode_piece(std::string_view text, std::vector<int32_t>& out) const;
+
   void* handle_ = nullptr;  // the shim's processor
+  AddedTokens added_;
   std::vector<std::string> pieces_;
   std::vector<uint8_t> flags_;  // bit 0 control, bit 1 byte, bit 2 unknown
   std::unordered_map<std::string, int32_t> piece_ids_;

@@ -2,6 +2,8 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
@@ -116,6 +118,50 @@ fs::path find_in_dir(const fs::path& dir) {
   return candidates.size() == 1 ? candidates[0] : fs::path();
 }
 
+// tokenizer_config.json's added_tokens_decoder: {"32099": {"content": "<extra_id_0>",
+// "special": true, "lstrip": false, ...}, ...}.
+std::vector<AddedToken> added_tokens_decoder(const json& tcfg, const std::string& source) {
+  std::vector<AddedToken> out;
+  if (!tcfg.is_object() || !tcfg.contains("added_tokens_decoder")) return out;
+  const json& d = tcfg["added_tokens_decoder"];
+  if (!d.is_object()) fail("{}: added_tokens_decoder must be an object of id -> token", source);
+  for (const auto& [key, t] : d.items()) {
+    char* end = nullptr;
+    const long id = std::strtol(key.c_str(), &end, 10);
+    if (key.empty() || *end != '\0' || id < 0 || id >= (1 << 24))
+      fail("{}: added_tokens_decoder key '{}' is not a token id", source, key);
+    if (!t.is_object() || !t.contains("content") || !t["content"].is_string())
+      fail("{}: added_tokens_decoder entry {} has no content", source, key);
+    out.push_back({static_cast<int32_t>(id), t["content"].get<std::string>(),
+                   t.value("special", false), t.value("lstrip", false), t.value("rstrip", false),
+                   t.value("single_word", false)});
+  }
+  return out;
+}
+
+// T5Tokenizer's sentinels: extra_ids (100 unless the config says otherwise) ids after the
+// SentencePiece vocabulary, <extra_id_0> the last of them.
+std::vector<AddedToken> t5_sentinels(const json& tcfg, const json& mcfg, int64_t pieces,
+                                     const std::string& source) {
+  std::vector<AddedToken> out;
+  const std::string cls = tcfg.is_object() ? tcfg.value("tokenizer_class", "") : "";
+  const std::string type = mcfg.is_object() ? mcfg.value("model_type", "") : "";
+  const bool t5 = cls.rfind("T5Tokenizer", 0) == 0 || type == "t5" || type == "mt5" ||
+                  type == "umt5" || type == "longt5";
+  if (!t5) return out;
+  int64_t extra = 100;
+  if (tcfg.is_object() && tcfg.contains("extra_ids")) {
+    const json& e = tcfg["extra_ids"];
+    if (!e.is_number_integer() || e.get<int64_t>() < 0 || e.get<int64_t>() > 10000)
+      fail("{}: extra_ids must be a count from 0 to 10000", source);
+    extra = e.get<int64_t>();
+  }
+  for (int64_t k = 0; k < extra; ++k)
+    out.push_back({static_cast<int32_t>(pieces + extra - 1 - k), fmt::format("<extra_id_{}>", k),
+                   true, false, false, false});
+  return out;
+}
+
 }  // namespace
 
 LoadedTokenizer load_tokenizer(const std::string& path, int64_t model_vocab_size,
@@ -193,6 +239,14 @@ LoadedTokenizer load_tokenizer(const std::string& path, int64_t model_vocab_size
       sp->set_add_bos(false);
       sp->set_add_eos(true);
     }
+    const std::string tcfg_name = (dir / "tokenizer_config.json").string();
+    std::vector<AddedToken> added = added_tokens_decoder(tcfg, tcfg_name);
+    for (AddedToken& t : t5_sentinels(tcfg, mcfg, sp->vocab_size(), tcfg_name)) {
+      const bool listed = std::any_of(added.begin(), added.end(),
+                                      [&](const AddedToken& a) { return a.content == t.content; });
+      if (!listed) added.push_back(std::move(t));
+    }
+    if (!added.empty()) sp->set_added_tokens(std::move(added), tcfg_name);
     if (has_add_bos) sp->set_add_bos(tcfg["add_bos_token"].get<bool>());
     if (has_add_eos) sp->set_add_eos(tcfg["add_eos_token"].get<bool>());
   }

@@ -298,10 +298,15 @@ class TokenizeTest(unittest.TestCase):
         self.assertIn("outside the vocabulary", err)
         with tempfile.TemporaryDirectory() as d:
             with open(os.path.join(d, "tokenizer.json"), "w") as f:
+                f.write('{"model": {"type": "WordLevel", "vocab": {}}}')
+            rc, _, err = run("tokenize", "-m", d, "hi")
+            self.assertEqual(rc, 1)
+            self.assertIn("'WordLevel' is not supported", err)
+            with open(os.path.join(d, "tokenizer.json"), "w") as f:
                 f.write('{"model": {"type": "Unigram", "vocab": []}}')
             rc, _, err = run("tokenize", "-m", d, "hi")
             self.assertEqual(rc, 1)
-            self.assertIn("'Unigram' is not supported", err)
+            self.assertIn("the Unigram vocabulary is empty", err)
 
 
 class BadInputTest(unittest.TestCase):

@@ -158,3 +158,35 @@ if __name__ == "__main__":
     f32 = struct.pack("<8f", *range(8))
     q8 = struct.pack("<e", 0.5) + bytes(range(32))  # one Q8_0 block
     write_gguf(sys.argv[1], meta, [("a.weight", [4, 2], 0, f32), ("b.weight", [32], 8, q8)])
+
+
+def sentencepiece_unigram_metadata(model_path, vocab_size):
+    """A SentencePiece Unigram .model's vocabulary as llama.cpp's T5 converter writes it
+    (convert_hf_to_gguf's T5Model.set_vocab): [PAD<id>] placeholders (unused, score -10000) over
+    vocab_size ids, the pieces with their scores and SentencePiece types over them, the
+    character map as an array of bytes, the whitespace flags; no BOS, EOS appended."""
+    import sentencepiece as spm
+    from sentencepiece import sentencepiece_model_pb2 as pb
+    proto = pb.ModelProto()
+    with open(model_path, "rb") as f:
+        proto.ParseFromString(f.read())
+    sp = spm.SentencePieceProcessor(model_file=model_path)
+    tokens = ["[PAD%d]" % i for i in range(vocab_size)]
+    scores = [-10000.0] * vocab_size
+    types = [5] * vocab_size
+    for i in range(sp.get_piece_size()):
+        tokens[i] = sp.id_to_piece(i)
+        scores[i] = sp.get_score(i)
+        types[i] = (2 if sp.is_unknown(i) else 3 if sp.is_control(i) else 5 if sp.is_unused(i)
+                    else 6 if sp.is_byte(i) else 1)
+    return {"tokenizer.ggml.model": "t5", "tokenizer.ggml.pre": "default",
+            "tokenizer.ggml.tokens": Typed(ARRAY, (STRING, tokens)),
+            "tokenizer.ggml.scores": Typed(ARRAY, (FLOAT32, scores)),
+            "tokenizer.ggml.token_type": Typed(ARRAY, (INT32, types)),
+            "tokenizer.ggml.add_space_prefix": proto.normalizer_spec.add_dummy_prefix,
+            "tokenizer.ggml.remove_extra_whitespaces": proto.normalizer_spec.remove_extra_whitespaces,
+            "tokenizer.ggml.precompiled_charsmap":
+                Typed(ARRAY, (UINT8, list(proto.normalizer_spec.precompiled_charsmap))),
+            "tokenizer.ggml.eos_token_id": U32(1), "tokenizer.ggml.unknown_token_id": U32(2),
+            "tokenizer.ggml.padding_token_id": U32(0),
+            "tokenizer.ggml.add_bos_token": False, "tokenizer.ggml.add_eos_token": True}

@@ -384,7 +384,7 @@ def _mamba_to_gguf(cfg, w, path):
     return cfg
 
 
-def _t5_to_gguf(cfg, w, path):
+def _t5_to_gguf(cfg, w, path, extra_meta=None):
     """llama.cpp's "t5" layout (convert_hf_to_gguf's T5Model): enc.blk.N / dec.blk.N names, the
     position biases [buckets, heads] (ne [heads, buckets]), t5.* sizes, the checkpoint's lm_head
     as output when it has one."""
@@ -432,11 +432,12 @@ def _t5_to_gguf(cfg, w, path):
             "t5.decoder_start_token_id": gguf_io.U32(cfg["decoder_start_token_id"]),
             "tokenizer.ggml.eos_token_id": gguf_io.U32(cfg["eos_token_id"])}
     assert gated == any(t[0].endswith("ffn_gate.weight") for t in tensors)
+    meta.update(extra_meta or {})
     gguf_io.write_gguf(path, meta, tensors)
     return cfg
 
 
-def hf_to_gguf(kind, seed, path):
+def hf_to_gguf(kind, seed, path, extra_meta=None):
     """Writes make_checkpoints' checkpoint (kind, seed) as GGUF, F32, the way llama.cpp's
     converter lays it out: GGUF names, dims innermost first, GPT-2's Conv1D matrices transposed
     to [out, in], and for "llama" the rows of Q and K permuted so that RoPE rotates adjacent
@@ -446,7 +447,7 @@ def hf_to_gguf(kind, seed, path):
     if cfg["model_type"] == "mamba":
         return _mamba_to_gguf(cfg, make_checkpoints._mamba_weights(cfg, rng), path)
     if cfg["model_type"] == "t5":
-        return _t5_to_gguf(cfg, make_checkpoints._t5_weights(cfg, rng), path)
+        return _t5_to_gguf(cfg, make_checkpoints._t5_weights(cfg, rng), path, extra_meta)
     gpt2 = kind == "gpt2"
     gemma = cfg.get("model_type", "").startswith("gemma")
     w = make_checkpoints._gpt2_weights(cfg, rng, False) if gpt2 else \

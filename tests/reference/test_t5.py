@@ -162,7 +162,7 @@ class T5Engine(unittest.TestCase):
         lines = [" ".join(rng.choice(words, 8)) for _ in range(400)]
         prefix = os.path.join(self.tmp.name, "sp")
         spm.SentencePieceTrainer.train(sentence_iterator=iter(lines), model_prefix=prefix,
-                                       vocab_size=120, model_type="unigram", pad_id=0, eos_id=1,
+                                       vocab_size=120, model_type="unigram", pad_id=0, eos_id=1, minloglevel=2,
                                        unk_id=2, bos_id=-1, hard_vocab_limit=False)
         os.replace(prefix + ".model", os.path.join(model, "spiece.model"))
         # A T5 directory also ships transformers' conversion, a Unigram tokenizer.json: the
@@ -186,6 +186,34 @@ class T5Engine(unittest.TestCase):
         self.assertEqual(r.returncode, 0, r.stderr[-2000:])
         # One line per step: the id, its piece (empty past this small tokenizer's vocabulary),
         # its logprob, the alternatives.
+        got = [int(m.group(1)) for m in (re.match(r"\s*(\d+)\s.*\s-?\d+\.\d{4}\s", line)
+                                         for line in r.stderr.splitlines()) if m]
+        self.assertEqual(got, want)
+        # T5's sentinels: <extra_id_N> is the id N after the last of SentencePiece's (the config's
+        # vocabulary holds them; T5Tokenizer's 100), the text around it encoded on its own.
+        n = sp.get_piece_size()
+        r = subprocess.run([self.bin, "tokenize", "-m", model, "fill <extra_id_0> the <extra_id_1>"],
+                           capture_output=True, text=True, timeout=60)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertEqual(json.loads(r.stdout.splitlines()[0]),
+                         sp.encode("fill") + [n + 99] + sp.encode("the") + [n + 98, 1])
+        # The same model as llama.cpp's GGUF, its vocabulary in the file (tokenizer.ggml.model
+        # "t5": pieces, scores, types, the character map): the same ids from the text, and the
+        # same greedy tokens (v1.0's GGUF scales its logits, not their order).
+        import gguf_io
+        import test_gguf
+        g = os.path.join(self.tmp.name, "t5_sp.gguf")
+        cfg = make_checkpoints.KINDS["t5"]("F32")
+        test_gguf.hf_to_gguf("t5", 12, g, gguf_io.sentencepiece_unigram_metadata(
+            os.path.join(model, "spiece.model"), cfg["vocab_size"]))
+        r = subprocess.run([self.bin, "tokenize", "-m", g, text], capture_output=True, text=True,
+                           timeout=60)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertEqual(json.loads(r.stdout.splitlines()[0]), want_ids)
+        r = subprocess.run([self.bin, "generate", "-m", g, "-p", text, "-n", "5", "-t", "0",
+                            "--ignore-eos", "--logprobs", "1", "--no-echo"],
+                           capture_output=True, text=True, timeout=60)
+        self.assertEqual(r.returncode, 0, r.stderr[-2000:])
         got = [int(m.group(1)) for m in (re.match(r"\s*(\d+)\s.*\s-?\d+\.\d{4}\s", line)
                                          for line in r.stderr.splitlines()) if m]
         self.assertEqual(got, want)

@@ -17,6 +17,7 @@ Env: TF_TOKENIZE_LINES (tests/tools/tokenize_lines), TF_SHARED_DIR, TF_NODE_MODU
 """
 
 import json
+import math
 import os
 import random
 import shutil
@@ -440,6 +441,170 @@ class GgufVocabTest(unittest.TestCase):
         expected = [[new[1]] + [new[i] for i in sp.encode(s)] for s in CORPUS]
         self.assertEqual([(s, g) for s, g, e in zip(CORPUS, got, expected) if g != e], [])
         self.assertTrue(any(1003 <= t <= 1258 for ids in got for t in ids))  # bytes were used
+
+
+def train_unigram(prefix, byte_fallback=False, vocab_size=400):
+    """A SentencePiece Unigram model with T5's ids (pad 0, eos 1, unk 2, no bos) and the default
+    nmt_nfkc normalization, trained on text from the test corpus's alphabets."""
+    import sentencepiece as spm
+    rng = random.Random(7)
+    words = [w for s in FIXED for w in s.split() if w]
+    lines = [" ".join(rng.choice(words) for _ in range(rng.randint(3, 12))) for _ in range(1500)]
+    lines += random_strings(11, 600)
+    spm.SentencePieceTrainer.train(
+        sentence_iterator=iter(lines), model_prefix=prefix, vocab_size=vocab_size, model_type="unigram",
+        pad_id=0, eos_id=1, unk_id=2, bos_id=-1, hard_vocab_limit=False, byte_fallback=byte_fallback,
+        character_coverage=0.98, minloglevel=2)
+    return prefix + ".model"
+
+
+def sentencepiece_unigram_to_tokenizer_json(model_path, out_path, extra_ids=100, legacy_shape=False):
+    """A Unigram .model as transformers' T5Converter writes tokenizer.json: the pieces and scores,
+    then <extra_id_99> .. <extra_id_0>; the model's character map as a Precompiled normalizer
+    (then Strip(right) and Replace(" {2,}", "▁")); a Metaspace pre-tokenizer and decoder; </s>
+    appended. legacy_shape: the 2020 files' shape (the map alone, then WhitespaceSplit and a
+    Metaspace with add_prefix_space)."""
+    import base64
+    from sentencepiece import sentencepiece_model_pb2 as pb
+    proto = pb.ModelProto()
+    with open(model_path, "rb") as f:
+        proto.ParseFromString(f.read())
+    vocab = [[p.piece, p.score] for p in proto.pieces]
+    n = len(vocab)
+    vocab += [["<extra_id_%d>" % i, 0.0] for i in range(extra_ids - 1, -1, -1)]
+    added = [{"id": i, "content": p.piece, "single_word": False, "lstrip": False, "rstrip": False,
+              "normalized": False, "special": True}
+             for i, p in enumerate(proto.pieces) if p.type in (2, 3)]
+    added += [{"id": n + extra_ids - 1 - k, "content": "<extra_id_%d>" % k, "single_word": False,
+               "lstrip": False, "rstrip": False, "normalized": False, "special": True} for k in range(extra_ids)]
+    charsmap = {"type": "Precompiled",
+                "precompiled_charsmap": base64.b64encode(proto.normalizer_spec.precompiled_charsmap).decode()}
+    if legacy_shape:
+        normalizer = charsmap
+        pre = {"type": "Sequence", "pretokenizers": [
+            {"type": "WhitespaceSplit"}, {"type": "Metaspace", "replacement": "\u2581", "add_prefix_space": True}]}
+    else:
+        normalizer = {"type": "Sequence", "normalizers": [
+            charsmap, {"type": "Strip", "strip_left": False, "strip_right": True},
+            {"type": "Replace", "pattern": {"Regex": " {2,}"}, "content": "\u2581"}]}
+        pre = {"type": "Metaspace", "replacement": "\u2581", "prepend_scheme": "always", "split": True}
+    metaspace = {"type": "Metaspace", "replacement": "\u2581", "prepend_scheme": "always", "split": True}
+    doc = {"version": "1.0", "truncation": None, "padding": None, "added_tokens": added,
+           "normalizer": normalizer, "pre_tokenizer": pre,
+           "post_processor": {"type": "TemplateProcessing",
+                              "single": [{"Sequence": {"id": "A", "type_id": 0}},
+                                         {"SpecialToken": {"id": "</s>", "type_id": 0}}],
+                              "pair": [], "special_tokens": {"</s>": {"id": "</s>", "ids": [1], "tokens": ["</s>"]}}},
+           "decoder": metaspace if not proto.trainer_spec.byte_fallback else
+                      {"type": "Sequence", "decoders": [{"type": "ByteFallback"}, metaspace]},
+           "model": {"type": "Unigram", "unk_id": proto.trainer_spec.unk_id, "vocab": vocab,
+                     "byte_fallback": proto.trainer_spec.byte_fallback}}
+    with open(out_path, "w", encoding="utf-8") as f:
+        json.dump(doc, f, ensure_ascii=False)
+
+
+def sentencepiece_unigram_to_gguf(model_path, out_path, vocab_size):
+    io = gguf_io()
+    meta = {"general.architecture": "t5"}
+    meta.update(io.sentencepiece_unigram_metadata(model_path, vocab_size))
+    io.write_gguf(out_path, meta, [])
+
+
+class UnigramTest(unittest.TestCase):
+    """T5's tokenizer, SentencePiece Unigram, three ways against the SentencePiece library on the
+    original .model: spiece.model itself (the library, with T5's sentinels), the tokenizer.json
+    transformers writes for it (tokenflow's Unigram model and Precompiled normalizer, in both of
+    the file's shapes), and the GGUF vocabulary llama.cpp writes (tokenflow's SentencePiece
+    normalizer and lattice). One model without byte fallback (unknown runs are one <unk>), one
+    with it (unknown characters are their bytes)."""
+
+    @classmethod
+    def setUpClass(cls):
+        import sentencepiece as spm
+        cls.tmp = tempfile.mkdtemp()
+        cls.models = {}
+        for name, byte_fallback in (("t5", False), ("bytes", True)):
+            model = train_unigram(os.path.join(cls.tmp, name), byte_fallback=byte_fallback)
+            sp = spm.SentencePieceProcessor(model_file=model)
+            n = sp.get_piece_size()
+            d = os.path.join(cls.tmp, name + "_dir")
+            os.mkdir(d)
+            shutil.copy(model, os.path.join(d, "spiece.model"))
+            with open(os.path.join(d, "config.json"), "w") as f:
+                json.dump({"model_type": "t5", "vocab_size": n + 128}, f)
+            paths = {"spiece.model": d}
+            for shape in ("tokenizer.json", "tokenizer.json (2020 shape)"):
+                p = os.path.join(cls.tmp, "%s_%d.json" % (name, len(paths)))
+                sentencepiece_unigram_to_tokenizer_json(model, p, legacy_shape="2020" in shape)
+                paths[shape] = p
+            paths["gguf"] = os.path.join(cls.tmp, name + ".gguf")
+            sentencepiece_unigram_to_gguf(model, paths["gguf"], n + 128)
+            cls.models[name] = (sp, paths)
+        cls.corpus = CORPUS + ["ｈｏｕｓｅ ①②③ ﬁ ㍿ Ⅻ", "\u3000full\u3000width\u3000space", "a\u00a0b",
+                               "tab\tnew\nline", "  \t\n  ", "x" * 3000]
+
+    @classmethod
+    def tearDownClass(cls):
+        shutil.rmtree(cls.tmp)
+
+    def check(self, name, kind):
+        sp, paths = self.models[name]
+        got = run_tool(paths[kind], self.corpus)
+
+        def tie(g, want):
+            # Hugging Face sums scores in double, SentencePiece keeps floats: where two splits
+            # score exactly the same (a long run of one letter), each may pick its own. Allowed
+            # for tokenizer.json only, and only between splits of the same text and score.
+            if kind == "spiece.model" or kind == "gguf" or 2 in want:
+                return False
+            score = lambda ids: math.fsum(sp.get_score(i) for i in ids)
+            return (sp.decode(g) == sp.decode(want) and len(g) == len(want)
+                    and abs(score(g) - score(want)) < 1e-9)
+        bad = [(s, g, sp.encode(s) + [1]) for s, g in zip(self.corpus, got)
+               if g != sp.encode(s) + [1] and not tie(g, sp.encode(s) + [1])]
+        self.assertEqual(bad[:5], [], "%s %s: %d of %d texts differ" % (name, kind, len(bad), len(self.corpus)))
+
+    def test_unknown_characters_are_in_the_corpus(self):
+        # Both models leave characters out (coverage 0.98), so the unknown paths are exercised.
+        sp, _ = self.models["t5"]
+        self.assertTrue(any(2 in sp.encode(s) for s in self.corpus))
+        sp, _ = self.models["bytes"]
+        self.assertTrue(any(sp.is_byte(i) for s in self.corpus for i in sp.encode(s)))
+
+    def test_spiece_model(self):
+        self.check("t5", "spiece.model")
+
+    def test_tokenizer_json(self):
+        for name in ("t5", "bytes"):
+            self.check(name, "tokenizer.json")
+            self.check(name, "tokenizer.json (2020 shape)")
+
+    def test_gguf_vocabulary(self):
+        for name in ("t5", "bytes"):
+            self.check(name, "gguf")
+
+    def test_sentinels(self):
+        # T5Tokenizer's <extra_id_N>: id = pieces + 99 - N, matched whole; the text between is
+        # encoded as its own sentence.
+        sp, paths = self.models["t5"]
+        n = sp.get_piece_size()
+        text = "The <extra_id_0> walks in <extra_id_1> park<extra_id_99>"
+        want = (sp.encode("The ") + [n + 99] + sp.encode(" walks in ") + [n + 98] + sp.encode(" park")
+                + [n] + [1])
+        for kind, path in paths.items():
+            self.assertEqual(run_tool(path, [text])[0], want, kind)
+            self.assertEqual(run_tool(path, ["<extra_id_5>"], "--roundtrip")[0], "", kind)
+
+    def test_round_trips_and_streaming(self):
+        for name in ("t5", "bytes"):
+            sp, paths = self.models[name]
+            texts = [s for s in self.corpus if 2 not in sp.encode(s)]
+            for kind, path in paths.items():
+                whole = run_tool(path, texts, "--roundtrip")
+                streamed = run_tool(path, texts, "--stream")
+                for s, w, st in zip(texts, whole, streamed):
+                    self.assertEqual(w, sp.decode(sp.encode(s)), "%s %s: %r" % (name, kind, s))
+                    self.assertEqual(st, w, "%s %s streamed: %r" % (name, kind, s))
 
 
 if __name__ == "__main__":
