@@ -131,6 +131,48 @@ class MetaspaceDec final : public Decoder {
   bool strip_first_;
 };
 
+// WordPiece's decoder: a piece with the prefix joins the one before, any other is a new word;
+// cleanup puts punctuation and English contractions back against their word.
+class WordPieceDec final : public Decoder {
+ public:
+  WordPieceDec(std::string prefix, bool cleanup) : prefix_(std::move(prefix)), cleanup_(cleanup) {}
+  void decode(std::vector<std::string>& tokens) const override {
+    for (size_t i = 0; i < tokens.size(); ++i) {
+      std::string& t = tokens[i];
+      if (i != 0) {
+        if (!prefix_.empty() && t.compare(0, prefix_.size(), prefix_) == 0)
+          t.erase(0, prefix_.size());
+        else
+          t.insert(t.begin(), ' ');
+      }
+      if (cleanup_) t = cleanup(t);
+    }
+  }
+  static std::string cleanup(std::string s) {
+    static const std::pair<const char*, const char*> kRules[] = {
+        {" .", "."},   {" ?", "?"},     {" !", "!"},    {" ,", ","},
+        {" ' ", "'"},  {" n't", "n't"}, {" 'm", "'m"},  {" do not", " don't"},
+        {" 's", "'s"}, {" 've", "'ve"}, {" 're", "'re"}};
+    for (const auto& [from, to] : kRules) {
+      const std::string f(from), r(to);
+      std::string out;
+      size_t last = 0;
+      for (size_t at = s.find(f); at != std::string::npos; at = s.find(f, last)) {
+        out.append(s, last, at - last);
+        out += r;
+        last = at + f.size();
+      }
+      out.append(s, last, std::string::npos);
+      s = std::move(out);
+    }
+    return s;
+  }
+
+ private:
+  std::string prefix_;
+  bool cleanup_;
+};
+
 class SequenceDec final : public Decoder {
  public:
   explicit SequenceDec(std::vector<std::unique_ptr<Decoder>> parts) : parts_(std::move(parts)) {}
@@ -166,6 +208,8 @@ std::unique_ptr<Decoder> make_decoder(const json& spec) {
   if (type == "ByteLevel") return std::make_unique<ByteLevelDec>();
   if (type == "Replace")
     return std::make_unique<ReplaceDec>(pattern_string(spec), spec.value("content", ""));
+  if (type == "WordPiece")
+    return std::make_unique<WordPieceDec>(spec.value("prefix", "##"), spec.value("cleanup", true));
   if (type == "ByteFallback") return std::make_unique<ByteFallbackDec>();
   if (type == "Fuse") return std::make_unique<FuseDec>();
   if (type == "Strip") {
@@ -181,8 +225,7 @@ std::unique_ptr<Decoder> make_decoder(const json& spec) {
   }
   if (type == "Metaspace") {
     const std::string scheme = metaspace_prepend_scheme(spec);
-    return std::make_unique<MetaspaceDec>(spec.value("replacement", "\xE2\x96\x81"),
-                                          scheme != "never");
+    return std::make_unique<MetaspaceDec>(metaspace_replacement(spec), scheme != "never");
   }
   if (type == "Sequence") {
     auto it = spec.find("decoders");

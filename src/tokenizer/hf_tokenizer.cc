@@ -13,6 +13,7 @@
 #include "tokenizer/bpe.h"
 #include "tokenizer/unicode.h"
 #include "tokenizer/unigram.h"
+#include "tokenizer/wordpiece.h"
 
 namespace tf {
 namespace {
@@ -105,39 +106,76 @@ std::unique_ptr<SubwordModel> unigram_model(const json& model, const std::string
   return std::make_unique<UnigramModel>(std::move(pieces), opts, source);
 }
 
-// The ids a post-processor adds around a single sequence.
+// One template ("single" or "pair") of TemplateProcessing: special tokens by name, sequences
+// "A" / "B", each with its type id.
+std::vector<HfTokenizer::TemplatePiece> parse_template(const json& pieces, const json& specials,
+                                                       const std::string& source) {
+  std::vector<HfTokenizer::TemplatePiece> out;
+  if (!pieces.is_array()) fail("{}: a TemplateProcessing template must be a list", source);
+  for (const auto& piece : pieces) {
+    HfTokenizer::TemplatePiece t;
+    if (piece.contains("Sequence")) {
+      const json& seq = piece["Sequence"];
+      const std::string id = seq.value("id", "A");
+      if (id != "A" && id != "B")
+        fail("{}: TemplateProcessing sequence '{}' is not A or B", source, id);
+      t.sequence = id == "A" ? 0 : 1;
+      t.type_id = seq.value("type_id", 0);
+    } else if (piece.contains("SpecialToken")) {
+      const std::string name = piece["SpecialToken"].value("id", "");
+      auto it = specials.find(name);
+      if (it == specials.end() || !it->contains("ids"))
+        fail("{}: TemplateProcessing names special token '{}' without ids", source, name);
+      for (const auto& id : (*it)["ids"])
+        t.ids.push_back(token_id(id, source, "a special token's ids"));
+      t.type_id = piece["SpecialToken"].value("type_id", 0);
+    } else {
+      fail("{}: unknown TemplateProcessing piece", source);
+    }
+    if (t.type_id < 0 || t.type_id > 255) fail("{}: a type_id must be 0..255", source);
+    out.push_back(std::move(t));
+  }
+  return out;
+}
+
+// The ids a post-processor adds around a single sequence, and its template for a pair.
 void parse_post_processor(const json& pp, const std::string& source, std::vector<int32_t>& prefix,
-                          std::vector<int32_t>& suffix) {
+                          std::vector<int32_t>& suffix,
+                          std::vector<HfTokenizer::TemplatePiece>& pair) {
   if (pp.is_null()) return;
   const std::string type = pp.value("type", "");
   if (type == "ByteLevel") return;
   if (type == "Sequence") {
     for (const auto& p : pp.value("processors", json::array()))
-      parse_post_processor(p, source, prefix, suffix);
+      parse_post_processor(p, source, prefix, suffix, pair);
     return;
   }
+  using Piece = HfTokenizer::TemplatePiece;
   if (type == "TemplateProcessing") {
     const json& specials = pp.value("special_tokens", json::object());
     bool before = true;
-    for (const auto& piece : pp.value("single", json::array())) {
-      if (piece.contains("Sequence")) {
+    for (const Piece& t : parse_template(pp.value("single", json::array()), specials, source)) {
+      if (t.sequence >= 0) {
         before = false;
         continue;
       }
-      if (!piece.contains("SpecialToken")) fail("{}: unknown TemplateProcessing piece", source);
-      const std::string name = piece["SpecialToken"].value("id", "");
-      auto it = specials.find(name);
-      if (it == specials.end() || !it->contains("ids")) {
-        fail("{}: TemplateProcessing names special token '{}' without ids", source, name);
-      }
-      for (const auto& id : (*it)["ids"])
-        (before ? prefix : suffix).push_back(token_id(id, source, "a special token's ids"));
+      for (int32_t id : t.ids) (before ? prefix : suffix).push_back(id);
     }
+    if (pp.contains("pair")) pair = parse_template(pp["pair"], specials, source);
     return;
   }
   if (type == "RobertaProcessing" || type == "BertProcessing") {
-    prefix.push_back(token_id(pp.at("cls").at(1), source, "post_processor.cls"));
-    suffix.push_back(token_id(pp.at("sep").at(1), source, "post_processor.sep"));
+    const int32_t cls = token_id(pp.at("cls").at(1), source, "post_processor.cls");
+    const int32_t sep = token_id(pp.at("sep").at(1), source, "post_processor.sep");
+    prefix.push_back(cls);
+    suffix.push_back(sep);
+    // BERT: [CLS] A [SEP] B [SEP], B's type 1. RoBERTa: <s> A </s></s> B </s>, every type 0.
+    if (type == "BertProcessing")
+      pair = {Piece{-1, {cls}, 0}, Piece{0, {}, 0}, Piece{-1, {sep}, 0}, Piece{1, {}, 1},
+              Piece{-1, {sep}, 1}};
+    else
+      pair = {Piece{-1, {cls}, 0}, Piece{0, {}, 0}, Piece{-1, {sep, sep}, 0}, Piece{1, {}, 0},
+              Piece{-1, {sep}, 0}};
     return;
   }
   fail(ErrorKind::kUnsupported, "{}: post_processor type '{}' is not supported", source, type);
@@ -160,9 +198,16 @@ std::unique_ptr<HfTokenizer> HfTokenizer::from_json(std::string_view json_text,
       tok->model_ = bpe_model(model, source);
     } else if (type == "Unigram") {
       tok->model_ = unigram_model(model, source);
+    } else if (type == "WordPiece") {
+      WordPieceOptions opts;
+      opts.unk_token = model.value("unk_token", "[UNK]");
+      opts.continuing_subword_prefix = model.value("continuing_subword_prefix", "##");
+      opts.max_input_chars_per_word = model.value("max_input_chars_per_word", size_t{100});
+      tok->model_ = std::make_unique<WordPieceModel>(
+          parse_vocab(model.value("vocab", json()), source), opts, source);
     } else {
-      fail(ErrorKind::kUnsupported, "{}: model type '{}' is not supported (BPE and Unigram are)",
-           source, type);
+      fail(ErrorKind::kUnsupported,
+           "{}: model type '{}' is not supported (BPE, Unigram and WordPiece are)", source, type);
     }
     tok->normalizer_ = make_normalizer(j.value("normalizer", json()));
     tok->pre_tokenizer_ = make_pre_tokenizer(j.value("pre_tokenizer", json()));
@@ -178,7 +223,7 @@ std::unique_ptr<HfTokenizer> HfTokenizer::from_json(std::string_view json_text,
       added.push_back(std::move(t));
     }
     parse_post_processor(j.value("post_processor", json()), source, tok->prefix_ids_,
-                         tok->suffix_ids_);
+                         tok->suffix_ids_, tok->pair_template_);
   } catch (const json::exception& e) {
     fail("{}: unexpected structure: {}", source, e.what());
   }
@@ -276,6 +321,22 @@ std::vector<int32_t> HfTokenizer::encode(std::string_view text, bool add_special
       out);
   if (add_special_tokens) out.insert(out.end(), suffix_ids_.begin(), suffix_ids_.end());
   return out;
+}
+
+void HfTokenizer::encode_pair(std::string_view a, std::string_view b, std::vector<int32_t>& ids,
+                              std::vector<int32_t>& type_ids) const {
+  ids.clear();
+  type_ids.clear();
+  if (pair_template_.empty()) {  // no post-processor: the two one after the other
+    Tokenizer::encode_pair(a, b, ids, type_ids);
+    return;
+  }
+  const std::vector<int32_t> seq[2] = {encode(a, false), encode(b, false)};
+  for (const TemplatePiece& t : pair_template_) {
+    const std::vector<int32_t>& part = t.sequence < 0 ? t.ids : seq[t.sequence];
+    ids.insert(ids.end(), part.begin(), part.end());
+    type_ids.insert(type_ids.end(), part.size(), t.type_id);
+  }
 }
 
 std::string HfTokenizer::decode_bytes(std::span<const int32_t> ids,

@@ -19,6 +19,13 @@ namespace tf {
 class HfTokenizer final : public Tokenizer {
  public:
   using AddedToken = tf::AddedToken;
+  // One piece of a post-processor's pair template: special ids (sequence -1) or sequence A (0)
+  // or B (1), and the type id of its tokens.
+  struct TemplatePiece {
+    int32_t sequence = -1;
+    std::vector<int32_t> ids;
+    int32_t type_id = 0;
+  };
 
   // Parses tokenizer.json text. `source` names the file in errors.
   static std::unique_ptr<HfTokenizer> from_json(std::string_view json_text,
@@ -34,6 +41,8 @@ class HfTokenizer final : public Tokenizer {
 
   int64_t vocab_size() const override { return vocab_size_; }
   std::vector<int32_t> encode(std::string_view text, bool add_special_tokens) const override;
+  void encode_pair(std::string_view a, std::string_view b, std::vector<int32_t>& ids,
+                   std::vector<int32_t>& type_ids) const override;
   std::string decode_bytes(std::span<const int32_t> ids, bool skip_special_tokens) const override;
   std::string id_to_piece(int32_t id) const override;
   std::optional<int32_t> piece_to_id(std::string_view piece) const override;
@@ -61,6 +70,7 @@ class HfTokenizer final : public Tokenizer {
   std::unique_ptr<Decoder> decoder_;
   AddedTokens added_;
   std::vector<int32_t> prefix_ids_, suffix_ids_;
+  std::vector<TemplatePiece> pair_template_;
   int64_t vocab_size_ = 0;
 };
 

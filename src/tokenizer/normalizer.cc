@@ -1,6 +1,7 @@
 #include "tokenizer/normalizer.h"
 
 #include <unicode/normalizer2.h>
+#include <unicode/uchar.h>
 #include <unicode/unistr.h>
 
 #include <nlohmann/json.hpp>
@@ -9,6 +10,7 @@
 #include "core/error.h"
 #include "tokenizer/regex.h"
 #include "tokenizer/spm_normalizer.h"
+#include "tokenizer/unicode.h"
 
 namespace tf {
 namespace {
@@ -49,6 +51,80 @@ class UnicodeNormalizer final : public Normalizer {
 
  private:
   const icu::Normalizer2* impl_ = nullptr;
+};
+
+// BERT's normalizer (Hugging Face's BertNormalizer): control characters dropped and whitespace
+// made ' ' (clean_text), spaces around CJK ideographs (handle_chinese_chars), accents removed
+// (NFD, then nonspacing marks dropped; strip_accents, by default as lowercase), then lowercase,
+// a code point at a time (Rust's char::to_lowercase: İ becomes i + U+0307, Σ is always σ).
+class BertNormalizer final : public Normalizer {
+ public:
+  BertNormalizer(bool clean_text, bool chinese, bool strip_accents, bool lowercase)
+      : clean_text_(clean_text), chinese_(chinese), strip_(strip_accents), lower_(lowercase) {
+    UErrorCode status = U_ZERO_ERROR;
+    nfd_ = icu::Normalizer2::getNFDInstance(status);
+    if (U_FAILURE(status)) fail(ErrorKind::kInternal, "ICU NFD normalizer unavailable");
+  }
+  static bool is_cjk(UChar32 c) {
+    return (c >= 0x4E00 && c <= 0x9FFF) || (c >= 0x3400 && c <= 0x4DBF) ||
+           (c >= 0x20000 && c <= 0x2A6DF) || (c >= 0x2A700 && c <= 0x2B73F) ||
+           (c >= 0x2B740 && c <= 0x2B81F) || (c >= 0x2B820 && c <= 0x2CEAF) ||
+           (c >= 0xF900 && c <= 0xFAFF) || (c >= 0x2F800 && c <= 0x2FA1F);
+  }
+  void normalize(std::string& text) const override {
+    std::u32string cps;
+    cps.reserve(text.size());
+    for (size_t i = 0; i < text.size();) cps.push_back(unicode::next_code_point(text, i));
+    std::u32string a;
+    a.reserve(cps.size());
+    for (char32_t c : cps) {
+      if (clean_text_) {
+        if (c == 0 || c == 0xFFFD) continue;
+        if (c == '\t' || c == '\n' || c == '\r') {
+          a.push_back(' ');
+          continue;
+        }
+        if (U_GET_GC_MASK(static_cast<UChar32>(c)) & U_GC_C_MASK) continue;  // control
+        if (u_isUWhiteSpace(static_cast<UChar32>(c))) c = ' ';
+      }
+      if (chinese_ && is_cjk(static_cast<UChar32>(c))) {
+        a.push_back(' ');
+        a.push_back(c);
+        a.push_back(' ');
+        continue;
+      }
+      a.push_back(c);
+    }
+    if (strip_) {
+      icu::UnicodeString u;
+      for (char32_t c : a) u.append(static_cast<UChar32>(c));
+      UErrorCode status = U_ZERO_ERROR;
+      const icu::UnicodeString d = nfd_->normalize(u, status);
+      if (U_SUCCESS(status)) {
+        a.clear();
+        for (int32_t i = 0; i < d.length();) {
+          const UChar32 c = d.char32At(i);
+          i += U16_LENGTH(c);
+          if (u_charType(c) != U_NON_SPACING_MARK) a.push_back(static_cast<char32_t>(c));
+        }
+      }
+    }
+    text.clear();
+    for (char32_t c : a) {
+      if (lower_) {
+        if (c == 0x130) {  // İ: its full lowercase is two code points
+          text += "i\xCC\x87";
+          continue;
+        }
+        c = static_cast<char32_t>(u_tolower(static_cast<UChar32>(c)));
+      }
+      unicode::append_utf8(text, c);
+    }
+  }
+
+ private:
+  bool clean_text_, chinese_, strip_, lower_;
+  const icu::Normalizer2* nfd_ = nullptr;
 };
 
 class Lowercase final : public Normalizer {
@@ -158,6 +234,13 @@ std::unique_ptr<Normalizer> make_normalizer(const json& spec) {
     return std::make_unique<UnicodeNormalizer>(type);
   }
   if (type == "Lowercase") return std::make_unique<Lowercase>();
+  if (type == "BertNormalizer") {
+    const bool lowercase = spec.value("lowercase", true);
+    const json& strip = spec.value("strip_accents", json());
+    return std::make_unique<BertNormalizer>(
+        spec.value("clean_text", true), spec.value("handle_chinese_chars", true),
+        strip.is_boolean() ? strip.get<bool>() : lowercase, lowercase);
+  }
   if (type == "Precompiled") {
     // SentencePiece's character map, base64; an empty one maps nothing.
     const std::string charsmap = get_string(spec, "precompiled_charsmap");

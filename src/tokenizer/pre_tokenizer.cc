@@ -1,6 +1,9 @@
 #include "tokenizer/pre_tokenizer.h"
 
+#include <unicode/uchar.h>
+
 #include <algorithm>
+#include <cctype>
 
 #include <nlohmann/json.hpp>
 
@@ -285,6 +288,38 @@ class SequencePre final : public PreTokenizer {
   std::vector<std::unique_ptr<PreTokenizer>> parts_;
 };
 
+// BERT's pre-tokenizer: words split at whitespace (removed), then every punctuation character
+// (ASCII punctuation and Unicode's P* categories) a word of its own.
+class BertPre final : public PreTokenizer {
+ public:
+  void split(std::vector<Word>& words) const override {
+    std::vector<Word> out;
+    for (const Word& w : words) {
+      size_t start = 0;
+      auto flush = [&](size_t end) {
+        if (end > start)
+          out.push_back({w.text.substr(start, end - start), w.at_input_start && start == 0});
+      };
+      for (size_t i = 0; i < w.text.size();) {
+        const size_t at = i;
+        const UChar32 c = static_cast<UChar32>(unicode::next_code_point(w.text, i));
+        const bool space = u_isUWhiteSpace(c) || c == '\t' || c == '\n' || c == '\r';
+        const bool punct = (c < 128 && std::ispunct(c)) || (U_GET_GC_MASK(c) & U_GC_P_MASK);
+        if (space) {
+          flush(at);
+          start = i;
+        } else if (punct) {
+          flush(at);
+          out.push_back({w.text.substr(at, i - at), w.at_input_start && at == 0});
+          start = i;
+        }
+      }
+      flush(w.text.size());
+    }
+    words = std::move(out);
+  }
+};
+
 }  // namespace
 
 std::unique_ptr<PreTokenizer> make_byte_level_pre_tokenizer(bool add_prefix_space) {
@@ -302,6 +337,15 @@ std::string metaspace_prepend_scheme(const json& spec) {
     fail("tokenizer.json: Metaspace prepend_scheme '{}' is not always, first or never", scheme);
   }
   return scheme;
+}
+
+std::string metaspace_replacement(const json& spec) {
+  const json& r = spec.value("replacement", json("\xE2\x96\x81"));
+  // Hugging Face's replacement is one char: an empty one would match everywhere.
+  if (!r.is_string() || r.get<std::string>().empty() ||
+      unicode::char_length(r.get<std::string>(), 0) != r.get<std::string>().size())
+    fail("tokenizer.json: Metaspace replacement must be one character");
+  return r.get<std::string>();
 }
 
 std::unique_ptr<PreTokenizer> make_pre_tokenizer(const json& spec) {
@@ -322,9 +366,10 @@ std::unique_ptr<PreTokenizer> make_pre_tokenizer(const json& spec) {
   }
   if (type == "Metaspace") {
     const std::string scheme = metaspace_prepend_scheme(spec);
-    return std::make_unique<MetaspacePre>(spec.value("replacement", "\xE2\x96\x81"), scheme,
+    return std::make_unique<MetaspacePre>(metaspace_replacement(spec), scheme,
                                           spec.value("split", true));
   }
+  if (type == "BertPreTokenizer") return std::make_unique<BertPre>();
   if (type == "Digits") return std::make_unique<DigitsPre>(spec.value("individual_digits", false));
   if (type == "Whitespace") {
     return std::make_unique<RegexWordsPre>(R"(\w+|[^\w\s]+)", true);

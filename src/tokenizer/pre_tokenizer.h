@@ -29,6 +29,8 @@ extern const char* const kGpt2SplitPattern;
 // Metaspace's prepend scheme ("always", "first", "never"), from prepend_scheme or the legacy
 // add_prefix_space flag; shared by the Metaspace pre-tokenizer and decoder.
 std::string metaspace_prepend_scheme(const nlohmann::json& spec);
+// Metaspace's replacement character (default U+2581); an Error unless it is one character.
+std::string metaspace_replacement(const nlohmann::json& spec);
 
 // Builds from the "pre_tokenizer" object of tokenizer.json (null gives nullptr).
 std::unique_ptr<PreTokenizer> make_pre_tokenizer(const nlohmann::json& spec);

@@ -6,6 +6,15 @@
 
 namespace tf {
 
+void Tokenizer::encode_pair(std::string_view a, std::string_view b, std::vector<int32_t>& ids,
+                            std::vector<int32_t>& type_ids) const {
+  ids = encode(a, true);
+  type_ids.assign(ids.size(), 0);
+  const std::vector<int32_t> second = encode(b, false);
+  ids.insert(ids.end(), second.begin(), second.end());
+  type_ids.resize(ids.size(), 1);
+}
+
 std::string Tokenizer::decode(std::span<const int32_t> ids, bool skip_special_tokens) const {
   return unicode::sanitize_utf8(decode_bytes(ids, skip_special_tokens));
 }

@@ -19,6 +19,11 @@ class Tokenizer {
   virtual int64_t vocab_size() const = 0;
   // add_special_tokens: what the tokenizer adds around a text (BOS for Llama, nothing for GPT-2).
   virtual std::vector<int32_t> encode(std::string_view text, bool add_special_tokens) const = 0;
+  // Two texts as one input (a cross-encoder's query and document): ids and each id's token type,
+  // as the tokenizer's post-processor joins a pair. Without one: the first text's ids with its
+  // special tokens (type 0), then the second's without (type 1).
+  virtual void encode_pair(std::string_view a, std::string_view b, std::vector<int32_t>& ids,
+                           std::vector<int32_t>& type_ids) const;
   // The bytes of the decoded ids, exactly: may hold partial or invalid UTF-8 (byte tokens).
   virtual std::string decode_bytes(std::span<const int32_t> ids,
                                    bool skip_special_tokens) const = 0;

@@ -17,6 +17,7 @@
 #include "tokenizer/hf_tokenizer.h"
 #include "tokenizer/llama2c_tokenizer.h"
 #include "tokenizer/sentencepiece_tokenizer.h"
+#include "tokenizer/wordpiece.h"
 
 namespace tf {
 namespace {
@@ -74,8 +75,58 @@ std::string chat_template_of(const json& cfg, const std::string& source) {
   fail("{}: chat_template must be a string or a list with a \"default\" entry", source);
 }
 
-std::unique_ptr<Tokenizer> load_file(const fs::path& file, int64_t model_vocab_size) {
+// BERT's vocab.txt alone (BertTokenizer's files): the pipeline transformers' BertConverter
+// builds, with tokenizer_config.json's do_lower_case, strip_accents, tokenize_chinese_chars and
+// special tokens.
+std::unique_ptr<Tokenizer> bert_vocab_txt(const fs::path& file, const json& tcfg) {
+  const std::string source = fmt::format("'{}'", file.string());
+  const TokenIdMap vocab = read_wordpiece_vocab(read_file(file.string()), source);
+  const json cfg = tcfg.is_object() ? tcfg : json::object();
+  const bool lower = cfg.value("do_lower_case", true);
+  auto special = [&](const char* key, const char* fallback) {
+    std::string t = token_text(cfg, key);
+    return t.empty() ? std::string(fallback) : t;
+  };
+  const std::string unk = special("unk_token", "[UNK]"), cls = special("cls_token", "[CLS]"),
+                    sep = special("sep_token", "[SEP]"), pad = special("pad_token", "[PAD]"),
+                    mask = special("mask_token", "[MASK]");
+  json added = json::array();
+  for (const std::string& t : {pad, unk, cls, sep, mask}) {
+    auto it = vocab.find(t);
+    if (it != vocab.end()) added.push_back({{"id", it->second}, {"content", t}, {"special", true}});
+  }
+  auto id_of = [&](const std::string& t) {
+    auto it = vocab.find(t);
+    if (it == vocab.end()) fail("{}: the special token '{}' is not in the vocabulary", source, t);
+    return it->second;
+  };
+  json vocab_json = json::object();
+  for (const auto& [t, id] : vocab) vocab_json[t] = id;
+  const json doc = {
+      {"added_tokens", added},
+      {"normalizer",
+       {{"type", "BertNormalizer"},
+        {"clean_text", true},
+        {"handle_chinese_chars", cfg.value("tokenize_chinese_chars", true)},
+        {"strip_accents", cfg.contains("strip_accents") ? cfg["strip_accents"] : json()},
+        {"lowercase", lower}}},
+      {"pre_tokenizer", {{"type", "BertPreTokenizer"}}},
+      {"post_processor",
+       {{"type", "BertProcessing"}, {"sep", {sep, id_of(sep)}}, {"cls", {cls, id_of(cls)}}}},
+      {"decoder", {{"type", "WordPiece"}, {"prefix", "##"}, {"cleanup", true}}},
+      {"model",
+       {{"type", "WordPiece"},
+        {"unk_token", unk},
+        {"continuing_subword_prefix", "##"},
+        {"max_input_chars_per_word", 100},
+        {"vocab", std::move(vocab_json)}}}};
+  return HfTokenizer::from_json(doc.dump(), source);
+}
+
+std::unique_ptr<Tokenizer> load_file(const fs::path& file, int64_t model_vocab_size,
+                                     const json& tcfg) {
   const std::string ext = file.extension().string();
+  if (file.filename() == "vocab.txt") return bert_vocab_txt(file, tcfg);
   if (ext == ".json") {
     if (file.filename() == "vocab.json" || file.filename() == "encoder.json") {
       const fs::path dir = file.parent_path();
@@ -99,7 +150,7 @@ fs::path find_in_dir(const fs::path& dir) {
   // spiece.model first: T5's (and ALBERT's, Pegasus's) SentencePiece Unigram model, of which a
   // tokenizer.json beside it is a conversion (a Unigram one), read by the library itself.
   for (const char* name : {"spiece.model", "tokenizer.json", "tokenizer.model", "vocab.json",
-                           "encoder.json", "tokenizer.bin"}) {
+                           "encoder.json", "vocab.txt", "tokenizer.bin"}) {
     if (fs::exists(dir / name, ec)) return dir / name;
   }
   std::vector<fs::path> candidates;
@@ -181,10 +232,10 @@ LoadedTokenizer load_tokenizer(const std::string& path, int64_t model_vocab_size
   LoadedTokenizer out;
   if (file.empty()) return out;
   if (file.extension() == ".gguf") return load_gguf_tokenizer(file.string());
-  out.tokenizer = load_file(file, model_vocab_size);
+  const json tcfg = read_json_if_present(dir / "tokenizer_config.json");
+  out.tokenizer = load_file(file, model_vocab_size, tcfg);
   out.source = file.string();
 
-  const json tcfg = read_json_if_present(dir / "tokenizer_config.json");
   const json gcfg = read_json_if_present(dir / "generation_config.json");
   const json mcfg = read_json_if_present(dir / "config.json");
   Tokenizer& tok = *out.tokenizer;

@@ -22,8 +22,8 @@ struct LoadedTokenizer {
 // llama2.c .bin: its tokenizer is looked for beside it). `explicit_path` (a tokenizer.json,
 // tokenizer.model, llama2.c tokenizer .bin, or a directory) overrides the search. In a directory
 // the order is spiece.model, tokenizer.json, tokenizer.model, vocab.json + merges.txt (or
-// encoder.json + vocab.bpe), tokenizer.bin / tok*.bin. model_vocab_size (0 if unknown) is needed
-// for llama2.c vocabularies, which do not store their size.
+// encoder.json + vocab.bpe), vocab.txt (BERT), tokenizer.bin / tok*.bin. model_vocab_size (0 if
+// unknown) is needed for llama2.c vocabularies, which do not store their size.
 LoadedTokenizer load_tokenizer(const std::string& path, int64_t model_vocab_size,
                                const std::string& explicit_path = "");
 

@@ -1,8 +1,9 @@
 // Fuzz target: the tokenizer.json loader on arbitrary bytes, then encode/decode round trips of
-// text taken from the same bytes on whatever loaded.
+// text taken from the same bytes on whatever loaded, and a pair of texts joined.
 #include <cstddef>
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "core/error.h"
 #include "tokenizer/hf_tokenizer.h"
@@ -17,6 +18,13 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       if (id < 0 || id >= tok->vocab_size()) __builtin_trap();
     }
     (void)tok->decode(ids, false);
+    // A pair as the post-processor joins it (cross-encoders): an id and a type for each token.
+    std::vector<int32_t> pair, types;
+    tok->encode_pair(text.substr(0, 40), text.substr(40), pair, types);
+    if (pair.size() != types.size()) __builtin_trap();
+    for (int32_t id : pair) {
+      if (id < 0 || id >= tok->vocab_size()) __builtin_trap();
+    }
   } catch (const tf::Error&) {
   }
   return 0;

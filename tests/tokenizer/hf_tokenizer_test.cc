@@ -130,6 +130,14 @@ TEST(HfTokenizer, MetaspacePrependSchemes) {
   }
   doc["pre_tokenizer"] = {{"type", "Metaspace"}, {"replacement", M}, {"prepend_scheme", "always"}};
   EXPECT_EQ(make(doc)->decode(Ids{3, 0, 2}), "a b") << "the first token's marker is dropped";
+  // An empty replacement would match everywhere (found by fuzzing: the split never ended).
+  for (const char* part : {"pre_tokenizer", "decoder"}) {
+    json bad = doc;
+    bad[part]["replacement"] = "";
+    EXPECT_THROW(make(bad), Error) << part;
+    bad[part]["replacement"] = "ab";
+    EXPECT_THROW(make(bad), Error) << part;
+  }
 }
 
 TEST(PreTokenizer, SplitBehaviorsMatchTheReference) {
@@ -189,8 +197,8 @@ TEST(HfTokenizer, RejectsWhatItCannotRunWithClearErrors) {
   };
   EXPECT_NE(error_of("{oops").find("not valid JSON"), std::string::npos);
   json doc = base_doc();
-  doc["model"]["type"] = "WordPiece";
-  EXPECT_NE(error_of(doc.dump()).find("'WordPiece' is not supported"), std::string::npos);
+  doc["model"]["type"] = "WordLevel";
+  EXPECT_NE(error_of(doc.dump()).find("'WordLevel' is not supported"), std::string::npos);
   doc = base_doc();
   doc["model"]["merges"] = json::array({"a q"});
   EXPECT_NE(error_of(doc.dump()).find("not in the vocab"), std::string::npos);

@@ -21,6 +21,7 @@ import math
 import os
 import random
 import shutil
+import string
 import subprocess
 import tempfile
 import unittest
@@ -605,6 +606,200 @@ class UnigramTest(unittest.TestCase):
                 for s, w, st in zip(texts, whole, streamed):
                     self.assertEqual(w, sp.decode(sp.encode(s)), "%s %s: %r" % (name, kind, s))
                     self.assertEqual(st, w, "%s %s streamed: %r" % (name, kind, s))
+
+
+def bert_reference(text, vocab, lower=True, strip_accents=None, chinese=True, max_chars=100):
+    """BERT's tokenizer written from its description (Devlin et al. 2019 and Google's released
+    tokenization.py, in the order Hugging Face's BertNormalizer runs the steps): control
+    characters dropped, whitespace made ' ', spaces around CJK ideographs, accents stripped (NFD,
+    then nonspacing marks dropped), lowercased a character at a time; words split at whitespace
+    and around every punctuation character; each word greedily into the longest vocabulary
+    entries, "##" before every piece but the first, a word with an uncovered part (or over
+    max_chars characters) [UNK] whole; [CLS] before, [SEP] after."""
+    import unicodedata
+    strip_accents = lower if strip_accents is None else strip_accents
+    cjk = [(0x4E00, 0x9FFF), (0x3400, 0x4DBF), (0x20000, 0x2A6DF), (0x2A700, 0x2B73F),
+           (0x2B740, 0x2B81F), (0x2B820, 0x2CEAF), (0xF900, 0xFAFF), (0x2F800, 0x2FA1F)]
+    out = []
+    for c in text:
+        if ord(c) in (0, 0xFFFD):
+            continue
+        if c in "\t\n\r":
+            out.append(" ")
+            continue
+        if unicodedata.category(c).startswith("C"):
+            continue
+        if c.isspace():
+            c = " "
+        if chinese and any(a <= ord(c) <= b for a, b in cjk):
+            out += [" ", c, " "]
+        else:
+            out.append(c)
+    s = "".join(out)
+    if strip_accents:
+        s = "".join(c for c in unicodedata.normalize("NFD", s) if unicodedata.category(c) != "Mn")
+    if lower:
+        s = "".join(c.lower() for c in s)
+    words, cur = [], ""
+    for c in s:
+        if c.isspace():
+            if cur:
+                words.append(cur)
+            cur = ""
+        elif (ord(c) < 128 and c in string.punctuation) or unicodedata.category(c).startswith("P"):
+            if cur:
+                words.append(cur)
+            words.append(c)
+            cur = ""
+        else:
+            cur += c
+    if cur:
+        words.append(cur)
+    ids = [vocab["[CLS]"]]
+    for w in words:
+        if len(w) > max_chars:
+            ids.append(vocab["[UNK]"])
+            continue
+        pieces, start = [], 0
+        while start < len(w):
+            end = len(w)
+            while end > start and (("##" if start else "") + w[start:end]) not in vocab:
+                end -= 1
+            if end == start:
+                pieces = [vocab["[UNK]"]]
+                break
+            pieces.append(vocab[("##" if start else "") + w[start:end]])
+            start = end
+        ids += pieces
+    return ids + [vocab["[SEP]"]]
+
+
+def write_bert_vocab(path, seed=3):
+    """A WordPiece vocabulary for the test corpus: the specials, most characters alone and as
+    "##" continuations, whole lowercased words of the fixed texts, and word starts and ends of
+    2-4 characters; emoji and some letters left out, so [UNK] happens."""
+    import unicodedata
+    rng = random.Random(seed)
+    text = " ".join(CORPUS)
+    chars = sorted({c.lower() for c in unicodedata.normalize("NFD", text) if not c.isspace()
+                    and not unicodedata.category(c).startswith(("C", "Mn")) and ord(c) < 0x1F000})
+    chars = [c for c in chars if rng.random() < 0.9]
+    tokens = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"] + chars + ["##" + c for c in chars]
+    words = [w.lower() for s in FIXED for w in s.split()]
+    for w in words:
+        tokens.append(w)
+        for k in (2, 3, 4):
+            if len(w) > k:
+                tokens += [w[:k], "##" + w[-k:]]
+    seen, out = set(), []
+    for t in tokens:
+        if t not in seen:
+            seen.add(t)
+            out.append(t)
+    with open(path, "w", encoding="utf-8") as f:
+        f.write("\n".join(out) + "\n")
+    return {t: i for i, t in enumerate(out)}
+
+
+def bert_tokenizer_json(vocab, path, lower=True):
+    doc = {"version": "1.0",
+           "added_tokens": [{"id": vocab[t], "content": t, "special": True, "single_word": False,
+                             "lstrip": False, "rstrip": False, "normalized": False}
+                            for t in ("[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]")],
+           "normalizer": {"type": "BertNormalizer", "clean_text": True, "handle_chinese_chars": True,
+                          "strip_accents": None, "lowercase": lower},
+           "pre_tokenizer": {"type": "BertPreTokenizer"},
+           "post_processor": {"type": "TemplateProcessing",
+                              "single": [{"SpecialToken": {"id": "[CLS]", "type_id": 0}},
+                                         {"Sequence": {"id": "A", "type_id": 0}},
+                                         {"SpecialToken": {"id": "[SEP]", "type_id": 0}}],
+                              "pair": [{"SpecialToken": {"id": "[CLS]", "type_id": 0}},
+                                       {"Sequence": {"id": "A", "type_id": 0}},
+                                       {"SpecialToken": {"id": "[SEP]", "type_id": 0}},
+                                       {"Sequence": {"id": "B", "type_id": 1}},
+                                       {"SpecialToken": {"id": "[SEP]", "type_id": 1}}],
+                              "special_tokens": {t: {"id": t, "ids": [vocab[t]], "tokens": [t]}
+                                                 for t in ("[CLS]", "[SEP]")}},
+           "decoder": {"type": "WordPiece", "prefix": "##", "cleanup": True},
+           "model": {"type": "WordPiece", "unk_token": "[UNK]", "continuing_subword_prefix": "##",
+                     "max_input_chars_per_word": 100, "vocab": vocab}}
+    with open(path, "w", encoding="utf-8") as f:
+        json.dump(doc, f, ensure_ascii=False)
+
+
+class WordPieceTest(unittest.TestCase):
+    """BERT's WordPiece tokenizer (BertNormalizer, BertPreTokenizer, WordPiece, [CLS] / [SEP])
+    from tokenizer.json and from vocab.txt alone, against the independent reference above."""
+
+    @classmethod
+    def setUpClass(cls):
+        import unicodedata
+        cls.tmp = tempfile.mkdtemp()
+        cls.dir = os.path.join(cls.tmp, "bert")
+        os.mkdir(cls.dir)
+        cls.vocab = write_bert_vocab(os.path.join(cls.dir, "vocab.txt"))
+        cls.json_path = os.path.join(cls.tmp, "tokenizer.json")
+        bert_tokenizer_json(cls.vocab, cls.json_path)
+        # Texts whose characters this Python's Unicode tables (14.0) assign: ICU's (15.0) may
+        # assign later ones, whose category then differs.
+        cls.corpus = [s for s in CORPUS + ["İstanbul ΣΊΣΥΦΟΣ Ñandú", "你好世界，中文！", "a\u0000b\u200bc\u00a0d",
+                                           "don't stop, it's 3.14!", "x" * 150 + " y"]
+                      if all(unicodedata.category(c) != "Cn" for c in s)]
+
+    @classmethod
+    def tearDownClass(cls):
+        shutil.rmtree(cls.tmp)
+
+    def test_unknowns_and_specials_are_exercised(self):
+        want = [bert_reference(s, self.vocab) for s in self.corpus]
+        self.assertTrue(any(self.vocab["[UNK]"] in w for w in want))
+        self.assertTrue(any(any(self.vocab.get(t, -1) in w for t in self.vocab if t.startswith("##"))
+                            for w in want[:40]))
+
+    def test_tokenizer_json_matches_reference(self):
+        got = run_tool(self.json_path, self.corpus)
+        bad = [(s, g, bert_reference(s, self.vocab)) for s, g in zip(self.corpus, got)
+               if g != bert_reference(s, self.vocab)]
+        self.assertEqual(bad[:3], [], "%d of %d differ" % (len(bad), len(self.corpus)))
+
+    def test_vocab_txt_alone_matches_reference(self):
+        got = run_tool(self.dir, self.corpus)
+        bad = [(s, g) for s, g in zip(self.corpus, got) if g != bert_reference(s, self.vocab)]
+        self.assertEqual(bad[:3], [])
+        # do_lower_case false keeps case and accents.
+        with open(os.path.join(self.dir, "tokenizer_config.json"), "w") as f:
+            json.dump({"do_lower_case": False}, f)
+        try:
+            got = run_tool(self.dir, self.corpus)
+            bad = [(s, g) for s, g in zip(self.corpus, got)
+                   if g != bert_reference(s, self.vocab, lower=False)]
+            self.assertEqual(bad[:3], [])
+        finally:
+            os.remove(os.path.join(self.dir, "tokenizer_config.json"))
+
+    def test_decode_joins_continuations(self):
+        # Hugging Face's WordPiece decoder: a "##" piece joins the one before, others start a
+        # word; cleanup puts " ." " ," " n't" " 's" ... back against their word.
+        inv = {i: t for t, i in self.vocab.items()}
+        rules = [(" .", "."), (" ?", "?"), (" !", "!"), (" ,", ","), (" ' ", "'"), (" n't", "n't"),
+                 (" 'm", "'m"), (" do not", " don't"), (" 's", "'s"), (" 've", "'ve"), (" 're", "'re")]
+
+        def decode(ids):
+            out = []
+            for i, t in enumerate(inv[x] for x in ids[1:-1]):
+                if i:
+                    t = t[2:] if t.startswith("##") else " " + t
+                for a, b in rules:
+                    t = t.replace(a, b)
+                out.append(t)
+            return "".join(out)
+        texts = [s for s in self.corpus if self.vocab["[UNK]"] not in bert_reference(s, self.vocab)]
+        self.assertGreater(len(texts), 30)
+        got = run_tool(self.json_path, texts, "--roundtrip")
+        streamed = run_tool(self.json_path, texts, "--stream")
+        for s, g, st in zip(texts, got, streamed):
+            self.assertEqual(g, decode(bert_reference(s, self.vocab)), s)
+            self.assertEqual(st, g, "streamed: %r" % s)
 
 
 if __name__ == "__main__":

@@ -204,5 +204,82 @@ TEST(PrecompiledCharsMap, RandomTriesStayInsideTheirBlob) {
   }
 }
 
+// [PAD] [UNK] [CLS] [SEP] un ##aff ##able a ##ff ##able aff , the
+json bert_doc(const char* post_processor_type) {
+  json vocab = json::object();
+  const char* tokens[] = {"[PAD]", "[UNK]", "[CLS]", "[SEP]", "un", "##aff", "##able",
+                          "a",     "##ff",  "##ab",  "aff",   ",",  "the"};
+  for (int i = 0; i < 13; ++i) vocab[tokens[i]] = i;
+  json doc = {{"normalizer", {{"type", "BertNormalizer"}, {"lowercase", true}}},
+              {"pre_tokenizer", {{"type", "BertPreTokenizer"}}},
+              {"decoder", {{"type", "WordPiece"}}},
+              {"added_tokens", json::array({{{"id", 2}, {"content", "[CLS]"}, {"special", true}},
+                                            {{"id", 3}, {"content", "[SEP]"}, {"special", true}}})},
+              {"model",
+               {{"type", "WordPiece"},
+                {"unk_token", "[UNK]"},
+                {"vocab", vocab},
+                {"max_input_chars_per_word", 12}}}};
+  if (std::string(post_processor_type) != "none")
+    doc["post_processor"] = {
+        {"type", post_processor_type}, {"cls", {"[CLS]", 2}}, {"sep", {"[SEP]", 3}}};
+  return doc;
+}
+
+TEST(WordPiece, LongestPieceFirstAndUnknownWordsWhole) {
+  auto tok = make(bert_doc("BertProcessing"));
+  // "Unaffable": un ##aff ##able (longest from each start); "affx": no piece covers "x", so the
+  // word is [UNK] whole; "," its own word; a 13-character word is [UNK] (max 12).
+  EXPECT_EQ(tok->encode("Unaffable, AFFX the", true), (Ids{2, 4, 5, 6, 11, 1, 12, 3}));
+  EXPECT_EQ(tok->encode("unaffableunaff", false), (Ids{1}));
+  EXPECT_EQ(tok->decode(tok->encode("unaffable, the aff", true)), "unaffable, the aff");
+}
+
+TEST(WordPiece, PairsFollowThePostProcessor) {
+  Ids ids, types;
+  make(bert_doc("BertProcessing"))->encode_pair("the", "aff", ids, types);
+  EXPECT_EQ(ids, (Ids{2, 12, 3, 10, 3}));
+  EXPECT_EQ(types, (Ids{0, 0, 0, 1, 1}));
+  make(bert_doc("RobertaProcessing"))->encode_pair("the", "aff", ids, types);
+  EXPECT_EQ(ids, (Ids{2, 12, 3, 3, 10, 3}));
+  EXPECT_EQ(types, (Ids{0, 0, 0, 0, 0, 0}));
+  make(bert_doc("none"))->encode_pair("the", "aff", ids, types);
+  EXPECT_EQ(ids, (Ids{12, 10}));
+  EXPECT_EQ(types, (Ids{0, 1}));
+  // A TemplateProcessing pair with its own type ids.
+  json doc = bert_doc("none");
+  doc["post_processor"] = json::parse(R"({"type": "TemplateProcessing",
+      "single": [{"SpecialToken": {"id": "[CLS]", "type_id": 0}}, {"Sequence": {"id": "A", "type_id": 0}}],
+      "pair": [{"Sequence": {"id": "A", "type_id": 0}}, {"SpecialToken": {"id": "[SEP]", "type_id": 0}},
+               {"Sequence": {"id": "B", "type_id": 1}}],
+      "special_tokens": {"[CLS]": {"id": "[CLS]", "ids": [2], "tokens": ["[CLS]"]},
+                         "[SEP]": {"id": "[SEP]", "ids": [3], "tokens": ["[SEP]"]}}})");
+  auto tok = make(doc);
+  tok->encode_pair("the", "aff", ids, types);
+  EXPECT_EQ(ids, (Ids{12, 3, 10}));
+  EXPECT_EQ(types, (Ids{0, 0, 1}));
+  EXPECT_EQ(tok->encode("the", true), (Ids{2, 12}));
+  doc["post_processor"]["pair"][0]["Sequence"]["id"] = "C";
+  EXPECT_NE(error_of([&] { make(doc); }).find("sequence 'C' is not A or B"), std::string::npos);
+}
+
+TEST(WordPiece, UnknownTokenMustBeInTheVocabulary) {
+  json doc = bert_doc("none");
+  doc["model"]["unk_token"] = "<unk>";
+  EXPECT_NE(error_of([&] { make(doc); }).find("unk_token '<unk>' is not in the vocabulary"),
+            std::string::npos);
+}
+
+TEST(BertNormalizer, CleansSpacesCjkStripsAccentsAndLowercases) {
+  auto tok = make(bert_doc("none"));
+  // NUL and U+200B (a format character) are dropped, a no-break space splits words, É loses
+  // its accent and case, each CJK ideograph is a word of its own ([UNK] here).
+  const char text[] =
+      "TH\xC3\x89\0\xE2\x80\x8B"
+      "\xC2\xA0"
+      "aff\xE4\xBD\xA0\xE5\xA5\xBD";
+  EXPECT_EQ(tok->encode(std::string(text, sizeof text - 1), false), (Ids{12, 10, 1, 1}));
+}
+
 }  // namespace
 }  // namespace tf
