@@ -21,6 +21,7 @@ std::vector<int32_t> parse_id_list(const std::string& text, const char* what,
 Action add_generate(CLI::App& app);
 Action add_inspect(CLI::App& app);
 Action add_tokenize(CLI::App& app);
+Action add_embed(CLI::App& app);
 Action add_bench(CLI::App& app);
 Action add_serve(CLI::App& app);
 // TF Serving's `tensorflow_model_server` command line onto serve (serve.cc).

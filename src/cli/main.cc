@@ -44,6 +44,10 @@ int main(int argc, char** argv) {
       tf::cli::add_convert);
   add("inspect", "Describe a model file or directory", tf::cli::add_inspect);
   add("tokenize", "Turn text into token ids, or ids into text", tf::cli::add_tokenize);
+  add("embed",
+      "Embed, score or classify texts (and text pairs) with an encoder model (BERT, RoBERTa, "
+      "XLM-R)",
+      tf::cli::add_embed);
   add("bench", "Measure throughput and latency of many requests", tf::cli::add_bench);
   try {
     app.parse(static_cast<int>(args.size()), args.data());

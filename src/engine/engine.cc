@@ -92,6 +92,11 @@ int64_t blocks_for_budget(const ModelConfig& c, const CacheLayout& layout, const
 
 // The model's KV cache in its layout, as many blocks as the budget holds.
 KvCache make_kv_cache(const ModelConfig& c, const EngineConfig& e) {
+  if (c.encoder_only())
+    fail(ErrorKind::kUnsupported,
+         "'{}' is an encoder (embeddings, scores, classes), not a generator: run it with "
+         "`tokenflow embed`; serving encoders is not built yet",
+         c.architecture);
   CacheLayout layout = CacheLayout::for_model(c, e.hybrid_kv_cache);
   const int64_t blocks = blocks_for_budget(c, layout, e);
   return KvCache(c, std::move(layout), blocks, e.block_size, e.kv_type);

@@ -59,6 +59,11 @@ void gelu_tanh(float* x, int64_t n) {
   isa().gelu_tanh(x, n);
 }
 
+void gelu_erf(float* x, int64_t n) {
+  for (int64_t i = 0; i < n; ++i)
+    x[i] = 0.5f * x[i] * (1.0f + std::erf(x[i] * 0.70710678118654752f));
+}
+
 void softmax(float* x, int64_t n) {
   if (n <= 0) return;
   const float mx = *std::max_element(x, x + n);

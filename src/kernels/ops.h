@@ -26,6 +26,8 @@ void rope(float* x, int n_heads, int head_dim, int64_t pos, const float* inv_fre
 void silu_mul(float* gate, const float* up, int64_t n);
 // x[i] = gelu_new(x[i]), the tanh approximation GPT-2 uses
 void gelu_tanh(float* x, int64_t n);
+// x[i] = gelu(x[i]) = x/2 (1 + erf(x / sqrt 2)), the exact form BERT uses
+void gelu_erf(float* x, int64_t n);
 // In-place softmax; returns nothing, handles -inf entries.
 void softmax(float* x, int64_t n);
 // y[i] += x[i]

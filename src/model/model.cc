@@ -9,6 +9,7 @@
 #include "core/error.h"
 #include "core/mapped_file.h"
 #include "model/gguf_model.h"
+#include "model/bert.h"
 #include "model/gpt2.h"
 #include "model/llama.h"
 #include "model/llama2c.h"
@@ -194,6 +195,9 @@ std::unique_ptr<Model> load_model(const std::string& path, kernels::WeightType w
       break;
     case Arch::kLlama:
       model = make_llama(std::move(config), std::move(weights));
+      break;
+    case Arch::kBert:
+      model = make_bert(std::move(config), std::move(weights));
       break;
   }
   // The model holds copies and conversions only: the files go, and with them any way for a

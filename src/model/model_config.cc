@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <functional>
 
 #include <nlohmann/json.hpp>
@@ -21,6 +22,8 @@ const char* arch_name(Arch arch) {
       return "mamba";
     case Arch::kT5:
       return "t5";
+    case Arch::kBert:
+      return "bert";
   }
   return "unknown";
 }
@@ -193,6 +196,70 @@ ModelConfig parse_mamba(const json& j, const std::string& source) {
   const std::string act = get_string_or(j, "hidden_act", "silu", source);
   if (act != "silu")
     fail(ErrorKind::kUnsupported, "{}: hidden_act '{}' is not supported (silu is)", source, act);
+  return c;
+}
+
+// Hugging Face's BertConfig / RobertaConfig / XLMRobertaConfig: hidden_size, num_hidden_layers,
+// num_attention_heads, intermediate_size, max_position_embeddings, type_vocab_size,
+// layer_norm_eps, hidden_act gelu; a ForSequenceClassification head's labels from id2label.
+ModelConfig parse_bert(const json& j, const std::string& source, bool roberta,
+                       const std::string& architecture) {
+  ModelConfig c;
+  c.arch = Arch::kBert;
+  c.vocab_size = get_int(j, "vocab_size", source);
+  c.dim = get_int(j, "hidden_size", source);
+  c.n_layers = get_int(j, "num_hidden_layers", source);
+  c.n_heads = c.n_kv_heads = get_int(j, "num_attention_heads", source);
+  if (c.n_heads <= 0 || c.dim % c.n_heads != 0)
+    fail("{}: hidden_size {} is not a multiple of num_attention_heads {}", source, c.dim,
+         c.n_heads);
+  c.head_dim = c.dim / c.n_heads;
+  c.ffn_dim = get_int(j, "intermediate_size", source);
+  c.type_vocab_size = get_int_or(j, "type_vocab_size", 2, source);
+  if (c.type_vocab_size < 0 || c.type_vocab_size > 1024)
+    fail("{}: type_vocab_size {} is out of range (0..1024)", source, c.type_vocab_size);
+  c.norm_eps = static_cast<float>(get_num_or(j, "layer_norm_eps", 1e-12, source));
+  const int64_t positions = get_int_or(j, "max_position_embeddings", 512, source);
+  if (roberta) {
+    // RoBERTa counts positions from pad_token_id + 1 (create_position_ids_from_input_ids).
+    const int64_t pad = get_int_or(j, "pad_token_id", 1, source);
+    if (pad < 0 || pad + 1 >= positions)
+      fail("{}: pad_token_id {} leaves no positions of {}", source, pad, positions);
+    c.position_offset = pad + 1;
+  }
+  c.max_seq_len = positions - c.position_offset;
+  const std::string act = get_string_or(j, "hidden_act", "gelu", source);
+  if (act != "gelu")
+    fail(ErrorKind::kUnsupported, "{}: hidden_act '{}' is not supported (gelu is)", source, act);
+  const std::string pos_type = get_string_or(j, "position_embedding_type", "absolute", source);
+  if (pos_type != "absolute")
+    fail(ErrorKind::kUnsupported, "{}: position_embedding_type '{}' is not supported (absolute is)",
+         source, pos_type);
+  if (architecture.find("ForSequenceClassification") != std::string::npos) {
+    c.classifier =
+        roberta ? ModelConfig::Classifier::kRobertaHead : ModelConfig::Classifier::kBertPooler;
+    std::vector<std::pair<int64_t, std::string>> labels;
+    if (auto it = j.find("id2label"); it != j.end() && it->is_object()) {
+      for (const auto& [k, v] : it->items()) {
+        char* end = nullptr;
+        const long id = std::strtol(k.c_str(), &end, 10);
+        if (k.empty() || *end != '\0' || id < 0 || id >= 65536 || !v.is_string())
+          fail("{}: id2label must map label ids to names", source);
+        labels.emplace_back(id, v.get<std::string>());
+      }
+    }
+    std::sort(labels.begin(), labels.end());
+    c.num_labels = get_int_or(j, "num_labels", static_cast<int64_t>(labels.size()), source);
+    if (labels.empty() && c.num_labels == 0) c.num_labels = 2;  // transformers' default
+    if (c.num_labels <= 0 || c.num_labels > 65536)
+      fail("{}: num_labels {} is out of range", source, c.num_labels);
+    for (int64_t i = 0; i < c.num_labels; ++i) {
+      const bool listed = i < static_cast<int64_t>(labels.size()) && labels[i].first == i;
+      c.labels.push_back(listed ? labels[i].second : "LABEL_" + std::to_string(i));
+    }
+    if (static_cast<int64_t>(labels.size()) > c.num_labels)
+      fail("{}: id2label has {} labels for num_labels {}", source, labels.size(), c.num_labels);
+  }
   return c;
 }
 
@@ -558,13 +625,26 @@ ModelConfig parse_hf_config(const std::string& json_text, const std::string& sou
              (architecture.empty() && model_type == "mamba")) {
     c = parse_mamba(j, source);
     if (architecture.empty()) architecture = "MambaForCausalLM";
+  } else if (architecture == "BertModel" || architecture == "BertForSequenceClassification" ||
+             architecture == "BertForMaskedLM" || (architecture.empty() && model_type == "bert")) {
+    if (architecture.empty()) architecture = "BertModel";
+    c = parse_bert(j, source, false, architecture);
+  } else if (architecture == "RobertaModel" || architecture == "XLMRobertaModel" ||
+             architecture == "RobertaForSequenceClassification" ||
+             architecture == "XLMRobertaForSequenceClassification" ||
+             (architecture.empty() && (model_type == "roberta" || model_type == "xlm-roberta"))) {
+    if (architecture.empty())
+      architecture = model_type == "roberta" ? "RobertaModel" : "XLMRobertaModel";
+    c = parse_bert(j, source, true, architecture);
   } else {
     fail(ErrorKind::kUnsupported,
          "{}: unknown architecture '{}' (model_type '{}'); supported: GPT2LMHeadModel, "
          "LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM, Qwen3ForCausalLM, "
          "Phi3ForCausalLM, GemmaForCausalLM, Gemma2ForCausalLM, Gemma3ForCausalLM, "
          "MixtralForCausalLM, Qwen2MoeForCausalLM, Qwen3MoeForCausalLM, OlmoeForCausalLM, "
-         "MambaForCausalLM, T5ForConditionalGeneration",
+         "MambaForCausalLM, T5ForConditionalGeneration, BertModel, "
+         "BertForSequenceClassification, RobertaModel, XLMRobertaModel, "
+         "(XLM)RobertaForSequenceClassification",
          source, architecture, model_type);
   }
   c.architecture = architecture;

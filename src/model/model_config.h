@@ -10,7 +10,7 @@
 
 namespace tf {
 
-enum class Arch { kGpt2, kLlama, kMamba, kT5 };
+enum class Arch { kGpt2, kLlama, kMamba, kT5, kBert };
 
 const char* arch_name(Arch arch);
 
@@ -102,6 +102,18 @@ struct ModelConfig {
   // The caches the layout assigns (CacheLayout): one per decoder layer, and a cross-attention
   // one per decoder layer of an encoder-decoder (numbered n_layers + l).
   int64_t cache_layers() const { return encoder_decoder() ? 2 * n_layers : n_layers; }
+
+  // BERT-family encoders (arch kBert: BERT, RoBERTa, XLM-RoBERTa): post-LN blocks with biases,
+  // bidirectional attention, learned absolute positions (RoBERTa's counted from
+  // position_offset = pad_token_id + 1), token type embeddings (type_vocab_size; RoBERTa's one),
+  // exact (erf) GELU. No LM head: the output is the hidden states, pooled, or a sequence
+  // classifier's scores over num_labels (labels: id2label, in order).
+  int64_t type_vocab_size = 0;
+  int64_t position_offset = 0;
+  enum class Classifier { kNone, kBertPooler, kRobertaHead } classifier = Classifier::kNone;
+  int64_t num_labels = 0;
+  std::vector<std::string> labels;
+  bool encoder_only() const { return arch == Arch::kBert; }
 
   int32_t bos_id = -1;  // -1: none
   int32_t eos_id = -1;

@@ -57,32 +57,6 @@ struct T5Block {
   T5Mlp mlp;
 };
 
-// The softmax-weighted values of one query over n keys (rows of kv_dim floats: this head's at
-// offset h * dk), scores q.k + bias[j] (no scaling: T5 folds it into its weights).
-void attend(const float* q, const float* keys, const float* values, int64_t n, int64_t kv_dim,
-            int64_t h, int64_t dk, const float* bias, float* scores, float* out) {
-  float top = -INFINITY;
-  for (int64_t j = 0; j < n; ++j) {
-    const float* kj = keys + j * kv_dim + h * dk;
-    float s = 0.0f;
-    for (int64_t i = 0; i < dk; ++i) s += q[i] * kj[i];
-    if (bias) s += bias[j];
-    scores[j] = s;
-    top = std::max(top, s);
-  }
-  float sum = 0.0f;
-  for (int64_t j = 0; j < n; ++j) {
-    scores[j] = std::exp(scores[j] - top);
-    sum += scores[j];
-  }
-  std::fill(out, out + dk, 0.0f);
-  for (int64_t j = 0; j < n; ++j) {
-    const float w = scores[j] / sum;
-    const float* vj = values + j * kv_dim + h * dk;
-    for (int64_t i = 0; i < dk; ++i) out[i] += w * vj[i];
-  }
-}
-
 class T5Model final : public Model {
  public:
   T5Model(ModelConfig config, WeightStore weights) : Model(std::move(config), std::move(weights)) {
@@ -269,9 +243,9 @@ class T5Model final : public Model {
           buckets[j] = t5_position_bucket(j - (i - first), true, c.rel_buckets, c.rel_max_distance);
         for (int64_t h = 0; h < c.n_heads; ++h) {
           for (int64_t j = 0; j < len; ++j) bias[j] = B.rel_bias[buckets[j] * c.n_heads + h];
-          attend(q_.data() + i * inner + h * dk, k_.data() + first * inner,
-                 v_.data() + first * inner, len, inner, h, dk, bias.data(), scores.data(),
-                 att_.data() + i * inner + h * dk);
+          transformer::attend(q_.data() + i * inner + h * dk, k_.data() + first * inner,
+                              v_.data() + first * inner, len, inner, h, dk, 1.0f, bias.data(),
+                              scores.data(), att_.data() + i * inner + h * dk);
         }
       });
       kernels::matmul_add(att_.data(), n, B.self.o, nullptr, ex_.data(), pool);
@@ -331,8 +305,9 @@ class T5Model final : public Model {
         for (int64_t h = 0; h < c.n_heads; ++h) {
           if (!cross)
             for (int64_t j = 0; j < n; ++j) bias[j] = rel_bias[buckets[j] * c.n_heads + h];
-          attend(q_.data() + row * inner + h * dk, keys.data(), values.data(), n, inner, h, dk,
-                 cross ? nullptr : bias.data(), scores.data(), att_.data() + row * inner + h * dk);
+          transformer::attend(q_.data() + row * inner + h * dk, keys.data(), values.data(), n,
+                              inner, h, dk, 1.0f, cross ? nullptr : bias.data(), scores.data(),
+                              att_.data() + row * inner + h * dk);
         }
       }
     });

@@ -149,4 +149,29 @@ int64_t gather_logit_rows(std::span<const SequenceChunk> batch, const float* x, 
   return row;
 }
 
+void attend(const float* q, const float* keys, const float* values, int64_t n, int64_t kv_dim,
+            int64_t h, int64_t dk, float scale, const float* bias, float* scores, float* out) {
+  float top = -INFINITY;
+  for (int64_t j = 0; j < n; ++j) {
+    const float* kj = keys + j * kv_dim + h * dk;
+    float s = 0.0f;
+    for (int64_t i = 0; i < dk; ++i) s += q[i] * kj[i];
+    s *= scale;
+    if (bias) s += bias[j];
+    scores[j] = s;
+    top = std::max(top, s);
+  }
+  float sum = 0.0f;
+  for (int64_t j = 0; j < n; ++j) {
+    scores[j] = std::exp(scores[j] - top);
+    sum += scores[j];
+  }
+  std::fill(out, out + dk, 0.0f);
+  for (int64_t j = 0; j < n; ++j) {
+    const float w = scores[j] / sum;
+    const float* vj = values + j * kv_dim + h * dk;
+    for (int64_t i = 0; i < dk; ++i) out[i] += w * vj[i];
+  }
+}
+
 }  // namespace tf::transformer

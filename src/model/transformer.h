@@ -43,6 +43,12 @@ void attention(std::span<const SequenceChunk> batch, std::span<const TokenPositi
                const kernels::PagedKvLayer& layer, const ModelConfig& c, const float* q, float* out,
                ThreadPool& pool, const kernels::AttentionOpts* opts = nullptr);
 
+// The softmax-weighted values of one query over n keys (rows of kv_dim floats: this head's at
+// offset h * dk), scores scale * q.k plus bias[j] where bias is given (T5's position bias).
+// scores: n floats of scratch; out: dk floats.
+void attend(const float* q, const float* keys, const float* values, int64_t n, int64_t kv_dim,
+            int64_t h, int64_t dk, float scale, const float* bias, float* scores, float* out);
+
 // Gathers the rows that need logits (all tokens of all_logits sequences, else each sequence's
 // last) from x into out; returns how many.
 int64_t gather_logit_rows(std::span<const SequenceChunk> batch, const float* x, int64_t dim,

@@ -235,11 +235,40 @@ def _t5_config(dtype, v11):
     }.items()))
 
 
+def _bert_config(dtype, kind):
+    # transformers' BertConfig / XLMRobertaConfig, small: 3 layers, 4 heads of 12, an MLP of 80,
+    # 2 token types (BERT) or 1 (XLM-R, positions counted from pad_token_id + 1 = 2); "_cls":
+    # a ForSequenceClassification head over 3 labels.
+    roberta = kind.startswith("xlmr")
+    arch = ("XLMRobertaFor" if roberta else "BertFor") + "SequenceClassification" \
+        if kind.endswith("_cls") else ("XLMRobertaModel" if roberta else "BertModel")
+    cfg = {
+        "architectures": [arch], "model_type": "xlm-roberta" if roberta else "bert",
+        "vocab_size": 300, "hidden_size": 48, "num_hidden_layers": 3, "num_attention_heads": 4,
+        "intermediate_size": 80, "hidden_act": "gelu", "hidden_dropout_prob": 0.1,
+        "attention_probs_dropout_prob": 0.1, "max_position_embeddings": 66 if roberta else 64,
+        "type_vocab_size": 1 if roberta else 2, "initializer_range": 0.02,
+        "layer_norm_eps": 1e-05 if roberta else 1e-12, "pad_token_id": 1 if roberta else 0,
+        "position_embedding_type": "absolute", "use_cache": True,
+        "torch_dtype": TORCH_DTYPE[dtype], "transformers_version": TRANSFORMERS_VERSION,
+    }
+    if roberta:
+        cfg.update({"bos_token_id": 0, "eos_token_id": 2})
+    if kind.endswith("_cls"):
+        cfg["id2label"] = {"0": "negative", "1": "neutral", "2": "positive"}
+        cfg["label2id"] = {"negative": 0, "neutral": 1, "positive": 2}
+    return dict(sorted(cfg.items()))
+
+
 KINDS = {
     "gpt2": lambda dt: _gpt2_config(dt),
     "t5": lambda dt: _t5_config(dt, False),
     "t5_v1_1": lambda dt: _t5_config(dt, True),
     "mamba": lambda dt: _mamba_config(dt),
+    "bert": lambda dt: _bert_config(dt, "bert"),
+    "bert_cls": lambda dt: _bert_config(dt, "bert_cls"),
+    "xlmr": lambda dt: _bert_config(dt, "xlmr"),
+    "xlmr_cls": lambda dt: _bert_config(dt, "xlmr_cls"),
     "llama_gqa": lambda dt: _llama_config(dt, n_kv=2, tie=False, theta=10000.0),
     "llama_tied": lambda dt: _llama_config(dt, n_kv=6, tie=True, theta=500000.0, head_dim=12),
     "qwen2": lambda dt: _qwen2_config(dt),
@@ -385,6 +414,50 @@ def _t5_weights(cfg, rng):
         w[stack + ".final_layer_norm.weight"] = _norm_weight(rng, d)
     if not cfg["tie_word_embeddings"]:
         w["lm_head.weight"] = _normal(rng, (V, d), 0.3)
+    return w
+
+
+def _bert_weights(cfg, rng):
+    d, V, L, ff = cfg["hidden_size"], cfg["vocab_size"], cfg["num_hidden_layers"], \
+        cfg["intermediate_size"]
+    roberta = cfg["model_type"] == "xlm-roberta"
+    cls = cfg["architectures"][0].endswith("SequenceClassification")
+    P = ("roberta." if roberta else "bert.") if cls else ""
+    w = {P + "embeddings.word_embeddings.weight": _normal(rng, (V, d), 1.0),
+         P + "embeddings.position_embeddings.weight":
+             _normal(rng, (cfg["max_position_embeddings"], d), 0.5),
+         P + "embeddings.token_type_embeddings.weight": _normal(rng, (cfg["type_vocab_size"], d), 0.5),
+         P + "embeddings.LayerNorm.weight": _norm_weight(rng, d),
+         P + "embeddings.LayerNorm.bias": _normal(rng, d, 0.1)}
+    for i in range(L):
+        p = P + "encoder.layer.%d." % i
+        for m in ("query", "key", "value"):
+            w[p + "attention.self.%s.weight" % m] = _normal(rng, (d, d), 0.25)
+            w[p + "attention.self.%s.bias" % m] = _normal(rng, d, 0.1)
+        w[p + "attention.output.dense.weight"] = _normal(rng, (d, d), 0.2)
+        w[p + "attention.output.dense.bias"] = _normal(rng, d, 0.1)
+        w[p + "attention.output.LayerNorm.weight"] = _norm_weight(rng, d)
+        w[p + "attention.output.LayerNorm.bias"] = _normal(rng, d, 0.1)
+        w[p + "intermediate.dense.weight"] = _normal(rng, (ff, d), 0.3)
+        w[p + "intermediate.dense.bias"] = _normal(rng, ff, 0.1)
+        w[p + "output.dense.weight"] = _normal(rng, (d, ff), 0.2)
+        w[p + "output.dense.bias"] = _normal(rng, d, 0.1)
+        w[p + "output.LayerNorm.weight"] = _norm_weight(rng, d)
+        w[p + "output.LayerNorm.bias"] = _normal(rng, d, 0.1)
+    n = len(cfg.get("id2label", {}))
+    if cls and roberta:
+        w["classifier.dense.weight"] = _normal(rng, (d, d), 0.2)
+        w["classifier.dense.bias"] = _normal(rng, d, 0.1)
+        w["classifier.out_proj.weight"] = _normal(rng, (n, d), 0.3)
+        w["classifier.out_proj.bias"] = _normal(rng, n, 0.1)
+    elif cls:
+        w[P + "pooler.dense.weight"] = _normal(rng, (d, d), 0.2)
+        w[P + "pooler.dense.bias"] = _normal(rng, d, 0.1)
+        w["classifier.weight"] = _normal(rng, (n, d), 0.3)
+        w["classifier.bias"] = _normal(rng, n, 0.1)
+    else:  # BertModel keeps its (unused) pooler
+        w["pooler.dense.weight"] = _normal(rng, (d, d), 0.2)
+        w["pooler.dense.bias"] = _normal(rng, d, 0.1)
     return w
 
 
@@ -573,6 +646,8 @@ def write_checkpoint(out_dir, kind, dtype="F32", sharded=False, seed=0, legacy_g
         w = _mamba_weights(cfg, rng)
     elif cfg["model_type"] == "t5":
         w = _t5_weights(cfg, rng)
+    elif cfg["model_type"] in ("bert", "xlm-roberta"):
+        w = _bert_weights(cfg, rng)
     else:
         w = _llama_weights(cfg, rng)
     with open(os.path.join(out_dir, "config.json"), "w") as f:

@@ -763,6 +763,61 @@ class T5:
         return out, lps
 
 
+def gelu_erf(x):
+    from math import erf
+    return (0.5 * x * (1.0 + np.vectorize(erf)(x / np.sqrt(2.0)))).astype(np.float32)
+
+
+class Bert:
+    """BERT / RoBERTa / XLM-R encoders from the papers (Devlin et al. 2019; Liu et al. 2019;
+    Conneau et al. 2020) and transformers' BertModel/RobertaModel: word + absolute position +
+    token type embeddings, LayerNorm; per layer self-attention over every token (softmax of
+    q.k / sqrt(d_head)), output dense, residual, LayerNorm, an erf-GELU MLP, residual, LayerNorm.
+    RoBERTa's positions start at pad_token_id + 1. The ForSequenceClassification heads: BERT's
+    pooler (tanh(dense(h[0]))) then a linear layer; RoBERTa's dense, tanh, out_proj on h[0]."""
+
+    def __init__(self, cfg, w):
+        self.cfg, self.roberta = cfg, cfg["model_type"] in ("roberta", "xlm-roberta")
+        self.cls = cfg["architectures"][0].endswith("SequenceClassification")
+        self.P = ("roberta." if self.roberta else "bert.") if self.cls else ""
+        self.w = {k: _f(v) for k, v in w.items()}
+
+    def hidden(self, ids, types=None):
+        cfg, w, P = self.cfg, self.w, self.P
+        d, H, eps = cfg["hidden_size"], cfg["num_attention_heads"], cfg["layer_norm_eps"]
+        dh = d // H
+        n = len(ids)
+        types = np.zeros(n, dtype=np.int64) if types is None else np.asarray(types)
+        off = cfg["pad_token_id"] + 1 if self.roberta else 0
+        x = (w[P + "embeddings.word_embeddings.weight"][ids]
+             + w[P + "embeddings.position_embeddings.weight"][off + np.arange(n)]
+             + w[P + "embeddings.token_type_embeddings.weight"][types])
+        x = layer_norm(x, w[P + "embeddings.LayerNorm.weight"], w[P + "embeddings.LayerNorm.bias"], eps)
+        for i in range(cfg["num_hidden_layers"]):
+            p = P + "encoder.layer.%d." % i
+            lin = lambda a, name: a @ w[p + name + ".weight"].T + w[p + name + ".bias"]
+            q = lin(x, "attention.self.query").reshape(n, H, dh).transpose(1, 0, 2)
+            k = lin(x, "attention.self.key").reshape(n, H, dh).transpose(1, 0, 2)
+            v = lin(x, "attention.self.value").reshape(n, H, dh).transpose(1, 0, 2)
+            a = softmax(q @ k.transpose(0, 2, 1) / np.sqrt(dh)) @ v
+            a = a.transpose(1, 0, 2).reshape(n, d)
+            x = layer_norm(x + lin(a, "attention.output.dense"),
+                           w[p + "attention.output.LayerNorm.weight"],
+                           w[p + "attention.output.LayerNorm.bias"], eps)
+            h = gelu_erf(lin(x, "intermediate.dense"))
+            x = layer_norm(x + lin(h, "output.dense"), w[p + "output.LayerNorm.weight"],
+                           w[p + "output.LayerNorm.bias"], eps)
+        return x
+
+    def scores(self, ids, types=None):
+        w, h0 = self.w, self.hidden(ids, types)[0]
+        if self.roberta:
+            z = np.tanh(h0 @ w["classifier.dense.weight"].T + w["classifier.dense.bias"])
+            return z @ w["classifier.out_proj.weight"].T + w["classifier.out_proj.bias"]
+        z = np.tanh(h0 @ w[self.P + "pooler.dense.weight"].T + w[self.P + "pooler.dense.bias"])
+        return z @ w["classifier.weight"].T + w["classifier.bias"]
+
+
 def load_hf(model_dir):
     with open(os.path.join(model_dir, "config.json")) as f:
         cfg = json.load(f)
@@ -778,6 +833,8 @@ def load_hf(model_dir):
         return Mamba(cfg, w)
     if arch == "t5":
         return T5(cfg, w)
+    if cfg.get("model_type") in ("bert", "roberta", "xlm-roberta"):
+        return Bert(cfg, w)
     if arch in ("gemma", "gemma2", "gemma3"):
         return Gemma(cfg, w, {"gemma": 1, "gemma2": 2, "gemma3": 3}[arch])
     if arch in ("llama", "mistral", "qwen2", "qwen3", "phi3", "mixtral", "qwen2_moe",

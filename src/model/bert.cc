@@ -1,0 +1,296 @@
+#include "model/bert.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <filesystem>
+#include <limits>
+#include <vector>
+
+#include "core/error.h"
+#include "core/json.h"
+#include "core/mapped_file.h"
+#include "kernels/matmul.h"
+#include "kernels/ops.h"
+#include "model/transformer.h"
+
+namespace tf {
+namespace {
+
+struct BertLayer {
+  kernels::WeightMatrix q, k, v, o, up, down;
+  const float *bq, *bk, *bv, *bo, *bup, *bdown;
+  const float *ln1_w, *ln1_b, *ln2_w, *ln2_b;
+};
+
+class BertModel final : public EncoderModel {
+ public:
+  BertModel(ModelConfig config, WeightStore weights)
+      : EncoderModel(std::move(config), std::move(weights)) {
+    const ModelConfig& c = config_;
+    WeightStore& w = weights_;
+    // BertModel saved alone has no prefix; a ForSequenceClassification (or ForMaskedLM) model
+    // keeps its encoder under "bert." or "roberta.".
+    for (const char* p : {"", "bert.", "roberta."}) {
+      if (w.has(std::string(p) + "embeddings.word_embeddings.weight")) prefix_ = p;
+    }
+    const std::string& P = prefix_;
+    // LayerNorms: weight/bias, or the original TF conversion's gamma/beta.
+    auto ln = [&](const std::string& name, const float*& g, const float*& b) {
+      const bool old = !w.has(name + ".weight") && w.has(name + ".gamma");
+      g = w.f32(name + (old ? ".gamma" : ".weight"), {c.dim});
+      b = w.f32(name + (old ? ".beta" : ".bias"), {c.dim});
+    };
+    word_ = w.matrix(P + "embeddings.word_embeddings.weight", c.vocab_size, c.dim);
+    pos_ = w.f32(P + "embeddings.position_embeddings.weight",
+                 {c.max_seq_len + c.position_offset, c.dim});
+    if (c.type_vocab_size > 0)
+      type_ = w.f32(P + "embeddings.token_type_embeddings.weight", {c.type_vocab_size, c.dim});
+    ln(P + "embeddings.LayerNorm", emb_ln_w_, emb_ln_b_);
+    for (int64_t l = 0; l < c.n_layers; ++l) {
+      const std::string p = P + "encoder.layer." + std::to_string(l) + ".";
+      BertLayer L;
+      L.q = w.matrix(p + "attention.self.query.weight", c.dim, c.dim);
+      L.bq = w.f32(p + "attention.self.query.bias", {c.dim});
+      L.k = w.matrix(p + "attention.self.key.weight", c.dim, c.dim);
+      L.bk = w.f32(p + "attention.self.key.bias", {c.dim});
+      L.v = w.matrix(p + "attention.self.value.weight", c.dim, c.dim);
+      L.bv = w.f32(p + "attention.self.value.bias", {c.dim});
+      L.o = w.matrix(p + "attention.output.dense.weight", c.dim, c.dim);
+      L.bo = w.f32(p + "attention.output.dense.bias", {c.dim});
+      ln(p + "attention.output.LayerNorm", L.ln1_w, L.ln1_b);
+      L.up = w.matrix(p + "intermediate.dense.weight", c.ffn_dim, c.dim);
+      L.bup = w.f32(p + "intermediate.dense.bias", {c.ffn_dim});
+      L.down = w.matrix(p + "output.dense.weight", c.dim, c.ffn_dim);
+      L.bdown = w.f32(p + "output.dense.bias", {c.dim});
+      ln(p + "output.LayerNorm", L.ln2_w, L.ln2_b);
+      layers_.push_back(L);
+    }
+    using Classifier = ModelConfig::Classifier;
+    if (c.classifier == Classifier::kBertPooler) {
+      head_dense_ = w.matrix(P + "pooler.dense.weight", c.dim, c.dim);
+      head_dense_b_ = w.f32(P + "pooler.dense.bias", {c.dim});
+      head_out_ = w.matrix("classifier.weight", c.num_labels, c.dim);
+      head_out_b_ = w.f32("classifier.bias", {c.num_labels});
+    } else if (c.classifier == Classifier::kRobertaHead) {
+      head_dense_ = w.matrix("classifier.dense.weight", c.dim, c.dim);
+      head_dense_b_ = w.f32("classifier.dense.bias", {c.dim});
+      head_out_ = w.matrix("classifier.out_proj.weight", c.num_labels, c.dim);
+      head_out_b_ = w.f32("classifier.out_proj.bias", {c.num_labels});
+    }
+  }
+
+ protected:
+  void run_encoder(std::span<const EncoderInput> inputs, float* hidden, ThreadPool& pool) override {
+    const ModelConfig& c = config_;
+    const int64_t dim = c.dim, ffn = c.ffn_dim, dk = c.head_dim;
+    start_.assign(1, 0);
+    for (const EncoderInput& in : inputs)
+      start_.push_back(start_.back() + static_cast<int64_t>(in.tokens.size()));
+    const int64_t n = start_.back();
+    if (n == 0) return;
+    for (auto* v : {&q_, &k_, &v_, &att_}) transformer::grow(*v, n * dim);
+    transformer::grow(h_, n * ffn);
+    float* x = hidden;  // the residual stream lives in the output
+    for (size_t s = 0; s < inputs.size(); ++s) {
+      const EncoderInput& in = inputs[s];
+      transformer::for_rows(pool, static_cast<int64_t>(in.tokens.size()), [&](int64_t i) {
+        float* row = x + (start_[s] + i) * dim;
+        word_.dequantize_row(in.tokens[i], row);
+        const float* pe = pos_ + (c.position_offset + i) * dim;
+        const float* te = type_ ? type_ + (in.types.empty() ? 0 : in.types[i]) * dim : nullptr;
+        for (int64_t d = 0; d < dim; ++d) row[d] += pe[d] + (te ? te[d] : 0.0f);
+        kernels::layer_norm(row, emb_ln_w_, emb_ln_b_, c.norm_eps, dim, row);
+      });
+    }
+    const float scale = 1.0f / std::sqrt(static_cast<float>(dk));
+    for (const BertLayer& L : layers_) {
+      const kernels::MatmulOutput qkv[] = {
+          {L.q, L.bq, q_.data()}, {L.k, L.bk, k_.data()}, {L.v, L.bv, v_.data()}};
+      kernels::matmul_many(x, n, qkv, pool);
+      // Every query row over its own input's keys, all of them (bidirectional).
+      transformer::for_rows(pool, n, [&](int64_t i) {
+        const size_t e = static_cast<size_t>(std::upper_bound(start_.begin(), start_.end(), i) -
+                                             start_.begin() - 1);
+        const int64_t first = start_[e], len = start_[e + 1] - first;
+        thread_local std::vector<float> scores;
+        scores.resize(static_cast<size_t>(len));
+        for (int64_t h = 0; h < c.n_heads; ++h)
+          transformer::attend(q_.data() + i * dim + h * dk, k_.data() + first * dim,
+                              v_.data() + first * dim, len, dim, h, dk, scale, nullptr,
+                              scores.data(), att_.data() + i * dim + h * dk);
+      });
+      kernels::matmul_add(att_.data(), n, L.o, L.bo, x, pool);  // x += attention's output
+      transformer::for_rows(pool, n, [&](int64_t i) {
+        kernels::layer_norm(x + i * dim, L.ln1_w, L.ln1_b, c.norm_eps, dim, x + i * dim);
+      });
+      kernels::matmul(x, n, L.up, L.bup, h_.data(), pool);
+      transformer::for_rows(pool, n,
+                            [&](int64_t i) { kernels::gelu_erf(h_.data() + i * ffn, ffn); });
+      kernels::matmul_add(h_.data(), n, L.down, L.bdown, x, pool);
+      transformer::for_rows(pool, n, [&](int64_t i) {
+        kernels::layer_norm(x + i * dim, L.ln2_w, L.ln2_b, c.norm_eps, dim, x + i * dim);
+      });
+    }
+  }
+
+  void run_classifier(const float* cls_rows, int64_t n, float* scores, ThreadPool& pool) override {
+    const ModelConfig& c = config_;
+    transformer::grow(q_, n * c.dim);
+    kernels::matmul(cls_rows, n, head_dense_, head_dense_b_, q_.data(), pool);
+    for (int64_t i = 0; i < n * c.dim; ++i) q_[i] = std::tanh(q_[i]);
+    kernels::matmul(q_.data(), n, head_out_, head_out_b_, scores, pool);
+  }
+
+ private:
+  std::string prefix_;
+  kernels::WeightMatrix word_;
+  const float* pos_ = nullptr;
+  const float* type_ = nullptr;
+  const float *emb_ln_w_ = nullptr, *emb_ln_b_ = nullptr;
+  std::vector<BertLayer> layers_;
+  kernels::WeightMatrix head_dense_, head_out_;
+  const float *head_dense_b_ = nullptr, *head_out_b_ = nullptr;
+  std::vector<int64_t> start_;
+  std::vector<float> q_, k_, v_, att_, h_;
+};
+
+}  // namespace
+
+EncoderPooling parse_encoder_pooling(const std::string& name) {
+  if (name == "cls") return EncoderPooling::kCls;
+  if (name == "mean") return EncoderPooling::kMean;
+  if (name == "max") return EncoderPooling::kMax;
+  if (name == "last") return EncoderPooling::kLast;
+  fail(ErrorKind::kInvalidArgument, "pooling '{}' is not one of cls, mean, max, last", name);
+}
+
+const char* encoder_pooling_name(EncoderPooling p) {
+  switch (p) {
+    case EncoderPooling::kCls:
+      return "cls";
+    case EncoderPooling::kMean:
+      return "mean";
+    case EncoderPooling::kMax:
+      return "max";
+    case EncoderPooling::kLast:
+      return "last";
+  }
+  return "cls";
+}
+
+void EncoderModel::encode(std::span<const EncoderInput> inputs, float* hidden, ThreadPool& pool) {
+  const ModelConfig& c = config_;
+  for (size_t s = 0; s < inputs.size(); ++s) {
+    const EncoderInput& in = inputs[s];
+    const int64_t len = static_cast<int64_t>(in.tokens.size());
+    if (len == 0) fail(ErrorKind::kInvalidArgument, "input {} is empty", s);
+    if (len > c.max_seq_len)
+      fail(ErrorKind::kInvalidArgument, "input {} has {} tokens; the model takes at most {}", s,
+           len, c.max_seq_len);
+    for (int32_t id : in.tokens)
+      if (id < 0 || id >= c.vocab_size)
+        fail(ErrorKind::kInvalidArgument, "token id {} is outside the vocabulary (0..{})", id,
+             c.vocab_size - 1);
+    if (!in.types.empty() && in.types.size() != in.tokens.size())
+      fail(ErrorKind::kInvalidArgument, "input {} has {} token types for {} tokens", s,
+           in.types.size(), in.tokens.size());
+    for (int32_t t : in.types)
+      if (t < 0 || t >= std::max<int64_t>(c.type_vocab_size, 1))
+        fail(ErrorKind::kInvalidArgument, "token type {} is outside the model's {} types", t,
+             std::max<int64_t>(c.type_vocab_size, 1));
+  }
+  run_encoder(inputs, hidden, pool);
+}
+
+void EncoderModel::classify(std::span<const EncoderInput> inputs, const float* hidden,
+                            float* scores, ThreadPool& pool) {
+  const ModelConfig& c = config_;
+  if (c.classifier == ModelConfig::Classifier::kNone)
+    fail(ErrorKind::kInvalidArgument, "model '{}' has no classifier head", c.architecture);
+  std::vector<float> cls(inputs.size() * static_cast<size_t>(c.dim));
+  int64_t row = 0;
+  for (size_t s = 0; s < inputs.size(); ++s) {
+    std::memcpy(cls.data() + s * c.dim, hidden + row * c.dim, sizeof(float) * c.dim);
+    row += static_cast<int64_t>(inputs[s].tokens.size());
+  }
+  run_classifier(cls.data(), static_cast<int64_t>(inputs.size()), scores, pool);
+}
+
+void EncoderModel::run(std::span<const SequenceChunk>, std::span<const TokenPosition>, KvCache&,
+                       float*, ThreadPool&) {
+  fail(ErrorKind::kUnsupported,
+       "'{}' is an encoder: it embeds and classifies (tokenflow embed), it does not generate",
+       config_.architecture);
+}
+
+void pool_hidden(const float* hidden, int64_t len, int64_t dim, EncoderPooling pooling,
+                 float* out) {
+  switch (pooling) {
+    case EncoderPooling::kCls:
+      std::memcpy(out, hidden, sizeof(float) * dim);
+      return;
+    case EncoderPooling::kLast:
+      std::memcpy(out, hidden + (len - 1) * dim, sizeof(float) * dim);
+      return;
+    case EncoderPooling::kMean: {
+      std::vector<double> sum(static_cast<size_t>(dim), 0.0);
+      for (int64_t t = 0; t < len; ++t)
+        for (int64_t d = 0; d < dim; ++d) sum[d] += hidden[t * dim + d];
+      for (int64_t d = 0; d < dim; ++d)
+        out[d] = static_cast<float>(sum[d] / static_cast<double>(len));
+      return;
+    }
+    case EncoderPooling::kMax:
+      std::fill(out, out + dim, -std::numeric_limits<float>::infinity());
+      for (int64_t t = 0; t < len; ++t)
+        for (int64_t d = 0; d < dim; ++d) out[d] = std::max(out[d], hidden[t * dim + d]);
+      return;
+  }
+}
+
+EncoderPoolingConfig read_encoder_pooling(const std::string& model_dir) {
+  namespace fs = std::filesystem;
+  EncoderPoolingConfig out;
+  std::error_code ec;
+  const fs::path dir(model_dir);
+  const fs::path modules = dir / "modules.json";
+  if (!fs::is_directory(dir, ec) || !fs::exists(modules, ec)) return out;
+  const nlohmann::json m = parse_json(read_file(modules.string()), modules.string());
+  if (!m.is_array()) fail("'{}': modules.json must be a list of modules", modules.string());
+  for (const auto& mod : m) {
+    const std::string type = mod.is_object() ? mod.value("type", "") : "";
+    const std::string path = mod.is_object() ? mod.value("path", "") : "";
+    if (type.ends_with(".Normalize")) out.normalize = true;
+    if (!type.ends_with(".Pooling")) continue;
+    if (path.find("..") != std::string::npos || (!path.empty() && path[0] == '/'))
+      fail("'{}': a module path must stay inside the model directory", modules.string());
+    const fs::path cfg = dir / path / "config.json";
+    const nlohmann::json p = parse_json(read_file(cfg.string()), cfg.string());
+    if (!p.is_object()) fail("'{}': expected a JSON object", cfg.string());
+    std::vector<EncoderPooling> modes;
+    if (p.value("pooling_mode_cls_token", false)) modes.push_back(EncoderPooling::kCls);
+    if (p.value("pooling_mode_mean_tokens", false)) modes.push_back(EncoderPooling::kMean);
+    if (p.value("pooling_mode_max_tokens", false)) modes.push_back(EncoderPooling::kMax);
+    if (p.value("pooling_mode_lasttoken", false)) modes.push_back(EncoderPooling::kLast);
+    if (p.value("pooling_mode_mean_sqrt_len_tokens", false) ||
+        p.value("pooling_mode_weightedmean_tokens", false))
+      fail(ErrorKind::kUnsupported,
+           "'{}': pooling by mean over sqrt(length) or weighted mean is not supported (cls, "
+           "mean, max and last token are)",
+           cfg.string());
+    if (modes.size() != 1)
+      fail(ErrorKind::kUnsupported,
+           "'{}': {} pooling modes are set; one is supported (their concatenation is not)",
+           cfg.string(), modes.size());
+    out.pooling = modes[0];
+    out.from_config = true;
+  }
+  return out;
+}
+
+std::unique_ptr<Model> make_bert(ModelConfig config, WeightStore weights) {
+  return std::make_unique<BertModel>(std::move(config), std::move(weights));
+}
+
+}  // namespace tf

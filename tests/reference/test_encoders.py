@@ -1,0 +1,166 @@
+"""Encoder models (issue 52): BERT and XLM-RoBERTa, their sequence classifiers, against the
+independent numpy encoder (np_model.Bert, written from the papers and transformers' model
+description).
+
+Random-weight checkpoints (make_checkpoints kinds bert, bert_cls, xlmr, xlmr_cls: 3 layers, 4
+heads, token types, RoBERTa's offset positions) run through `tokenflow embed`: every token's
+hidden state, the pooled embeddings (CLS, mean, max, last; sentence-transformers' config with
+Normalize), the classifiers' scores for texts and text pairs (BERT's token types from its
+WordPiece pair template), each input the same bit for bit alone and in a batch of others.
+
+Needs TOKENFLOW_BIN (the tokenflow binary).
+"""
+
+import json
+import os
+import subprocess
+import tempfile
+import unittest
+
+import numpy as np
+
+import make_checkpoints
+import np_model
+
+TIMEOUT_S = 300
+
+
+def write_bert_vocab(path, n):
+    """A BERT vocab.txt of n tokens: the specials, then words w3 .. and their ## forms."""
+    tokens = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
+    words = ["the", "cat", "sat", "on", "mat", "a", "dog", "ran", "house", "is", "small", "big",
+             "query", "document", "about", "cats", "dogs", "and", "or", "not", ",", "."]
+    tokens += words + ["##s", "##ed", "##ing"]
+    k = 0
+    while len(tokens) < n:
+        tokens.append("w%d" % k)
+        k += 1
+    with open(path, "w") as f:
+        f.write("\n".join(tokens[:n]) + "\n")
+    return {t: i for i, t in enumerate(tokens[:n])}
+
+
+class EncoderTest(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        cls.bin = os.environ["TOKENFLOW_BIN"]
+        cls.tmp = tempfile.TemporaryDirectory(prefix="tf_enc_")
+        cls.models = {}
+        for kind in ("bert", "bert_cls", "xlmr", "xlmr_cls"):
+            d = make_checkpoints.write_checkpoint(os.path.join(cls.tmp.name, kind), kind, seed=5)
+            cls.models[kind] = (d, np_model.load_hf(d))
+        cls.vocab = write_bert_vocab(os.path.join(cls.models["bert_cls"][0], "vocab.txt"), 300)
+        rng = np.random.default_rng(3)
+        # Lengths 1 .. 64 (BERT's whole context; XLM-R's is 64 too: 66 positions from 2).
+        cls.inputs = [[int(t) for t in rng.integers(5, 300, size=n)] for n in (1, 7, 16, 33, 64, 5)]
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.tmp.cleanup()
+
+    def embed(self, model, lines, *args):
+        path = os.path.join(self.tmp.name, "inputs.jsonl")
+        with open(path, "w") as f:
+            for line in lines:
+                f.write(json.dumps(line) + "\n")
+        r = subprocess.run([self.bin, "embed", "-m", model, "--input-file", path, *args],
+                           capture_output=True, text=True, timeout=TIMEOUT_S)
+        self.assertEqual(r.returncode, 0, r.stderr[-2000:])
+        out = [json.loads(l) for l in r.stdout.splitlines()]
+        self.assertEqual([o["index"] for o in out], list(range(len(lines))))
+        return out
+
+    def test_hidden_states_match_numpy(self):
+        for kind in ("bert", "xlmr"):
+            model, ref = self.models[kind]
+            out = self.embed(model, [{"ids": ids} for ids in self.inputs], "--hidden")
+            for ids, o in zip(self.inputs, out):
+                want = ref.hidden(ids)
+                got = np.array(o["hidden"])
+                self.assertEqual(got.shape, want.shape)
+                np.testing.assert_allclose(got, want, rtol=0, atol=2e-4, err_msg="%s len %d" % (kind, len(ids)))
+
+    def test_pooling_modes(self):
+        model, ref = self.models["bert"]
+        pools = {"cls": lambda h: h[0], "mean": lambda h: h.mean(0), "max": lambda h: h.max(0),
+                 "last": lambda h: h[-1]}
+        for name, f in pools.items():
+            out = self.embed(model, [{"ids": ids} for ids in self.inputs], "--pooling", name)
+            for ids, o in zip(self.inputs, out):
+                np.testing.assert_allclose(o["embedding"], f(ref.hidden(ids)), rtol=0, atol=2e-4,
+                                           err_msg=name)
+        # sentence-transformers' files: mean pooling, then Normalize, as the model's default.
+        with open(os.path.join(model, "modules.json"), "w") as fh:
+            json.dump([{"idx": 0, "name": "0", "path": "", "type": "sentence_transformers.models.Transformer"},
+                       {"idx": 1, "name": "1", "path": "1_Pooling", "type": "sentence_transformers.models.Pooling"},
+                       {"idx": 2, "name": "2", "path": "2_Normalize", "type": "sentence_transformers.models.Normalize"}], fh)
+        os.makedirs(os.path.join(model, "1_Pooling"), exist_ok=True)
+        with open(os.path.join(model, "1_Pooling", "config.json"), "w") as fh:
+            json.dump({"word_embedding_dimension": 48, "pooling_mode_cls_token": False,
+                       "pooling_mode_mean_tokens": True, "pooling_mode_max_tokens": False,
+                       "pooling_mode_mean_sqrt_len_tokens": False}, fh)
+        try:
+            out = self.embed(model, [{"ids": ids} for ids in self.inputs])
+            for ids, o in zip(self.inputs, out):
+                m = ref.hidden(ids).mean(0)
+                np.testing.assert_allclose(o["embedding"], m / np.linalg.norm(m), rtol=0, atol=1e-5)
+        finally:
+            os.remove(os.path.join(model, "modules.json"))
+
+    def test_classifiers_score_texts_and_pairs(self):
+        # XLM-R's head over ids; BERT's over a query/document pair through its WordPiece pair
+        # template: [CLS] query [SEP] document [SEP], the document's tokens of type 1.
+        model, ref = self.models["xlmr_cls"]
+        out = self.embed(model, [{"ids": ids} for ids in self.inputs])
+        for ids, o in zip(self.inputs, out):
+            self.assertEqual(o["labels"], ["negative", "neutral", "positive"])
+            np.testing.assert_allclose(o["scores"], ref.scores(ids), rtol=0, atol=2e-4)
+        model, ref = self.models["bert_cls"]
+        v = self.vocab
+        pairs = [("the cat sat", "a dog ran on the mat"), ("query", "document about cats and dogs")]
+        out = self.embed(model, [{"text": q, "pair": d} for q, d in pairs])
+        for (q, d), o in zip(pairs, out):
+            qi, di = [v[t] for t in q.split()], [v[t] for t in d.split()]
+            ids = [v["[CLS]"]] + qi + [v["[SEP]"]] + di + [v["[SEP]"]]
+            types = [0] * (len(qi) + 2) + [1] * (len(di) + 1)
+            self.assertEqual(o["tokens"], len(ids))
+            np.testing.assert_allclose(o["scores"], ref.scores(ids, types), rtol=0, atol=2e-4)
+            # The token types matter: scoring the same ids as one segment differs.
+            self.assertGreater(np.abs(np.array(o["scores"]) - ref.scores(ids)).max(), 1e-3)
+
+    def test_an_input_is_the_same_alone_and_in_any_batch(self):
+        model, _ = self.models["xlmr"]
+        lines = [{"ids": ids} for ids in self.inputs]
+        alone = self.embed(model, lines, "--hidden", "--batch", "1")
+        together = self.embed(model, lines, "--hidden", "--batch", "6")
+        pairs = self.embed(model, lines, "--hidden", "--batch", "2")
+        for a, b, c in zip(alone, together, pairs):
+            self.assertEqual(a["hidden"], b["hidden"])
+            self.assertEqual(a["hidden"], c["hidden"])
+
+    def test_bad_inputs_are_clear_errors(self):
+        model, _ = self.models["bert"]
+        for line, message in (({"ids": list(range(5, 70))}, "has 65 tokens; the model takes at most 64"),
+                              ({"ids": [5, 300]}, "token id 300 is outside the vocabulary"),
+                              ({"ids": []}, "input 0 is empty")):
+            path = os.path.join(self.tmp.name, "bad.jsonl")
+            with open(path, "w") as f:
+                f.write(json.dumps(line) + "\n")
+            r = subprocess.run([self.bin, "embed", "-m", model, "--input-file", path],
+                               capture_output=True, text=True, timeout=TIMEOUT_S)
+            self.assertEqual(r.returncode, 1)
+            self.assertIn(message, r.stderr)
+        # An encoder does not generate; a generator is not an encoder.
+        r = subprocess.run([self.bin, "generate", "-m", model, "--prompt-ids", "5,6", "-n", "2"],
+                           capture_output=True, text=True, timeout=TIMEOUT_S)
+        self.assertEqual(r.returncode, 1)
+        self.assertIn("is an encoder", r.stderr)
+        gpt2 = make_checkpoints.write_checkpoint(os.path.join(self.tmp.name, "gpt2"), "gpt2")
+        r = subprocess.run([self.bin, "embed", "-m", gpt2, "--input-file", path],
+                           capture_output=True, text=True, timeout=TIMEOUT_S)
+        self.assertEqual(r.returncode, 1)
+        self.assertIn("is a generator, not an encoder", r.stderr)
+
+
+if __name__ == "__main__":
+    unittest.main()
