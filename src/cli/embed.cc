@@ -53,7 +53,8 @@ int run_embed(const EmbedOptions& o) {
          "embeddings: serve's /v1/embeddings)",
          o.model, loaded->config().architecture);
   const ModelConfig& c = model->config();
-  LoadedTokenizer tok = load_tokenizer(o.model, c.vocab_size, o.tokenizer);
+  LoadedTokenizer tok;  // loaded for the first text (token ids need none)
+  bool tok_loaded = false;
   const EncoderPoolingConfig pc = read_encoder_pooling(o.model);
   const EncoderPooling pooling = o.pooling.empty() ? pc.pooling : parse_encoder_pooling(o.pooling);
   const bool normalize = o.normalize || (o.pooling.empty() && pc.normalize);
@@ -62,6 +63,10 @@ int run_embed(const EmbedOptions& o) {
   // [...]}).
   std::vector<Input> inputs;
   auto add_text = [&](const std::string& text, const std::string* pair) {
+    if (!tok_loaded) {
+      tok = load_tokenizer(o.model, c.vocab_size, o.tokenizer);
+      tok_loaded = true;
+    }
     if (!tok.tokenizer) fail("no tokenizer found for '{}': give --tokenizer, or ids", o.model);
     Input in;
     if (pair) {

@@ -345,11 +345,82 @@ ModelConfig gguf_t5_config(const GgufFile& f, const std::string& path) {
   c.validate("'" + path + "'");
   return c;
 }
+// llama.cpp's "bert" (BertModel, and XLM-RoBERTa rerankers): its converter drops RoBERTa's
+// first pad_token_id + 1 position rows, so positions count from 0 here; a classifier head where
+// the file has cls (dense, tanh) and cls.output (one row per label: a reranker's one score).
+ModelConfig gguf_bert_config(const GgufFile& f, const std::string& path) {
+  ModelConfig c;
+  c.format = "gguf";
+  c.arch = Arch::kBert;
+  c.architecture = "BertModel";
+  const std::string p = "bert.";
+  c.dim = positive(f, p + "embedding_length");
+  c.n_layers = positive(f, p + "block_count");
+  c.ffn_dim = positive(f, p + "feed_forward_length");
+  c.n_heads = c.n_kv_heads = positive(f, p + "attention.head_count");
+  if (c.dim % c.n_heads != 0)
+    fail("'{}': embedding_length {} is not a multiple of head_count {}", path, c.dim, c.n_heads);
+  c.head_dim = c.dim / c.n_heads;
+  c.max_seq_len = positive(f, p + "context_length");
+  c.norm_eps = static_cast<float>(f.get_float(p + "attention.layer_norm_epsilon", 1e-12));
+  if (f.get_bool(p + "attention.causal", false))
+    fail(ErrorKind::kUnsupported, "'{}': a causal bert is not supported", path);
+  const GgufTensorInfo* types = f.tensor("token_types.weight");
+  c.type_vocab_size = types && types->ne.size() == 2 ? types->ne[1] : 0;
+  c.vocab_size = vocab_size_of(f, path);
+  if (const GgufTensorInfo* out = f.tensor("cls.output.weight")) {
+    if (!f.tensor("cls.weight"))
+      fail("'{}': cls.output.weight without cls.weight (the head's dense layer)", path);
+    c.classifier = ModelConfig::Classifier::kRobertaHead;
+    c.architecture = "BertForSequenceClassification";
+    c.num_labels = out->ne.size() == 2 ? out->ne[1] : 1;
+    for (int64_t i = 0; i < c.num_labels; ++i) c.labels.push_back("LABEL_" + std::to_string(i));
+  }
+  c.validate("'" + path + "'");
+  return c;
+}
+
+// The Hugging Face name of a llama.cpp "bert" tensor.
+std::string bert_hf_name(const std::string& name) {
+  static const std::pair<const char*, const char*> kTop[] = {
+      {"token_embd.weight", "embeddings.word_embeddings.weight"},
+      {"token_types.weight", "embeddings.token_type_embeddings.weight"},
+      {"position_embd.weight", "embeddings.position_embeddings.weight"},
+      {"token_embd_norm.weight", "embeddings.LayerNorm.weight"},
+      {"token_embd_norm.bias", "embeddings.LayerNorm.bias"},
+      {"cls.weight", "classifier.dense.weight"},
+      {"cls.bias", "classifier.dense.bias"},
+      {"cls.output.weight", "classifier.out_proj.weight"},
+      {"cls.output.bias", "classifier.out_proj.bias"}};
+  static const std::pair<const char*, const char*> kBlock[] = {
+      {"attn_q", "attention.self.query"},
+      {"attn_k", "attention.self.key"},
+      {"attn_v", "attention.self.value"},
+      {"attn_output", "attention.output.dense"},
+      {"attn_output_norm", "attention.output.LayerNorm"},
+      {"ffn_up", "intermediate.dense"},
+      {"ffn_down", "output.dense"},
+      {"layer_output_norm", "output.LayerNorm"}};
+  for (const auto& [g, h] : kTop)
+    if (name == g) return h;
+  if (name.rfind("blk.", 0) != 0) return {};
+  const size_t dot = name.find('.', 4);
+  if (dot == std::string::npos) return {};
+  const std::string layer = name.substr(4, dot - 4), rest = name.substr(dot + 1);
+  for (const char* suffix : {".weight", ".bias"}) {
+    if (!rest.ends_with(suffix)) continue;
+    const std::string base = rest.substr(0, rest.size() - std::strlen(suffix));
+    for (const auto& [g, h] : kBlock)
+      if (base == g) return fmt::format("encoder.layer.{}.{}{}", layer, h, suffix);
+  }
+  return {};
+}
 }  // namespace
 
 ModelConfig gguf_model_config(const GgufFile& f, const std::string& path) {
   if (f.get_string("general.architecture") == "mamba") return gguf_mamba_config(f, path);
   if (f.get_string("general.architecture") == "t5") return gguf_t5_config(f, path);
+  if (f.get_string("general.architecture") == "bert") return gguf_bert_config(f, path);
   ModelConfig c;
   c.format = "gguf";
   const std::string arch = f.get_string("general.architecture");
@@ -379,7 +450,7 @@ ModelConfig gguf_model_config(const GgufFile& f, const std::string& path) {
   if (k == nullptr)
     fail(ErrorKind::kUnsupported,
          "'{}': GGUF architecture '{}' (general.architecture) is not supported (llama, qwen2, "
-         "qwen3, qwen2moe, qwen3moe, olmoe, gemma, gemma2, gemma3, phi3, gpt2, mamba, t5)",
+         "qwen3, qwen2moe, qwen3moe, olmoe, gemma, gemma2, gemma3, phi3, gpt2, mamba, t5, bert)",
          path, arch);
   c.architecture = k->hf;
   c.rope_style = arch == "llama" ? kernels::RopeStyle::kInterleaved : kernels::RopeStyle::kHalf;
@@ -510,8 +581,9 @@ ModelConfig load_gguf(const std::string& path, WeightStore& store) {
                       : c.architecture == "Phi3ForCausalLM" ? Names::kPhi3
                                                             : Names::kLlama;
   for (const GgufTensorInfo& t : f.tensors) {
-    const std::string name =
-        c.arch == Arch::kT5 ? t5_hf_name(t.name, c.gated_ffn) : hf_name(names, t.name);
+    const std::string name = c.arch == Arch::kT5     ? t5_hf_name(t.name, c.gated_ffn)
+                             : c.arch == Arch::kBert ? bert_hf_name(t.name)
+                                                     : hf_name(names, t.name);
     if (name.empty()) continue;
     const auto info = ggml_type_info(static_cast<uint32_t>(t.type));
     if (!ggml_can_dequantize(t.type))

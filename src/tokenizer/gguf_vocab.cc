@@ -12,6 +12,7 @@
 #include "tokenizer/llama2c_tokenizer.h"
 #include "tokenizer/spm_normalizer.h"
 #include "tokenizer/unigram.h"
+#include "tokenizer/wordpiece.h"
 
 #include <nlohmann/json.hpp>
 
@@ -288,16 +289,55 @@ LoadedTokenizer t5_vocab(const GgufFile& f, const std::string& path) {
   return out;
 }
 
+// tokenizer.ggml.model "bert" (llama.cpp's WPM): llama.cpp's converter writes a word's first
+// piece with a leading U+2581 and a continuation without its "##" ("phantom space"); special
+// tokens ([CLS], ...) as they are. Read back into BERT's vocabulary and run as BertTokenizer
+// (uncased: llama.cpp lowercases every input).
+LoadedTokenizer bert_vocab(const GgufFile& f, const std::string& path) {
+  const std::vector<std::string> tokens = f.get_strings("tokenizer.ggml.tokens");
+  static const std::string kSpace = "\xE2\x96\x81";
+  TokenIdMap vocab;
+  for (size_t id = 0; id < tokens.size(); ++id) {
+    const std::string& t = tokens[id];
+    std::string word;
+    if (t.size() >= 2 && t.front() == '[' && t.back() == ']')
+      word = t;
+    else if (t.rfind(kSpace, 0) == 0)
+      word = t.substr(kSpace.size());
+    else
+      word = "##" + t;
+    vocab[word] = static_cast<int32_t>(id);
+  }
+  BertTokenizerOptions o;
+  auto name_of = [&](const char* key, std::string& out) {
+    if (!f.find(key)) return;
+    const uint64_t id = f.get_uint(key);
+    if (id >= tokens.size())
+      fail("'{}': {} {} is outside the vocabulary of {}", path, key, id, tokens.size());
+    out = tokens[id];
+  };
+  name_of("tokenizer.ggml.unknown_token_id", o.unk);
+  name_of("tokenizer.ggml.bos_token_id", o.cls);  // llama.cpp keeps [CLS] as BOS
+  name_of("tokenizer.ggml.seperator_token_id", o.sep);
+  name_of("tokenizer.ggml.padding_token_id", o.pad);
+  name_of("tokenizer.ggml.mask_token_id", o.mask);
+  LoadedTokenizer out;
+  out.tokenizer = HfTokenizer::from_bert_vocab(vocab, o, "'" + path + "'");
+  out.source = path;
+  return out;
+}
+
 }  // namespace
 
 LoadedTokenizer load_gguf_tokenizer(const GgufFile& f, const std::string& path) {
   const std::string model = f.get_string("tokenizer.ggml.model");
   if (model == "gpt2") return gpt2_vocab(f, path);
   if (model == "t5") return t5_vocab(f, path);
+  if (model == "bert") return bert_vocab(f, path);
   if (model != "llama") {
     fail(ErrorKind::kUnsupported,
-         "'{}': tokenizer.ggml.model '{}' is not supported yet (llama, gpt2 and t5 are)", path,
-         model);
+         "'{}': tokenizer.ggml.model '{}' is not supported yet (llama, gpt2, t5 and bert are)",
+         path, model);
   }
   std::vector<std::string> pieces = f.get_strings("tokenizer.ggml.tokens");
   std::vector<double> scores = f.get_numbers("tokenizer.ggml.scores");

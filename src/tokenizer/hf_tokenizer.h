@@ -4,6 +4,7 @@
 // tokenizer.json, from GPT-2's vocab.json + merges.txt, or in code (a GGUF vocabulary).
 
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -15,6 +16,14 @@
 #include "tokenizer/tokenizer.h"
 
 namespace tf {
+
+// BERT's tokenizer as transformers' BertConverter builds it from a WordPiece vocabulary.
+struct BertTokenizerOptions {
+  bool lowercase = true;
+  std::optional<bool> strip_accents;  // unset: as lowercase
+  bool chinese_chars = true;
+  std::string unk = "[UNK]", cls = "[CLS]", sep = "[SEP]", pad = "[PAD]", mask = "[MASK]";
+};
 
 class HfTokenizer final : public Tokenizer {
  public:
@@ -35,6 +44,11 @@ class HfTokenizer final : public Tokenizer {
       std::unique_ptr<Normalizer> normalizer, std::unique_ptr<PreTokenizer> pre_tokenizer,
       std::unique_ptr<SubwordModel> model, std::unique_ptr<Decoder> decoder,
       std::vector<AddedToken> added, std::vector<int32_t> prefix, std::vector<int32_t> suffix);
+  // BertNormalizer, BertPreTokenizer, WordPiece, [CLS] A [SEP] (pairs [CLS] A [SEP] B [SEP]),
+  // the WordPiece decoder. Throws Error if a special token is missing from the vocabulary.
+  static std::unique_ptr<HfTokenizer> from_bert_vocab(const TokenIdMap& vocab,
+                                                      const BertTokenizerOptions& options,
+                                                      const std::string& source);
   // GPT-2's encoder.json/vocab.json + vocab.bpe/merges.txt (byte-level BPE, <|endoftext|>).
   static std::unique_ptr<HfTokenizer> from_gpt2_files(const std::string& vocab_path,
                                                       const std::string& merges_path);

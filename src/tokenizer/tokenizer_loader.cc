@@ -75,52 +75,27 @@ std::string chat_template_of(const json& cfg, const std::string& source) {
   fail("{}: chat_template must be a string or a list with a \"default\" entry", source);
 }
 
-// BERT's vocab.txt alone (BertTokenizer's files): the pipeline transformers' BertConverter
-// builds, with tokenizer_config.json's do_lower_case, strip_accents, tokenize_chinese_chars and
-// special tokens.
+// BERT's vocab.txt alone (BertTokenizer's files), with tokenizer_config.json's do_lower_case,
+// strip_accents, tokenize_chinese_chars and special tokens.
 std::unique_ptr<Tokenizer> bert_vocab_txt(const fs::path& file, const json& tcfg) {
   const std::string source = fmt::format("'{}'", file.string());
-  const TokenIdMap vocab = read_wordpiece_vocab(read_file(file.string()), source);
   const json cfg = tcfg.is_object() ? tcfg : json::object();
-  const bool lower = cfg.value("do_lower_case", true);
-  auto special = [&](const char* key, const char* fallback) {
-    std::string t = token_text(cfg, key);
-    return t.empty() ? std::string(fallback) : t;
+  BertTokenizerOptions o;
+  o.lowercase = cfg.value("do_lower_case", true);
+  if (cfg.contains("strip_accents") && cfg["strip_accents"].is_boolean())
+    o.strip_accents = cfg["strip_accents"].get<bool>();
+  o.chinese_chars = cfg.value("tokenize_chinese_chars", true);
+  auto special = [&](const char* key, std::string& out) {
+    const std::string t = token_text(cfg, key);
+    if (!t.empty()) out = t;
   };
-  const std::string unk = special("unk_token", "[UNK]"), cls = special("cls_token", "[CLS]"),
-                    sep = special("sep_token", "[SEP]"), pad = special("pad_token", "[PAD]"),
-                    mask = special("mask_token", "[MASK]");
-  json added = json::array();
-  for (const std::string& t : {pad, unk, cls, sep, mask}) {
-    auto it = vocab.find(t);
-    if (it != vocab.end()) added.push_back({{"id", it->second}, {"content", t}, {"special", true}});
-  }
-  auto id_of = [&](const std::string& t) {
-    auto it = vocab.find(t);
-    if (it == vocab.end()) fail("{}: the special token '{}' is not in the vocabulary", source, t);
-    return it->second;
-  };
-  json vocab_json = json::object();
-  for (const auto& [t, id] : vocab) vocab_json[t] = id;
-  const json doc = {
-      {"added_tokens", added},
-      {"normalizer",
-       {{"type", "BertNormalizer"},
-        {"clean_text", true},
-        {"handle_chinese_chars", cfg.value("tokenize_chinese_chars", true)},
-        {"strip_accents", cfg.contains("strip_accents") ? cfg["strip_accents"] : json()},
-        {"lowercase", lower}}},
-      {"pre_tokenizer", {{"type", "BertPreTokenizer"}}},
-      {"post_processor",
-       {{"type", "BertProcessing"}, {"sep", {sep, id_of(sep)}}, {"cls", {cls, id_of(cls)}}}},
-      {"decoder", {{"type", "WordPiece"}, {"prefix", "##"}, {"cleanup", true}}},
-      {"model",
-       {{"type", "WordPiece"},
-        {"unk_token", unk},
-        {"continuing_subword_prefix", "##"},
-        {"max_input_chars_per_word", 100},
-        {"vocab", std::move(vocab_json)}}}};
-  return HfTokenizer::from_json(doc.dump(), source);
+  special("unk_token", o.unk);
+  special("cls_token", o.cls);
+  special("sep_token", o.sep);
+  special("pad_token", o.pad);
+  special("mask_token", o.mask);
+  return HfTokenizer::from_bert_vocab(read_wordpiece_vocab(read_file(file.string()), source), o,
+                                      source);
 }
 
 std::unique_ptr<Tokenizer> load_file(const fs::path& file, int64_t model_vocab_size,

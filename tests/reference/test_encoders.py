@@ -40,6 +40,71 @@ def write_bert_vocab(path, n):
     return {t: i for i, t in enumerate(tokens[:n])}
 
 
+def bert_to_gguf(model_dir, path, vocab=None, pooling_type=None):
+    """A BERT-family checkpoint as llama.cpp's converter writes it (BertModel / RobertaModel):
+    "bert" names without the bert./roberta. prefix, RoBERTa's first pad_token_id + 1 position
+    rows dropped (positions count from 0), the pooler dropped, a classifier as cls (BERT's pooler
+    dense, RoBERTa's classifier.dense) and cls.output; a WordPiece vocabulary in phantom-space
+    form (a word's first piece with U+2581, continuations without "##")."""
+    import gguf_io
+    import safetensors_io
+    from test_gguf import _f32_tensor
+    with open(os.path.join(model_dir, "config.json")) as f:
+        cfg = json.load(f)
+    w = safetensors_io.load_dir(model_dir)
+    roberta = cfg["model_type"] == "xlm-roberta"
+    off = cfg["pad_token_id"] + 1 if roberta else 0
+    cls = cfg["architectures"][0].endswith("SequenceClassification")
+    top = {"embeddings.word_embeddings.weight": "token_embd.weight",
+           "embeddings.token_type_embeddings.weight": "token_types.weight",
+           "embeddings.position_embeddings.weight": "position_embd.weight",
+           "embeddings.LayerNorm.weight": "token_embd_norm.weight",
+           "embeddings.LayerNorm.bias": "token_embd_norm.bias",
+           "classifier.dense.weight": "cls.weight", "classifier.dense.bias": "cls.bias",
+           "classifier.out_proj.weight": "cls.output.weight", "classifier.out_proj.bias": "cls.output.bias",
+           "classifier.weight": "cls.output.weight", "classifier.bias": "cls.output.bias"}
+    if cls and not roberta:
+        top.update({"pooler.dense.weight": "cls.weight", "pooler.dense.bias": "cls.bias"})
+    block = {"attention.self.query": "attn_q", "attention.self.key": "attn_k",
+             "attention.self.value": "attn_v", "attention.output.dense": "attn_output",
+             "attention.output.LayerNorm": "attn_output_norm", "intermediate.dense": "ffn_up",
+             "output.dense": "ffn_down", "output.LayerNorm": "layer_output_norm"}
+    tensors = []
+    for name, a in w.items():
+        for p in ("bert.", "roberta."):
+            if name.startswith(p):
+                name = name[len(p):]
+        if name == "embeddings.position_embeddings.weight":
+            a = a[off:]
+        if name in top:
+            _f32_tensor(tensors, top[name], a)
+        elif name.startswith("encoder.layer."):
+            _, _, layer, rest = name.split(".", 3)
+            base, kind = rest.rsplit(".", 1)
+            _f32_tensor(tensors, "blk.%s.%s.%s" % (layer, block[base], kind), a)
+    meta = {"general.architecture": "bert",
+            "bert.context_length": gguf_io.U32(cfg["max_position_embeddings"] - off),
+            "bert.embedding_length": gguf_io.U32(cfg["hidden_size"]),
+            "bert.feed_forward_length": gguf_io.U32(cfg["intermediate_size"]),
+            "bert.block_count": gguf_io.U32(cfg["num_hidden_layers"]),
+            "bert.attention.head_count": gguf_io.U32(cfg["num_attention_heads"]),
+            "bert.attention.layer_norm_epsilon": gguf_io.F32(cfg["layer_norm_eps"]),
+            "bert.attention.causal": False}
+    if pooling_type is not None:
+        meta["bert.pooling_type"] = gguf_io.U32(pooling_type)
+    if vocab is not None:
+        phantom = [t if t.startswith("[") and t.endswith("]") else t[2:] if t.startswith("##")
+                   else "\u2581" + t for t in sorted(vocab, key=vocab.get)]
+        meta.update({"tokenizer.ggml.model": "bert", "tokenizer.ggml.pre": "default",
+                     "tokenizer.ggml.tokens": gguf_io.Typed(gguf_io.ARRAY, (gguf_io.STRING, phantom)),
+                     "tokenizer.ggml.token_type_count": gguf_io.U32(cfg["type_vocab_size"]),
+                     "tokenizer.ggml.bos_token_id": gguf_io.U32(vocab["[CLS]"]),
+                     "tokenizer.ggml.seperator_token_id": gguf_io.U32(vocab["[SEP]"]),
+                     "tokenizer.ggml.unknown_token_id": gguf_io.U32(vocab["[UNK]"]),
+                     "tokenizer.ggml.padding_token_id": gguf_io.U32(vocab["[PAD]"])})
+    gguf_io.write_gguf(path, meta, tensors)
+
+
 class EncoderTest(unittest.TestCase):
     @classmethod
     def setUpClass(cls):
@@ -127,6 +192,31 @@ class EncoderTest(unittest.TestCase):
             np.testing.assert_allclose(o["scores"], ref.scores(ids, types), rtol=0, atol=2e-4)
             # The token types matter: scoring the same ids as one segment differs.
             self.assertGreater(np.abs(np.array(o["scores"]) - ref.scores(ids)).max(), 1e-3)
+
+    def test_gguf_as_llama_cpp_writes_it(self):
+        # BERT with its WordPiece vocabulary and mean pooling in the file; XLM-R's classifier.
+        model, ref = self.models["bert_cls"]
+        g = os.path.join(self.tmp.name, "bert_cls.gguf")
+        bert_to_gguf(model, g, vocab=self.vocab, pooling_type=4)
+        pairs = [("the cat sat", "a dog ran on the mat")]
+        v = self.vocab
+        out = self.embed(g, [{"text": q, "pair": d} for q, d in pairs])
+        q, d = pairs[0]
+        ids = [v["[CLS]"]] + [v[t] for t in q.split()] + [v["[SEP]"]] + [v[t] for t in d.split()] + [v["[SEP]"]]
+        types = [0] * 5 + [1] * 7
+        np.testing.assert_allclose(out[0]["scores"], ref.scores(ids, types), rtol=0, atol=2e-4)
+        model, ref = self.models["bert"]
+        g = os.path.join(self.tmp.name, "bert.gguf")
+        bert_to_gguf(model, g, pooling_type=1)
+        out = self.embed(g, [{"ids": ids} for ids in self.inputs])
+        for ids, o in zip(self.inputs, out):
+            np.testing.assert_allclose(o["embedding"], ref.hidden(ids).mean(0), rtol=0, atol=2e-4)
+        model, ref = self.models["xlmr_cls"]
+        g = os.path.join(self.tmp.name, "xlmr_cls.gguf")
+        bert_to_gguf(model, g)
+        out = self.embed(g, [{"ids": ids} for ids in self.inputs])
+        for ids, o in zip(self.inputs, out):
+            np.testing.assert_allclose(o["scores"], ref.scores(ids), rtol=0, atol=2e-4)
 
     def test_an_input_is_the_same_alone_and_in_any_batch(self):
         model, _ = self.models["xlmr"]
