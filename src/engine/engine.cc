@@ -1,5 +1,7 @@
 #include "engine/engine.h"
 
+#include "model/bert.h"
+
 #include <algorithm>
 #include <new>
 #include <utility>
@@ -92,11 +94,8 @@ int64_t blocks_for_budget(const ModelConfig& c, const CacheLayout& layout, const
 
 // The model's KV cache in its layout, as many blocks as the budget holds.
 KvCache make_kv_cache(const ModelConfig& c, const EngineConfig& e) {
-  if (c.encoder_only())
-    fail(ErrorKind::kUnsupported,
-         "'{}' is an encoder (embeddings, scores, classes), not a generator: run it with "
-         "`tokenflow embed`; serving encoders is not built yet",
-         c.architecture);
+  // An encoder keeps no context between steps: one block of a plain layout, never used.
+  if (c.encoder_only()) return KvCache(c, CacheLayout::single(c), 1, e.block_size, e.kv_type);
   CacheLayout layout = CacheLayout::for_model(c, e.hybrid_kv_cache);
   const int64_t blocks = blocks_for_budget(c, layout, e);
   return KvCache(c, std::move(layout), blocks, e.block_size, e.kv_type);
@@ -167,6 +166,13 @@ Engine::Engine(Model& model, const Tokenizer* tokenizer, std::vector<int32_t> eo
   }
   stats_.kv_blocks_total = pool_.num_blocks();
   fill_kv_groups(stats_, kv_.layout(), pool_);
+  if (model.config().encoder_only()) {
+    if (!dynamic_cast<EncoderModel*>(&model))
+      fail(ErrorKind::kInternal, "'{}' is an encoder without encode()",
+           model.config().architecture);
+    stats_.kv_blocks_total = 0;
+    stats_.kv_groups.clear();
+  }
   last_progress_ns_ = Clock::now().time_since_epoch().count();
   grammar_worker_ = std::make_unique<GrammarWorker>([this] {
     {
@@ -215,6 +221,12 @@ std::unique_ptr<EngineRequest> Engine::prepare(GenerationRequest request) {
       fail("prompt token id {} is outside the vocabulary (0..{})", id, c.vocab_size - 1);
   }
   const int64_t prompt = static_cast<int64_t>(request.prompt.size());
+  if (c.encoder_only()) return prepare_encoder(std::move(request));
+  if (request.pooling == Pooling::kCls || request.pooling == Pooling::kMax || request.scores ||
+      !request.token_types.empty())
+    fail(ErrorKind::kInvalidArgument,
+         "CLS and max pooling, token types and scores are for encoders; '{}' is a generator",
+         c.architecture);
   int64_t total = prompt + p.max_tokens, encoder = 0;
   if (c.encoder_decoder()) {
     // The prompt is the encoder's input; the decoder starts from its start token.
@@ -257,6 +269,35 @@ std::unique_ptr<EngineRequest> Engine::prepare(GenerationRequest request) {
   r->spec = std::move(request);
   r->group.create_sequences(*r, tokenizer_, eos_ids_,
                             c.encoder_decoder() ? c.decoder_start_id : -1);
+  return r;
+}
+
+std::unique_ptr<EngineRequest> Engine::prepare_encoder(GenerationRequest request) {
+  const ModelConfig& c = model_.config();
+  const int64_t prompt = static_cast<int64_t>(request.prompt.size());
+  if (request.pooling == Pooling::kNone && !request.scores)
+    fail(ErrorKind::kInvalidArgument,
+         "'{}' is an encoder: it embeds and scores texts, it does not generate", c.architecture);
+  if (request.scores && c.classifier == ModelConfig::Classifier::kNone)
+    fail(ErrorKind::kInvalidArgument, "'{}' has no classifier head: it embeds, it does not score",
+         c.architecture);
+  if (prompt > c.max_seq_len)
+    fail("the input ({} tokens) exceeds the encoder's context of {} tokens", prompt, c.max_seq_len);
+  if (!request.token_types.empty() && request.token_types.size() != request.prompt.size())
+    fail("{} token types for {} tokens", request.token_types.size(), request.prompt.size());
+  for (int32_t t : request.token_types)
+    if (t < 0 || t >= std::max<int64_t>(c.type_vocab_size, 1))
+      fail("token type {} is outside the model's {} types", t,
+           std::max<int64_t>(c.type_vocab_size, 1));
+  if (request.params.candidates() != 1 || request.params.beam_search())
+    fail(ErrorKind::kInvalidArgument, "an encoder's request has one result (n = 1, no beams)");
+  auto r = std::make_unique<EngineRequest>();
+  r->seed = 0;
+  r->stream = std::make_shared<RequestStream>();
+  r->timings.arrival = Clock::now();
+  r->timings.prompt_tokens = prompt;
+  r->spec = std::move(request);
+  r->group.create_sequences(*r, tokenizer_, eos_ids_, -1);
   return r;
 }
 
@@ -313,10 +354,12 @@ void Engine::admit_new_requests() {
     std::lock_guard<std::mutex> lock(mu_);
     fresh.swap(incoming_);
   }
+  const bool encoder = model_.config().encoder_only();
   for (auto& r : fresh) {
     // Only the first sequence computes the prompt: the other samples of an n > 1 request run
-    // once they fork from it, and beams fork from the prompt's.
-    scheduler_.add(&r->group.first());
+    // once they fork from it, and beams fork from the prompt's. An encoder's requests wait in
+    // active_ alone (encoder_step takes them in order).
+    if (!encoder) scheduler_.add(&r->group.first());
     active_.push_back(std::move(r));
   }
 }
@@ -405,6 +448,7 @@ void Engine::loop() {
 }
 
 bool Engine::step() {
+  if (model_.config().encoder_only()) return encoder_step();
   end_cancelled_requests();
   resume_deferred();
   propose();
@@ -426,6 +470,110 @@ bool Engine::step() {
   sample(scheduler_.update(sched));
   step_beam_searches();
   retire_and_record(sched);
+  return true;
+}
+
+void Engine::finish_encoder_request(EngineRequest& r, RequestOutput out) {
+  Sequence& seq = r.group.first();
+  seq.status = SequenceStatus::kFinished;
+  (void)r.group.finish_sample();
+  out.index = 0;
+  out.request_done = true;
+  r.timings.finished = Clock::now();
+  r.stream->set_timings(r.timings);
+  r.stream->push(std::move(out));
+}
+
+bool Engine::encoder_step() {
+  auto& model = static_cast<EncoderModel&>(model_);
+  const ModelConfig& c = model_.config();
+  const auto now = Clock::now();
+  // Cancelled, or past its deadline: ended without a result, before it is computed.
+  for (auto& r : active_) {
+    if (r->spec.deadline != Clock::time_point{} && now >= r->spec.deadline) r->stream->cancel();
+    if (r->stream->cancelled() && !r->group.done()) {
+      RequestOutput out;
+      out.finish = FinishReason::kAbort;
+      finish_encoder_request(*r, std::move(out));
+    }
+  }
+  // The oldest inputs, as many as max_num_batched_tokens tokens and max_num_seqs hold (one at
+  // least: a long input alone).
+  std::vector<EngineRequest*> batch;
+  int64_t tokens = 0;
+  for (auto& r : active_) {
+    if (r->group.done()) continue;
+    const int64_t n = static_cast<int64_t>(r->spec.prompt.size());
+    if (!batch.empty() && (tokens + n > config_.scheduler.max_num_batched_tokens ||
+                           static_cast<int64_t>(batch.size()) >= config_.scheduler.max_num_seqs))
+      break;
+    batch.push_back(r.get());
+    tokens += n;
+  }
+  if (!batch.empty()) {
+    std::vector<EncoderInput> inputs;
+    bool scores = false;
+    for (EngineRequest* r : batch) {
+      inputs.push_back({r->spec.prompt, r->spec.token_types});
+      scores = scores || r->spec.scores;
+      if (r->timings.first_scheduled == Clock::time_point{}) r->timings.first_scheduled = now;
+      leave_queue(*r);
+    }
+    const int64_t dim = c.dim;
+    hidden_.resize(static_cast<size_t>(tokens * dim));
+    model.encode(inputs, hidden_.data(), pool_threads_);
+    std::vector<float> logits;
+    if (scores) {
+      logits.resize(inputs.size() * static_cast<size_t>(c.num_labels));
+      model.classify(inputs, hidden_.data(), logits.data(), pool_threads_);
+    }
+    const auto done = Clock::now();
+    int64_t row = 0;
+    for (size_t i = 0; i < batch.size(); ++i) {
+      EngineRequest& r = *batch[i];
+      const int64_t len = static_cast<int64_t>(r.spec.prompt.size());
+      RequestOutput out;
+      if (r.spec.scores) {
+        out.embedding.assign(logits.begin() + static_cast<int64_t>(i) * c.num_labels,
+                             logits.begin() + static_cast<int64_t>(i + 1) * c.num_labels);
+      } else {
+        const EncoderPooling pooling = r.spec.pooling == Pooling::kMean   ? EncoderPooling::kMean
+                                       : r.spec.pooling == Pooling::kMax  ? EncoderPooling::kMax
+                                       : r.spec.pooling == Pooling::kLast ? EncoderPooling::kLast
+                                                                          : EncoderPooling::kCls;
+        out.embedding.resize(static_cast<size_t>(dim));
+        pool_hidden(hidden_.data() + row * dim, len, dim, pooling, out.embedding.data());
+      }
+      out.finish = FinishReason::kStop;
+      r.timings.first_token = done;
+      finish_encoder_request(r, std::move(out));
+      row += len;
+    }
+  }
+  int64_t finished = 0, prompt_tokens = 0;
+  auto retired = [](const std::unique_ptr<EngineRequest>& r) { return r->group.done(); };
+  for (auto& r : active_) {
+    if (!retired(r)) continue;
+    leave_queue(*r);
+    ++finished;
+    prompt_tokens += r->timings.prompt_tokens;
+  }
+  active_.erase(std::remove_if(active_.begin(), active_.end(), retired), active_.end());
+  std::lock_guard<std::mutex> lock(stats_mu_);
+  ++stats_.steps;
+  last_progress_ns_ = Clock::now().time_since_epoch().count();
+  stats_.batched_tokens += tokens;
+  const auto seqs = static_cast<int64_t>(batch.size());
+  size_t bucket = 0;
+  while (bucket < EngineStats::kBatchBuckets.size() && seqs > EngineStats::kBatchBuckets[bucket])
+    ++bucket;
+  ++stats_.batch_size_steps[bucket];
+  stats_.batch_seqs += seqs;
+  stats_.running = 0;
+  stats_.running_peak = std::max(stats_.running_peak, seqs);
+  stats_.waiting = static_cast<int64_t>(active_.size());
+  stats_.requests_finished += finished;
+  stats_.prompt_tokens += prompt_tokens;
   return true;
 }
 

@@ -147,12 +147,18 @@ class Engine {
   // cancels -> schedule -> copies + forward -> update -> sample (and fork) -> retire.
   // One step; false when it had nothing to compute (only sequences waiting for their masks).
   bool step();
+  // An encoder's step: the oldest requests' inputs (up to max_num_batched_tokens tokens, at
+  // least one input) encoded together, each pooled or scored and finished. No KV cache.
+  bool encoder_step();
+  void finish_encoder_request(EngineRequest& r, RequestOutput out);
   // Draws for the sequences whose grammar masks the worker has finished (deferred draws).
   void resume_deferred();
   void admit_new_requests();
   // A request checked and built, not yet queued (throws what submit throws, except the queue
   // limit).
   std::unique_ptr<EngineRequest> prepare(GenerationRequest request);
+  // An encoder's request: pooled or scored, its input within the context, n = 1.
+  std::unique_ptr<EngineRequest> prepare_encoder(GenerationRequest request);
   // Counts n more queued requests against max_queued_requests (kUnavailable past it) and
   // queues them.
   void enqueue(std::vector<std::unique_ptr<EngineRequest>> requests);

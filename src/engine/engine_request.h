@@ -25,8 +25,9 @@ namespace tf {
 
 using Clock = std::chrono::steady_clock;
 
-// How an embedding request pools the prompt's final hidden states (after the final norm).
-enum class Pooling { kNone, kLast, kMean };
+// How an embedding request pools the prompt's final hidden states (after the final norm): a
+// decoder's last token or mean; an encoder's also its first ([CLS]) or the elementwise max.
+enum class Pooling { kNone, kLast, kMean, kCls, kMax };
 
 // A prompt token's log-probability given the tokens before it (vLLM's prompt_logprobs).
 struct PromptLogprob {
@@ -57,6 +58,12 @@ struct GenerationRequest {
   // Not kNone: an embedding request. The prompt is computed, its hidden states pooled into the
   // last output's embedding, and nothing is generated (sampling parameters are ignored).
   Pooling pooling = Pooling::kNone;
+  // An encoder's input may carry token type ids (a text pair: the second text's are 1), as
+  // many as the prompt's tokens; empty: all 0.
+  std::vector<int32_t> token_types;
+  // An encoder with a classifier head: its scores (logits, one per label) instead of an
+  // embedding, in the output's embedding field.
+  bool scores = false;
   // Speculative decoding, when the engine has it on: false turns it off for this request.
   bool speculate = true;
 
@@ -87,7 +94,9 @@ struct RequestOutput {
   bool request_done = false;        // the last event of the request
   // The prompt's logprobs (positions 1..), in the request's first output when asked for.
   std::vector<PromptLogprob> prompt_logprobs;
-  std::vector<float> embedding;  // an embedding request's pooled hidden state (its last output)
+  // An embedding request's pooled hidden state (its last output); an encoder's classifier
+  // scores when the request asked for scores.
+  std::vector<float> embedding;
   // Set (with finish kAbort) when the engine failed while running the request, not a
   // cancellation: what clients may be told. error_kind kInternal: a server error (500 /
   // INTERNAL; the log has the cause); another kind: the request's own input failed (a grammar

@@ -8,8 +8,8 @@
 
 #include "core/error.h"
 #include "core/mapped_file.h"
-#include "model/gguf_model.h"
 #include "model/bert.h"
+#include "model/gguf_model.h"
 #include "model/gpt2.h"
 #include "model/llama.h"
 #include "model/llama2c.h"
@@ -196,9 +196,13 @@ std::unique_ptr<Model> load_model(const std::string& path, kernels::WeightType w
     case Arch::kLlama:
       model = make_llama(std::move(config), std::move(weights));
       break;
-    case Arch::kBert:
+    case Arch::kBert: {
+      const EncoderPoolingConfig pooling = read_encoder_pooling(path);
+      if (pooling.from_config) config.embedding_pooling = encoder_pooling_name(pooling.pooling);
+      config.embedding_normalize = pooling.normalize;
       model = make_bert(std::move(config), std::move(weights));
       break;
+    }
   }
   // The model holds copies and conversions only: the files go, and with them any way for a
   // file changed in place to reach a running model.

@@ -114,6 +114,11 @@ struct ModelConfig {
   int64_t num_labels = 0;
   std::vector<std::string> labels;
   bool encoder_only() const { return arch == Arch::kBert; }
+  // How the model's files say its embeddings are pooled ("cls", "mean", "max", "last": from
+  // sentence-transformers' config or GGUF's pooling_type, read at load; empty: not said) and
+  // whether they are normalized.
+  std::string embedding_pooling;
+  bool embedding_normalize = false;
 
   int32_t bos_id = -1;  // -1: none
   int32_t eos_id = -1;

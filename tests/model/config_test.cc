@@ -62,7 +62,18 @@ TEST(HfConfig, ParsesGpt2AndQwen2) {
 TEST(HfConfig, RejectsBadConfigsByName) {
   EXPECT_NE(error_of("{not json").find("not valid JSON"), std::string::npos);
   EXPECT_NE(error_of("[]").find("JSON object"), std::string::npos);
-  EXPECT_NE(error_of(R"({"architectures":["BertModel"]})").find("unknown architecture 'BertModel'"),
+  EXPECT_NE(error_of(R"({"architectures":["BertLMHeadModel"]})")
+                .find("unknown architecture 'BertLMHeadModel'"),
+            std::string::npos);
+  // An encoder's config needs its sizes, and only the exact GELU.
+  EXPECT_NE(error_of(R"({"architectures":["BertModel"]})").find("'vocab_size'"), std::string::npos);
+  EXPECT_NE(error_of(R"({"architectures":["BertModel"],"vocab_size":10,"hidden_size":8,
+      "num_hidden_layers":1,"num_attention_heads":3,"intermediate_size":8})")
+                .find("not a multiple of num_attention_heads"),
+            std::string::npos);
+  EXPECT_NE(error_of(R"({"architectures":["BertModel"],"vocab_size":10,"hidden_size":8,
+      "num_hidden_layers":1,"num_attention_heads":2,"intermediate_size":8,"hidden_act":"relu"})")
+                .find("hidden_act 'relu' is not supported"),
             std::string::npos);
   EXPECT_NE(error_of(R"({"architectures":["LlamaForCausalLM"]})").find("'vocab_size'"),
             std::string::npos);

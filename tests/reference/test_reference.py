@@ -471,6 +471,17 @@ class NumpySelfCheck(unittest.TestCase):
                                      cfg["num_decoder_layers"])
                     self.assertEqual("lm_head.weight" in w, not cfg["tie_word_embeddings"])
                     continue
+                if cfg["model_type"] in ("bert", "xlm-roberta"):
+                    P = ""
+                    if cfg["architectures"][0].endswith("SequenceClassification"):
+                        P = "roberta." if cfg["model_type"] == "xlm-roberta" else "bert."
+                    d = cfg["hidden_size"]
+                    self.assertEqual(w[P + "encoder.layer.0.attention.self.query.weight"].shape, (d, d))
+                    self.assertEqual(w[P + "embeddings.token_type_embeddings.weight"].shape,
+                                     (cfg["type_vocab_size"], d))
+                    self.assertEqual(len([n for n in w if n.endswith("output.LayerNorm.bias")]),
+                                     2 * cfg["num_hidden_layers"])
+                    continue
                 if kind == "mamba":
                     inner = cfg["intermediate_size"]
                     self.assertEqual(w["backbone.layers.0.mixer.in_proj.weight"].shape,

@@ -17,10 +17,29 @@ std::shared_ptr<GenerationPlan> plan_embeddings(ServingState& state,
   const ServedModel& m = *plan->model;
   const int64_t ctx = m.config().max_seq_len;
   const char* field = in.field.c_str();
+  // A decoder keeps room for one token past the prompt; an encoder takes its whole context.
+  const bool encoder = m.config().encoder_only();
+  const int64_t limit = encoder ? ctx : ctx - 1;
+  Pooling pooling = Pooling::kLast;
+  if (in.pooling) {
+    pooling = *in.pooling;
+  } else if (encoder) {
+    const std::string& p = m.config().embedding_pooling;
+    pooling = p == "mean"   ? Pooling::kMean
+              : p == "max"  ? Pooling::kMax
+              : p == "last" ? Pooling::kLast
+                            : Pooling::kCls;
+  }
+  if (!encoder && (pooling == Pooling::kCls || pooling == Pooling::kMax))
+    throw HttpError(400,
+                    fmt::format("'pooling' cls and max are for encoder models; '{}' is a "
+                                "generator (last or mean)",
+                                m.name),
+                    "", "pooling");
   for (size_t i = 0; i < in.inputs.size(); ++i) {
     GenerationRequest r;
     r.id = in.inputs.size() == 1 ? id : fmt::format("{}-{}", id, i);
-    r.pooling = in.pooling;
+    r.pooling = pooling;
     const PromptInput& input = in.inputs[i];
     if (!input.is_text) {
       r.prompt = input.ids;
@@ -48,16 +67,61 @@ std::shared_ptr<GenerationPlan> plan_embeddings(ServingState& state,
                         fmt::format("{} token id {} is outside the vocabulary (0..{})", field, t,
                                     m.config().vocab_size - 1),
                         "", field);
-    if (static_cast<int64_t>(r.prompt.size()) >= ctx) {
+    if (static_cast<int64_t>(r.prompt.size()) > limit) {
       if (!in.truncate)
         throw HttpError(400,
                         fmt::format("This model's maximum context length is {} tokens, {} {} "
                                     "has {} tokens",
                                     ctx, field, i, r.prompt.size()),
                         "context_length_exceeded", field);
-      r.prompt.resize(static_cast<size_t>(ctx - 1));  // the engine keeps room for one token
+      r.prompt.resize(static_cast<size_t>(limit));  // a decoder keeps room for one token
     }
     r.params.max_tokens = 1;  // nothing is generated; the engine checks the room for one
+    record.prompt_tokens += static_cast<int64_t>(r.prompt.size());
+    plan->requests.push_back(std::move(r));
+  }
+  plan->prompts.reserve(plan->requests.size());
+  for (const auto& r : plan->requests) plan->prompts.push_back(r.prompt);
+  plan->time_limit = state.limits.max_request_time;
+  plan->admission =
+      state.prepare(record, m.name, plan->requests, /*max_tokens_given=*/true, plan->time_limit);
+  return plan;
+}
+
+std::shared_ptr<GenerationPlan> plan_scores(ServingState& state, std::shared_ptr<ServedModel> model,
+                                            std::vector<ScoreInput> inputs, bool truncate,
+                                            const char* field, RequestRecord& record,
+                                            const std::string& id) {
+  auto plan = std::make_shared<GenerationPlan>();
+  plan->model = std::move(model);
+  const ServedModel& m = *plan->model;
+  const ModelConfig& c = m.config();
+  if (!c.encoder_only() || c.classifier == ModelConfig::Classifier::kNone)
+    throw HttpError(400,
+                    fmt::format("model '{}' ({}) has no classifier head: it cannot score or "
+                                "classify (a cross-encoder or sequence classifier can)",
+                                m.name, c.architecture),
+                    "", "model");
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    ScoreInput& in = inputs[i];
+    if (in.ids.empty())
+      throw HttpError(400, fmt::format("'{}' must not hold an empty text", field), "", field);
+    if (static_cast<int64_t>(in.ids.size()) > c.max_seq_len) {
+      if (!truncate)
+        throw HttpError(400,
+                        fmt::format("This model's maximum context length is {} tokens, {} {} "
+                                    "has {} tokens (set \"truncate\": true to cut it)",
+                                    c.max_seq_len, field, i, in.ids.size()),
+                        "context_length_exceeded", field);
+      in.ids.resize(static_cast<size_t>(c.max_seq_len));
+      if (!in.types.empty()) in.types.resize(in.ids.size());
+    }
+    GenerationRequest r;
+    r.id = inputs.size() == 1 ? id : fmt::format("{}-{}", id, i);
+    r.scores = true;
+    r.prompt = std::move(in.ids);
+    r.token_types = std::move(in.types);
+    r.params.max_tokens = 1;
     record.prompt_tokens += static_cast<int64_t>(r.prompt.size());
     plan->requests.push_back(std::move(r));
   }

@@ -6,6 +6,7 @@
 // vectors; normalize_embedding scales one to unit length.
 
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -19,7 +20,8 @@ namespace tf {
 
 struct EmbeddingInputs {
   std::vector<PromptInput> inputs;
-  Pooling pooling = Pooling::kLast;
+  // Unset: the model's (an encoder's from its files, else CLS; a decoder's last token).
+  std::optional<Pooling> pooling;
   bool add_special_tokens = true;
   // An input longer than the context: cut to its first tokens (Ollama's truncate) instead of
   // refused with context_length_exceeded.
@@ -34,6 +36,19 @@ std::shared_ptr<GenerationPlan> plan_embeddings(ServingState& state,
                                                 std::shared_ptr<ServedModel> model,
                                                 const EmbeddingInputs& in, RequestRecord& record,
                                                 const std::string& id);
+
+// A cross-encoder's or classifier's inputs: token ids and their types (empty: all 0).
+struct ScoreInput {
+  std::vector<int32_t> ids, types;
+};
+
+// The plan of an encoder's classifier scores, one request per input (ids from id, "id-i");
+// HttpError 400 naming `field` for a model without a classifier (a generator, or an encoder
+// that only embeds) or an input past the context (cut to it with truncate).
+std::shared_ptr<GenerationPlan> plan_scores(ServingState& state, std::shared_ptr<ServedModel> model,
+                                            std::vector<ScoreInput> inputs, bool truncate,
+                                            const char* field, RequestRecord& record,
+                                            const std::string& id);
 
 // e scaled to unit length (unchanged when it is all zeros).
 void normalize_embedding(std::vector<float>& e);

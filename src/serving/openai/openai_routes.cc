@@ -2,6 +2,7 @@
 
 #include "serving/core/model_list.h"
 #include "serving/openai/openai_api.h"
+#include "serving/openai/rerank_api.h"
 #include "serving/openai/responses_api.h"
 #include "serving/openai/utility_api.h"
 
@@ -32,6 +33,18 @@ void add_openai_routes(RouteTable& routes, ServingState& state) {
   }
   routes.add("POST", "/v1/embeddings",
              [&state](RouteCall& c) { handle_embeddings(state, c.req, c.responder, c.record); });
+  for (const char* path : {"/v1/rerank", "/rerank", "/v2/rerank"}) {
+    routes.add("POST", path,
+               [&state](RouteCall& c) { handle_rerank(state, c.req, c.responder, c.record); });
+  }
+  for (const char* path : {"/score", "/v1/score"}) {
+    routes.add("POST", path,
+               [&state](RouteCall& c) { handle_score(state, c.req, c.responder, c.record); });
+  }
+  for (const char* path : {"/classify", "/v1/classify"}) {
+    routes.add("POST", path,
+               [&state](RouteCall& c) { handle_classify(state, c.req, c.responder, c.record); });
+  }
   for (const char* path : {"/v1/models", "/v1/models/"}) {
     routes.add("GET", path, [&state](RouteCall& c) {
       c.responder->send(200, dump_json(model_list_json(state, c.record->key)));

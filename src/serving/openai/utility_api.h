@@ -34,8 +34,10 @@ struct EmbeddingsRequest {
   std::vector<PromptInput> inputs;
   bool base64 = false;                // encoding_format "base64": little-endian float32
   std::optional<int64_t> dimensions;  // only the model's hidden size is accepted
-  Pooling pooling = Pooling::kLast;   // tokenflow's "pooling": "last" (vLLM's default) or "mean"
-  bool normalize = true;              // to unit length, as OpenAI's embeddings are
+  // tokenflow's "pooling": "last" (vLLM's default for a generator) or "mean"; an encoder's also
+  // "cls" or "max". Unset: the model's.
+  std::optional<Pooling> pooling;
+  bool normalize = true;  // to unit length, as OpenAI's embeddings are
   bool add_special_tokens = true;
 };
 EmbeddingsRequest read_embeddings_request(const nlohmann::json& body);
