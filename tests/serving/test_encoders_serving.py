@@ -150,10 +150,18 @@ class EncoderServingTest(unittest.TestCase):
         out = self.post("/v1/rerank", {"model": "rank", "query": "a", "documents": [long],
                                        "truncate": True})
         self.assertEqual(len(out["results"]), 1)
-        # Nothing was left running, and the requests were counted.
+        # Nothing was left running, and the requests were counted, by task.
         st, stats, _, _ = self.c.get("/v1/admin/stats")
         self.assertEqual(st, 200)
         self.assertGreater(stats["models"]["rank"]["requests_finished"], 0)
+        self.post("/v1/embeddings", {"model": "embed", "input": "the cat"})
+        self.post("/classify", {"model": "sentiment", "input": "the cat"})
+        _, _, text, _ = self.c.get("/metrics")
+        for model, task in (("rank", "score"), ("embed", "embed"), ("sentiment", "classify")):
+            lines = [l for l in text.splitlines() if l.startswith("tokenflow_requests_total{")
+                     and 'model="%s"' % model in l and 'task="%s"' % task in l and 'code="200"' in l]
+            self.assertTrue(lines, (model, task))
+            self.assertGreater(float(lines[0].rsplit(" ", 1)[1]), 0)
 
 
 if __name__ == "__main__":

@@ -726,7 +726,7 @@ class GrpcApiTest(unittest.TestCase):
         self.assertRegex(text, r'grpc_server_started_total\{[^}]*grpc_method="GenerateStream"')
         # Generation over gRPC shows in the same request series as REST.
         self.assertRegex(text, r'tokenflow_requests_total\{model="stories260K",version="1",'
-                               r'code="200",outcome="success"\}')
+                               r'code="200",outcome="success",task="generate"\}')
 
 
 class GrpcSpeculationTest(unittest.TestCase):

@@ -15,6 +15,20 @@
 
 namespace tf {
 
+const char* request_task(std::string_view path) {
+  if (path == "/v1/embeddings" || path == "/api/embed" || path == "/api/embeddings")
+    return "embed";
+  if (path == "/v1/rerank" || path == "/rerank" || path == "/v2/rerank" || path == "/score" ||
+      path == "/v1/score")
+    return "score";
+  if (path == "/classify" || path == "/v1/classify") return "classify";
+  if (path.starts_with("/v1/admin") || path == "/metrics" || path.starts_with("/health") ||
+      path == "/v1/models" || path.starts_with("/v1/models/") || path == "/tokenize" ||
+      path == "/v1/tokenize" || path == "/detokenize" || path == "/v1/detokenize")
+    return "other";
+  return "generate";
+}
+
 int http_status_of(const std::exception& e) {
   if (const auto* h = dynamic_cast<const HttpError*>(&e)) return h->status();
   // The safety net under every field check: a JSON value of the wrong type read somewhere
@@ -225,7 +239,8 @@ void log_request(const RequestRecord& r, int status) {
     Labels labels = {{"model", model},
                      {"version", version},
                      {"code", std::to_string(status)},
-                     {"outcome", outcome}};
+                     {"outcome", outcome},
+                     {"task", request_task(r.path)}};
     if (r.key) {  // per-key series only where keys are on
       labels.emplace_back("key", r.key->name);
       r.metrics->key_tokens.add({{"key", r.key->name}, {"model", model}, {"type", "prompt"}},

@@ -159,4 +159,9 @@ inline bool logs_prompts(const RequestRecord& r) {
   return r.access_log && r.access_log->log_prompts();
 }
 
+// What a request path asks a model for, the task label of tokenflow_requests_total: "embed"
+// (/v1/embeddings, Ollama's), "score" (rerank, /score), "classify", "other" (admin, models,
+// tokenize, health, metrics) or "generate" (every other door).
+const char* request_task(std::string_view path);
+
 }  // namespace tf

@@ -66,8 +66,9 @@ std::vector<double> tf_serving_latency_buckets();
 struct ServerMetrics {
   CounterFamily requests{"tokenflow_requests_total",
                          "Requests answered (REST and gRPC), by model, version, HTTP status code "
-                         "(gRPC calls: the equivalent code) and outcome (success, client_error, "
-                         "server_error, client_gone); with API keys on, by key (its name)"};
+                         "(gRPC calls: the equivalent code), outcome (success, client_error, "
+                         "server_error, client_gone) and task (generate, embed, score, classify, "
+                         "other); with API keys on, by key (its name)"};
   CounterFamily key_tokens{"tokenflow_key_tokens_total",
                            "Tokens of answered requests per API key (its name), model and type "
                            "(prompt, generation); only with API keys on"};
