@@ -28,23 +28,26 @@ class ByteLevelDec final : public Decoder {
   }
 };
 
+// Every occurrence of `from` (not empty) in s replaced with `to`, left to right.
+void replace_all(std::string& s, std::string_view from, std::string_view to) {
+  std::string out;
+  size_t last = 0;
+  for (size_t at = s.find(from); at != std::string::npos; at = s.find(from, last)) {
+    out.append(s, last, at - last);
+    out += to;
+    last = at + from.size();
+  }
+  out.append(s, last, std::string::npos);
+  s = std::move(out);
+}
+
 class ReplaceDec final : public Decoder {
  public:
   ReplaceDec(std::string from, std::string to) : from_(std::move(from)), to_(std::move(to)) {
     if (from_.empty()) fail("tokenizer.json: Replace decoder with an empty pattern");
   }
   void decode(std::vector<std::string>& tokens) const override {
-    for (std::string& t : tokens) {
-      std::string out;
-      size_t last = 0;
-      for (size_t at = t.find(from_); at != std::string::npos; at = t.find(from_, last)) {
-        out.append(t, last, at - last);
-        out += to_;
-        last = at + from_.size();
-      }
-      out.append(t, last, std::string::npos);
-      t = std::move(out);
-    }
+    for (std::string& t : tokens) replace_all(t, from_, to_);
   }
 
  private:
@@ -153,18 +156,7 @@ class WordPieceDec final : public Decoder {
         {" .", "."},   {" ?", "?"},     {" !", "!"},    {" ,", ","},
         {" ' ", "'"},  {" n't", "n't"}, {" 'm", "'m"},  {" do not", " don't"},
         {" 's", "'s"}, {" 've", "'ve"}, {" 're", "'re"}};
-    for (const auto& [from, to] : kRules) {
-      const std::string f(from), r(to);
-      std::string out;
-      size_t last = 0;
-      for (size_t at = s.find(f); at != std::string::npos; at = s.find(f, last)) {
-        out.append(s, last, at - last);
-        out += r;
-        last = at + f.size();
-      }
-      out.append(s, last, std::string::npos);
-      s = std::move(out);
-    }
+    for (const auto& [from, to] : kRules) replace_all(s, from, to);
     return s;
   }
 

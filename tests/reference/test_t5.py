@@ -149,6 +149,17 @@ class T5Engine(unittest.TestCase):
             self.assertEqual(got, [want[j][0]] * 2, "%s n=2 request %d" % (kind, j))
         return preemptions
 
+    def greedy_text(self, model, text, n):
+        """The greedy token ids `tokenflow generate` gives for a text prompt."""
+        r = subprocess.run([self.bin, "generate", "-m", model, "-p", text, "-n", str(n), "-t", "0",
+                            "--ignore-eos", "--logprobs", "1", "--no-echo"],
+                           capture_output=True, text=True, timeout=60)
+        self.assertEqual(r.returncode, 0, r.stderr[-2000:])
+        # One line per step: the id, its piece (empty past this small tokenizer's vocabulary),
+        # its logprob, the alternatives.
+        return [int(m.group(1)) for m in (re.match(r"\s*(\d+)\s.*\s-?\d+\.\d{4}\s", line)
+                                          for line in r.stderr.splitlines()) if m]
+
     def test_spiece_model_is_t5s_tokenizer(self):
         # T5Tokenizer's spiece.model, a SentencePiece Unigram model (here trained with T5's ids:
         # pad 0, eos 1, unk 2, no bos): found beside the model, the EOS appended to the
@@ -180,15 +191,7 @@ class T5Engine(unittest.TestCase):
         self.assertEqual(json.loads(r.stdout.splitlines()[0]), want_ids)
         ref = np_model.load_hf(model)
         want, _ = ref.greedy(want_ids, 5)
-        r = subprocess.run([self.bin, "generate", "-m", model, "-p", text, "-n", "5", "-t", "0",
-                            "--ignore-eos", "--logprobs", "1", "--no-echo"],
-                           capture_output=True, text=True, timeout=60)
-        self.assertEqual(r.returncode, 0, r.stderr[-2000:])
-        # One line per step: the id, its piece (empty past this small tokenizer's vocabulary),
-        # its logprob, the alternatives.
-        got = [int(m.group(1)) for m in (re.match(r"\s*(\d+)\s.*\s-?\d+\.\d{4}\s", line)
-                                         for line in r.stderr.splitlines()) if m]
-        self.assertEqual(got, want)
+        self.assertEqual(self.greedy_text(model, text, 5), want)
         # T5's sentinels: <extra_id_N> is the id N after the last of SentencePiece's (the config's
         # vocabulary holds them; T5Tokenizer's 100), the text around it encoded on its own.
         n = sp.get_piece_size()
@@ -210,13 +213,7 @@ class T5Engine(unittest.TestCase):
                            timeout=60)
         self.assertEqual(r.returncode, 0, r.stderr)
         self.assertEqual(json.loads(r.stdout.splitlines()[0]), want_ids)
-        r = subprocess.run([self.bin, "generate", "-m", g, "-p", text, "-n", "5", "-t", "0",
-                            "--ignore-eos", "--logprobs", "1", "--no-echo"],
-                           capture_output=True, text=True, timeout=60)
-        self.assertEqual(r.returncode, 0, r.stderr[-2000:])
-        got = [int(m.group(1)) for m in (re.match(r"\s*(\d+)\s.*\s-?\d+\.\d{4}\s", line)
-                                         for line in r.stderr.splitlines()) if m]
-        self.assertEqual(got, want)
+        self.assertEqual(self.greedy_text(g, text, 5), want)
 
     def test_t5_v1_0_relu_tied(self):
         self.assertGreater(self.check("t5"), 0, "the small cache must force preemption")

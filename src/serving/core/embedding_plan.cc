@@ -7,6 +7,19 @@
 #include "serving/core/prompt.h"
 
 namespace tf {
+namespace {
+
+// A plan of requests that generate nothing (embeddings, scores): its prompts kept for the
+// job, the server's time limit, admitted by the server's rules (prepare).
+void admit_pooling_plan(ServingState& state, GenerationPlan& plan, RequestRecord& record) {
+  plan.prompts.reserve(plan.requests.size());
+  for (const auto& r : plan.requests) plan.prompts.push_back(r.prompt);
+  plan.time_limit = state.limits.max_request_time;
+  plan.admission = state.prepare(record, plan.model->name, plan.requests,
+                                 /*max_tokens_given=*/true, plan.time_limit);
+}
+
+}  // namespace
 
 std::shared_ptr<GenerationPlan> plan_embeddings(ServingState& state,
                                                 std::shared_ptr<ServedModel> model,
@@ -80,11 +93,7 @@ std::shared_ptr<GenerationPlan> plan_embeddings(ServingState& state,
     record.prompt_tokens += static_cast<int64_t>(r.prompt.size());
     plan->requests.push_back(std::move(r));
   }
-  plan->prompts.reserve(plan->requests.size());
-  for (const auto& r : plan->requests) plan->prompts.push_back(r.prompt);
-  plan->time_limit = state.limits.max_request_time;
-  plan->admission =
-      state.prepare(record, m.name, plan->requests, /*max_tokens_given=*/true, plan->time_limit);
+  admit_pooling_plan(state, *plan, record);
   return plan;
 }
 
@@ -125,11 +134,7 @@ std::shared_ptr<GenerationPlan> plan_scores(ServingState& state, std::shared_ptr
     record.prompt_tokens += static_cast<int64_t>(r.prompt.size());
     plan->requests.push_back(std::move(r));
   }
-  plan->prompts.reserve(plan->requests.size());
-  for (const auto& r : plan->requests) plan->prompts.push_back(r.prompt);
-  plan->time_limit = state.limits.max_request_time;
-  plan->admission =
-      state.prepare(record, m.name, plan->requests, /*max_tokens_given=*/true, plan->time_limit);
+  admit_pooling_plan(state, *plan, record);
   return plan;
 }
 

@@ -86,13 +86,20 @@ ojson rerank_usage(const JobSummary& summary) {
 
 }  // namespace
 
-float relevance_of(const std::vector<float>& scores) {
-  if (scores.empty()) return 0.0f;
-  if (scores.size() == 1) return 1.0f / (1.0f + std::exp(-scores[0]));
+std::vector<float> label_probabilities(const std::vector<float>& scores) {
+  if (scores.size() == 1) return {1.0f / (1.0f + std::exp(-scores[0]))};
+  std::vector<float> probs(scores.size());
+  if (scores.empty()) return probs;
   const float top = *std::max_element(scores.begin(), scores.end());
   double sum = 0.0;
   for (float s : scores) sum += std::exp(static_cast<double>(s - top));
-  return static_cast<float>(std::exp(static_cast<double>(scores.back() - top)) / sum);
+  for (size_t k = 0; k < scores.size(); ++k)
+    probs[k] = static_cast<float>(std::exp(static_cast<double>(scores[k] - top)) / sum);
+  return probs;
+}
+
+float relevance_of(const std::vector<float>& scores) {
+  return scores.empty() ? 0.0f : label_probabilities(scores).back();
 }
 
 void handle_rerank(ServingState& state, const HttpRequest& req,
@@ -196,18 +203,7 @@ void handle_classify(ServingState& state, const HttpRequest& req,
   WholeBody answer = [n, name, id, labels](const GenerationJob& job, const JobSummary& summary) {
     ojson data = ojson::array();
     for (size_t i = 0; i < n; ++i) {
-      const std::vector<float>& s = rerank_scores_of(job, i);
-      // Probabilities: softmax over the labels (sigmoid for a single one).
-      std::vector<float> probs(s.size());
-      if (s.size() == 1) {
-        probs[0] = relevance_of(s);
-      } else {
-        const float top = *std::max_element(s.begin(), s.end());
-        double sum = 0.0;
-        for (float x : s) sum += std::exp(static_cast<double>(x - top));
-        for (size_t k = 0; k < s.size(); ++k)
-          probs[k] = static_cast<float>(std::exp(static_cast<double>(s[k] - top)) / sum);
-      }
+      const std::vector<float> probs = label_probabilities(rerank_scores_of(job, i));
       const size_t best =
           static_cast<size_t>(std::max_element(probs.begin(), probs.end()) - probs.begin());
       data.push_back(

@@ -25,5 +25,7 @@ void handle_classify(ServingState& state, const HttpRequest& req,
 // sentence-transformers' CrossEncoder and vLLM do for one label), else the softmax probability
 // of the last label.
 float relevance_of(const std::vector<float>& scores);
+// A classifier's probabilities: the softmax over its labels (the sigmoid for a single one).
+std::vector<float> label_probabilities(const std::vector<float>& scores);
 
 }  // namespace tf
