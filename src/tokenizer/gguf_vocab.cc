@@ -11,6 +11,7 @@
 #include "tokenizer/hf_tokenizer.h"
 #include "tokenizer/llama2c_tokenizer.h"
 #include "tokenizer/spm_normalizer.h"
+#include "tokenizer/unicode.h"
 #include "tokenizer/unigram.h"
 #include "tokenizer/wordpiece.h"
 
@@ -113,6 +114,9 @@ std::unique_ptr<Tokenizer> gpt2_tokenizer(const GgufFile& f, const std::string& 
   json vocab = json::object();
   json added = json::array();
   for (size_t id = 0; id < tokens.size(); ++id) {
+    // Byte-level tokens are text in GPT-2's byte alphabet (the file is read through JSON).
+    if (unicode::sanitize_utf8(tokens[id]) != tokens[id])
+      fail("'{}': token {} of the gpt2 vocabulary is not valid UTF-8", path, id);
     // llama.cpp's token types: 3 control, 4 user-defined: matched before the BPE, whole.
     const int type = types.empty() ? 1 : static_cast<int>(types[id]);
     if (type == 3 || type == 4) {

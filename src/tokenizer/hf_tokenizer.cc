@@ -257,38 +257,36 @@ std::unique_ptr<HfTokenizer> HfTokenizer::from_parts(
 std::unique_ptr<HfTokenizer> HfTokenizer::from_bert_vocab(const TokenIdMap& vocab,
                                                           const BertTokenizerOptions& o,
                                                           const std::string& source) {
-  json added = json::array();
-  for (const std::string& t : {o.pad, o.unk, o.cls, o.sep, o.mask}) {
-    auto it = vocab.find(t);
-    if (it != vocab.end()) added.push_back({{"id", it->second}, {"content", t}, {"special", true}});
-  }
+  // Put together in code, not through tokenizer.json text: a vocabulary's tokens need not be
+  // valid UTF-8 (a vocab.txt is bytes), which JSON cannot carry.
   auto id_of = [&](const std::string& t) {
     auto it = vocab.find(t);
     if (it == vocab.end()) fail("{}: the special token '{}' is not in the vocabulary", source, t);
     return it->second;
   };
-  json vocab_json = json::object();
-  for (const auto& [t, id] : vocab) vocab_json[t] = id;
-  const json doc = {{"added_tokens", added},
-                    {"normalizer",
-                     {{"type", "BertNormalizer"},
-                      {"clean_text", true},
-                      {"handle_chinese_chars", o.chinese_chars},
-                      {"strip_accents", o.strip_accents ? json(*o.strip_accents) : json()},
-                      {"lowercase", o.lowercase}}},
-                    {"pre_tokenizer", {{"type", "BertPreTokenizer"}}},
-                    {"post_processor",
-                     {{"type", "BertProcessing"},
-                      {"sep", {o.sep, id_of(o.sep)}},
-                      {"cls", {o.cls, id_of(o.cls)}}}},
-                    {"decoder", {{"type", "WordPiece"}, {"prefix", "##"}, {"cleanup", true}}},
-                    {"model",
-                     {{"type", "WordPiece"},
-                      {"unk_token", o.unk},
-                      {"continuing_subword_prefix", "##"},
-                      {"max_input_chars_per_word", 100},
-                      {"vocab", std::move(vocab_json)}}}};
-  return from_json(doc.dump(), source);
+  const int32_t cls = id_of(o.cls), sep = id_of(o.sep);
+  std::vector<AddedToken> added;
+  for (const std::string& t : {o.pad, o.unk, o.cls, o.sep, o.mask}) {
+    auto it = vocab.find(t);
+    if (it != vocab.end()) added.push_back({it->second, t, true, false, false, false});
+  }
+  WordPieceOptions wp;
+  wp.unk_token = o.unk;
+  const json normalizer = {{"type", "BertNormalizer"},
+                           {"clean_text", true},
+                           {"handle_chinese_chars", o.chinese_chars},
+                           {"strip_accents", o.strip_accents ? json(*o.strip_accents) : json()},
+                           {"lowercase", o.lowercase}};
+  auto tok =
+      from_parts(make_normalizer(normalizer), make_pre_tokenizer({{"type", "BertPreTokenizer"}}),
+                 std::make_unique<WordPieceModel>(vocab, wp, source),
+                 make_decoder({{"type", "WordPiece"}, {"prefix", "##"}, {"cleanup", true}}),
+                 std::move(added), {cls}, {sep});
+  // [CLS] A [SEP] B [SEP], B's type 1 (BertProcessing's pair).
+  tok->pair_template_ = {TemplatePiece{-1, {cls}, 0}, TemplatePiece{0, {}, 0},
+                         TemplatePiece{-1, {sep}, 0}, TemplatePiece{1, {}, 1},
+                         TemplatePiece{-1, {sep}, 1}};
+  return tok;
 }
 
 std::unique_ptr<HfTokenizer> HfTokenizer::from_gpt2_files(const std::string& vocab_path,

@@ -12,6 +12,7 @@
 #include "core/error.h"
 #include "tokenizer/hf_tokenizer.h"
 #include "tokenizer/spm_normalizer.h"
+#include "tokenizer/wordpiece.h"
 
 namespace tf {
 namespace {
@@ -268,6 +269,15 @@ TEST(WordPiece, UnknownTokenMustBeInTheVocabulary) {
   doc["model"]["unk_token"] = "<unk>";
   EXPECT_NE(error_of([&] { make(doc); }).find("unk_token '<unk>' is not in the vocabulary"),
             std::string::npos);
+}
+
+TEST(WordPiece, VocabularyTokensNeedNotBeUtf8) {
+  // A vocab.txt is bytes: a token that is not UTF-8 is a token (fuzzing found it thrown out of
+  // the loader as a JSON library error when the pipeline was built through tokenizer.json text).
+  TokenIdMap vocab = read_wordpiece_vocab("[PAD]\n[UNK]\n[CLS]\n[SEP]\n\xA4\nthe\n", "v");
+  auto tok = HfTokenizer::from_bert_vocab(vocab, {}, "v");
+  EXPECT_EQ(tok->encode("the", true), (Ids{2, 5, 3}));
+  EXPECT_EQ(tok->id_to_piece(4), "\xA4");
 }
 
 TEST(BertNormalizer, CleansSpacesCjkStripsAccentsAndLowercases) {
