@@ -132,6 +132,32 @@ class EncoderServingTest(unittest.TestCase):
             self.assertEqual(d["label"], ["negative", "neutral", "positive"][int(np.argmax(p))])
             self.assertEqual(d["num_classes"], 3)
 
+    def test_tf_serving_classify_and_regress(self):
+        # TF Serving's Classify: [[label, probability], ...] per example; Regress: the one-output
+        # head's value; the context's features under each example's (here the query).
+        ref = self.refs["sentiment"]
+        out = self.post("/v1/models/sentiment:classify",
+                        {"examples": [{"text": "the house is big"}, {"text": ["a dog ran"]}]})
+        for t, row in zip(["the house is big", "a dog ran"], out["result"]):
+            s = ref.scores(self.ids(t))
+            p = np.exp(s - s.max()) / np.exp(s - s.max()).sum()
+            self.assertEqual([label for label, _ in row], ["negative", "neutral", "positive"])
+            np.testing.assert_allclose([v for _, v in row], p, rtol=0, atol=1e-5)
+        ref = self.refs["rank"]
+        out = self.post("/v1/models/rank/versions/1:regress",
+                        {"context": {"text": "query about cats"},
+                         "examples": [{"text_pair": "cats and dogs"}, {"text_pair": "a dog ran"}]})
+        for d, v in zip(["cats and dogs", "a dog ran"], out["result"]):
+            self.assertAlmostEqual(v, float(ref.scores(*self.pair("query about cats", d))[0]), delta=2e-4)
+        for path, body in (("/v1/models/sentiment:regress", {"examples": [{"text": "a"}]}),
+                           ("/v1/models/embed:classify", {"examples": [{"text": "a"}]}),
+                           ("/v1/models/sentiment:classify", {"examples": []}),
+                           ("/v1/models/sentiment:classify", {"examples": [{"label": "a"}]}),
+                           ("/v1/models/sentiment:classify", {"instances": [{"text": "a"}]})):
+            st, err, text, _ = self.c.post(path, body)
+            self.assertEqual(st, 400, (path, body, text))
+            self.assertIn("error", err)
+
     def test_what_a_model_cannot_do_is_a_400_naming_it(self):
         err = self.post("/v1/rerank", {"model": "embed", "query": "a", "documents": ["b"]}, 400)
         self.assertIn("has no classifier head", err["error"]["message"])

@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cmath>
 
 #include "serving/core/prompt.h"
@@ -136,6 +137,22 @@ std::shared_ptr<GenerationPlan> plan_scores(ServingState& state, std::shared_ptr
   }
   admit_pooling_plan(state, *plan, record);
   return plan;
+}
+
+std::vector<float> label_probabilities(const std::vector<float>& scores) {
+  if (scores.size() == 1) return {1.0f / (1.0f + std::exp(-scores[0]))};
+  std::vector<float> probs(scores.size());
+  if (scores.empty()) return probs;
+  const float top = *std::max_element(scores.begin(), scores.end());
+  double sum = 0.0;
+  for (float s : scores) sum += std::exp(static_cast<double>(s - top));
+  for (size_t k = 0; k < scores.size(); ++k)
+    probs[k] = static_cast<float>(std::exp(static_cast<double>(scores[k] - top)) / sum);
+  return probs;
+}
+
+float relevance_of(const std::vector<float>& scores) {
+  return scores.empty() ? 0.0f : label_probabilities(scores).back();
 }
 
 void normalize_embedding(std::vector<float>& e) {

@@ -50,6 +50,13 @@ std::shared_ptr<GenerationPlan> plan_scores(ServingState& state, std::shared_ptr
                                             const char* field, RequestRecord& record,
                                             const std::string& id);
 
+// A classifier's probabilities: the softmax over its labels (the sigmoid for a single one).
+std::vector<float> label_probabilities(const std::vector<float>& scores);
+// A pair's relevance in [0, 1] from a classifier's scores: sigmoid of a single logit (as
+// sentence-transformers' CrossEncoder and vLLM do for one label), else the softmax probability
+// of the last label.
+float relevance_of(const std::vector<float>& scores);
+
 // e scaled to unit length (unchanged when it is all zeros).
 void normalize_embedding(std::vector<float>& e);
 

@@ -86,22 +86,6 @@ ojson rerank_usage(const JobSummary& summary) {
 
 }  // namespace
 
-std::vector<float> label_probabilities(const std::vector<float>& scores) {
-  if (scores.size() == 1) return {1.0f / (1.0f + std::exp(-scores[0]))};
-  std::vector<float> probs(scores.size());
-  if (scores.empty()) return probs;
-  const float top = *std::max_element(scores.begin(), scores.end());
-  double sum = 0.0;
-  for (float s : scores) sum += std::exp(static_cast<double>(s - top));
-  for (size_t k = 0; k < scores.size(); ++k)
-    probs[k] = static_cast<float>(std::exp(static_cast<double>(scores[k] - top)) / sum);
-  return probs;
-}
-
-float relevance_of(const std::vector<float>& scores) {
-  return scores.empty() ? 0.0f : label_probabilities(scores).back();
-}
-
 void handle_rerank(ServingState& state, const HttpRequest& req,
                    std::shared_ptr<HttpResponder> responder,
                    std::shared_ptr<RequestRecord> record) {

@@ -21,11 +21,4 @@ void handle_classify(ServingState& state, const HttpRequest& req,
                      std::shared_ptr<HttpResponder> responder,
                      std::shared_ptr<RequestRecord> record);
 
-// A pair's relevance in [0, 1] from a classifier's scores: sigmoid of a single logit (as
-// sentence-transformers' CrossEncoder and vLLM do for one label), else the softmax probability
-// of the last label.
-float relevance_of(const std::vector<float>& scores);
-// A classifier's probabilities: the softmax over its labels (the sigmoid for a single one).
-std::vector<float> label_probabilities(const std::vector<float>& scores);
-
 }  // namespace tf
