@@ -16,8 +16,7 @@
 namespace tf {
 
 const char* request_task(std::string_view path) {
-  if (path == "/v1/embeddings" || path == "/api/embed" || path == "/api/embeddings")
-    return "embed";
+  if (path == "/v1/embeddings" || path == "/api/embed" || path == "/api/embeddings") return "embed";
   if (path == "/v1/rerank" || path == "/rerank" || path == "/v2/rerank" || path == "/score" ||
       path == "/v1/score")
     return "score";
