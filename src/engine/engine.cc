@@ -261,14 +261,18 @@ std::unique_ptr<EngineRequest> Engine::prepare(GenerationRequest request) {
          "the prompt plus max_tokens needs {} KV blocks; the whole KV cache has {}", need,
          pool_.num_blocks());
   }
+  return build_request(std::move(request), c.encoder_decoder() ? c.decoder_start_id : -1);
+}
+
+std::unique_ptr<EngineRequest> Engine::build_request(GenerationRequest request,
+                                                     int32_t decoder_start) {
   auto r = std::make_unique<EngineRequest>();
-  r->seed = p.seed ? *p.seed : random_seed();
+  r->seed = request.params.seed ? *request.params.seed : random_seed();
   r->stream = std::make_shared<RequestStream>();
   r->timings.arrival = Clock::now();
   r->timings.prompt_tokens = static_cast<int64_t>(request.prompt.size());
   r->spec = std::move(request);
-  r->group.create_sequences(*r, tokenizer_, eos_ids_,
-                            c.encoder_decoder() ? c.decoder_start_id : -1);
+  r->group.create_sequences(*r, tokenizer_, eos_ids_, decoder_start);
   return r;
 }
 
@@ -291,14 +295,7 @@ std::unique_ptr<EngineRequest> Engine::prepare_encoder(GenerationRequest request
            std::max<int64_t>(c.type_vocab_size, 1));
   if (request.params.candidates() != 1 || request.params.beam_search())
     fail(ErrorKind::kInvalidArgument, "an encoder's request has one result (n = 1, no beams)");
-  auto r = std::make_unique<EngineRequest>();
-  r->seed = 0;
-  r->stream = std::make_shared<RequestStream>();
-  r->timings.arrival = Clock::now();
-  r->timings.prompt_tokens = prompt;
-  r->spec = std::move(request);
-  r->group.create_sequences(*r, tokenizer_, eos_ids_, -1);
-  return r;
+  return build_request(std::move(request), -1);
 }
 
 void Engine::enqueue(std::vector<std::unique_ptr<EngineRequest>> requests) {
@@ -564,11 +561,7 @@ bool Engine::encoder_step() {
   last_progress_ns_ = Clock::now().time_since_epoch().count();
   stats_.batched_tokens += tokens;
   const auto seqs = static_cast<int64_t>(batch.size());
-  size_t bucket = 0;
-  while (bucket < EngineStats::kBatchBuckets.size() && seqs > EngineStats::kBatchBuckets[bucket])
-    ++bucket;
-  ++stats_.batch_size_steps[bucket];
-  stats_.batch_seqs += seqs;
+  stats_.count_batch(seqs);
   stats_.running = 0;
   stats_.running_peak = std::max(stats_.running_peak, seqs);
   stats_.waiting = static_cast<int64_t>(active_.size());
@@ -1070,11 +1063,7 @@ void Engine::retire_and_record(const SchedulerOutput& sched) {
   last_progress_ns_ = Clock::now().time_since_epoch().count();
   stats_.batched_tokens += sched.num_tokens;
   const auto seqs = static_cast<int64_t>(sched.chunks.size());
-  size_t bucket = 0;
-  while (bucket < EngineStats::kBatchBuckets.size() && seqs > EngineStats::kBatchBuckets[bucket])
-    ++bucket;
-  ++stats_.batch_size_steps[bucket];
-  stats_.batch_seqs += seqs;
+  stats_.count_batch(seqs);
   stats_.running = static_cast<int64_t>(scheduler_.num_running());
   stats_.running_peak = std::max(stats_.running_peak, stats_.running);
   stats_.waiting = static_cast<int64_t>(scheduler_.num_waiting());

@@ -96,6 +96,13 @@ struct EngineStats {
   static constexpr std::array<int64_t, 10> kBatchBuckets = {1, 2, 4, 8, 16, 32, 64, 128, 256, 512};
   std::array<int64_t, kBatchBuckets.size() + 1> batch_size_steps{};  // the last: above 512
   int64_t batch_seqs = 0;
+  // A step of `seqs` sequences into the histogram and the sum.
+  void count_batch(int64_t seqs) {
+    size_t bucket = 0;
+    while (bucket < kBatchBuckets.size() && seqs > kBatchBuckets[bucket]) ++bucket;
+    ++batch_size_steps[bucket];
+    batch_seqs += seqs;
+  }
   // Seconds the engine spent in steps (forward passes, sampling): busy_seconds over wall time is
   // the compute pool's utilization, the CPU's counterpart of GPU utilization.
   double busy_seconds = 0.0;
@@ -159,6 +166,8 @@ class Engine {
   std::unique_ptr<EngineRequest> prepare(GenerationRequest request);
   // An encoder's request: pooled or scored, its input within the context, n = 1.
   std::unique_ptr<EngineRequest> prepare_encoder(GenerationRequest request);
+  // A checked request as the engine keeps it: its stream, timings and sequences.
+  std::unique_ptr<EngineRequest> build_request(GenerationRequest request, int32_t decoder_start);
   // Counts n more queued requests against max_queued_requests (kUnavailable past it) and
   // queues them.
   void enqueue(std::vector<std::unique_ptr<EngineRequest>> requests);

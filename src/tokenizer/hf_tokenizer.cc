@@ -138,6 +138,13 @@ std::vector<HfTokenizer::TemplatePiece> parse_template(const json& pieces, const
   return out;
 }
 
+// BertProcessing's pair: [CLS] A [SEP] B [SEP], B's tokens of type 1.
+std::vector<HfTokenizer::TemplatePiece> bert_pair_template(int32_t cls, int32_t sep) {
+  using Piece = HfTokenizer::TemplatePiece;
+  return {Piece{-1, {cls}, 0}, Piece{0, {}, 0}, Piece{-1, {sep}, 0}, Piece{1, {}, 1},
+          Piece{-1, {sep}, 1}};
+}
+
 // The ids a post-processor adds around a single sequence, and its template for a pair.
 void parse_post_processor(const json& pp, const std::string& source, std::vector<int32_t>& prefix,
                           std::vector<int32_t>& suffix,
@@ -171,8 +178,7 @@ void parse_post_processor(const json& pp, const std::string& source, std::vector
     suffix.push_back(sep);
     // BERT: [CLS] A [SEP] B [SEP], B's type 1. RoBERTa: <s> A </s></s> B </s>, every type 0.
     if (type == "BertProcessing")
-      pair = {Piece{-1, {cls}, 0}, Piece{0, {}, 0}, Piece{-1, {sep}, 0}, Piece{1, {}, 1},
-              Piece{-1, {sep}, 1}};
+      pair = bert_pair_template(cls, sep);
     else
       pair = {Piece{-1, {cls}, 0}, Piece{0, {}, 0}, Piece{-1, {sep, sep}, 0}, Piece{1, {}, 0},
               Piece{-1, {sep}, 0}};
@@ -282,10 +288,7 @@ std::unique_ptr<HfTokenizer> HfTokenizer::from_bert_vocab(const TokenIdMap& voca
                  std::make_unique<WordPieceModel>(vocab, wp, source),
                  make_decoder({{"type", "WordPiece"}, {"prefix", "##"}, {"cleanup", true}}),
                  std::move(added), {cls}, {sep});
-  // [CLS] A [SEP] B [SEP], B's type 1 (BertProcessing's pair).
-  tok->pair_template_ = {TemplatePiece{-1, {cls}, 0}, TemplatePiece{0, {}, 0},
-                         TemplatePiece{-1, {sep}, 0}, TemplatePiece{1, {}, 1},
-                         TemplatePiece{-1, {sep}, 1}};
+  tok->pair_template_ = bert_pair_template(cls, sep);
   return tok;
 }
 

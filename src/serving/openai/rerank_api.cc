@@ -84,6 +84,16 @@ ojson rerank_usage(const JobSummary& summary) {
   return {{"prompt_tokens", summary.prompt_tokens}, {"total_tokens", summary.prompt_tokens}};
 }
 
+// vLLM's list answer of /score and /classify.
+std::string rerank_list_answer(const std::string& id, const std::string& name, ojson data,
+                               const JobSummary& summary) {
+  return dump_json(ojson{{"id", id},
+                         {"object", "list"},
+                         {"model", name},
+                         {"data", std::move(data)},
+                         {"usage", rerank_usage(summary)}});
+}
+
 }  // namespace
 
 void handle_rerank(ServingState& state, const HttpRequest& req,
@@ -160,11 +170,7 @@ void handle_score(ServingState& state, const HttpRequest& req,
     for (size_t i = 0; i < n; ++i)
       data.push_back(
           {{"index", i}, {"object", "score"}, {"score", relevance_of(rerank_scores_of(job, i))}});
-    return dump_json(ojson{{"id", id},
-                           {"object", "list"},
-                           {"model", name},
-                           {"data", data},
-                           {"usage", rerank_usage(summary)}});
+    return rerank_list_answer(id, name, std::move(data), summary);
   };
   run_job(state, plan, responder, record, whole_answer(responder, std::move(answer)));
 }
@@ -196,11 +202,7 @@ void handle_classify(ServingState& state, const HttpRequest& req,
            {"probs", probs},
            {"num_classes", probs.size()}});
     }
-    return dump_json(ojson{{"id", id},
-                           {"object", "list"},
-                           {"model", name},
-                           {"data", data},
-                           {"usage", rerank_usage(summary)}});
+    return rerank_list_answer(id, name, std::move(data), summary);
   };
   run_job(state, plan, responder, record, whole_answer(responder, std::move(answer)));
 }
