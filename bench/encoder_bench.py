@@ -8,8 +8,10 @@
     latency of scoring 1 query x 100 documents (pairs of 16 + 112 tokens), batched.
 
 RUNS runs each, interleaved, medians; the timing is embed's own (the forward passes, not the
-model's load). With LLAMA_EMBEDDING=path/to/llama-embedding, the same GGUF file (tokenflow's
-convert of the checkpoint) through llama.cpp in the same run, for the ratio.
+model's load). With LLAMA_EMBEDDING=path/to/llama-embedding (built by hand from llama.cpp's
+sources), the same GGUF file (the checkpoint as llama.cpp's converter writes it, f32, with its
+WordPiece vocabulary) and the same texts through both, batch 1 and 16, for the ratio against
+llama.cpp's own prompt-eval time (ONLY_GGUF=1: that comparison alone).
 Usage: bench/encoder_bench.py [RUNS] [DOCS] (TOKENFLOW_BIN, default build/release/tokenflow)
 """
 
@@ -49,6 +51,53 @@ def run(model, path, batch, dtype):
     return int(m.group(1)), float(m.group(3))
 
 
+def llama_run(llama, gguf, texts, batch):
+    """llama.cpp's llama-embedding over the texts (one per line), `batch` documents of 128
+    tokens per llama_decode; its own prompt-eval time (the forward passes) in seconds."""
+    ctx = 128 * batch
+    r = subprocess.run([llama, "-m", gguf, "-f", texts, "-t", "2", "-tb", "2", "-c", str(ctx),
+                        "-b", str(ctx), "-ub", str(ctx), "-np", str(batch), "--pooling", "cls",
+                        "--embd-output-format", "json"],
+                       capture_output=True, text=True, timeout=3600)
+    if r.returncode != 0:
+        raise SystemExit(r.stderr[-3000:])
+    m = re.search(r"prompt eval time =\s*([\d.]+) ms /\s*(\d+) tokens", r.stderr)
+    if not m:
+        raise SystemExit("no prompt eval time in llama-embedding's output:\n" + r.stderr[-3000:])
+    return float(m.group(1)) / 1000.0
+
+
+def same_gguf_comparison(tmp, bert, runs, docs, llama):
+    """tokenflow and llama.cpp on one GGUF file (the checkpoint as llama.cpp's converter writes
+    it, f32, with a WordPiece vocabulary), the same texts (128 tokens each), CLS pooling."""
+    import test_encoders  # tests/reference: the GGUF writer of the encoder tests
+    vocab = test_encoders.write_bert_vocab(os.path.join(bert, "vocab.txt"), BASE["vocab_size"])
+    gguf = os.path.join(tmp, "bert-base.gguf")
+    test_encoders.bert_to_gguf(bert, gguf, vocab=vocab, pooling_type=2)
+    lines = [" ".join("w%d" % ((i * 131 + j * 17) % 29000) for j in range(126)) for i in range(docs)]
+    texts = os.path.join(tmp, "docs.txt")
+    with open(texts, "w") as f:
+        f.write("\n".join(lines))
+    jsonl = os.path.join(tmp, "docs_text.jsonl")
+    with open(jsonl, "w") as f:
+        for line in lines:
+            f.write(json.dumps(line) + "\n")
+    results = {}
+    for rep in range(runs):
+        for batch in (1, 16):
+            n, s = run(gguf, jsonl, batch, "f32")
+            results.setdefault(("tokenflow", batch), []).append(n / s)
+            results.setdefault(("llama.cpp", batch), []).append(docs / llama_run(llama, gguf, texts, batch))
+    print()
+    print("| same GGUF (f32) | batch | tokenflow docs/s | llama.cpp docs/s | ratio |")
+    print("|---|---|---|---|---|")
+    for batch in (1, 16):
+        t, l = (statistics.median(results[(who, batch)]) for who in ("tokenflow", "llama.cpp"))
+        print("| BERT-base-shaped embed | %d | %.2f (%s) | %.2f (%s) | %.2fx |" % (
+            batch, t, ", ".join("%.2f" % x for x in results[("tokenflow", batch)]), l,
+            ", ".join("%.2f" % x for x in results[("llama.cpp", batch)]), t / l))
+
+
 def main():
     runs = int(sys.argv[1]) if len(sys.argv) > 1 else 3
     docs = int(sys.argv[2]) if len(sys.argv) > 2 else 128
@@ -68,7 +117,8 @@ def main():
                 f.write(json.dumps({"ids": query + [3000 + (i * 37 + j) % 20000
                                                     for j in range(111)] + [102]}) + "\n")
         results = {}
-        for rep in range(runs):
+        only_gguf = os.environ.get("ONLY_GGUF") == "1"  # the llama.cpp comparison alone
+        for rep in range(0 if only_gguf else runs):
             for dtype in ("f32", "bf16"):
                 for batch in (1, 32):
                     n, s = run(bert, path, batch, dtype)
@@ -81,6 +131,8 @@ def main():
             unit = "docs/s" if what == "embed" else "ms for 1 x 100"
             print("| BERT-base-shaped %s | %s | %d | %.1f %s | %s |" % (
                 what, dtype, batch, statistics.median(v), unit, ", ".join("%.1f" % x for x in v)))
+        if os.environ.get("LLAMA_EMBEDDING"):
+            same_gguf_comparison(tmp, bert, runs, docs, os.environ["LLAMA_EMBEDDING"])
 
 
 if __name__ == "__main__":

@@ -6,6 +6,7 @@
 #include <nlohmann/json.hpp>
 
 #include <chrono>
+#include <climits>
 #include <cmath>
 #include <cstdio>
 #include <fstream>
@@ -60,7 +61,7 @@ int run_embed(const EmbedOptions& o) {
   const bool normalize = o.normalize || (o.pooling.empty() && pc.normalize);
 
   // Inputs: the prompts, then the file's lines ("text", {"text": ..., "pair": ...}, {"ids":
-  // [...]}).
+  // [...], "types": [...]}).
   std::vector<Input> inputs;
   auto add_text = [&](const std::string& text, const std::string* pair) {
     if (!tok_loaded) {
@@ -90,10 +91,18 @@ int run_embed(const EmbedOptions& o) {
         add_text(j.get<std::string>(), nullptr);
       } else if (j.is_object() && j.contains("ids") && j["ids"].is_array()) {
         Input in;
-        for (const auto& v : j["ids"]) {
-          if (!v.is_number_integer()) fail("'{}' line {}: ids must be integers", o.input_file, n);
-          in.ids.push_back(v.get<int32_t>());
-        }
+        // Token ids, and optionally their token type ids ("types", as long as "ids").
+        auto ints = [&](const json& list, const char* field, std::vector<int32_t>& out) {
+          if (!list.is_array()) fail("'{}' line {}: {} must be a list", o.input_file, n, field);
+          for (const auto& v : list) {
+            if (!v.is_number_integer() || v.get<int64_t>() < INT32_MIN ||
+                v.get<int64_t>() > INT32_MAX)
+              fail("'{}' line {}: {} must be 32-bit integers", o.input_file, n, field);
+            out.push_back(v.get<int32_t>());
+          }
+        };
+        ints(j["ids"], "ids", in.ids);
+        if (j.contains("types")) ints(j["types"], "types", in.types);
         inputs.push_back(std::move(in));
       } else if (j.is_object() && j.contains("text") && j["text"].is_string()) {
         const std::string pair = j.value("pair", "");

@@ -54,6 +54,7 @@ struct ServeOptions {
   std::string prometheus_path;   // TF Serving's monitoring path ("": none)
   std::string tool_call_parser;  // "": told from each model's chat template
   std::string chat_template, chat_template_kwargs;
+  std::vector<std::string> tasks, poolings;
   bool check = false;  // validate and exit (no model loads, no port binds)
   // gRPC only (TF Serving's --ssl_config_file, --grpc_channel_arguments, --grpc_max_threads,
   // --grpc_socket_path).
@@ -102,6 +103,8 @@ int run_serve(const ServeOptions& o) {
   if (!o.tool_call_parser.empty()) so.tool_format = tool_format_named(o.tool_call_parser);
   so.chat_template = o.chat_template;
   so.chat_template_kwargs = o.chat_template_kwargs;
+  so.tasks = o.tasks;
+  so.poolings = o.poolings;
   so.http.host = o.host;
   so.http.port = static_cast<uint16_t>(o.port);
   so.http.threads = o.http_threads;
@@ -287,6 +290,13 @@ Action add_serve(CLI::App& app) {
                  "template variables every chat request gets unless it sets them, as a JSON "
                  "object (e.g. '{\"enable_thinking\": false}'; a model config's "
                  "chat_template_kwargs wins)");
+  app.add_option("--task", o->tasks,
+                 "TASK or NAME=TASK: what a model serves (generate, embed, score, classify; "
+                 "default: told from its config); score on a generator makes it a yes/no "
+                 "reranker (Qwen3-Reranker); repeatable");
+  app.add_option("--pooling", o->poolings,
+                 "POOLING or NAME=POOLING: how embeddings are pooled (cls, mean, max, last; "
+                 "default: the model's files); repeatable");
   app.add_option("--max-sequences-per-request", o->max_sequences_per_request,
                  "sequences one request may ask for: prompts x max(n, best_of, beams) (400 above; "
                  "0: no limit)")

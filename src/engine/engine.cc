@@ -227,6 +227,14 @@ std::unique_ptr<EngineRequest> Engine::prepare(GenerationRequest request) {
     fail(ErrorKind::kInvalidArgument,
          "CLS and max pooling, token types and scores are for encoders; '{}' is a generator",
          c.architecture);
+  if (!request.score_tokens.empty()) {
+    if (request.pooling != Pooling::kNone || c.encoder_decoder())
+      fail(ErrorKind::kInvalidArgument,
+           "a request scores its prompt or embeds it, on a decoder-only model");
+    for (int32_t id : request.score_tokens)
+      if (id < 0 || id >= c.vocab_size)
+        fail("score token id {} is outside the vocabulary (0..{})", id, c.vocab_size - 1);
+  }
   int64_t total = prompt + p.max_tokens, encoder = 0;
   if (c.encoder_decoder()) {
     // The prompt is the encoder's input; the decoder starts from its start token.
@@ -766,7 +774,12 @@ void Engine::finish_embedding(Sequence& seq, int64_t chunk) {
   RequestOutput out;
   out.index = seq.index;
   out.embedding.resize(static_cast<size_t>(dim));
-  if (r.spec.pooling == Pooling::kMean) {
+  if (!r.spec.score_tokens.empty()) {  // a reranker's: its tokens' logits after the prompt
+    const int64_t vocab = model_.config().vocab_size;
+    const float* row = logits_.data() + last_row_[chunk] * vocab;
+    out.embedding.clear();
+    for (int32_t t : r.spec.score_tokens) out.embedding.push_back(row[t]);
+  } else if (r.spec.pooling == Pooling::kMean) {
     const double n = static_cast<double>(std::max<int64_t>(r.pooled_positions, 1));
     for (int64_t d = 0; d < dim; ++d) out.embedding[d] = static_cast<float>(r.pooled_sum[d] / n);
   } else {
@@ -797,7 +810,7 @@ void Engine::sample(const std::vector<ReadySequence>& ready) {
   for (const ReadySequence& r : ready) {
     Sequence& seq = *r.seq;
     SequenceGroup& group = seq.request->group;
-    if (seq.request->spec.pooling != Pooling::kNone) {
+    if (seq.request->spec.pooling != Pooling::kNone || !seq.request->spec.score_tokens.empty()) {
       finish_embedding(seq, r.row);
       continue;
     }

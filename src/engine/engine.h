@@ -181,7 +181,8 @@ class Engine {
   // What requests asking for every prompt row gather from the step's rows: prompt logprobs
   // and mean-pooled hidden states.
   void gather_prompt_rows(const SchedulerOutput& sched);
-  // Ends an embedding request whose prompt is computed: its pooled hidden state, nothing sampled.
+  // Ends an embedding (or prompt-scoring) request whose prompt is computed: its pooled hidden
+  // state (or its score tokens' logits), nothing sampled.
   void finish_embedding(Sequence& seq, int64_t chunk);
   // Samples the sequences whose logits are ready (starting a request's siblings the first
   // time), or hands a beam's row to its group. The draws (processors, sampling, detokenizing,

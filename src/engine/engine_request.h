@@ -64,6 +64,10 @@ struct GenerationRequest {
   // An encoder with a classifier head: its scores (logits, one per label) instead of an
   // embedding, in the output's embedding field.
   bool scores = false;
+  // A generator scoring its prompt (a reranker such as Qwen3-Reranker: "no" and "yes"): the
+  // logits of these tokens after the prompt's last position, in the output's embedding field;
+  // nothing is generated.
+  std::vector<int32_t> score_tokens;
   // Speculative decoding, when the engine has it on: false turns it off for this request.
   bool speculate = true;
 

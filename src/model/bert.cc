@@ -13,14 +13,16 @@
 #include "kernels/matmul.h"
 #include "kernels/ops.h"
 #include "model/gguf.h"
+#include "model/rope.h"
 #include "model/transformer.h"
 
 namespace tf {
 namespace {
 
 struct BertLayer {
-  kernels::WeightMatrix q, k, v, o, up, down;
-  const float *bq, *bk, *bv, *bo, *bup, *bdown;
+  kernels::WeightMatrix q, k, v, o, up, gate, down;  // gate: a gated MLP's (NomicBERT's fc12)
+  const float *bq = nullptr, *bk = nullptr, *bv = nullptr, *bo = nullptr, *bup = nullptr,
+              *bgate = nullptr, *bdown = nullptr;
   const float *ln1_w, *ln1_b, *ln2_w, *ln2_b;
 };
 
@@ -28,6 +30,30 @@ class BertModel final : public EncoderModel {
  public:
   BertModel(ModelConfig config, WeightStore weights)
       : EncoderModel(std::move(config), std::move(weights)) {
+    const ModelConfig& c = config_;
+    WeightStore& w = weights_;
+    if (c.encoder_kind == ModelConfig::EncoderKind::kNomic) {
+      load_nomic();
+    } else {
+      load_bert();
+    }
+    const std::string& P = prefix_;
+    using Classifier = ModelConfig::Classifier;
+    if (c.classifier == Classifier::kBertPooler) {
+      head_dense_ = w.matrix(P + "pooler.dense.weight", c.dim, c.dim);
+      head_dense_b_ = w.f32(P + "pooler.dense.bias", {c.dim});
+      head_out_ = w.matrix("classifier.weight", c.num_labels, c.dim);
+      head_out_b_ = w.f32("classifier.bias", {c.num_labels});
+    } else if (c.classifier == Classifier::kRobertaHead) {
+      head_dense_ = w.matrix("classifier.dense.weight", c.dim, c.dim);
+      head_dense_b_ = w.f32("classifier.dense.bias", {c.dim});
+      head_out_ = w.matrix("classifier.out_proj.weight", c.num_labels, c.dim);
+      head_out_b_ = w.f32("classifier.out_proj.bias", {c.num_labels});
+    }
+  }
+
+ private:
+  void load_bert() {
     const ModelConfig& c = config_;
     WeightStore& w = weights_;
     // BertModel saved alone has no prefix; a ForSequenceClassification (or ForMaskedLM) model
@@ -67,17 +93,55 @@ class BertModel final : public EncoderModel {
       ln(p + "output.LayerNorm", L.ln2_w, L.ln2_b);
       layers_.push_back(L);
     }
-    using Classifier = ModelConfig::Classifier;
-    if (c.classifier == Classifier::kBertPooler) {
-      head_dense_ = w.matrix(P + "pooler.dense.weight", c.dim, c.dim);
-      head_dense_b_ = w.f32(P + "pooler.dense.bias", {c.dim});
-      head_out_ = w.matrix("classifier.weight", c.num_labels, c.dim);
-      head_out_b_ = w.f32("classifier.bias", {c.num_labels});
-    } else if (c.classifier == Classifier::kRobertaHead) {
-      head_dense_ = w.matrix("classifier.dense.weight", c.dim, c.dim);
-      head_dense_b_ = w.f32("classifier.dense.bias", {c.dim});
-      head_out_ = w.matrix("classifier.out_proj.weight", c.num_labels, c.dim);
-      head_out_b_ = w.f32("classifier.out_proj.bias", {c.num_labels});
+  }
+
+  // NomicBERT's names (nomic-ai's NomicBertModel; under "bert." in its pre-training model):
+  // embeddings (word, token type), emb_ln, per layer attn.Wqkv [q; k; v], attn.out_proj, norm1,
+  // mlp.fc11 (value) / fc12 (gate) / fc2 (or fc1 / fc2 ungated), norm2; biases optional.
+  void load_nomic() {
+    const ModelConfig& c = config_;
+    WeightStore& w = weights_;
+    if (!w.has("embeddings.word_embeddings.weight") &&
+        w.has("bert.embeddings.word_embeddings.weight"))
+      prefix_ = "bert.";
+    const std::string& P = prefix_;
+    auto bias = [&](const std::string& name, int64_t n) {
+      return w.has(name) ? w.f32(name, {n}) : nullptr;
+    };
+    word_ = w.matrix(P + "embeddings.word_embeddings.weight", c.vocab_size, c.dim);
+    if (c.type_vocab_size > 0)
+      type_ = w.f32(P + "embeddings.token_type_embeddings.weight", {c.type_vocab_size, c.dim});
+    emb_ln_w_ = w.f32(P + "emb_ln.weight", {c.dim});
+    emb_ln_b_ = w.f32(P + "emb_ln.bias", {c.dim});
+    rope_ = Rope(c.rope, c.head_dim, c.rope_style);
+    for (int64_t l = 0; l < c.n_layers; ++l) {
+      const std::string p = P + "encoder.layers." + std::to_string(l) + ".";
+      BertLayer L;
+      const auto qkv = w.matrix(p + "attn.Wqkv.weight", 3 * c.dim, c.dim, false, c.dim);
+      L.q = qkv.rows(0, c.dim);
+      L.k = qkv.rows(c.dim, c.dim);
+      L.v = qkv.rows(2 * c.dim, c.dim);
+      if (const float* b = bias(p + "attn.Wqkv.bias", 3 * c.dim)) {
+        L.bq = b;
+        L.bk = b + c.dim;
+        L.bv = b + 2 * c.dim;
+      }
+      L.o = w.matrix(p + "attn.out_proj.weight", c.dim, c.dim);
+      L.bo = bias(p + "attn.out_proj.bias", c.dim);
+      L.ln1_w = w.f32(p + "norm1.weight", {c.dim});
+      L.ln1_b = w.f32(p + "norm1.bias", {c.dim});
+      const std::string up = c.gated_ffn ? "mlp.fc11" : "mlp.fc1";
+      L.up = w.matrix(p + up + ".weight", c.ffn_dim, c.dim);
+      L.bup = bias(p + up + ".bias", c.ffn_dim);
+      if (c.gated_ffn) {
+        L.gate = w.matrix(p + "mlp.fc12.weight", c.ffn_dim, c.dim);
+        L.bgate = bias(p + "mlp.fc12.bias", c.ffn_dim);
+      }
+      L.down = w.matrix(p + "mlp.fc2.weight", c.dim, c.ffn_dim);
+      L.bdown = bias(p + "mlp.fc2.bias", c.dim);
+      L.ln2_w = w.f32(p + "norm2.weight", {c.dim});
+      L.ln2_b = w.f32(p + "norm2.bias", {c.dim});
+      layers_.push_back(L);
     }
   }
 
@@ -92,15 +156,16 @@ class BertModel final : public EncoderModel {
     if (n == 0) return;
     for (auto* v : {&q_, &k_, &v_, &att_}) transformer::grow(*v, n * dim);
     transformer::grow(h_, n * ffn);
+    if (c.gated_ffn) transformer::grow(up_, n * ffn);
+    const bool rotary = c.encoder_kind == ModelConfig::EncoderKind::kNomic;
     float* x = hidden;  // the residual stream lives in the output
     for (size_t s = 0; s < inputs.size(); ++s) {
       const EncoderInput& in = inputs[s];
       transformer::for_rows(pool, static_cast<int64_t>(in.tokens.size()), [&](int64_t i) {
         float* row = x + (start_[s] + i) * dim;
         word_.dequantize_row(in.tokens[i], row);
-        const float* pe = pos_ + (c.position_offset + i) * dim;
-        const float* te = type_ ? type_ + (in.types.empty() ? 0 : in.types[i]) * dim : nullptr;
-        for (int64_t d = 0; d < dim; ++d) row[d] += pe[d] + (te ? te[d] : 0.0f);
+        if (pos_) kernels::add(row, pos_ + (c.position_offset + i) * dim, dim);
+        if (type_) kernels::add(row, type_ + (in.types.empty() ? 0 : in.types[i]) * dim, dim);
         kernels::layer_norm(row, emb_ln_w_, emb_ln_b_, c.norm_eps, dim, row);
       });
     }
@@ -109,10 +174,16 @@ class BertModel final : public EncoderModel {
       const kernels::MatmulOutput qkv[] = {
           {L.q, L.bq, q_.data()}, {L.k, L.bk, k_.data()}, {L.v, L.bv, v_.data()}};
       kernels::matmul_many(x, n, qkv, pool);
+      if (rotary) {  // positions count from each input's start
+        transformer::for_rows(pool, n, [&](int64_t i) {
+          const int64_t e = input_of(i), len = start_[e + 1] - start_[e];
+          rope_.apply_in(q_.data() + i * dim, static_cast<int>(c.n_heads), i - start_[e], len);
+          rope_.apply_in(k_.data() + i * dim, static_cast<int>(c.n_heads), i - start_[e], len);
+        });
+      }
       // Every query row over its own input's keys, all of them (bidirectional).
       transformer::for_rows(pool, n, [&](int64_t i) {
-        const size_t e = static_cast<size_t>(std::upper_bound(start_.begin(), start_.end(), i) -
-                                             start_.begin() - 1);
+        const int64_t e = input_of(i);
         const int64_t first = start_[e], len = start_[e + 1] - first;
         thread_local std::vector<float> scores;
         scores.resize(static_cast<size_t>(len));
@@ -125,9 +196,18 @@ class BertModel final : public EncoderModel {
       transformer::for_rows(pool, n, [&](int64_t i) {
         kernels::layer_norm(x + i * dim, L.ln1_w, L.ln1_b, c.norm_eps, dim, x + i * dim);
       });
-      kernels::matmul(x, n, L.up, L.bup, h_.data(), pool);
-      transformer::for_rows(pool, n,
-                            [&](int64_t i) { kernels::gelu_erf(h_.data() + i * ffn, ffn); });
+      if (c.gated_ffn) {  // SwiGLU: up(x) * silu(gate(x))
+        const kernels::MatmulOutput mlp[] = {{L.gate, L.bgate, h_.data()},
+                                             {L.up, L.bup, up_.data()}};
+        kernels::matmul_many(x, n, mlp, pool);
+        transformer::for_rows(pool, n, [&](int64_t i) {
+          kernels::silu_mul(h_.data() + i * ffn, up_.data() + i * ffn, ffn);
+        });
+      } else {
+        kernels::matmul(x, n, L.up, L.bup, h_.data(), pool);
+        transformer::for_rows(pool, n,
+                              [&](int64_t i) { kernels::gelu_erf(h_.data() + i * ffn, ffn); });
+      }
       kernels::matmul_add(h_.data(), n, L.down, L.bdown, x, pool);
       transformer::for_rows(pool, n, [&](int64_t i) {
         kernels::layer_norm(x + i * dim, L.ln2_w, L.ln2_b, c.norm_eps, dim, x + i * dim);
@@ -152,8 +232,14 @@ class BertModel final : public EncoderModel {
   std::vector<BertLayer> layers_;
   kernels::WeightMatrix head_dense_, head_out_;
   const float *head_dense_b_ = nullptr, *head_out_b_ = nullptr;
+  // The input a row of the batch belongs to.
+  int64_t input_of(int64_t row) const {
+    return std::upper_bound(start_.begin(), start_.end(), row) - start_.begin() - 1;
+  }
+
+  Rope rope_;  // NomicBERT's
   std::vector<int64_t> start_;
-  std::vector<float> q_, k_, v_, att_, h_;
+  std::vector<float> q_, k_, v_, att_, h_, up_;
 };
 
 }  // namespace

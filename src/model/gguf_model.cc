@@ -348,12 +348,22 @@ ModelConfig gguf_t5_config(const GgufFile& f, const std::string& path) {
 // llama.cpp's "bert" (BertModel, and XLM-RoBERTa rerankers): its converter drops RoBERTa's
 // first pad_token_id + 1 position rows, so positions count from 0 here; a classifier head where
 // the file has cls (dense, tanh) and cls.output (one row per label: a reranker's one score).
+// llama.cpp's "nomic-bert" the same, with rotary positions (rope.freq_base, NEOX halves), a fused
+// attn_qkv and a SwiGLU MLP (ffn_up the value, ffn_gate the gate), without biases or a head.
 ModelConfig gguf_bert_config(const GgufFile& f, const std::string& path) {
   ModelConfig c;
   c.format = "gguf";
   c.arch = Arch::kBert;
   c.architecture = "BertModel";
-  const std::string p = "bert.";
+  const std::string arch = f.get_string("general.architecture");
+  const std::string p = arch + ".";
+  if (arch == "nomic-bert") {
+    c.architecture = "NomicBertModel";
+    c.encoder_kind = ModelConfig::EncoderKind::kNomic;
+    c.gated_ffn = true;
+    c.rope.theta = f.get_float(p + "rope.freq_base", 10000.0);
+    c.rope_style = kernels::RopeStyle::kHalf;
+  }
   c.dim = positive(f, p + "embedding_length");
   c.n_layers = positive(f, p + "block_count");
   c.ffn_dim = positive(f, p + "feed_forward_length");
@@ -368,7 +378,7 @@ ModelConfig gguf_bert_config(const GgufFile& f, const std::string& path) {
   const GgufTensorInfo* types = f.tensor("token_types.weight");
   c.type_vocab_size = types && types->ne.size() == 2 ? types->ne[1] : 0;
   c.vocab_size = vocab_size_of(f, path);
-  if (const GgufTensorInfo* out = f.tensor("cls.output.weight")) {
+  if (const GgufTensorInfo* out = arch == "bert" ? f.tensor("cls.output.weight") : nullptr) {
     if (!f.tensor("cls.weight"))
       fail("'{}': cls.output.weight without cls.weight (the head's dense layer)", path);
     c.classifier = ModelConfig::Classifier::kRobertaHead;
@@ -380,7 +390,28 @@ ModelConfig gguf_bert_config(const GgufFile& f, const std::string& path) {
   return c;
 }
 
-// The Hugging Face name of a llama.cpp "bert" tensor.
+using NamePairs = std::span<const std::pair<const char*, const char*>>;
+
+// The Hugging Face name of a llama.cpp encoder tensor: the top-level names, and the blocks'
+// blk.N.<ggml>.{weight,bias} as <layers>.N.<hf>.{weight,bias}.
+std::string encoder_hf_name(const std::string& name, NamePairs top, NamePairs block,
+                            const char* layers) {
+  for (const auto& [g, h] : top)
+    if (name == g) return h;
+  if (name.rfind("blk.", 0) != 0) return {};
+  const size_t dot = name.find('.', 4);
+  if (dot == std::string::npos) return {};
+  const std::string layer = name.substr(4, dot - 4), rest = name.substr(dot + 1);
+  for (const char* suffix : {".weight", ".bias"}) {
+    if (!rest.ends_with(suffix)) continue;
+    const std::string base = rest.substr(0, rest.size() - std::strlen(suffix));
+    for (const auto& [g, h] : block)
+      if (base == g) return fmt::format("{}.{}.{}{}", layers, layer, h, suffix);
+  }
+  return {};
+}
+
+// A llama.cpp "bert" tensor's name in transformers' BertModel.
 std::string bert_hf_name(const std::string& name) {
   static const std::pair<const char*, const char*> kTop[] = {
       {"token_embd.weight", "embeddings.word_embeddings.weight"},
@@ -401,26 +432,31 @@ std::string bert_hf_name(const std::string& name) {
       {"ffn_up", "intermediate.dense"},
       {"ffn_down", "output.dense"},
       {"layer_output_norm", "output.LayerNorm"}};
-  for (const auto& [g, h] : kTop)
-    if (name == g) return h;
-  if (name.rfind("blk.", 0) != 0) return {};
-  const size_t dot = name.find('.', 4);
-  if (dot == std::string::npos) return {};
-  const std::string layer = name.substr(4, dot - 4), rest = name.substr(dot + 1);
-  for (const char* suffix : {".weight", ".bias"}) {
-    if (!rest.ends_with(suffix)) continue;
-    const std::string base = rest.substr(0, rest.size() - std::strlen(suffix));
-    for (const auto& [g, h] : kBlock)
-      if (base == g) return fmt::format("encoder.layer.{}.{}{}", layer, h, suffix);
-  }
-  return {};
+  return encoder_hf_name(name, kTop, kBlock, "encoder.layer");
+}
+
+// A llama.cpp "nomic-bert" tensor's name in nomic-ai's NomicBertModel.
+std::string nomic_bert_hf_name(const std::string& name) {
+  static const std::pair<const char*, const char*> kTop[] = {
+      {"token_embd.weight", "embeddings.word_embeddings.weight"},
+      {"token_types.weight", "embeddings.token_type_embeddings.weight"},
+      {"token_embd_norm.weight", "emb_ln.weight"},
+      {"token_embd_norm.bias", "emb_ln.bias"}};
+  static const std::pair<const char*, const char*> kBlock[] = {
+      {"attn_qkv", "attn.Wqkv"},     {"attn_output", "attn.out_proj"},
+      {"attn_output_norm", "norm1"}, {"ffn_up", "mlp.fc11"},
+      {"ffn_gate", "mlp.fc12"},      {"ffn_down", "mlp.fc2"},
+      {"layer_output_norm", "norm2"}};
+  return encoder_hf_name(name, kTop, kBlock, "encoder.layers");
 }
 }  // namespace
 
 ModelConfig gguf_model_config(const GgufFile& f, const std::string& path) {
   if (f.get_string("general.architecture") == "mamba") return gguf_mamba_config(f, path);
   if (f.get_string("general.architecture") == "t5") return gguf_t5_config(f, path);
-  if (f.get_string("general.architecture") == "bert") return gguf_bert_config(f, path);
+  if (f.get_string("general.architecture") == "bert" ||
+      f.get_string("general.architecture") == "nomic-bert")
+    return gguf_bert_config(f, path);
   ModelConfig c;
   c.format = "gguf";
   const std::string arch = f.get_string("general.architecture");
@@ -581,7 +617,9 @@ ModelConfig load_gguf(const std::string& path, WeightStore& store) {
                       : c.architecture == "Phi3ForCausalLM" ? Names::kPhi3
                                                             : Names::kLlama;
   for (const GgufTensorInfo& t : f.tensors) {
-    const std::string name = c.arch == Arch::kT5     ? t5_hf_name(t.name, c.gated_ffn)
+    const std::string name = c.arch == Arch::kT5 ? t5_hf_name(t.name, c.gated_ffn)
+                             : c.encoder_kind == ModelConfig::EncoderKind::kNomic
+                                 ? nomic_bert_hf_name(t.name)
                              : c.arch == Arch::kBert ? bert_hf_name(t.name)
                                                      : hf_name(names, t.name);
     if (name.empty()) continue;

@@ -182,6 +182,20 @@ std::unique_ptr<Model> load_model(const std::string& path, kernels::WeightType w
     config = load_llama2c(path, weights);
   }
   weights.set_compute_type(weight_type);
+  // How embeddings are pooled, where the files say: an encoder's, or an embedding model on a
+  // decoder (Qwen3-Embedding: last token, normalized) in sentence-transformers' files.
+  // A generator whose files ask for a pooling tokenflow lacks still generates (and embeds by
+  // its last token); an encoder is refused.
+  if (!config.encoder_decoder()) {
+    EncoderPoolingConfig pooling;
+    try {
+      pooling = read_encoder_pooling(path);
+    } catch (const Error&) {
+      if (config.encoder_only()) throw;
+    }
+    if (pooling.from_config) config.embedding_pooling = encoder_pooling_name(pooling.pooling);
+    config.embedding_normalize = pooling.normalize;
+  }
   std::unique_ptr<Model> model;
   switch (config.arch) {
     case Arch::kGpt2:
@@ -196,13 +210,9 @@ std::unique_ptr<Model> load_model(const std::string& path, kernels::WeightType w
     case Arch::kLlama:
       model = make_llama(std::move(config), std::move(weights));
       break;
-    case Arch::kBert: {
-      const EncoderPoolingConfig pooling = read_encoder_pooling(path);
-      if (pooling.from_config) config.embedding_pooling = encoder_pooling_name(pooling.pooling);
-      config.embedding_normalize = pooling.normalize;
+    case Arch::kBert:
       model = make_bert(std::move(config), std::move(weights));
       break;
-    }
   }
   // The model holds copies and conversions only: the files go, and with them any way for a
   // file changed in place to reach a running model.

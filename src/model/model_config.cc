@@ -67,7 +67,8 @@ void ModelConfig::validate(const std::string& source) const {
   }
   if (!(norm_eps > 0.0f && norm_eps < 1.0f))
     fail("{}: norm epsilon {} is out of range", source, norm_eps);
-  if (arch == Arch::kLlama) validate_rope(rope, head_dim, source);
+  if (arch == Arch::kLlama || (arch == Arch::kBert && encoder_kind == EncoderKind::kNomic))
+    validate_rope(rope, head_dim, source);
   if (has_local_rope) validate_rope(local_rope, head_dim, source);
   if (sliding_window < 0 || sliding_window > (int64_t{1} << 24))
     fail("{}: sliding_window {} is out of range", source, sliding_window);
@@ -259,6 +260,61 @@ ModelConfig parse_bert(const json& j, const std::string& source, bool roberta,
     }
     if (static_cast<int64_t>(labels.size()) > c.num_labels)
       fail("{}: id2label has {} labels for num_labels {}", source, labels.size(), c.num_labels);
+  }
+  return c;
+}
+
+// NomicBERT's config (nomic-ai's NomicBertConfig, a GPT2Config): n_embd, n_layer, n_head,
+// n_inner, n_positions, type_vocab_size, layer_norm_epsilon; rotary_emb_fraction / _base /
+// _interleaved and rotary_scaling_factor (dynamic NTK past max_trained_positions);
+// activation_function swiglu or gelu; prenorm false (the post-LN block).
+ModelConfig parse_nomic_bert(const json& j, const std::string& source) {
+  ModelConfig c;
+  c.arch = Arch::kBert;
+  c.encoder_kind = ModelConfig::EncoderKind::kNomic;
+  c.vocab_size = get_int(j, "vocab_size", source);
+  c.dim = get_int(j, "n_embd", source);
+  c.n_layers = get_int(j, "n_layer", source);
+  c.n_heads = c.n_kv_heads = get_int(j, "n_head", source);
+  if (c.n_heads <= 0 || c.dim % c.n_heads != 0)
+    fail("{}: n_embd {} is not a multiple of n_head {}", source, c.dim, c.n_heads);
+  c.head_dim = c.dim / c.n_heads;
+  c.ffn_dim = get_int_or(j, "n_inner", 4 * c.dim, source);
+  c.type_vocab_size = get_int_or(j, "type_vocab_size", 2, source);
+  if (c.type_vocab_size < 0 || c.type_vocab_size > 1024)
+    fail("{}: type_vocab_size {} is out of range (0..1024)", source, c.type_vocab_size);
+  c.norm_eps = static_cast<float>(get_num_or(j, "layer_norm_epsilon", 1e-12, source));
+  c.max_seq_len = get_int_or(j, "n_positions", 2048, source);
+  if (get_bool_or(j, "prenorm", false, source))
+    fail(ErrorKind::kUnsupported, "{}: prenorm NomicBERT is not supported (the post-LN one is)",
+         source);
+  if (get_bool_or(j, "causal", false, source))
+    fail(ErrorKind::kUnsupported, "{}: a causal NomicBERT is not supported", source);
+  const std::string act = get_string_or(j, "activation_function", "swiglu", source);
+  if (act == "swiglu") {
+    c.gated_ffn = true;
+  } else if (act != "gelu") {
+    fail(ErrorKind::kUnsupported,
+         "{}: activation_function '{}' is not supported (swiglu and gelu are)", source, act);
+  }
+  const double fraction = get_num_or(j, "rotary_emb_fraction", 0.0, source);
+  if (!(fraction > 0.0 && fraction <= 1.0))
+    fail(ErrorKind::kUnsupported,
+         "{}: rotary_emb_fraction {} is not supported (NomicBERT with rotary positions, in "
+         "(0, 1], is)",
+         source, fraction);
+  if (get_num_or(j, "rotary_emb_scale_base", 0.0, source) != 0.0)
+    fail(ErrorKind::kUnsupported, "{}: rotary_emb_scale_base (xPos) is not supported", source);
+  c.rope.theta = get_num_or(j, "rotary_emb_base", 10000.0, source);
+  c.rope.rot_dim = static_cast<int64_t>(std::llround(fraction * static_cast<double>(c.head_dim)));
+  c.rope_style = get_bool_or(j, "rotary_emb_interleaved", false, source)
+                     ? kernels::RopeStyle::kInterleaved
+                     : kernels::RopeStyle::kHalf;
+  const double scaling = get_num_or(j, "rotary_scaling_factor", 0.0, source);
+  if (scaling != 0.0) {
+    c.rope.kind = RopeParams::Kind::kDynamic;
+    c.rope.factor = scaling;
+    c.rope.original_max_pos = get_int_or(j, "max_trained_positions", 2048, source);
   }
   return c;
 }
@@ -629,6 +685,10 @@ ModelConfig parse_hf_config(const std::string& json_text, const std::string& sou
              architecture == "BertForMaskedLM" || (architecture.empty() && model_type == "bert")) {
     if (architecture.empty()) architecture = "BertModel";
     c = parse_bert(j, source, false, architecture);
+  } else if (architecture == "NomicBertModel" ||
+             (architecture.empty() && model_type == "nomic_bert")) {
+    architecture = "NomicBertModel";
+    c = parse_nomic_bert(j, source);
   } else if (architecture == "RobertaModel" || architecture == "XLMRobertaModel" ||
              architecture == "RobertaForSequenceClassification" ||
              architecture == "XLMRobertaForSequenceClassification" ||
@@ -644,11 +704,21 @@ ModelConfig parse_hf_config(const std::string& json_text, const std::string& sou
          "MixtralForCausalLM, Qwen2MoeForCausalLM, Qwen3MoeForCausalLM, OlmoeForCausalLM, "
          "MambaForCausalLM, T5ForConditionalGeneration, BertModel, "
          "BertForSequenceClassification, RobertaModel, XLMRobertaModel, "
-         "(XLM)RobertaForSequenceClassification",
+         "(XLM)RobertaForSequenceClassification, NomicBertModel",
          source, architecture, model_type);
   }
   c.architecture = architecture;
   c.format = "safetensors";
+  c.matryoshka = get_bool_or(j, "is_matryoshka", false, source);
+  if (auto it = j.find("matryoshka_dimensions"); it != j.end() && !it->is_null()) {
+    if (!it->is_array()) fail("{}: matryoshka_dimensions must be a list of sizes", source);
+    for (const auto& v : *it) {
+      if (!v.is_number_integer() || v.get<int64_t>() < 1 || v.get<int64_t>() > c.dim)
+        fail("{}: matryoshka_dimensions must hold sizes from 1 to hidden size {}", source, c.dim);
+      c.matryoshka_dims.push_back(v.get<int64_t>());
+    }
+    c.matryoshka = true;
+  }
   c.bos_id = get_token_id(j, "bos_token_id", source);
   c.eos_id = get_token_id(j, "eos_token_id", source);
   const bool qwen = architecture.rfind("Qwen", 0) == 0;

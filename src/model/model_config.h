@@ -114,11 +114,21 @@ struct ModelConfig {
   int64_t num_labels = 0;
   std::vector<std::string> labels;
   bool encoder_only() const { return arch == Arch::kBert; }
+  // NomicBERT (encoder_kind kNomic: nomic-embed-text, nomic-bert-2048; Nussbaum et al. 2024):
+  // the post-LN BERT block with rotary positions (rope, rope_style; no learned position table),
+  // one fused Wqkv, a SwiGLU MLP (fc11 the value, fc12 the gate) or an erf-GELU one, biases
+  // where the files have them. rope.kind kDynamic: NTK-aware scaling of the base by the input's
+  // own length beyond rope.original_max_pos (max_trained_positions), as nomic's model does.
+  enum class EncoderKind { kBert, kNomic } encoder_kind = EncoderKind::kBert;
   // How the model's files say its embeddings are pooled ("cls", "mean", "max", "last": from
   // sentence-transformers' config or GGUF's pooling_type, read at load; empty: not said) and
   // whether they are normalized.
   std::string embedding_pooling;
   bool embedding_normalize = false;
+  // Matryoshka embeddings (config.json's matryoshka_dimensions, or is_matryoshka): a prefix of
+  // the embedding is an embedding too; the listed sizes (empty with matryoshka: any).
+  std::vector<int64_t> matryoshka_dims;
+  bool matryoshka = false;
 
   int32_t bos_id = -1;  // -1: none
   int32_t eos_id = -1;

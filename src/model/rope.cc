@@ -205,4 +205,10 @@ void Rope::apply(float* x, int n_heads, int64_t pos) const {
                 static_cast<int>(rot_dim_), scale_);
 }
 
+void Rope::apply_in(float* x, int n_heads, int64_t pos, int64_t len) const {
+  thread_local std::vector<float> scratch;
+  kernels::rope(x, n_heads, static_cast<int>(head_dim_), pos, inv_freq(len - 1, scratch), style_,
+                static_cast<int>(rot_dim_), scale_);
+}
+
 }  // namespace tf

@@ -53,6 +53,9 @@ class Rope {
 
   // Rotates n_heads heads (of head_dim) at position pos in place.
   void apply(float* x, int n_heads, int64_t pos) const;
+  // As apply, for a token of an input of len tokens seen whole (an encoder's): the kinds whose
+  // frequencies depend on the length take len, not pos + 1.
+  void apply_in(float* x, int n_heads, int64_t pos, int64_t len) const;
 
   int64_t rot_dim() const { return rot_dim_; }
   // The frequencies at position pos (rot_dim / 2) and the factor on cos and sin.

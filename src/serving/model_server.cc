@@ -9,8 +9,10 @@
 
 #include "core/error.h"
 #include "core/log.h"
+#include "model/bert.h"
 #include "serving/anthropic/anthropic_routes.h"
 #include "serving/grpc/grpc_generation.h"
+#include "serving/models/model_tasks.h"
 #include "serving/models/served_model.h"
 #include "serving/ollama/ollama_routes.h"
 #include "serving/openai/openai_routes.h"
@@ -88,8 +90,51 @@ std::vector<std::string> checked_roots(const ModelServerOptions& o,
 
 namespace {
 
+// The value of a per-model flag (--task, --pooling: "VALUE" or "NAME=VALUE") for the model
+// served as name ("": not given).
+std::string per_model_value(const std::vector<std::string>& values, const std::string& name) {
+  std::string all, named;
+  for (const std::string& v : values) {
+    const size_t eq = v.find('=');
+    if (eq == std::string::npos) {
+      all = v;
+    } else if (v.substr(0, eq) == name) {
+      named = v.substr(eq + 1);
+    }
+  }
+  return named.empty() ? all : named;
+}
+
+Pooling pooling_named(const std::string& name) {
+  const EncoderPooling p = parse_encoder_pooling(name);
+  return p == EncoderPooling::kMean  ? Pooling::kMean
+         : p == EncoderPooling::kMax ? Pooling::kMax
+         : p == EncoderPooling::kCls ? Pooling::kCls
+                                     : Pooling::kLast;
+}
+
+// --task and --pooling values, each "VALUE" or "NAME=VALUE" with a value they know.
+void check_model_flags(const ModelServerOptions& o) {
+  for (const auto& [flag, values] : {std::pair{"--task", &o.tasks}, {"--pooling", &o.poolings}}) {
+    for (const std::string& v : *values) {
+      const size_t eq = v.find('=');
+      const std::string value = eq == std::string::npos ? v : v.substr(eq + 1);
+      try {
+        if (std::string_view(flag) == "--task") {
+          (void)parse_task(value);
+        } else {
+          (void)pooling_named(value);
+        }
+      } catch (const Error& e) {
+        fail(ErrorKind::kInvalidArgument, "{} '{}': {}", flag, v, e.what());
+      }
+    }
+  }
+}
+
 // --chat-template and --chat-template-kwargs, checked before anything loads.
 void check_chat_flags(const ModelServerOptions& o) {
+  check_model_flags(o);
   try {
     if (!o.chat_template.empty()) (void)chat_template_from_spec(o.chat_template);
   } catch (const Error& e) {
@@ -147,8 +192,9 @@ ModelServer::ModelServer(ModelServerOptions options) : options_(std::move(option
   const std::string tokenizer = o.tokenizer;
   const std::optional<ToolFormat> tool_format = o.tool_format;
   const std::string chat_template = o.chat_template, chat_kwargs = o.chat_template_kwargs;
+  const std::vector<std::string> tasks = o.tasks, poolings = o.poolings;
   state_ = std::make_unique<ServingState>(
-      [ec, tokenizer, dtype, tool_format, chat_template, chat_kwargs](
+      [ec, tokenizer, dtype, tool_format, chat_template, chat_kwargs, tasks, poolings](
           const std::string& name, int64_t version, const std::string& path,
           const tfs::ModelConfig& config) {
         // The model config's own batching settings over the server's.
@@ -161,6 +207,11 @@ ModelServer::ModelServer(ModelServerOptions options) : options_(std::move(option
           model_ec.ngram.num_tokens = config.num_speculative_tokens();
         std::shared_ptr<ServedModel> m = load_served_model(name, path, model_ec, tokenizer, dtype);
         apply_signature_config(m->generate, config.generate_signature());
+        // The operator's task and pooling for it (--task, --pooling).
+        if (const std::string task = per_model_value(tasks, name); !task.empty())
+          apply_task(*m, parse_task(task));
+        if (const std::string pooling = per_model_value(poolings, name); !pooling.empty())
+          m->pooling = pooling_named(pooling);
         // The conversation format, built once: the config's template over the server's over the
         // model's own, the same for the kwargs.
         const std::string& spec =
@@ -179,9 +230,9 @@ ModelServer::ModelServer(ModelServerOptions options) : options_(std::move(option
               "are refused: {}",
               name, version, m->chat->error());
         m->version = version;
-        log::info("loaded '{}' version {} from {} in {:.2f} s ({}, {} KV blocks in {})", m->name,
-                  version, m->path, m->load_seconds, m->config().architecture,
-                  m->engine->kv_blocks(), m->engine->kv_layout().describe());
+        log::info("loaded '{}' version {} from {} in {:.2f} s ({}, {}; {} KV blocks in {})",
+                  m->name, version, m->path, m->load_seconds, m->config().architecture,
+                  tasks_text(m->tasks), m->engine->kv_blocks(), m->engine->kv_layout().describe());
         return m;
       },
       std::move(ro));

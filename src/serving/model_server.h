@@ -48,6 +48,10 @@ struct ModelServerOptions {
   // --chat-template (a built-in name, a file or the template; "": each model's own) and
   // --chat-template-kwargs (a JSON object; ""): a model config's own fields win.
   std::string chat_template, chat_template_kwargs;
+  // --task and --pooling: "VALUE" for every model, or "NAME=VALUE" for the model served as NAME
+  // (a named one wins). Tasks: generate, embed, score, classify (model_tasks.h); poolings: cls,
+  // mean, max, last.
+  std::vector<std::string> tasks, poolings;
   std::optional<GrpcServerConfig> grpc;  // nullopt: no gRPC
 };
 

@@ -1,6 +1,8 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <tuple>
+#include <vector>
 
 #include "core/error.h"
 #include "model/cache_layout.h"
@@ -207,6 +209,48 @@ TEST(ModelConfig, GemmaAndSlidingWindowLayers) {
   c = parse_hf_config(m, "config.json");
   EXPECT_EQ(c.max_seq_len, 256);
   EXPECT_TRUE(c.is_sliding(0) && c.is_sliding(1));
+}
+
+TEST(ModelConfig, NomicBertRotaryEncoder) {
+  const std::string nomic = R"({"architectures":["NomicBertModel"],"model_type":"nomic_bert",
+    "vocab_size":100,"n_embd":64,"n_layer":2,"n_head":4,"n_inner":96,"n_positions":8192,
+    "max_trained_positions":2048,"type_vocab_size":2,"layer_norm_epsilon":1e-12,
+    "activation_function":"swiglu","prenorm":false,"causal":false,"rotary_emb_fraction":1.0,
+    "rotary_emb_base":1000,"rotary_emb_interleaved":false,"rotary_emb_scale_base":null,
+    "rotary_scaling_factor":null,"matryoshka_dimensions":[16,32]})";
+  ModelConfig c = parse_hf_config(nomic, "config.json");
+  EXPECT_TRUE(c.encoder_only());
+  EXPECT_EQ(c.encoder_kind, ModelConfig::EncoderKind::kNomic);
+  EXPECT_TRUE(c.gated_ffn);
+  EXPECT_EQ(c.head_dim, 16);
+  EXPECT_EQ(c.rope.theta, 1000.0);
+  EXPECT_EQ(c.rope.rot_dim, 16);
+  EXPECT_EQ(c.rope.kind, RopeParams::Kind::kDefault);
+  EXPECT_EQ(c.max_seq_len, 8192);
+  EXPECT_EQ(c.matryoshka_dims, (std::vector<int64_t>{16, 32}));
+  auto with = [&](const std::string& from, const std::string& to) {
+    std::string t = nomic;
+    t.replace(t.find(from), from.size(), to);
+    return t;
+  };
+  c = parse_hf_config(with("\"rotary_scaling_factor\":null", "\"rotary_scaling_factor\":2"),
+                      "config.json");
+  EXPECT_EQ(c.rope.kind, RopeParams::Kind::kDynamic);
+  EXPECT_EQ(c.rope.original_max_pos, 2048);
+  c = parse_hf_config(with("\"rotary_emb_fraction\":1.0", "\"rotary_emb_fraction\":0.5"),
+                      "config.json");
+  EXPECT_EQ(c.rope.rot_dim, 8);
+  for (const auto& [from, to, message] :
+       {std::tuple{"\"prenorm\":false", "\"prenorm\":true", "prenorm NomicBERT"},
+        std::tuple{"\"activation_function\":\"swiglu\"", "\"activation_function\":\"geglu\"",
+                   "activation_function 'geglu'"},
+        std::tuple{"\"rotary_emb_fraction\":1.0", "\"rotary_emb_fraction\":0.0",
+                   "rotary_emb_fraction 0"},
+        std::tuple{"\"rotary_emb_scale_base\":null", "\"rotary_emb_scale_base\":512", "xPos"},
+        std::tuple{"[16,32]", "[16,65]", "matryoshka_dimensions must hold sizes from 1 to"}}) {
+    const std::string e = error_of(with(from, to));
+    EXPECT_NE(e.find(message), std::string::npos) << e;
+  }
 }
 
 TEST(ModelConfig, Phi3FusesProjections) {

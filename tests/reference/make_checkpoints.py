@@ -260,6 +260,24 @@ def _bert_config(dtype, kind):
     return dict(sorted(cfg.items()))
 
 
+def _nomic_config(dtype):
+    # nomic-ai's NomicBertConfig as nomic-embed-text-v1.5 ships it, small: 3 layers, 4 heads of
+    # 12, a SwiGLU MLP of 64, rotary positions (base 1000, every dimension), no biases, 64
+    # positions of which 32 were "trained" (rotary_scaling_factor null here; a test sets it).
+    return dict(sorted({
+        "architectures": ["NomicBertModel"], "model_type": "nomic_bert",
+        "auto_map": {"AutoConfig": "nomic-ai/nomic-bert-2048--configuration_hf_nomic_bert.NomicBertConfig",
+                     "AutoModel": "nomic-ai/nomic-bert-2048--modeling_hf_nomic_bert.NomicBertModel"},
+        "vocab_size": 300, "n_embd": 48, "n_layer": 3, "n_head": 4, "n_inner": 64,
+        "n_positions": 64, "max_trained_positions": 32, "type_vocab_size": 2,
+        "layer_norm_epsilon": 1e-12, "activation_function": "swiglu", "prenorm": False,
+        "causal": False, "qkv_proj_bias": False, "mlp_fc1_bias": False, "mlp_fc2_bias": False,
+        "rotary_emb_fraction": 1.0, "rotary_emb_base": 1000, "rotary_emb_interleaved": False,
+        "rotary_emb_scale_base": None, "rotary_scaling_factor": None, "pad_token_id": 0,
+        "torch_dtype": TORCH_DTYPE[dtype], "transformers_version": TRANSFORMERS_VERSION,
+    }.items()))
+
+
 KINDS = {
     "gpt2": lambda dt: _gpt2_config(dt),
     "t5": lambda dt: _t5_config(dt, False),
@@ -269,6 +287,7 @@ KINDS = {
     "bert_cls": lambda dt: _bert_config(dt, "bert_cls"),
     "xlmr": lambda dt: _bert_config(dt, "xlmr"),
     "xlmr_cls": lambda dt: _bert_config(dt, "xlmr_cls"),
+    "nomic": lambda dt: _nomic_config(dt),
     "llama_gqa": lambda dt: _llama_config(dt, n_kv=2, tie=False, theta=10000.0),
     "llama_tied": lambda dt: _llama_config(dt, n_kv=6, tie=True, theta=500000.0, head_dim=12),
     "qwen2": lambda dt: _qwen2_config(dt),
@@ -628,6 +647,25 @@ def write_llama2c_vocab(path, pieces):
             f.write(p)
 
 
+def _nomic_weights(cfg, rng):
+    d, V, L, ff = cfg["n_embd"], cfg["vocab_size"], cfg["n_layer"], cfg["n_inner"]
+    w = {"embeddings.word_embeddings.weight": _normal(rng, (V, d), 1.0),
+         "embeddings.token_type_embeddings.weight": _normal(rng, (cfg["type_vocab_size"], d), 0.5),
+         "emb_ln.weight": _norm_weight(rng, d), "emb_ln.bias": _normal(rng, d, 0.1)}
+    for i in range(L):
+        p = "encoder.layers.%d." % i
+        w[p + "attn.Wqkv.weight"] = _normal(rng, (3 * d, d), 0.25)
+        w[p + "attn.out_proj.weight"] = _normal(rng, (d, d), 0.2)
+        w[p + "norm1.weight"] = _norm_weight(rng, d)
+        w[p + "norm1.bias"] = _normal(rng, d, 0.1)
+        w[p + "mlp.fc11.weight"] = _normal(rng, (ff, d), 0.3)
+        w[p + "mlp.fc12.weight"] = _normal(rng, (ff, d), 0.3)
+        w[p + "mlp.fc2.weight"] = _normal(rng, (d, ff), 0.2)
+        w[p + "norm2.weight"] = _norm_weight(rng, d)
+        w[p + "norm2.bias"] = _normal(rng, d, 0.1)
+    return w
+
+
 def write_checkpoint(out_dir, kind, dtype="F32", sharded=False, seed=0, legacy_gpt2_names=False):
     if kind not in KINDS:
         raise ValueError("unknown kind %r (one of %s)" % (kind, ", ".join(KINDS)))
@@ -648,6 +686,8 @@ def write_checkpoint(out_dir, kind, dtype="F32", sharded=False, seed=0, legacy_g
         w = _t5_weights(cfg, rng)
     elif cfg["model_type"] in ("bert", "xlm-roberta"):
         w = _bert_weights(cfg, rng)
+    elif cfg["model_type"] == "nomic_bert":
+        w = _nomic_weights(cfg, rng)
     else:
         w = _llama_weights(cfg, rng)
     with open(os.path.join(out_dir, "config.json"), "w") as f:

@@ -818,6 +818,55 @@ class Bert:
         return z @ w["classifier.weight"].T + w["classifier.bias"]
 
 
+class NomicBert:
+    """NomicBERT (Nussbaum et al. 2024, "Nomic Embed"; nomic-ai's NomicBertModel): BERT's post-LN
+    block with rotary positions instead of a learned table (rotate-half pairs over the first
+    rotary_emb_fraction of each head, base rotary_emb_base; with rotary_scaling_factor f the base
+    grows as base * (f n / max_trained - (f - 1)) ^ (r / (r - 2)) for an input of n tokens past
+    max_trained_positions), a fused Wqkv, a SwiGLU MLP fc2(fc11(x) * silu(fc12(x))), no biases
+    where the config turns them off. Embeddings: word + token type, then emb_ln."""
+
+    def __init__(self, cfg, w):
+        self.cfg = cfg
+        self.P = "bert." if "bert.emb_ln.weight" in w else ""
+        self.w = {k: _f(v) for k, v in w.items()}
+
+    def hidden(self, ids, types=None):
+        cfg, w, P = self.cfg, self.w, self.P
+        d, H, eps = cfg["n_embd"], cfg["n_head"], cfg["layer_norm_epsilon"]
+        dh = d // H
+        rot = int(round(cfg["rotary_emb_fraction"] * dh))
+        n = len(ids)
+        types = np.zeros(n, dtype=np.int64) if types is None else np.asarray(types)
+        base = float(cfg["rotary_emb_base"])
+        f = cfg.get("rotary_scaling_factor")
+        if f and n > cfg["max_trained_positions"]:
+            base *= (f * n / cfg["max_trained_positions"] - (f - 1)) ** (rot / (rot - 2))
+        x = w[P + "embeddings.word_embeddings.weight"][ids] + \
+            w[P + "embeddings.token_type_embeddings.weight"][types]
+        x = layer_norm(x, w[P + "emb_ln.weight"], w[P + "emb_ln.bias"], eps)
+        pos = np.arange(n)
+
+        def lin(a, name):
+            y = a @ w[name + ".weight"].T
+            return y + w[name + ".bias"] if name + ".bias" in w else y
+
+        def rotate(t):  # [n, H, dh]
+            return np.concatenate([rope_rotate_half(t[..., :rot], pos, base), t[..., rot:]], -1)
+
+        for i in range(cfg["n_layer"]):
+            p = P + "encoder.layers.%d." % i
+            qkv = lin(x, p + "attn.Wqkv").reshape(n, 3, H, dh)
+            q, k, v = rotate(qkv[:, 0]), rotate(qkv[:, 1]), qkv[:, 2]
+            q, k, v = (t.transpose(1, 0, 2) for t in (q, k, v))
+            a = (softmax(q @ k.transpose(0, 2, 1) / np.sqrt(dh)) @ v).transpose(1, 0, 2).reshape(n, d)
+            x = layer_norm(x + lin(a, p + "attn.out_proj"), w[p + "norm1.weight"],
+                           w[p + "norm1.bias"], eps)
+            h = lin(x, p + "mlp.fc11") * silu(lin(x, p + "mlp.fc12"))
+            x = layer_norm(x + lin(h, p + "mlp.fc2"), w[p + "norm2.weight"], w[p + "norm2.bias"], eps)
+        return x
+
+
 def load_hf(model_dir):
     with open(os.path.join(model_dir, "config.json")) as f:
         cfg = json.load(f)
@@ -835,6 +884,8 @@ def load_hf(model_dir):
         return T5(cfg, w)
     if cfg.get("model_type") in ("bert", "roberta", "xlm-roberta"):
         return Bert(cfg, w)
+    if cfg.get("model_type") == "nomic_bert":
+        return NomicBert(cfg, w)
     if arch in ("gemma", "gemma2", "gemma3"):
         return Gemma(cfg, w, {"gemma": 1, "gemma2": 2, "gemma3": 3}[arch])
     if arch in ("llama", "mistral", "qwen2", "qwen3", "phi3", "mixtral", "qwen2_moe",

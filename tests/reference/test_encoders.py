@@ -13,6 +13,7 @@ Needs TOKENFLOW_BIN (the tokenflow binary).
 
 import json
 import os
+import shutil
 import subprocess
 import tempfile
 import unittest
@@ -105,13 +106,51 @@ def bert_to_gguf(model_dir, path, vocab=None, pooling_type=None):
     gguf_io.write_gguf(path, meta, tensors)
 
 
+def nomic_to_gguf(model_dir, path, pooling_type=1):
+    """A NomicBertModel checkpoint as llama.cpp's converter writes it ("nomic-bert"): attn_qkv,
+    attn_output, attn_output_norm, ffn_up (fc11) / ffn_gate (fc12) / ffn_down, layer_output_norm,
+    token_embd_norm (emb_ln), rope.freq_base; no position table."""
+    import gguf_io
+    import safetensors_io
+    from test_gguf import _f32_tensor
+    with open(os.path.join(model_dir, "config.json")) as f:
+        cfg = json.load(f)
+    w = safetensors_io.load_dir(model_dir)
+    top = {"embeddings.word_embeddings.weight": "token_embd.weight",
+           "embeddings.token_type_embeddings.weight": "token_types.weight",
+           "emb_ln.weight": "token_embd_norm.weight", "emb_ln.bias": "token_embd_norm.bias"}
+    block = {"attn.Wqkv": "attn_qkv", "attn.out_proj": "attn_output", "norm1": "attn_output_norm",
+             "mlp.fc11": "ffn_up", "mlp.fc12": "ffn_gate", "mlp.fc2": "ffn_down",
+             "norm2": "layer_output_norm"}
+    tensors = []
+    for name, a in w.items():
+        if name in top:
+            _f32_tensor(tensors, top[name], a)
+        else:
+            _, _, layer, rest = name.split(".", 3)
+            base, kind = rest.rsplit(".", 1)
+            _f32_tensor(tensors, "blk.%s.%s.%s" % (layer, block[base], kind), a)
+    a = "nomic-bert."
+    meta = {"general.architecture": "nomic-bert",
+            a + "context_length": gguf_io.U32(cfg["n_positions"]),
+            a + "embedding_length": gguf_io.U32(cfg["n_embd"]),
+            a + "feed_forward_length": gguf_io.U32(cfg["n_inner"]),
+            a + "block_count": gguf_io.U32(cfg["n_layer"]),
+            a + "attention.head_count": gguf_io.U32(cfg["n_head"]),
+            a + "attention.layer_norm_epsilon": gguf_io.F32(cfg["layer_norm_epsilon"]),
+            a + "attention.causal": False,
+            a + "rope.freq_base": gguf_io.F32(cfg["rotary_emb_base"]),
+            a + "pooling_type": gguf_io.U32(pooling_type)}
+    gguf_io.write_gguf(path, meta, tensors)
+
+
 class EncoderTest(unittest.TestCase):
     @classmethod
     def setUpClass(cls):
         cls.bin = os.environ["TOKENFLOW_BIN"]
         cls.tmp = tempfile.TemporaryDirectory(prefix="tf_enc_")
         cls.models = {}
-        for kind in ("bert", "bert_cls", "xlmr", "xlmr_cls"):
+        for kind in ("bert", "bert_cls", "xlmr", "xlmr_cls", "nomic"):
             d = make_checkpoints.write_checkpoint(os.path.join(cls.tmp.name, kind), kind, seed=5)
             cls.models[kind] = (d, np_model.load_hf(d))
         cls.vocab = write_bert_vocab(os.path.join(cls.models["bert_cls"][0], "vocab.txt"), 300)
@@ -144,6 +183,43 @@ class EncoderTest(unittest.TestCase):
                 got = np.array(o["hidden"])
                 self.assertEqual(got.shape, want.shape)
                 np.testing.assert_allclose(got, want, rtol=0, atol=2e-4, err_msg="%s len %d" % (kind, len(ids)))
+
+    def test_nomic_bert_rotary_swiglu_matches_numpy(self):
+        # Rotary positions in an encoder: every input from position 0 whatever its batch, so the
+        # same tokens give the same states alone and together; types from the pair template.
+        model, ref = self.models["nomic"]
+        lines = [{"ids": ids} for ids in self.inputs]
+        out = self.embed(model, lines, "--hidden", "--batch", "6")
+        for ids, o in zip(self.inputs, out):
+            np.testing.assert_allclose(np.array(o["hidden"]), ref.hidden(ids), rtol=0, atol=2e-4,
+                                       err_msg="len %d" % len(ids))
+        alone = self.embed(model, lines, "--hidden", "--batch", "1")
+        self.assertEqual([o["hidden"] for o in out], [o["hidden"] for o in alone])
+        types = [0] * 3 + [1] * 4
+        out = self.embed(model, [{"ids": self.inputs[1], "types": types}], "--hidden")
+        np.testing.assert_allclose(np.array(out[0]["hidden"]), ref.hidden(self.inputs[1], types),
+                                   rtol=0, atol=2e-4)
+        # Dynamic NTK scaling past max_trained_positions (32): inputs of 33 and 64 tokens take a
+        # larger base, shorter ones none.
+        scaled = os.path.join(self.tmp.name, "nomic_scaled")
+        shutil.copytree(model, scaled)
+        with open(os.path.join(scaled, "config.json")) as f:
+            cfg = json.load(f)
+        cfg["rotary_scaling_factor"] = 2.0
+        with open(os.path.join(scaled, "config.json"), "w") as f:
+            json.dump(cfg, f)
+        sref = np_model.load_hf(scaled)
+        out = self.embed(scaled, lines, "--hidden")
+        for ids, o in zip(self.inputs, out):
+            np.testing.assert_allclose(np.array(o["hidden"]), sref.hidden(ids), rtol=0, atol=2e-4,
+                                       err_msg="scaled, len %d" % len(ids))
+        self.assertGreater(np.abs(sref.hidden(self.inputs[4]) - ref.hidden(self.inputs[4])).max(), 1e-3)
+        # llama.cpp's nomic-bert GGUF, mean pooling from the file.
+        g = os.path.join(self.tmp.name, "nomic.gguf")
+        nomic_to_gguf(model, g, pooling_type=1)
+        out = self.embed(g, lines)
+        for ids, o in zip(self.inputs, out):
+            np.testing.assert_allclose(o["embedding"], ref.hidden(ids).mean(0), rtol=0, atol=2e-4)
 
     def test_pooling_modes(self):
         model, ref = self.models["bert"]

@@ -482,6 +482,12 @@ class NumpySelfCheck(unittest.TestCase):
                     self.assertEqual(len([n for n in w if n.endswith("output.LayerNorm.bias")]),
                                      2 * cfg["num_hidden_layers"])
                     continue
+                if kind == "nomic":
+                    d = cfg["n_embd"]
+                    self.assertEqual(w["encoder.layers.0.attn.Wqkv.weight"].shape, (3 * d, d))
+                    self.assertEqual(w["encoder.layers.0.mlp.fc12.weight"].shape, (cfg["n_inner"], d))
+                    self.assertEqual(len([n for n in w if n.endswith("norm2.bias")]), cfg["n_layer"])
+                    continue
                 if kind == "mamba":
                     inner = cfg["intermediate_size"]
                     self.assertEqual(w["backbone.layers.0.mixer.in_proj.weight"].shape,

@@ -1,10 +1,14 @@
 """Encoders served (issue 52): /v1/embeddings, /v1/rerank (and /rerank, /v2/rerank), /score and
 /classify on BERT-family models, against the numpy encoder (tests/reference/np_model.Bert).
 
-One server with three random-weight models from make_checkpoints: an embedding model (BERT,
+One server with random-weight models from make_checkpoints: an embedding model (BERT,
 sentence-transformers' mean pooling and Normalize), a reranker (a cross-encoder with one label)
-and a 3-label classifier, each with a WordPiece vocab.txt. Every score and vector is numpy's;
-requests of many inputs come back in order; what a model cannot do is a 400 naming it."""
+and a 3-label classifier, each with a WordPiece vocab.txt; a NomicBERT that declares Matryoshka
+dimensions; and one GPT-2 (GPT-2's real tokenizer) served three ways: as it is (generate and
+embed, its sentence-transformers files saying mean pooling), as a yes/no reranker
+(--task judge=score, Qwen3-Reranker's prompt and P(yes)) and as an embedder only
+(--task embed). Every score and vector is numpy's; requests of many inputs come back in order;
+what a model cannot do is a 400 naming its tasks."""
 
 import json
 import os
@@ -22,7 +26,11 @@ sys.path.insert(0, os.environ.get("TF_REFERENCE_DIR",
                                   os.path.join(os.path.dirname(HERE), "reference")))
 import make_checkpoints  # noqa: E402
 import np_model  # noqa: E402
+import safetensors_io  # noqa: E402
 from test_encoders import write_bert_vocab  # noqa: E402
+
+
+SHARED = os.path.join(HERE, "..", "..", "..", "shared")
 
 
 def sigmoid(x):
@@ -49,10 +57,36 @@ class EncoderServingTest(unittest.TestCase):
         os.makedirs(os.path.join(d, "1_Pooling"))
         with open(os.path.join(d, "1_Pooling", "config.json"), "w") as f:
             json.dump({"pooling_mode_mean_tokens": True, "pooling_mode_cls_token": False}, f)
+        # NomicBERT, Matryoshka: 16 and 32 of its 48 dimensions are embeddings too.
+        make_checkpoints.KINDS["nomic_mrl"] = lambda dt: make_checkpoints._scaled(
+            make_checkpoints.KINDS["nomic"](dt), matryoshka_dimensions=[16, 32])
+        d = make_checkpoints.write_checkpoint(os.path.join(cls.tmp, "nomic"), "nomic_mrl", seed=7)
+        write_bert_vocab(os.path.join(d, "vocab.txt"), 300)
+        cls.dirs["nomic"], cls.refs["nomic"] = d, np_model.load_hf(d)
+        # GPT-2 over GPT-2's tokenizer, its sentence-transformers files saying mean pooling.
+        d = os.path.join(cls.tmp, "gen")
+        os.makedirs(d)
+        cfg = make_checkpoints._scaled(make_checkpoints._gpt2_config("F32"), vocab_size=50257,
+                                       bos_token_id=50256, eos_token_id=50256, n_ctx=256,
+                                       n_positions=256, n_layer=2)
+        with open(os.path.join(d, "config.json"), "w") as f:
+            json.dump(cfg, f)
+        safetensors_io.save(os.path.join(d, "model.safetensors"),
+                            make_checkpoints._gpt2_weights(cfg, np.random.default_rng(3), False), "F32")
+        shutil.copy(os.path.join(SHARED, "tokenizers", "gpt2", "tokenizer.json"), d)
+        with open(os.path.join(d, "modules.json"), "w") as f:
+            json.dump([{"idx": 1, "name": "1", "path": "1_Pooling", "type": "sentence_transformers.models.Pooling"}], f)
+        os.makedirs(os.path.join(d, "1_Pooling"))
+        with open(os.path.join(d, "1_Pooling", "config.json"), "w") as f:
+            json.dump({"pooling_mode_mean_tokens": True}, f)
+        cls.gen_dir, cls.gen = d, np_model.load_hf(d)
         flags = []
         for name, d in cls.dirs.items():
             flags += ["--model", "%s=%s" % (name, d)]
-        cls.proc, port = start_server("--threads", "1", model=flags)
+        for name in ("gen", "judge", "onlyembed"):
+            flags += ["--model", "%s=%s" % (name, cls.gen_dir)]
+        cls.proc, port = start_server("--threads", "1", "--task", "judge=score",
+                                      "--task", "onlyembed=embed", model=flags)
         cls.c = Client(port)
 
     @classmethod
@@ -158,11 +192,103 @@ class EncoderServingTest(unittest.TestCase):
             self.assertEqual(st, 400, (path, body, text))
             self.assertIn("error", err)
 
+    def test_matryoshka_dimensions_where_the_config_declares_them(self):
+        ref = self.refs["nomic"]
+        ids = [[int(t) for t in np.random.default_rng(k).integers(5, 300, size=n)]
+               for k, n in enumerate((3, 20, 64))]
+        full = self.post("/v1/embeddings", {"model": "nomic", "input": ids, "pooling": "mean"})
+        cut = self.post("/v1/embeddings", {"model": "nomic", "input": ids, "pooling": "mean",
+                                           "dimensions": 16})
+        for i, (f, c) in enumerate(zip(full["data"], cut["data"])):
+            m = ref.hidden(ids[i]).mean(0)
+            np.testing.assert_allclose(f["embedding"], m / np.linalg.norm(m), rtol=0, atol=1e-5)
+            np.testing.assert_allclose(c["embedding"], m[:16] / np.linalg.norm(m[:16]), rtol=0, atol=1e-5)
+        self.post("/v1/embeddings", {"model": "nomic", "input": ids, "dimensions": 48})
+        err = self.post("/v1/embeddings", {"model": "nomic", "input": "x", "dimensions": 20}, 400)
+        self.assertIn("16, 32, 48", err["error"]["message"])
+        err = self.post("/v1/embeddings", {"model": "embed", "input": "the cat", "dimensions": 16}, 400)
+        self.assertIn("declares no Matryoshka", err["error"]["message"])
+        # Ollama's /api/embed cuts the same way (its vectors always unit length).
+        out = self.post("/api/embed", {"model": "nomic", "input": ["the cat sat"], "dimensions": 32})
+        m = ref.hidden(self.ids("the cat sat"))[0][:32]  # its CLS (no pooling in its files)
+        np.testing.assert_allclose(out["embeddings"][0], m / np.linalg.norm(m), rtol=0, atol=1e-5)
+
+    def tokenize(self, model, text):
+        return self.post("/tokenize", {"model": model, "prompt": text, "add_special_tokens": False})["tokens"]
+
+    def test_a_generator_as_yes_no_reranker(self):
+        # Qwen3-Reranker's prompt, written here from its model card; the relevance is P(yes)
+        # against P(no) after it, from numpy's GPT-2.
+        query, docs = "what is a cat", ["A cat is a small animal.", "Stocks fell today.", "Cats purr."]
+        system = ('<|im_start|>system\nJudge whether the Document meets the requirements based on '
+                  'the Query and the Instruct provided. Note that the answer can only be "yes" or '
+                  '"no".<|im_end|>\n<|im_start|>user\n')
+        suffix = "<|im_end|>\n<|im_start|>assistant\n<think>\n\n</think>\n\n"
+        yes, no = self.tokenize("gen", "yes"), self.tokenize("gen", "no")
+        self.assertEqual((len(yes), len(no)), (1, 1))
+
+        def relevance(text):
+            last = self.gen.logits(self.tokenize("gen", text))[-1]
+            return float(sigmoid(last[yes[0]] - last[no[0]]))
+
+        def prompt(q, d, instruction="Given a web search query, retrieve relevant passages that answer the query"):
+            return system + "<Instruct>: %s\n<Query>: %s\n<Document>: %s" % (instruction, q, d) + suffix
+
+        want = [relevance(prompt(query, d)) for d in docs]
+        out = self.post("/v1/rerank", {"model": "judge", "query": query, "documents": docs})
+        self.assertEqual([r["index"] for r in out["results"]], sorted(range(3), key=lambda i: -want[i]))
+        for r in out["results"]:
+            self.assertAlmostEqual(r["relevance_score"], want[r["index"]], delta=1e-4)
+        out = self.post("/score", {"model": "judge", "text_1": query, "text_2": docs[1],
+                                   "instruction": "Find finance news"})
+        self.assertAlmostEqual(out["data"][0]["score"],
+                               relevance(prompt(query, docs[1], "Find finance news")), delta=1e-4)
+        # A query the client formatted itself (vLLM's examples) is taken as it is.
+        pre = system + "<Instruct>: x\n<Query>: %s\n" % query
+        out = self.post("/score", {"model": "judge", "text_1": pre,
+                                   "text_2": "<Document>: %s%s" % (docs[0], suffix)})
+        self.assertAlmostEqual(out["data"][0]["score"], relevance(prompt(query, docs[0], "x")), delta=1e-4)
+        # TF Serving's :regress gives the same relevance.
+        out = self.post("/v1/models/judge:regress",
+                        {"context": {"text": query}, "examples": [{"text_pair": docs[2]}]})
+        self.assertAlmostEqual(out["result"][0], want[2], delta=1e-4)
+        # Its truncation keeps the prompt's end (vLLM's truncate_prompt_tokens).
+        ids = self.tokenize("gen", prompt(query, docs[0]))
+        out = self.post("/score", {"model": "judge", "text_1": query, "text_2": docs[0],
+                                   "truncate_prompt_tokens": 20})
+        last = self.gen.logits(ids[-20:])[-1]
+        self.assertAlmostEqual(out["data"][0]["score"], float(sigmoid(last[yes[0]] - last[no[0]])), delta=1e-4)
+        self.assertEqual(out["usage"]["prompt_tokens"], 20)
+
+    def test_tasks_from_config_and_from_task(self):
+        # The generator embeds with its files' mean pooling by default.
+        mean = self.post("/v1/embeddings", {"model": "gen", "input": "the cat sat", "pooling": "mean"})
+        default = self.post("/v1/embeddings", {"model": "gen", "input": "the cat sat"})
+        last = self.post("/v1/embeddings", {"model": "gen", "input": "the cat sat", "pooling": "last"})
+        self.assertEqual(default["data"][0]["embedding"], mean["data"][0]["embedding"])
+        self.assertNotEqual(default["data"][0]["embedding"], last["data"][0]["embedding"])
+        self.post("/v1/completions", {"model": "gen", "prompt": "the cat", "max_tokens": 2})
+        self.post("/v1/embeddings", {"model": "onlyembed", "input": "the cat sat"})
+        for path, body, model, task, tasks in (
+                ("/v1/completions", {"prompt": "the cat", "max_tokens": 2}, "onlyembed", "generate", "embed"),
+                ("/v1/chat/completions", {"messages": [{"role": "user", "content": "hi"}]}, "judge", "generate", "score"),
+                ("/v1/embeddings", {"input": "the cat"}, "judge", "embed", "score"),
+                ("/v1/rerank", {"query": "a", "documents": ["b"]}, "gen", "score", "generate, embed"),
+                ("/classify", {"input": "a"}, "judge", "classify", "score"),
+                ("/v1/rerank", {"query": "a", "documents": ["b"]}, "embed", "score", "embed"),
+                ("/v1/completions", {"prompt": "the cat", "max_tokens": 2}, "embed", "generate", "embed"),
+                ("/v1/completions", {"prompt": "the cat", "max_tokens": 2}, "rank", "generate", "score, classify"),
+                ("/v1/embeddings", {"input": "the cat"}, "sentiment", "embed", "score, classify")):
+            err = self.post(path, dict(body, model=model), 400)
+            self.assertIn("model '%s' does not %s (its tasks: %s;" % (model, task, tasks),
+                          err["error"]["message"], path)
+        st, out, text, _ = self.c.post("/v1/models/onlyembed:predict", {"instances": ["a"]})
+        self.assertEqual(st, 400, text)
+        self.assertIn("does not generate", text)
+        st, out, text, _ = self.c.post("/api/show", {"model": "onlyembed"})
+        self.assertEqual(out["capabilities"], ["embedding"], text)
+
     def test_what_a_model_cannot_do_is_a_400_naming_it(self):
-        err = self.post("/v1/rerank", {"model": "embed", "query": "a", "documents": ["b"]}, 400)
-        self.assertIn("has no classifier head", err["error"]["message"])
-        err = self.post("/v1/completions", {"model": "embed", "prompt": "the cat", "max_tokens": 2}, 400)
-        self.assertIn("is an encoder", err["error"]["message"])
         for body, param in (({"model": "rank", "documents": ["a"]}, "query"),
                             ({"model": "rank", "query": "a", "documents": []}, "documents"),
                             ({"model": "rank", "query": "a", "documents": [1]}, "documents"),
@@ -173,6 +299,19 @@ class EncoderServingTest(unittest.TestCase):
         long = " ".join(["cat"] * 70)
         err = self.post("/v1/rerank", {"model": "rank", "query": "a", "documents": [long]}, 400)
         self.assertEqual(err["error"]["code"], "context_length_exceeded")
+        self.assertIn("maximum context length is 64 tokens", err["error"]["message"])
+        for bad in (0, -2, "3", 1.5):
+            err = self.post("/v1/rerank", {"model": "rank", "query": "a", "documents": ["b"],
+                                           "truncate_prompt_tokens": bad}, 400)
+            self.assertEqual(err["error"]["param"], "truncate_prompt_tokens")
+        # truncate_prompt_tokens keeps an input's last tokens: the embedding of the last 10 ids.
+        ids = [int(t) for t in np.random.default_rng(9).integers(5, 300, size=70)]
+        out = self.post("/v1/embeddings", {"model": "embed", "input": [ids], "pooling": "cls",
+                                           "normalize": False, "truncate_prompt_tokens": 10})
+        np.testing.assert_allclose(out["data"][0]["embedding"], self.refs["embed"].hidden(ids[-10:])[0],
+                                   rtol=0, atol=2e-4)
+        out = self.post("/v1/embeddings", {"model": "embed", "input": [ids], "truncate_prompt_tokens": -1})
+        self.assertEqual(out["usage"]["prompt_tokens"], 64)
         out = self.post("/v1/rerank", {"model": "rank", "query": "a", "documents": [long],
                                        "truncate": True})
         self.assertEqual(len(out["results"]), 1)

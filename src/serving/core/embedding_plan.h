@@ -15,8 +15,19 @@
 #include "serving/core/completion_request.h"
 #include "serving/core/planner.h"
 #include "serving/core/serving_state.h"
+#include "serving/models/model_tasks.h"
 
 namespace tf {
+
+// How an input longer than a model takes is cut: not at all (a 400 naming the limit), to its
+// first tokens (truncate: true; Ollama's and TEI's truncate), or to its last k
+// (truncate_prompt_tokens: k, vLLM's; -1: the model's limit).
+struct InputTruncation {
+  bool first = false;
+  std::optional<int64_t> keep_last;
+};
+// vLLM's truncate_prompt_tokens from body (absent: unset): -1 or a positive count, else a 400.
+std::optional<int64_t> truncate_prompt_tokens_of(const nlohmann::json& body);
 
 struct EmbeddingInputs {
   std::vector<PromptInput> inputs;
@@ -26,6 +37,10 @@ struct EmbeddingInputs {
   // An input longer than the context: cut to its first tokens (Ollama's truncate) instead of
   // refused with context_length_exceeded.
   bool truncate = false;
+  std::optional<int64_t> truncate_prompt_tokens;  // vLLM's: keep the last k tokens (-1: limit)
+  // Matryoshka: the first `dimensions` of each embedding (normalized after when asked);
+  // refused unless the model's config declares it (matryoshka_dimensions / is_matryoshka).
+  std::optional<int64_t> dimensions;
   std::string field = "input";  // the body's field, for errors
 };
 
@@ -42,13 +57,22 @@ struct ScoreInput {
   std::vector<int32_t> ids, types;
 };
 
-// The plan of an encoder's classifier scores, one request per input (ids from id, "id-i");
-// HttpError 400 naming `field` for a model without a classifier (a generator, or an encoder
-// that only embeds) or an input past the context (cut to it with truncate).
+// A query and document (or text_1 and text_2) as the model scores them: an encoder's pair
+// template with token types ([CLS] a [SEP] b [SEP]); a generator serving as a reranker, its
+// reranker prompt (Qwen3-Reranker's: the system's yes/no question, "<Instruct>: instruction
+// <Query>: a <Document>: b", the assistant's empty think block), unless a already starts with
+// the chat's "<|im_start|>" (formatted by the client, as vLLM's examples do): then a + b.
+ScoreInput score_pair_input(const ServedModel& m, const std::string& a, const std::string& b,
+                            const std::string& instruction);
+
+// The plan of scores, one request per input (ids from id, "id-i"): an encoder's classifier
+// scores, or a reranking generator's score tokens' logits. HttpError 400 naming `field` for a
+// model that does not serve `task` (score or classify) or an input past the context (cut to
+// it with truncate: its first tokens; truncate_prompt_tokens k > 0: its last k).
 std::shared_ptr<GenerationPlan> plan_scores(ServingState& state, std::shared_ptr<ServedModel> model,
-                                            std::vector<ScoreInput> inputs, bool truncate,
-                                            const char* field, RequestRecord& record,
-                                            const std::string& id);
+                                            ModelTask task, std::vector<ScoreInput> inputs,
+                                            const InputTruncation& truncation, const char* field,
+                                            RequestRecord& record, const std::string& id);
 
 // A classifier's probabilities: the softmax over its labels (the sigmoid for a single one).
 std::vector<float> label_probabilities(const std::vector<float>& scores);
@@ -59,5 +83,14 @@ float relevance_of(const std::vector<float>& scores);
 
 // e scaled to unit length (unchanged when it is all zeros).
 void normalize_embedding(std::vector<float>& e);
+
+// A request's `dimensions` checked against m: its hidden size, or (a Matryoshka model: config's
+// matryoshka_dimensions, or is_matryoshka) one it declares; else HttpError 400 naming field.
+// Returns the count to cut to (unset: the whole vector).
+std::optional<int64_t> checked_dimensions(const ServedModel& m, std::optional<int64_t> d,
+                                          const char* field = "dimensions");
+// An embedding as a door answers it: its first dims values (when set), then scaled to unit
+// length when normalize.
+void shape_embedding(std::vector<float>& e, std::optional<int64_t> dims, bool normalize);
 
 }  // namespace tf

@@ -7,6 +7,7 @@
 #include "sampling/grammar.h"
 #include "serving/core/prompt.h"
 #include "serving/core/request_fields.h"
+#include "serving/models/model_tasks.h"
 
 namespace tf {
 namespace {
@@ -202,6 +203,7 @@ GenerationPlan plan_generation(ServingState& state, const CompletionRequest& req
   // Preparing the prompt (below) stops at that deadline too.
   if (CancelToken* token = current_cancel_token()) token->limit_deadline(record.received + limit);
   auto model = resolve_model(state, record, req.model, req.user, header);
+  require_task(*model, ModelTask::kGenerate);
   GenerationPlan p = plan_request(
       req, model->tokenizer, model->config(), id, 0,
       [m = model.get()] { return m->grammar_vocab(); }, model->chat);

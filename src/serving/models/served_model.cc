@@ -4,6 +4,7 @@
 #include <filesystem>
 
 #include "model/tf_weights.h"
+#include "serving/models/model_tasks.h"
 
 namespace tf {
 
@@ -25,6 +26,7 @@ std::unique_ptr<ServedModel> load_served_model(const std::string& name, const st
         m->generate.output = sig.outputs[0];
     }
   }
+  m->tasks = default_tasks(m->config());
   m->start_engine(engine_config);
   m->load_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   m->created = std::chrono::duration_cast<std::chrono::seconds>(

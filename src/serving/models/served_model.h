@@ -5,6 +5,7 @@
 #include <chrono>
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -28,6 +29,13 @@ struct ServedModel : ModelInstance {
   // composition root sets it at load with the operator's overrides (nullptr: the planner
   // builds the model's own per request).
   std::shared_ptr<const ChatFormat> chat;
+  // What it serves (ModelTask bits, model_tasks.h): from its config, or the operator's --task.
+  uint8_t tasks = 0;
+  // A generator serving as a reranker (--task score): its "no" and "yes" token ids, whose
+  // logits after a pair's prompt are the pair's scores.
+  std::vector<int32_t> score_tokens;
+  // The operator's embedding pooling (--pooling) over the model's own; unset: the model's.
+  std::optional<Pooling> pooling;
   // chat, or the model's own format when none was set.
   std::shared_ptr<const ChatFormat> chat_format() const {
     return chat ? chat : ChatFormat::for_model(tokenizer, config());

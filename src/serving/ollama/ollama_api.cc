@@ -19,6 +19,7 @@
 #include "serving/core/job_lifecycle.h"
 #include "serving/core/planner.h"
 #include "serving/core/prompt.h"
+#include "serving/models/model_tasks.h"
 #include "serving/ollama/ollama_request.h"
 
 namespace tf {
@@ -390,12 +391,7 @@ void handle_ollama_embed(ServingState& state, const HttpRequest& req,
       resolve_model(state, *record, registry_field(state, e.model), "", req.header_lookup());
   record->model = model->name;
   record->version = model->version;
-  if (e.dimensions && *e.dimensions != model->config().dim)
-    throw HttpError(400,
-                    fmt::format("'dimensions' {} is not supported: model '{}' embeds in {} "
-                                "dimensions and cannot shorten them",
-                                *e.dimensions, model->name, model->config().dim),
-                    "", "dimensions");
+  const std::optional<int64_t> dims = checked_dimensions(*model, e.dimensions);
   auto plan = plan_embeddings(state, model, e.inputs, *record, random_id("ollama-embd-"));
   responder->add_header("X-Model-Version", std::to_string(model->version));
   const std::string sent = e.model;
@@ -404,11 +400,12 @@ void handle_ollama_embed(ServingState& state, const HttpRequest& req,
   class OllamaEmbedSink final : public JobSink {
    public:
     OllamaEmbedSink(std::shared_ptr<HttpResponder> r, std::string model, Clock::time_point received,
-                    bool legacy)
+                    bool legacy, std::optional<int64_t> dims)
         : responder_(std::move(r)),
           model_(std::move(model)),
           received_(received),
-          legacy_(legacy) {}
+          legacy_(legacy),
+          dims_(dims) {}
     void end(const JobEnd& end, const GenerationJob& job) override {
       if (end.outcome == JobOutcome::kClientGone) return;
       if (!end.ok())
@@ -420,7 +417,7 @@ void handle_ollama_embed(ServingState& state, const HttpRequest& req,
       ojson vectors = ojson::array();
       for (const auto& r : job.results()) {
         std::vector<float> v = r.at(0).embedding;
-        normalize_embedding(v);  // Ollama's /api/embed vectors are unit length
+        shape_embedding(v, dims_, true);  // Ollama's /api/embed vectors are unit length
         vectors.push_back(v);
       }
       const double total_ms =
@@ -437,9 +434,10 @@ void handle_ollama_embed(ServingState& state, const HttpRequest& req,
     std::string model_;
     Clock::time_point received_;
     bool legacy_;
+    std::optional<int64_t> dims_;
   };
   run_job(state, plan, responder, record,
-          std::make_shared<OllamaEmbedSink>(responder, sent, received, legacy_shape));
+          std::make_shared<OllamaEmbedSink>(responder, sent, received, legacy_shape, dims));
 }
 
 void handle_ollama_tags(ServingState& state, std::shared_ptr<HttpResponder> responder,
@@ -505,10 +503,14 @@ void handle_ollama_show(ServingState& state, const HttpRequest& req,
     next = parameters.find('\n', at);
     modelfile += "PARAMETER " + parameters.substr(at, next - at + 1);
   }
-  ojson capabilities = {"completion", "embedding"};
-  if (chat->error().empty() && chat->source().find("tools") != std::string::npos)
+  // Ollama's capabilities from the model's tasks.
+  ojson capabilities = ojson::array();
+  const bool generates = model->tasks & static_cast<uint8_t>(ModelTask::kGenerate);
+  if (generates) capabilities.push_back("completion");
+  if (model->tasks & static_cast<uint8_t>(ModelTask::kEmbed)) capabilities.push_back("embedding");
+  if (generates && chat->error().empty() && chat->source().find("tools") != std::string::npos)
     capabilities.push_back("tools");
-  if (chat->reasons()) capabilities.push_back("thinking");
+  if (generates && chat->reasons()) capabilities.push_back("thinking");
   ojson out = {{"license", ""},
                {"modelfile", modelfile},
                {"parameters", parameters},

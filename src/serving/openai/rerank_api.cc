@@ -70,10 +70,10 @@ std::vector<std::string> rerank_texts_of(const json& body, const char* field, bo
   return out;
 }
 
-ScoreInput rerank_pair_input(const Tokenizer& tok, const std::string& a, const std::string& b) {
-  ScoreInput in;
-  tok.encode_pair(a, b, in.ids, in.types);
-  return in;
+// The request's truncation: "truncate" (cut to the first tokens), vLLM's
+// "truncate_prompt_tokens" (keep the last k).
+InputTruncation rerank_truncation_of(const json& body) {
+  return {bool_field(body, "truncate", false), truncate_prompt_tokens_of(body)};
 }
 
 const std::vector<float>& rerank_scores_of(const GenerationJob& job, size_t i) {
@@ -100,8 +100,8 @@ void handle_rerank(ServingState& state, const HttpRequest& req,
                    std::shared_ptr<HttpResponder> responder,
                    std::shared_ptr<RequestRecord> record) {
   const json body = parse_json_body(req.body);
-  rerank_check_fields(
-      body, {"model", "query", "documents", "top_n", "return_documents", "truncate", "user"});
+  rerank_check_fields(body, {"model", "query", "documents", "top_n", "return_documents", "truncate",
+                             "truncate_prompt_tokens", "instruction", "user"});
   auto model = rerank_model_of(state, req, body, *record);
   if (!present(body, "query") || !body["query"].is_string() ||
       body["query"].get<std::string>().empty())
@@ -116,10 +116,13 @@ void handle_rerank(ServingState& state, const HttpRequest& req,
     top_n = std::min<int64_t>(t.get<int64_t>(), top_n);
   }
   const bool return_documents = bool_field(body, "return_documents", true);
+  require_task(*model, ModelTask::kScore);
+  const std::string instruction = string_field(body, "instruction");
   std::vector<ScoreInput> inputs;
-  for (const std::string& d : docs) inputs.push_back(rerank_pair_input(*model->tok(), query, d));
-  auto plan = plan_scores(state, model, std::move(inputs), bool_field(body, "truncate", false),
-                          "documents", *record, random_id("rerank-"));
+  for (const std::string& d : docs)
+    inputs.push_back(score_pair_input(*model, query, d, instruction));
+  auto plan = plan_scores(state, model, ModelTask::kScore, std::move(inputs),
+                          rerank_truncation_of(body), "documents", *record, random_id("rerank-"));
   responder->add_header("X-Model-Version", std::to_string(model->version));
   const std::string name = model->name, id = plan->requests.front().id;
   WholeBody answer = [docs, top_n, return_documents, name, id](const GenerationJob& job,
@@ -146,7 +149,8 @@ void handle_rerank(ServingState& state, const HttpRequest& req,
 void handle_score(ServingState& state, const HttpRequest& req,
                   std::shared_ptr<HttpResponder> responder, std::shared_ptr<RequestRecord> record) {
   const json body = parse_json_body(req.body);
-  rerank_check_fields(body, {"model", "text_1", "text_2", "truncate", "user"});
+  rerank_check_fields(body, {"model", "text_1", "text_2", "truncate", "truncate_prompt_tokens",
+                             "instruction", "user"});
   auto model = rerank_model_of(state, req, body, *record);
   const std::vector<std::string> a = rerank_texts_of(body, "text_1", false);
   const std::vector<std::string> b = rerank_texts_of(body, "text_2", false);
@@ -157,11 +161,13 @@ void handle_score(ServingState& state, const HttpRequest& req,
                                 "lists of the same length",
                                 a.size(), b.size()),
                     "", "text_1");
+  require_task(*model, ModelTask::kScore);
+  const std::string instruction = string_field(body, "instruction");
   std::vector<ScoreInput> inputs;
   for (size_t i = 0; i < b.size(); ++i)
-    inputs.push_back(rerank_pair_input(*model->tok(), a.size() == 1 ? a[0] : a[i], b[i]));
-  auto plan = plan_scores(state, model, std::move(inputs), bool_field(body, "truncate", false),
-                          "text_2", *record, random_id("score-"));
+    inputs.push_back(score_pair_input(*model, a.size() == 1 ? a[0] : a[i], b[i], instruction));
+  auto plan = plan_scores(state, model, ModelTask::kScore, std::move(inputs),
+                          rerank_truncation_of(body), "text_2", *record, random_id("score-"));
   responder->add_header("X-Model-Version", std::to_string(model->version));
   const std::string name = model->name, id = plan->requests.front().id;
   const size_t n = b.size();
@@ -179,13 +185,14 @@ void handle_classify(ServingState& state, const HttpRequest& req,
                      std::shared_ptr<HttpResponder> responder,
                      std::shared_ptr<RequestRecord> record) {
   const json body = parse_json_body(req.body);
-  rerank_check_fields(body, {"model", "input", "truncate", "user"});
+  rerank_check_fields(body, {"model", "input", "truncate", "truncate_prompt_tokens", "user"});
   auto model = rerank_model_of(state, req, body, *record);
+  require_task(*model, ModelTask::kClassify);
   const std::vector<std::string> texts = rerank_texts_of(body, "input", false);
   std::vector<ScoreInput> inputs;
   for (const std::string& t : texts) inputs.push_back({model->tok()->encode(t, true), {}});
-  auto plan = plan_scores(state, model, std::move(inputs), bool_field(body, "truncate", false),
-                          "input", *record, random_id("classify-"));
+  auto plan = plan_scores(state, model, ModelTask::kClassify, std::move(inputs),
+                          rerank_truncation_of(body), "input", *record, random_id("classify-"));
   responder->add_header("X-Model-Version", std::to_string(model->version));
   const std::string name = model->name, id = plan->requests.front().id;
   const std::vector<std::string> labels = model->config().labels;

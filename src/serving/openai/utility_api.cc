@@ -132,7 +132,7 @@ void handle_detokenize(ServingState& state, const HttpRequest& req,
 
 EmbeddingsRequest read_embeddings_request(const json& body) {
   check_body_fields(body, {"model", "input", "encoding_format", "dimensions", "user", "pooling",
-                           "normalize", "add_special_tokens"});
+                           "normalize", "add_special_tokens", "truncate_prompt_tokens"});
   EmbeddingsRequest r;
   r.model = string_field(body, "model");
   r.user = string_field(body, "user");
@@ -167,6 +167,7 @@ EmbeddingsRequest read_embeddings_request(const json& body) {
   }
   r.normalize = bool_field(body, "normalize", true);
   r.add_special_tokens = bool_field(body, "add_special_tokens", true);
+  r.truncate_prompt_tokens = truncate_prompt_tokens_of(body);
   return r;
 }
 
@@ -192,25 +193,21 @@ void handle_embeddings(ServingState& state, const HttpRequest& req,
   const EmbeddingsRequest er = read_embeddings_request(body);
   auto served = model_of(state, req, body, *record);
   const ServedModel& model = *served;
-  const int64_t dim = model.config().dim;
-  if (er.dimensions && *er.dimensions != dim)
-    throw HttpError(400,
-                    fmt::format("'dimensions' {} is not supported: model '{}' embeds in {} "
-                                "dimensions and cannot shorten them",
-                                *er.dimensions, model.name, dim),
-                    "unsupported_parameter", "dimensions");
+  const std::optional<int64_t> dims = checked_dimensions(model, er.dimensions);
   EmbeddingInputs in;
   in.inputs = er.inputs;
   in.pooling = er.pooling;
   in.add_special_tokens = er.add_special_tokens;
+  in.truncate_prompt_tokens = er.truncate_prompt_tokens;
+  in.dimensions = er.dimensions;
   auto plan = plan_embeddings(state, served, in, *record, random_id("embd-"));
   responder->add_header("X-Model-Version", std::to_string(model.version));
   const std::string model_name = model.name;
-  WholeBody answer = [er, model_name](const GenerationJob& job, const JobSummary& summary) {
+  WholeBody answer = [er, dims, model_name](const GenerationJob& job, const JobSummary& summary) {
     ojson data = ojson::array();
     for (size_t i = 0; i < job.results().size(); ++i) {
       std::vector<float> e = job.results()[i].at(0).embedding;
-      if (er.normalize) normalize_embedding(e);
+      shape_embedding(e, dims, er.normalize);
       data.push_back({{"object", "embedding"},
                       {"index", i},
                       {"embedding", er.base64 ? ojson(base64_floats(e)) : ojson(e)}});

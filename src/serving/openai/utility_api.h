@@ -33,7 +33,8 @@ struct EmbeddingsRequest {
   std::string model, user;
   std::vector<PromptInput> inputs;
   bool base64 = false;                // encoding_format "base64": little-endian float32
-  std::optional<int64_t> dimensions;  // only the model's hidden size is accepted
+  std::optional<int64_t> dimensions;  // the hidden size, or a Matryoshka model's declared one
+  std::optional<int64_t> truncate_prompt_tokens;  // vLLM's: keep the last k tokens (-1: limit)
   // tokenflow's "pooling": "last" (vLLM's default for a generator) or "mean"; an encoder's also
   // "cls" or "max". Unset: the model's.
   std::optional<Pooling> pooling;

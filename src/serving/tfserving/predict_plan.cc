@@ -4,6 +4,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "serving/models/model_tasks.h"
+
 namespace tf {
 
 PredictPlan plan_predict(ServingState& state, std::shared_ptr<ServedModel> model,
@@ -14,6 +16,7 @@ PredictPlan plan_predict(ServingState& state, std::shared_ptr<ServedModel> model
   const ServedModel& m = *plan.model;
   record.model = m.name;
   record.version = m.version;
+  require_task(m, ModelTask::kGenerate);  // an encoder answers :classify and :regress
   plan.rows = input.rows;
   // The signature it names: ours, the generate signature's name, or TF Serving's default.
   const std::string& sig = input.signature_name;

@@ -123,9 +123,13 @@ void predict(ServingState& state, std::shared_ptr<ServedModel> model, const Http
 // [[label, probability], ...] (softmax; a one-output head's sigmoid), or the head's one value.
 class ScoresSink final : public JobSink {
  public:
-  ScoresSink(bool regress, std::vector<std::string> labels,
+  // relevance: a reranking generator's scores (no, yes), regressed to P(yes).
+  ScoresSink(bool regress, bool relevance, std::vector<std::string> labels,
              std::shared_ptr<HttpResponder> responder)
-      : regress_(regress), labels_(std::move(labels)), responder_(std::move(responder)) {}
+      : regress_(regress),
+        relevance_(relevance),
+        labels_(std::move(labels)),
+        responder_(std::move(responder)) {}
   void end(const JobEnd& end, const GenerationJob& job) override {
     if (end.outcome == JobOutcome::kClientGone) return;
     if (!end.ok())
@@ -134,7 +138,7 @@ class ScoresSink final : public JobSink {
     for (const auto& r : job.results()) {
       const std::vector<float>& scores = r.at(0).embedding;
       if (regress_) {
-        result.push_back(scores.at(0));
+        result.push_back(relevance_ ? relevance_of(scores) : scores.at(0));
         continue;
       }
       const std::vector<float> p = label_probabilities(scores);
@@ -147,7 +151,7 @@ class ScoresSink final : public JobSink {
   }
 
  private:
-  bool regress_;
+  bool regress_, relevance_;
   std::vector<std::string> labels_;
   std::shared_ptr<HttpResponder> responder_;
 };
@@ -179,6 +183,8 @@ void classify_or_regress(ServingState& state, std::shared_ptr<ServedModel> model
   if (!examples.is_array() || examples.empty() || examples.size() > 1024)
     throw HttpError(400, "'examples' must be a list of 1 to 1024 objects of features");
   const ModelConfig& c = model->config();
+  const ModelTask task = regress ? ModelTask::kScore : ModelTask::kClassify;
+  require_task(*model, task);
   if (regress && c.encoder_only() && c.num_labels != 1)
     throw HttpError(400, fmt::format("':regress' needs a head with one output; model '{}' has {} "
                                      "labels (use ':classify')",
@@ -192,18 +198,19 @@ void classify_or_regress(ServingState& state, std::shared_ptr<ServedModel> model
     const std::optional<std::string> text = feature_text(features, "text");
     if (!text || text->empty())
       throw HttpError(400, "each example needs a non-empty 'text' feature");
-    ScoreInput in;
-    if (const auto pair = feature_text(features, "text_pair")) {
-      model->tok()->encode_pair(*text, *pair, in.ids, in.types);
-    } else {
-      in.ids = model->tok()->encode(*text, true);
-    }
-    inputs.push_back(std::move(in));
+    const std::optional<std::string> pair = feature_text(features, "text_pair");
+    if (!model->score_tokens.empty() && !pair)
+      throw HttpError(400, fmt::format("model '{}' scores pairs: each example needs 'text' and "
+                                       "'text_pair' features",
+                                       model->name));
+    inputs.push_back(pair ? score_pair_input(*model, *text, *pair, "")
+                          : ScoreInput{model->tok()->encode(*text, true), {}});
   }
-  auto plan = plan_scores(state, model, std::move(inputs), false, "examples", *record,
+  auto plan = plan_scores(state, model, task, std::move(inputs), {}, "examples", *record,
                           random_id(regress ? "regress-" : "classify-"));
   run_job(state, plan, responder, record,
-          std::make_shared<ScoresSink>(regress, model->config().labels, responder));
+          std::make_shared<ScoresSink>(regress, !model->score_tokens.empty(),
+                                       model->config().labels, responder));
 }
 
 }  // namespace
