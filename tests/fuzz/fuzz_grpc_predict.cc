@@ -3,7 +3,8 @@
 // the typed Predict input and planned like any request. Any bytes must end in a value or an
 // Error, never a crash, a hang or an allocation beyond the request's own size (the shape is
 // bounded and checked for overflow before a value is expanded: issue 49's [2^62, 4] and
-// [1, 20000000] requests).
+// [1, 20000000] requests). The same bytes as a ClassificationRequest (Classify and Regress share
+// its Input): its tf.Examples read into the REST body, a list of examples or an Error.
 #include <cstddef>
 #include <cstdint>
 #include <string>
@@ -20,6 +21,15 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     return true;
   }();
   (void)quiet;
+  tensorflow::serving::ClassificationRequest creq;
+  if (creq.ParseFromArray(data, static_cast<int>(size))) {
+    try {
+      const nlohmann::json body =
+          tf::classify_body_of(creq.input(), creq.model_spec().signature_name());
+      if (!body["examples"].is_array() || body["examples"].empty()) __builtin_trap();
+    } catch (const tf::Error&) {
+    }
+  }
   tensorflow::serving::PredictRequest req;
   if (!req.ParseFromArray(data, static_cast<int>(size))) return 0;
   for (const auto& [name, tensor] : req.inputs()) {

@@ -12,6 +12,7 @@ what a model cannot do is a 400 naming its tasks."""
 
 import json
 import os
+import re
 import shutil
 import sys
 import tempfile
@@ -86,8 +87,14 @@ class EncoderServingTest(unittest.TestCase):
         for name in ("gen", "judge", "onlyembed"):
             flags += ["--model", "%s=%s" % (name, cls.gen_dir)]
         cls.proc, port = start_server("--threads", "1", "--task", "judge=score",
-                                      "--task", "onlyembed=embed", model=flags)
+                                      "--task", "onlyembed=embed", "--grpc-port", "0", model=flags)
         cls.c = Client(port)
+        cls.grpc_port = None
+        for _ in range(4):
+            m = re.search(r"gRPC on 127\.0\.0\.1:(\d+)", cls.proc.stdout.readline())
+            if m:
+                cls.grpc_port = int(m.group(1))
+                break
 
     @classmethod
     def tearDownClass(cls):
@@ -287,6 +294,64 @@ class EncoderServingTest(unittest.TestCase):
         self.assertIn("does not generate", text)
         st, out, text, _ = self.c.post("/api/show", {"model": "onlyembed"})
         self.assertEqual(out["capabilities"], ["embedding"], text)
+
+    def test_tf_serving_grpc_classify_and_regress(self):
+        # PredictionService.Classify / .Regress over tf.Examples (bytes features), as TF
+        # Serving's clients send them; the same numbers as REST's.
+        import grpc
+        import test_grpc  # noqa: F401 (the stubs, generated from the repository's protos)
+        from tensorflow_serving.apis import classification_pb2, input_pb2, model_pb2
+        from tensorflow_serving.apis import prediction_service_pb2_grpc, regression_pb2
+        from tensorflow.core.example import example_pb2, feature_pb2
+        self.assertIsNotNone(self.grpc_port)
+        stub = prediction_service_pb2_grpc.PredictionServiceStub(
+            grpc.insecure_channel("127.0.0.1:%d" % self.grpc_port))
+
+        def example(**features):
+            return example_pb2.Example(features=feature_pb2.Features(feature={
+                k: feature_pb2.Feature(bytes_list=feature_pb2.BytesList(value=[v.encode()]))
+                for k, v in features.items()}))
+
+        texts = ["the house is big", "a dog ran"]
+        req = classification_pb2.ClassificationRequest(
+            model_spec=model_pb2.ModelSpec(name="sentiment"),
+            input=input_pb2.Input(example_list=input_pb2.ExampleList(
+                examples=[example(text=t) for t in texts])))
+        resp = stub.Classify(req, timeout=60)
+        self.assertEqual(resp.model_spec.name, "sentiment")
+        ref = self.refs["sentiment"]
+        for t, c in zip(texts, resp.result.classifications):
+            s = ref.scores(self.ids(t))
+            p = np.exp(s - s.max()) / np.exp(s - s.max()).sum()
+            self.assertEqual([k.label for k in c.classes], ["negative", "neutral", "positive"])
+            np.testing.assert_allclose([k.score for k in c.classes], p, rtol=0, atol=1e-5)
+        docs = ["cats and dogs", "a dog ran"]
+        req = regression_pb2.RegressionRequest(
+            model_spec=model_pb2.ModelSpec(name="rank"),
+            input=input_pb2.Input(example_list_with_context=input_pb2.ExampleListWithContext(
+                context=example(text="query about cats"),
+                examples=[example(text_pair=d) for d in docs])))
+        resp = stub.Regress(req, timeout=60)
+        ref = self.refs["rank"]
+        for d, r in zip(docs, resp.result.regressions):
+            self.assertAlmostEqual(r.value, float(ref.scores(*self.pair("query about cats", d))[0]), delta=2e-4)
+        # What it cannot do: INVALID_ARGUMENT naming it; an unknown model NOT_FOUND.
+        for rpc, req, code, text in (
+                (stub.Classify, classification_pb2.ClassificationRequest(
+                    model_spec=model_pb2.ModelSpec(name="embed"),
+                    input=input_pb2.Input(example_list=input_pb2.ExampleList(examples=[example(text="a")]))),
+                 grpc.StatusCode.INVALID_ARGUMENT, "does not classify"),
+                (stub.Regress, regression_pb2.RegressionRequest(
+                    model_spec=model_pb2.ModelSpec(name="rank"), input=input_pb2.Input()),
+                 grpc.StatusCode.INVALID_ARGUMENT, "Input is empty"),
+                (stub.Classify, classification_pb2.ClassificationRequest(
+                    model_spec=model_pb2.ModelSpec(name="nope"),
+                    input=input_pb2.Input(example_list=input_pb2.ExampleList(examples=[example(text="a")]))),
+                 grpc.StatusCode.NOT_FOUND, "")):
+            with self.assertRaises(grpc.RpcError) as cm:
+                rpc(req, timeout=60)
+            self.assertEqual(cm.exception.code(), code, cm.exception.details())
+            self.assertIn(text, cm.exception.details())
 
     def test_what_a_model_cannot_do_is_a_400_naming_it(self):
         for body, param in (({"model": "rank", "documents": ["a"]}, "query"),

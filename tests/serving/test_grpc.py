@@ -573,6 +573,7 @@ class GrpcApiTest(unittest.TestCase):
         for method in ("/tokenflow.v1.GenerationService/Generate",
                        "/tokenflow.v1.GenerationService/Tokenize",
                        "/tensorflow.serving.PredictionService/Predict",
+                       "/tensorflow.serving.PredictionService/Classify",
                        "/tensorflow.serving.ModelService/GetModelStatus"):
             with self.subTest(method=method):
                 e = self.assertCode(C.INVALID_ARGUMENT, self.channel.unary_unary(method, **raw),
@@ -583,7 +584,7 @@ class GrpcApiTest(unittest.TestCase):
         # What is really not implemented stays UNIMPLEMENTED: a method without a handler, and
         # a method that does not exist.
         self.assertCode(C.UNIMPLEMENTED, self.channel.unary_unary(
-            "/tensorflow.serving.PredictionService/Classify", **raw), b"", timeout=30)
+            "/tensorflow.serving.PredictionService/MultiInference", **raw), b"", timeout=30)
         self.assertCode(C.UNIMPLEMENTED, self.channel.unary_unary("/no.Such/Method", **raw), b"",
                         timeout=30)
         # And a well-formed message still works.

@@ -7,6 +7,7 @@
 #include <set>
 
 #include "serving/grpc/grpc_call.h"
+#include "serving/tfserving/classify_plan.h"
 #include "serving/tfserving/predict_plan.h"
 #include "serving/tfserving/tfserving_api.h"
 
@@ -228,6 +229,106 @@ json predict_body_of(const tfs::PredictRequest& request) {
   if (!request.model_spec().signature_name().empty())
     body["signature_name"] = request.model_spec().signature_name();
   return body;
+}
+
+json classify_body_of(const tfs::Input& input, const std::string& signature_name) {
+  // A tf.Example's features as REST's: bytes as strings (one, or a list), numbers as numbers.
+  auto features = [](const tensorflow::Example& e) {
+    json out = json::object();
+    for (const auto& [name, f] : e.features().feature()) {
+      json v = json::array();
+      if (f.has_bytes_list()) {
+        for (const std::string& b : f.bytes_list().value()) v.push_back(b);
+        if (v.size() == 1) v = v[0];
+      } else if (f.has_float_list()) {
+        for (float x : f.float_list().value()) v.push_back(x);
+      } else if (f.has_int64_list()) {
+        for (int64_t x : f.int64_list().value()) v.push_back(x);
+      }
+      out[name] = std::move(v);
+    }
+    return out;
+  };
+  json body = json::object();
+  const google::protobuf::RepeatedPtrField<tensorflow::Example>* examples = nullptr;
+  if (input.has_example_list()) {
+    examples = &input.example_list().examples();
+  } else if (input.has_example_list_with_context()) {
+    examples = &input.example_list_with_context().examples();
+    body["context"] = features(input.example_list_with_context().context());
+  }
+  if (!examples || examples->empty())
+    throw HttpError(400, "Input is empty: give example_list or example_list_with_context");
+  json list = json::array();
+  for (const auto& e : *examples) list.push_back(features(e));
+  body["examples"] = std::move(list);
+  if (!signature_name.empty()) body["signature_name"] = signature_name;
+  return body;
+}
+
+namespace {
+
+// Classify and Regress: the request's examples planned as REST's body, answered by fill.
+template <typename Request, typename Response, typename Fill>
+grpc::ServerUnaryReactor* classify_call(GrpcContext& ctx, grpc::CallbackServerContext* context,
+                                        const char* method, const Request* request,
+                                        Response* response, bool regress, Fill fill) {
+  GrpcCallbackScope scope;
+  auto* r = new UnaryJobCall(ctx, context, kPredictionService, method);
+  prepare_call(
+      ctx, *r->host, *r->call.record, [&ctx, r, context, request, response, regress, fill] {
+        try {
+          r->call.admit();
+          auto model = resolve_spec(ctx, r->call, request->model_spec());
+          context->AddInitialMetadata("x-model-version", std::to_string(model->version));
+          auto plan = std::make_shared<const ClassifyPlan>(plan_classify(
+              ctx.state, model,
+              classify_body_of(request->input(), request->model_spec().signature_name()),
+              *r->call.record, regress));
+          run_job(ctx.state, plan->plan, r->host, r->call.record,
+                  std::make_shared<GrpcJobSink>(
+                      nullptr,
+                      [r, plan, response, fill](const JobEnd& end, const GenerationJob& job) {
+                        if (!end.ok()) return r->finish(grpc_status(end, r->server_ctx));
+                        fill(classify_answer(*plan, job), response);
+                        answered_spec(*plan->plan->model, "serving_default",
+                                      response->mutable_model_spec());
+                        r->finish(grpc::Status::OK);
+                      },
+                      [r](const std::exception& e) { r->finish(r->call.error_status(e)); }));
+        } catch (const std::exception& e) {
+          r->finish(r->call.error_status(e));
+        }
+      });
+  return r;
+}
+
+}  // namespace
+
+grpc::ServerUnaryReactor* PredictionServiceImpl::Classify(grpc::CallbackServerContext* context,
+                                                          const tfs::ClassificationRequest* request,
+                                                          tfs::ClassificationResponse* response) {
+  return classify_call(ctx_, context, "Classify", request, response, false,
+                       [](const ClassifyAnswer& a, tfs::ClassificationResponse* out) {
+                         for (const auto& row : a.classes) {
+                           auto* c = out->mutable_result()->add_classifications();
+                           for (const auto& [label, p] : row) {
+                             auto* k = c->add_classes();
+                             k->set_label(label);
+                             k->set_score(p);
+                           }
+                         }
+                       });
+}
+
+grpc::ServerUnaryReactor* PredictionServiceImpl::Regress(grpc::CallbackServerContext* context,
+                                                         const tfs::RegressionRequest* request,
+                                                         tfs::RegressionResponse* response) {
+  return classify_call(ctx_, context, "Regress", request, response, true,
+                       [](const ClassifyAnswer& a, tfs::RegressionResponse* out) {
+                         for (float v : a.values)
+                           out->mutable_result()->add_regressions()->set_value(v);
+                       });
 }
 
 grpc::ServerUnaryReactor* PredictionServiceImpl::Predict(grpc::CallbackServerContext* context,

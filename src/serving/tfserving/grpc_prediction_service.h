@@ -1,6 +1,7 @@
 #pragma once
-// TF Serving's tensorflow.serving.PredictionService: GetModelMetadata describes the generation
-// signature (the REST metadata, as protos), and Predict runs it: the
+// TF Serving's tensorflow.serving.PredictionService: Classify and Regress run an encoder's head
+// over tf.Examples (read into the REST body, classify_plan.h); GetModelMetadata describes the
+// generation signature (the REST metadata, as protos), and Predict runs it: the
 // input tensors are read as the REST API's columnar "inputs" (prompt or input_ids, and the
 // sampling parameters as scalars) into the typed PredictInput and go through the same plan
 // (planner.h: plan_predict); the typed outputs (predict_render.h) become tensors (docs/grpc.md).
@@ -18,6 +19,12 @@ class PredictionServiceImpl final : public tfs::PredictionService::CallbackServi
  public:
   explicit PredictionServiceImpl(GrpcContext& ctx) : ctx_(ctx) {}
 
+  grpc::ServerUnaryReactor* Classify(grpc::CallbackServerContext* context,
+                                     const tfs::ClassificationRequest* request,
+                                     tfs::ClassificationResponse* response) override;
+  grpc::ServerUnaryReactor* Regress(grpc::CallbackServerContext* context,
+                                    const tfs::RegressionRequest* request,
+                                    tfs::RegressionResponse* response) override;
   grpc::ServerUnaryReactor* Predict(grpc::CallbackServerContext* context,
                                     const tfs::PredictRequest* request,
                                     tfs::PredictResponse* response) override;
@@ -43,6 +50,11 @@ void check_value_count(int64_t values, int64_t count, bool packed, const std::st
 // from the typed field or the packed tensor_content. Throws HttpError 400 naming the input for
 // an unsupported type, a higher rank or a value count that does not fit the shape.
 nlohmann::json tensor_to_json(const tensorflow::TensorProto& t, const std::string& name);
+
+// The REST :classify / :regress body of a Classify or Regress request's Input:
+// {"context"?: {...}, "examples": [{...}]}, each feature's bytes a string (a list for several),
+// floats and int64s numbers. HttpError 400 for an Input without examples.
+nlohmann::json classify_body_of(const tfs::Input& input, const std::string& signature_name);
 
 // The REST predict body of a PredictRequest's inputs: {"inputs": {...}}.
 nlohmann::json predict_body_of(const tfs::PredictRequest& request);

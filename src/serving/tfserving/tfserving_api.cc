@@ -5,8 +5,8 @@
 #include <charconv>
 
 #include "core/random_id.h"
-#include "serving/core/embedding_plan.h"
 #include "serving/core/model_list.h"
+#include "serving/tfserving/classify_plan.h"
 #include "serving/tfserving/predict_render.h"
 
 namespace tf {
@@ -119,98 +119,42 @@ void predict(ServingState& state, std::shared_ptr<ServedModel> model, const Http
   run_job(state, plan, responder, record, std::make_shared<PredictSink>(plan, responder));
 }
 
-// TF Serving's Classify and Regress answers from an encoder's classifier scores: per example
-// [[label, probability], ...] (softmax; a one-output head's sigmoid), or the head's one value.
+// TF Serving's Classify and Regress answers (classify_plan.h): per example
+// [[label, probability], ...], or the head's one value.
 class ScoresSink final : public JobSink {
  public:
-  // relevance: a reranking generator's scores (no, yes), regressed to P(yes).
-  ScoresSink(bool regress, bool relevance, std::vector<std::string> labels,
-             std::shared_ptr<HttpResponder> responder)
-      : regress_(regress),
-        relevance_(relevance),
-        labels_(std::move(labels)),
-        responder_(std::move(responder)) {}
+  ScoresSink(std::shared_ptr<const ClassifyPlan> plan, std::shared_ptr<HttpResponder> responder)
+      : plan_(std::move(plan)), responder_(std::move(responder)) {}
   void end(const JobEnd& end, const GenerationJob& job) override {
     if (end.outcome == JobOutcome::kClientGone) return;
     if (!end.ok())
       return responder_->send(http_status(end), tfserving_error_body(end.error().what()));
+    const ClassifyAnswer a = classify_answer(*plan_, job);
     json result = json::array();
-    for (const auto& r : job.results()) {
-      const std::vector<float>& scores = r.at(0).embedding;
-      if (regress_) {
-        result.push_back(relevance_ ? relevance_of(scores) : scores.at(0));
-        continue;
+    if (plan_->regress) {
+      result = a.values;
+    } else {
+      for (const auto& row : a.classes) {
+        json r = json::array();
+        for (const auto& [label, p] : row) r.push_back({label, p});
+        result.push_back(std::move(r));
       }
-      const std::vector<float> p = label_probabilities(scores);
-      json row = json::array();
-      for (size_t k = 0; k < p.size(); ++k)
-        row.push_back({k < labels_.size() ? labels_[k] : fmt::format("LABEL_{}", k), p[k]});
-      result.push_back(std::move(row));
     }
     responder_->send(200, dump_json(json{{"result", result}}));
   }
 
  private:
-  bool regress_, relevance_;
-  std::vector<std::string> labels_;
+  std::shared_ptr<const ClassifyPlan> plan_;
   std::shared_ptr<HttpResponder> responder_;
 };
 
-// A feature's text: a string, or TF's one-string list.
-std::optional<std::string> feature_text(const json& features, const char* name) {
-  auto it = features.find(name);
-  if (it == features.end()) return std::nullopt;
-  if (it->is_string()) return it->get<std::string>();
-  if (it->is_array() && it->size() == 1 && (*it)[0].is_string()) return (*it)[0].get<std::string>();
-  throw HttpError(400, fmt::format("feature '{}' must be a string (or a list of one)", name));
-}
-
-// :classify and :regress: {"signature_name"?, "context"?: {features}, "examples": [{features}]},
-// the features "text" and, for a cross-encoder's pair, "text_pair" (an example's override the
-// context's).
+// :classify and :regress (classify_plan.h).
 void classify_or_regress(ServingState& state, std::shared_ptr<ServedModel> model,
                          const HttpRequest& req, std::shared_ptr<HttpResponder> responder,
                          std::shared_ptr<RequestRecord> record, bool regress) {
-  const json body = parse_json_body(req.body);
-  if (!body.is_object()) throw HttpError(400, "the request body must be a JSON object");
-  for (const auto& [key, v] : body.items())
-    if (key != "signature_name" && key != "context" && key != "examples")
-      throw HttpError(400,
-                      fmt::format("unknown field '{}' (signature_name, context, examples)", key));
-  const json context = body.value("context", json::object());
-  if (!context.is_object()) throw HttpError(400, "'context' must be an object of features");
-  const json& examples = body.value("examples", json());
-  if (!examples.is_array() || examples.empty() || examples.size() > 1024)
-    throw HttpError(400, "'examples' must be a list of 1 to 1024 objects of features");
-  const ModelConfig& c = model->config();
-  const ModelTask task = regress ? ModelTask::kScore : ModelTask::kClassify;
-  require_task(*model, task);
-  if (regress && c.encoder_only() && c.num_labels != 1)
-    throw HttpError(400, fmt::format("':regress' needs a head with one output; model '{}' has {} "
-                                     "labels (use ':classify')",
-                                     model->name, c.num_labels));
-  if (!model->tok()) throw HttpError(400, fmt::format("model '{}' has no tokenizer", model->name));
-  std::vector<ScoreInput> inputs;
-  for (const json& e : examples) {
-    if (!e.is_object()) throw HttpError(400, "each example must be an object of features");
-    json features = context;
-    for (const auto& [k, v] : e.items()) features[k] = v;
-    const std::optional<std::string> text = feature_text(features, "text");
-    if (!text || text->empty())
-      throw HttpError(400, "each example needs a non-empty 'text' feature");
-    const std::optional<std::string> pair = feature_text(features, "text_pair");
-    if (!model->score_tokens.empty() && !pair)
-      throw HttpError(400, fmt::format("model '{}' scores pairs: each example needs 'text' and "
-                                       "'text_pair' features",
-                                       model->name));
-    inputs.push_back(pair ? score_pair_input(*model, *text, *pair, "")
-                          : ScoreInput{model->tok()->encode(*text, true), {}});
-  }
-  auto plan = plan_scores(state, model, task, std::move(inputs), {}, "examples", *record,
-                          random_id(regress ? "regress-" : "classify-"));
-  run_job(state, plan, responder, record,
-          std::make_shared<ScoresSink>(regress, !model->score_tokens.empty(),
-                                       model->config().labels, responder));
+  auto plan = std::make_shared<const ClassifyPlan>(
+      plan_classify(state, std::move(model), parse_json_body(req.body), *record, regress));
+  run_job(state, plan->plan, responder, record, std::make_shared<ScoresSink>(plan, responder));
 }
 
 }  // namespace
