@@ -90,6 +90,10 @@ struct IsaKernels {
   // table has one, each element's arithmetic the same wherever it sits in a row.
   void (*silu_mul)(float* gate, const float* up, int64_t n);
   void (*gelu_tanh)(float* x, int64_t n);
+  // x[i] = gelu_erf(x[i]) (ops.h; erf by Abramowitz and Stegun 7.1.26, within 1.5e-7), and
+  // x[i] = e^(x[i] - shift) for scores <= shift returning their sum (attention's softmax).
+  void (*gelu_erf)(float* x, int64_t n);
+  float (*exp_shifted_sum)(float* x, int64_t n, float shift);
 };
 
 extern const IsaKernels kPortableKernels;

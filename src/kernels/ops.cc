@@ -60,8 +60,7 @@ void gelu_tanh(float* x, int64_t n) {
 }
 
 void gelu_erf(float* x, int64_t n) {
-  for (int64_t i = 0; i < n; ++i)
-    x[i] = 0.5f * x[i] * (1.0f + std::erf(x[i] * 0.70710678118654752f));
+  isa().gelu_erf(x, n);
 }
 
 void softmax(float* x, int64_t n) {

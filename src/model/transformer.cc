@@ -161,11 +161,7 @@ void attend(const float* q, const float* keys, const float* values, int64_t n, i
     scores[j] = s;
     top = std::max(top, s);
   }
-  float sum = 0.0f;
-  for (int64_t j = 0; j < n; ++j) {
-    scores[j] = std::exp(scores[j] - top);
-    sum += scores[j];
-  }
+  const float sum = isa.exp_shifted_sum(scores, n, top);
   std::fill(out, out + dk, 0.0f);
   for (int64_t j = 0; j < n; ++j) isa.axpy(scores[j] / sum, values + j * kv_dim + h * dk, out, dk);
 }

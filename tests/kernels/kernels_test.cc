@@ -419,6 +419,55 @@ TEST(Ops, GeluTanh) {
   }
 }
 
+TEST(Ops, GeluErf) {
+  const std::vector<float> anchors = {-1e20f, -50.0f, -6.0f, -3.0f, -1.0f, -0.1f, 0.0f,
+                                      0.1f,   0.5f,   1.0f,  2.0f,  5.0f,  50.0f, 1e20f};
+  std::mt19937 rng(7);
+  // The anchors in vector lanes (from 0) and again past the last whole vector (from 24).
+  std::vector<float> x0 = random_vector(38, rng, -8.0f, 8.0f);
+  std::copy(anchors.begin(), anchors.end(), x0.begin());
+  std::copy(anchors.begin(), anchors.end(), x0.begin() + 24);
+  for (const IsaKernels* t : supported_tables()) {
+    auto x = x0;
+    t->gelu_erf(x.data(), static_cast<int64_t>(x.size()));
+    for (size_t i = 0; i < x.size(); ++i) {
+      const double v = x0[i];
+      const double want = 0.5 * v * (1.0 + std::erf(v / std::sqrt(2.0)));
+      ASSERT_TRUE(std::isfinite(x[i])) << t->name << " x=" << v;
+      ASSERT_NEAR(x[i], want, 5e-7 * std::max(1.0, std::fabs(v))) << t->name << " x=" << v;
+    }
+    for (size_t at : {size_t{0}, size_t{24}}) {
+      EXPECT_EQ(x[at + 6], 0.0f) << t->name;
+      EXPECT_EQ(x[at + 13], 1e20f) << t->name;
+      EXPECT_NEAR(x[at + 9], 0.8413447f, 1e-6) << t->name;   // Phi(1)
+      EXPECT_NEAR(x[at + 3], -0.0040497f, 1e-6) << t->name;  // -3 Phi(-3)
+    }
+  }
+}
+
+// The softmax's exponentials: every table against exp in double, the sum too.
+TEST(Ops, ExpShiftedSum) {
+  std::mt19937 rng(8);
+  for (int n : {1, 7, 16, 37, 200}) {
+    std::vector<float> x0 = random_vector(n, rng, -30.0f, 4.0f);
+    if (n > 3) x0[2] = -1e30f;  // far below: 0
+    const float top = *std::max_element(x0.begin(), x0.end());
+    for (const IsaKernels* t : supported_tables()) {
+      auto x = x0;
+      const float sum = t->exp_shifted_sum(x.data(), n, top);
+      double want_sum = 0.0;
+      for (int i = 0; i < n; ++i) {
+        const double d = static_cast<double>(x0[i]) - top, want = std::exp(d);
+        want_sum += want;
+        // x - shift is rounded to float first: a relative error of |d| ulps in its exp.
+        ASSERT_NEAR(x[i], want, want * (4e-7 + 1.2e-7 * std::fabs(d)) + 1e-38)
+            << t->name << " n=" << n << " i=" << i;
+      }
+      EXPECT_NEAR(sum, want_sum, 1e-6 * want_sum) << t->name << " n=" << n;
+    }
+  }
+}
+
 void expect_probabilities(const std::vector<float>& p) {
   double sum = 0.0;
   for (float v : p) {

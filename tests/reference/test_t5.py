@@ -97,7 +97,10 @@ class T5Engine(unittest.TestCase):
             steps = [m for m in (re.match(r"\s*(\d+)\s+\S+\s+(-?[\d.]+)(.*)$", line)
                                  for line in r.stderr.splitlines()) if m]
             self.assertEqual([int(m.group(1)) for m in steps], want[i][0], "%s request %d" % (kind, i))
-            np.testing.assert_allclose([float(m.group(2)) for m in steps], want[i][1], atol=2e-4,
+            # 4e-4: float32's noise in this random-weight T5 (unscaled attention over large
+            # values: one ulp more or less in a softmax's exponentials moves a log-probability by
+            # ~1e-4; 1.7-2.8e-4 measured across the kernel tables), printed to 4 decimals.
+            np.testing.assert_allclose([float(m.group(2)) for m in steps], want[i][1], atol=4e-4,
                                        err_msg="%s request %d" % (kind, i))
             logits = ref.logits(p, [cfg["decoder_start_token_id"]] + want[i][0][:-1])
             for step, m in enumerate(steps):
@@ -107,7 +110,7 @@ class T5Engine(unittest.TestCase):
                 self.assertEqual(len(alts), 5, m.group(0))
                 for tok, value in alts:
                     tid = SPECIAL[tok] if tok in SPECIAL else int(tok[1:])
-                    self.assertAlmostEqual(float(value), row[tid], delta=2e-4)
+                    self.assertAlmostEqual(float(value), row[tid], delta=4e-4)
 
         def texts(bodies, n=1):
             out = []
