@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <limits>
@@ -69,8 +70,10 @@ class BertModel final : public EncoderModel {
       b = w.f32(name + (old ? ".beta" : ".bias"), {c.dim});
     };
     word_ = w.matrix(P + "embeddings.word_embeddings.weight", c.vocab_size, c.dim);
-    pos_ = w.f32(P + "embeddings.position_embeddings.weight",
-                 {c.max_seq_len + c.position_offset, c.dim});
+    const bool jina = c.encoder_kind == ModelConfig::EncoderKind::kJina;
+    if (!jina)
+      pos_ = w.f32(P + "embeddings.position_embeddings.weight",
+                   {c.max_seq_len + c.position_offset, c.dim});
     if (c.type_vocab_size > 0)
       type_ = w.f32(P + "embeddings.token_type_embeddings.weight", {c.type_vocab_size, c.dim});
     ln(P + "embeddings.LayerNorm", emb_ln_w_, emb_ln_b_);
@@ -86,13 +89,48 @@ class BertModel final : public EncoderModel {
       L.o = w.matrix(p + "attention.output.dense.weight", c.dim, c.dim);
       L.bo = w.f32(p + "attention.output.dense.bias", {c.dim});
       ln(p + "attention.output.LayerNorm", L.ln1_w, L.ln1_b);
-      L.up = w.matrix(p + "intermediate.dense.weight", c.ffn_dim, c.dim);
-      L.bup = w.f32(p + "intermediate.dense.bias", {c.ffn_dim});
-      L.down = w.matrix(p + "output.dense.weight", c.dim, c.ffn_dim);
-      L.bdown = w.f32(p + "output.dense.bias", {c.dim});
-      ln(p + "output.LayerNorm", L.ln2_w, L.ln2_b);
+      if (jina) {
+        // GEGLU: gated_layers [gate; up] without a bias (or llama.cpp's two halves), wo, and
+        // the MLP's LayerNorm.
+        if (w.has(p + "mlp.gated_layers.weight")) {
+          const auto gated =
+              w.matrix(p + "mlp.gated_layers.weight", 2 * c.ffn_dim, c.dim, false, c.ffn_dim);
+          L.gate = gated.rows(0, c.ffn_dim);
+          L.up = gated.rows(c.ffn_dim, c.ffn_dim);
+        } else {
+          L.gate = w.matrix(p + "mlp.gated_layers_w.weight", c.ffn_dim, c.dim);
+          L.up = w.matrix(p + "mlp.gated_layers_v.weight", c.ffn_dim, c.dim);
+        }
+        L.down = w.matrix(p + "mlp.wo.weight", c.dim, c.ffn_dim);
+        L.bdown = w.f32(p + "mlp.wo.bias", {c.dim});
+        ln(p + "mlp.layernorm", L.ln2_w, L.ln2_b);
+      } else {
+        L.up = w.matrix(p + "intermediate.dense.weight", c.ffn_dim, c.dim);
+        L.bup = w.f32(p + "intermediate.dense.bias", {c.ffn_dim});
+        L.down = w.matrix(p + "output.dense.weight", c.dim, c.ffn_dim);
+        L.bdown = w.f32(p + "output.dense.bias", {c.dim});
+        ln(p + "output.LayerNorm", L.ln2_w, L.ln2_b);
+      }
       layers_.push_back(L);
     }
+    if (jina) alibi_slopes_ = alibi_slopes(c.n_heads);
+  }
+
+  // ALiBi's head slopes (Press et al. 2022): for n a power of two, 2^(-8 (h + 1) / n); else
+  // those of the power of two below n, then every other slope of twice that for the rest.
+  static std::vector<float> alibi_slopes(int64_t n) {
+    auto pow2 = [](int64_t m) {
+      std::vector<float> out;
+      for (int64_t h = 0; h < m; ++h)
+        out.push_back(static_cast<float>(std::exp2(-8.0 * static_cast<double>(h + 1) / m)));
+      return out;
+    };
+    int64_t below = 1;
+    while (below * 2 <= n) below *= 2;
+    std::vector<float> out = pow2(below);
+    const std::vector<float> more = pow2(2 * below);
+    for (int64_t h = 0; static_cast<int64_t>(out.size()) < n; h += 2) out.push_back(more[h]);
+    return out;
   }
 
   // NomicBERT's names (nomic-ai's NomicBertModel; under "bert." in its pre-training model):
@@ -157,7 +195,7 @@ class BertModel final : public EncoderModel {
     for (auto* v : {&q_, &k_, &v_, &att_}) transformer::grow(*v, n * dim);
     transformer::grow(h_, n * ffn);
     if (c.gated_ffn) transformer::grow(up_, n * ffn);
-    const bool rotary = c.encoder_kind == ModelConfig::EncoderKind::kNomic;
+    const bool rotary = c.encoder_kind == ModelConfig::EncoderKind::kNomic;  // else ALiBi or none
     float* x = hidden;  // the residual stream lives in the output
     for (size_t s = 0; s < inputs.size(); ++s) {
       const EncoderInput& in = inputs[s];
@@ -185,23 +223,38 @@ class BertModel final : public EncoderModel {
       transformer::for_rows(pool, n, [&](int64_t i) {
         const int64_t e = input_of(i);
         const int64_t first = start_[e], len = start_[e + 1] - first;
-        thread_local std::vector<float> scores;
+        thread_local std::vector<float> scores, bias;
         scores.resize(static_cast<size_t>(len));
-        for (int64_t h = 0; h < c.n_heads; ++h)
+        if (!alibi_slopes_.empty()) bias.resize(static_cast<size_t>(len));
+        for (int64_t h = 0; h < c.n_heads; ++h) {
+          if (!alibi_slopes_.empty()) {  // symmetric ALiBi: -slope |i - j|
+            const float slope = alibi_slopes_[static_cast<size_t>(h)];
+            for (int64_t j = 0; j < len; ++j)
+              bias[j] = -slope * static_cast<float>(std::abs(i - first - j));
+          }
           transformer::attend(q_.data() + i * dim + h * dk, k_.data() + first * dim,
-                              v_.data() + first * dim, len, dim, h, dk, scale, nullptr,
-                              scores.data(), att_.data() + i * dim + h * dk);
+                              v_.data() + first * dim, len, dim, h, dk, scale,
+                              alibi_slopes_.empty() ? nullptr : bias.data(), scores.data(),
+                              att_.data() + i * dim + h * dk);
+        }
       });
       kernels::matmul_add(att_.data(), n, L.o, L.bo, x, pool);  // x += attention's output
       transformer::for_rows(pool, n, [&](int64_t i) {
         kernels::layer_norm(x + i * dim, L.ln1_w, L.ln1_b, c.norm_eps, dim, x + i * dim);
       });
-      if (c.gated_ffn) {  // SwiGLU: up(x) * silu(gate(x))
+      if (c.gated_ffn) {  // SwiGLU: up(x) * silu(gate(x)); GEGLU: up(x) * gelu(gate(x))
         const kernels::MatmulOutput mlp[] = {{L.gate, L.bgate, h_.data()},
                                              {L.up, L.bup, up_.data()}};
         kernels::matmul_many(x, n, mlp, pool);
         transformer::for_rows(pool, n, [&](int64_t i) {
-          kernels::silu_mul(h_.data() + i * ffn, up_.data() + i * ffn, ffn);
+          float* g = h_.data() + i * ffn;
+          const float* u = up_.data() + i * ffn;
+          if (c.encoder_kind != ModelConfig::EncoderKind::kJina) {
+            kernels::silu_mul(g, u, ffn);
+          } else {
+            kernels::gelu_erf(g, ffn);
+            for (int64_t d = 0; d < ffn; ++d) g[d] *= u[d];
+          }
         });
       } else {
         kernels::matmul(x, n, L.up, L.bup, h_.data(), pool);
@@ -237,7 +290,8 @@ class BertModel final : public EncoderModel {
     return std::upper_bound(start_.begin(), start_.end(), row) - start_.begin() - 1;
   }
 
-  Rope rope_;  // NomicBERT's
+  Rope rope_;                        // NomicBERT's
+  std::vector<float> alibi_slopes_;  // JinaBERT's, per head
   std::vector<int64_t> start_;
   std::vector<float> q_, k_, v_, att_, h_, up_;
 };

@@ -348,6 +348,7 @@ ModelConfig gguf_t5_config(const GgufFile& f, const std::string& path) {
 // llama.cpp's "bert" (BertModel, and XLM-RoBERTa rerankers): its converter drops RoBERTa's
 // first pad_token_id + 1 position rows, so positions count from 0 here; a classifier head where
 // the file has cls (dense, tanh) and cls.output (one row per label: a reranker's one score).
+// llama.cpp's "jina-bert-v2" as "bert" with ALiBi (no position table) and a GEGLU MLP;
 // llama.cpp's "nomic-bert" the same, with rotary positions (rope.freq_base, NEOX halves), a fused
 // attn_qkv and a SwiGLU MLP (ffn_up the value, ffn_gate the gate), without biases or a head.
 ModelConfig gguf_bert_config(const GgufFile& f, const std::string& path) {
@@ -357,6 +358,17 @@ ModelConfig gguf_bert_config(const GgufFile& f, const std::string& path) {
   c.architecture = "BertModel";
   const std::string arch = f.get_string("general.architecture");
   const std::string p = arch + ".";
+  if (arch == "jina-bert-v2") {
+    c.architecture = "JinaBertModel";
+    c.encoder_kind = ModelConfig::EncoderKind::kJina;
+    c.gated_ffn = true;
+    for (const char* t : {"blk.0.attn_q_norm.weight", "blk.0.attn_norm_2.weight", "cls.weight"})
+      if (f.tensor(t))
+        fail(ErrorKind::kUnsupported,
+             "'{}': a jina-bert-v2 with '{}' (the qk-post-norm code models, the reranker head) "
+             "is not supported",
+             path, t);
+  }
   if (arch == "nomic-bert") {
     c.architecture = "NomicBertModel";
     c.encoder_kind = ModelConfig::EncoderKind::kNomic;
@@ -435,6 +447,27 @@ std::string bert_hf_name(const std::string& name) {
   return encoder_hf_name(name, kTop, kBlock, "encoder.layer");
 }
 
+// A llama.cpp "jina-bert-v2" tensor's name in JinaBertModel (its converter's halves of
+// gated_layers: gated_layers_w the gate, gated_layers_v the up projection).
+std::string jina_bert_hf_name(const std::string& name) {
+  static const std::pair<const char*, const char*> kTop[] = {
+      {"token_embd.weight", "embeddings.word_embeddings.weight"},
+      {"token_types.weight", "embeddings.token_type_embeddings.weight"},
+      {"token_embd_norm.weight", "embeddings.LayerNorm.weight"},
+      {"token_embd_norm.bias", "embeddings.LayerNorm.bias"}};
+  static const std::pair<const char*, const char*> kBlock[] = {
+      {"attn_q", "attention.self.query"},
+      {"attn_k", "attention.self.key"},
+      {"attn_v", "attention.self.value"},
+      {"attn_output", "attention.output.dense"},
+      {"attn_output_norm", "attention.output.LayerNorm"},
+      {"ffn_gate", "mlp.gated_layers_w"},
+      {"ffn_up", "mlp.gated_layers_v"},
+      {"ffn_down", "mlp.wo"},
+      {"layer_output_norm", "mlp.layernorm"}};
+  return encoder_hf_name(name, kTop, kBlock, "encoder.layer");
+}
+
 // A llama.cpp "nomic-bert" tensor's name in nomic-ai's NomicBertModel.
 std::string nomic_bert_hf_name(const std::string& name) {
   static const std::pair<const char*, const char*> kTop[] = {
@@ -454,8 +487,8 @@ std::string nomic_bert_hf_name(const std::string& name) {
 ModelConfig gguf_model_config(const GgufFile& f, const std::string& path) {
   if (f.get_string("general.architecture") == "mamba") return gguf_mamba_config(f, path);
   if (f.get_string("general.architecture") == "t5") return gguf_t5_config(f, path);
-  if (f.get_string("general.architecture") == "bert" ||
-      f.get_string("general.architecture") == "nomic-bert")
+  if (const std::string a = f.get_string("general.architecture");
+      a == "bert" || a == "nomic-bert" || a == "jina-bert-v2")
     return gguf_bert_config(f, path);
   ModelConfig c;
   c.format = "gguf";
@@ -617,11 +650,12 @@ ModelConfig load_gguf(const std::string& path, WeightStore& store) {
                       : c.architecture == "Phi3ForCausalLM" ? Names::kPhi3
                                                             : Names::kLlama;
   for (const GgufTensorInfo& t : f.tensors) {
-    const std::string name = c.arch == Arch::kT5 ? t5_hf_name(t.name, c.gated_ffn)
-                             : c.encoder_kind == ModelConfig::EncoderKind::kNomic
-                                 ? nomic_bert_hf_name(t.name)
-                             : c.arch == Arch::kBert ? bert_hf_name(t.name)
-                                                     : hf_name(names, t.name);
+    const std::string name =
+        c.arch == Arch::kT5                                  ? t5_hf_name(t.name, c.gated_ffn)
+        : c.encoder_kind == ModelConfig::EncoderKind::kNomic ? nomic_bert_hf_name(t.name)
+        : c.encoder_kind == ModelConfig::EncoderKind::kJina  ? jina_bert_hf_name(t.name)
+        : c.arch == Arch::kBert                              ? bert_hf_name(t.name)
+                                                             : hf_name(names, t.name);
     if (name.empty()) continue;
     const auto info = ggml_type_info(static_cast<uint32_t>(t.type));
     if (!ggml_can_dequantize(t.type))

@@ -233,9 +233,22 @@ ModelConfig parse_bert(const json& j, const std::string& source, bool roberta,
   if (act != "gelu")
     fail(ErrorKind::kUnsupported, "{}: hidden_act '{}' is not supported (gelu is)", source, act);
   const std::string pos_type = get_string_or(j, "position_embedding_type", "absolute", source);
-  if (pos_type != "absolute")
-    fail(ErrorKind::kUnsupported, "{}: position_embedding_type '{}' is not supported (absolute is)",
+  if (pos_type == "alibi" && !roberta) {
+    // JinaBERT v2: ALiBi, no position table, a GEGLU MLP.
+    c.encoder_kind = ModelConfig::EncoderKind::kJina;
+    c.max_seq_len = positions;
+    const std::string ff = get_string_or(j, "feed_forward_type", "original", source);
+    if (ff != "geglu")
+      fail(ErrorKind::kUnsupported,
+           "{}: feed_forward_type '{}' is not supported with ALiBi (geglu, JinaBERT v2's, is)",
+           source, ff);
+    c.gated_ffn = true;
+  } else if (pos_type != "absolute") {
+    fail(ErrorKind::kUnsupported,
+         "{}: position_embedding_type '{}' is not supported (absolute, and alibi for JinaBERT v2, "
+         "are)",
          source, pos_type);
+  }
   if (architecture.find("ForSequenceClassification") != std::string::npos) {
     c.classifier =
         roberta ? ModelConfig::Classifier::kRobertaHead : ModelConfig::Classifier::kBertPooler;
@@ -682,7 +695,9 @@ ModelConfig parse_hf_config(const std::string& json_text, const std::string& sou
     c = parse_mamba(j, source);
     if (architecture.empty()) architecture = "MambaForCausalLM";
   } else if (architecture == "BertModel" || architecture == "BertForSequenceClassification" ||
-             architecture == "BertForMaskedLM" || (architecture.empty() && model_type == "bert")) {
+             architecture == "BertForMaskedLM" || architecture == "JinaBertModel" ||
+             architecture == "JinaBertForMaskedLM" ||
+             (architecture.empty() && model_type == "bert")) {
     if (architecture.empty()) architecture = "BertModel";
     c = parse_bert(j, source, false, architecture);
   } else if (architecture == "NomicBertModel" ||
@@ -704,7 +719,7 @@ ModelConfig parse_hf_config(const std::string& json_text, const std::string& sou
          "MixtralForCausalLM, Qwen2MoeForCausalLM, Qwen3MoeForCausalLM, OlmoeForCausalLM, "
          "MambaForCausalLM, T5ForConditionalGeneration, BertModel, "
          "BertForSequenceClassification, RobertaModel, XLMRobertaModel, "
-         "(XLM)RobertaForSequenceClassification, NomicBertModel",
+         "(XLM)RobertaForSequenceClassification, NomicBertModel, JinaBertModel",
          source, architecture, model_type);
   }
   c.architecture = architecture;

@@ -119,7 +119,11 @@ struct ModelConfig {
   // one fused Wqkv, a SwiGLU MLP (fc11 the value, fc12 the gate) or an erf-GELU one, biases
   // where the files have them. rope.kind kDynamic: NTK-aware scaling of the base by the input's
   // own length beyond rope.original_max_pos (max_trained_positions), as nomic's model does.
-  enum class EncoderKind { kBert, kNomic } encoder_kind = EncoderKind::kBert;
+  // JinaBERT v2 (encoder_kind kJina: jina-embeddings-v2; Günther et al. 2023): BERT's block
+  // without a position table, symmetric ALiBi instead (each head's scores less slope_h |i - j|,
+  // the ALiBi paper's slopes), and a GEGLU MLP (gelu(gate) * up, gate the first half of
+  // gated_layers) with its own LayerNorm after the residual.
+  enum class EncoderKind { kBert, kNomic, kJina } encoder_kind = EncoderKind::kBert;
   // How the model's files say its embeddings are pooled ("cls", "mean", "max", "last": from
   // sentence-transformers' config or GGUF's pooling_type, read at load; empty: not said) and
   // whether they are normalized.

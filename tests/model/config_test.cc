@@ -253,6 +253,23 @@ TEST(ModelConfig, NomicBertRotaryEncoder) {
   }
 }
 
+TEST(ModelConfig, JinaBertAlibiGeglu) {
+  const std::string jina = R"({"architectures":["JinaBertForMaskedLM"],"model_type":"bert",
+    "vocab_size":100,"hidden_size":48,"num_hidden_layers":2,"num_attention_heads":6,
+    "intermediate_size":64,"max_position_embeddings":8192,"type_vocab_size":2,
+    "hidden_act":"gelu","position_embedding_type":"alibi","feed_forward_type":"geglu"})";
+  const ModelConfig c = parse_hf_config(jina, "config.json");
+  EXPECT_EQ(c.encoder_kind, ModelConfig::EncoderKind::kJina);
+  EXPECT_TRUE(c.gated_ffn);
+  EXPECT_EQ(c.max_seq_len, 8192);
+  std::string t = jina;
+  t.replace(t.find("\"geglu\""), 7, "\"glu\"");
+  EXPECT_NE(error_of(t).find("feed_forward_type 'glu' is not supported"), std::string::npos);
+  t = jina;
+  t.replace(t.find("\"alibi\""), 7, "\"relative_key\"");
+  EXPECT_NE(error_of(t).find("position_embedding_type 'relative_key'"), std::string::npos);
+}
+
 TEST(ModelConfig, Phi3FusesProjections) {
   std::string s = kLlama;
   s.replace(s.find("LlamaForCausalLM"), 16, "Phi3ForCausalLM");

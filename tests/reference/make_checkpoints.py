@@ -278,6 +278,17 @@ def _nomic_config(dtype):
     }.items()))
 
 
+def _jina_config(dtype):
+    # jina-embeddings-v2's JinaBertConfig, small: 3 layers, 6 heads of 8 (not a power of two:
+    # ALiBi's interleaved slopes), a GEGLU MLP of 64, 128 positions (no table: ALiBi).
+    cfg = _bert_config(dtype, "bert")
+    cfg.update({"architectures": ["JinaBertForMaskedLM"], "num_attention_heads": 6,
+                "intermediate_size": 64, "max_position_embeddings": 128,
+                "position_embedding_type": "alibi", "feed_forward_type": "geglu",
+                "emb_pooler": "mean"})
+    return dict(sorted(cfg.items()))
+
+
 KINDS = {
     "gpt2": lambda dt: _gpt2_config(dt),
     "t5": lambda dt: _t5_config(dt, False),
@@ -288,6 +299,7 @@ KINDS = {
     "xlmr": lambda dt: _bert_config(dt, "xlmr"),
     "xlmr_cls": lambda dt: _bert_config(dt, "xlmr_cls"),
     "nomic": lambda dt: _nomic_config(dt),
+    "jina": lambda dt: _jina_config(dt),
     "llama_gqa": lambda dt: _llama_config(dt, n_kv=2, tie=False, theta=10000.0),
     "llama_tied": lambda dt: _llama_config(dt, n_kv=6, tie=True, theta=500000.0, head_dim=12),
     "qwen2": lambda dt: _qwen2_config(dt),
@@ -666,6 +678,30 @@ def _nomic_weights(cfg, rng):
     return w
 
 
+def _jina_weights(cfg, rng):
+    d, V, L, ff = cfg["hidden_size"], cfg["vocab_size"], cfg["num_hidden_layers"], \
+        cfg["intermediate_size"]
+    w = {"embeddings.word_embeddings.weight": _normal(rng, (V, d), 1.0),
+         "embeddings.token_type_embeddings.weight": _normal(rng, (cfg["type_vocab_size"], d), 0.5),
+         "embeddings.LayerNorm.weight": _norm_weight(rng, d),
+         "embeddings.LayerNorm.bias": _normal(rng, d, 0.1)}
+    for i in range(L):
+        p = "encoder.layer.%d." % i
+        for m in ("query", "key", "value"):
+            w[p + "attention.self.%s.weight" % m] = _normal(rng, (d, d), 0.25)
+            w[p + "attention.self.%s.bias" % m] = _normal(rng, d, 0.1)
+        w[p + "attention.output.dense.weight"] = _normal(rng, (d, d), 0.2)
+        w[p + "attention.output.dense.bias"] = _normal(rng, d, 0.1)
+        w[p + "attention.output.LayerNorm.weight"] = _norm_weight(rng, d)
+        w[p + "attention.output.LayerNorm.bias"] = _normal(rng, d, 0.1)
+        w[p + "mlp.gated_layers.weight"] = _normal(rng, (2 * ff, d), 0.3)
+        w[p + "mlp.wo.weight"] = _normal(rng, (d, ff), 0.2)
+        w[p + "mlp.wo.bias"] = _normal(rng, d, 0.1)
+        w[p + "mlp.layernorm.weight"] = _norm_weight(rng, d)
+        w[p + "mlp.layernorm.bias"] = _normal(rng, d, 0.1)
+    return w
+
+
 def write_checkpoint(out_dir, kind, dtype="F32", sharded=False, seed=0, legacy_gpt2_names=False):
     if kind not in KINDS:
         raise ValueError("unknown kind %r (one of %s)" % (kind, ", ".join(KINDS)))
@@ -684,6 +720,8 @@ def write_checkpoint(out_dir, kind, dtype="F32", sharded=False, seed=0, legacy_g
         w = _mamba_weights(cfg, rng)
     elif cfg["model_type"] == "t5":
         w = _t5_weights(cfg, rng)
+    elif cfg.get("position_embedding_type") == "alibi":
+        w = _jina_weights(cfg, rng)
     elif cfg["model_type"] in ("bert", "xlm-roberta"):
         w = _bert_weights(cfg, rng)
     elif cfg["model_type"] == "nomic_bert":

@@ -867,6 +867,55 @@ class NomicBert:
         return x
 
 
+class JinaBert:
+    """JinaBERT v2 (Günther et al. 2023, "Jina Embeddings 2"): BERT's post-LN block without a
+    position table; each head adds the symmetric ALiBi bias -m_h |i - j| to its scaled scores
+    (Press et al. 2022's slopes m_h: 2^(-8 (h + 1) / n) for n a power of two, else those of the
+    power of two below n followed by every other slope of twice that); the MLP is GEGLU,
+    wo(gelu(x W_gate) * (x W_up)) with W_gate the first half of gated_layers, then its own
+    LayerNorm over the residual sum."""
+
+    def __init__(self, cfg, w):
+        self.cfg = cfg
+        self.P = "bert." if "bert.embeddings.word_embeddings.weight" in w else ""
+        self.w = {k: _f(v) for k, v in w.items()}
+
+    @staticmethod
+    def slopes(n):
+        def pow2(m):
+            return [2.0 ** (-8.0 * (h + 1) / m) for h in range(m)]
+        below = 2 ** int(math.floor(math.log2(n)))
+        return (pow2(below) + pow2(2 * below)[0::2])[:n]
+
+    def hidden(self, ids, types=None):
+        cfg, w, P = self.cfg, self.w, self.P
+        d, H, eps, ff = (cfg["hidden_size"], cfg["num_attention_heads"], cfg["layer_norm_eps"],
+                         cfg["intermediate_size"])
+        dh = d // H
+        n = len(ids)
+        types = np.zeros(n, dtype=np.int64) if types is None else np.asarray(types)
+        x = w[P + "embeddings.word_embeddings.weight"][ids] + \
+            w[P + "embeddings.token_type_embeddings.weight"][types]
+        x = layer_norm(x, w[P + "embeddings.LayerNorm.weight"], w[P + "embeddings.LayerNorm.bias"], eps)
+        dist = np.abs(np.arange(n)[:, None] - np.arange(n)[None, :])
+        alibi = -np.array(self.slopes(H))[:, None, None] * dist[None]  # [H, n, n]
+        for i in range(cfg["num_hidden_layers"]):
+            p = P + "encoder.layer.%d." % i
+            lin = lambda a, name: a @ w[p + name + ".weight"].T + w[p + name + ".bias"]
+            q = lin(x, "attention.self.query").reshape(n, H, dh).transpose(1, 0, 2)
+            k = lin(x, "attention.self.key").reshape(n, H, dh).transpose(1, 0, 2)
+            v = lin(x, "attention.self.value").reshape(n, H, dh).transpose(1, 0, 2)
+            a = softmax(q @ k.transpose(0, 2, 1) / np.sqrt(dh) + alibi) @ v
+            x = layer_norm(x + lin(a.transpose(1, 0, 2).reshape(n, d), "attention.output.dense"),
+                           w[p + "attention.output.LayerNorm.weight"],
+                           w[p + "attention.output.LayerNorm.bias"], eps)
+            g = x @ w[p + "mlp.gated_layers.weight"].T
+            h = gelu_erf(g[:, :ff]) * g[:, ff:]
+            x = layer_norm(x + lin(h, "mlp.wo"), w[p + "mlp.layernorm.weight"],
+                           w[p + "mlp.layernorm.bias"], eps)
+        return x
+
+
 def load_hf(model_dir):
     with open(os.path.join(model_dir, "config.json")) as f:
         cfg = json.load(f)
@@ -882,6 +931,8 @@ def load_hf(model_dir):
         return Mamba(cfg, w)
     if arch == "t5":
         return T5(cfg, w)
+    if cfg.get("position_embedding_type") == "alibi":
+        return JinaBert(cfg, w)
     if cfg.get("model_type") in ("bert", "roberta", "xlm-roberta"):
         return Bert(cfg, w)
     if cfg.get("model_type") == "nomic_bert":

@@ -144,13 +144,57 @@ def nomic_to_gguf(model_dir, path, pooling_type=1):
     gguf_io.write_gguf(path, meta, tensors)
 
 
+def jina_to_gguf(model_dir, path, pooling_type=1):
+    """A JinaBertModel checkpoint as llama.cpp's converter writes it ("jina-bert-v2"): BERT's
+    names without position_embd, gated_layers split into ffn_gate (its first half) and ffn_up,
+    mlp.wo as ffn_down, mlp.layernorm as layer_output_norm."""
+    import gguf_io
+    import safetensors_io
+    from test_gguf import _f32_tensor
+    with open(os.path.join(model_dir, "config.json")) as f:
+        cfg = json.load(f)
+    w = safetensors_io.load_dir(model_dir)
+    ff = cfg["intermediate_size"]
+    top = {"embeddings.word_embeddings.weight": "token_embd.weight",
+           "embeddings.token_type_embeddings.weight": "token_types.weight",
+           "embeddings.LayerNorm.weight": "token_embd_norm.weight",
+           "embeddings.LayerNorm.bias": "token_embd_norm.bias"}
+    block = {"attention.self.query": "attn_q", "attention.self.key": "attn_k",
+             "attention.self.value": "attn_v", "attention.output.dense": "attn_output",
+             "attention.output.LayerNorm": "attn_output_norm", "mlp.wo": "ffn_down",
+             "mlp.layernorm": "layer_output_norm"}
+    tensors = []
+    for name, a in w.items():
+        if name in top:
+            _f32_tensor(tensors, top[name], a)
+            continue
+        _, _, layer, rest = name.split(".", 3)
+        base, kind = rest.rsplit(".", 1)
+        if base == "mlp.gated_layers":
+            _f32_tensor(tensors, "blk.%s.ffn_gate.weight" % layer, a[:ff])
+            _f32_tensor(tensors, "blk.%s.ffn_up.weight" % layer, a[ff:])
+        else:
+            _f32_tensor(tensors, "blk.%s.%s.%s" % (layer, block[base], kind), a)
+    a = "jina-bert-v2."
+    meta = {"general.architecture": "jina-bert-v2",
+            a + "context_length": gguf_io.U32(cfg["max_position_embeddings"]),
+            a + "embedding_length": gguf_io.U32(cfg["hidden_size"]),
+            a + "feed_forward_length": gguf_io.U32(ff),
+            a + "block_count": gguf_io.U32(cfg["num_hidden_layers"]),
+            a + "attention.head_count": gguf_io.U32(cfg["num_attention_heads"]),
+            a + "attention.layer_norm_epsilon": gguf_io.F32(cfg["layer_norm_eps"]),
+            a + "attention.causal": False,
+            a + "pooling_type": gguf_io.U32(pooling_type)}
+    gguf_io.write_gguf(path, meta, tensors)
+
+
 class EncoderTest(unittest.TestCase):
     @classmethod
     def setUpClass(cls):
         cls.bin = os.environ["TOKENFLOW_BIN"]
         cls.tmp = tempfile.TemporaryDirectory(prefix="tf_enc_")
         cls.models = {}
-        for kind in ("bert", "bert_cls", "xlmr", "xlmr_cls", "nomic"):
+        for kind in ("bert", "bert_cls", "xlmr", "xlmr_cls", "nomic", "jina"):
             d = make_checkpoints.write_checkpoint(os.path.join(cls.tmp.name, kind), kind, seed=5)
             cls.models[kind] = (d, np_model.load_hf(d))
         cls.vocab = write_bert_vocab(os.path.join(cls.models["bert_cls"][0], "vocab.txt"), 300)
@@ -219,6 +263,27 @@ class EncoderTest(unittest.TestCase):
         nomic_to_gguf(model, g, pooling_type=1)
         out = self.embed(g, lines)
         for ids, o in zip(self.inputs, out):
+            np.testing.assert_allclose(o["embedding"], ref.hidden(ids).mean(0), rtol=0, atol=2e-4)
+
+    def test_jina_bert_alibi_geglu_matches_numpy(self):
+        # ALiBi in an encoder (6 heads: the interleaved slopes), each input's distances its own;
+        # inputs past 64 tokens too (ALiBi has no position table: 128 here).
+        model, ref = self.models["jina"]
+        inputs = self.inputs + [[int(t) for t in np.random.default_rng(4).integers(5, 300, size=100)]]
+        lines = [{"ids": ids} for ids in inputs]
+        out = self.embed(model, lines, "--hidden", "--batch", "7")
+        for ids, o in zip(inputs, out):
+            np.testing.assert_allclose(np.array(o["hidden"]), ref.hidden(ids), rtol=0, atol=2e-4,
+                                       err_msg="len %d" % len(ids))
+        alone = self.embed(model, lines, "--hidden", "--batch", "1")
+        self.assertEqual([o["hidden"] for o in out], [o["hidden"] for o in alone])
+        # 6 heads: the 4-head slopes 2^-2 .. 2^-8, then the 8-head ones 2^-1 and 2^-3.
+        self.assertEqual(np_model.JinaBert.slopes(6), [2 ** -2, 2 ** -4, 2 ** -6, 2 ** -8, 2 ** -1, 2 ** -3])
+        # llama.cpp's jina-bert-v2 GGUF, mean pooling from the file.
+        g = os.path.join(self.tmp.name, "jina.gguf")
+        jina_to_gguf(model, g, pooling_type=1)
+        out = self.embed(g, lines)
+        for ids, o in zip(inputs, out):
             np.testing.assert_allclose(o["embedding"], ref.hidden(ids).mean(0), rtol=0, atol=2e-4)
 
     def test_pooling_modes(self):

@@ -471,6 +471,11 @@ class NumpySelfCheck(unittest.TestCase):
                                      cfg["num_decoder_layers"])
                     self.assertEqual("lm_head.weight" in w, not cfg["tie_word_embeddings"])
                     continue
+                if kind == "jina":
+                    d, ff = cfg["hidden_size"], cfg["intermediate_size"]
+                    self.assertEqual(w["encoder.layer.0.mlp.gated_layers.weight"].shape, (2 * ff, d))
+                    self.assertNotIn("embeddings.position_embeddings.weight", w)
+                    continue
                 if cfg["model_type"] in ("bert", "xlm-roberta"):
                     P = ""
                     if cfg["architectures"][0].endswith("SequenceClassification"):
