@@ -13,12 +13,12 @@
 # Usage: scripts/test.sh [all|release|asan|tsan|amx|debug]   (default all = release, asan, tsan:
 # what CI runs). TOKENFLOW_SKIP_SANITIZERS=1 makes "all" the release stage alone.
 # Each stage's time is printed at the end; a run of "all" longer than TOKENFLOW_CI_BUDGET_S
-# (default 2700 s = 45 minutes, half CI's hard limit) fails, so growth shows long before the
-# wall. Sanitizer reports, skips outside tests/skips.txt and test failures all fail the stage.
+# (default 3600 s = 60 minutes, two thirds of CI's hard limit: hosts of one machine class differ
+# by up to 1.6x, docs/testing.md) fails, so growth shows long before the wall. Sanitizer reports, skips outside tests/skips.txt and test failures all fail the stage.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 what="${1:-all}"
-budget="${TOKENFLOW_CI_BUDGET_S:-2700}"
+budget="${TOKENFLOW_CI_BUDGET_S:-3600}"
 jobs="$(nproc)"
 t_start=$(date +%s)
 stage_log=()
