@@ -56,9 +56,12 @@ int run_embed(const EmbedOptions& o) {
   const ModelConfig& c = model->config();
   LoadedTokenizer tok;  // loaded for the first text (token ids need none)
   bool tok_loaded = false;
-  const EncoderPoolingConfig pc = read_encoder_pooling(o.model);
-  const EncoderPooling pooling = o.pooling.empty() ? pc.pooling : parse_encoder_pooling(o.pooling);
-  const bool normalize = o.normalize || (o.pooling.empty() && pc.normalize);
+  // The model's pooling as its files say (read at load), unless --pooling names one.
+  const std::string& own = c.embedding_pooling;
+  const EncoderPooling pooling = !o.pooling.empty() ? parse_encoder_pooling(o.pooling)
+                                 : own.empty()      ? EncoderPooling::kCls
+                                                    : parse_encoder_pooling(own);
+  const bool normalize = o.normalize || (o.pooling.empty() && c.embedding_normalize);
 
   // Inputs: the prompts, then the file's lines ("text", {"text": ..., "pair": ...}, {"ids":
   // [...], "types": [...]}).

@@ -773,18 +773,16 @@ void Engine::finish_embedding(Sequence& seq, int64_t chunk) {
   const int64_t dim = model_.config().dim;
   RequestOutput out;
   out.index = seq.index;
-  out.embedding.resize(static_cast<size_t>(dim));
   if (!r.spec.score_tokens.empty()) {  // a reranker's: its tokens' logits after the prompt
-    const int64_t vocab = model_.config().vocab_size;
-    const float* row = logits_.data() + last_row_[chunk] * vocab;
-    out.embedding.clear();
+    const float* row = logits_.data() + last_row_[chunk] * model_.config().vocab_size;
     for (int32_t t : r.spec.score_tokens) out.embedding.push_back(row[t]);
   } else if (r.spec.pooling == Pooling::kMean) {
+    out.embedding.resize(static_cast<size_t>(dim));
     const double n = static_cast<double>(std::max<int64_t>(r.pooled_positions, 1));
     for (int64_t d = 0; d < dim; ++d) out.embedding[d] = static_cast<float>(r.pooled_sum[d] / n);
   } else {
     const float* h = hidden_.data() + last_row_[chunk] * dim;
-    std::copy(h, h + dim, out.embedding.begin());
+    out.embedding.assign(h, h + dim);
   }
   if (r.timings.first_token == Clock::time_point{}) r.timings.first_token = Clock::now();
   finish_sequence(&seq, out);

@@ -13,6 +13,7 @@
 #include <mutex>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "core/error.h"
@@ -28,6 +29,14 @@ using Clock = std::chrono::steady_clock;
 // How an embedding request pools the prompt's final hidden states (after the final norm): a
 // decoder's last token or mean; an encoder's also its first ([CLS]) or the elementwise max.
 enum class Pooling { kNone, kLast, kMean, kCls, kMax };
+// "last", "mean", "cls", "max" as a Pooling; nullopt for anything else.
+inline std::optional<Pooling> pooling_named(std::string_view name) {
+  if (name == "last") return Pooling::kLast;
+  if (name == "mean") return Pooling::kMean;
+  if (name == "cls") return Pooling::kCls;
+  if (name == "max") return Pooling::kMax;
+  return std::nullopt;
+}
 
 // A prompt token's log-probability given the tokens before it (vLLM's prompt_logprobs).
 struct PromptLogprob {

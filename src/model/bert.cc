@@ -13,7 +13,6 @@
 #include "core/mapped_file.h"
 #include "kernels/matmul.h"
 #include "kernels/ops.h"
-#include "model/gguf.h"
 #include "model/rope.h"
 #include "model/transformer.h"
 
@@ -395,21 +394,6 @@ EncoderPoolingConfig read_encoder_pooling(const std::string& model_dir) {
   EncoderPoolingConfig out;
   std::error_code ec;
   const fs::path dir(model_dir);
-  if (dir.extension() == ".gguf") {
-    // llama.cpp's {arch}.pooling_type: 1 mean, 2 cls, 3 last (0 none, 4 rank: a classifier).
-    const MappedFile file = MappedFile::open(model_dir);
-    const GgufFile f = parse_gguf(file.data(), file.size(), model_dir);
-    const std::string key = f.get_string("general.architecture", "") + ".pooling_type";
-    if (!f.find(key)) return out;
-    const uint64_t t = f.get_uint(key);
-    if (t == 1 || t == 2 || t == 3) {
-      out.pooling = t == 1   ? EncoderPooling::kMean
-                    : t == 2 ? EncoderPooling::kCls
-                             : EncoderPooling::kLast;
-      out.from_config = true;
-    }
-    return out;
-  }
   const fs::path modules = dir / "modules.json";
   if (!fs::is_directory(dir, ec) || !fs::exists(modules, ec)) return out;
   const nlohmann::json m = parse_json(read_file(modules.string()), modules.string());

@@ -58,8 +58,9 @@ std::unique_ptr<Model> make_bert(ModelConfig config, WeightStore weights);
 
 // How a model directory says its embeddings are made: sentence-transformers' modules.json
 // (a Pooling module's config.json: pooling_mode_cls_token / _mean_tokens / _max_tokens /
-// _lasttoken; a Normalize module), else CLS without normalization. Throws Error for a pooling
-// mode tokenflow does not compute (weighted mean, mean by sqrt(length)).
+// _lasttoken; a Normalize module), else CLS without normalization (a file says nothing here:
+// GGUF's pooling_type is read with its header, into ModelConfig::embedding_pooling). Throws
+// Error for a pooling mode tokenflow does not compute (weighted mean, mean by sqrt(length)).
 struct EncoderPoolingConfig {
   EncoderPooling pooling = EncoderPooling::kCls;
   bool normalize = false;

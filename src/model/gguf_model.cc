@@ -447,25 +447,16 @@ std::string bert_hf_name(const std::string& name) {
   return encoder_hf_name(name, kTop, kBlock, "encoder.layer");
 }
 
-// A llama.cpp "jina-bert-v2" tensor's name in JinaBertModel (its converter's halves of
-// gated_layers: gated_layers_w the gate, gated_layers_v the up projection).
+// A llama.cpp "jina-bert-v2" tensor's name in JinaBertModel: its MLP's (the converter's halves of
+// gated_layers: gated_layers_w the gate, gated_layers_v the up projection), the rest BERT's.
 std::string jina_bert_hf_name(const std::string& name) {
-  static const std::pair<const char*, const char*> kTop[] = {
-      {"token_embd.weight", "embeddings.word_embeddings.weight"},
-      {"token_types.weight", "embeddings.token_type_embeddings.weight"},
-      {"token_embd_norm.weight", "embeddings.LayerNorm.weight"},
-      {"token_embd_norm.bias", "embeddings.LayerNorm.bias"}};
-  static const std::pair<const char*, const char*> kBlock[] = {
-      {"attn_q", "attention.self.query"},
-      {"attn_k", "attention.self.key"},
-      {"attn_v", "attention.self.value"},
-      {"attn_output", "attention.output.dense"},
-      {"attn_output_norm", "attention.output.LayerNorm"},
+  static const std::pair<const char*, const char*> kMlp[] = {
       {"ffn_gate", "mlp.gated_layers_w"},
       {"ffn_up", "mlp.gated_layers_v"},
       {"ffn_down", "mlp.wo"},
       {"layer_output_norm", "mlp.layernorm"}};
-  return encoder_hf_name(name, kTop, kBlock, "encoder.layer");
+  const std::string mlp = encoder_hf_name(name, {}, kMlp, "encoder.layer");
+  return mlp.empty() ? bert_hf_name(name) : mlp;
 }
 
 // A llama.cpp "nomic-bert" tensor's name in nomic-ai's NomicBertModel.
@@ -637,6 +628,12 @@ ModelConfig load_gguf(const std::string& path, WeightStore& store) {
   MappedFile file = MappedFile::open(path);
   const GgufFile f = parse_gguf(file.data(), file.size(), path);
   ModelConfig c = gguf_model_config(f, path);
+  // llama.cpp's {arch}.pooling_type, read with the rest of the header: 1 mean, 2 cls, 3 last
+  // (0 none, 4 rank: a classifier's).
+  if (const std::string key = f.get_string("general.architecture") + ".pooling_type"; f.find(key)) {
+    const uint64_t t = f.get_uint(key);
+    if (t >= 1 && t <= 3) c.embedding_pooling = t == 1 ? "mean" : t == 2 ? "cls" : "last";
+  }
   const uint8_t* data = file.data() + f.data_offset;
   read_rope_freqs(f, data, path, c);
   read_rope_factors(f, data, path, c);

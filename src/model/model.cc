@@ -182,8 +182,9 @@ std::unique_ptr<Model> load_model(const std::string& path, kernels::WeightType w
     config = load_llama2c(path, weights);
   }
   weights.set_compute_type(weight_type);
-  // How embeddings are pooled, where the files say: an encoder's, or an embedding model on a
-  // decoder (Qwen3-Embedding: last token, normalized) in sentence-transformers' files.
+  // How embeddings are pooled, where a directory's sentence-transformers files say (a GGUF's
+  // pooling_type came with its header): an encoder's, or an embedding model on a decoder
+  // (Qwen3-Embedding: last token, normalized).
   // A generator whose files ask for a pooling tokenflow lacks still generates (and embeds by
   // its last token); an encoder is refused.
   if (!config.encoder_decoder()) {

@@ -9,7 +9,6 @@
 
 #include "core/error.h"
 #include "core/log.h"
-#include "model/bert.h"
 #include "serving/anthropic/anthropic_routes.h"
 #include "serving/grpc/grpc_generation.h"
 #include "serving/models/model_tasks.h"
@@ -105,14 +104,6 @@ std::string per_model_value(const std::vector<std::string>& values, const std::s
   return named.empty() ? all : named;
 }
 
-Pooling pooling_named(const std::string& name) {
-  const EncoderPooling p = parse_encoder_pooling(name);
-  return p == EncoderPooling::kMean  ? Pooling::kMean
-         : p == EncoderPooling::kMax ? Pooling::kMax
-         : p == EncoderPooling::kCls ? Pooling::kCls
-                                     : Pooling::kLast;
-}
-
 // --task and --pooling values, each "VALUE" or "NAME=VALUE" with a value they know.
 void check_model_flags(const ModelServerOptions& o) {
   for (const auto& [flag, values] : {std::pair{"--task", &o.tasks}, {"--pooling", &o.poolings}}) {
@@ -122,8 +113,8 @@ void check_model_flags(const ModelServerOptions& o) {
       try {
         if (std::string_view(flag) == "--task") {
           (void)parse_task(value);
-        } else {
-          (void)pooling_named(value);
+        } else if (!pooling_named(value)) {
+          fail(ErrorKind::kInvalidArgument, "not one of cls, mean, max, last");
         }
       } catch (const Error& e) {
         fail(ErrorKind::kInvalidArgument, "{} '{}': {}", flag, v, e.what());
@@ -211,7 +202,7 @@ ModelServer::ModelServer(ModelServerOptions options) : options_(std::move(option
         if (const std::string task = per_model_value(tasks, name); !task.empty())
           apply_task(*m, parse_task(task));
         if (const std::string pooling = per_model_value(poolings, name); !pooling.empty())
-          m->pooling = pooling_named(pooling);
+          m->pooling = pooling_named(pooling);  // checked at start (check_model_flags)
         // The conversation format, built once: the config's template over the server's over the
         // model's own, the same for the kwargs.
         const std::string& spec =

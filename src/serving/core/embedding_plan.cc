@@ -74,11 +74,8 @@ std::shared_ptr<GenerationPlan> plan_embeddings(ServingState& state,
   if (in.pooling || m.pooling) {
     pooling = in.pooling ? *in.pooling : *m.pooling;
   } else if (encoder || !m.config().embedding_pooling.empty()) {
-    const std::string& p = m.config().embedding_pooling;
-    pooling = p == "mean"   ? Pooling::kMean
-              : p == "max"  ? Pooling::kMax
-              : p == "last" ? Pooling::kLast
-                            : Pooling::kCls;
+    // The model's files' (CLS where an encoder's say nothing).
+    pooling = pooling_named(m.config().embedding_pooling).value_or(Pooling::kCls);
   }
   if (!encoder && (pooling == Pooling::kCls || pooling == Pooling::kMax))
     throw HttpError(400,

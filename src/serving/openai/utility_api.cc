@@ -153,17 +153,11 @@ EmbeddingsRequest read_embeddings_request(const json& body) {
       throw HttpError(400, "'dimensions' must be a positive integer", "", "dimensions");
     r.dimensions = d.get<int64_t>();
   }
-  const std::string pooling = string_field(body, "pooling");
-  if (pooling == "mean") {
-    r.pooling = Pooling::kMean;
-  } else if (pooling == "last") {
-    r.pooling = Pooling::kLast;
-  } else if (pooling == "cls") {
-    r.pooling = Pooling::kCls;
-  } else if (pooling == "max") {
-    r.pooling = Pooling::kMax;
-  } else if (!pooling.empty()) {
-    throw HttpError(400, "'pooling' must be \"last\", \"mean\", \"cls\" or \"max\"", "", "pooling");
+  if (const std::string pooling = string_field(body, "pooling"); !pooling.empty()) {
+    r.pooling = pooling_named(pooling);
+    if (!r.pooling)
+      throw HttpError(400, "'pooling' must be \"last\", \"mean\", \"cls\" or \"max\"", "",
+                      "pooling");
   }
   r.normalize = bool_field(body, "normalize", true);
   r.add_special_tokens = bool_field(body, "add_special_tokens", true);
