@@ -109,7 +109,7 @@ int run_inspect(const std::string& path, bool tensors) {
   row("intermediate_size", fmt::format("{}", c.ffn_dim));
   row("context_length", fmt::format("{}", c.max_seq_len));
   row("norm_eps", fmt::format("{}", c.norm_eps));
-  if (c.arch == Arch::kLlama) {
+  if (c.arch == Arch::kLlama || c.arch == Arch::kGptJ) {
     row("rope_theta", fmt::format("{}", c.rope.theta));
     if (c.rope.kind != RopeParams::Kind::kDefault)
       row("rope_scaling",
@@ -122,6 +122,10 @@ int run_inspect(const std::string& path, bool tensors) {
                                                                 : "interleaved (Meta/llama2.c)");
     row("qkv_bias", c.qkv_bias ? "yes" : "no");
   }
+  if (c.arch == Arch::kGptJ)
+    row("residual", c.parallel_residual
+                        ? (c.two_norms ? "parallel, two norms" : "parallel, one norm")
+                        : "sequential");
   row("tied_embeddings", c.tied_embeddings ? "yes" : "no");
   row("bos_id / eos_id", fmt::format("{} / {}", c.bos_id, c.eos_id));
   row("tensors", fmt::format("{}", model->weights().size()));

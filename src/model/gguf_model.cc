@@ -279,6 +279,68 @@ int64_t vocab_size_of(const GgufFile& f, const std::string& path) {
   return emb->ne[1];
 }
 
+// llama.cpp's "gptneox" (Pythia, GPT-NeoX): LayerNorms with biases, the fused attn_qkv as
+// [q; k; v] (its converter regroups Hugging Face's head-by-head rows), rope.dimension_count
+// dimensions rotated in halves, use_parallel_residual. The MLP's GELU is the exact one the
+// configs name ("gelu"); llama.cpp computes its tanh approximation.
+ModelConfig gguf_gptneox_config(const GgufFile& f, const std::string& path) {
+  ModelConfig c;
+  c.format = "gguf";
+  c.arch = Arch::kGptJ;
+  c.architecture = "GPTNeoXForCausalLM";
+  c.gptj_names = ModelConfig::GptJNames::kNeoX;
+  c.qkv_layout = ModelConfig::QkvLayout::kStacked;
+  const std::string p = "gptneox.";
+  c.dim = positive(f, p + "embedding_length");
+  c.n_layers = positive(f, p + "block_count");
+  c.ffn_dim = positive(f, p + "feed_forward_length");
+  c.n_heads = c.n_kv_heads = positive(f, p + "attention.head_count");
+  c.max_seq_len = positive(f, p + "context_length");
+  c.head_dim = c.dim % c.n_heads == 0 ? c.dim / c.n_heads : 0;
+  c.rope.theta = f.get_float(p + "rope.freq_base", 10000.0);
+  const uint64_t rot = f.get_uint(p + "rope.dimension_count", static_cast<uint64_t>(c.head_dim));
+  if (rot == 0 || rot > static_cast<uint64_t>(c.head_dim))
+    fail("'{}': {}rope.dimension_count {} is out of range (heads are {} wide)", path, p, rot,
+         c.head_dim);
+  c.rope.rot_dim = static_cast<int64_t>(rot);
+  c.rope_style = kernels::RopeStyle::kHalf;
+  c.norm_eps = static_cast<float>(f.get_float(p + "attention.layer_norm_epsilon", 1e-5));
+  c.parallel_residual = f.get_bool(p + "use_parallel_residual", true);
+  c.two_norms = true;
+  c.act = ModelConfig::Act::kGeluErf;
+  c.vocab_size = vocab_size_of(f, path);
+  c.tied_embeddings = f.tensor("output.weight") == nullptr;
+  c.qkv_bias = f.tensor("blk.0.attn_qkv.bias") != nullptr;
+  c.o_bias = f.tensor("blk.0.attn_output.bias") != nullptr;
+  c.bos_id = static_cast<int32_t>(f.get_uint("tokenizer.ggml.bos_token_id", 0));
+  c.eos_id = static_cast<int32_t>(f.get_uint("tokenizer.ggml.eos_token_id", 0));
+  c.validate("'" + path + "'");
+  return c;
+}
+
+// GGUF's names of a gptneox block and Hugging Face's GPT-NeoX names.
+const std::pair<const char*, const char*> kNeoXBlock[] = {
+    {"attn_norm", "input_layernorm"},   {"attn_qkv", "attention.query_key_value"},
+    {"attn_output", "attention.dense"}, {"ffn_norm", "post_attention_layernorm"},
+    {"ffn_up", "mlp.dense_h_to_4h"},    {"ffn_down", "mlp.dense_4h_to_h"},
+};
+
+std::string neox_hf_name(const std::string& name) {
+  if (name == "token_embd.weight") return "gpt_neox.embed_in.weight";
+  if (name == "output_norm.weight") return "gpt_neox.final_layer_norm.weight";
+  if (name == "output_norm.bias") return "gpt_neox.final_layer_norm.bias";
+  if (name == "output.weight") return "embed_out.weight";
+  if (name.rfind("blk.", 0) != 0) return {};
+  const size_t dot = name.find('.', 4);
+  if (dot == std::string::npos) return {};
+  const std::string layer = name.substr(4, dot - 4), rest = name.substr(dot + 1);
+  for (const auto& [gguf, hf] : kNeoXBlock)
+    for (const char* what : {".weight", ".bias"})
+      if (rest == std::string(gguf) + what)
+        return fmt::format("gpt_neox.layers.{}.{}{}", layer, hf, what);
+  return {};
+}
+
 // llama.cpp's "mamba": the mixer's sizes under {arch}.ssm.*, no attention (its head count 0).
 ModelConfig gguf_mamba_config(const GgufFile& f, const std::string& path) {
   ModelConfig c;
@@ -478,6 +540,7 @@ std::string nomic_bert_hf_name(const std::string& name) {
 ModelConfig gguf_model_config(const GgufFile& f, const std::string& path) {
   if (f.get_string("general.architecture") == "mamba") return gguf_mamba_config(f, path);
   if (f.get_string("general.architecture") == "t5") return gguf_t5_config(f, path);
+  if (f.get_string("general.architecture") == "gptneox") return gguf_gptneox_config(f, path);
   if (const std::string a = f.get_string("general.architecture");
       a == "bert" || a == "nomic-bert" || a == "jina-bert-v2")
     return gguf_bert_config(f, path);
@@ -510,7 +573,8 @@ ModelConfig gguf_model_config(const GgufFile& f, const std::string& path) {
   if (k == nullptr)
     fail(ErrorKind::kUnsupported,
          "'{}': GGUF architecture '{}' (general.architecture) is not supported (llama, qwen2, "
-         "qwen3, qwen2moe, qwen3moe, olmoe, gemma, gemma2, gemma3, phi3, gpt2, mamba, t5, bert)",
+         "qwen3, qwen2moe, qwen3moe, olmoe, gemma, gemma2, gemma3, phi3, gpt2, gptneox, mamba, t5, "
+         "bert, nomic-bert, jina-bert-v2)",
          path, arch);
   c.architecture = k->hf;
   c.rope_style = arch == "llama" ? kernels::RopeStyle::kInterleaved : kernels::RopeStyle::kHalf;
@@ -652,6 +716,7 @@ ModelConfig load_gguf(const std::string& path, WeightStore& store) {
         : c.encoder_kind == ModelConfig::EncoderKind::kNomic ? nomic_bert_hf_name(t.name)
         : c.encoder_kind == ModelConfig::EncoderKind::kJina  ? jina_bert_hf_name(t.name)
         : c.arch == Arch::kBert                              ? bert_hf_name(t.name)
+        : c.arch == Arch::kGptJ                              ? neox_hf_name(t.name)
                                                              : hf_name(names, t.name);
     if (name.empty()) continue;
     const auto info = ggml_type_info(static_cast<uint32_t>(t.type));

@@ -11,6 +11,7 @@
 #include "model/bert.h"
 #include "model/gguf_model.h"
 #include "model/gpt2.h"
+#include "model/gptj.h"
 #include "model/llama.h"
 #include "model/llama2c.h"
 #include "model/mamba.h"
@@ -201,6 +202,9 @@ std::unique_ptr<Model> load_model(const std::string& path, kernels::WeightType w
   switch (config.arch) {
     case Arch::kGpt2:
       model = make_gpt2(std::move(config), std::move(weights));
+      break;
+    case Arch::kGptJ:
+      model = make_gptj(std::move(config), std::move(weights));
       break;
     case Arch::kMamba:
       model = make_mamba(std::move(config), std::move(weights));

@@ -24,6 +24,8 @@ const char* arch_name(Arch arch) {
       return "t5";
     case Arch::kBert:
       return "bert";
+    case Arch::kGptJ:
+      return "gptj";
   }
   return "unknown";
 }
@@ -67,8 +69,16 @@ void ModelConfig::validate(const std::string& source) const {
   }
   if (!(norm_eps > 0.0f && norm_eps < 1.0f))
     fail("{}: norm epsilon {} is out of range", source, norm_eps);
-  if (arch == Arch::kLlama || (arch == Arch::kBert && encoder_kind == EncoderKind::kNomic))
+  if (arch == Arch::kLlama || arch == Arch::kGptJ ||
+      (arch == Arch::kBert && encoder_kind == EncoderKind::kNomic))
     validate_rope(rope, head_dim, source);
+  if (arch == Arch::kGptJ) {
+    if (n_heads * head_dim != dim)
+      fail("{}: hidden size {} is not divisible by the {} attention heads", source, dim, n_heads);
+    if (qkv_layout == QkvLayout::kCodeGen && (qkv_shards <= 0 || n_heads % qkv_shards != 0))
+      fail("{}: CodeGen's {} attention heads do not split into {} qkv shards", source, n_heads,
+           qkv_shards);
+  }
   if (has_local_rope) validate_rope(local_rope, head_dim, source);
   if (sliding_window < 0 || sliding_window > (int64_t{1} << 24))
     fail("{}: sliding_window {} is out of range", source, sliding_window);
@@ -458,6 +468,82 @@ RopeParams parse_rope(const json& j, int64_t head_dim, int64_t max_pos, const st
   return r;
 }
 
+// The MLP activation of GPT-J, CodeGen and GPT-NeoX configs (`activation_function` /
+// `hidden_act`): the tanh GELU under its names, or the exact one.
+ModelConfig::Act parse_gelu(const std::string& act, const std::string& source) {
+  if (act == "gelu_new" || act == "gelu_pytorch_tanh" || act == "gelu_fast")
+    return ModelConfig::Act::kGeluTanh;
+  if (act == "gelu") return ModelConfig::Act::kGeluErf;
+  fail(ErrorKind::kUnsupported,
+       "{}: activation '{}' is not supported (gelu, gelu_new, gelu_fast, gelu_pytorch_tanh are)",
+       source, act);
+}
+
+// GPT-J (GPTJForCausalLM) and CodeGen (CodeGenForCausalLM): GPT-2's field names, one LayerNorm
+// feeding attention and MLP in parallel, rotary_dim dimensions of each head rotated in adjacent
+// pairs (null: all), no attention biases, an LM head with a bias. CodeGen fuses q, k, v into
+// qkv_proj in the 4 shards of the TPU layout it was trained on (transformers' mp_num).
+ModelConfig parse_gptj(const json& j, const std::string& source, bool codegen) {
+  ModelConfig c;
+  c.arch = Arch::kGptJ;
+  c.vocab_size = get_int(j, "vocab_size", source);
+  c.dim = get_int(j, "n_embd", source);
+  c.n_layers = get_int(j, "n_layer", source);
+  c.n_heads = get_int(j, "n_head", source);
+  c.n_kv_heads = c.n_heads;
+  c.head_dim = c.n_heads > 0 ? c.dim / c.n_heads : 0;
+  c.ffn_dim = get_int_or(j, "n_inner", 4 * c.dim, source);
+  c.max_seq_len = get_int_or(j, "n_positions", get_int_or(j, "n_ctx", 2048, source), source);
+  c.norm_eps = static_cast<float>(get_num_or(j, "layer_norm_epsilon", 1e-5, source));
+  c.act = parse_gelu(get_string_or(j, "activation_function", "gelu_new", source), source);
+  c.tied_embeddings = get_bool_or(j, "tie_word_embeddings", false, source);
+  c.rope.theta = 10000.0;
+  c.rope.rot_dim = get_int_or(j, "rotary_dim", 0, source);
+  if (c.rope.rot_dim < 0) fail("{}: rotary_dim must be positive", source);
+  c.rope_style = kernels::RopeStyle::kInterleaved;
+  c.parallel_residual = true;
+  c.lm_head_bias = !c.tied_embeddings;
+  if (codegen) {
+    c.qkv_layout = ModelConfig::QkvLayout::kCodeGen;
+    c.qkv_shards = 4;
+  }
+  return c;
+}
+
+// GPT-NeoX (GPTNeoXForCausalLM: Pythia, GPT-NeoX-20B, RedPajama-INCITE, StableLM-alpha):
+// Llama's field names, attention and MLP with their own LayerNorms, in parallel unless
+// use_parallel_residual is false; rotary_pct of each head rotated in halves with base
+// rotary_emb_base (or transformers v5's partial_rotary_factor / rope_theta, and rope scaling);
+// query_key_value fused head by head; attention biases unless attention_bias is false.
+ModelConfig parse_gpt_neox(const json& j, const std::string& source) {
+  ModelConfig c;
+  c.arch = Arch::kGptJ;
+  c.gptj_names = ModelConfig::GptJNames::kNeoX;
+  c.vocab_size = get_int(j, "vocab_size", source);
+  c.dim = get_int(j, "hidden_size", source);
+  c.n_layers = get_int(j, "num_hidden_layers", source);
+  c.n_heads = get_int(j, "num_attention_heads", source);
+  c.n_kv_heads = c.n_heads;
+  c.head_dim = c.n_heads > 0 ? c.dim / c.n_heads : 0;
+  c.ffn_dim = get_int_or(j, "intermediate_size", 4 * c.dim, source);
+  c.max_seq_len = get_int_or(j, "max_position_embeddings", 2048, source);
+  c.norm_eps = static_cast<float>(get_num_or(j, "layer_norm_eps", 1e-5, source));
+  c.act = parse_gelu(get_string_or(j, "hidden_act", "gelu", source), source);
+  c.tied_embeddings = get_bool_or(j, "tie_word_embeddings", false, source);
+  json r = j;  // NeoX's own names for the rotary fields, as parse_rope reads them
+  if (!r.contains("rope_theta") && r.contains("rotary_emb_base"))
+    r["rope_theta"] = r["rotary_emb_base"];
+  if (!r.contains("partial_rotary_factor"))
+    r["partial_rotary_factor"] = get_num_or(j, "rotary_pct", 0.25, source);
+  c.rope = parse_rope(r, c.head_dim, c.max_seq_len, source);
+  c.rope_style = kernels::RopeStyle::kHalf;
+  c.qkv_layout = ModelConfig::QkvLayout::kPerHead;
+  c.parallel_residual = get_bool_or(j, "use_parallel_residual", true, source);
+  c.two_norms = true;
+  c.qkv_bias = c.o_bias = get_bool_or(j, "attention_bias", true, source);
+  return c;
+}
+
 ModelConfig parse_llama(const json& j, const std::string& source, bool qwen2) {
   ModelConfig c;
   c.arch = Arch::kLlama;
@@ -690,6 +776,17 @@ ModelConfig parse_hf_config(const std::string& json_text, const std::string& sou
              (architecture.empty() && model_type == "t5")) {
     c = parse_t5(j, source);
     if (architecture.empty()) architecture = "T5ForConditionalGeneration";
+  } else if (architecture == "GPTJForCausalLM" || (architecture.empty() && model_type == "gptj")) {
+    c = parse_gptj(j, source, false);
+    if (architecture.empty()) architecture = "GPTJForCausalLM";
+  } else if (architecture == "CodeGenForCausalLM" ||
+             (architecture.empty() && model_type == "codegen")) {
+    c = parse_gptj(j, source, true);
+    if (architecture.empty()) architecture = "CodeGenForCausalLM";
+  } else if (architecture == "GPTNeoXForCausalLM" ||
+             (architecture.empty() && model_type == "gpt_neox")) {
+    c = parse_gpt_neox(j, source);
+    if (architecture.empty()) architecture = "GPTNeoXForCausalLM";
   } else if (architecture == "MambaForCausalLM" ||
              (architecture.empty() && model_type == "mamba")) {
     c = parse_mamba(j, source);
@@ -717,7 +814,8 @@ ModelConfig parse_hf_config(const std::string& json_text, const std::string& sou
          "LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM, Qwen3ForCausalLM, "
          "Phi3ForCausalLM, GemmaForCausalLM, Gemma2ForCausalLM, Gemma3ForCausalLM, "
          "MixtralForCausalLM, Qwen2MoeForCausalLM, Qwen3MoeForCausalLM, OlmoeForCausalLM, "
-         "MambaForCausalLM, T5ForConditionalGeneration, BertModel, "
+         "GPTJForCausalLM, CodeGenForCausalLM, GPTNeoXForCausalLM, MambaForCausalLM, "
+         "T5ForConditionalGeneration, BertModel, "
          "BertForSequenceClassification, RobertaModel, XLMRobertaModel, "
          "(XLM)RobertaForSequenceClassification, NomicBertModel, JinaBertModel",
          source, architecture, model_type);

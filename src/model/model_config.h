@@ -10,7 +10,7 @@
 
 namespace tf {
 
-enum class Arch { kGpt2, kLlama, kMamba, kT5, kBert };
+enum class Arch { kGpt2, kLlama, kMamba, kT5, kBert, kGptJ };
 
 const char* arch_name(Arch arch);
 
@@ -39,7 +39,7 @@ struct ModelConfig {
   bool qk_norm_full = false;  // with qk_norm: over the whole q and k projections (OLMoE)
 
   // Gemma's variations on the Llama block.
-  enum class Act { kSilu, kGeluTanh } act = Act::kSilu;  // of the gated MLP
+  enum class Act { kSilu, kGeluTanh, kGeluErf } act = Act::kSilu;  // of the (gated) MLP
   bool norm_plus_one = false;  // RMSNorm weights stored as w, applied as (1 + w)
   bool post_norms = false;     // norms after attention and MLP too (Gemma 2/3)
   float embed_scale = 0.0f;    // > 0: embeddings multiplied by it (sqrt(hidden))
@@ -75,6 +75,25 @@ struct ModelConfig {
       if (!is_sliding(l)) return 0;
     return sliding_window;
   }
+
+  // GPT-J, CodeGen and GPT-NeoX / Pythia (arch kGptJ): LayerNorm blocks with biases whose
+  // attention and MLP both read the block's input (parallel_residual: x + attn(ln1 x) +
+  // mlp(ln2 x), ln2 = ln1 when !two_norms as in GPT-J and CodeGen) or follow each other (GPT-NeoX
+  // with use_parallel_residual false); rotary positions on the first rope.rot_dim dimensions of
+  // each head, in pairs (2i, 2i+1) (GPT-J, CodeGen: rope_style kInterleaved) or (i, i + rot/2)
+  // (NeoX: kHalf); a plain MLP (act: GELU tanh or exact); an untied LM head, with a bias in GPT-J
+  // and CodeGen. qkv_layout says how the attention's projections are stored.
+  enum class QkvLayout {
+    kSeparate,  // q_proj, k_proj, v_proj (GPT-J)
+    kStacked,   // one [q; k; v] matrix (llama.cpp's gptneox attn_qkv)
+    kPerHead,   // one matrix, each head's [q_h; k_h; v_h] in turn (GPT-NeoX's query_key_value)
+    kCodeGen,   // one matrix in qkv_shards shards of [q_s; v_s; k_s] (CodeGen's qkv_proj, mp_num)
+  } qkv_layout = QkvLayout::kSeparate;
+  int64_t qkv_shards = 1;
+  bool parallel_residual = true;
+  bool two_norms = false;
+  bool lm_head_bias = false;
+  enum class GptJNames { kGptJ, kNeoX } gptj_names = GptJNames::kGptJ;
 
   // Mamba (selective state spaces, arch kMamba): per layer a mixer of ssm_inner channels
   // (expand x hidden) with a causal depthwise convolution of ssm_conv_kernel taps and a state of

@@ -373,4 +373,58 @@ TEST(CacheLayout, OneKindOfLayerIsOneGroup) {
 }
 
 }  // namespace
+TEST(ModelConfig, CodeGenGptJAndNeoXParallelBlocks) {
+  const std::string codegen = R"({"architectures":["CodeGenForCausalLM"],"model_type":"codegen",
+    "vocab_size":51200,"n_embd":2560,"n_layer":32,"n_head":32,"n_positions":2048,"n_ctx":2048,
+    "rotary_dim":64,"n_inner":null,"activation_function":"gelu_new","layer_norm_epsilon":1e-5,
+    "tie_word_embeddings":false,"bos_token_id":1,"eos_token_id":50256})";
+  ModelConfig c = parse_hf_config(codegen, "config.json");  // codegen-2b's shapes
+  EXPECT_EQ(c.arch, Arch::kGptJ);
+  EXPECT_EQ(c.qkv_layout, ModelConfig::QkvLayout::kCodeGen);
+  EXPECT_EQ(c.qkv_shards, 4);
+  EXPECT_EQ(c.ffn_dim, 4 * 2560);
+  EXPECT_EQ(c.head_dim, 80);
+  EXPECT_EQ(c.rope.rot_dim, 64);
+  EXPECT_EQ(c.rope_style, kernels::RopeStyle::kInterleaved);
+  EXPECT_TRUE(c.parallel_residual && !c.two_norms && c.lm_head_bias);
+  EXPECT_EQ(c.act, ModelConfig::Act::kGeluTanh);
+  auto with = [](std::string t, const std::string& from, const std::string& to) {
+    t.replace(t.find(from), from.size(), to);
+    return t;
+  };
+  // CodeGen's heads come in 4 shards; an odd rotary width or a GELU it lacks are refused.
+  EXPECT_NE(error_of(with(codegen, "\"n_head\":32", "\"n_head\":30")).find("hidden size 2560"),
+            std::string::npos);
+  EXPECT_NE(error_of(with(with(codegen, "\"n_head\":32", "\"n_head\":6"), "\"n_embd\":2560",
+                          "\"n_embd\":384"))
+                .find("qkv shards"),
+            std::string::npos);
+  EXPECT_NE(error_of(with(codegen, "\"rotary_dim\":64", "\"rotary_dim\":63")).find("must be even"),
+            std::string::npos);
+  EXPECT_NE(error_of(with(codegen, "gelu_new", "swish")).find("activation 'swish'"),
+            std::string::npos);
+  c = parse_hf_config(
+      with(with(codegen, "CodeGenForCausalLM", "GPTJForCausalLM"), "codegen", "gptj"),
+      "config.json");
+  EXPECT_EQ(c.qkv_layout, ModelConfig::QkvLayout::kSeparate);
+
+  const std::string neox = R"({"architectures":["GPTNeoXForCausalLM"],"model_type":"gpt_neox",
+    "vocab_size":50304,"hidden_size":512,"num_hidden_layers":6,"num_attention_heads":8,
+    "intermediate_size":2048,"max_position_embeddings":2048,"rotary_pct":0.25,
+    "rotary_emb_base":10000,"layer_norm_eps":1e-5,"use_parallel_residual":true,
+    "hidden_act":"gelu","tie_word_embeddings":false})";
+  c = parse_hf_config(neox, "config.json");  // pythia-70m's shapes
+  EXPECT_EQ(c.qkv_layout, ModelConfig::QkvLayout::kPerHead);
+  EXPECT_EQ(c.rope.rot_dim, 16);
+  EXPECT_EQ(c.rope_style, kernels::RopeStyle::kHalf);
+  EXPECT_TRUE(c.parallel_residual && c.two_norms && c.qkv_bias && c.o_bias && !c.lm_head_bias);
+  EXPECT_EQ(c.act, ModelConfig::Act::kGeluErf);
+  c = parse_hf_config(
+      with(with(neox, "\"use_parallel_residual\":true", "\"use_parallel_residual\":false"),
+           "\"rotary_emb_base\":10000", "\"rotary_emb_base\":500"),
+      "config.json");
+  EXPECT_FALSE(c.parallel_residual);
+  EXPECT_EQ(c.rope.theta, 500.0);
+}
+
 }  // namespace tf

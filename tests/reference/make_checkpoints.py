@@ -289,6 +289,64 @@ def _jina_config(dtype):
     return dict(sorted(cfg.items()))
 
 
+
+def _gptj_config(dtype, codegen):
+    """GPT-J's config.json fields (CodeGen's are the same with its own names)."""
+    cfg = {
+        "activation_function": "gelu_new",
+        "architectures": ["CodeGenForCausalLM" if codegen else "GPTJForCausalLM"],
+        "attn_pdrop": 0.0,
+        "bos_token_id": 1,
+        "embd_pdrop": 0.0,
+        "eos_token_id": 2,
+        "initializer_range": 0.02,
+        "layer_norm_epsilon": 1e-05,
+        "model_type": "codegen" if codegen else "gptj",
+        "n_embd": 96 if codegen else 64,
+        "n_head": 8 if codegen else 4,
+        "n_inner": 112,
+        "n_layer": 3,
+        "n_positions": 128,
+        "resid_pdrop": 0.0,
+        "rotary_dim": 8,
+        "tie_word_embeddings": False,
+        "torch_dtype": TORCH_DTYPE[dtype],
+        "transformers_version": TRANSFORMERS_VERSION,
+        "use_cache": True,
+        "vocab_size": 1000,
+    }
+    if codegen:
+        cfg["n_ctx"] = 128
+    return cfg
+
+
+def _gpt_neox_config(dtype, parallel=True, rotary_pct=0.25):
+    return {
+        "architectures": ["GPTNeoXForCausalLM"],
+        "attention_bias": True,
+        "attention_dropout": 0.0,
+        "bos_token_id": 0,
+        "eos_token_id": 0,
+        "hidden_act": "gelu",
+        "hidden_size": 64,
+        "initializer_range": 0.02,
+        "intermediate_size": 128,
+        "layer_norm_eps": 1e-05,
+        "max_position_embeddings": 128,
+        "model_type": "gpt_neox",
+        "num_attention_heads": 4,
+        "num_hidden_layers": 3,
+        "rope_scaling": None,
+        "rotary_emb_base": 10000,
+        "rotary_pct": rotary_pct,
+        "tie_word_embeddings": False,
+        "torch_dtype": TORCH_DTYPE[dtype],
+        "transformers_version": TRANSFORMERS_VERSION,
+        "use_cache": True,
+        "use_parallel_residual": parallel,
+        "vocab_size": 1000,
+    }
+
 KINDS = {
     "gpt2": lambda dt: _gpt2_config(dt),
     "t5": lambda dt: _t5_config(dt, False),
@@ -299,6 +357,12 @@ KINDS = {
     "xlmr": lambda dt: _bert_config(dt, "xlmr"),
     "xlmr_cls": lambda dt: _bert_config(dt, "xlmr_cls"),
     "nomic": lambda dt: _nomic_config(dt),
+    # The parallel-residual family (issue 53): GPT-J, CodeGen (4-shard fused qkv), GPT-NeoX in
+    # parallel (Pythia) and sequential form with half its head rotated.
+    "gptj": lambda dt: _gptj_config(dt, False),
+    "codegen": lambda dt: _gptj_config(dt, True),
+    "gpt_neox": lambda dt: _gpt_neox_config(dt),
+    "gpt_neox_seq": lambda dt: _gpt_neox_config(dt, parallel=False, rotary_pct=0.5),
     "jina": lambda dt: _jina_config(dt),
     "llama_gqa": lambda dt: _llama_config(dt, n_kv=2, tie=False, theta=10000.0),
     "llama_tied": lambda dt: _llama_config(dt, n_kv=6, tie=True, theta=500000.0, head_dim=12),
@@ -649,6 +713,58 @@ def _stack_experts(cfg, w):
 # ---------------------------------------------------------------- writer
 
 
+
+def _gptj_weights(cfg, rng):
+    """GPT-J / CodeGen / GPT-NeoX tensors under transformers' names, with the buffers older
+    checkpoints carry (causal masks, masked_bias), which a loader must skip."""
+    neox = cfg["model_type"] == "gpt_neox"
+    d = cfg["hidden_size"] if neox else cfg["n_embd"]
+    ffn = cfg["intermediate_size"] if neox else cfg["n_inner"]
+    n_layers = cfg["num_hidden_layers"] if neox else cfg["n_layer"]
+    V = cfg["vocab_size"]
+    s = 1.0 / np.sqrt(d)
+    w = {}
+    pre = "gpt_neox." if neox else "transformer."
+    w[pre + ("embed_in.weight" if neox else "wte.weight")] = _normal(rng, (V, d), 1.0)
+    for i in range(n_layers):
+        p = pre + ("layers.%d." % i if neox else "h.%d." % i)
+        ln1 = "input_layernorm." if neox else "ln_1."
+        w[p + ln1 + "weight"] = _norm_weight(rng, d)
+        w[p + ln1 + "bias"] = _normal(rng, d, 0.1)
+        if neox:
+            w[p + "post_attention_layernorm.weight"] = _norm_weight(rng, d)
+            w[p + "post_attention_layernorm.bias"] = _normal(rng, d, 0.1)
+            w[p + "attention.query_key_value.weight"] = _normal(rng, (3 * d, d), 2 * s)
+            w[p + "attention.query_key_value.bias"] = _normal(rng, 3 * d, 0.1)
+            w[p + "attention.dense.weight"] = _normal(rng, (d, d), s)
+            w[p + "attention.dense.bias"] = _normal(rng, d, 0.1)
+            w[p + "mlp.dense_h_to_4h.weight"] = _normal(rng, (ffn, d), s)
+            w[p + "mlp.dense_h_to_4h.bias"] = _normal(rng, ffn, 0.1)
+            w[p + "mlp.dense_4h_to_h.weight"] = _normal(rng, (d, ffn), 1.0 / np.sqrt(ffn))
+            w[p + "mlp.dense_4h_to_h.bias"] = _normal(rng, d, 0.1)
+            w[p + "attention.rotary_emb.inv_freq"] = np.zeros(4, np.float32)
+        else:
+            if cfg["model_type"] == "codegen":
+                w[p + "attn.qkv_proj.weight"] = _normal(rng, (3 * d, d), 2 * s)
+            else:
+                for n in ("q", "k", "v"):
+                    w[p + "attn.%s_proj.weight" % n] = _normal(rng, (d, d), 2 * s)
+            w[p + "attn.out_proj.weight"] = _normal(rng, (d, d), s)
+            w[p + "mlp.fc_in.weight"] = _normal(rng, (ffn, d), s)
+            w[p + "mlp.fc_in.bias"] = _normal(rng, ffn, 0.1)
+            w[p + "mlp.fc_out.weight"] = _normal(rng, (d, ffn), 1.0 / np.sqrt(ffn))
+            w[p + "mlp.fc_out.bias"] = _normal(rng, d, 0.1)
+            w[p + "attn.masked_bias"] = np.array(-1e9, np.float32)
+    lnf = "final_layer_norm." if neox else "ln_f."
+    w[pre + lnf + "weight"] = _norm_weight(rng, d)
+    w[pre + lnf + "bias"] = _normal(rng, d, 0.1)
+    if neox:
+        w["embed_out.weight"] = _normal(rng, (V, d), s)
+    else:
+        w["lm_head.weight"] = _normal(rng, (V, d), s)
+        w["lm_head.bias"] = _normal(rng, V, 0.5)
+    return w
+
 def write_llama2c_vocab(path, pieces):
     """A llama2.c tokenizer.bin of the given pieces (bytes), scores 0: a tokenizer the tests put
     beside random checkpoints so that their outputs decode."""
@@ -720,6 +836,8 @@ def write_checkpoint(out_dir, kind, dtype="F32", sharded=False, seed=0, legacy_g
         w = _mamba_weights(cfg, rng)
     elif cfg["model_type"] == "t5":
         w = _t5_weights(cfg, rng)
+    elif cfg["model_type"] in ("gptj", "codegen", "gpt_neox"):
+        w = _gptj_weights(cfg, rng)
     elif cfg.get("position_embedding_type") == "alibi":
         w = _jina_weights(cfg, rng)
     elif cfg["model_type"] in ("bert", "xlm-roberta"):

@@ -587,7 +587,147 @@ _ARCHS = {
     "GemmaForCausalLM": "gemma",
     "Gemma2ForCausalLM": "gemma2",
     "Gemma3ForCausalLM": "gemma3",
+    "GPTJForCausalLM": "gptj",
+    "CodeGenForCausalLM": "codegen",
+    "GPTNeoXForCausalLM": "gpt_neox",
 }
+
+
+# ---------------------------------------------------------------- GPT-J, CodeGen, GPT-NeoX
+
+def _gelu_exact(x):
+    from math import erf
+    return 0.5 * x * (1.0 + np.vectorize(erf)(x / math.sqrt(2.0)))
+
+
+def _rotary(x, pos, rot, theta, adjacent):
+    """Rotary embeddings (Su et al., RoFormer) on the first `rot` dimensions of each head of
+    x [T, H, hd]; frequencies theta^(-2i/rot). adjacent: pairs (2i, 2i+1), as GPT-J's
+    rotate_every_two; else (i, i + rot/2), as GPT-NeoX's rotate_half."""
+    half = rot // 2
+    inv = theta ** (-(2.0 * np.arange(half, dtype=F)) / rot)
+    ang = pos.astype(F)[:, None] * inv[None, :]
+    cos, sin = np.cos(ang)[:, None, :], np.sin(ang)[:, None, :]
+    x = x.copy()
+    r = x[..., :rot]
+    if adjacent:
+        a, b = r[..., 0::2].copy(), r[..., 1::2].copy()
+        r[..., 0::2] = a * cos - b * sin
+        r[..., 1::2] = a * sin + b * cos
+    else:
+        a, b = r[..., :half].copy(), r[..., half:].copy()
+        r[..., :half] = a * cos - b * sin
+        r[..., half:] = a * sin + b * cos
+    return x
+
+
+class ParallelGPT:
+    """GPT-J (Wang and Komatsuzaki 2021, mesh-transformer-jax), CodeGen (Nijkamp et al. 2022)
+    and GPT-NeoX (Black et al. 2022), from their papers and model cards: pre-LN blocks whose
+    attention and MLP both read the block's input, x + attn(ln1(x)) + mlp(ln2(x)) (GPT-J and
+    CodeGen: ln2 = ln1; NeoX with use_parallel_residual false: x + attn(ln1(x)), then + mlp(ln2 .)),
+    rotary positions on the first rotary dimensions of each head, scores scaled by 1/sqrt(hd), a
+    GELU MLP with biases, an LM head (with a bias in GPT-J and CodeGen).
+
+    The attention projections as each checkpoint stores them: GPT-J's q_proj/k_proj/v_proj;
+    CodeGen's qkv_proj, trained on 4 TPU cores, rows in 4 shards each [q; v; k] of the shard's
+    heads; NeoX's query_key_value, rows head by head [q_h; k_h; v_h]."""
+
+    def __init__(self, cfg, w, kind):
+        self.kind = kind
+        neox = kind == "gpt_neox"
+        if neox:
+            d, H, n_layers = cfg["hidden_size"], cfg["num_attention_heads"], cfg["num_hidden_layers"]
+            hd = d // H
+            self.rot = int(hd * cfg.get("rotary_pct", 0.25))
+            self.theta = float(cfg.get("rotary_emb_base", 10000))
+            self.eps = cfg.get("layer_norm_eps", 1e-5)
+            act = cfg.get("hidden_act", "gelu")
+            self.parallel = cfg.get("use_parallel_residual", True)
+            pre = "gpt_neox."
+            self.wte = _f(w[pre + "embed_in.weight"])
+            self.head = _f(w["embed_out.weight"])
+            self.head_b = None
+            self.lnf = (_f(w[pre + "final_layer_norm.weight"]), _f(w[pre + "final_layer_norm.bias"]))
+        else:
+            d, H, n_layers = cfg["n_embd"], cfg["n_head"], cfg["n_layer"]
+            hd = d // H
+            self.rot = cfg.get("rotary_dim") or hd
+            self.theta = 10000.0
+            self.eps = cfg.get("layer_norm_epsilon", 1e-5)
+            act = cfg.get("activation_function", "gelu_new")
+            self.parallel = True
+            pre = "transformer."
+            self.wte = _f(w[pre + "wte.weight"])
+            self.head = _f(w["lm_head.weight"])
+            self.head_b = _f(w["lm_head.bias"])
+            self.lnf = (_f(w[pre + "ln_f.weight"]), _f(w[pre + "ln_f.bias"]))
+        self.act = _gelu_exact if act == "gelu" else gelu_tanh
+        self.d, self.H, self.hd = d, H, hd
+        self.vocab_size = self.wte.shape[0]
+        self.layers = []
+        for i in range(n_layers):
+            p = pre + ("layers.%d." % i if neox else "h.%d." % i)
+            g = lambda n: _f(w[p + n]) if (p + n) in w else None  # noqa: E731
+            self.layers.append({k: g(v) for k, v in (
+                ("ln1_w", "input_layernorm.weight" if neox else "ln_1.weight"),
+                ("ln1_b", "input_layernorm.bias" if neox else "ln_1.bias"),
+                ("ln2_w", "post_attention_layernorm.weight"),
+                ("ln2_b", "post_attention_layernorm.bias"),
+                ("qkv", "attention.query_key_value.weight" if neox else "attn.qkv_proj.weight"),
+                ("qkv_b", "attention.query_key_value.bias"),
+                ("q", "attn.q_proj.weight"), ("k", "attn.k_proj.weight"),
+                ("v", "attn.v_proj.weight"),
+                ("o", "attention.dense.weight" if neox else "attn.out_proj.weight"),
+                ("o_b", "attention.dense.bias"),
+                ("fc_in", "mlp.dense_h_to_4h.weight" if neox else "mlp.fc_in.weight"),
+                ("fc_in_b", "mlp.dense_h_to_4h.bias" if neox else "mlp.fc_in.bias"),
+                ("fc_out", "mlp.dense_4h_to_h.weight" if neox else "mlp.fc_out.weight"),
+                ("fc_out_b", "mlp.dense_4h_to_h.bias" if neox else "mlp.fc_out.bias"))})
+
+    @staticmethod
+    def _lin(x, W, b):
+        y = x @ W.T
+        return y if b is None else y + b
+
+    def _qkv(self, h, L):
+        T, H, hd, d = h.shape[0], self.H, self.hd, self.d
+        if self.kind == "gptj":
+            return (self._lin(h, L[n], None).reshape(T, H, hd) for n in ("q", "k", "v"))
+        qkv = self._lin(h, L["qkv"], L["qkv_b"])
+        if self.kind == "gpt_neox":
+            qkv = qkv.reshape(T, H, 3 * hd)
+            return qkv[..., :hd], qkv[..., hd:2 * hd], qkv[..., 2 * hd:]
+        mp = 4  # codegen
+        local = d // mp
+        qkv = qkv.reshape(T, mp, 3 * local)
+        q, v, k = qkv[..., :local], qkv[..., local:2 * local], qkv[..., 2 * local:]
+        return (a.reshape(T, mp, H // mp, hd).reshape(T, H, hd) for a in (q, k, v))
+
+    def _mlp(self, h, L):
+        return self._lin(self.act(self._lin(h, L["fc_in"], L["fc_in_b"])), L["fc_out"],
+                         L["fc_out_b"])
+
+    def logits(self, ids):
+        ids = np.asarray(ids, dtype=np.int64)
+        T = len(ids)
+        pos = np.arange(T)
+        x = self.wte[ids]
+        adjacent = self.kind != "gpt_neox"
+        for L in self.layers:
+            h = layer_norm(x, L["ln1_w"], L["ln1_b"], self.eps)
+            q, k, v = self._qkv(h, L)
+            q = _rotary(q, pos, self.rot, self.theta, adjacent)
+            k = _rotary(k, pos, self.rot, self.theta, adjacent)
+            a = self._lin(causal_attention(q, k, v), L["o"], L["o_b"])
+            if self.parallel:
+                h2 = h if L["ln2_w"] is None else layer_norm(x, L["ln2_w"], L["ln2_b"], self.eps)
+                x = x + a + self._mlp(h2, L)
+            else:
+                x = x + a
+                x = x + self._mlp(layer_norm(x, L["ln2_w"], L["ln2_b"], self.eps), L)
+        x = layer_norm(x, self.lnf[0], self.lnf[1], self.eps)
+        return self._lin(x, self.head, self.head_b)
 
 
 class Mamba:
@@ -937,6 +1077,8 @@ def load_hf(model_dir):
         return Bert(cfg, w)
     if cfg.get("model_type") == "nomic_bert":
         return NomicBert(cfg, w)
+    if arch in ("gptj", "codegen", "gpt_neox"):
+        return ParallelGPT(cfg, w, arch)
     if arch in ("gemma", "gemma2", "gemma3"):
         return Gemma(cfg, w, {"gemma": 1, "gemma2": 2, "gemma3": 3}[arch])
     if arch in ("llama", "mistral", "qwen2", "qwen3", "phi3", "mixtral", "qwen2_moe",

@@ -384,6 +384,52 @@ def _mamba_to_gguf(cfg, w, path):
     return cfg
 
 
+_NEOX = {"input_layernorm": "attn_norm", "attention.query_key_value": "attn_qkv",
+         "attention.dense": "attn_output", "post_attention_layernorm": "ffn_norm",
+         "mlp.dense_h_to_4h": "ffn_up", "mlp.dense_4h_to_h": "ffn_down"}
+
+
+def _gptneox_to_gguf(cfg, w, path):
+    """llama.cpp's "gptneox" layout (convert_hf_to_gguf's GPTNeoXModel): query_key_value's
+    rows regrouped from head by head [q_h; k_h; v_h] to [q; k; v] (weights and biases), the
+    rotated dimensions as rope.dimension_count, use_parallel_residual, LayerNorm epsilon."""
+    d, heads = cfg["hidden_size"], cfg["num_attention_heads"]
+    hd = d // heads
+    tensors = []
+
+    def add(name, a):
+        _f32_tensor(tensors, name, a)
+
+    for name, a in w.items():
+        if name == "gpt_neox.embed_in.weight":
+            add("token_embd.weight", a)
+        elif name.startswith("gpt_neox.final_layer_norm."):
+            add("output_norm." + name.rsplit(".", 1)[1], a)
+        elif name == "embed_out.weight":
+            add("output.weight", a)
+        elif name.endswith("rotary_emb.inv_freq"):
+            continue
+        else:
+            _, _, layer, rest = name.split(".", 3)
+            mod, what = rest.rsplit(".", 1)
+            if mod == "attention.query_key_value":
+                a = a.reshape(heads, 3, hd, *a.shape[1:]).swapaxes(0, 1).reshape(a.shape)
+            add("blk.%s.%s.%s" % (layer, _NEOX[mod], what), a)
+    meta = {"general.architecture": "gptneox",
+            "gptneox.context_length": gguf_io.U32(cfg["max_position_embeddings"]),
+            "gptneox.embedding_length": gguf_io.U32(d),
+            "gptneox.feed_forward_length": gguf_io.U32(cfg["intermediate_size"]),
+            "gptneox.block_count": gguf_io.U32(cfg["num_hidden_layers"]),
+            "gptneox.attention.head_count": gguf_io.U32(heads),
+            "gptneox.rope.dimension_count": gguf_io.U32(int(cfg["rotary_pct"] * hd)),
+            "gptneox.use_parallel_residual": bool(cfg["use_parallel_residual"]),
+            "gptneox.attention.layer_norm_epsilon": gguf_io.F32(cfg["layer_norm_eps"]),
+            "tokenizer.ggml.bos_token_id": gguf_io.U32(cfg["bos_token_id"]),
+            "tokenizer.ggml.eos_token_id": gguf_io.U32(cfg["eos_token_id"])}
+    gguf_io.write_gguf(path, meta, tensors)
+    return cfg
+
+
 def _t5_to_gguf(cfg, w, path, extra_meta=None):
     """llama.cpp's "t5" layout (convert_hf_to_gguf's T5Model): enc.blk.N / dec.blk.N names, the
     position biases [buckets, heads] (ne [heads, buckets]), t5.* sizes, the checkpoint's lm_head
@@ -448,6 +494,8 @@ def hf_to_gguf(kind, seed, path, extra_meta=None):
         return _mamba_to_gguf(cfg, make_checkpoints._mamba_weights(cfg, rng), path)
     if cfg["model_type"] == "t5":
         return _t5_to_gguf(cfg, make_checkpoints._t5_weights(cfg, rng), path, extra_meta)
+    if cfg["model_type"] == "gpt_neox":
+        return _gptneox_to_gguf(cfg, make_checkpoints._gptj_weights(cfg, rng), path)
     gpt2 = kind == "gpt2"
     gemma = cfg.get("model_type", "").startswith("gemma")
     w = make_checkpoints._gpt2_weights(cfg, rng, False) if gpt2 else \
@@ -627,6 +675,11 @@ class GgufArchitecturesTest(LogitsMixin, unittest.TestCase):
 
     def test_gpt2(self):
         self.check("gpt2", exact=True)
+
+    def test_gptneox_parallel_and_sequential(self):
+        # The same rows in another order: q, k and v are the same dot products, bit for bit.
+        self.check("gpt_neox", exact=True)
+        self.check("gpt_neox_seq", exact=True)
 
     def t5_generate(self, model, tokenizer):
         r = subprocess.run([os.environ["TOKENFLOW_BIN"], "generate", "-m", model, "--tokenizer",

@@ -276,6 +276,29 @@ class RandomCheckpoints(ToolCase):
         self.check_greedy(path, model, [[5, 7, 11, 13, 17], [100]])
 
 
+    def test_gptj_interleaved_partial_rotary(self):
+        self._run("gptj")
+
+    def test_codegen_sharded_qkv(self):
+        self._run("codegen")
+
+    def test_codegen_bf16(self):
+        self._run("codegen", dtype="BF16")
+
+    def test_gpt_neox_parallel_residual(self):
+        self._run("gpt_neox")
+
+    def test_gpt_neox_sequential_residual(self):
+        self._run("gpt_neox_seq", sharded=True)
+
+    def test_greedy_parallel_family(self):
+        # 64 greedy tokens against numpy for each layout of the family.
+        for kind in ("gptj", "codegen", "gpt_neox"):
+            with self.subTest(kind=kind):
+                path, model = _CKPTS.get(kind)
+                self.check_greedy(path, model, [[5, 17, 300, 42], [999]], n=64)
+
+
 class _LongPrompts(ToolCase):
     LENGTHS = (5, 20, 1)
 
