@@ -18,6 +18,7 @@
 #include "model/safetensors.h"
 #include "model/t5.h"
 #include "model/tf_weights.h"
+#include "model/torch_checkpoint.h"
 
 namespace tf {
 
@@ -118,6 +119,15 @@ void Model::forward(std::span<const SequenceChunk> batch, KvCache& kv, float* lo
   run(batch, token_positions_, kv, logits, pool);
 }
 
+namespace {
+// A file that starts as a zip archive: a PyTorch checkpoint named on its own.
+bool looks_like_torch_zip(const std::string& path) {
+  std::ifstream f(path, std::ios::binary);
+  uint8_t head[4] = {};
+  return f.read(reinterpret_cast<char*>(head), 4) && is_torch_zip(head, 4);
+}
+}  // namespace
+
 std::unique_ptr<Model> load_model(const std::string& path, kernels::WeightType weight_type,
                                   bool keep_files) {
   namespace fs = std::filesystem;
@@ -150,6 +160,11 @@ std::unique_ptr<Model> load_model(const std::string& path, kernels::WeightType w
     // A directory holding one llama2c checkpoint (and its tok*.bin tokenizer), as a version
     // directory of a TF Serving-style base path does.
     std::vector<fs::path> checkpoints;
+    if (has_torch_checkpoint(path))
+      fail(ErrorKind::kNotFound,
+           "'{}' holds a PyTorch checkpoint but no config.json: the state dict names the layers "
+           "but not the architecture's settings; add the model's config.json",
+           path);
     for (const auto& e : fs::directory_iterator(path, ec)) {
       const std::string name = e.path().filename().string();
       if ((e.path().extension() == ".bin" && name.rfind("tok", 0) != 0) ||
@@ -167,8 +182,11 @@ std::unique_ptr<Model> load_model(const std::string& path, kernels::WeightType w
     const fs::path cfg = fs::path(path) / "config.json";
     config = parse_hf_config(read_file(cfg.string()), cfg.string());
     const fs::path dir(path);
-    if (!fs::exists(dir / "model.safetensors", ec) &&
-        !fs::exists(dir / "model.safetensors.index.json", ec) && has_tf_h5(path)) {
+    const bool safetensors = fs::exists(dir / "model.safetensors", ec) ||
+                             fs::exists(dir / "model.safetensors.index.json", ec);
+    if (!safetensors && has_torch_checkpoint(path)) {
+      load_torch_dir(path, weights);  // pytorch_model.bin (or its shards): the same names
+    } else if (!safetensors && has_tf_h5(path)) {
       load_tf_h5_dir(path, weights);  // TF save_pretrained's weights, under PyTorch's names
     } else {
       load_safetensors_dir(path, weights);
@@ -179,6 +197,10 @@ std::unique_ptr<Model> load_model(const std::string& path, kernels::WeightType w
          path);
   } else if (fs::path(path).extension() == ".gguf") {
     config = load_gguf(path, weights);
+  } else if (looks_like_torch_zip(path)) {
+    fail(ErrorKind::kUnsupported,
+         "'{}' is a PyTorch checkpoint: pass its directory (with config.json), as for safetensors",
+         path);
   } else {
     config = load_llama2c(path, weights);
   }

@@ -123,28 +123,34 @@ void load_safetensors_dir(const std::string& dir, WeightStore& store) {
   if (!fs::exists(index)) {
     fail(ErrorKind::kNotFound, "'{}': no model.safetensors or model.safetensors.index.json", dir);
   }
-  json j = parse_json(read_file(index.string()), index.string());
-  if (j.is_discarded() || !j.is_object()) fail("'{}': not a valid JSON object", index.string());
+  load_shards(index.string(), store, load_safetensors_file);
+}
+
+void load_shards(const std::string& index_path, WeightStore& store,
+                 void (*load_file)(const std::string&, WeightStore&)) {
+  namespace fs = std::filesystem;
+  json j = parse_json(read_file(index_path), index_path);
+  if (j.is_discarded() || !j.is_object()) fail("'{}': not a valid JSON object", index_path);
   auto wm = j.find("weight_map");
   if (wm == j.end() || !wm->is_object() || wm->empty()) {
-    fail("'{}': missing or empty weight_map", index.string());
+    fail("'{}': missing or empty weight_map", index_path);
   }
   std::map<std::string, std::string> expected;  // tensor -> shard
   std::set<std::string> shards;
   for (const auto& [name, file] : wm->items()) {
-    if (!file.is_string())
-      fail("'{}': weight_map entry '{}' is not a file name", index.string(), name);
+    if (!file.is_string()) fail("'{}': weight_map entry '{}' is not a file name", index_path, name);
     const std::string shard = file.get<std::string>();
     if (shard.empty() || shard.find('/') != std::string::npos || shard == "." || shard == "..") {
-      fail("'{}': shard name '{}' must be a plain file name", index.string(), shard);
+      fail("'{}': shard name '{}' must be a plain file name", index_path, shard);
     }
     expected[name] = shard;
     shards.insert(shard);
   }
-  for (const auto& shard : shards) load_safetensors_file((fs::path(dir) / shard).string(), store);
+  const fs::path dir = fs::path(index_path).parent_path();
+  for (const auto& shard : shards) load_file((dir / shard).string(), store);
   for (const auto& [name, shard] : expected) {
     if (!store.has(name)) {
-      fail("'{}': tensor '{}' is listed for '{}' but not found there", index.string(), name, shard);
+      fail("'{}': tensor '{}' is listed for '{}' but not found there", index_path, name, shard);
     }
   }
 }

@@ -36,6 +36,12 @@ void load_safetensors_file(const std::string& path, WeightStore& store);
 // Loads `dir/model.safetensors`, or the shards listed in `dir/model.safetensors.index.json`.
 void load_safetensors_dir(const std::string& dir, WeightStore& store);
 
+// Loads the shards an index file (`{"weight_map": {tensor: shard file}}`, Hugging Face's form for
+// safetensors and PyTorch shards alike) lists, each once with load_file, from the index's
+// directory; every tensor listed must then be in the store.
+void load_shards(const std::string& index_path, WeightStore& store,
+                 void (*load_file)(const std::string&, WeightStore&));
+
 // One tensor to write: its bytes (numel * dtype_size) stay owned by the caller.
 struct SafetensorsOutput {
   std::string name;
