@@ -363,6 +363,16 @@ class TfModelServerTest(unittest.TestCase):
                                                       seed=v)
                 write_vocab(os.path.join(d, "tokenizer.bin"),
                             make_checkpoints.KINDS[kind]("F32")["vocab_size"])
+        # The seed's code model, 'codegen-2b': a CodeGen checkpoint as most of them exist, a
+        # PyTorch pytorch_model.bin (issue 53).
+        import safetensors_io
+        import torch_io
+        codegen = os.path.join(models, "codegen-2b", "1")
+        make_checkpoints.write_checkpoint(codegen, "codegen", seed=5)
+        torch_io.save(os.path.join(codegen, "pytorch_model.bin"), safetensors_io.load_dir(codegen))
+        codegen_ref = np_model.load_hf(codegen)
+        os.remove(os.path.join(codegen, "model.safetensors"))
+        write_vocab(os.path.join(codegen, "tokenizer.bin"), codegen_ref.vocab_size)
         config = os.path.join(self.dir, "models.config")
         with open(config, "w") as f:
             f.write("model_config_list {\n"
@@ -372,7 +382,9 @@ class TfModelServerTest(unittest.TestCase):
                     "           model_version_policy { specific { versions: 3 } } }\n"
                     "  config { name: 'story' base_path: '%s' model_platform: 'tensorflow'\n"
                     "           model_version_policy { all {} } }\n"
-                    "}\n" % (models, models, self.base))
+                    "  config { name: 'codegen-2b' base_path: '%s/codegen-2b'\n"
+                    "           model_platform: 'tensorflow' }\n"
+                    "}\n" % (models, models, self.base, models))
         proc, _, (grpc_port, port) = self.start_on_free_ports("--model_config_file=" + config)
         try:
             c = Client(port)
@@ -418,6 +430,13 @@ class TfModelServerTest(unittest.TestCase):
             self.assertEqual(status, 200, text)
             self.assertEqual(body["choices"][0]["text"], "".join(" t%d" % t for t in want))
             self.assertEqual(body["usage"]["prompt_tokens"], len(encoder))
+            # The code model: CodeGen's greedy tokens are numpy's.
+            prompt = [5, 17, 300, 42]
+            status, body, text, _ = c.post("/v1/models/codegen-2b:predict", {
+                "instances": [{"input_ids": prompt, "attention_mask": [1] * 4,
+                               "max_new_tokens": 8}]})
+            self.assertEqual(status, 200, text)
+            self.assertEqual(body["predictions"][0], prompt + np_model.greedy(codegen_ref, prompt, 8))
             # The models beside it answer as before.
             for name in ("gpt2", "story"):
                 status, body, text, _ = c.post("/v1/models/%s:predict" % name, {
