@@ -188,6 +188,15 @@ void iq4_nl(const uint8_t* b, float* y) {
   }
 }
 
+void mxfp4(const uint8_t* b, float* y) {
+  const float d = e8m0_half(b[0]);
+  const uint8_t* q = b + 1;
+  for (int j = 0; j < 16; ++j) {
+    y[j] = d * kMxfp4Values[q[j] & 0xF];
+    y[j + 16] = d * kMxfp4Values[q[j] >> 4];
+  }
+}
+
 void iq4_xs(const uint8_t* b, float* y) {
   const float d = f16_at(b);
   uint16_t scales_h;
@@ -252,6 +261,9 @@ void dequantize_blocks(WeightType t, const void* data, int64_t n, float* out) {
         break;
       case WeightType::kIQ4_XS:
         iq4_xs(b, out);
+        break;
+      case WeightType::kMXFP4:
+        mxfp4(b, out);
         break;
       default:
         break;

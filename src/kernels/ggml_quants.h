@@ -14,6 +14,11 @@
 //   Q6_K   4 low bits, 2 high bits, 16 int8 scales, d         x = d sc (q - 32)
 //   IQ4_NL d, nibbles indexing a fixed non-linear table      x = d T[q]
 //   IQ4_XS d, 8 x 6-bit scales, nibbles into the same table  x = d (sc - 32) T[q]
+//   MXFP4  e (an E8M0 exponent byte), then nibbles that are FP4 E2M1 values (OCP Microscaling
+//          Formats v1.0: sign, 2 exponent bits, 1 mantissa bit; 0, 0.5, 1, 1.5, 2, 3, 4, 6 and
+//          their negatives)  x = 2^(e - 127) E2M1(q), held as the doubled values
+//          kMxfp4Values[q] times 2^(e - 128), as ggml does (e = 255, NaN in the spec, is read as
+//          the power of two too)
 
 #include <cstdint>
 
@@ -24,6 +29,18 @@ namespace tf::kernels {
 // IQ4_NL's and IQ4_XS's non-linear values, indexed by the nibbles.
 inline constexpr int8_t kIq4nlValues[16] = {-127, -104, -83, -65, -49, -35, -22, -10,
                                             1,    13,   25,  38,  53,  69,  89,  113};
+
+// MXFP4's E2M1 nibbles as twice their values (integers), and a block's scale byte as the
+// power of two they are multiplied by: 2^(e - 128), exact in f32 for every byte (e < 2 gives
+// subnormals).
+inline constexpr int8_t kMxfp4Values[16] = {0, 1,  2,  3,  4,  6,  8,  12,
+                                            0, -1, -2, -3, -4, -6, -8, -12};
+inline float e8m0_half(uint8_t e) {
+  const uint32_t bits = e < 2 ? 0x00200000u << e : static_cast<uint32_t>(e - 1) << 23;
+  float f;
+  __builtin_memcpy(&f, &bits, 4);
+  return f;
+}
 
 // The f16 at p (any alignment) as a float.
 float f16_at(const uint8_t* p);

@@ -69,6 +69,8 @@ std::string_view weight_type_name(WeightType t) {
       return "iq4_nl";
     case WeightType::kIQ4_XS:
       return "iq4_xs";
+    case WeightType::kMXFP4:
+      return "mxfp4";
   }
   return "?";
 }
@@ -81,6 +83,7 @@ int64_t block_size(WeightType t) {
     case WeightType::kQ5_0:
     case WeightType::kQ5_1:
     case WeightType::kIQ4_NL:
+    case WeightType::kMXFP4:
       return 32;
     case WeightType::kQ2_K:
     case WeightType::kQ3_K:
@@ -139,6 +142,8 @@ int64_t block_bytes(WeightType t) {
       return 18;
     case WeightType::kIQ4_XS:
       return 136;
+    case WeightType::kMXFP4:
+      return 17;
   }
   return 0;
 }

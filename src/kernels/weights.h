@@ -91,11 +91,13 @@ enum class WeightType : uint8_t {
   kQ6_K,
   kIQ4_NL,
   kIQ4_XS,
+  kMXFP4,
 };
 inline constexpr WeightType kBlockTypes[] = {
     WeightType::kQ8_0, WeightType::kQ4_0, WeightType::kQ4_1,   WeightType::kQ5_0,
     WeightType::kQ5_1, WeightType::kQ2_K, WeightType::kQ3_K,   WeightType::kQ4_K,
-    WeightType::kQ5_K, WeightType::kQ6_K, WeightType::kIQ4_NL, WeightType::kIQ4_XS};
+    WeightType::kQ5_K, WeightType::kQ6_K, WeightType::kIQ4_NL, WeightType::kIQ4_XS,
+    WeightType::kMXFP4};
 
 // Whether t is one of ggml's block formats (scales inside the rows, read by the block kernels).
 constexpr bool is_block_type(WeightType t) {

@@ -34,6 +34,8 @@ std::optional<kernels::WeightType> block_weight_type(GgmlType type) {
       return WeightType::kQ6_K;
     case GgmlType::kIQ4_NL:
       return WeightType::kIQ4_NL;
+    case GgmlType::kMXFP4:
+      return WeightType::kMXFP4;
     case GgmlType::kIQ4_XS:
       return WeightType::kIQ4_XS;
     default:

@@ -38,6 +38,8 @@ std::vector<int> f16_fields(WeightType t) {
       return {108};
     case WeightType::kQ6_K:
       return {208};
+    case WeightType::kMXFP4:
+      return {};  // an E8M0 exponent byte (random_blocks)
     default:
       return {0};
   }
@@ -57,6 +59,8 @@ std::vector<uint8_t> random_blocks(WeightType t, int64_t n, int64_t k, std::mt19
       const uint16_t h = f32_to_f16(v);
       std::memcpy(data.data() + i * block_bytes(t) + off, &h, 2);
     }
+    if (t == WeightType::kMXFP4)  // scales 2^-10 .. 2^5 (the extremes: Mxfp4ExtremeScales)
+      data[static_cast<size_t>(i * block_bytes(t))] = static_cast<uint8_t>(118 + byte(rng) % 16);
   }
   return data;
 }
@@ -71,6 +75,37 @@ std::vector<float> dequantized(WeightType t, const std::vector<uint8_t>& data, i
 std::string trace(const IsaKernels* table, WeightType t, int64_t k) {
   return std::string(table->name) + " " + std::string(weight_type_name(t)) +
          " k=" + std::to_string(k);
+}
+
+// MXFP4 from its description (OCP Microscaling Formats v1.0): every E2M1 nibble at every E8M0
+// scale byte a model could hold, down to the subnormal powers of two and up to the largest whose
+// values all stay finite in f32, read back through every table by one-hot activations.
+TEST(BlockKernels, Mxfp4ExtremeScalesReadAsTheFormatSays) {
+  const float e2m1[16] = {0, 0.5f, 1, 1.5f, 2, 3, 4, 6, 0, -0.5f, -1, -1.5f, -2, -3, -4, -6};
+  const int scales[] = {0, 1, 2, 3, 100, 126, 127, 128, 129, 200, 252};
+  const int64_t k = 64, n = static_cast<int64_t>(std::size(scales));
+  std::vector<uint8_t> data(static_cast<size_t>(n * 2 * 17));
+  for (int64_t r = 0; r < n; ++r)
+    for (int b = 0; b < 2; ++b) {
+      uint8_t* blk = data.data() + (r * 2 + b) * 17;
+      blk[0] = static_cast<uint8_t>(scales[r]);
+      for (int j = 0; j < 16; ++j)  // element j: nibble j; element j + 16: nibble 15 - j
+        blk[1 + j] = static_cast<uint8_t>((j + b) % 16 | ((15 - j) << 4));
+    }
+  const WeightMatrix w{WeightType::kMXFP4, data.data(), nullptr, n, k};
+  for (const IsaKernels* table : supported_tables()) {
+    for (int64_t c = 0; c < k; ++c) {
+      std::vector<float> x(static_cast<size_t>(k), 0.0f), y(static_cast<size_t>(n));
+      x[c] = 1.0f;
+      table->matmul_cols_blocks(x.data(), 1, k, w, 0, n, nullptr, y.data(), n, false);
+      for (int64_t r = 0; r < n; ++r) {
+        const int b = static_cast<int>(c / 32), j = static_cast<int>(c % 32);
+        const int nib = j < 16 ? (j + b) % 16 : 15 - (j - 16);
+        const float want = std::ldexp(e2m1[nib], scales[r] - 127);
+        ASSERT_EQ(y[r], want) << table->name << " scale byte " << scales[r] << " column " << c;
+      }
+    }
+  }
 }
 
 TEST(BlockKernels, OneHotActivationsReadEveryWeightAsTheReferenceDequantizes) {

@@ -27,10 +27,10 @@ IQ4NL = np.array([-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 6
 # type: (block values, block bytes)
 LAYOUT = {0: (1, 4), 1: (1, 2), 30: (1, 2), 2: (32, 18), 3: (32, 20), 6: (32, 22), 7: (32, 24),
           8: (32, 34), 10: (256, 84), 11: (256, 110), 12: (256, 144), 13: (256, 176),
-          14: (256, 210), 20: (32, 18), 23: (256, 136)}
+          14: (256, 210), 20: (32, 18), 23: (256, 136), 39: (32, 17)}
 NAMES = {0: "F32", 1: "F16", 30: "BF16", 2: "Q4_0", 3: "Q4_1", 6: "Q5_0", 7: "Q5_1",
          8: "Q8_0", 10: "Q2_K", 11: "Q3_K", 12: "Q4_K", 13: "Q5_K", 14: "Q6_K", 20: "IQ4_NL",
-         23: "IQ4_XS"}
+         23: "IQ4_XS", 39: "MXFP4"}
 
 
 def f16(blocks, at):
@@ -89,6 +89,19 @@ def dequant(ggml_type, raw):
         if with_min:
             return (d * q.astype(F32) + f16(b, 2)[:, None]).reshape(-1)
         return (d * (q - 16).astype(F32)).reshape(-1)
+    if ggml_type == 39:
+        # MXFP4 (OCP Microscaling Formats v1.0): an E8M0 scale 2^(e - 127) and 32 FP4 E2M1
+        # elements (sign, 2 exponent bits with bias 1, 1 mantissa bit; exponent 0 subnormal:
+        # 0 or 0.5), low nibbles first. E2M1's negative zero is read as +0 (ggml's table, which
+        # llama.cpp computes with; no dot product can tell), and e = 255 (NaN in the spec) as
+        # the power of two, as ggml does.
+        e = b[:, 0].astype(np.int64)
+        q = nibbles(b[:, 1:]).astype(np.int64)
+        ex, m = (q >> 1) & 3, (q & 1).astype(np.float64)
+        mag = np.where(ex == 0, 0.5 * m, np.ldexp(1.0 + 0.5 * m, ex - 1))
+        v = np.where((q >> 3) & 1, -mag, mag) + 0.0
+        with np.errstate(over="ignore"):
+            return np.ldexp(v, (e - 127)[:, None]).astype(F32).reshape(-1)
     if ggml_type == 20:  # IQ4_NL: d T[q]
         return (f16(b, 0)[:, None] * IQ4NL[nibbles(b[:, 2:])]).reshape(-1)
     if ggml_type == 23:  # IQ4_XS: d, scales_h (2 bits each), scales_l (4 bits each), nibbles
@@ -222,12 +235,14 @@ class DequantTest(unittest.TestCase):
                         rng.standard_normal(40 * ts // {0: 4, 1: 2, 30: 2}[t]).astype(
                             {0: "<f4", 1: "<f2", 30: "<f4"}[t]).tobytes()[:40 * ts],
                         dtype=np.uint8).reshape(40, ts)
+                if t == 39:  # the smallest and largest E8M0 bytes among random ones
+                    blocks[:4, 0] = [0, 1, 254, 255]
                 want = dequant(t, blocks.tobytes())
                 with tempfile.TemporaryDirectory() as d:
                     path = os.path.join(d, "blocks")
                     blocks.tofile(path)
                     got = ours(["--type", str(t), path], 40 * bs)
-                self.assertTrue(np.all(np.isfinite(want)) or t in (0, 1, 30))
+                self.assertTrue(np.all(np.isfinite(want)) or t in (0, 1, 30, 39))
                 mismatch = np.flatnonzero(want.view(np.uint32) != got.view(np.uint32))
                 self.assertEqual(len(mismatch), 0,
                                  "first at %s: numpy %r, tokenflow %r" % (
