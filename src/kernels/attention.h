@@ -56,6 +56,10 @@ struct AttentionOpts {
   int64_t window = 0;
   // > 0: each scaled score becomes softcap * tanh(score / softcap) before the softmax (Gemma 2).
   float softcap = 0.0f;
+  // Where set, sinks[r] is a logit query r of the call (attend_queries' order) also normalizes
+  // over, with no value behind it (gpt-oss's attention sinks): out = sum_j e^s_j v_j /
+  // (sum_j e^s_j + e^sink).
+  const float* sinks = nullptr;
   AttentionOpts(float s = 1.0f) : scale(s) {}  // NOLINT(google-explicit-constructor)
 };
 inline constexpr int kMaxAttentionHeadDim = 512;

@@ -127,7 +127,7 @@ std::string t5_hf_name(const std::string& name, bool gated) {
 }
 
 // Which GGUF naming a block follows besides the Llama one.
-enum class Names { kLlama, kGpt2, kGemma2, kPhi3, kMamba };
+enum class Names { kLlama, kGpt2, kGemma2, kPhi3, kMamba, kGptOss };
 
 std::string hf_name(Names names, const std::string& name) {
   const bool gpt2 = names == Names::kGpt2;
@@ -172,6 +172,20 @@ std::string hf_name(Names names, const std::string& name) {
       return fmt::format("model.layers.{}.post_attention_layernorm.weight", layer);
     if (rest == "post_ffw_norm.weight")
       return fmt::format("model.layers.{}.post_feedforward_layernorm.weight", layer);
+  }
+  if (names == Names::kGptOss) {  // llama.cpp's "gpt-oss" (LLM_ARCH_OPENAI_MOE)
+    static const std::pair<const char*, const char*> kGptOss[] = {
+        {"post_attention_norm.weight", "post_attention_layernorm.weight"},
+        {"attn_sinks.weight", "self_attn.sinks"},
+        {"attn_sinks", "self_attn.sinks"},
+        {"ffn_gate_inp.weight", "mlp.router.weight"},
+        {"ffn_gate_inp.bias", "mlp.router.bias"},
+        {"ffn_gate_exps.bias", "mlp.experts.gate_proj_bias"},
+        {"ffn_up_exps.bias", "mlp.experts.up_proj_bias"},
+        {"ffn_down_exps.bias", "mlp.experts.down_proj_bias"},
+    };
+    for (const auto& [gguf, hf] : kGptOss)
+      if (rest == gguf) return fmt::format("model.layers.{}.{}", layer, hf);
   }
   if (names == Names::kPhi3) {
     if (rest == "attn_qkv.weight")
@@ -248,7 +262,8 @@ void read_gemma(const GgufFile& f, const std::string& arch, const std::string& p
 // Qwen2-MoE, OLMoE: no) unless {arch}.expert_weights_norm says.
 void read_moe(const GgufFile& f, const std::string& p, const std::string& path, ModelConfig& c) {
   const std::string arch = p.substr(0, p.size() - 1);
-  if (arch != "llama" && arch != "qwen2moe" && arch != "qwen3moe" && arch != "olmoe")
+  if (arch != "llama" && arch != "qwen2moe" && arch != "qwen3moe" && arch != "olmoe" &&
+      arch != "gpt-oss")
     fail(ErrorKind::kUnsupported, "'{}': experts in a '{}' GGUF are not supported", path, arch);
   if (arch == "llama") c.architecture = "MixtralForCausalLM";
   c.n_experts = positive(f, p + "expert_count");
@@ -566,6 +581,7 @@ ModelConfig gguf_model_config(const GgufFile& f, const std::string& path) {
       {"gemma3", "Gemma3ForCausalLM", false, false, false, false},
       {"phi3", "Phi3ForCausalLM", false, false, false, true},
       {"gpt2", "GPT2LMHeadModel", false, false, false, false},
+      {"gpt-oss", "GptOssForCausalLM", true, false, false, false},
   };
   const Known* k = nullptr;
   for (const Known& e : kKnown)
@@ -573,7 +589,8 @@ ModelConfig gguf_model_config(const GgufFile& f, const std::string& path) {
   if (k == nullptr)
     fail(ErrorKind::kUnsupported,
          "'{}': GGUF architecture '{}' (general.architecture) is not supported (llama, qwen2, "
-         "qwen3, qwen2moe, qwen3moe, olmoe, gemma, gemma2, gemma3, phi3, gpt2, gptneox, mamba, t5, "
+         "qwen3, qwen2moe, qwen3moe, olmoe, gemma, gemma2, gemma3, phi3, gpt2, gpt-oss, gptneox, "
+         "mamba, t5, "
          "bert, nomic-bert, jina-bert-v2)",
          path, arch);
   c.architecture = k->hf;
@@ -631,6 +648,16 @@ ModelConfig gguf_model_config(const GgufFile& f, const std::string& path) {
   }
   if (f.find(p + "expert_count")) read_moe(f, p, path, c);
   if (arch.rfind("gemma", 0) == 0) read_gemma(f, arch, path, c);
+  if (arch == "gpt-oss") {
+    // gpt-oss as llama.cpp runs it: biases on the router and experts, the clamped SwiGLU (its
+    // constants are not in the file), sinks, the softmax over the chosen experts' logits, and
+    // sliding layers (attention.sliding_window) from the first, every other one.
+    c.moe_names = ModelConfig::MoeNames::kGptOss;
+    c.moe_bias = c.clamped_swiglu = c.attn_sinks = c.norm_topk_prob = true;
+    c.sliding_window = static_cast<int64_t>(f.get_uint(p + "attention.sliding_window", 128));
+    c.layer_sliding.assign(static_cast<size_t>(c.n_layers), 0);
+    for (int64_t l = 0; l < c.n_layers; l += 2) c.layer_sliding[l] = 1;
+  }
   if (arch == "phi3") {
     if (f.tensor("blk.0.attn_qkv.weight") == nullptr)
       fail(ErrorKind::kUnsupported, "'{}': a phi3 GGUF without fused attn_qkv is not supported",
@@ -705,11 +732,12 @@ ModelConfig load_gguf(const std::string& path, WeightStore& store) {
   ::madvise(const_cast<uint8_t*>(file.data()), file.size(), MADV_SEQUENTIAL);
   const int index = store.add_file(std::move(file));
   store.set_keep_stored_types(true);
-  const Names names = c.arch == Arch::kGpt2                 ? Names::kGpt2
-                      : c.arch == Arch::kMamba              ? Names::kMamba
-                      : c.post_norms                        ? Names::kGemma2
-                      : c.architecture == "Phi3ForCausalLM" ? Names::kPhi3
-                                                            : Names::kLlama;
+  const Names names = c.arch == Arch::kGpt2                           ? Names::kGpt2
+                      : c.arch == Arch::kMamba                        ? Names::kMamba
+                      : c.post_norms                                  ? Names::kGemma2
+                      : c.architecture == "Phi3ForCausalLM"           ? Names::kPhi3
+                      : c.moe_names == ModelConfig::MoeNames::kGptOss ? Names::kGptOss
+                                                                      : Names::kLlama;
   for (const GgufTensorInfo& t : f.tensors) {
     const std::string name =
         c.arch == Arch::kT5                                  ? t5_hf_name(t.name, c.gated_ffn)

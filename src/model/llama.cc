@@ -7,6 +7,7 @@
 #include <numeric>
 #include <vector>
 
+#include "core/error.h"
 #include "kernels/matmul.h"
 #include "kernels/ops.h"
 #include "model/rope.h"
@@ -29,6 +30,9 @@ struct LlamaLayer {
   bool moe = false;
   kernels::WeightMatrix router;
   std::vector<kernels::WeightMatrix> e_gate, e_up, e_down;
+  // gpt-oss: the router's and each expert's biases ([E, I] gate and up, [E, dim] down).
+  const float *router_b = nullptr, *e_gate_b = nullptr, *e_up_b = nullptr, *e_down_b = nullptr;
+  const float* sinks = nullptr;  // gpt-oss: one logit per head
   bool shared = false;
   kernels::WeightMatrix s_gate, s_up, s_down, s_gate_w;
   kernels::AttentionOpts att;
@@ -70,6 +74,7 @@ class LlamaModel final : public Model {
         L.q_norm = norm(p + "self_attn.q_norm.weight", c.qk_norm_full ? c.q_dim() : c.head_dim);
         L.k_norm = norm(p + "self_attn.k_norm.weight", c.qk_norm_full ? c.kv_dim() : c.head_dim);
       }
+      if (c.attn_sinks) L.sinks = w.f32(p + "self_attn.sinks", {c.n_heads});
       if (c.post_norms) {
         // Gemma 2/3: post_attention_layernorm follows attention; the MLP has its own pre and post.
         L.attn_post_norm = norm(p + "post_attention_layernorm.weight", c.dim);
@@ -158,7 +163,8 @@ class LlamaModel final : public Model {
         L.rope->apply(k, static_cast<int>(c.n_kv_heads), tokens[i].pos);
       });
       transformer::store_kv(batch, tokens, cache, a.k.data(), a.v.data(), pool);
-      transformer::attention(batch, tokens, cache, c, a.q.data(), a.att.data(), pool, &L.att);
+      transformer::attention(batch, tokens, cache, c, a.q.data(), a.att.data(), pool, &L.att,
+                             L.sinks);
       if (L.attn_post_norm != nullptr) {
         kernels::matmul(a.att.data(), T, L.wo, L.bo, a.xb.data(), pool);
         add_normed(L.attn_post_norm, a.xb.data());
@@ -215,6 +221,10 @@ class LlamaModel final : public Model {
   void load_experts(LlamaLayer& L, const std::string& p) {
     const ModelConfig& c = config_;
     WeightStore& w = weights_;
+    if (c.moe_names == ModelConfig::MoeNames::kGptOss) {
+      load_gpt_oss_experts(L, p);
+      return;
+    }
     // Mixtral's v4 names sit under block_sparse_moe (w1/w3/w2); transformers v5 saves every
     // family under mlp.
     const bool mixtral =
@@ -254,6 +264,102 @@ class LlamaModel final : public Model {
     }
   }
 
+  // gpt-oss's experts as Hugging Face stores them (mlp.router with a bias; mlp.experts.gate_up_proj
+  // with gate and up interleaved column by column and its bias likewise, down_proj and its bias):
+  // in OpenAI's MXFP4 (*_blocks [E, rows, k / 32, 16] whose bytes hold elements 2i (low nibble)
+  // and 2i + 1 (high), *_scales [E, rows, k / 32] E8M0 bytes; rows are outputs), laid out at load
+  // as ggml MXFP4 blocks and computed as stored; or dequantized ([E, k, rows]: inputs first),
+  // taken apart into f32 matrices. GGUF's (llama.cpp's converter split gate and up already):
+  // mlp.experts.{gate,up,down}_proj stacked [E, rows, k] with their *_bias.
+  void load_gpt_oss_experts(LlamaLayer& L, const std::string& p) {
+    const ModelConfig& c = config_;
+    WeightStore& w = weights_;
+    const int64_t E = c.n_experts, I = c.expert_ffn_dim, H = c.dim;
+    L.moe = true;
+    L.router = w.matrix(p + "mlp.router.weight", E, H);
+    L.router_b = w.f32(p + "mlp.router.bias", {E});
+    const std::string x = p + "mlp.experts.";
+    if (w.has(x + "gate_proj")) {  // GGUF
+      L.e_gate = w.matrix_stack(x + "gate_proj", E, I, H);
+      L.e_up = w.matrix_stack(x + "up_proj", E, I, H);
+      L.e_down = w.matrix_stack(x + "down_proj", E, H, I);
+      L.e_gate_b = w.f32(x + "gate_proj_bias", {E, I});
+      L.e_up_b = w.f32(x + "up_proj_bias", {E, I});
+      L.e_down_b = w.f32(x + "down_proj_bias", {E, H});
+      return;
+    }
+    // The interleaved gate/up bias split in two.
+    const float* gub = w.f32(x + "gate_up_proj_bias", {E, 2 * I});
+    owned_.emplace_back(static_cast<size_t>(2 * E * I));
+    float* split = owned_.back().data();
+    for (int64_t e = 0; e < E; ++e)
+      for (int64_t i = 0; i < I; ++i) {
+        split[e * I + i] = gub[e * 2 * I + 2 * i];
+        split[E * I + e * I + i] = gub[e * 2 * I + 2 * i + 1];
+      }
+    L.e_gate_b = split;
+    L.e_up_b = split + E * I;
+    L.e_down_b = w.f32(x + "down_proj_bias", {E, H});
+    const std::string gate = x + "gate_proj.tf_split", up = x + "up_proj.tf_split",
+                      down = x + "down_proj.tf_split";
+    if (w.has(x + "gate_up_proj_blocks")) {
+      // rows r of the source (pick: even rows for gate, odd for up, all for down) into ggml
+      // blocks: byte 0 the scale, then element j in the low nibble of byte j and element j + 16
+      // in its high one.
+      const auto convert = [&](const std::string& name, int64_t rows, int64_t k, int64_t first,
+                               int64_t step, const std::string& out) {
+        const int64_t g = k / 32;
+        if (k % 32 != 0) fail("'{}': rows of {} values are not whole MXFP4 blocks", name, k);
+        const TensorView& blocks = w.get(name + "_blocks");
+        const TensorView& scales = w.get(name + "_scales");
+        const int64_t src_rows = rows * step;
+        if (blocks.dtype != DType::kU8 || !(blocks.shape == Shape{E, src_rows, g, 16}) ||
+            scales.dtype != DType::kU8 || !(scales.shape == Shape{E, src_rows, g}))
+          fail("'{}_blocks' / '_scales' must be U8 [{}, {}, {}, 16] / [{}, {}, {}] (MXFP4)", name,
+               E, src_rows, g, E, src_rows, g);
+        const auto* b = static_cast<const uint8_t*>(blocks.data);
+        const auto* s = static_cast<const uint8_t*>(scales.data);
+        std::vector<uint8_t> out_bytes(static_cast<size_t>(E * rows * g * 17));
+        uint8_t* o = out_bytes.data();
+        for (int64_t e = 0; e < E; ++e)
+          for (int64_t r = 0; r < rows; ++r) {
+            const int64_t src = e * src_rows + first + r * step;
+            for (int64_t blk = 0; blk < g; ++blk, o += 17) {
+              const uint8_t* in = b + (src * g + blk) * 16;
+              o[0] = s[src * g + blk];
+              const auto nib = [&](int v) { return (in[v / 2] >> (4 * (v % 2))) & 0xF; };
+              for (int j = 0; j < 16; ++j)
+                o[1 + j] = static_cast<uint8_t>(nib(j) | nib(j + 16) << 4);
+            }
+          }
+        w.add_owned_blocks(out, Shape{E, rows, k}, kernels::WeightType::kMXFP4,
+                           std::move(out_bytes), w.file_index_of(name + "_blocks"));
+      };
+      convert(x + "gate_up_proj", I, H, 0, 2, gate);
+      convert(x + "gate_up_proj", I, H, 1, 2, up);
+      convert(x + "down_proj", H, I, 0, 1, down);
+    } else {
+      // Dequantized: [E, k, rows], rows of gate_up interleaved.
+      const auto split_float = [&](const std::string& name, int64_t rows, int64_t k, int64_t first,
+                                   int64_t step, const std::string& out) {
+        const int64_t cols = rows * step;
+        const float* src = w.f32(name, {E, k, cols});
+        std::vector<float> v(static_cast<size_t>(E * rows * k));
+        for (int64_t e = 0; e < E; ++e)
+          for (int64_t r = 0; r < rows; ++r)
+            for (int64_t i = 0; i < k; ++i)
+              v[(e * rows + r) * k + i] = src[(e * k + i) * cols + first + r * step];
+        w.add_f32(out, Shape{E, rows, k}, std::move(v), w.file_index_of(name));
+      };
+      split_float(x + "gate_up_proj", I, H, 0, 2, gate);
+      split_float(x + "gate_up_proj", I, H, 1, 2, up);
+      split_float(x + "down_proj", H, I, 0, 1, down);
+    }
+    L.e_gate = w.matrix_stack(gate, E, I, H);
+    L.e_up = w.matrix_stack(up, E, I, H);
+    L.e_down = w.matrix_stack(down, E, H, I);
+  }
+
   // The mixture of experts on a.xb (the normed rows), added into a.x. Each token's router
   // softmax picks its top n_experts_used (ties to the lower index), weighted by their
   // probabilities (renormalized over the chosen when norm_topk_prob). The batch's tokens are
@@ -266,7 +372,7 @@ class LlamaModel final : public Model {
     const int64_t E = c.n_experts, K = c.n_experts_used, I = c.expert_ffn_dim, dim = c.dim;
     using transformer::grow;
     grow(moe_logits_, T * E);
-    kernels::matmul(a.xb.data(), T, L.router, nullptr, moe_logits_.data(), pool);
+    kernels::matmul(a.xb.data(), T, L.router, L.router_b, moe_logits_.data(), pool);
     choice_.resize(static_cast<size_t>(T * K));
     weight_.resize(static_cast<size_t>(T * K));
     std::vector<int64_t>& count = moe_count_;
@@ -308,14 +414,27 @@ class LlamaModel final : public Model {
     for (int64_t e = 0; e < E; ++e) {
       const int64_t b = count[e], n = count[e + 1] - count[e];
       if (n == 0) continue;
-      const kernels::MatmulOutput gate_up[] = {{L.e_gate[e], nullptr, moe_h1_.data() + b * I},
-                                               {L.e_up[e], nullptr, moe_h2_.data() + b * I}};
+      const float* gb = L.e_gate_b ? L.e_gate_b + e * I : nullptr;
+      const float* ub = L.e_up_b ? L.e_up_b + e * I : nullptr;
+      const kernels::MatmulOutput gate_up[] = {{L.e_gate[e], gb, moe_h1_.data() + b * I},
+                                               {L.e_up[e], ub, moe_h2_.data() + b * I}};
       kernels::matmul_many(moe_x_.data() + b * dim, n, gate_up, pool);
       transformer::for_rows(pool, n, [&](int64_t i) {
-        kernels::silu_mul(moe_h1_.data() + (b + i) * I, moe_h2_.data() + (b + i) * I, I);
+        float* g = moe_h1_.data() + (b + i) * I;
+        const float* u = moe_h2_.data() + (b + i) * I;
+        if (c.clamped_swiglu) {
+          const float limit = c.swiglu_limit, alpha = c.swiglu_alpha;
+          for (int64_t v = 0; v < I; ++v) {
+            const float gv = std::min(g[v], limit);
+            const float uv = std::clamp(u[v], -limit, limit);
+            g[v] = (uv + 1.0f) * (gv / (1.0f + std::exp(-alpha * gv)));
+          }
+        } else {
+          kernels::silu_mul(g, u, I);
+        }
       });
-      kernels::matmul(moe_h1_.data() + b * I, n, L.e_down[e], nullptr, moe_y_.data() + b * dim,
-                      pool);
+      kernels::matmul(moe_h1_.data() + b * I, n, L.e_down[e],
+                      L.e_down_b ? L.e_down_b + e * dim : nullptr, moe_y_.data() + b * dim, pool);
     }
     if (L.shared) {
       const int64_t S = c.shared_ffn_dim;

@@ -659,6 +659,46 @@ ModelConfig parse_gemma(const json& j, const std::string& source, int version) {
   return c;
 }
 
+// gpt-oss (GptOssForCausalLM; OpenAI 2025, its model card): the Llama block with biases on q, k,
+// v and o, attention sinks, sliding-window layers (128 tokens) alternating with full ones from
+// the first, YaRN (factor 32 over 4,096 positions, not truncated, by default), and a mixture of
+// num_local_experts experts of intermediate_size, top num_experts_per_tok by the router's logits
+// (with a bias) weighted by the softmax over the chosen, each a clamped SwiGLU with biases.
+ModelConfig parse_gpt_oss(const json& j, const std::string& source) {
+  json k = j;
+  if (!k.contains("rope_parameters") && !k.contains("rope_scaling")) {
+    k["rope_parameters"] = {{"rope_type", "yarn"},
+                            {"factor", 32.0},
+                            {"beta_fast", 32.0},
+                            {"beta_slow", 1.0},
+                            {"truncate", false},
+                            {"original_max_position_embeddings", 4096},
+                            {"rope_theta", get_num_or(j, "rope_theta", 150000.0, source)}};
+  }
+  if (!k.contains("rope_theta")) k["rope_theta"] = 150000.0;
+  if (!k.contains("attention_bias")) k["attention_bias"] = true;
+  ModelConfig c = parse_llama(k, source, false);
+  c.moe_names = ModelConfig::MoeNames::kGptOss;
+  c.n_experts = get_int(j, "num_local_experts", source);
+  c.n_experts_used =
+      get_int_or(j, "num_experts_per_tok", get_int_or(j, "experts_per_token", 4, source), source);
+  c.expert_ffn_dim = c.ffn_dim;
+  c.norm_topk_prob = true;  // softmax over the chosen logits: the same weights
+  c.moe_bias = true;
+  c.clamped_swiglu = true;
+  c.swiglu_alpha = static_cast<float>(get_num_or(j, "swiglu_alpha", 1.702, source));
+  c.swiglu_limit = static_cast<float>(get_num_or(j, "swiglu_limit", 7.0, source));
+  if (!(c.swiglu_limit > 0.0f && c.swiglu_limit < 1e6f) ||
+      !(c.swiglu_alpha > 0.0f && c.swiglu_alpha < 1e3f))
+    fail("{}: swiglu_alpha / swiglu_limit out of range", source);
+  c.attn_sinks = true;
+  const int64_t w = get_int_or(j, "sliding_window", 128, source);
+  if (w <= 0) fail("{}: sliding_window must be positive", source);
+  c.sliding_window = w;
+  set_sliding_layers(c, j, source, [](int64_t i) { return i % 2 == 0; });
+  return c;
+}
+
 // Mixtral, Qwen2-MoE, Qwen3-MoE: the Llama / Qwen block with a mixture of experts for the MLP.
 // OLMoE: Mixtral's routing (its norm_topk_prob, false in OLMoE's configs) under Qwen's names.
 void parse_moe(ModelConfig& c, const json& j, const std::string& source, bool mixtral,
@@ -743,6 +783,10 @@ ModelConfig parse_hf_config(const std::string& json_text, const std::string& sou
     c.qk_norm = true;
     parse_moe(c, j, source, false);
     if (architecture.empty()) architecture = "Qwen3MoeForCausalLM";
+  } else if (architecture == "GptOssForCausalLM" ||
+             (architecture.empty() && model_type == "gpt_oss")) {
+    c = parse_gpt_oss(j, source);
+    if (architecture.empty()) architecture = "GptOssForCausalLM";
   } else if (architecture == "OlmoeForCausalLM" ||
              (architecture.empty() && model_type == "olmoe")) {
     // OLMoE: Llama attention with one RMSNorm over the whole q and the whole k projection, a
@@ -814,6 +858,7 @@ ModelConfig parse_hf_config(const std::string& json_text, const std::string& sou
          "LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM, Qwen3ForCausalLM, "
          "Phi3ForCausalLM, GemmaForCausalLM, Gemma2ForCausalLM, Gemma3ForCausalLM, "
          "MixtralForCausalLM, Qwen2MoeForCausalLM, Qwen3MoeForCausalLM, OlmoeForCausalLM, "
+         "GptOssForCausalLM, "
          "GPTJForCausalLM, CodeGenForCausalLM, GPTNeoXForCausalLM, MambaForCausalLM, "
          "T5ForConditionalGeneration, BertModel, "
          "BertForSequenceClassification, RobertaModel, XLMRobertaModel, "

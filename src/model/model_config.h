@@ -56,11 +56,21 @@ struct ModelConfig {
   // router (softmax, top-k, renormalized when norm_topk_prob); a shared expert of
   // shared_ffn_dim beside them (Qwen2-MoE: scaled by sigmoid of its own gate). Layers with
   // layer_moe[l] == 0 are dense (ffn_dim).
-  enum class MoeNames { kQwen, kMixtral } moe_names = MoeNames::kQwen;
+  enum class MoeNames { kQwen, kMixtral, kGptOss } moe_names = MoeNames::kQwen;
   int64_t n_experts = 0, n_experts_used = 0, expert_ffn_dim = 0, shared_ffn_dim = 0;
   bool norm_topk_prob = false;
   bool shared_expert_gate = false;
   std::vector<uint8_t> layer_moe;
+  // gpt-oss: the router and every expert's projections have biases, and the experts' activation
+  // is a clamped SwiGLU: gate clamped above at swiglu_limit, up to [-limit, limit], out =
+  // (up + 1) * gate * sigmoid(swiglu_alpha * gate). Its routing (softmax over the top-k logits)
+  // is norm_topk_prob's.
+  bool moe_bias = false;
+  bool clamped_swiglu = false;
+  float swiglu_alpha = 1.702f, swiglu_limit = 7.0f;
+  // gpt-oss's attention sinks: a learned logit per head that each query's softmax also
+  // normalizes over (its weight goes to no value).
+  bool attn_sinks = false;
   bool is_moe(int64_t layer) const {
     return n_experts > 0 && (layer_moe.empty() || layer_moe[static_cast<size_t>(layer)] != 0);
   }

@@ -85,7 +85,7 @@ void store_kv(std::span<const SequenceChunk> batch, std::span<const TokenPositio
 
 void attention(std::span<const SequenceChunk> batch, std::span<const TokenPosition> tokens,
                const kernels::PagedKvLayer& layer, const ModelConfig& c, const float* q, float* out,
-               ThreadPool& pool, const kernels::AttentionOpts* opts) {
+               ThreadPool& pool, const kernels::AttentionOpts* opts, const float* head_sinks) {
   const int64_t group = c.n_heads / c.n_kv_heads;
   const int hd = static_cast<int>(c.head_dim);
   const kernels::AttentionOpts att =
@@ -120,6 +120,7 @@ void attention(std::span<const SequenceChunk> batch, std::span<const TokenPositi
     const float* qs[kQ];
     float* outs[kQ];
     int64_t n_ctx[kQ];
+    float sinks[kQ];
     for (int64_t r = 0; r < task.count; ++r) {
       // Query index within (seq, kv_head): token-major, then the heads of the group.
       const int64_t t = chunk_start[task.seq] + (task.first + r) / group;
@@ -127,10 +128,13 @@ void attention(std::span<const SequenceChunk> batch, std::span<const TokenPositi
       qs[r] = q + t * q_dim + h * hd;
       outs[r] = out + t * q_dim + h * hd;
       n_ctx[r] = tokens[t].pos + 1;
+      if (head_sinks != nullptr) sinks[r] = head_sinks[h];
     }
+    kernels::AttentionOpts task_att = att;
+    if (head_sinks != nullptr) task_att.sinks = sinks;
     kernels::attend_queries(qs, n_ctx, static_cast<int>(task.count), layer,
                             batch[task.seq].table(layer.group), static_cast<int>(task.kv_head), hd,
-                            att, outs);
+                            task_att, outs);
   });
 }
 

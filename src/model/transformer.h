@@ -38,10 +38,11 @@ void store_kv(std::span<const SequenceChunk> batch, std::span<const TokenPositio
 
 // Causal attention of every token over its own sequence's cache (positions <= its own).
 // q is [T, n_heads * head_dim]; out has the same shape. opts: scale 1/sqrt(head_dim), no window
-// and no soft-cap unless given.
+// and no soft-cap unless given; head_sinks: a sink logit per query head (gpt-oss), or none.
 void attention(std::span<const SequenceChunk> batch, std::span<const TokenPosition> tokens,
                const kernels::PagedKvLayer& layer, const ModelConfig& c, const float* q, float* out,
-               ThreadPool& pool, const kernels::AttentionOpts* opts = nullptr);
+               ThreadPool& pool, const kernels::AttentionOpts* opts = nullptr,
+               const float* head_sinks = nullptr);
 
 // The softmax-weighted values of one query over n keys (rows of kv_dim floats: this head's at
 // offset h * dk), scores scale * q.k plus bias[j] where bias is given (T5's position bias).

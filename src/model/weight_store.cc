@@ -63,6 +63,18 @@ void WeightStore::add_blocks(const std::string& name, const Shape& shape, kernel
   e.shape = shape;
 }
 
+void WeightStore::add_owned_blocks(const std::string& name, const Shape& shape,
+                                   kernels::WeightType type, std::vector<uint8_t> bytes,
+                                   int file_index) {
+  owned_bytes_.push_back(std::move(bytes));
+  add_blocks(name, shape, type, owned_bytes_.back().data(), file_index);
+  Entry& e = tensors_.find(name)->second;
+  if (owned_bytes_.back().size() != e.view.nbytes())
+    fail("tensor '{}': {} bytes for {} {} values", name, owned_bytes_.back().size(),
+         kernels::weight_type_name(type), shape.numel());
+  e.owned = true;
+}
+
 void WeightStore::add(const std::string& name, const TensorView& view, int file_index) {
   auto [it, inserted] = tensors_.emplace(
       name, Entry{view, file_index, nullptr, false, kernels::WeightType::kF32, view.shape});
@@ -286,7 +298,10 @@ kernels::WeightMatrix WeightStore::matrix(const std::string& name, int64_t n, in
   // kept in int8, the next narrowest type.
   WeightType t = compute_type_ == WeightType::kQ4 && k % kernels::kQ4Group != 0 ? WeightType::kI8
                                                                                 : compute_type_;
-  if (keep_stored_types_ && compute_type_ == WeightType::kF32 && !transposed) {
+  // A block format computes as stored under the default compute type: every GGUF matrix (with
+  // keep_stored_types), and blocks a model laid out at load (gpt-oss's MXFP4 experts).
+  if ((keep_stored_types_ || stored.blocks != WeightType::kF32) &&
+      compute_type_ == WeightType::kF32 && !transposed) {
     // Each matrix as the file stores it: a block format read in place by the block kernels,
     // f16 / bf16 by theirs.
     if (panels && kernels::has_panel_type(stored.blocks)) {

@@ -347,6 +347,51 @@ def _gpt_neox_config(dtype, parallel=True, rotary_pct=0.25):
         "vocab_size": 1000,
     }
 
+
+def _gpt_oss_config(dtype, mxfp4=True):
+    """gpt-oss's config.json fields (the release's, scaled down): sliding layers of 4 tokens
+    from the first, YaRN (not truncated) over an original context of 32, experts of 64."""
+    cfg = {
+        "architectures": ["GptOssForCausalLM"],
+        "attention_bias": True,
+        "attention_dropout": 0.0,
+        "eos_token_id": 2,
+        "experts_per_token": 2,
+        "head_dim": 16,
+        "hidden_act": "silu",
+        "hidden_size": 64,
+        "initializer_range": 0.02,
+        "intermediate_size": 64,
+        "layer_types": ["sliding_attention", "full_attention", "sliding_attention"],
+        "max_position_embeddings": 128,
+        "model_type": "gpt_oss",
+        "num_attention_heads": 4,
+        "num_experts_per_tok": 2,
+        "num_hidden_layers": 3,
+        "num_key_value_heads": 2,
+        "num_local_experts": 4,
+        "pad_token_id": 0,
+        "rms_norm_eps": 1e-05,
+        "rope_scaling": {"beta_fast": 32.0, "beta_slow": 1.0, "factor": 4.0,
+                         "original_max_position_embeddings": 32, "rope_type": "yarn",
+                         "truncate": False},
+        "rope_theta": 150000,
+        "router_aux_loss_coef": 0.9,
+        "sliding_window": 4,
+        "swiglu_limit": 7.0,
+        "tie_word_embeddings": False,
+        "torch_dtype": TORCH_DTYPE[dtype],
+        "transformers_version": "4.55.0",
+        "use_cache": True,
+        "vocab_size": 1000,
+    }
+    if mxfp4:
+        cfg["quantization_config"] = {"modules_to_not_convert": [
+            "model.layers.*.self_attn", "model.layers.*.mlp.router", "model.embed_tokens",
+            "lm_head"], "quant_method": "mxfp4"}
+    return cfg
+
+
 KINDS = {
     "gpt2": lambda dt: _gpt2_config(dt),
     "t5": lambda dt: _t5_config(dt, False),
@@ -363,6 +408,9 @@ KINDS = {
     "codegen": lambda dt: _gptj_config(dt, True),
     "gpt_neox": lambda dt: _gpt_neox_config(dt),
     "gpt_neox_seq": lambda dt: _gpt_neox_config(dt, parallel=False, rotary_pct=0.5),
+    # gpt-oss (issue 53): experts in OpenAI's MXFP4 blocks as released, or dequantized.
+    "gpt_oss": lambda dt: _gpt_oss_config(dt),
+    "gpt_oss_float": lambda dt: _gpt_oss_config(dt, mxfp4=False),
     "jina": lambda dt: _jina_config(dt),
     "llama_gqa": lambda dt: _llama_config(dt, n_kv=2, tie=False, theta=10000.0),
     "llama_tied": lambda dt: _llama_config(dt, n_kv=6, tie=True, theta=500000.0, head_dim=12),
@@ -765,6 +813,43 @@ def _gptj_weights(cfg, rng):
         w["lm_head.bias"] = _normal(rng, V, 0.5)
     return w
 
+
+def _gpt_oss_weights(cfg, rng):
+    """gpt-oss tensors under transformers' names; the experts' gate_up_proj interleaves gate and
+    up outputs. MXFP4 (quantization_config): *_blocks [E, out, in / 32, 16] and *_scales
+    [E, out, in / 32] (E8M0 bytes near 2^-5, random nibbles); else [E, in, out] floats."""
+    d, I, E = cfg["hidden_size"], cfg["intermediate_size"], cfg["num_local_experts"]
+    H, KV, hd, V = (cfg["num_attention_heads"], cfg["num_key_value_heads"], cfg["head_dim"],
+                    cfg["vocab_size"])
+    s = 1.0 / np.sqrt(d)
+    w = {"model.embed_tokens.weight": _normal(rng, (V, d), 1.0),
+         "model.norm.weight": _norm_weight(rng, d), "lm_head.weight": _normal(rng, (V, d), s)}
+    mx = "quantization_config" in cfg
+    for i in range(cfg["num_hidden_layers"]):
+        p = "model.layers.%d." % i
+        w[p + "input_layernorm.weight"] = _norm_weight(rng, d)
+        w[p + "post_attention_layernorm.weight"] = _norm_weight(rng, d)
+        for n, rows in (("q", H * hd), ("k", KV * hd), ("v", KV * hd)):
+            w[p + "self_attn.%s_proj.weight" % n] = _normal(rng, (rows, d), 2 * s)
+            w[p + "self_attn.%s_proj.bias" % n] = _normal(rng, rows, 0.1)
+        w[p + "self_attn.o_proj.weight"] = _normal(rng, (d, H * hd), s)
+        w[p + "self_attn.o_proj.bias"] = _normal(rng, d, 0.1)
+        w[p + "self_attn.sinks"] = _normal(rng, H, 1.0)
+        w[p + "mlp.router.weight"] = _normal(rng, (E, d), 2 * s)
+        w[p + "mlp.router.bias"] = _normal(rng, E, 0.5)
+        x = p + "mlp.experts."
+        w[x + "gate_up_proj_bias"] = _normal(rng, (E, 2 * I), 0.5)
+        w[x + "down_proj_bias"] = _normal(rng, (E, d), 0.1)
+        if mx:
+            for n, rows, k in (("gate_up_proj", 2 * I, d), ("down_proj", d, I)):
+                w[x + n + "_blocks"] = rng.integers(0, 256, (E, rows, k // 32, 16), dtype=np.uint8)
+                w[x + n + "_scales"] = rng.integers(121, 125, (E, rows, k // 32), dtype=np.uint8)
+        else:
+            w[x + "gate_up_proj"] = _normal(rng, (E, d, 2 * I), 2 * s)
+            w[x + "down_proj"] = _normal(rng, (E, I, d), 1.0 / np.sqrt(I))
+    return w
+
+
 def write_llama2c_vocab(path, pieces):
     """A llama2.c tokenizer.bin of the given pieces (bytes), scores 0: a tokenizer the tests put
     beside random checkpoints so that their outputs decode."""
@@ -838,6 +923,8 @@ def write_checkpoint(out_dir, kind, dtype="F32", sharded=False, seed=0, legacy_g
         w = _t5_weights(cfg, rng)
     elif cfg["model_type"] in ("gptj", "codegen", "gpt_neox"):
         w = _gptj_weights(cfg, rng)
+    elif cfg["model_type"] == "gpt_oss":
+        w = _gpt_oss_weights(cfg, rng)
     elif cfg.get("position_embedding_type") == "alibi":
         w = _jina_weights(cfg, rng)
     elif cfg["model_type"] in ("bert", "xlm-roberta"):
@@ -849,6 +936,8 @@ def write_checkpoint(out_dir, kind, dtype="F32", sharded=False, seed=0, legacy_g
     with open(os.path.join(out_dir, "config.json"), "w") as f:
         json.dump(cfg, f, indent=2)
         f.write("\n")
+    if any(np.asarray(a).dtype == np.uint8 for a in w.values()):  # packed blocks stay bytes
+        dtype = {n: "U8" if np.asarray(a).dtype == np.uint8 else dtype for n, a in w.items()}
     if sharded:
         safetensors_io.save_sharded(out_dir, w, N_SHARDS, dtype)
     else:

@@ -140,8 +140,10 @@ class Rope:
 
             def dim_of(turns):  # the dimension index turning `turns` times over L
                 return d * math.log(L / (turns * 2 * math.pi)) / (2 * math.log(self.theta))
-            lo = max(math.floor(dim_of(rp.get("beta_fast") or 32)), 0)
-            hi = min(math.ceil(dim_of(rp.get("beta_slow") or 1)), d - 1)
+            lo, hi = dim_of(rp.get("beta_fast") or 32), dim_of(rp.get("beta_slow") or 1)
+            if rp.get("truncate", True):  # gpt-oss's configs say false: the exact dimensions
+                lo, hi = math.floor(lo), math.ceil(hi)
+            lo, hi = max(lo, 0), min(hi, d - 1)
             if lo == hi:
                 hi += 0.001
             ramp = np.clip((np.arange(d // 2, dtype=F) - lo) / (hi - lo), 0.0, 1.0)
@@ -590,7 +592,126 @@ _ARCHS = {
     "GPTJForCausalLM": "gptj",
     "CodeGenForCausalLM": "codegen",
     "GPTNeoXForCausalLM": "gpt_neox",
+    "GptOssForCausalLM": "gpt_oss",
 }
+
+
+# ---------------------------------------------------------------- gpt-oss
+
+# FP4 E2M1 (OCP Microscaling Formats v1.0): sign, two exponent bits (bias 1), one mantissa bit.
+E2M1 = np.array([0.0, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0,
+                 -0.0, -0.5, -1.0, -1.5, -2.0, -3.0, -4.0, -6.0], dtype=F)
+
+
+def mxfp4_dequant(blocks, scales):
+    """OpenAI's MXFP4 tensors as the gpt-oss release stores them: blocks [..., G, 16] bytes, each
+    holding elements 2i (low nibble) and 2i + 1 (high nibble) of a block of 32; scales [..., G]
+    E8M0 bytes, 2^(s - 127). -> float64 [..., G * 32]."""
+    b = np.asarray(blocks, dtype=np.uint8)
+    vals = np.empty(b.shape[:-1] + (32,), dtype=F)
+    vals[..., 0::2] = E2M1[b & 0xF]
+    vals[..., 1::2] = E2M1[b >> 4]
+    vals = vals * np.ldexp(1.0, np.asarray(scales, dtype=np.int64) - 127)[..., None]
+    return vals.reshape(b.shape[:-2] + (b.shape[-2] * 32,))
+
+
+class GptOss:
+    """gpt-oss (OpenAI, "gpt-oss-120b & gpt-oss-20b model card", 2025): pre-norm blocks with
+    RMSNorm; grouped-query attention with biases on q, k, v and o, rotary positions (halves) with
+    YaRN, and a learned sink logit per head that joins each query's softmax denominator; every
+    other layer (from the first) attends only to its last `sliding_window` positions; a
+    mixture of experts whose router (with a bias) picks the top-k experts by logit and weights
+    them by the softmax of those k logits; each expert a SwiGLU variant with biases: gate clamped
+    above at `limit`, up clamped to [-limit, limit], (up + 1) * gate * sigmoid(alpha * gate)."""
+
+    def __init__(self, cfg, w):
+        self.cfg = cfg
+        self.d = cfg["hidden_size"]
+        self.H = cfg["num_attention_heads"]
+        self.KV = cfg["num_key_value_heads"]
+        self.hd = cfg.get("head_dim") or self.d // self.H
+        self.eps = cfg.get("rms_norm_eps", 1e-5)
+        self.E = cfg["num_local_experts"]
+        self.k = cfg.get("num_experts_per_tok", 4)
+        self.I = cfg["intermediate_size"]
+        self.window = cfg.get("sliding_window", 128)
+        n = cfg["num_hidden_layers"]
+        self.types = cfg.get("layer_types") or [
+            "sliding_attention" if i % 2 == 0 else "full_attention" for i in range(n)]
+        self.alpha = cfg.get("swiglu_alpha", 1.702)
+        self.limit = cfg.get("swiglu_limit", 7.0)
+        self.rope = Rope(cfg, self.hd)
+        self.embed = _f(w["model.embed_tokens.weight"])
+        self.vocab_size = self.embed.shape[0]
+        self.head = _f(w["lm_head.weight"])
+        self.norm = _f(w["model.norm.weight"])
+        self.layers = []
+        for i in range(n):
+            p = "model.layers.%d." % i
+            g = lambda s: _f(w[p + s])  # noqa: E731
+            L = {s: g(s) for s in (
+                "input_layernorm.weight", "post_attention_layernorm.weight",
+                "self_attn.q_proj.weight", "self_attn.q_proj.bias",
+                "self_attn.k_proj.weight", "self_attn.k_proj.bias",
+                "self_attn.v_proj.weight", "self_attn.v_proj.bias",
+                "self_attn.o_proj.weight", "self_attn.o_proj.bias", "self_attn.sinks",
+                "mlp.router.weight", "mlp.router.bias",
+                "mlp.experts.gate_up_proj_bias", "mlp.experts.down_proj_bias")}
+            x = p + "mlp.experts."
+            if x + "gate_up_proj_blocks" in w:  # [E, out, in]
+                L["gate_up"] = mxfp4_dequant(w[x + "gate_up_proj_blocks"],
+                                             w[x + "gate_up_proj_scales"])
+                L["down"] = mxfp4_dequant(w[x + "down_proj_blocks"], w[x + "down_proj_scales"])
+            else:  # dequantized, [E, in, out]
+                L["gate_up"] = np.swapaxes(_f(w[x + "gate_up_proj"]), 1, 2)
+                L["down"] = np.swapaxes(_f(w[x + "down_proj"]), 1, 2)
+            self.layers.append(L)
+
+    def _attention(self, x, L, sliding):
+        T = x.shape[0]
+        pos = np.arange(T)
+        q = (x @ L["self_attn.q_proj.weight"].T + L["self_attn.q_proj.bias"]).reshape(T, self.H, self.hd)
+        k = (x @ L["self_attn.k_proj.weight"].T + L["self_attn.k_proj.bias"]).reshape(T, self.KV, self.hd)
+        v = (x @ L["self_attn.v_proj.weight"].T + L["self_attn.v_proj.bias"]).reshape(T, self.KV, self.hd)
+        q, k = self.rope.apply(q, pos), self.rope.apply(k, pos)
+        i, j = np.arange(T)[:, None], np.arange(T)[None, :]
+        allowed = (j <= i) & ((i - j < self.window) if sliding else True)
+        out = np.empty((T, self.H, self.hd), dtype=F)
+        group = self.H // self.KV
+        for h in range(self.H):
+            s = q[:, h] @ k[:, h // group].T / math.sqrt(self.hd)
+            s = np.where(allowed, s, -np.inf)
+            sink = L["self_attn.sinks"][h]
+            top = np.maximum(s.max(axis=1, keepdims=True), sink)
+            e = np.exp(s - top)
+            p = e / (e.sum(axis=1, keepdims=True) + np.exp(sink - top))
+            out[:, h] = p @ v[:, h // group]
+        return out.reshape(T, -1) @ L["self_attn.o_proj.weight"].T + L["self_attn.o_proj.bias"]
+
+    def _experts(self, x, L):
+        logits = x @ L["mlp.router.weight"].T + L["mlp.router.bias"]
+        out = np.zeros_like(x)
+        for t in range(x.shape[0]):
+            order = sorted(range(self.E), key=lambda e: (-logits[t, e], e))[:self.k]
+            top = logits[t, order]
+            wts = np.exp(top - top.max())
+            wts /= wts.sum()
+            for e, wt in zip(order, wts):
+                gu = L["gate_up"][e] @ x[t] + L["mlp.experts.gate_up_proj_bias"][e]
+                gate = np.minimum(gu[0::2], self.limit)
+                up = np.clip(gu[1::2], -self.limit, self.limit)
+                h = (up + 1.0) * gate / (1.0 + np.exp(-self.alpha * gate))
+                out[t] += wt * (L["down"][e] @ h + L["mlp.experts.down_proj_bias"][e])
+        return out
+
+    def logits(self, ids):
+        x = self.embed[np.asarray(ids, dtype=np.int64)]
+        for L, kind in zip(self.layers, self.types):
+            x = x + self._attention(rms_norm(x, L["input_layernorm.weight"], self.eps), L,
+                                    kind == "sliding_attention")
+            x = x + self._experts(rms_norm(x, L["post_attention_layernorm.weight"], self.eps), L)
+        return rms_norm(x, self.norm, self.eps) @ self.head.T
+
 
 
 # ---------------------------------------------------------------- GPT-J, CodeGen, GPT-NeoX
@@ -1077,6 +1198,8 @@ def load_hf(model_dir):
         return Bert(cfg, w)
     if cfg.get("model_type") == "nomic_bert":
         return NomicBert(cfg, w)
+    if arch == "gpt_oss":
+        return GptOss(cfg, w)
     if arch in ("gptj", "codegen", "gpt_neox"):
         return ParallelGPT(cfg, w, arch)
     if arch in ("gemma", "gemma2", "gemma3"):

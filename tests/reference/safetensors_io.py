@@ -17,7 +17,7 @@ import struct
 
 import numpy as np
 
-_ITEMSIZE = {"F64": 8, "F32": 4, "F16": 2, "BF16": 2}
+_ITEMSIZE = {"F64": 8, "F32": 4, "F16": 2, "BF16": 2, "U8": 1}
 
 
 def f32_to_bf16_bits(a):
@@ -60,6 +60,8 @@ def _encode(a, dtype):
         return np.ascontiguousarray(a.astype(np.float32).astype("<f2")).tobytes()
     if dtype == "BF16":
         return f32_to_bf16_bits(a.astype(np.float32)).astype("<u2").tobytes()
+    if dtype == "U8":  # packed quantized data (gpt-oss's MXFP4 blocks and scales)
+        return np.ascontiguousarray(a, dtype=np.uint8).tobytes()
     raise ValueError("unsupported dtype %r" % (dtype,))
 
 
@@ -72,6 +74,8 @@ def _decode(buf, dtype, shape):
         a = np.frombuffer(buf, dtype="<f2").astype(np.float32)
     elif dtype == "BF16":
         a = bf16_bits_to_f32(np.frombuffer(buf, dtype="<u2"))
+    elif dtype == "U8":
+        a = np.frombuffer(buf, dtype=np.uint8).copy()
     else:
         raise ValueError("unsupported dtype %r" % (dtype,))
     return a.reshape(shape)

@@ -23,10 +23,10 @@ import make_checkpoints
 
 KINDS = ("llama31", "llama_longrope", "mistral_window", "qwen3", "phi3",
          "gemma", "gemma2", "gemma3", "mixtral", "qwen2moe", "qwen3moe", "olmoe", "mamba",
-         "codegen", "gpt_neox")
+         "codegen", "gpt_neox", "gpt_oss")
 TIMEOUT_S = 600
 # Architectures whose sliding-window layers sit beside global ones (cache groups of each kind).
-SLIDING_BESIDE_GLOBAL = ("gemma2", "gemma3")
+SLIDING_BESIDE_GLOBAL = ("gemma2", "gemma3", "gpt_oss")
 # Architectures that keep a recurrent state instead of K/V (one block per sequence).
 RECURRENT = ("mamba",)
 

@@ -20,6 +20,7 @@ import numpy as np  # noqa: E402
 
 import gguf_io  # noqa: E402
 import make_checkpoints  # noqa: E402
+import np_model  # noqa: E402
 
 F32 = np.float32
 IQ4NL = np.array([-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113],
@@ -445,6 +446,92 @@ def _gptneox_to_gguf(cfg, w, path):
     return cfg
 
 
+def _mxfp4_ggml(blocks, scales):
+    """OpenAI's MXFP4 ([..., G, 16] bytes holding elements 2i low / 2i + 1 high, [..., G] scales)
+    as ggml's blocks ([..., G * 17]: the scale byte, then element j low and j + 16 high)."""
+    b = np.asarray(blocks, dtype=np.uint8)
+    el = np.empty(b.shape[:-1] + (32,), dtype=np.uint8)
+    el[..., 0::2] = b & 0xF
+    el[..., 1::2] = b >> 4
+    out = np.empty(b.shape[:-1] + (17,), dtype=np.uint8)
+    out[..., 0] = scales
+    out[..., 1:] = el[..., :16] | (el[..., 16:] << 4)
+    return out.reshape(b.shape[:-2] + (b.shape[-2] * 17,))
+
+
+def _gpt_oss_to_gguf(cfg, w, path):
+    """llama.cpp's "gpt-oss" layout (convert_hf_to_gguf's GptOssModel): the experts' interleaved
+    gate_up split into ffn_gate_exps / ffn_up_exps (and their biases), MXFP4 kept (type 39, ggml's
+    nibble order), the pre-MLP norm as post_attention_norm, sinks, the router as ffn_gate_inp."""
+    d, E, I = cfg["hidden_size"], cfg["num_local_experts"], cfg["intermediate_size"]
+    tensors = []
+
+    def add(name, a):
+        _f32_tensor(tensors, name, a)
+
+    def add_mxfp4(name, blocks, scales, k):
+        g = _mxfp4_ggml(blocks, scales)  # [E, rows, k / 32 * 17]
+        tensors.append((name, [k, g.shape[1], g.shape[0]], 39, g.tobytes()))
+
+    names = {"input_layernorm.weight": "attn_norm.weight",
+             "post_attention_layernorm.weight": "post_attention_norm.weight",
+             "self_attn.sinks": "attn_sinks.weight",
+             "mlp.router.weight": "ffn_gate_inp.weight", "mlp.router.bias": "ffn_gate_inp.bias",
+             "mlp.experts.down_proj_bias": "ffn_down_exps.bias"}
+    for n in ("q", "k", "v"):
+        for what in ("weight", "bias"):
+            names["self_attn.%s_proj.%s" % (n, what)] = "attn_%s.%s" % (n, what)
+    names["self_attn.o_proj.weight"] = "attn_output.weight"
+    names["self_attn.o_proj.bias"] = "attn_output.bias"
+    for name, a in w.items():
+        if name == "model.embed_tokens.weight":
+            add("token_embd.weight", a)
+        elif name == "model.norm.weight":
+            add("output_norm.weight", a)
+        elif name == "lm_head.weight":
+            add("output.weight", a)
+        else:
+            _, _, layer, rest = name.split(".", 3)
+            b = "blk.%s." % layer
+            if rest == "mlp.experts.gate_up_proj_bias":
+                add(b + "ffn_gate_exps.bias", a[:, 0::2])
+                add(b + "ffn_up_exps.bias", a[:, 1::2])
+            elif rest == "mlp.experts.gate_up_proj_blocks":
+                s = w[name.replace("_blocks", "_scales")]
+                add_mxfp4(b + "ffn_gate_exps.weight", a[:, 0::2], s[:, 0::2], d)
+                add_mxfp4(b + "ffn_up_exps.weight", a[:, 1::2], s[:, 1::2], d)
+            elif rest == "mlp.experts.down_proj_blocks":
+                add_mxfp4(b + "ffn_down_exps.weight", a, w[name.replace("_blocks", "_scales")], I)
+            elif rest.endswith("_scales"):
+                continue
+            else:
+                add(b + names[rest], a)
+    rope = cfg["rope_scaling"]
+    meta = {"general.architecture": "gpt-oss",
+            "gpt-oss.context_length": gguf_io.U32(cfg["max_position_embeddings"]),
+            "gpt-oss.embedding_length": gguf_io.U32(d),
+            "gpt-oss.feed_forward_length": gguf_io.U32(I),
+            "gpt-oss.block_count": gguf_io.U32(cfg["num_hidden_layers"]),
+            "gpt-oss.attention.head_count": gguf_io.U32(cfg["num_attention_heads"]),
+            "gpt-oss.attention.head_count_kv": gguf_io.U32(cfg["num_key_value_heads"]),
+            "gpt-oss.attention.key_length": gguf_io.U32(cfg["head_dim"]),
+            "gpt-oss.attention.value_length": gguf_io.U32(cfg["head_dim"]),
+            "gpt-oss.attention.layer_norm_rms_epsilon": gguf_io.F32(cfg["rms_norm_eps"]),
+            "gpt-oss.attention.sliding_window": gguf_io.U32(cfg["sliding_window"]),
+            "gpt-oss.rope.freq_base": gguf_io.F32(cfg["rope_theta"]),
+            "gpt-oss.rope.scaling.type": "yarn",
+            "gpt-oss.rope.scaling.factor": gguf_io.F32(rope["factor"]),
+            "gpt-oss.rope.scaling.original_context_length": gguf_io.U32(
+                rope["original_max_position_embeddings"]),
+            "gpt-oss.expert_count": gguf_io.U32(E),
+            "gpt-oss.expert_used_count": gguf_io.U32(cfg["num_experts_per_tok"]),
+            "gpt-oss.expert_feed_forward_length": gguf_io.U32(I),
+            "tokenizer.ggml.bos_token_id": gguf_io.U32(1),
+            "tokenizer.ggml.eos_token_id": gguf_io.U32(cfg["eos_token_id"])}
+    gguf_io.write_gguf(path, meta, tensors)
+    return cfg
+
+
 def _t5_to_gguf(cfg, w, path, extra_meta=None):
     """llama.cpp's "t5" layout (convert_hf_to_gguf's T5Model): enc.blk.N / dec.blk.N names, the
     position biases [buckets, heads] (ne [heads, buckets]), t5.* sizes, the checkpoint's lm_head
@@ -511,6 +598,8 @@ def hf_to_gguf(kind, seed, path, extra_meta=None):
         return _t5_to_gguf(cfg, make_checkpoints._t5_weights(cfg, rng), path, extra_meta)
     if cfg["model_type"] == "gpt_neox":
         return _gptneox_to_gguf(cfg, make_checkpoints._gptj_weights(cfg, rng), path)
+    if cfg["model_type"] == "gpt_oss":
+        return _gpt_oss_to_gguf(cfg, make_checkpoints._gpt_oss_weights(cfg, rng), path)
     gpt2 = kind == "gpt2"
     gemma = cfg.get("model_type", "").startswith("gemma")
     w = make_checkpoints._gpt2_weights(cfg, rng, False) if gpt2 else \
@@ -690,6 +779,33 @@ class GgufArchitecturesTest(LogitsMixin, unittest.TestCase):
 
     def test_gpt2(self):
         self.check("gpt2", exact=True)
+
+    def test_gpt_oss_mxfp4(self):
+        # The same MXFP4 blocks in ggml's order, gate and up split: the same model but for YaRN's
+        # correction range, which llama.cpp rounds to whole dimensions (gpt-oss's config says
+        # not to): against numpy with that range rounded.
+        with tempfile.TemporaryDirectory() as d:
+            g = os.path.join(d, "gpt-oss.gguf")
+            cfg = hf_to_gguf("gpt_oss", 4, g)
+            hf = make_checkpoints.write_checkpoint(os.path.join(d, "hf"), "gpt_oss", seed=4)
+            model = np_model.load_hf(hf)
+            model.rope = np_model.Rope(dict(cfg, rope_scaling=dict(cfg["rope_scaling"],
+                                                                  truncate=True)), cfg["head_dim"])
+            ids = [5, 17, 300, 42, 7, 9, 11]
+            ref = model.logits(ids)
+            # f32 activations (the portable table): numpy's dequantized experts exactly (the int8
+            # tables quantize activations for MXFP4 as llama.cpp does: test_reference.py).
+            isa = os.environ.get("TOKENFLOW_ISA")
+            os.environ["TOKENFLOW_ISA"] = "portable"
+            try:
+                got = self.logits(g, ",".join(map(str, ids))).reshape(-1, model.vocab_size)
+            finally:
+                if isa is None:
+                    del os.environ["TOKENFLOW_ISA"]
+                else:
+                    os.environ["TOKENFLOW_ISA"] = isa
+            self.assertEqual(got.shape, ref.shape)
+            self.assertLess(np.abs(got - ref).max() / np.abs(ref).max(), 1e-4)
 
     def test_gptneox_parallel_and_sequential(self):
         # The same rows in another order: q, k and v are the same dot products, bit for bit.

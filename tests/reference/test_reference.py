@@ -276,6 +276,33 @@ class RandomCheckpoints(ToolCase):
         self.check_greedy(path, model, [[5, 7, 11, 13, 17], [100]])
 
 
+    def test_gpt_oss_mxfp4_experts_sinks_windows_yarn(self):
+        # MXFP4 experts with f32 activations (the portable table) are numpy's dequantized
+        # experts; the tables with int8 dot products quantize the activations per 32 as llama.cpp
+        # does for MXFP4 (its q8_0 vec_dot type), which moves the logits by about 1e-3 of their
+        # scale -- and where two experts' router logits are that close, picks the other one, so
+        # those tables are held to the int8 bound (their kernels are checked value for value
+        # against the dequantized blocks in kernels_tests).
+        isa = os.environ.get("TOKENFLOW_ISA")
+        os.environ["TOKENFLOW_ISA"] = "portable"
+        try:
+            self._run("gpt_oss")
+            path, model = _CKPTS.get("gpt_oss")
+            self.check_greedy(path, model, [[5, 17, 300, 42, 7, 9, 11, 13], [999]], n=64)
+        finally:
+            if isa is None:
+                del os.environ["TOKENFLOW_ISA"]
+            else:
+                os.environ["TOKENFLOW_ISA"] = isa
+        path, model = _CKPTS.get("gpt_oss")
+        prompts, decode = _random_batch(1, self.LENGTHS, model.vocab_size)
+        self.check_logits(path, model, prompts, decode, tol=0.25)
+
+    def test_gpt_oss_dequantized_experts(self):
+        self._run("gpt_oss_float", dtype="BF16")
+        path, model = _CKPTS.get("gpt_oss_float", "BF16")
+        self.check_greedy(path, model, [[5, 17, 300, 42, 7, 9, 11, 13], [999]], n=64)
+
     def test_gptj_interleaved_partial_rotary(self):
         self._run("gptj")
 
@@ -524,6 +551,30 @@ class NumpySelfCheck(unittest.TestCase):
                                      (inner, cfg["state_size"]))
                     self.assertEqual(w["backbone.layers.0.mixer.x_proj.weight"].shape,
                                      (3 + 2 * cfg["state_size"], inner))
+                    continue
+                if cfg["model_type"] in ("gptj", "codegen"):
+                    d = cfg["n_embd"]
+                    fused = "transformer.h.0.attn.qkv_proj.weight"
+                    self.assertEqual(fused in w, kind == "codegen")
+                    self.assertEqual(w["lm_head.bias"].shape, (cfg["vocab_size"],))
+                    self.assertEqual(w["transformer.h.0.mlp.fc_in.weight"].shape, (cfg["n_inner"], d))
+                    continue
+                if cfg["model_type"] == "gpt_neox":
+                    d = cfg["hidden_size"]
+                    self.assertEqual(
+                        w["gpt_neox.layers.0.attention.query_key_value.weight"].shape, (3 * d, d))
+                    self.assertEqual(w["embed_out.weight"].shape, (cfg["vocab_size"], d))
+                    continue
+                if cfg["model_type"] == "gpt_oss":
+                    E, I, d = cfg["num_local_experts"], cfg["intermediate_size"], cfg["hidden_size"]
+                    x = "model.layers.0.mlp.experts."
+                    if kind == "gpt_oss":
+                        self.assertEqual(w[x + "gate_up_proj_blocks"].shape, (E, 2 * I, d // 32, 16))
+                        self.assertEqual(w[x + "down_proj_scales"].shape, (E, d, I // 32))
+                    else:
+                        self.assertEqual(w[x + "gate_up_proj"].shape, (E, d, 2 * I))
+                    self.assertEqual(w["model.layers.0.self_attn.sinks"].shape,
+                                     (cfg["num_attention_heads"],))
                     continue
                 hd = cfg.get("head_dim") or cfg["hidden_size"] // cfg["num_attention_heads"]
                 if kind in ("mixtral", "qwen2moe", "qwen3moe"):
