@@ -1,0 +1,100 @@
+// The harmony response format (gpt-oss, issue 53), from OpenAI's description of it: an assistant
+// turn's messages on the analysis, commentary and final channels split into reasoning, content
+// and tool calls, whichever order the header's words come in, and the same split when the output
+// streams in pieces that cut its markers anywhere.
+#include <gtest/gtest.h>
+
+#include <string>
+#include <vector>
+
+#include "chat/harmony.h"
+
+namespace tf {
+namespace {
+
+// The format description's example turn: reasoning, a call, (the tool's answer in the next
+// prompt), then the answer.
+const std::string kCall =
+    "<|channel|>analysis<|message|>Need to use function get_weather.<|end|>"
+    "<|start|>assistant<|channel|>commentary to=functions.get_weather <|constrain|>json"
+    "<|message|>{\"location\":\"San Francisco\"}<|call|>";
+const std::string kAnswer =
+    "<|channel|>analysis<|message|>User asks: \"What is 2 + 2?\" Simple arithmetic. Provide "
+    "answer.<|end|><|start|>assistant<|channel|>final<|message|>2 + 2 = 4.<|return|>";
+
+TEST(Harmony, ParsesMessagesAndHeaders) {
+  const auto m = parse_harmony(kCall);
+  ASSERT_EQ(m.size(), 2u);
+  EXPECT_EQ(m[0].channel, "analysis");
+  EXPECT_EQ(m[0].body, "Need to use function get_weather.");
+  EXPECT_TRUE(m[0].complete);
+  EXPECT_EQ(m[1].channel, "commentary");
+  EXPECT_EQ(m[1].recipient, "functions.get_weather");
+  EXPECT_EQ(m[1].content_type, "json");
+  EXPECT_EQ(m[1].body, "{\"location\":\"San Francisco\"}");
+  // The recipient before the channel, a bare content type, and a body the output cut short.
+  const auto r = parse_harmony(
+      "<|start|>assistant to=functions.lookup<|channel|>commentary json<|message|>{\"q\": 1}");
+  ASSERT_EQ(r.size(), 1u);
+  EXPECT_EQ(r[0].recipient, "functions.lookup");
+  EXPECT_EQ(r[0].channel, "commentary");
+  EXPECT_EQ(r[0].content_type, "json");
+  EXPECT_FALSE(r[0].complete);
+}
+
+TEST(Harmony, SplitsReasoningContentAndCalls) {
+  HarmonySplit s = split_harmony(kAnswer, {});
+  EXPECT_TRUE(s.has_reasoning);
+  EXPECT_EQ(s.reasoning, "User asks: \"What is 2 + 2?\" Simple arithmetic. Provide answer.");
+  EXPECT_EQ(s.content, "2 + 2 = 4.");
+  EXPECT_TRUE(s.calls.empty());
+
+  s = split_harmony(kCall, {"get_weather"});
+  ASSERT_EQ(s.calls.size(), 1u);
+  EXPECT_EQ(s.calls[0].name, "get_weather");
+  EXPECT_EQ(s.calls[0].arguments, "{\"location\":\"San Francisco\"}");
+  EXPECT_EQ(s.calls[0].id.rfind("call_", 0), 0u);
+  EXPECT_FALSE(s.has_content);
+  // A tool that was not offered, or arguments that are not a JSON object: content, as written.
+  s = split_harmony(kCall, {"other"});
+  EXPECT_TRUE(s.calls.empty());
+  EXPECT_EQ(s.content, "{\"location\":\"San Francisco\"}");
+  s = split_harmony("<|channel|>commentary to=functions.get_weather<|message|>not json<|call|>",
+                    {"get_weather"});
+  EXPECT_TRUE(s.calls.empty());
+  EXPECT_EQ(s.content, "not json");
+  // A preamble (commentary with no recipient) is content; text of no channel is kept.
+  s = split_harmony("<|channel|>commentary<|message|>Checking.<|end|>", {});
+  EXPECT_EQ(s.content, "Checking.");
+  s = split_harmony("plain words", {});
+  EXPECT_EQ(s.content, "plain words");
+  EXPECT_FALSE(s.has_reasoning);
+}
+
+TEST(Harmony, StreamsTheSameSplitWhereverThePiecesCut) {
+  for (const std::string& text : {kAnswer, kCall}) {
+    const HarmonySplit whole = split_harmony(text, {"get_weather"});
+    for (size_t piece : {1u, 2u, 3u, 7u, 64u}) {
+      HarmonyStream stream;
+      std::string reasoning, content;
+      for (size_t at = 0; at < text.size(); at += piece) {
+        const HarmonyStream::Delta d = stream.push(text.substr(at, piece));
+        // Nothing of a marker ever leaks into what is sent.
+        EXPECT_EQ(d.reasoning.find("<|"), std::string::npos) << d.reasoning;
+        EXPECT_EQ(d.content.find("<|"), std::string::npos) << d.content;
+        reasoning += d.reasoning;
+        content += d.content;
+      }
+      HarmonyStream::Delta rest;
+      const HarmonySplit s = stream.finish({"get_weather"}, rest);
+      reasoning += rest.reasoning;
+      content += rest.content;
+      EXPECT_EQ(reasoning, whole.reasoning) << "pieces of " << piece;
+      EXPECT_EQ(content, whole.content) << "pieces of " << piece;
+      EXPECT_EQ(s.calls.size(), whole.calls.size());
+    }
+  }
+}
+
+}  // namespace
+}  // namespace tf
