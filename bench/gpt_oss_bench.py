@@ -99,7 +99,18 @@ def write(path, layers, vocab):
             p + "expert_feed_forward_length": gguf_io.U32(INTER),
             "tokenizer.ggml.bos_token_id": gguf_io.U32(1),
             "tokenizer.ggml.eos_token_id": gguf_io.U32(2)}
-    gguf_io.write_gguf(path, meta, t)
+    # A synthetic SentencePiece vocabulary (bench/make_bench_gguf.py's): unk, bos, eos, the 256
+    # byte tokens, then pieces.
+    pieces = ["<unk>", "<s>", "</s>"] + ["<0x%02X>" % b for b in range(256)]
+    pieces += [("\u2581t%d" if i % 3 == 0 else "t%d") % i for i in range(vocab - len(pieces))]
+    meta.update({"tokenizer.ggml.model": "llama",
+                 "tokenizer.ggml.tokens": gguf_io.Typed(gguf_io.ARRAY, (gguf_io.STRING, pieces)),
+                 "tokenizer.ggml.scores": gguf_io.Typed(
+                     gguf_io.ARRAY, (gguf_io.FLOAT32, [-float(i) for i in range(vocab)])),
+                 "tokenizer.ggml.token_type": gguf_io.Typed(
+                     gguf_io.ARRAY, (gguf_io.INT32, [2, 3, 3] + [6] * 256 + [1] * (vocab - 259)))})
+    gguf_io.write_gguf(path + ".tmp", meta, t)
+    os.replace(path + ".tmp", path)
 
 
 def active_bytes(layers, vocab):
