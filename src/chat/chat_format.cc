@@ -22,7 +22,8 @@ std::shared_ptr<const ChatFormat> ChatFormat::from_source(std::string source,
     f->error_ = e.what();
   }
   f->tool_format_ = tool_format ? *tool_format : detect_tool_format(f->source_);
-  f->reasons_ = template_reasons(f->source_);
+  // Harmony's analysis channel is the reasoning, whatever the template says of think blocks.
+  f->reasons_ = template_reasons(f->source_) || f->tool_format_ == ToolFormat::kHarmony;
   return f;
 }
 

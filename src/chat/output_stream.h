@@ -11,6 +11,7 @@
 #include <string_view>
 #include <vector>
 
+#include "chat/harmony.h"
 #include "chat/reasoning.h"
 #include "chat/tool_calls.h"
 
@@ -20,8 +21,9 @@ class ChatOutputStream {
  public:
   // reasoning: the template writes think blocks (opened: the prompt left one open); tools:
   // the format calls are parsed in and the names they may call (nullopt: no tools).
+  // harmony: the output is harmony's channels (chat/harmony.h), reasoning and calls alike.
   ChatOutputStream(bool reasoning, bool opened, std::optional<ToolFormat> tools,
-                   std::vector<std::string> names = {});
+                   std::vector<std::string> names = {}, bool harmony = false);
 
   struct Delta {
     std::string reasoning, content;
@@ -32,12 +34,14 @@ class ChatOutputStream {
  private:
   std::optional<ReasoningStream> reasoning_;
   std::optional<ToolCallStream> tools_;
+  std::optional<HarmonyStream> harmony_;
   std::vector<std::string> names_;
 };
 
 // How a chat answer is shaped, as the planner decided for the request: whether the template
 // writes think blocks (opened: the prompt left one open) and the tools whose calls are parsed
-// (nullptr: none). Every chat door keeps one and splits its answers with it.
+// (nullptr: none); tool_format kHarmony: the answer is harmony's channels, with or without tools.
+// Every chat door keeps one and splits its answers with it.
 struct ChatAnswerShape {
   bool reasoning = false, opened = false;
   std::shared_ptr<const ToolRequest> tools;

@@ -6,6 +6,7 @@
 #include <cctype>
 #include <utility>
 
+#include "chat/harmony.h"
 #include "chat/text_trim.h"
 #include "core/error.h"
 #include "core/random_id.h"
@@ -269,6 +270,7 @@ std::optional<ToolFormat> tool_format_named(std::string_view name) {
     return ToolFormat::kLlama3Json;
   if (name == "mistral") return ToolFormat::kMistral;
   if (name == "json" || name == "generic") return ToolFormat::kJson;
+  if (name == "openai" || name == "harmony" || name == "gpt-oss") return ToolFormat::kHarmony;
   return std::nullopt;
 }
 
@@ -282,11 +284,14 @@ const char* tool_format_name(ToolFormat format) {
       return "mistral";
     case ToolFormat::kJson:
       return "json";
+    case ToolFormat::kHarmony:
+      return "openai";
   }
   return "json";
 }
 
 ToolFormat detect_tool_format(std::string_view source) {
+  if (source.find("<|channel|>") != std::string_view::npos) return ToolFormat::kHarmony;
   if (source.find(kHermesOpen) != std::string_view::npos) return ToolFormat::kHermes;
   if (source.find(kMistralTag) != std::string_view::npos) return ToolFormat::kMistral;
   if (source.find(kPythonTag) != std::string_view::npos ||
@@ -316,6 +321,12 @@ ParsedToolOutput parse_tool_calls(std::string_view text, ToolFormat format,
       else
         out = as_content(text);
       break;
+    case ToolFormat::kHarmony: {
+      HarmonySplit h = split_harmony(text, names);
+      if (h.has_content) out.content = std::move(h.content);
+      out.calls = std::move(h.calls);
+      break;
+    }
   }
   return out;
 }
@@ -358,6 +369,8 @@ std::string tool_call_grammar(const ToolRequest& tools, ToolFormat format) {
       top = tools.parallel ? "root ::= \"[\" tool-call-json (\",\" tool-call-json)* \"]\"\n"
                            : "root ::= \"[\" tool-call-json \"]\"\n";
       break;
+    case ToolFormat::kHarmony:  // its calls are headers of special tokens (the planner refuses)
+      fail(ErrorKind::kUnsupported, "forced tool calls in the harmony format are not supported");
   }
   return top + gbnf;
 }

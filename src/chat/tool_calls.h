@@ -15,6 +15,8 @@
 //    [TOOL_CALLS]N[ARGS]{...}.
 //  - json: the whole output one JSON object {"name", "arguments" | "parameters"}, or a list of
 //    them, or {"tool_calls": [...]}: for templates of no known family.
+//  - harmony: gpt-oss's channels (chat/harmony.h): commentary messages to=functions.NAME whose
+//    body is the arguments; the analysis channel is the reasoning, final the content.
 
 #include <nlohmann/json.hpp>
 
@@ -25,9 +27,10 @@
 
 namespace tf {
 
-enum class ToolFormat { kHermes, kLlama3Json, kMistral, kJson };
+enum class ToolFormat { kHermes, kLlama3Json, kMistral, kJson, kHarmony };
 
-// The format a parser name means ("hermes", "llama3_json", "mistral", "json"), or nullopt.
+// The format a parser name means ("hermes", "llama3_json", "mistral", "json", "openai" /
+// "harmony"), or nullopt.
 std::optional<ToolFormat> tool_format_named(std::string_view name);
 const char* tool_format_name(ToolFormat format);
 // The format a chat template's source asks for: the markers it writes in its tool instructions.

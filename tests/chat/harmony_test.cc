@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "chat/harmony.h"
+#include "chat/output_stream.h"
 
 namespace tf {
 namespace {
@@ -94,6 +95,41 @@ TEST(Harmony, StreamsTheSameSplitWhereverThePiecesCut) {
       EXPECT_EQ(s.calls.size(), whole.calls.size());
     }
   }
+}
+
+TEST(Harmony, ChatAnswersOfAHarmonyModel) {
+  // The format is told from the template (gpt-oss's writes <|channel|>) and by parser name.
+  EXPECT_EQ(detect_tool_format("{{- '<|start|>assistant<|channel|>final<|message|>' }}"),
+            ToolFormat::kHarmony);
+  EXPECT_EQ(tool_format_named("openai"), ToolFormat::kHarmony);
+  auto tools = std::make_shared<ToolRequest>();
+  tools->names = {"get_weather"};
+  // Without tools the reasoning is split off all the same; with them, calls are parsed.
+  ChatAnswerShape plain{true, false, nullptr, ToolFormat::kHarmony};
+  ChatAnswerShape::Whole w = plain.split(kAnswer);
+  EXPECT_EQ(w.reasoning, "User asks: \"What is 2 + 2?\" Simple arithmetic. Provide answer.");
+  EXPECT_EQ(w.content, "2 + 2 = 4.");
+  ChatAnswerShape with_tools{true, false, tools, ToolFormat::kHarmony};
+  w = with_tools.split(kCall);
+  ASSERT_EQ(w.calls.size(), 1u);
+  EXPECT_EQ(w.calls[0].name, "get_weather");
+  EXPECT_FALSE(w.content.has_value());  // OpenAI's null: a call and no text
+  EXPECT_EQ(parse_tool_calls(kCall, ToolFormat::kHarmony, {"get_weather"}).calls.size(), 1u);
+  // Streamed through the chat door's stream: the same pieces.
+  ChatOutputStream stream = with_tools.stream();
+  std::string reasoning, content;
+  std::vector<ToolCall> calls;
+  for (size_t at = 0; at < kCall.size(); at += 5) {
+    const bool done = at + 5 >= kCall.size();
+    ChatOutputStream::Delta d = stream.push(std::string_view(kCall).substr(at, 5), done);
+    reasoning += d.reasoning;
+    content += d.content;
+    if (done) calls = d.calls;
+  }
+  EXPECT_EQ(reasoning, "Need to use function get_weather.");
+  EXPECT_EQ(content, "");
+  ASSERT_EQ(calls.size(), 1u);
+  EXPECT_EQ(calls[0].arguments, "{\"location\":\"San Francisco\"}");
 }
 
 }  // namespace

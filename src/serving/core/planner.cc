@@ -74,10 +74,22 @@ GenerationPlan plan_request(
           *chat, req.messages, req.add_generation_prompt, tokenizer, cfg.max_seq_len,
           req.chat_template_kwargs,
           req.tools.names.empty() ? nlohmann::ordered_json() : req.tools.tools, &rendered));
+      // Harmony (gpt-oss): the channels' markers are special tokens the answer is split by, so
+      // the output keeps them; reasoning and calls come from the channels.
+      const bool harmony = chat->tool_format() == ToolFormat::kHarmony;
+      if (harmony) {
+        p.params.skip_special_tokens = false;
+        p.tool_format = ToolFormat::kHarmony;
+        if (req.tools.forced())
+          throw HttpError(400,
+                          "'tool_choice' \"required\" or a named function is not supported yet "
+                          "for this model's harmony format; use \"auto\"",
+                          "", "tool_choice");
+      }
       if (chat->reasons()) {
         p.reasoning = true;
-        p.thinking_opened = prompt_opens_thinking(rendered);
-        if (req.thinking_budget && tokenizer.tokenizer && !p.params.beam_search()) {
+        p.thinking_opened = !harmony && prompt_opens_thinking(rendered);
+        if (req.thinking_budget && tokenizer.tokenizer && !p.params.beam_search() && !harmony) {
           // The block's markers as this vocabulary writes them; the forced close ends the
           // thought on a line of its own, as the templates write it.
           auto& t = p.params.thinking;
