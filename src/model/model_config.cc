@@ -154,9 +154,11 @@ std::string get_string_or(const json& j, const char* key, const std::string& fal
   return it->get<std::string>();
 }
 
-ModelConfig parse_gpt2(const json& j, const std::string& source) {
+// The sizes under GPT-2's field names (GPT-2, GPT-J, CodeGen): n_embd, n_layer, n_head (no
+// grouped KV heads), n_inner (4 n_embd when null), n_positions or n_ctx, layer_norm_epsilon.
+ModelConfig gpt2_sizes(const json& j, const std::string& source, Arch arch, int64_t context) {
   ModelConfig c;
-  c.arch = Arch::kGpt2;
+  c.arch = arch;
   c.vocab_size = get_int(j, "vocab_size", source);
   c.dim = get_int(j, "n_embd", source);
   c.n_layers = get_int(j, "n_layer", source);
@@ -164,8 +166,13 @@ ModelConfig parse_gpt2(const json& j, const std::string& source) {
   c.n_kv_heads = c.n_heads;
   c.head_dim = c.n_heads > 0 ? c.dim / c.n_heads : 0;
   c.ffn_dim = get_int_or(j, "n_inner", 4 * c.dim, source);
-  c.max_seq_len = get_int_or(j, "n_positions", get_int_or(j, "n_ctx", 1024, source), source);
+  c.max_seq_len = get_int_or(j, "n_positions", get_int_or(j, "n_ctx", context, source), source);
   c.norm_eps = static_cast<float>(get_num_or(j, "layer_norm_epsilon", 1e-5, source));
+  return c;
+}
+
+ModelConfig parse_gpt2(const json& j, const std::string& source) {
+  ModelConfig c = gpt2_sizes(j, source, Arch::kGpt2, 1024);
   c.tied_embeddings = true;
   c.qkv_bias = true;
   const std::string act = get_string_or(j, "activation_function", "gelu_new", source);
@@ -484,17 +491,7 @@ ModelConfig::Act parse_gelu(const std::string& act, const std::string& source) {
 // pairs (null: all), no attention biases, an LM head with a bias. CodeGen fuses q, k, v into
 // qkv_proj in the 4 shards of the TPU layout it was trained on (transformers' mp_num).
 ModelConfig parse_gptj(const json& j, const std::string& source, bool codegen) {
-  ModelConfig c;
-  c.arch = Arch::kGptJ;
-  c.vocab_size = get_int(j, "vocab_size", source);
-  c.dim = get_int(j, "n_embd", source);
-  c.n_layers = get_int(j, "n_layer", source);
-  c.n_heads = get_int(j, "n_head", source);
-  c.n_kv_heads = c.n_heads;
-  c.head_dim = c.n_heads > 0 ? c.dim / c.n_heads : 0;
-  c.ffn_dim = get_int_or(j, "n_inner", 4 * c.dim, source);
-  c.max_seq_len = get_int_or(j, "n_positions", get_int_or(j, "n_ctx", 2048, source), source);
-  c.norm_eps = static_cast<float>(get_num_or(j, "layer_norm_epsilon", 1e-5, source));
+  ModelConfig c = gpt2_sizes(j, source, Arch::kGptJ, 2048);
   c.act = parse_gelu(get_string_or(j, "activation_function", "gelu_new", source), source);
   c.tied_embeddings = get_bool_or(j, "tie_word_embeddings", false, source);
   c.rope.theta = 10000.0;
