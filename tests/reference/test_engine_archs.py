@@ -9,7 +9,8 @@ produce the same tokens both ways, and the same again with speculative decoding 
 draft model (the same checkpoint at int8, so that some proposals hold and some are rolled back)
 proposing for 8 of them at once.
 
-Needs TOKENFLOW_BIN (the tokenflow binary).
+Needs TOKENFLOW_BIN (the tokenflow binary). TF_ENGINE_KINDS (comma-separated) runs some of the
+kinds only (the sanitizer stages' subset, tests/CMakeLists.txt).
 """
 
 import json
