@@ -392,6 +392,53 @@ def _gpt_oss_config(dtype, mxfp4=True):
     return cfg
 
 
+
+def _qwen3_next_config(dtype):
+    """Qwen3-Next's config.json fields (Qwen3-Next-80B-A3B's form, scaled down): three Gated
+    DeltaNet layers then a gated full-attention one, two key heads each shared by two value
+    heads, experts with a gated shared expert in all but layer 2."""
+    return {
+        "architectures": ["Qwen3NextForCausalLM"],
+        "attention_bias": False,
+        "attention_dropout": 0.0,
+        "bos_token_id": 1,
+        "decoder_sparse_step": 1,
+        "eos_token_id": 2,
+        "full_attention_interval": 4,
+        "head_dim": 32,
+        "hidden_act": "silu",
+        "hidden_size": 64,
+        "intermediate_size": 96,
+        "layer_types": ["linear_attention", "linear_attention", "linear_attention",
+                        "full_attention"],
+        "linear_conv_kernel_dim": 4,
+        "linear_key_head_dim": 16,
+        "linear_num_key_heads": 2,
+        "linear_num_value_heads": 4,
+        "linear_value_head_dim": 16,
+        "max_position_embeddings": 128,
+        "mlp_only_layers": [2],
+        "model_type": "qwen3_next",
+        "moe_intermediate_size": 32,
+        "norm_topk_prob": True,
+        "num_attention_heads": 4,
+        "num_experts": 4,
+        "num_experts_per_tok": 2,
+        "num_hidden_layers": 4,
+        "num_key_value_heads": 2,
+        "partial_rotary_factor": 0.25,
+        "rms_norm_eps": 1e-06,
+        "rope_scaling": None,
+        "rope_theta": 10000.0,
+        "shared_expert_intermediate_size": 48,
+        "tie_word_embeddings": False,
+        "torch_dtype": TORCH_DTYPE[dtype],
+        "transformers_version": "4.57.0",
+        "use_cache": True,
+        "vocab_size": 1000,
+    }
+
+
 KINDS = {
     "gpt2": lambda dt: _gpt2_config(dt),
     "t5": lambda dt: _t5_config(dt, False),
@@ -411,6 +458,8 @@ KINDS = {
     # gpt-oss (issue 53): experts in OpenAI's MXFP4 blocks as released, or dequantized.
     "gpt_oss": lambda dt: _gpt_oss_config(dt),
     "gpt_oss_float": lambda dt: _gpt_oss_config(dt, mxfp4=False),
+    # Qwen3-Next (issue 53): Gated DeltaNet layers beside gated attention.
+    "qwen3_next": lambda dt: _qwen3_next_config(dt),
     "jina": lambda dt: _jina_config(dt),
     "llama_gqa": lambda dt: _llama_config(dt, n_kv=2, tie=False, theta=10000.0),
     "llama_tied": lambda dt: _llama_config(dt, n_kv=6, tie=True, theta=500000.0, head_dim=12),
@@ -660,7 +709,7 @@ def _moe_layer(cfg, i):
     mt = cfg["model_type"]
     if mt in ("mixtral", "olmoe"):
         return True
-    if mt in ("qwen2_moe", "qwen3_moe"):
+    if mt in ("qwen2_moe", "qwen3_moe", "qwen3_next"):
         return i not in cfg.get("mlp_only_layers", []) and (i + 1) % cfg.get(
             "decoder_sparse_step", 1) == 0
     return False
@@ -850,6 +899,47 @@ def _gpt_oss_weights(cfg, rng):
     return w
 
 
+
+def _qwen3_next_weights(cfg, rng):
+    d, V = cfg["hidden_size"], cfg["vocab_size"]
+    H, KV, hd = cfg["num_attention_heads"], cfg["num_key_value_heads"], cfg["head_dim"]
+    nk, nv = cfg["linear_num_key_heads"], cfg["linear_num_value_heads"]
+    dk, dv, K = cfg["linear_key_head_dim"], cfg["linear_value_head_dim"], cfg["linear_conv_kernel_dim"]
+    s = 1.0 / np.sqrt(d)
+    zc = lambda n: _normal(rng, n, 0.1)  # noqa: E731  zero-centered norms, applied as 1 + w
+    w = {"model.embed_tokens.weight": _normal(rng, (V, d), 1.0), "model.norm.weight": zc(d),
+         "lm_head.weight": _normal(rng, (V, d), s)}
+    for i, kind in enumerate(cfg["layer_types"]):
+        p = "model.layers.%d." % i
+        w[p + "input_layernorm.weight"] = zc(d)
+        w[p + "post_attention_layernorm.weight"] = zc(d)
+        if kind == "linear_attention":
+            a = p + "linear_attn."
+            w[a + "in_proj_qkvz.weight"] = _normal(rng, (2 * nk * dk + 2 * nv * dv, d), 2 * s)
+            w[a + "in_proj_ba.weight"] = _normal(rng, (2 * nv, d), 2 * s)
+            w[a + "conv1d.weight"] = _normal(rng, (2 * nk * dk + nv * dv, 1, K), 0.5)
+            w[a + "dt_bias"] = (1.0 + _normal(rng, nv, 0.3)).astype(np.float32)
+            w[a + "A_log"] = np.log(rng.uniform(1.0, 8.0, nv)).astype(np.float32)
+            w[a + "norm.weight"] = _norm_weight(rng, dv)
+            w[a + "out_proj.weight"] = _normal(rng, (d, nv * dv), 1.0 / np.sqrt(nv * dv))
+        else:
+            a = p + "self_attn."
+            w[a + "q_proj.weight"] = _normal(rng, (2 * H * hd, d), 2 * s)
+            w[a + "k_proj.weight"] = _normal(rng, (KV * hd, d), 2 * s)
+            w[a + "v_proj.weight"] = _normal(rng, (KV * hd, d), s)
+            w[a + "o_proj.weight"] = _normal(rng, (d, H * hd), 1.0 / np.sqrt(H * hd))
+            w[a + "q_norm.weight"] = zc(hd)
+            w[a + "k_norm.weight"] = zc(hd)
+        if _moe_layer(cfg, i):
+            _expert_weights(cfg, rng, w, p, d)
+        else:
+            I = cfg["intermediate_size"]
+            w[p + "mlp.gate_proj.weight"] = _normal(rng, (I, d), s)
+            w[p + "mlp.up_proj.weight"] = _normal(rng, (I, d), s)
+            w[p + "mlp.down_proj.weight"] = _normal(rng, (d, I), 1.0 / np.sqrt(I))
+    return w
+
+
 def write_llama2c_vocab(path, pieces):
     """A llama2.c tokenizer.bin of the given pieces (bytes), scores 0: a tokenizer the tests put
     beside random checkpoints so that their outputs decode."""
@@ -925,6 +1015,8 @@ def write_checkpoint(out_dir, kind, dtype="F32", sharded=False, seed=0, legacy_g
         w = _gptj_weights(cfg, rng)
     elif cfg["model_type"] == "gpt_oss":
         w = _gpt_oss_weights(cfg, rng)
+    elif cfg["model_type"] == "qwen3_next":
+        w = _qwen3_next_weights(cfg, rng)
     elif cfg.get("position_embedding_type") == "alibi":
         w = _jina_weights(cfg, rng)
     elif cfg["model_type"] in ("bert", "xlm-roberta"):

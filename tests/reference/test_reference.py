@@ -453,6 +453,35 @@ class Stories260K(ToolCase):
 class NumpySelfCheck(unittest.TestCase):
     """The reference's own checks; these need no C++ tool."""
 
+    def test_gated_delta_rule_chunked_equals_recurrent(self):
+        # The reference's two forms of Gated DeltaNet (the paper's recurrence and its chunkwise
+        # form) agree, on random inputs and on a whole Qwen3-Next model, for chunks that do and
+        # do not divide the sequence: the forms the engine's prefill and decode will take.
+        rng = np.random.default_rng(5)
+        T, H, dk, dv = 11, 3, 8, 6
+        q, k = rng.standard_normal((T, H, dk)), rng.standard_normal((T, H, dk))
+        k /= np.linalg.norm(k, axis=-1, keepdims=True)
+        v = rng.standard_normal((T, H, dv))
+        g = -rng.uniform(0.01, 2.0, (T, H))
+        beta = rng.uniform(0.0, 1.0, (T, H))
+        s0 = rng.standard_normal((H, dk, dv))
+        want, want_s = np_model.gated_delta_recurrent(q, k, v, g, beta, s0)
+        for chunk in (1, 4, 11, 64):
+            got, got_s = np_model.gated_delta_chunked(q, k, v, g, beta, chunk, s0)
+            np.testing.assert_allclose(got, want, rtol=1e-9, atol=1e-9)
+            np.testing.assert_allclose(got_s, want_s, rtol=1e-9, atol=1e-9)
+        # Split anywhere with the state carried: the same.
+        a, sa = np_model.gated_delta_recurrent(q[:5], k[:5], v[:5], g[:5], beta[:5], s0)
+        b, _ = np_model.gated_delta_recurrent(q[5:], k[5:], v[5:], g[5:], beta[5:], sa)
+        np.testing.assert_allclose(np.concatenate([a, b]), want, rtol=1e-12, atol=1e-12)
+        with tempfile.TemporaryDirectory() as td:
+            m = np_model.load_hf(make_checkpoints.write_checkpoint(td, "qwen3_next"))
+            ids = [5, 17, 300, 42, 7, 9, 11, 13, 999, 1]
+            ref = m.logits(ids)
+            self.assertTrue(np.all(np.isfinite(ref)))
+            self.assertGreater(np.abs(ref).max(), 0.5)
+            np.testing.assert_allclose(m.logits(ids, chunk=4), ref, rtol=1e-9, atol=1e-9)
+
     def test_safetensors_roundtrip(self):
         rng = np.random.default_rng(0)
         t = {"a": rng.standard_normal((3, 5)).astype(np.float32),
@@ -564,6 +593,13 @@ class NumpySelfCheck(unittest.TestCase):
                     self.assertEqual(
                         w["gpt_neox.layers.0.attention.query_key_value.weight"].shape, (3 * d, d))
                     self.assertEqual(w["embed_out.weight"].shape, (cfg["vocab_size"], d))
+                    continue
+                if cfg["model_type"] == "qwen3_next":
+                    conv = (2 * cfg["linear_num_key_heads"] * cfg["linear_key_head_dim"] +
+                            cfg["linear_num_value_heads"] * cfg["linear_value_head_dim"])
+                    self.assertEqual(w["model.layers.0.linear_attn.conv1d.weight"].shape,
+                                     (conv, 1, cfg["linear_conv_kernel_dim"]))
+                    self.assertIn("model.layers.3.self_attn.q_norm.weight", w)
                     continue
                 if cfg["model_type"] == "gpt_oss":
                     E, I, d = cfg["num_local_experts"], cfg["intermediate_size"], cfg["hidden_size"]
