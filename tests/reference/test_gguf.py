@@ -446,6 +446,11 @@ def _gptneox_to_gguf(cfg, w, path):
     return cfg
 
 
+# The Llama-family checkpoints' tensors outside the blocks, by their GGUF names.
+_LLAMA_TOP = {"model.embed_tokens.weight": "token_embd.weight",
+              "model.norm.weight": "output_norm.weight", "lm_head.weight": "output.weight"}
+
+
 def _mxfp4_ggml(blocks, scales):
     """OpenAI's MXFP4 ([..., G, 16] bytes holding elements 2i low / 2i + 1 high, [..., G] scales)
     as ggml's blocks ([..., G * 17]: the scale byte, then element j low and j + 16 high)."""
@@ -484,12 +489,8 @@ def _gpt_oss_to_gguf(cfg, w, path):
     names["self_attn.o_proj.weight"] = "attn_output.weight"
     names["self_attn.o_proj.bias"] = "attn_output.bias"
     for name, a in w.items():
-        if name == "model.embed_tokens.weight":
-            add("token_embd.weight", a)
-        elif name == "model.norm.weight":
-            add("output_norm.weight", a)
-        elif name == "lm_head.weight":
-            add("output.weight", a)
+        if name in _LLAMA_TOP:
+            add(_LLAMA_TOP[name], a)
         else:
             _, _, layer, rest = name.split(".", 3)
             b = "blk.%s." % layer
@@ -726,12 +727,8 @@ def hf_to_gguf(kind, seed, path, extra_meta=None):
             return a.reshape(n, 2, a.shape[0] // n // 2, *a.shape[1:]).swapaxes(1, 2).reshape(a.shape)
 
         for name, a in w.items():
-            if name == "model.embed_tokens.weight":
-                add("token_embd.weight", a)
-            elif name == "model.norm.weight":
-                add("output_norm.weight", a)
-            elif name == "lm_head.weight":
-                add("output.weight", a)
+            if name in _LLAMA_TOP:
+                add(_LLAMA_TOP[name], a)
             else:
                 _, _, layer, rest = name.split(".", 3)
                 if arch == "llama" and rest in ("self_attn.q_proj.weight", "self_attn.k_proj.weight"):
