@@ -107,14 +107,8 @@ class Gpt2Model final : public Model {
                             [&](int64_t i) { kernels::gelu_tanh(a.h1.data() + i * ffn, ffn); });
       kernels::matmul_add(a.h1.data(), T, L.w_out, L.b_out, a.x.data(), pool);
     }
-    const int64_t rows = transformer::gather_logit_rows(batch, a.x.data(), dim, a.xb.data());
-    transformer::for_rows(pool, rows, [&](int64_t i) {
-      kernels::layer_norm(a.xb.data() + i * dim, lnf_w_, lnf_b_, c.norm_eps, dim,
-                          a.head_in.data() + i * dim);
-    });
-    if (hidden_out_)
-      std::memcpy(hidden_out_, a.head_in.data(), static_cast<size_t>(rows * dim) * sizeof(float));
-    kernels::matmul(a.head_in.data(), rows, lm_head_, nullptr, logits, pool);
+    transformer::layer_norm_logits(batch, a.x.data(), lnf_w_, lnf_b_, c, lm_head_, nullptr, a,
+                                   hidden_out_, logits, pool);
   }
 
  private:

@@ -7,6 +7,8 @@
 #include "core/dtype.h"
 #include "kernels/attention.h"
 #include "kernels/isa.h"
+#include "kernels/matmul.h"
+#include "kernels/ops.h"
 
 namespace tf::transformer {
 
@@ -136,6 +138,20 @@ void attention(std::span<const SequenceChunk> batch, std::span<const TokenPositi
                             batch[task.seq].table(layer.group), static_cast<int>(task.kv_head), hd,
                             task_att, outs);
   });
+}
+
+void layer_norm_logits(std::span<const SequenceChunk> batch, const float* x, const float* w,
+                       const float* b, const ModelConfig& c, const kernels::WeightMatrix& head,
+                       const float* head_bias, Activations& a, float* hidden, float* logits,
+                       ThreadPool& pool) {
+  const int64_t dim = c.dim;
+  const int64_t rows = gather_logit_rows(batch, x, dim, a.xb.data());
+  for_rows(pool, rows, [&](int64_t i) {
+    kernels::layer_norm(a.xb.data() + i * dim, w, b, c.norm_eps, dim, a.head_in.data() + i * dim);
+  });
+  if (hidden)
+    std::memcpy(hidden, a.head_in.data(), static_cast<size_t>(rows * dim) * sizeof(float));
+  kernels::matmul(a.head_in.data(), rows, head, head_bias, logits, pool);
 }
 
 int64_t gather_logit_rows(std::span<const SequenceChunk> batch, const float* x, int64_t dim,

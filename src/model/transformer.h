@@ -50,6 +50,14 @@ void attention(std::span<const SequenceChunk> batch, std::span<const TokenPositi
 void attend(const float* q, const float* keys, const float* values, int64_t n, int64_t kv_dim,
             int64_t h, int64_t dk, float scale, const float* bias, float* scores, float* out);
 
+// The LayerNorm-headed models' end (GPT-2, GPT-J, CodeGen, GPT-NeoX): the rows that need logits
+// gathered from x, LayerNorm(w, b) into a.head_in, copied to hidden when given, times the LM
+// head (with its bias, if any) into logits.
+void layer_norm_logits(std::span<const SequenceChunk> batch, const float* x, const float* w,
+                       const float* b, const ModelConfig& c, const kernels::WeightMatrix& head,
+                       const float* head_bias, Activations& a, float* hidden, float* logits,
+                       ThreadPool& pool);
+
 // Gathers the rows that need logits (all tokens of all_logits sequences, else each sequence's
 // last) from x into out; returns how many.
 int64_t gather_logit_rows(std::span<const SequenceChunk> batch, const float* x, int64_t dim,
