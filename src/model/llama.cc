@@ -319,8 +319,8 @@ class LlamaModel final : public Model {
                E, src_rows, g, E, src_rows, g);
         const auto* b = static_cast<const uint8_t*>(blocks.data);
         const auto* s = static_cast<const uint8_t*>(scales.data);
-        std::vector<uint8_t> out_bytes(static_cast<size_t>(E * rows * g * 17));
-        uint8_t* o = out_bytes.data();
+        uint8_t* o = w.add_owned_blocks(out, Shape{E, rows, k}, kernels::WeightType::kMXFP4,
+                                        w.file_index_of(name + "_blocks"));
         for (int64_t e = 0; e < E; ++e)
           for (int64_t r = 0; r < rows; ++r) {
             const int64_t src = e * src_rows + first + r * step;
@@ -332,8 +332,6 @@ class LlamaModel final : public Model {
                 o[1 + j] = static_cast<uint8_t>(nib(j) | nib(j + 16) << 4);
             }
           }
-        w.add_owned_blocks(out, Shape{E, rows, k}, kernels::WeightType::kMXFP4,
-                           std::move(out_bytes), w.file_index_of(name + "_blocks"));
       };
       convert(x + "gate_up_proj", I, H, 0, 2, gate);
       convert(x + "gate_up_proj", I, H, 1, 2, up);

@@ -63,16 +63,16 @@ void WeightStore::add_blocks(const std::string& name, const Shape& shape, kernel
   e.shape = shape;
 }
 
-void WeightStore::add_owned_blocks(const std::string& name, const Shape& shape,
-                                   kernels::WeightType type, std::vector<uint8_t> bytes,
-                                   int file_index) {
-  owned_bytes_.push_back(std::move(bytes));
-  add_blocks(name, shape, type, owned_bytes_.back().data(), file_index);
-  Entry& e = tensors_.find(name)->second;
-  if (owned_bytes_.back().size() != e.view.nbytes())
-    fail("tensor '{}': {} bytes for {} {} values", name, owned_bytes_.back().size(),
-         kernels::weight_type_name(type), shape.numel());
-  e.owned = true;
+uint8_t* WeightStore::add_owned_blocks(const std::string& name, const Shape& shape,
+                                       kernels::WeightType type, int file_index) {
+  TF_CHECK(shape.rank >= 1);
+  const int64_t cols = shape.dims[shape.rank - 1];
+  const int64_t rows = shape.numel() / std::max<int64_t>(cols, 1);
+  uint8_t* bytes =
+      alloc_bytes(static_cast<size_t>(rows * kernels::WeightMatrix::row_bytes(type, cols)), 64);
+  add_blocks(name, shape, type, bytes, file_index);
+  tensors_.find(name)->second.owned = true;  // matrix() reads it where it is
+  return bytes;
 }
 
 void WeightStore::add(const std::string& name, const TensorView& view, int file_index) {

@@ -31,9 +31,10 @@ class WeightStore {
   void add_f32(const std::string& name, const Shape& shape, std::vector<float> values,
                int file_index);
   // Registers blocks of a ggml format the store keeps (laid out at load from another layout:
-  // gpt-oss's MXFP4 as OpenAI stores it); matrix() reads them in place as add_blocks' do.
-  void add_owned_blocks(const std::string& name, const Shape& shape, kernels::WeightType type,
-                        std::vector<uint8_t> bytes, int file_index);
+  // gpt-oss's MXFP4 as OpenAI stores it): returns the store's buffer for them (64-byte aligned,
+  // every row's blocks), which the caller fills before matrix() reads it in place.
+  uint8_t* add_owned_blocks(const std::string& name, const Shape& shape, kernels::WeightType type,
+                            int file_index);
   // The file a tensor came from (for tensors derived from it).
   int file_index_of(const std::string& name) const { return entry(name).file_index; }
 
