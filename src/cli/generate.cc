@@ -204,8 +204,6 @@ int run_generate(GenerateOptions& o) {
 
   const uint64_t seed = o.seed ? *o.seed : random_seed();
   params.seed = seed;
-  const int bs = KvCache::kDefaultBlockSize;
-  const int64_t per_seq = (static_cast<int64_t>(prompt.size()) + params.max_tokens + bs - 1) / bs;
   if (!o.no_echo && (params.candidates() == 1 && !params.beam_search())) {
     write(tokenizer ? tokenizer->decode(prompt) : "");
   }
@@ -220,6 +218,8 @@ int run_generate(GenerateOptions& o) {
   ec.hybrid_kv_cache = !o.disable_hybrid_kv_cache;
   // Every cache group holds at most per_seq blocks of each sequence.
   const CacheLayout layout = CacheLayout::for_model(cfg, ec.hybrid_kv_cache);
+  const int bs = KvCache::block_size_for(cfg, layout, KvCache::kDefaultBlockSize, ec.kv_type);
+  const int64_t per_seq = (static_cast<int64_t>(prompt.size()) + params.max_tokens + bs - 1) / bs;
   ec.kv_cache_bytes = (per_seq + 1) * slots * layout.num_groups() *
                       KvCache::bytes_per_block(cfg, layout, bs, ec.kv_type);
   set_speculation(ec, o);

@@ -92,6 +92,15 @@ int64_t blocks_for_budget(const ModelConfig& c, const CacheLayout& layout, const
   return n;
 }
 
+// The engine's configuration with the block size its model's cache layout takes (a hybrid's
+// attention blocks sized to its recurrent states: KvCache::block_size_for).
+EngineConfig with_block_size(const ModelConfig& c, EngineConfig e) {
+  if (!c.encoder_only())
+    e.block_size = KvCache::block_size_for(c, CacheLayout::for_model(c, e.hybrid_kv_cache),
+                                           e.block_size, e.kv_type);
+  return e;
+}
+
 // The model's KV cache in its layout, as many blocks as the budget holds.
 KvCache make_kv_cache(const ModelConfig& c, const EngineConfig& e) {
   // An encoder keeps no context between steps: one block of a plain layout, never used.
@@ -131,10 +140,10 @@ Engine::Engine(Model& model, const Tokenizer* tokenizer, std::vector<int32_t> eo
     : model_(model),
       tokenizer_(tokenizer),
       eos_ids_(std::move(eos_ids)),
-      config_(config),
+      config_(with_block_size(model.config(), config)),
       pool_threads_(config.threads),
-      kv_(make_kv_cache(model.config(), config)),
-      pool_(kv_.num_blocks(), config.block_size, static_cast<int>(kv_.layout().num_groups())),
+      kv_(make_kv_cache(model.config(), config_)),
+      pool_(kv_.num_blocks(), kv_.block_size(), static_cast<int>(kv_.layout().num_groups())),
       // Each group's blocks behind its window are released (a global layer, as Gemma 2/3's or
       // Qwen's first max_window_layers, reads every key: its group keeps them).
       manager_(pool_, config.prefix_caching, KvCacheManager::specs_of(kv_.layout())),

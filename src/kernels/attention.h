@@ -17,17 +17,24 @@ inline int kv_type_size(KvType t) {
 KvType parse_kv_type(const char* name);
 
 struct PagedKvLayer {
-  void* k = nullptr;  // [num_blocks, block_size, kv_dim] of `type`
-  void* v = nullptr;  // [num_blocks, block_size, kv_dim] of `type`
+  void* k = nullptr;  // block b's rows at k + b * stride(), [block_size, kv_dim] of `type`
+  void* v = nullptr;  // likewise from v
   int block_size = 0;
   int kv_dim = 0;  // n_kv_heads * head_dim
   KvType type = KvType::kF32;
   int32_t group = 0;  // the cache group whose block table addresses it (CacheLayout)
+  // Elements from one block's rows to the next's (0: block_size * kv_dim, K and V in arrays of
+  // their own). The KV cache keeps a block's K and V rows together, and a recurrent state of
+  // the same block id in the same span (KvCache).
+  int64_t block_stride = 0;
 
+  int64_t stride() const {
+    return block_stride != 0 ? block_stride : static_cast<int64_t>(block_size) * kv_dim;
+  }
   // Element index of position pos's row.
   int64_t row(const int32_t* block_table, int64_t pos) const {
-    return (static_cast<int64_t>(block_table[pos / block_size]) * block_size + pos % block_size) *
-           kv_dim;
+    return static_cast<int64_t>(block_table[pos / block_size]) * stride() +
+           (pos % block_size) * static_cast<int64_t>(kv_dim);
   }
   template <class T>
   T* k_at(const int32_t* block_table, int64_t pos) const {

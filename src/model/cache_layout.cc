@@ -1,6 +1,7 @@
 #include "model/cache_layout.h"
 
 #include <algorithm>
+#include <cstdint>
 #include <map>
 
 #include <fmt/format.h>
@@ -62,6 +63,8 @@ CacheLayout encoder_decoder(const ModelConfig& config) {
 
 CacheLayout CacheLayout::single(const ModelConfig& config) {
   if (config.encoder_decoder()) return encoder_decoder(config);
+  // A hybrid's recurrent layers and attention layers never share a group.
+  if (config.hybrid()) return for_model(config, true);
   return one_group(
       config, config.arch == Arch::kMamba ? CacheKind::kRecurrent : CacheKind::kFullAttention, 0);
 }
@@ -71,11 +74,20 @@ CacheLayout CacheLayout::for_model(const ModelConfig& config, bool grouped) {
   if (config.encoder_decoder()) return encoder_decoder(config);
   const int64_t every = config.window_of_every_layer();
   if (every > 0) return one_group(config, CacheKind::kSlidingWindow, every);
-  std::vector<int32_t> full, sliding;
+  std::vector<int32_t> full, sliding, linear;
   for (int64_t l = 0; l < config.n_layers; ++l)
-    (config.is_sliding(l) ? sliding : full).push_back(static_cast<int32_t>(l));
-  if (!grouped || sliding.empty() || full.empty()) return single(config);
-  const size_t size = std::min(full.size(), sliding.size());
+    (config.is_linear(l)    ? linear
+     : config.is_sliding(l) ? sliding
+                            : full)
+        .push_back(static_cast<int32_t>(l));
+  if (linear.empty() && (!grouped || sliding.empty() || full.empty())) return single(config);
+  if (!linear.empty() && full.empty() && sliding.empty())
+    return one_group(config, CacheKind::kRecurrent, 0);
+  // Groups of the smallest kind's size (Qwen3-Next's 36 Gated DeltaNet and 12 attention layers:
+  // one attention group and three recurrent ones of 12).
+  size_t size = SIZE_MAX;
+  for (const auto* kind : {&full, &sliding, &linear})
+    if (!kind->empty()) size = std::min(size, kind->size());
   CacheLayout out;
   out.slots = static_cast<int64_t>(size);
   out.group_of_layer.assign(static_cast<size_t>(config.n_layers), 0);
@@ -97,6 +109,7 @@ CacheLayout CacheLayout::for_model(const ModelConfig& config, bool grouped) {
   };
   add(full, CacheKind::kFullAttention, 0);
   add(sliding, CacheKind::kSlidingWindow, config.sliding_window);
+  add(linear, CacheKind::kRecurrent, 0);
   return out;
 }
 

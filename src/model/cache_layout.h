@@ -13,7 +13,8 @@
 // with 4 global layers makes one global group and sliding groups of 4 (the last one partly
 // empty). A model whose layers are all of one kind has one group of all of them: the layout of
 // a plain decoder stack, block for block; a Mamba model's one recurrent group, whose block is a
-// sequence's state in every layer.
+// sequence's state in every layer. A hybrid (Qwen3-Next, Qwen3.5: Gated DeltaNet layers beside
+// attention ones) has recurrent groups beside its attention group, of the smaller kind's size.
 
 #include <cstdint>
 #include <string>

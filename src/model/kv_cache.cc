@@ -43,9 +43,8 @@ KvCache::KvCache(const ModelConfig& config, CacheLayout layout, int64_t num_bloc
     fail(ErrorKind::kInternal, "a cache layout of {} layers for a model of {}",
          layout_.slot_of_layer.size(), config.cache_layers());
   if (num_blocks <= 0) fail("KV cache needs at least one block, got {}", num_blocks);
-  if (block_size <= 0 || block_size > 1024)
-    fail("KV block size {} is out of range (1..1024)", block_size);
-  state_bytes_ = config.ssm_state_floats() * static_cast<int64_t>(sizeof(float));
+  if (block_size <= 0 || block_size > kMaxBlockSize)
+    fail("KV block size {} is out of range (1..{})", block_size, kMaxBlockSize);
   slot_block_bytes_ = slot_block_bytes(config, layout_, block_size, type);
   const int64_t bytes = n_slots_ * num_blocks_ * slot_block_bytes_;
   void* p = ::mmap(nullptr, static_cast<size_t>(bytes), PROT_READ | PROT_WRITE,
@@ -59,6 +58,19 @@ KvCache::KvCache(const ModelConfig& config, CacheLayout layout, int64_t num_bloc
 
 void KvCache::Unmap::operator()(uint8_t* p) const {
   if (p != nullptr) ::munmap(p, bytes);
+}
+
+int KvCache::block_size_for(const ModelConfig& config, const CacheLayout& layout, int requested,
+                            kernels::KvType type) {
+  bool recurrent = false, attention = false;
+  for (const auto& g : layout.groups)
+    (g.kind == CacheKind::kRecurrent ? recurrent : attention) = true;
+  if (!recurrent || !attention || requested <= 0) return requested;
+  const int64_t per_token = 2 * config.kv_dim() * kernels::kv_type_size(type);
+  const int64_t state = config.ssm_state_floats() * static_cast<int64_t>(sizeof(float));
+  const int64_t tokens = (state + per_token - 1) / per_token;
+  const int64_t bs = (tokens + requested - 1) / requested * requested;
+  return static_cast<int>(std::clamp<int64_t>(bs, requested, std::max(requested, kMaxBlockSize)));
 }
 
 int64_t KvCache::bytes_per_block(const ModelConfig& config, int block_size, kernels::KvType type) {
@@ -77,33 +89,21 @@ void KvCache::copy_block(int32_t src, int32_t dst, int32_t group) {
          dst, group, num_blocks_);
   }
   if (src == dst) return;
-  const int64_t per_slot = num_blocks_ * slot_block_bytes_;
-  if (layout_.groups[group].kind == CacheKind::kRecurrent) {
-    for (int64_t s = 0; s < n_slots_; ++s) {
-      uint8_t* base = storage_.get() + s * per_slot;
-      std::copy_n(base + src * state_bytes_, state_bytes_, base + dst * state_bytes_);
-    }
-    return;
-  }
-  const int64_t block_bytes =
-      static_cast<int64_t>(block_size_) * kv_dim_ * kernels::kv_type_size(type_);
-  const int64_t per_array = num_blocks_ * block_bytes;
+  // A block id owns the same span of every slot: its K and V rows, or a recurrent state.
   for (int64_t s = 0; s < n_slots_; ++s) {
-    for (int64_t a = 0; a < 2; ++a) {
-      uint8_t* base = storage_.get() + s * per_slot + a * per_array;
-      std::copy_n(base + src * block_bytes, block_bytes, base + dst * block_bytes);
-    }
+    uint8_t* base = storage_.get() + s * num_blocks_ * slot_block_bytes_;
+    std::copy_n(base + src * slot_block_bytes_, slot_block_bytes_, base + dst * slot_block_bytes_);
   }
 }
 
 kernels::PagedKvLayer KvCache::layer(int64_t l) {
   if (l < 0 || l >= static_cast<int64_t>(layout_.slot_of_layer.size()))
     fail(ErrorKind::kInternal, "layer {} outside the KV cache's layout", l);
-  const int64_t per_array = num_blocks_ * block_size_ * kv_dim_ * kernels::kv_type_size(type_);
+  const int64_t ts = kernels::kv_type_size(type_);
   uint8_t* base = storage_.get() + layout_.slot_of_layer[l] * num_blocks_ * slot_block_bytes_;
-  return kernels::PagedKvLayer{base,        base + per_array,
-                               block_size_, static_cast<int>(kv_dim_),
-                               type_,       layout_.group_of_layer[l]};
+  return kernels::PagedKvLayer{
+      base,  base + block_size_ * kv_dim_ * ts, block_size_,           static_cast<int>(kv_dim_),
+      type_, layout_.group_of_layer[l],         slot_block_bytes_ / ts};
 }
 
 float* KvCache::state(int64_t l, int32_t block) {
@@ -112,7 +112,7 @@ float* KvCache::state(int64_t l, int32_t block) {
       layout_.groups[layout_.group_of_layer[l]].kind != CacheKind::kRecurrent)
     fail(ErrorKind::kInternal, "no recurrent state for layer {} in block {}", l, block);
   uint8_t* base = storage_.get() + layout_.slot_of_layer[l] * num_blocks_ * slot_block_bytes_;
-  return reinterpret_cast<float*>(base + block * state_bytes_);
+  return reinterpret_cast<float*>(base + block * slot_block_bytes_);
 }
 
 }  // namespace tf

@@ -1,6 +1,8 @@
 #pragma once
 // The memory of the paged KV cache: for every slot of the layout (CacheLayout: a layer of each
-// cache group), K and V arrays of num_blocks blocks of block_size token rows. Which block
+// cache group), num_blocks blocks, each one span holding block_size token rows of K and then of
+// V, or a recurrent layer's state (a block id belongs to one group, so the groups sharing a
+// slot never share a span). Which block
 // belongs to which sequence and group is decided above (the engine's block pool); the model
 // only reads and writes through block tables, layer l through its group's table.
 //
@@ -35,6 +37,14 @@ class KvCache {
   static int64_t bytes_per_block(const ModelConfig& config, const CacheLayout& layout,
                                  int block_size, kernels::KvType type);
 
+  // The block size to use for a layout: `requested`, raised (in multiples of it) for a layout
+  // whose recurrent groups share the pool with attention groups until an attention block holds
+  // about as many bytes as a layer's state (vLLM's choice for hybrids: Qwen3-Next's 2.2 MB
+  // states would otherwise make every 16-token K/V block as large), at most kMaxBlockSize.
+  static int block_size_for(const ModelConfig& config, const CacheLayout& layout, int requested,
+                            kernels::KvType type);
+  static constexpr int kMaxBlockSize = 4096;
+
   int64_t num_blocks() const { return num_blocks_; }
   int block_size() const { return block_size_; }
   int64_t bytes() const { return bytes_; }
@@ -54,7 +64,6 @@ class KvCache {
   CacheLayout layout_;
   int64_t n_slots_;
   int64_t kv_dim_;
-  int64_t state_bytes_ = 0;       // a layer's recurrent state
   int64_t slot_block_bytes_ = 0;  // a block's bytes in one slot: K and V rows, or a state
   kernels::KvType type_;
   struct Unmap {

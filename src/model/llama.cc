@@ -10,6 +10,7 @@
 #include "core/error.h"
 #include "kernels/matmul.h"
 #include "kernels/ops.h"
+#include "model/gated_deltanet.h"
 #include "model/rope.h"
 #include "model/transformer.h"
 
@@ -37,6 +38,7 @@ struct LlamaLayer {
   kernels::WeightMatrix s_gate, s_up, s_down, s_gate_w;
   kernels::AttentionOpts att;
   const Rope* rope = nullptr;
+  int gdn = -1;  // a Gated DeltaNet layer (Qwen3-Next, Qwen3.5): its index in gdn_
 };
 
 class LlamaModel final : public Model {
@@ -52,7 +54,14 @@ class LlamaModel final : public Model {
       const std::string p = "model.layers." + std::to_string(l) + ".";
       LlamaLayer L;
       L.attn_norm = norm(p + "input_layernorm.weight", c.dim);
-      if (c.fused_qkv) {  // views of the fused matrices' row ranges
+      if (c.is_linear(l)) {
+        L.gdn = static_cast<int>(gdn_.size());
+        gdn_.emplace_back(c, w, p + "linear_attn.");
+      } else if (c.gated_attention) {  // q_proj: [q_h; gate_h] per head
+        L.wq = w.matrix(p + "self_attn.q_proj.weight", 2 * c.q_dim(), c.dim);
+        L.wk = w.matrix(p + "self_attn.k_proj.weight", c.kv_dim(), c.dim);
+        L.wv = w.matrix(p + "self_attn.v_proj.weight", c.kv_dim(), c.dim);
+      } else if (c.fused_qkv) {  // views of the fused matrices' row ranges
         const auto qkv = w.matrix(p + "self_attn.qkv_proj.weight", c.q_dim() + 2 * c.kv_dim(),
                                   c.dim, false, std::gcd(c.q_dim(), c.kv_dim()));
         L.wq = qkv.rows(0, c.q_dim());
@@ -63,18 +72,7 @@ class LlamaModel final : public Model {
         L.wk = w.matrix(p + "self_attn.k_proj.weight", c.kv_dim(), c.dim);
         L.wv = w.matrix(p + "self_attn.v_proj.weight", c.kv_dim(), c.dim);
       }
-      L.wo = w.matrix(p + "self_attn.o_proj.weight", c.dim, c.q_dim());
-      if (c.qkv_bias) {
-        L.bq = w.f32(p + "self_attn.q_proj.bias", {c.q_dim()});
-        L.bk = w.f32(p + "self_attn.k_proj.bias", {c.kv_dim()});
-        L.bv = w.f32(p + "self_attn.v_proj.bias", {c.kv_dim()});
-      }
-      if (c.o_bias) L.bo = w.f32(p + "self_attn.o_proj.bias", {c.dim});
-      if (c.qk_norm) {
-        L.q_norm = norm(p + "self_attn.q_norm.weight", c.qk_norm_full ? c.q_dim() : c.head_dim);
-        L.k_norm = norm(p + "self_attn.k_norm.weight", c.qk_norm_full ? c.kv_dim() : c.head_dim);
-      }
-      if (c.attn_sinks) L.sinks = w.f32(p + "self_attn.sinks", {c.n_heads});
+      if (L.gdn < 0) load_attention_rest(L, p);
       if (c.post_norms) {
         // Gemma 2/3: post_attention_layernorm follows attention; the MLP has its own pre and post.
         L.attn_post_norm = norm(p + "post_attention_layernorm.weight", c.dim);
@@ -116,7 +114,7 @@ class LlamaModel final : public Model {
     const int64_t T = static_cast<int64_t>(tokens.size());
     transformer::Activations& a = act_;
     a.ensure(T, c);
-    const int64_t dim = c.dim, q_dim = c.q_dim(), kv_dim = c.kv_dim(), ffn = c.ffn_dim;
+    const int64_t dim = c.dim, q_dim = c.q_dim(), ffn = c.ffn_dim;
 
     int64_t t = 0;
     for (const auto& s : batch) {
@@ -128,48 +126,20 @@ class LlamaModel final : public Model {
         ++t;
       }
     }
-    // out = x + norm(y) row by row (the norms after attention and MLP of Gemma 2/3).
-    const auto add_normed = [&](const float* y_norm, float* y) {
-      transformer::for_rows(pool, T, [&](int64_t i) {
-        float* yi = y + i * dim;
-        kernels::rms_norm(yi, y_norm, c.norm_eps, dim, yi);
-        kernels::add(a.x.data() + i * dim, yi, dim);
-      });
-    };
+    if (c.gated_attention) {
+      transformer::grow(qg_, T * 2 * q_dim);
+      transformer::grow(gate_, T * q_dim);
+    }
     for (int64_t l = 0; l < c.n_layers; ++l) {
       const LlamaLayer& L = layers_[l];
-      const kernels::PagedKvLayer cache = kv.layer(l);
       transformer::for_rows(pool, T, [&](int64_t i) {
         kernels::rms_norm(a.x.data() + i * dim, L.attn_norm, c.norm_eps, dim,
                           a.xb.data() + i * dim);
       });
-      const kernels::MatmulOutput qkv[] = {
-          {L.wq, L.bq, a.q.data()}, {L.wk, L.bk, a.k.data()}, {L.wv, L.bv, a.v.data()}};
-      kernels::matmul_many(a.xb.data(), T, qkv, pool);
-      transformer::for_rows(pool, T, [&](int64_t i) {
-        float* q = a.q.data() + i * q_dim;
-        float* k = a.k.data() + i * kv_dim;
-        if (c.qk_norm_full) {
-          kernels::rms_norm(q, L.q_norm, c.norm_eps, q_dim, q);
-          kernels::rms_norm(k, L.k_norm, c.norm_eps, kv_dim, k);
-        } else if (c.qk_norm) {
-          const int64_t hd = c.head_dim;
-          for (int64_t h = 0; h < c.n_heads; ++h)
-            kernels::rms_norm(q + h * hd, L.q_norm, c.norm_eps, hd, q + h * hd);
-          for (int64_t h = 0; h < c.n_kv_heads; ++h)
-            kernels::rms_norm(k + h * hd, L.k_norm, c.norm_eps, hd, k + h * hd);
-        }
-        L.rope->apply(q, static_cast<int>(c.n_heads), tokens[i].pos);
-        L.rope->apply(k, static_cast<int>(c.n_kv_heads), tokens[i].pos);
-      });
-      transformer::store_kv(batch, tokens, cache, a.k.data(), a.v.data(), pool);
-      transformer::attention(batch, tokens, cache, c, a.q.data(), a.att.data(), pool, &L.att,
-                             L.sinks);
-      if (L.attn_post_norm != nullptr) {
-        kernels::matmul(a.att.data(), T, L.wo, L.bo, a.xb.data(), pool);
-        add_normed(L.attn_post_norm, a.xb.data());
+      if (L.gdn >= 0) {  // x += the Gated DeltaNet's output
+        gdn_[L.gdn].forward(batch, a.xb.data(), T, kv, l, a.x.data(), gdn_scratch_, pool);
       } else {
-        kernels::matmul_add(a.att.data(), T, L.wo, L.bo, a.x.data(), pool);  // x += ...
+        attention_block(L, batch, tokens, kv.layer(l), T, pool);
       }
 
       transformer::for_rows(pool, T, [&](int64_t i) {
@@ -194,7 +164,7 @@ class LlamaModel final : public Model {
       });
       if (L.ffn_post_norm != nullptr) {
         kernels::matmul(a.h1.data(), T, L.w_down, nullptr, a.xb.data(), pool);
-        add_normed(L.ffn_post_norm, a.xb.data());
+        add_normed(L.ffn_post_norm, a.xb.data(), T, pool);
       } else {
         kernels::matmul_add(a.h1.data(), T, L.w_down, nullptr, a.x.data(), pool);
       }
@@ -218,6 +188,88 @@ class LlamaModel final : public Model {
   }
 
  private:
+  // x = x + attention(xb) (normed by attn_post_norm first, Gemma 2/3), a.xb the normed input.
+  void attention_block(const LlamaLayer& L, std::span<const SequenceChunk> batch,
+                       std::span<const TokenPosition> tokens, const kernels::PagedKvLayer& cache,
+                       int64_t T, ThreadPool& pool) {
+    const ModelConfig& c = config_;
+    transformer::Activations& a = act_;
+    const int64_t q_dim = c.q_dim(), kv_dim = c.kv_dim();
+    const kernels::MatmulOutput qkv[] = {{L.wq, L.bq, c.gated_attention ? qg_.data() : a.q.data()},
+                                         {L.wk, L.bk, a.k.data()},
+                                         {L.wv, L.bv, a.v.data()}};
+    kernels::matmul_many(a.xb.data(), T, qkv, pool);
+    transformer::for_rows(pool, T, [&](int64_t i) {
+      float* q = a.q.data() + i * q_dim;
+      if (c.gated_attention) {  // [q_h; gate_h] per head, apart
+        const int64_t hd = c.head_dim;
+        for (int64_t h = 0; h < c.n_heads; ++h) {
+          const float* src = qg_.data() + i * 2 * q_dim + h * 2 * hd;
+          std::copy_n(src, hd, q + h * hd);
+          std::copy_n(src + hd, hd, gate_.data() + i * q_dim + h * hd);
+        }
+      }
+      float* k = a.k.data() + i * kv_dim;
+      if (c.qk_norm_full) {
+        kernels::rms_norm(q, L.q_norm, c.norm_eps, q_dim, q);
+        kernels::rms_norm(k, L.k_norm, c.norm_eps, kv_dim, k);
+      } else if (c.qk_norm) {
+        const int64_t hd = c.head_dim;
+        for (int64_t h = 0; h < c.n_heads; ++h)
+          kernels::rms_norm(q + h * hd, L.q_norm, c.norm_eps, hd, q + h * hd);
+        for (int64_t h = 0; h < c.n_kv_heads; ++h)
+          kernels::rms_norm(k + h * hd, L.k_norm, c.norm_eps, hd, k + h * hd);
+      }
+      L.rope->apply(q, static_cast<int>(c.n_heads), tokens[i].pos);
+      L.rope->apply(k, static_cast<int>(c.n_kv_heads), tokens[i].pos);
+    });
+    transformer::store_kv(batch, tokens, cache, a.k.data(), a.v.data(), pool);
+    transformer::attention(batch, tokens, cache, c, a.q.data(), a.att.data(), pool, &L.att,
+                           L.sinks);
+    if (c.gated_attention) {
+      transformer::for_rows(pool, T, [&](int64_t i) {
+        float* o = a.att.data() + i * q_dim;
+        const float* g = gate_.data() + i * q_dim;
+        for (int64_t j = 0; j < q_dim; ++j) o[j] /= 1.0f + std::exp(-g[j]);
+      });
+    }
+    if (L.attn_post_norm != nullptr) {
+      kernels::matmul(a.att.data(), T, L.wo, L.bo, a.xb.data(), pool);
+      add_normed(L.attn_post_norm, a.xb.data(), T, pool);
+    } else {
+      kernels::matmul_add(a.att.data(), T, L.wo, L.bo, a.x.data(), pool);  // x += ...
+    }
+  }
+
+  // x += norm(y) row by row (the norms after attention and MLP of Gemma 2/3).
+  void add_normed(const float* y_norm, float* y, int64_t T, ThreadPool& pool) {
+    const int64_t dim = config_.dim;
+    transformer::for_rows(pool, T, [&](int64_t i) {
+      float* yi = y + i * dim;
+      kernels::rms_norm(yi, y_norm, config_.norm_eps, dim, yi);
+      kernels::add(act_.x.data() + i * dim, yi, dim);
+    });
+  }
+
+ private:
+  // An attention layer's output projection, biases, q/k norms and sinks.
+  void load_attention_rest(LlamaLayer& L, const std::string& p) {
+    const ModelConfig& c = config_;
+    WeightStore& w = weights_;
+    L.wo = w.matrix(p + "self_attn.o_proj.weight", c.dim, c.q_dim());
+    if (c.qkv_bias) {
+      L.bq = w.f32(p + "self_attn.q_proj.bias", {c.q_dim()});
+      L.bk = w.f32(p + "self_attn.k_proj.bias", {c.kv_dim()});
+      L.bv = w.f32(p + "self_attn.v_proj.bias", {c.kv_dim()});
+    }
+    if (c.o_bias) L.bo = w.f32(p + "self_attn.o_proj.bias", {c.dim});
+    if (c.qk_norm) {
+      L.q_norm = norm(p + "self_attn.q_norm.weight", c.qk_norm_full ? c.q_dim() : c.head_dim);
+      L.k_norm = norm(p + "self_attn.k_norm.weight", c.qk_norm_full ? c.kv_dim() : c.head_dim);
+    }
+    if (c.attn_sinks) L.sinks = w.f32(p + "self_attn.sinks", {c.n_heads});
+  }
+
   void load_experts(LlamaLayer& L, const std::string& p) {
     const ModelConfig& c = config_;
     WeightStore& w = weights_;
@@ -488,6 +540,11 @@ class LlamaModel final : public Model {
   std::vector<int64_t> slot_, moe_count_, moe_next_;
   std::vector<int32_t> moe_idx_;
   transformer::Activations act_;
+  // Qwen3-Next / Qwen3.5: the Gated DeltaNet layers, their scratch, the gated attention's
+  // q_proj output and gates.
+  std::deque<GatedDeltaNet> gdn_;
+  GatedDeltaNet::Scratch gdn_scratch_;
+  std::vector<float> qg_, gate_;
 };
 
 }  // namespace

@@ -52,6 +52,21 @@ void ModelConfig::validate(const std::string& source) const {
     positive(ssm_conv_kernel, "conv_kernel", 64);
     positive(ssm_dt_rank, "time_step_rank", 1 << 16);
   }
+  if (!layer_linear.empty()) {
+    if (static_cast<int64_t>(layer_linear.size()) != n_layers)
+      fail("{}: {} layer types for {} layers", source, layer_linear.size(), n_layers);
+    positive(lin_k_heads, "linear_num_key_heads", 4096);
+    positive(lin_v_heads, "linear_num_value_heads", 4096);
+    positive(lin_k_dim, "linear_key_head_dim", 4096);
+    positive(lin_v_dim, "linear_value_head_dim", 4096);
+    positive(ssm_conv_kernel, "linear_conv_kernel_dim", 64);
+    if (lin_v_heads % lin_k_heads != 0)
+      fail("{}: linear_num_value_heads ({}) is not a multiple of linear_num_key_heads ({})", source,
+           lin_v_heads, lin_k_heads);
+    if (ssm_state_floats() > (int64_t{1} << 28))
+      fail("{}: a Gated DeltaNet state of {} floats per layer is out of range", source,
+           ssm_state_floats());
+  }
   if (arch == Arch::kT5) {
     positive(n_encoder_layers, "num_layers (encoder)", 4096);
     positive(rel_buckets, "relative_attention_num_buckets", 4096);
@@ -696,10 +711,53 @@ ModelConfig parse_gpt_oss(const json& j, const std::string& source) {
   return c;
 }
 
+void parse_moe(ModelConfig& c, const json& j, const std::string& source, bool mixtral,
+               bool olmoe = false);
+
+// Qwen3-Next (Qwen3NextForCausalLM) and the Qwen3.5 text models (Qwen3_5ForCausalLM,
+// Qwen3_5MoeForCausalLM; transformers' modeling_qwen3_next.py and modular_qwen3_5.py): Gated
+// DeltaNet layers ("linear_attention" in layer_types, else every full_attention_interval-th layer
+// is "full_attention") beside gated attention (q and its gate from q_proj, per-head q/k RMSNorm,
+// partial rotary), every RMSNorm of the decoder zero-centered (1 + w), Qwen2-MoE's mixture with
+// its gated shared expert where the config has experts (dense MLPs otherwise). Qwen3.5's
+// multimodal RoPE (mrope_section) is plain RoPE for text, its three positions being the same.
+ModelConfig parse_qwen3_next(const json& j, const std::string& source, bool qwen3_5) {
+  ModelConfig c = parse_llama(j, source, false);
+  c.qk_norm = true;
+  c.norm_plus_one = true;
+  c.gated_attention = true;
+  c.split_linear_proj = qwen3_5;
+  c.lin_k_heads = get_int(j, "linear_num_key_heads", source);
+  c.lin_v_heads = get_int(j, "linear_num_value_heads", source);
+  c.lin_k_dim = get_int(j, "linear_key_head_dim", source);
+  c.lin_v_dim = get_int(j, "linear_value_head_dim", source);
+  c.ssm_conv_kernel = get_int_or(j, "linear_conv_kernel_dim", 4, source);
+  c.layer_linear.assign(static_cast<size_t>(std::max<int64_t>(c.n_layers, 0)), 0);
+  if (auto it = j.find("layer_types"); it != j.end() && !it->is_null()) {
+    if (!it->is_array() || static_cast<int64_t>(it->size()) != c.n_layers)
+      fail("{}: layer_types must list one type for each of the {} layers", source, c.n_layers);
+    for (size_t i = 0; i < it->size(); ++i) {
+      const json& t = (*it)[i];
+      if (!t.is_string() ||
+          (t.get<std::string>() != "linear_attention" && t.get<std::string>() != "full_attention"))
+        fail(ErrorKind::kUnsupported,
+             "{}: layer_types[{}] must be \"linear_attention\" or \"full_attention\"", source, i);
+      c.layer_linear[i] = t.get<std::string>() == "linear_attention";
+    }
+  } else {
+    const int64_t every = get_int_or(j, "full_attention_interval", 4, source);
+    if (every <= 0) fail("{}: full_attention_interval must be positive", source);
+    for (int64_t i = 0; i < c.n_layers; ++i) c.layer_linear[i] = (i + 1) % every != 0;
+  }
+  if (j.contains("num_experts") && !j["num_experts"].is_null() &&
+      get_int(j, "num_experts", source) > 0)
+    parse_moe(c, j, source, false);
+  return c;
+}
+
 // Mixtral, Qwen2-MoE, Qwen3-MoE: the Llama / Qwen block with a mixture of experts for the MLP.
 // OLMoE: Mixtral's routing (its norm_topk_prob, false in OLMoE's configs) under Qwen's names.
-void parse_moe(ModelConfig& c, const json& j, const std::string& source, bool mixtral,
-               bool olmoe = false) {
+void parse_moe(ModelConfig& c, const json& j, const std::string& source, bool mixtral, bool olmoe) {
   c.moe_names = mixtral ? ModelConfig::MoeNames::kMixtral : ModelConfig::MoeNames::kQwen;
   c.n_experts = get_int(j, mixtral ? "num_local_experts" : "num_experts", source);
   c.n_experts_used = get_int(j, "num_experts_per_tok", source);
@@ -784,6 +842,16 @@ ModelConfig parse_hf_config(const std::string& json_text, const std::string& sou
              (architecture.empty() && model_type == "gpt_oss")) {
     c = parse_gpt_oss(j, source);
     if (architecture.empty()) architecture = "GptOssForCausalLM";
+  } else if (architecture == "Qwen3NextForCausalLM" ||
+             (architecture.empty() && model_type == "qwen3_next")) {
+    c = parse_qwen3_next(j, source, false);
+    if (architecture.empty()) architecture = "Qwen3NextForCausalLM";
+  } else if (architecture == "Qwen3_5ForCausalLM" || architecture == "Qwen3_5MoeForCausalLM" ||
+             (architecture.empty() &&
+              (model_type == "qwen3_5_text" || model_type == "qwen3_5_moe_text"))) {
+    c = parse_qwen3_next(j, source, true);
+    if (architecture.empty())
+      architecture = c.n_experts > 0 ? "Qwen3_5MoeForCausalLM" : "Qwen3_5ForCausalLM";
   } else if (architecture == "OlmoeForCausalLM" ||
              (architecture.empty() && model_type == "olmoe")) {
     // OLMoE: Llama attention with one RMSNorm over the whole q and the whole k projection, a
@@ -855,7 +923,7 @@ ModelConfig parse_hf_config(const std::string& json_text, const std::string& sou
          "LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM, Qwen3ForCausalLM, "
          "Phi3ForCausalLM, GemmaForCausalLM, Gemma2ForCausalLM, Gemma3ForCausalLM, "
          "MixtralForCausalLM, Qwen2MoeForCausalLM, Qwen3MoeForCausalLM, OlmoeForCausalLM, "
-         "GptOssForCausalLM, "
+         "GptOssForCausalLM, Qwen3NextForCausalLM, Qwen3_5ForCausalLM, Qwen3_5MoeForCausalLM, "
          "GPTJForCausalLM, CodeGenForCausalLM, GPTNeoXForCausalLM, MambaForCausalLM, "
          "T5ForConditionalGeneration, BertModel, "
          "BertForSequenceClassification, RobertaModel, XLMRobertaModel, "

@@ -114,8 +114,36 @@ struct ModelConfig {
   bool ssm_proj_bias = false;  // use_bias: in_proj and out_proj biases
   // Floats of one layer's recurrent state: the convolution's last ssm_conv_kernel - 1 inputs and
   // the SSM state, per channel.
+  // Qwen3-Next's and Qwen3.5's Gated DeltaNet layers (with kLlama): the convolution's last inputs
+  // over its channels and each value head's [lin_k_dim, lin_v_dim] state.
   int64_t ssm_state_floats() const {
+    if (lin_v_heads > 0)
+      return (ssm_conv_kernel - 1) * lin_conv_channels() + lin_v_heads * lin_k_dim * lin_v_dim;
     return (ssm_conv_kernel - 1) * ssm_inner + ssm_inner * ssm_state;
+  }
+
+  // Hybrid linear attention (Qwen3-Next, Qwen3.5; arch kLlama): layers with layer_linear[l] are
+  // Gated DeltaNet layers (Yang et al. 2024): lin_k_heads key heads of lin_k_dim, each shared by
+  // lin_v_heads / lin_k_heads value heads of lin_v_dim, a causal depthwise convolution of
+  // ssm_conv_kernel taps over [q; k; v], the gated delta rule over a state per value head. Their
+  // context is that state (CacheKind::kRecurrent groups beside the attention layers' paged ones).
+  // split_linear_proj: Qwen3.5's in_proj_qkv / in_proj_z / in_proj_b / in_proj_a instead of
+  // Qwen3-Next's in_proj_qkvz / in_proj_ba grouped per key head. gated_attention: the attention
+  // layers' q_proj writes [q_h; gate_h] per head, the output times sigmoid(gate) before o_proj.
+  std::vector<uint8_t> layer_linear;
+  int64_t lin_k_heads = 0, lin_v_heads = 0, lin_k_dim = 0, lin_v_dim = 0;
+  bool split_linear_proj = false;
+  bool gated_attention = false;
+  bool is_linear(int64_t layer) const {
+    return !layer_linear.empty() && layer_linear[static_cast<size_t>(layer)] != 0;
+  }
+  bool hybrid() const {
+    for (uint8_t v : layer_linear)
+      if (v != 0) return true;
+    return false;
+  }
+  int64_t lin_conv_channels() const {
+    return 2 * lin_k_heads * lin_k_dim + lin_v_heads * lin_v_dim;
   }
 
   // T5 (arch kT5, an encoder-decoder): n_layers decoder blocks (self-attention, cross-attention

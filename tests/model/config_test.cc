@@ -372,6 +372,69 @@ TEST(CacheLayout, OneKindOfLayerIsOneGroup) {
   EXPECT_EQ(none.slot_of_layer, (std::vector<int32_t>{0, 1, 2, 3}));
 }
 
+// Qwen3-Next (issue 53): 48 layers, every fourth full attention; 36 Gated DeltaNet layers' states
+// in three recurrent groups of 12 beside one attention group of 12, and blocks sized so that an
+// attention block holds about a state's bytes.
+const char* kQwen3Next =
+    R"({"architectures":["Qwen3NextForCausalLM"],"hidden_size":2048,"intermediate_size":5120,
+  "num_hidden_layers":48,"num_attention_heads":16,"num_key_value_heads":2,"head_dim":256,
+  "vocab_size":151936,"max_position_embeddings":262144,"rms_norm_eps":1e-6,
+  "rope_theta":10000000,"partial_rotary_factor":0.25,"full_attention_interval":4,
+  "linear_num_key_heads":16,"linear_num_value_heads":32,"linear_key_head_dim":128,
+  "linear_value_head_dim":128,"linear_conv_kernel_dim":4,"num_experts":512,
+  "num_experts_per_tok":10,"moe_intermediate_size":512,"shared_expert_intermediate_size":512,
+  "norm_topk_prob":true,"decoder_sparse_step":1,"mlp_only_layers":[]})";
+
+TEST(ModelConfig, Qwen3NextHybridLayersAndTheirCacheGroups) {
+  const ModelConfig c = parse_hf_config(kQwen3Next, "config.json");
+  EXPECT_TRUE(c.hybrid());
+  EXPECT_TRUE(c.gated_attention && c.norm_plus_one && c.qk_norm && !c.split_linear_proj);
+  EXPECT_TRUE(c.is_linear(0) && c.is_linear(2) && !c.is_linear(3) && !c.is_linear(47));
+  EXPECT_EQ(c.rope.rot_dim, 64);
+  EXPECT_EQ(c.n_experts, 512);
+  EXPECT_EQ(c.shared_ffn_dim, 512);
+  // conv window 3 x (2 x 2048 + 4096) + 32 heads x 128 x 128
+  EXPECT_EQ(c.ssm_state_floats(), 3 * 8192 + 32 * 128 * 128);
+  const CacheLayout l = CacheLayout::for_model(c);
+  ASSERT_EQ(l.num_groups(), 4);
+  EXPECT_EQ(l.slots, 12);
+  EXPECT_EQ(l.groups[0].kind, CacheKind::kFullAttention);
+  EXPECT_EQ(l.groups[0].layers.front(), 3);
+  for (int g = 1; g < 4; ++g) EXPECT_EQ(l.groups[g].kind, CacheKind::kRecurrent);
+  // Never one group, even unseparated: a state and K/V cannot share a group.
+  EXPECT_EQ(CacheLayout::for_model(c, false).num_groups(), 4);
+  EXPECT_EQ(CacheLayout::single(c).num_groups(), 4);
+  // bf16 K/V: 2 x 512 x 2 bytes a token; a state of 2.2 MB takes 1,072 tokens, rounded up to 16.
+  const int bs = KvCache::block_size_for(c, l, 16, kernels::KvType::kBF16);
+  EXPECT_EQ(bs, 1072);
+  EXPECT_GE(static_cast<int64_t>(bs) * 2 * 512 * 2, c.ssm_state_floats() * 4);
+  // Attention alone keeps its 16.
+  EXPECT_EQ(KvCache::block_size_for(layered(4, {}, 0), CacheLayout::for_model(layered(4, {}, 0)),
+                                    16, kernels::KvType::kBF16),
+            16);
+  // Qwen3.5: the DeltaNet's projections apart, dense MLPs.
+  std::string q35 = kQwen3Next;
+  q35.replace(q35.find("Qwen3NextForCausalLM"), 20, "Qwen3_5ForCausalLM");
+  q35.replace(q35.find("\"num_experts\":512"), 17, "\"num_experts\":0");
+  const ModelConfig d = parse_hf_config(q35, "config.json");
+  EXPECT_TRUE(d.split_linear_proj);
+  EXPECT_EQ(d.n_experts, 0);
+}
+
+TEST(ModelConfig, Qwen3NextRefusesBadLinearFieldsByName) {
+  std::string bad = kQwen3Next;
+  bad.replace(bad.find("\"linear_num_value_heads\":32"), 27, "\"linear_num_value_heads\":24");
+  EXPECT_NE(error_of(bad).find("not a multiple of linear_num_key_heads"), std::string::npos)
+      << error_of(bad);
+  std::string types = kQwen3Next;
+  types.replace(types.find("\"full_attention_interval\":4"), 27,
+                "\"layer_types\":[\"linear_attention\",\"mamba\"]");
+  EXPECT_NE(error_of(types).find("layer_types"), std::string::npos) << error_of(types);
+  std::string missing = kQwen3Next;
+  missing.replace(missing.find("\"linear_key_head_dim\":128,"), 26, "");
+  EXPECT_NE(error_of(missing).find("linear_key_head_dim"), std::string::npos) << error_of(missing);
+}
+
 }  // namespace
 TEST(ModelConfig, CodeGenGptJAndNeoXParallelBlocks) {
   const std::string codegen = R"({"architectures":["CodeGenForCausalLM"],"model_type":"codegen",

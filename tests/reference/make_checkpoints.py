@@ -439,6 +439,24 @@ def _qwen3_next_config(dtype):
     }
 
 
+def _qwen3_5_config(dtype):
+    """A Qwen3.5 text model's config.json (modular_qwen3_5.py's Qwen3_5TextConfig, scaled down):
+    Qwen3-Next's layers with the DeltaNet's projections apart, dense MLPs, RoPE parameters in
+    rope_parameters with the multimodal sections (plain RoPE for text)."""
+    cfg = _qwen3_next_config(dtype)
+    for k in ("decoder_sparse_step", "mlp_only_layers", "moe_intermediate_size", "norm_topk_prob",
+              "num_experts", "num_experts_per_tok", "shared_expert_intermediate_size",
+              "partial_rotary_factor", "rope_theta", "rope_scaling"):
+        del cfg[k]
+    cfg.update(architectures=["Qwen3_5ForCausalLM"], model_type="qwen3_5_text",
+               layer_types=["linear_attention", "full_attention", "linear_attention",
+                            "full_attention"],
+               rope_parameters={"rope_type": "default", "rope_theta": 10000.0,
+                                "partial_rotary_factor": 0.25, "mrope_section": [2, 1, 1],
+                                "mrope_interleaved": True})
+    return cfg
+
+
 KINDS = {
     "gpt2": lambda dt: _gpt2_config(dt),
     "t5": lambda dt: _t5_config(dt, False),
@@ -460,6 +478,7 @@ KINDS = {
     "gpt_oss_float": lambda dt: _gpt_oss_config(dt, mxfp4=False),
     # Qwen3-Next (issue 53): Gated DeltaNet layers beside gated attention.
     "qwen3_next": lambda dt: _qwen3_next_config(dt),
+    "qwen3_5": lambda dt: _qwen3_5_config(dt),
     "jina": lambda dt: _jina_config(dt),
     "llama_gqa": lambda dt: _llama_config(dt, n_kv=2, tie=False, theta=10000.0),
     "llama_tied": lambda dt: _llama_config(dt, n_kv=6, tie=True, theta=500000.0, head_dim=12),
@@ -915,8 +934,14 @@ def _qwen3_next_weights(cfg, rng):
         w[p + "post_attention_layernorm.weight"] = zc(d)
         if kind == "linear_attention":
             a = p + "linear_attn."
-            w[a + "in_proj_qkvz.weight"] = _normal(rng, (2 * nk * dk + 2 * nv * dv, d), 2 * s)
-            w[a + "in_proj_ba.weight"] = _normal(rng, (2 * nv, d), 2 * s)
+            if cfg["model_type"] == "qwen3_5_text":
+                w[a + "in_proj_qkv.weight"] = _normal(rng, (2 * nk * dk + nv * dv, d), 2 * s)
+                w[a + "in_proj_z.weight"] = _normal(rng, (nv * dv, d), 2 * s)
+                w[a + "in_proj_b.weight"] = _normal(rng, (nv, d), 2 * s)
+                w[a + "in_proj_a.weight"] = _normal(rng, (nv, d), 2 * s)
+            else:
+                w[a + "in_proj_qkvz.weight"] = _normal(rng, (2 * nk * dk + 2 * nv * dv, d), 2 * s)
+                w[a + "in_proj_ba.weight"] = _normal(rng, (2 * nv, d), 2 * s)
             w[a + "conv1d.weight"] = _normal(rng, (2 * nk * dk + nv * dv, 1, K), 0.5)
             w[a + "dt_bias"] = (1.0 + _normal(rng, nv, 0.3)).astype(np.float32)
             w[a + "A_log"] = np.log(rng.uniform(1.0, 8.0, nv)).astype(np.float32)
@@ -1015,7 +1040,7 @@ def write_checkpoint(out_dir, kind, dtype="F32", sharded=False, seed=0, legacy_g
         w = _gptj_weights(cfg, rng)
     elif cfg["model_type"] == "gpt_oss":
         w = _gpt_oss_weights(cfg, rng)
-    elif cfg["model_type"] == "qwen3_next":
+    elif cfg["model_type"] in ("qwen3_next", "qwen3_5_text"):
         w = _qwen3_next_weights(cfg, rng)
     elif cfg.get("position_embedding_type") == "alibi":
         w = _jina_weights(cfg, rng)

@@ -363,6 +363,8 @@ _ARCHS = {
     "GPTNeoXForCausalLM": "gpt_neox",
     "GptOssForCausalLM": "gpt_oss",
     "Qwen3NextForCausalLM": "qwen3_next",
+    "Qwen3_5ForCausalLM": "qwen3_next",
+    "Qwen3_5MoeForCausalLM": "qwen3_next",
 }
 
 

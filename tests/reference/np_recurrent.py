@@ -94,7 +94,7 @@ class Qwen3Next:
         for i in range(n):
             p = "model.layers.%d." % i
             L = {k[len(p):]: _f(v) for k, v in w.items() if k.startswith(p) and ".experts." not in k}
-            L["moe"] = _moe_of(cfg, "qwen2_moe", w, p, i)
+            L["moe"] = _moe_of(cfg, "qwen2_moe", w, p, i) if cfg.get("num_experts") else None
             if L["moe"] is None:
                 L["mlp"] = tuple(_f(w[p + "mlp.%s.weight" % n]) for n in
                                  ("gate_proj", "up_proj", "down_proj"))
@@ -104,13 +104,22 @@ class Qwen3Next:
         T = h.shape[0]
         nk, nv, dk, dv = self.nk, self.nv, self.dk, self.dv
         r = nv // nk
-        qkvz = (h @ L["linear_attn.in_proj_qkvz.weight"].T).reshape(T, nk, 2 * dk + 2 * r * dv)
-        ba = (h @ L["linear_attn.in_proj_ba.weight"].T).reshape(T, nk, 2 * r)
-        q, k = qkvz[..., :dk], qkvz[..., dk:2 * dk]
-        v = qkvz[..., 2 * dk:2 * dk + r * dv].reshape(T, nv * dv)
-        z = qkvz[..., 2 * dk + r * dv:].reshape(T, nv, dv)
-        b, a = ba[..., :r].reshape(T, nv), ba[..., r:].reshape(T, nv)
-        x = np.concatenate([q.reshape(T, nk * dk), k.reshape(T, nk * dk), v], axis=1)
+        if "linear_attn.in_proj_qkv.weight" in L:
+            # Qwen3.5 (modular_qwen3_5.py): [q; k; v] whole, z, b and a from projections of
+            # their own.
+            x = h @ L["linear_attn.in_proj_qkv.weight"].T
+            z = (h @ L["linear_attn.in_proj_z.weight"].T).reshape(T, nv, dv)
+            b = h @ L["linear_attn.in_proj_b.weight"].T
+            a = h @ L["linear_attn.in_proj_a.weight"].T
+        else:
+            qkvz = (h @ L["linear_attn.in_proj_qkvz.weight"].T).reshape(
+                T, nk, 2 * dk + 2 * r * dv)
+            ba = (h @ L["linear_attn.in_proj_ba.weight"].T).reshape(T, nk, 2 * r)
+            q, k = qkvz[..., :dk], qkvz[..., dk:2 * dk]
+            v = qkvz[..., 2 * dk:2 * dk + r * dv].reshape(T, nv * dv)
+            z = qkvz[..., 2 * dk + r * dv:].reshape(T, nv, dv)
+            b, a = ba[..., :r].reshape(T, nv), ba[..., r:].reshape(T, nv)
+            x = np.concatenate([q.reshape(T, nk * dk), k.reshape(T, nk * dk), v], axis=1)
         wc = L["linear_attn.conv1d.weight"].reshape(x.shape[1], self.kernel)
         xp = np.concatenate([np.zeros((self.kernel - 1, x.shape[1]), dtype=F), x])
         conv = sum(xp[j:j + T] * wc[:, j] for j in range(self.kernel))

@@ -24,12 +24,14 @@ import make_checkpoints
 
 KINDS = ("llama31", "llama_longrope", "mistral_window", "qwen3", "phi3",
          "gemma", "gemma2", "gemma3", "mixtral", "qwen2moe", "qwen3moe", "olmoe", "mamba",
-         "codegen", "gpt_neox", "gpt_oss")
+         "codegen", "gpt_neox", "gpt_oss", "qwen3_next")
 TIMEOUT_S = 600
 # Architectures whose sliding-window layers sit beside global ones (cache groups of each kind).
 SLIDING_BESIDE_GLOBAL = ("gemma2", "gemma3", "gpt_oss")
 # Architectures that keep a recurrent state instead of K/V (one block per sequence).
 RECURRENT = ("mamba",)
+# Recurrent-state layers beside attention layers (a paged group and recurrent groups).
+HYBRID = ("qwen3_next",)
 
 
 def write_vocab(path, n):
@@ -144,6 +146,14 @@ class EngineArchitectures(unittest.TestCase):
                     self.assertEqual(st["preemptions"], 0, kind)
                     self.assertEqual(st["prefix_hits"], 0, kind)
                     self.assertEqual(st["window_releases"], 0, kind)
+                elif kind in HYBRID:
+                    # Gated DeltaNet layers' state blocks beside the attention layer's paged ones
+                    # (issue 53): sequences grow in the attention group, so this cache preempts
+                    # (recomputing from position 0 restarts the state); nothing is found in the
+                    # prefix cache (the state after a prefix is not kept), nothing is released.
+                    self.assertGreater(st["preemptions"], 0, kind + ": the cache must force preemption")
+                    self.assertEqual(st["prefix_hits"], 0, kind)
+                    self.assertEqual(st["window_releases"], 0, kind)
                 else:
                     # Where every layer attends to everything, nothing may go.
                     self.assertEqual(st["window_releases"], 0, kind)
@@ -152,7 +162,7 @@ class EngineArchitectures(unittest.TestCase):
                 alone = [self.run_job(model, [requests[i]], 1, "64MiB")[0] for i in range(8)]
                 for i in range(8):
                     self.assertEqual(batched[i], alone[i], "%s request %d" % (kind, i))
-                if kind in RECURRENT:
+                if kind in RECURRENT or kind in HYBRID:
                     # n > 1 shares the prompt's state and copies it on the first write.
                     forked = self.run_job(model, [dict(requests[0], n=3)], 1, "64MiB", n=3)
                     self.assertEqual(forked, [alone[0]] * 3, kind + ": n=3 greedy")

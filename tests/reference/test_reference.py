@@ -73,6 +73,26 @@ def _random_batch(seed, lengths, vocab, n_decode=N_DECODE):
     return prompts, decode
 
 
+class _env:
+    """Sets (value) or removes (None) an environment variable for a with-block."""
+
+    def __init__(self, name, value):
+        self.name, self.value = name, value
+
+    def __enter__(self):
+        self.old = os.environ.get(self.name)
+        if self.value is None:
+            os.environ.pop(self.name, None)
+        else:
+            os.environ[self.name] = self.value
+
+    def __exit__(self, *exc):
+        if self.old is None:
+            os.environ.pop(self.name, None)
+        else:
+            os.environ[self.name] = self.old
+
+
 class _Checkpoints:
     """Random checkpoints written once per run, with their numpy models."""
 
@@ -389,6 +409,33 @@ class SlidingWindowsAndGemma(_LongPrompts):
         self.check_logits(path, model, prompts, decode)
         self.check_greedy(path, model, [prompts[0][:7]])
 
+    def test_qwen3_next_gated_deltanet_beside_gated_attention(self):
+        # Issue 53: three Gated DeltaNet layers (recurrent state carried from the prefill through
+        # the decode steps, grouped value heads) and a gated attention layer (partial rotary,
+        # zero-centered q/k norms), experts with a gated shared expert, a dense layer. Runs of 8
+        # or more tokens take the chunkwise form, shorter ones (decode) the recurrent one;
+        # either form alone must give the same logits.
+        path, model = _CKPTS.get("qwen3_next")
+        prompts, decode = _random_batch(1, (5, 20, 1, 100), model.vocab_size)
+        for form in (None, "recurrent", "chunked"):
+            with self.subTest(form=form or "default"):
+                with _env("TOKENFLOW_GDN_FORM", form):
+                    self.check_logits(path, model, prompts, decode)
+
+    def test_qwen3_next_greedy_and_bf16(self):
+        path, model = _CKPTS.get("qwen3_next")
+        self.check_greedy(path, model, [[5, 17, 300, 42, 7, 9, 11, 13], [999]], n=64)
+        path, model = _CKPTS.get("qwen3_next", "BF16", True)
+        prompts, decode = _random_batch(2, self.LENGTHS, model.vocab_size)
+        self.check_logits(path, model, prompts, decode)
+
+    def test_qwen3_5_split_projections(self):
+        # Qwen3.5's text model: the DeltaNet's projections apart, dense MLPs, rope_parameters
+        # with multimodal sections (plain RoPE for text), alternating layer types.
+        self._run("qwen3_5")
+        path, model = _CKPTS.get("qwen3_5")
+        self.check_greedy(path, model, [[5, 17, 300, 42], [999]], n=64)
+
     def test_gemma(self):
         self._run("gemma")
 
@@ -594,12 +641,25 @@ class NumpySelfCheck(unittest.TestCase):
                         w["gpt_neox.layers.0.attention.query_key_value.weight"].shape, (3 * d, d))
                     self.assertEqual(w["embed_out.weight"].shape, (cfg["vocab_size"], d))
                     continue
-                if cfg["model_type"] == "qwen3_next":
-                    conv = (2 * cfg["linear_num_key_heads"] * cfg["linear_key_head_dim"] +
-                            cfg["linear_num_value_heads"] * cfg["linear_value_head_dim"])
-                    self.assertEqual(w["model.layers.0.linear_attn.conv1d.weight"].shape,
-                                     (conv, 1, cfg["linear_conv_kernel_dim"]))
-                    self.assertIn("model.layers.3.self_attn.q_norm.weight", w)
+                if cfg["model_type"] in ("qwen3_next", "qwen3_5_text"):
+                    nk, dk = cfg["linear_num_key_heads"], cfg["linear_key_head_dim"]
+                    nv, dv = cfg["linear_num_value_heads"], cfg["linear_value_head_dim"]
+                    a = "model.layers.0.linear_attn."
+                    self.assertEqual(w[a + "conv1d.weight"].shape,
+                                     (2 * nk * dk + nv * dv, 1, cfg["linear_conv_kernel_dim"]))
+                    if cfg["model_type"] == "qwen3_5_text":  # the projections apart
+                        self.assertEqual(w[a + "in_proj_qkv.weight"].shape,
+                                         (2 * nk * dk + nv * dv, cfg["hidden_size"]))
+                        self.assertEqual(w[a + "in_proj_z.weight"].shape, (nv * dv, cfg["hidden_size"]))
+                    else:  # grouped per key head
+                        self.assertEqual(w[a + "in_proj_qkvz.weight"].shape,
+                                         (2 * nk * dk + 2 * nv * dv, cfg["hidden_size"]))
+                    full = cfg["layer_types"].index("full_attention")
+                    q = "model.layers.%d.self_attn." % full
+                    self.assertIn(q + "q_norm.weight", w)
+                    hd = cfg["head_dim"]  # q_proj writes each head's query and its gate
+                    self.assertEqual(w[q + "q_proj.weight"].shape,
+                                     (2 * cfg["num_attention_heads"] * hd, cfg["hidden_size"]))
                     continue
                 if cfg["model_type"] == "gpt_oss":
                     E, I, d = cfg["num_local_experts"], cfg["intermediate_size"], cfg["hidden_size"]

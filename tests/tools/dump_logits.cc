@@ -14,6 +14,7 @@
 
 #include "core/error.h"
 #include "core/thread_pool.h"
+#include "model/kv_cache.h"
 #include "model/model.h"
 #include "sampling/sampler.h"
 
@@ -79,17 +80,31 @@ int run(int argc, char** argv) {
   for (const auto& p : prompts)
     max_len = std::max<int64_t>(max_len, static_cast<int64_t>(p.size()) + steps);
   const int64_t per_seq = (max_len + bs - 1) / bs;
-  tf::KvCache kv(cfg, per_seq * static_cast<int64_t>(B), bs,
+  // Every group of the layout (a hybrid's attention and recurrent layers) gets its own blocks.
+  const tf::CacheLayout layout = tf::CacheLayout::single(cfg);
+  const int64_t n_groups = static_cast<int64_t>(layout.groups.size());
+  const int64_t group_blocks = per_seq * static_cast<int64_t>(B);
+  tf::KvCache kv(cfg, layout, group_blocks * n_groups, bs,
                  tf::kernels::parse_kv_type(kv_dtype.c_str()));
-  // Interleave the sequences' blocks so that a wrong block table reads another sequence's keys.
-  std::vector<Ids> tables(B, Ids(per_seq));
-  for (int64_t b = 0; b < per_seq; ++b) {
-    for (size_t s = 0; s < B; ++s) tables[s][b] = static_cast<int32_t>(b * B + (B - 1 - s));
+  // Interleave the sequences' and the groups' blocks so that a wrong block table (or a group
+  // that reaches past its block) reads another sequence's keys or another layer's state.
+  std::vector<std::vector<Ids>> tables(n_groups, std::vector<Ids>(B, Ids(per_seq)));
+  for (int64_t g = 0; g < n_groups; ++g) {
+    for (int64_t b = 0; b < per_seq; ++b) {
+      for (size_t s = 0; s < B; ++s)
+        tables[g][s][b] = static_cast<int32_t>(
+            (b * static_cast<int64_t>(B) + static_cast<int64_t>(B - 1 - s)) * n_groups +
+            (n_groups - 1 - g));
+    }
   }
+  std::vector<std::vector<Ids>> group_tables(B);  // groups 1.. of each sequence
+  for (size_t s = 0; s < B; ++s)
+    for (int64_t g = 1; g < n_groups; ++g) group_tables[s].push_back(tables[g][s]);
 
   std::vector<float> all;
   std::vector<tf::SequenceChunk> batch(B);
-  for (size_t s = 0; s < B; ++s) batch[s] = {prompts[s], 0, tables[s], greedy < 0};
+  for (size_t s = 0; s < B; ++s)
+    batch[s] = {prompts[s], 0, tables[0][s], greedy < 0, group_tables[s]};
   std::vector<float> logits(static_cast<size_t>(tf::Model::logit_rows(batch) * cfg.vocab_size));
   model->forward(batch, kv, logits.data(), pool);
   all.insert(all.end(), logits.begin(), logits.end());
@@ -107,7 +122,8 @@ int run(int argc, char** argv) {
       } else {
         inputs[s] = {decode[s][step]};
       }
-      batch[s] = {inputs[s], static_cast<int64_t>(prompts[s].size() + step), tables[s], false};
+      batch[s] = {inputs[s], static_cast<int64_t>(prompts[s].size() + step), tables[0][s], false,
+                  group_tables[s]};
     }
     if (greedy >= 0 && step + 1 == steps) break;  // the last token needs no forward pass
     logits.resize(B * cfg.vocab_size);
