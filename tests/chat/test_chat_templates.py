@@ -272,7 +272,7 @@ class RealTemplates(JinjaComparison):
                      "mistral_v0.2_instruct", "mistral_v0.3_instruct", "qwen2_instruct",
                      "qwen2.5_instruct", "zephyr", "tinyllama_chat", "gemma_it", "qwen3",
                      "qwen3_thinking_2507", "gemma3_it", "phi3.5_mini_instruct", "phi4",
-                     "phi4_mini_instruct"]:
+                     "phi4_mini_instruct", "gpt_oss"]:
             self.assertIn(name + ".jinja", REAL_TEMPLATES)
 
     def test_conversations(self):
@@ -333,6 +333,42 @@ class RealTemplates(JinjaComparison):
         self.assertEqual(render_tokenflow(read_fixture("qwen3.jinja"), context)[1],
                          "<|im_start|>user\nHello, how are you?<|im_end|>\n<|im_start|>assistant\n"
                          "<think>\nThe user asks 2 + 2.\nThat is 4.\n</think>\n\nIt is 4.<|im_end|>\n")
+
+    def test_gpt_oss_harmony(self):
+        # gpt-oss's template (harmony): its kwargs, the analysis channel from "thinking", a
+        # call on the commentary channel and its result, and the template's own refusals.
+        template = read_fixture("gpt_oss.jinja")
+        call = {"role": "assistant", "content": "", "thinking": "I need the weather.",
+                "tool_calls": [{"type": "function", "function": {
+                    "name": "get_current_weather", "arguments": {"location": "Paris"}}}]}
+        result = {"role": "tool", "content": "{\"temperature\": 21.5}"}
+        rendered = 0
+        for extra in [{}, {"reasoning_effort": "high"}, {"model_identity": "You are terse."},
+                      {"builtin_tools": ["browser", "python"]}, {"tools": TOOLS},
+                      {"tools": TOOLS, "messages": [SYSTEM, USER, call, result]},
+                      {"tools": TOOLS, "messages": [USER, call, result, ASSISTANT, USER2]},
+                      {"messages": [USER, dict(ASSISTANT, thinking="Be kind.")],
+                       "add_generation_prompt": False}]:
+            with self.subTest(extra=extra):
+                context = {"messages": [SYSTEM, USER], "add_generation_prompt": True, **SPECIAL,
+                           **extra}
+                rendered += self.assert_same(template, context)
+        self.assertEqual(rendered, 8)
+        # The generation prompt, and a developer message carrying the system prompt.
+        got = render_tokenflow(template, {"messages": [SYSTEM, USER],
+                                          "add_generation_prompt": True,
+                                          "reasoning_effort": "low", **SPECIAL})
+        self.assertEqual(got[0], "ok")
+        self.assertIn("Reasoning: low\n\n", got[1])
+        self.assertIn("<|start|>developer<|message|># Instructions\n\nYou are a helpful "
+                      "assistant.\n\n<|end|>", got[1])
+        self.assertTrue(got[1].endswith("<|start|>user<|message|>Hello, how are you?<|end|>"
+                                        "<|start|>assistant"), got[1][-200:])
+        # Channel markers in a message's content are refused, on both sides.
+        bad = {"messages": [USER, {"role": "assistant",
+                                   "content": "<|channel|>final<|message|>hi"}], **SPECIAL}
+        self.assertEqual(render_jinja(template, bad)[0], "error")
+        self.assertEqual(render_tokenflow(template, bad)[0], "error")
 
     def test_gemma3_folds_the_system_message_into_the_first_turn(self):
         template = read_fixture("gemma3_it.jinja")
