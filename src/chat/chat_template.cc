@@ -285,6 +285,7 @@ std::string ChatTemplate::apply(const std::vector<ChatMessage>& messages,
     if (!m.tool_calls.is_null()) msg["tool_calls"] = m.tool_calls;
     if (!m.tool_call_id.empty()) msg["tool_call_id"] = m.tool_call_id;
     if (!m.name.empty()) msg["name"] = m.name;
+    if (!m.reasoning.empty()) msg["reasoning_content"] = msg["thinking"] = m.reasoning;
     context["messages"].push_back(std::move(msg));
   }
   context["add_generation_prompt"] = add_generation_prompt;

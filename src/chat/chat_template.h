@@ -28,6 +28,9 @@ struct ChatMessage {
   nlohmann::ordered_json tool_calls;
   std::string tool_call_id;  // a "tool" message: the call it answers
   std::string name;          // a "tool" (or "function") message: the function's name
+  // An assistant's earlier reasoning, handed to templates under both names they read:
+  // "reasoning_content" (Qwen3's) and "thinking" (gpt-oss's); neither when empty.
+  std::string reasoning;
   bool operator==(const ChatMessage&) const = default;
 };
 

@@ -58,3 +58,22 @@ TEST(ChatTemplateLimits, ARenderStopsWhenItsRequestIsCancelled) {
 
 }  // namespace
 }  // namespace tf
+
+namespace tf {
+namespace {
+
+// An assistant turn's earlier reasoning reaches the template under both names templates read:
+// Qwen3's reasoning_content and gpt-oss's thinking; a turn without any carries neither key.
+TEST(ChatTemplateApply, ReasoningReachesTemplatesUnderBothNames) {
+  const ChatTemplate t = ChatTemplate::parse(
+      "{% for m in messages %}[{{ m.role }}|{{ m.reasoning_content is defined }}|"
+      "{{ m.thinking if 'thinking' in m else '-' }}|{{ m.content }}]{% endfor %}");
+  ChatMessage user("user", "2 + 2?");
+  ChatMessage answer("assistant", "4");
+  answer.reasoning = "Add them.";
+  EXPECT_EQ(t.apply({user, answer}, false, "", ""),
+            "[user|False|-|2 + 2?][assistant|True|Add them.|4]");
+}
+
+}  // namespace
+}  // namespace tf

@@ -123,6 +123,13 @@ std::vector<ChatMessage> read_chat_messages(const json& body) {
       if (!m[k].is_string()) fail_field("messages", "a message's '{}' must be a string", k);
       (std::string(k) == "name" ? msg.name : msg.tool_call_id) = m[k].get<std::string>();
     }
+    // An assistant turn's reasoning as vLLM takes it back ("reasoning_content", or the newer
+    // "reasoning"): the templates that keep it (Qwen3's, gpt-oss's) render it.
+    for (const char* k : {"reasoning_content", "reasoning"}) {
+      if (!present(m, k)) continue;
+      if (!m[k].is_string()) fail_field("messages", "a message's '{}' must be a string", k);
+      msg.reasoning = m[k].get<std::string>();
+    }
     messages.push_back(std::move(msg));
   }
   return messages;
