@@ -13,18 +13,9 @@
 namespace tf {
 namespace {
 
-float sigmoid(float v) {
-  return 1.0f / (1.0f + std::exp(-v));
-}
-
-float silu(float v) {
-  return v / (1.0f + std::exp(-v));
-}
-
-// PyTorch's softplus (beta 1, threshold 20).
-float softplus(float v) {
-  return v > 20.0f ? v : std::log1p(std::exp(v));
-}
+using transformer::sigmoid;
+using transformer::silu;
+using transformer::softplus;
 
 // Runs of at least this many tokens of one sequence take the chunkwise form (shorter ones, decode
 // steps above all, the recurrent one). TOKENFLOW_GDN_FORM=recurrent or chunked forces one form

@@ -230,7 +230,7 @@ class LlamaModel final : public Model {
       transformer::for_rows(pool, T, [&](int64_t i) {
         float* o = a.att.data() + i * q_dim;
         const float* g = gate_.data() + i * q_dim;
-        for (int64_t j = 0; j < q_dim; ++j) o[j] /= 1.0f + std::exp(-g[j]);
+        for (int64_t j = 0; j < q_dim; ++j) o[j] *= transformer::sigmoid(g[j]);
       });
     }
     if (L.attn_post_norm != nullptr) {
@@ -251,7 +251,6 @@ class LlamaModel final : public Model {
     });
   }
 
- private:
   // An attention layer's output projection, biases, q/k norms and sinks.
   void load_attention_rest(LlamaLayer& L, const std::string& p) {
     const ModelConfig& c = config_;

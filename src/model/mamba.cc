@@ -26,14 +26,8 @@ struct MambaLayer {
   kernels::WeightMatrix out_proj;  // [dim, inner]
 };
 
-float silu(float v) {
-  return v / (1.0f + std::exp(-v));
-}
-
-// PyTorch's softplus (beta 1, threshold 20), as transformers' slow path applies it.
-float softplus(float v) {
-  return v > 20.0f ? v : std::log1p(std::exp(v));
-}
+using transformer::silu;
+using transformer::softplus;
 
 class MambaModel final : public Model {
  public:

@@ -2,6 +2,7 @@
 // Pieces shared by the decoder-only architectures: scratch buffers, row-parallel loops, writing
 // K/V into the paged cache, attention over a ragged batch, and the LM head.
 
+#include <cmath>
 #include <cstdint>
 #include <span>
 #include <vector>
@@ -11,6 +12,18 @@
 #include "model/model.h"
 
 namespace tf::transformer {
+
+// Scalar activations of the recurrent layers (Mamba, Gated DeltaNet), as PyTorch computes them.
+inline float sigmoid(float v) {
+  return 1.0f / (1.0f + std::exp(-v));
+}
+inline float silu(float v) {
+  return v / (1.0f + std::exp(-v));
+}
+// PyTorch's softplus (beta 1, threshold 20).
+inline float softplus(float v) {
+  return v > 20.0f ? v : std::log1p(std::exp(v));
+}
 
 // Grows v to at least n floats (scratch buffers only grow: steady state allocates nothing).
 void grow(std::vector<float>& v, int64_t n);
