@@ -5,7 +5,11 @@
 
 #include <nlohmann/json.hpp>
 
+#include "core/error.h"
 #include "core/random_id.h"
+#include "sampling/grammar.h"
+#include "sampling/json_schema.h"
+#include "sampling/regex_grammar.h"
 
 namespace tf {
 namespace {
@@ -157,6 +161,38 @@ HarmonySplit split_messages(const std::vector<HarmonyMessage>& msgs,
 }
 
 }  // namespace
+
+namespace {
+
+// One analysis message before the constrained part, ending where the next header begins.
+constexpr std::string_view kAnalysisGbnf =
+    "harmony-analysis ::= <|channel|> \"analysis\" <|message|> harmony-thought <|end|> <|start|> "
+    "\"assistant\"\n"
+    "harmony-thought ::= .*\n";
+
+}  // namespace
+
+std::string harmony_call_grammar(const std::vector<std::string>& names,
+                                 const std::vector<nlohmann::ordered_json>& parameters) {
+  if (names.empty() || names.size() != parameters.size())
+    fail("harmony_call_grammar: no tool to call");
+  std::string root = "root ::= harmony-analysis? <|channel|> \"commentary to=functions.\" (";
+  std::string rules;
+  for (size_t i = 0; i < names.size(); ++i) {
+    const std::string prefix = fmt::format("tool{}-", i);
+    root +=
+        fmt::format("{}{} harmony-args {}root", i ? " | " : " ", gbnf_literal(names[i]), prefix);
+    rules += gbnf_prefix_rules(json_schema_to_gbnf(parameters[i]), prefix);
+  }
+  root += " )\n";
+  return root + "harmony-args ::= \" \" <|constrain|>? \"json\" <|message|>\n" +
+         std::string(kAnalysisGbnf) + rules;
+}
+
+std::string harmony_final_grammar(const std::string& gbnf) {
+  return "root ::= harmony-analysis? <|channel|> \"final\" <|message|> out-root\n" +
+         std::string(kAnalysisGbnf) + gbnf_prefix_rules(gbnf, "out-");
+}
 
 HarmonySplit split_harmony(std::string_view text, const std::vector<std::string>& names) {
   return split_messages(parse_harmony(text), names, false);

@@ -13,6 +13,8 @@
 #include <string_view>
 #include <vector>
 
+#include <nlohmann/json.hpp>
+
 #include "chat/tool_calls.h"
 
 namespace tf {
@@ -40,6 +42,17 @@ struct HarmonySplit {
   std::vector<ToolCall> calls;
 };
 HarmonySplit split_harmony(std::string_view text, const std::vector<std::string>& names);
+
+// Grammars (GBNF with harmony's markers as token elements, sampling/grammar.h) that hold a
+// harmony answer to a shape, each allowing one analysis message first (the model's thought):
+// harmony_call_grammar: one call of one of `names` (its arguments held to the matching schema
+// in `parameters`) on the commentary channel, as
+//   <|channel|>commentary to=functions.NAME <|constrain|>json<|message|>ARGUMENTS
+// (the model's end, <|call|>, ends the turn); harmony_final_grammar: the final channel's body
+// held to `gbnf` (a response_format's grammar).
+std::string harmony_call_grammar(const std::vector<std::string>& names,
+                                 const std::vector<nlohmann::ordered_json>& parameters);
+std::string harmony_final_grammar(const std::string& gbnf);
 
 // The same split as the output streams: each push returns the reasoning and content that have
 // settled (a marker cut across pushes is held until it is whole); finish() returns the rest and

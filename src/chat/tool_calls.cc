@@ -332,6 +332,16 @@ ParsedToolOutput parse_tool_calls(std::string_view text, ToolFormat format,
 }
 
 std::string tool_call_grammar(const ToolRequest& tools, ToolFormat format) {
+  if (format == ToolFormat::kHarmony) {  // a call is a message header of special tokens
+    std::vector<std::string> names;
+    std::vector<ojson> parameters;
+    for (size_t i = 0; i < tools.names.size(); ++i) {
+      if (tools.choice == ToolRequest::kNamed && tools.names[i] != tools.named) continue;
+      names.push_back(tools.names[i]);
+      parameters.push_back(tools.parameters[i]);
+    }
+    return harmony_call_grammar(names, parameters);
+  }
   // One schema for a call object: {"name": const, "arguments": the tool's parameters}, as a
   // choice over the tools (or the named one alone).
   const char* args_key = format == ToolFormat::kLlama3Json ? "parameters" : "arguments";
@@ -369,8 +379,8 @@ std::string tool_call_grammar(const ToolRequest& tools, ToolFormat format) {
       top = tools.parallel ? "root ::= \"[\" tool-call-json (\",\" tool-call-json)* \"]\"\n"
                            : "root ::= \"[\" tool-call-json \"]\"\n";
       break;
-    case ToolFormat::kHarmony:  // its calls are headers of special tokens (the planner refuses)
-      fail(ErrorKind::kUnsupported, "forced tool calls in the harmony format are not supported");
+    case ToolFormat::kHarmony:  // above
+      break;
   }
   return top + gbnf;
 }

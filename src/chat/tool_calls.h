@@ -70,8 +70,9 @@ ParsedToolOutput parse_tool_calls(std::string_view text, ToolFormat format,
 
 // GBNF for tool_choice "required" or a named function: one call (or, with parallel tool calls,
 // one or more) in the format, each {"name": N, "arguments": A} with A valid for N's schema.
-// The format's special-token markers (<|python_tag|>, [TOOL_CALLS]) are left out: a grammar
-// spells bytes, and parse_tool_calls reads the calls without them.
+// The format's special-token markers (<|python_tag|>, [TOOL_CALLS]) are left out: parse_tool_calls
+// reads the calls without them. Harmony's calls are headers of special tokens, which its grammar
+// holds as token elements (harmony_call_grammar: one call, after the model's thought).
 std::string tool_call_grammar(const ToolRequest& tools, ToolFormat format);
 
 // Streaming: text is passed on as content until a call may have begun; from there it is held,

@@ -47,7 +47,7 @@ void ModelInstance::start_engine(const EngineConfig& config, bool ids_only) {
 
 std::shared_ptr<const GrammarVocab> ModelInstance::grammar_vocab() const {
   std::call_once(grammar_vocab_once_, [this] {
-    if (tok()) grammar_vocab_ = std::make_shared<const GrammarVocab>(tok()->vocabulary_bytes());
+    if (tok()) grammar_vocab_ = GrammarVocab::of(*tok());
   });
   return grammar_vocab_;
 }

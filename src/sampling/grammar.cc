@@ -3,12 +3,14 @@
 #include <time.h>
 
 #include <algorithm>
+#include <cctype>
 #include <cmath>
 #include <functional>
 #include <map>
 #include <set>
 
 #include "core/error.h"
+#include "tokenizer/tokenizer.h"
 #include "tokenizer/unicode.h"
 
 namespace tf {
@@ -53,9 +55,16 @@ GrammarElement ref(uint32_t rule) {
   return e;
 }
 
+GrammarElement token(uint32_t id) {
+  GrammarElement e;
+  e.kind = GrammarElement::kToken;
+  e.rule = id;
+  return e;
+}
+
 class Parser {
  public:
-  explicit Parser(std::string_view text) : s_(text) {}
+  Parser(std::string_view text, const GrammarVocab* vocab) : s_(text), vocab_(vocab) {}
 
   Grammar parse() {
     if (s_.size() > kMaxText) fail(ErrorKind::kInvalidArgument, "grammar: longer than 1 MiB");
@@ -290,6 +299,13 @@ class Parser {
         seq.push_back(chars({}, true));  // any code point
         count(1);
         have_last = true;
+      } else if (c == '<') {
+        last_start = seq.size();
+        seq.push_back(token(parse_token()));
+        count(1);
+        have_last = true;
+      } else if (c == '!' && i_ + 1 < s_.size() && s_[i_ + 1] == '<') {
+        error("negated tokens ('!<...>') are not supported");
       } else if (name_char(c)) {
         const std::string ref_name = parse_name();
         last_start = seq.size();
@@ -350,6 +366,40 @@ class Parser {
       }
     }
     return seq;
+  }
+
+  // A token reference at '<': `<[ID]>` or `<TEXT>` (a special token's whole text).
+  uint32_t parse_token() {
+    const size_t start = i_;
+    if (s_.compare(i_, 2, "<[") == 0) {
+      i_ += 2;
+      uint64_t id = 0;
+      const size_t digits = i_;
+      while (!at_end() && peek() >= '0' && peek() <= '9') {
+        id = id * 10 + static_cast<uint64_t>(peek() - '0');
+        ++i_;
+        if (id > 0xFFFFFFFFu) error("a token id beyond 2^32");
+      }
+      if (i_ == digits || s_.compare(i_, 2, "]>") != 0) error("expected '<[ID]>' (a token id)");
+      i_ += 2;
+      if (vocab_ != nullptr && id >= vocab_->bytes.size()) {
+        i_ = start;
+        error(fmt::format("token id {} is outside the vocabulary (0..{})", id,
+                          vocab_->bytes.size() - 1));
+      }
+      return static_cast<uint32_t>(id);
+    }
+    const size_t close = s_.find('>', i_ + 1);
+    const size_t eol = s_.find('\n', i_);
+    if (close == std::string_view::npos || close > eol || close == i_ + 1)
+      error("an unterminated token reference (expected '<TEXT>' or '<[ID]>')");
+    const std::string_view text = s_.substr(i_, close + 1 - i_);
+    if (vocab_ == nullptr) error("a token reference by text needs the model's vocabulary");
+    const auto it = vocab_->special.find(text);
+    if (it == vocab_->special.end())
+      error(fmt::format("'{}' is not a special token of this model's vocabulary", text));
+    i_ = close + 1;
+    return it->second;
   }
 
   uint32_t parse_count() {
@@ -438,6 +488,7 @@ class Parser {
   }
 
   std::string_view s_;
+  const GrammarVocab* vocab_;
   size_t i_ = 0;
   size_t elements_ = 0;
   Grammar g_;
@@ -447,6 +498,7 @@ class Parser {
 };
 
 bool matches(const GrammarElement& e, uint32_t cp) {
+  if (e.kind != GrammarElement::kChars) return false;  // a token element takes no text
   bool in = false;
   for (const auto& [lo, hi] : e.ranges)
     if (cp >= lo && cp <= hi) in = true;
@@ -455,6 +507,7 @@ bool matches(const GrammarElement& e, uint32_t cp) {
 
 // Whether any code point in [lo, hi] matches.
 bool matches_any(const GrammarElement& e, uint32_t lo, uint32_t hi) {
+  if (e.kind != GrammarElement::kChars) return false;
   if (!e.negated) {
     for (const auto& [a, b] : e.ranges)
       if (a <= hi && b >= lo) return true;
@@ -506,8 +559,42 @@ void GrammarDeadline::check() {
        d->what_);
 }
 
-Grammar parse_gbnf(std::string_view text) {
-  return Parser(text).parse();
+std::string gbnf_prefix_rules(std::string_view g, std::string_view prefix) {
+  auto name_char = [](char c) {
+    return std::isalnum(static_cast<unsigned char>(c)) || c == '-' || c == '_';
+  };
+  std::string out;
+  out.reserve(g.size() * 5 / 4);
+  for (size_t i = 0; i < g.size();) {
+    const char c = g[i];
+    // What holds no rule names, copied as it is: literals, classes (escapes inside), token
+    // references, repetition counts, comments.
+    const char close = c == '"' ? '"' : c == '[' ? ']' : c == '<' ? '>' : c == '{' ? '}' : '\0';
+    if (close != '\0' || c == '#') {
+      const size_t start = i++;
+      while (i < g.size() && (c == '#' ? g[i] != '\n' : g[i] != close)) {
+        if (g[i] == '\\' && c != '#' && c != '<') ++i;
+        ++i;
+      }
+      if (c != '#' && i < g.size()) ++i;
+      out.append(g.substr(start, std::min(i, g.size()) - start));
+      continue;
+    }
+    if (name_char(c)) {
+      const size_t start = i;
+      while (i < g.size() && name_char(g[i])) ++i;
+      out += prefix;
+      out.append(g.substr(start, i - start));
+      continue;
+    }
+    out += c;
+    ++i;
+  }
+  return out;
+}
+
+Grammar parse_gbnf(std::string_view text, const GrammarVocab* vocab) {
+  return Parser(text, vocab).parse();
 }
 
 GrammarMatcher::GrammarMatcher(const Grammar& grammar) : grammar_(&grammar) {
@@ -532,7 +619,7 @@ void GrammarMatcher::expand(Stack stack, std::vector<Stack>& out, int depth) con
       continue;
     }
     const GrammarElement& e = alt[top.elem];
-    if (e.kind == GrammarElement::kChars) {
+    if (e.kind != GrammarElement::kRule) {  // a character or a token: what comes next
       out.push_back(std::move(stack));
       return;
     }
@@ -579,6 +666,46 @@ bool GrammarMatcher::accept(std::string_view bytes) {
   if (!advance(bytes, next)) return false;
   *this = std::move(next);
   return true;
+}
+
+bool GrammarMatcher::accept_token(uint32_t id, std::string_view bytes) {
+  if (pending_left_ > 0) return !bytes.empty() && accept(bytes);  // half a character: bytes only
+  std::vector<Stack> next;
+  for (const Stack& s : stacks_) {
+    if (s.empty()) continue;
+    const Pos top = s.back();
+    const GrammarElement& e = grammar_->rules[top.rule][top.alt][top.elem];
+    if (e.kind != GrammarElement::kToken || e.rule != id) continue;
+    Stack moved = s;
+    ++moved.back().elem;
+    expand(std::move(moved), next, 0);
+  }
+  GrammarMatcher by_bytes(grammar_);
+  const bool as_text = !bytes.empty() && advance(bytes, by_bytes);
+  if (next.empty() && !as_text) return false;
+  if (as_text) {
+    if (next.empty()) {
+      *this = std::move(by_bytes);
+      return true;
+    }
+    if (by_bytes.pending_left_ > 0) return false;  // ways that disagree on a half character
+    next.insert(next.end(), by_bytes.stacks_.begin(), by_bytes.stacks_.end());
+  }
+  stacks_ = dedupe(std::move(next));
+  return true;
+}
+
+std::vector<uint32_t> GrammarMatcher::expected_tokens() const {
+  std::vector<uint32_t> ids;
+  if (pending_left_ > 0) return ids;
+  for (const Stack& s : stacks_) {
+    if (s.empty()) continue;
+    const GrammarElement& e = grammar_->rules[s.back().rule][s.back().alt][s.back().elem];
+    if (e.kind == GrammarElement::kToken) ids.push_back(e.rule);
+  }
+  std::sort(ids.begin(), ids.end());
+  ids.erase(std::unique(ids.begin(), ids.end()), ids.end());
+  return ids;
 }
 
 bool GrammarMatcher::advance(std::string_view bytes, GrammarMatcher& out) const {
@@ -776,12 +903,24 @@ std::vector<bool> GrammarMatcher::allowed(const TokenTrie& trie) const {
     for (uint32_t t : trie.nodes_[node].ends) out[t] = true;
     return true;
   });
+  for (uint32_t t : expected_tokens())
+    if (t < out.size()) out[t] = true;
   return out;
 }
 
 }  // namespace tf
 
 namespace tf {
+
+std::shared_ptr<const GrammarVocab> GrammarVocab::of(const Tokenizer& tokenizer) {
+  std::map<std::string, uint32_t, std::less<>> special;
+  for (int32_t id = 0; id < tokenizer.vocab_size(); ++id)
+    if (tokenizer.is_special(id)) {
+      std::string text = tokenizer.id_to_piece(id);
+      if (!text.empty()) special.emplace(std::move(text), static_cast<uint32_t>(id));
+    }
+  return std::make_shared<const GrammarVocab>(tokenizer.vocabulary_bytes(), std::move(special));
+}
 
 std::shared_ptr<const CompiledGrammar> GrammarVocab::compile(const std::string& gbnf) const {
   {
@@ -793,7 +932,7 @@ std::shared_ptr<const CompiledGrammar> GrammarVocab::compile(const std::string& 
       }
     }
   }
-  Grammar parsed = parse_gbnf(gbnf);
+  Grammar parsed = parse_gbnf(gbnf, this);
   check_ambiguity(parsed);
   auto g = std::make_shared<const CompiledGrammar>(std::move(parsed), *this);
   std::lock_guard lock(mu_);
@@ -892,6 +1031,9 @@ std::shared_ptr<const CompiledGrammar::ContextMask> CompiledGrammar::context_mas
 std::vector<uint64_t> CompiledGrammar::mask(const GrammarMatcher& matcher) const {
   const size_t n = vocab_->trie.tokens();
   std::vector<uint64_t> bits((n + 63) / 64, 0);
+  // The tokens that token elements expect, whatever their bytes.
+  for (uint32_t t : matcher.expected_tokens())
+    if (t < n) bits[t / 64] |= uint64_t{1} << (t % 64);
   auto walk_all = [&] {
     // One walk with every stack (and a pending character's bytes) at once.
     GrammarMatcher::walk(vocab_->trie, matcher, [&](uint32_t node, const GrammarMatcher&) {

@@ -10,6 +10,11 @@
 // "literals" (escapes \n \r \t \\ \" \[ \] \xHH \uHHHH \UHHHHHHHH), [character classes]
 // (ranges, ^ negation), `.` (any character), rule names, ( groups ), each optionally followed
 // by *, +, ?, {m}, {m,} or {m,n}; `#` comments. Errors name the line and column.
+// Tokens as llama.cpp's GBNF writes them (its token references of Dec 2025): `<[ID]>` is the
+// token of that id, `<TEXT>` the special token whose text is <TEXT> ("<|message|>"), each one
+// whole token of the output, never its text spelled by other tokens (a special token decodes to
+// no grammar bytes at all). `<TEXT>` needs the vocabulary (GrammarVocab::compile); the negated
+// form `!<...>` is refused.
 
 #include <chrono>
 #include <cstdint>
@@ -25,10 +30,10 @@
 namespace tf {
 
 struct GrammarElement {
-  enum Kind : uint8_t { kChars, kRule } kind = kChars;
+  enum Kind : uint8_t { kChars, kRule, kToken } kind = kChars;
   bool negated = false;                               // kChars: any code point not in ranges
   std::vector<std::pair<uint32_t, uint32_t>> ranges;  // kChars: inclusive code point ranges
-  uint32_t rule = 0;                                  // kRule: the rule's index
+  uint32_t rule = 0;                                  // kRule: the rule's index; kToken: its id
 };
 
 struct Grammar {
@@ -42,10 +47,19 @@ struct Grammar {
 // in GBNF: what a JSON-only output (response_format json_object) is held to.
 extern const char* const kJsonGbnf;
 
+struct GrammarVocab;
+class Tokenizer;
+
 // Parses GBNF; throws Error (kInvalidArgument) naming the line and column of the first problem:
 // syntax, an undefined rule, no `root`, left recursion (which a recognizer cannot follow), or a
 // grammar larger than the limits (64k rules, 1 MiB of text, repetition counts above 1000).
-Grammar parse_gbnf(std::string_view text);
+// vocab: where token references are resolved and held to (an id past the vocabulary, a text
+// no special token has); without one `<TEXT>` is refused and `<[ID]>` taken as written.
+Grammar parse_gbnf(std::string_view text, const GrammarVocab* vocab = nullptr);
+
+// The same grammar with every rule renamed prefix + name ("root" becomes prefix + "root"), so
+// that grammars made apart (a tool's arguments each) can be joined in one text.
+std::string gbnf_prefix_rules(std::string_view gbnf, std::string_view prefix);
 
 // A cheap look for exponential ambiguity when a grammar is compiled (GrammarVocab::compile):
 // follows it for up to 16 characters, each time taking the character that leaves the most ways
@@ -86,7 +100,13 @@ class CompiledGrammar;
 struct GrammarVocab {
   std::vector<std::string> bytes;  // per token id; empty for special tokens
   TokenTrie trie;
-  explicit GrammarVocab(std::vector<std::string> b) : bytes(std::move(b)), trie(bytes) {}
+  std::map<std::string, uint32_t, std::less<>> special;  // a special token's text -> its id
+  explicit GrammarVocab(std::vector<std::string> b,
+                        std::map<std::string, uint32_t, std::less<>> s = {})
+      : bytes(std::move(b)), trie(bytes), special(std::move(s)) {}
+  // A tokenizer's: every token's bytes (Tokenizer::vocabulary_bytes) and its special tokens by
+  // their text.
+  static std::shared_ptr<const GrammarVocab> of(const Tokenizer& tokenizer);
 
   // The grammar of this GBNF text compiled against this vocabulary: from the cache (the 32
   // most recently used), or parsed now (parse_gbnf's and check_ambiguity's errors).
@@ -146,6 +166,11 @@ class GrammarMatcher {
   // true and the state advanced, or false and the state unchanged. A multi-byte UTF-8 character
   // may arrive in several calls.
   bool accept(std::string_view bytes);
+  // Takes token `id` whose text is `bytes` (empty for a special token): as a token element the
+  // grammar expects now, or as its bytes; the ways of both are kept.
+  bool accept_token(uint32_t id, std::string_view bytes);
+  // The ids token elements expect now (ascending).
+  std::vector<uint32_t> expected_tokens() const;
   // Whether the text so far is a whole sentence (the grammar allows stopping here).
   bool can_end() const;
   // Whether nothing at all can follow (a sentence that cannot be extended).

@@ -330,9 +330,11 @@ void SequenceSampler::advance(StepOutput& out) {
                                        token) != params_.stop_token_ids.end();
   if (grammar_ && !is_eos && !is_stop_token &&
       static_cast<size_t>(token) < params_.grammar_vocab->bytes.size()) {
-    // The mask let only tokens the grammar takes through.
-    within_budget(
-        [&] { grammar_->accept(params_.grammar_vocab->bytes[static_cast<size_t>(token)]); });
+    // The mask let only tokens the grammar takes through (as text, or as a token element).
+    within_budget([&] {
+      grammar_->accept_token(static_cast<uint32_t>(token),
+                             params_.grammar_vocab->bytes[static_cast<size_t>(token)]);
+    });
   }
   if (is_eos || is_stop_token) {
     // The ending token's own text is not shown (it is usually special anyway).

@@ -9,6 +9,8 @@
 
 #include "chat/harmony.h"
 #include "chat/output_stream.h"
+#include "chat/tool_calls.h"
+#include "sampling/grammar.h"
 
 namespace tf {
 namespace {
@@ -130,6 +132,86 @@ TEST(Harmony, ChatAnswersOfAHarmonyModel) {
   EXPECT_EQ(content, "");
   ASSERT_EQ(calls.size(), 1u);
   EXPECT_EQ(calls[0].arguments, "{\"location\":\"San Francisco\"}");
+}
+
+// Forced calls: the grammar takes the format description's call (its thought first, or none)
+// for the right tool's arguments only, through the special tokens themselves, and the split of
+// what it took is that call.
+TEST(Harmony, ForcedCallGrammarTakesOneCallOfAnOfferedTool) {
+  const std::vector<std::string> specials = {"<|channel|>", "<|message|>", "<|end|>", "<|start|>",
+                                             "<|constrain|>"};
+  std::vector<std::string> bytes;
+  std::map<std::string, uint32_t, std::less<>> ids;
+  for (const std::string& s : specials) {
+    ids[s] = static_cast<uint32_t>(bytes.size());
+    bytes.push_back("");
+  }
+  for (int c = 0x20; c < 0x7F; ++c) bytes.push_back(std::string(1, static_cast<char>(c)));
+  const GrammarVocab vocab(bytes, ids);
+  ToolRequest tools;
+  tools.names = {"get_weather", "get"};
+  tools.parameters = {
+      {{"type", "object"},
+       {"properties", {{"location", {{"type", "string"}}}}},
+       {"required", {"location"}}},
+      {{"type", "object"}, {"properties", {{"n", {{"type", "integer"}}}}}, {"required", {"n"}}}};
+  tools.choice = ToolRequest::kRequired;
+  const auto g = vocab.compile(tool_call_grammar(tools, ToolFormat::kHarmony));
+  // Feeds harmony text: its markers as their tokens, the rest a character at a time.
+  auto feed = [&](const std::string& text) {
+    GrammarMatcher m(g->grammar());
+    for (size_t i = 0; i < text.size();) {
+      bool ok = false;
+      size_t len = 1;
+      if (text[i] == '<' && text.compare(i, 2, "<|") == 0) {
+        len = text.find("|>", i) + 2 - i;
+        const uint32_t id = ids.at(text.substr(i, len));
+        ok = g->allowed(m)[id] && m.accept_token(id, "");
+      } else {
+        ok = m.accept_token(static_cast<uint32_t>(specials.size()) + (text[i] - 0x20),
+                            text.substr(i, 1));
+      }
+      if (!ok) return false;
+      i += len;
+    }
+    return m.must_end();
+  };
+  const std::string call =
+      "<|channel|>commentary to=functions.get_weather <|constrain|>json<|message|>"
+      "{\"location\":\"San Francisco\"}";
+  EXPECT_TRUE(feed(call));
+  EXPECT_TRUE(
+      feed("<|channel|>analysis<|message|>Need to use function get_weather.<|end|>"
+           "<|start|>assistant" +
+           call));
+  EXPECT_TRUE(feed("<|channel|>commentary to=functions.get json<|message|>{\"n\":3}"));
+  EXPECT_FALSE(feed("<|channel|>commentary to=functions.get json<|message|>{\"location\":\"x\"}"));
+  EXPECT_FALSE(feed("<|channel|>commentary to=functions.put json<|message|>{\"n\":3}"));
+  EXPECT_FALSE(feed("<|channel|>final<|message|>{\"n\":3}"));
+  // The tokens spelled as text are not the markers.
+  GrammarMatcher m(g->grammar());
+  EXPECT_FALSE(m.accept("<|channel|>"));
+  const HarmonySplit s = split_harmony(call, tools.names);
+  ASSERT_EQ(s.calls.size(), 1u);
+  EXPECT_EQ(s.calls[0].name, "get_weather");
+  EXPECT_EQ(s.calls[0].arguments, "{\"location\":\"San Francisco\"}");
+
+  tools.choice = ToolRequest::kNamed;  // a named function: only its calls
+  tools.named = "get";
+  const auto named = vocab.compile(tool_call_grammar(tools, ToolFormat::kHarmony));
+  GrammarMatcher n(named->grammar());
+  ASSERT_TRUE(n.accept_token(ids.at("<|channel|>"), ""));
+  EXPECT_TRUE(GrammarMatcher(n).accept("commentary to=functions.get "));
+  EXPECT_FALSE(GrammarMatcher(n).accept("commentary to=functions.get_"));
+
+  // A response format: the final channel's body.
+  const auto fin = vocab.compile(harmony_final_grammar("root ::= \"yes\" | \"no\"\n"));
+  GrammarMatcher f(fin->grammar());
+  ASSERT_TRUE(f.accept_token(ids.at("<|channel|>"), ""));
+  ASSERT_TRUE(f.accept("final"));
+  ASSERT_TRUE(f.accept_token(ids.at("<|message|>"), ""));
+  ASSERT_TRUE(f.accept("no"));
+  EXPECT_TRUE(f.must_end());
 }
 
 }  // namespace

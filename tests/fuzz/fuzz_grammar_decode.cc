@@ -1,5 +1,6 @@
 // Fuzz target (issue 49): a grammar, a JSON schema or a regex (the input's first byte picks
-// which; the text runs to the first NUL) compiled against a small vocabulary and driven through
+// which; the text runs to the first NUL) compiled against a small vocabulary (special tokens
+// among it, for <[ID]> and <TEXT> references) and driven through
 // at most 32 decoding steps, each token chosen among those the mask allows by the input's
 // remaining bytes, every step under a budget as the engine sets one. Checked: the mask equals
 // the token-by-token answer (GrammarMatcher::allowed over the same trie), a token the mask
@@ -26,16 +27,19 @@ namespace {
 // Single bytes (ASCII, and UTF-8 lead and continuation bytes), JSON-ish pieces and multi-byte
 // characters: tokens that span several grammar symbols or part of one character.
 const tf::GrammarVocab& vocab() {
-  static const tf::GrammarVocab v([] {
-    std::vector<std::string> t = {""};
-    for (int c = 0x20; c < 0x7F; ++c) t.push_back(std::string(1, static_cast<char>(c)));
-    for (const char* s :
-         {"\n",  "\t",  "\xC3",  "\xA9", "\xE2\x82", "\xAC",  "é",    "€",  "\xF0\x9F\x98\x80",
-          "{\"", "\":", "\",\"", "\"}",  "true",     "false", "null", "12", "-0.",
-          "e+",  "ab",  "abc",   " the", "\\n",      "\\u00", "[]",   "{}", ", "})
-      t.emplace_back(s);
-    return t;
-  }());
+  // Ids 0..2 are special (no bytes), the last two named for <TEXT> references.
+  static const tf::GrammarVocab v(
+      [] {
+        std::vector<std::string> t = {"", "", ""};
+        for (int c = 0x20; c < 0x7F; ++c) t.push_back(std::string(1, static_cast<char>(c)));
+        for (const char* s :
+             {"\n",  "\t",  "\xC3",  "\xA9", "\xE2\x82", "\xAC",  "é",    "€",  "\xF0\x9F\x98\x80",
+              "{\"", "\":", "\",\"", "\"}",  "true",     "false", "null", "12", "-0.",
+              "e+",  "ab",  "abc",   " the", "\\n",      "\\u00", "[]",   "{}", ", "})
+          t.emplace_back(s);
+        return t;
+      }(),
+      {{"<|end|>", 1}, {"<|call|>", 2}});
   return v;
 }
 
@@ -87,7 +91,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       if (allowed.empty()) break;
       const uint8_t pick = step < choices.size() ? static_cast<uint8_t>(choices[step]) : 0;
       const uint32_t t = allowed[pick % allowed.size()];
-      check(m.accept(v.bytes[t]), "an allowed token was refused", gbnf);
+      check(m.accept_token(t, v.bytes[t]), "an allowed token was refused", gbnf);
     }
   } catch (const tf::Error&) {
   }

@@ -272,5 +272,83 @@ TEST(Grammar, ErrorsNameWhatAndWhere) {
   EXPECT_NE(error_of("root ::= [z-a]\n").find("backwards"), std::string::npos);
 }
 
+// Token references (llama.cpp's <[ID]> and <TEXT>): a special token is taken only as itself,
+// never spelled by the text tokens that write its characters; masks hold its bit exactly where
+// the grammar expects it; a token reference beside a half-written character waits for the
+// character's bytes.
+TEST(Grammar, TokenReferencesTakeWholeTokensOnly) {
+  // 0..3 text tokens, 4 "<|end|>" and 5 "<|call|>" special (no bytes).
+  const GrammarVocab vocab({"a", "<|", "end|>", "\xC3", "", ""}, {{"<|end|>", 4}, {"<|call|>", 5}});
+  const auto compiled = vocab.compile("root ::= \"a\"+ <|end|> [\u00e9a] <[5]>\n");
+  const Grammar& g = compiled->grammar();
+  auto allowed = [&](const GrammarMatcher& m) {
+    std::vector<bool> a = compiled->allowed(m);
+    EXPECT_EQ(a, m.allowed(vocab.trie));  // cached masks = one walk, token bits included
+    return a;
+  };
+  GrammarMatcher m(g);
+  EXPECT_EQ(allowed(m), (std::vector<bool>{true, false, false, false, false, false}));
+  ASSERT_TRUE(m.accept_token(0, "a"));
+  EXPECT_EQ(allowed(m), (std::vector<bool>{true, false, false, false, true, false}));
+  EXPECT_FALSE(m.can_end());
+  {
+    GrammarMatcher spelled = m;  // "<|" "end|>" as text is not the token
+    EXPECT_FALSE(spelled.accept_token(1, "<|"));
+    EXPECT_FALSE(spelled.accept_token(5, ""));  // another special token
+  }
+  ASSERT_TRUE(m.accept_token(4, ""));
+  EXPECT_EQ(m.expected_tokens(), std::vector<uint32_t>{});
+  // "\xC3" starts "é": half a character, then its second byte; a token waits meanwhile.
+  ASSERT_TRUE(m.accept_token(3, "\xC3"));
+  EXPECT_FALSE(m.accept_token(5, ""));
+  EXPECT_EQ(allowed(m), (std::vector<bool>(6, false)));  // no token holds "\xA9" alone
+  ASSERT_TRUE(m.accept("\xA9"));
+  EXPECT_EQ(m.expected_tokens(), std::vector<uint32_t>{5});
+  EXPECT_EQ(allowed(m), (std::vector<bool>{false, false, false, false, false, true}));
+  ASSERT_TRUE(m.accept_token(5, ""));
+  EXPECT_TRUE(m.must_end());
+
+  // A token element and text at one place: both ways are followed.
+  const auto both = vocab.compile("root ::= (<[0]> \"x\" | \"a\" \"y\")\n");
+  GrammarMatcher b(both->grammar());
+  ASSERT_TRUE(b.accept_token(0, "a"));
+  EXPECT_TRUE(GrammarMatcher(b).accept("x"));
+  EXPECT_TRUE(GrammarMatcher(b).accept("y"));
+}
+
+TEST(Grammar, TokenReferenceErrors) {
+  const GrammarVocab vocab({"a", ""}, {{"<|end|>", 1}});
+  auto compile_error = [&](const std::string& gbnf) {
+    try {
+      vocab.compile(gbnf);
+    } catch (const Error& e) {
+      return std::string(e.what());
+    }
+    return std::string();
+  };
+  EXPECT_NE(compile_error("root ::= <|nope|>\n").find("'<|nope|>' is not a special token"),
+            std::string::npos);
+  EXPECT_NE(compile_error("root ::= <[2]>\n").find("token id 2 is outside the vocabulary (0..1)"),
+            std::string::npos);
+  EXPECT_NE(compile_error("root ::= !<|end|>\n").find("negated tokens"), std::string::npos);
+  EXPECT_NE(compile_error("root ::= <|end\n").find("unterminated token reference"),
+            std::string::npos);
+  EXPECT_NE(compile_error("root ::= <[x]>\n").find("expected '<[ID]>'"), std::string::npos);
+  EXPECT_NE(error_of("root ::= <|end|>\n").find("needs the model's vocabulary"), std::string::npos);
+  EXPECT_EQ(error_of("root ::= <[7]>\n"), "");  // by id, taken as written without a vocabulary
+}
+
+TEST(Grammar, PrefixedRulesJoinGrammarsMadeApart) {
+  const std::string a = "root ::= item (\",\" item)*\nitem ::= [a-z]{1,3} \"#\\\"root\" <|end|>\n";
+  const std::string renamed = gbnf_prefix_rules(a, "t0-");
+  EXPECT_EQ(renamed,
+            "t0-root ::= t0-item (\",\" t0-item)*\nt0-item ::= [a-z]{1,3} \"#\\\"root\" <|end|>\n");
+  const GrammarVocab vocab({"x", ""}, {{"<|end|>", 1}});
+  const auto joined = vocab.compile("root ::= t0-root | t1-root\n" + renamed +
+                                    gbnf_prefix_rules("root ::= \"z\"\n", "t1-"));
+  GrammarMatcher m(joined->grammar());
+  EXPECT_TRUE(m.accept("ab#\"root"));
+}
+
 }  // namespace
 }  // namespace tf

@@ -435,6 +435,141 @@ class ReasoningTest(ServerCase):
         check_calls(self, ch["message"])
 
 
+HARMONY_SPECIALS = ["<|return|>", "<|constrain|>", "<|channel|>", "<|start|>", "<|end|>",
+                    "<|message|>", "<|call|>"]
+
+
+def gpt_oss_like_model():
+    """A random 2-layer GPT-2-shaped model whose vocabulary is GPT-2's plus harmony's special
+    tokens (ids 50257..), shipped with gpt-oss's chat template and its end ids (<|return|>,
+    <|call|>) in generation_config.json: what a gpt-oss checkpoint gives the chat layer.
+    Returns (directory, {special text: id})."""
+    n = 50257 + len(HARMONY_SPECIALS)
+    d = tempfile.mkdtemp(prefix="tf_harmony_")
+    cfg = make_checkpoints._scaled(make_checkpoints._gpt2_config("F32"), vocab_size=n,
+                                   bos_token_id=50256, eos_token_id=50256, n_ctx=2048,
+                                   n_positions=2048, n_layer=2)
+    w = make_checkpoints._gpt2_weights(cfg, np.random.default_rng(7), False)
+    with open(os.path.join(d, "config.json"), "w") as f:
+        json.dump(cfg, f)
+    safetensors_io.save(os.path.join(d, "model.safetensors"), w, "F32")
+    with open(os.path.join(SHARED, "tokenizers", "gpt2", "tokenizer.json")) as f:
+        tok = json.load(f)
+    ids = {t: 50257 + i for i, t in enumerate(HARMONY_SPECIALS)}
+    for t, i in ids.items():
+        tok["added_tokens"].append({"id": i, "special": True, "content": t, "single_word": False,
+                                    "lstrip": False, "rstrip": False, "normalized": False})
+    with open(os.path.join(d, "tokenizer.json"), "w") as f:
+        json.dump(tok, f)
+    with open(os.path.join(HERE, "..", "chat", "chat_templates", "gpt_oss.jinja")) as f:
+        template = f.read()
+    with open(os.path.join(d, "tokenizer_config.json"), "w") as f:
+        json.dump({"chat_template": template, "eos_token": "<|return|>"}, f)
+    with open(os.path.join(d, "generation_config.json"), "w") as f:
+        json.dump({"eos_token_id": [ids["<|return|>"], ids["<|call|>"]]}, f)
+    return d, ids
+
+
+class HarmonyTest(ServerCase):
+    """gpt-oss's harmony format end to end (its template, its special tokens): forced calls are
+    decoded under a grammar whose call header is harmony's special tokens (token elements), so
+    a random model's answer is a call whatever its weights; the answer is split by channel
+    (analysis -> reasoning_content, final -> content, commentary to=functions.X -> tool_calls),
+    whole and streamed. A random model lingers in its analysis channel: a bias on <|end|> makes
+    the thought short where the grammar lets the model write one."""
+
+    @classmethod
+    def setUpClass(cls):
+        cls.dir, cls.ids = gpt_oss_like_model()
+        cls.model_dir, cls.model_flags = cls.dir, ("--model", cls.dir)
+        super().setUpClass()
+
+    def post(self, body, status=200):
+        s, b, text, _ = self.c.post("/v1/chat/completions", body)
+        self.assertEqual(s, status, text)
+        return b
+
+    def chat(self, **kw):
+        # (gpt-oss's template writes every tool's description: jinja2 fails without one too.)
+        tools = [WEATHER, {"type": "function",
+                           "function": dict(ADD["function"], description="Adds two numbers")}]
+        return dict({"messages": [{"role": "user", "content": "What is the weather in Paris?"}],
+                     "max_tokens": 300, "tools": tools,
+                     "logit_bias": {str(self.ids["<|end|>"]): 60}}, **kw)
+
+    def test_required_and_named_calls(self):
+        for seed, temperature in ((1, 0.0), (2, 0.8), (3, 1.3)):
+            b = self.post(self.chat(tool_choice="required", temperature=temperature, seed=seed,
+                                    n=2))
+            for ch in b["choices"]:
+                self.assertEqual(ch["finish_reason"], "tool_calls", ch)
+                self.assertEqual(len(check_calls(self, ch["message"])), 1)
+        b = self.post(self.chat(tool_choice={"type": "function", "function": {"name": "add"}},
+                                temperature=1.0, seed=4))
+        check_calls(self, b["choices"][0]["message"], names=["add"])
+
+    def test_a_call_streams_as_it_is_answered_whole(self):
+        body = self.chat(tool_choice="required", temperature=0.9, seed=6)
+        once = self.post(body)["choices"][0]
+        head, raw = self.c.raw_stream("/v1/chat/completions", dict(body, stream=True))
+        calls, content, reasoning, finish = {}, "", "", None
+        for e in sse_events(raw):
+            for ch in e.get("choices", []):
+                d = ch["delta"]
+                content += d.get("content") or ""
+                reasoning += d.get("reasoning_content") or ""
+                for tc in d.get("tool_calls", []):
+                    slot = calls.setdefault(tc["index"], {"name": "", "arguments": ""})
+                    slot["name"] += tc["function"].get("name", "")
+                    slot["arguments"] += tc["function"].get("arguments", "")
+                finish = ch["finish_reason"] or finish
+        self.assertEqual(finish, "tool_calls")
+        self.assertEqual(content, "")
+        self.assertEqual(reasoning, once["message"].get("reasoning_content") or "")
+        want = [(c["function"]["name"], json.loads(c["function"]["arguments"]))
+                for c in once["message"]["tool_calls"]]
+        self.assertEqual([(s["name"], json.loads(s["arguments"])) for _, s in sorted(calls.items())],
+                         want)
+
+    def test_channels_split_into_reasoning_and_content(self):
+        # A grammar with harmony's markers as token references writes both channels.
+        gbnf = ('root ::= <|channel|> "analysis" <|message|> [a-z ]{1,30} <|end|> <|start|> '
+                '"assistant" <|channel|> "final" <|message|> [a-z ]{1,30}')
+        body = {"messages": [{"role": "user", "content": "Why is the sky blue?"}],
+                "max_tokens": 120, "temperature": 1.0, "seed": 2, "n": 2, "guided_grammar": gbnf}
+        once = self.post(body)
+        for ch in once["choices"]:
+            self.assertRegex(ch["message"]["reasoning_content"], r"^[a-z ]+$")
+            self.assertRegex(ch["message"]["content"], r"^[a-z ]+$")
+            self.assertNotIn("<|", ch["message"]["content"])
+        head, raw = self.c.raw_stream("/v1/chat/completions", dict(body, stream=True))
+        reasoning, content = ["", ""], ["", ""]
+        for e in sse_events(raw):
+            for ch in e.get("choices", []):
+                reasoning[ch["index"]] += ch["delta"].get("reasoning_content") or ""
+                content[ch["index"]] += ch["delta"].get("content") or ""
+        self.assertEqual(reasoning, [c["message"]["reasoning_content"] for c in once["choices"]])
+        self.assertEqual(content, [c["message"]["content"] for c in once["choices"]])
+
+    def test_a_response_format_is_the_final_channel(self):
+        schema = SCHEMAS["add"]
+        b = self.post({"messages": [{"role": "user", "content": "Two numbers"}],
+                       "max_tokens": 200, "temperature": 0.7, "seed": 5,
+                       "logit_bias": {str(self.ids["<|end|>"]): 60},
+                       "response_format": {"type": "json_schema",
+                                           "json_schema": {"name": "n", "schema": schema}}})
+        m = b["choices"][0]["message"]
+        jsonschema.validate(json.loads(m["content"]), schema)
+
+    def test_token_references_are_checked(self):
+        for gbnf, what in (('root ::= <|nope|> "a"', "not a special token"),
+                           ('root ::= <[999999]> "a"', "outside the vocabulary"),
+                           ('root ::= !<|end|> "a"', "not supported")):
+            b = self.post({"messages": [{"role": "user", "content": "x"}], "max_tokens": 4,
+                           "guided_grammar": gbnf}, status=400)
+            self.assertIn(what, b["error"]["message"])
+
+
 class HermesToolsTest(ToolsTest):
     """The same through the hermes format (Qwen2.5 / Qwen3 / Hermes): the constrained output
     is <tool_call> blocks, parsed back into the same shape."""

@@ -80,11 +80,6 @@ GenerationPlan plan_request(
       if (harmony) {
         p.params.skip_special_tokens = false;
         p.tool_format = ToolFormat::kHarmony;
-        if (req.tools.forced())
-          throw HttpError(400,
-                          "'tool_choice' \"required\" or a named function is not supported yet "
-                          "for this model's harmony format; use \"auto\"",
-                          "", "tool_choice");
       }
       if (chat->reasons()) {
         p.reasoning = true;
@@ -115,12 +110,17 @@ GenerationPlan plan_request(
     const std::string field = tool ? "tool_choice" : req.output.field;
     if (p.params.beam_search())
       throw HttpError(400, fmt::format("'{}' with beam search is not supported", field), "", field);
-    const std::string gbnf =
-        tool ? tool_call_grammar(req.tools, p.tool_format) : output_grammar(req.output);
+    // Harmony's constrained part is a message of its own (the call's header, or the final
+    // channel's answer), after the thought the model may write first. A GBNF grammar is the
+    // whole output, as llama.cpp's: it names the channels' markers as tokens (<|channel|>).
+    const bool in_final =
+        p.tool_format == ToolFormat::kHarmony && req.output.kind != OutputConstraint::kGrammar;
+    const std::string gbnf = tool       ? tool_call_grammar(req.tools, p.tool_format)
+                             : in_final ? harmony_final_grammar(output_grammar(req.output))
+                                        : output_grammar(req.output);
     if (grammar_vocab) p.params.grammar_vocab = grammar_vocab();
     if (!p.params.grammar_vocab && tokenizer.tokenizer)
-      p.params.grammar_vocab =
-          std::make_shared<const GrammarVocab>(tokenizer.tokenizer->vocabulary_bytes());
+      p.params.grammar_vocab = GrammarVocab::of(*tokenizer.tokenizer);
     if (!p.params.grammar_vocab)
       throw HttpError(
           400, fmt::format("'{}' needs the model's tokenizer, and this model has none", field), "",

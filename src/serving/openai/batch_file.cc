@@ -152,8 +152,7 @@ int run_batch_file(Engine& engine, const LoadedTokenizer& tok, const ModelConfig
   std::shared_ptr<const GrammarVocab> vocab;
   const std::function<std::shared_ptr<const GrammarVocab>()> grammar_vocab = [&] {
     std::call_once(vocab_once, [&] {
-      if (tok.tokenizer)
-        vocab = std::make_shared<const GrammarVocab>(tok.tokenizer->vocabulary_bytes());
+      if (tok.tokenizer) vocab = GrammarVocab::of(*tok.tokenizer);
     });
     return vocab;
   };
