@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <array>
+#include <span>
 
 #include <nlohmann/json.hpp>
 
@@ -170,13 +171,21 @@ constexpr std::string_view kAnalysisGbnf =
     "\"assistant\"\n"
     "harmony-thought ::= .*\n";
 
+// What comes before the constrained message: an optional analysis message, or, when the prompt
+// opened one, the rest of it.
+std::string harmony_prelude(bool analysis_open) {
+  return analysis_open ? "harmony-thought <|end|> <|start|> \"assistant\"" : "harmony-analysis?";
+}
+
 }  // namespace
 
 std::string harmony_call_grammar(const std::vector<std::string>& names,
-                                 const std::vector<nlohmann::ordered_json>& parameters) {
+                                 const std::vector<nlohmann::ordered_json>& parameters,
+                                 bool analysis_open) {
   if (names.empty() || names.size() != parameters.size())
     fail("harmony_call_grammar: no tool to call");
-  std::string root = "root ::= harmony-analysis? <|channel|> \"commentary to=functions.\" (";
+  std::string root =
+      "root ::= " + harmony_prelude(analysis_open) + " <|channel|> \"commentary to=functions.\" (";
   std::string rules;
   for (size_t i = 0; i < names.size(); ++i) {
     const std::string prefix = fmt::format("tool{}-", i);
@@ -189,38 +198,141 @@ std::string harmony_call_grammar(const std::vector<std::string>& names,
          std::string(kAnalysisGbnf) + rules;
 }
 
-std::string harmony_final_grammar(const std::string& gbnf) {
-  return "root ::= harmony-analysis? <|channel|> \"final\" <|message|> out-root\n" +
-         std::string(kAnalysisGbnf) + gbnf_prefix_rules(gbnf, "out-");
+std::string harmony_final_grammar(const std::string& gbnf, bool analysis_open) {
+  return "root ::= " + harmony_prelude(analysis_open) +
+         " <|channel|> \"final\" <|message|> out-root\n" + std::string(kAnalysisGbnf) +
+         gbnf_prefix_rules(gbnf, "out-");
 }
 
-HarmonySplit split_harmony(std::string_view text, const std::vector<std::string>& names) {
+HarmonySplit split_harmony(std::string_view text, const std::vector<std::string>& names,
+                           bool analysis_open) {
+  if (analysis_open)
+    return split_messages(parse_harmony(std::string(kHarmonyAnalysisOpen) + std::string(text)),
+                          names, false);
   return split_messages(parse_harmony(text), names, false);
 }
+
+HarmonyStream::HarmonyStream(bool analysis_open)
+    : all_(analysis_open ? kHarmonyAnalysisOpen : "") {}
+
+namespace {
+
+// Where the first of `marks` is in text from `from` (npos: none); its length in len.
+size_t find_first(std::string_view text, size_t from, std::span<const std::string_view> marks,
+                  size_t& len) {
+  size_t best = std::string_view::npos;
+  for (std::string_view m : marks) {
+    const size_t p = text.find(m, from);
+    if (p < best) best = p, len = m.size();
+  }
+  return best;
+}
+
+// Which part of a streamed answer a message's body goes to (nullptr: none while streaming).
+std::pair<std::string*, bool*> target(HarmonySplit& s, const HarmonyMessage& m) {
+  if (m.channel == "analysis") return {&s.reasoning, &s.has_reasoning};
+  if (!m.recipient.empty()) return {nullptr, nullptr};  // decided when the turn is whole
+  return {&s.content, &s.has_content};
+}
+
+constexpr size_t kLongestMarker = 13;  // "<|constrain|>"
+
+}  // namespace
 
 HarmonyStream::Delta HarmonyStream::settled(bool final) {
   // Hold back a tail that may be the start of a marker ("<|en" of "<|end|>").
   size_t keep = all_.size();
   if (!final) {
-    const size_t lt = all_.rfind('<');
-    if (lt != std::string::npos && all_.size() - lt < 16) {
+    const size_t lo = all_.size() > 15 ? all_.size() - 15 : 0;  // (not the whole answer)
+    const size_t in_tail = std::string_view(all_).substr(lo).rfind('<');
+    const size_t lt = in_tail == std::string_view::npos ? in_tail : lo + in_tail;
+    if (lt != std::string::npos) {
       const std::string_view tail = std::string_view(all_).substr(lt);
       for (std::string_view mk : kMarkers)
         if (mk.substr(0, std::min(mk.size(), tail.size())) == tail && tail.size() < mk.size())
           keep = lt;
     }
   }
-  const HarmonySplit s =
-      split_messages(parse_harmony(std::string_view(all_).substr(0, keep)), {}, true);
+  const std::string_view text = std::string_view(all_).substr(0, keep);
+  // Settle what is whole, as parse_harmony reads it: text before a header runs to the next
+  // header, a header to its <|message|>, a body to its end marker.
+  static constexpr std::array<std::string_view, 2> kHeaders = {kStart, kChannel};
+  for (;;) {
+    if (open_) {
+      size_t len = 0;
+      const size_t from =
+          std::max(body_from_, searched_ > kLongestMarker ? searched_ - kLongestMarker : 0);
+      const size_t end =
+          stray_ ? find_first(text, from, kHeaders, len) : find_first(text, from, kEnds, len);
+      if (end == std::string_view::npos) {
+        searched_ = text.size();
+        break;
+      }
+      open_->body = std::string(text.substr(body_from_, end - body_from_));
+      open_->complete = true;
+      if (!stray_ || !trim(open_->body).empty()) {
+        auto [to, has] = target(done_, *open_);
+        if (to) append(*to, *has, open_->body);
+      }
+      parsed_ = stray_ ? end : end + len;
+      open_.reset();
+      continue;
+    }
+    if (parsed_ >= text.size()) break;
+    size_t len = 0;
+    const size_t s = find_first(text, parsed_, kHeaders, len);
+    if (s != parsed_) {  // text before a header
+      open_ = HarmonyMessage{};
+      stray_ = true;
+      body_from_ = searched_ = parsed_;
+      continue;
+    }
+    const size_t body = text.find(kMessage, parsed_);
+    if (body == std::string_view::npos) break;  // a header not yet closed
+    HarmonyMessage m;
+    size_t h = parsed_;
+    if (text.compare(h, kStart.size(), kStart) == 0) h += kStart.size();
+    read_header(text.substr(h, body - h), m);
+    open_ = std::move(m);
+    stray_ = false;
+    body_from_ = searched_ = body + kMessage.size();
+  }
+  // What is settled now: done_, then the open message's body so far; sent as what follows
+  // what was sent.
   Delta d;
-  if (s.reasoning.size() > sent_reasoning_) {
-    d.reasoning = s.reasoning.substr(sent_reasoning_);
-    sent_reasoning_ = s.reasoning.size();
+  auto emit = [](const std::string& done, bool has, std::string_view partial, bool with,
+                 size_t& sent, std::string& out) {
+    // The stream's text: done (+ "\n" + partial when both are there, or partial alone).
+    const size_t sep = with && has ? 1 : 0;
+    const size_t total = done.size() + sep + (with ? partial.size() : 0);
+    if (total <= sent) return;
+    if (sent < done.size()) {
+      out += std::string_view(done).substr(sent);
+      sent = done.size();
+    }
+    if (sep && sent == done.size()) {
+      out += '\n';
+      ++sent;
+    }
+    if (with) {
+      const size_t at = sent - done.size() - sep;
+      out += partial.substr(at);
+      sent = total;
+    }
+  };
+  std::string_view partial;
+  bool to_reasoning = false, to_content = false;
+  if (open_) {
+    partial = text.substr(body_from_);
+    if (stray_) {
+      to_content = !trim(partial).empty();
+    } else {
+      to_reasoning = open_->channel == "analysis";
+      to_content = !to_reasoning && open_->recipient.empty();
+    }
   }
-  if (s.content.size() > sent_content_) {
-    d.content = s.content.substr(sent_content_);
-    sent_content_ = s.content.size();
-  }
+  emit(done_.reasoning, done_.has_reasoning, partial, to_reasoning, sent_reasoning_, d.reasoning);
+  emit(done_.content, done_.has_content, partial, to_content, sent_content_, d.content);
   return d;
 }
 
@@ -231,7 +343,7 @@ HarmonyStream::Delta HarmonyStream::push(std::string_view text) {
 
 HarmonySplit HarmonyStream::finish(const std::vector<std::string>& names, Delta& rest) {
   rest = settled(true);
-  HarmonySplit whole = split_harmony(all_, names);
+  HarmonySplit whole = split_harmony(all_, names);  // (all_ holds an opened thought's marker)
   // What streaming left out (a recipient's body that is not a call, a stray header) comes last.
   if (whole.content.size() > sent_content_) rest.content += whole.content.substr(sent_content_);
   return whole;

@@ -6,7 +6,7 @@ ChatOutputStream::ChatOutputStream(bool reasoning, bool opened, std::optional<To
                                    std::vector<std::string> names, bool harmony)
     : names_(std::move(names)) {
   if (harmony) {
-    harmony_.emplace();
+    harmony_.emplace(opened);
     return;
   }
   if (reasoning) reasoning_.emplace(opened);
@@ -52,7 +52,7 @@ ChatOutputStream::Delta ChatOutputStream::push(std::string_view text, bool done)
 ChatAnswerShape::Whole ChatAnswerShape::split(std::string_view text) const {
   Whole w;
   if (tool_format == ToolFormat::kHarmony) {
-    HarmonySplit h = split_harmony(text, tools ? tools->names : std::vector<std::string>{});
+    HarmonySplit h = split_harmony(text, tools ? tools->names : std::vector<std::string>{}, opened);
     if (h.has_reasoning) w.reasoning = std::move(h.reasoning);
     if (h.has_content || (!h.has_reasoning && h.calls.empty())) w.content = std::move(h.content);
     w.calls = std::move(h.calls);

@@ -21,7 +21,8 @@ class ChatOutputStream {
  public:
   // reasoning: the template writes think blocks (opened: the prompt left one open); tools:
   // the format calls are parsed in and the names they may call (nullopt: no tools).
-  // harmony: the output is harmony's channels (chat/harmony.h), reasoning and calls alike.
+  // harmony: the output is harmony's channels (chat/harmony.h), reasoning and calls alike
+  // (opened: the prompt ended inside the analysis channel).
   ChatOutputStream(bool reasoning, bool opened, std::optional<ToolFormat> tools,
                    std::vector<std::string> names = {}, bool harmony = false);
 

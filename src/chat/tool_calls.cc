@@ -331,7 +331,7 @@ ParsedToolOutput parse_tool_calls(std::string_view text, ToolFormat format,
   return out;
 }
 
-std::string tool_call_grammar(const ToolRequest& tools, ToolFormat format) {
+std::string tool_call_grammar(const ToolRequest& tools, ToolFormat format, bool analysis_open) {
   if (format == ToolFormat::kHarmony) {  // a call is a message header of special tokens
     std::vector<std::string> names;
     std::vector<ojson> parameters;
@@ -340,7 +340,7 @@ std::string tool_call_grammar(const ToolRequest& tools, ToolFormat format) {
       names.push_back(tools.names[i]);
       parameters.push_back(tools.parameters[i]);
     }
-    return harmony_call_grammar(names, parameters);
+    return harmony_call_grammar(names, parameters, analysis_open);
   }
   // One schema for a call object: {"name": const, "arguments": the tool's parameters}, as a
   // choice over the tools (or the named one alone).

@@ -73,7 +73,9 @@ ParsedToolOutput parse_tool_calls(std::string_view text, ToolFormat format,
 // The format's special-token markers (<|python_tag|>, [TOOL_CALLS]) are left out: parse_tool_calls
 // reads the calls without them. Harmony's calls are headers of special tokens, which its grammar
 // holds as token elements (harmony_call_grammar: one call, after the model's thought).
-std::string tool_call_grammar(const ToolRequest& tools, ToolFormat format);
+// analysis_open (harmony only): the prompt ended inside the analysis channel.
+std::string tool_call_grammar(const ToolRequest& tools, ToolFormat format,
+                              bool analysis_open = false);
 
 // Streaming: text is passed on as content until a call may have begun; from there it is held,
 // and finish() parses the whole output. push() returns the content safe to send now.

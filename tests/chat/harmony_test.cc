@@ -134,6 +134,73 @@ TEST(Harmony, ChatAnswersOfAHarmonyModel) {
   EXPECT_EQ(calls[0].arguments, "{\"location\":\"San Francisco\"}");
 }
 
+// Streams of every shape (text before a header, whitespace-only stray text, preambles, calls to
+// unknown recipients, headers never closed, bodies never ended), cut into random pieces: the
+// deltas add up to the whole split, and a long answer streams in linear time (one message of
+// 400 KB in 1-byte pieces would take minutes if each push re-read the answer).
+TEST(Harmony, StreamedPiecesAddUpToTheWholeSplit) {
+  const std::vector<std::string> texts = {
+      "stray words<|channel|>analysis<|message|>think<|end|><|start|>assistant<|channel|>final"
+      "<|message|>done<|return|>",
+      "  \n<|channel|>final<|message|>a<|end|>  <|start|>assistant<|channel|>commentary"
+      "<|message|>preamble<|end|><|start|>assistant<|channel|>final<|message|>b",
+      "<|channel|>commentary to=browser.search <|constrain|>json<|message|>{\"q\":1}<|call|>",
+      "<|channel|>analysis<|message|>x<|end|><|start|>assistant<|channel|>final",
+      "<|channel|>analysis<|message|>half a thought <|en",
+      "plain text, no channels at all <| not a marker |>",
+  };
+  uint64_t rng = 7;
+  auto next = [&] {
+    rng = rng * 6364136223846793005ull + 1442695040888963407ull;
+    return static_cast<size_t>(rng >> 33);
+  };
+  for (bool opened : {false, true}) {
+    for (const std::string& text : texts) {
+      const HarmonySplit whole = split_harmony(text, {"get_weather"}, opened);
+      for (int trial = 0; trial < 20; ++trial) {
+        HarmonyStream stream(opened);
+        std::string reasoning, content;
+        for (size_t at = 0; at < text.size();) {
+          const size_t n = 1 + next() % 9;
+          const HarmonyStream::Delta d = stream.push(text.substr(at, n));
+          reasoning += d.reasoning;
+          content += d.content;
+          at += n;
+        }
+        HarmonyStream::Delta rest;
+        stream.finish({"get_weather"}, rest);
+        EXPECT_EQ(reasoning + rest.reasoning, whole.reasoning) << text << " opened " << opened;
+        EXPECT_EQ(content + rest.content, whole.content) << text << " opened " << opened;
+      }
+    }
+  }
+  HarmonyStream stream;
+  std::string body(400000, 'w'), got;
+  got += stream.push("<|channel|>final<|message|>").content;
+  for (char c : body) got += stream.push(std::string_view(&c, 1)).content;
+  EXPECT_EQ(got, body);
+}
+
+// A prompt that ends inside the analysis channel: the output starts in the thought.
+TEST(Harmony, AnOpenedThoughtIsReasoning) {
+  const std::string out =
+      "the sky scatters blue<|end|><|start|>assistant<|channel|>final<|message|>Rayleigh.";
+  const HarmonySplit s = split_harmony(out, {}, true);
+  EXPECT_EQ(s.reasoning, "the sky scatters blue");
+  EXPECT_EQ(s.content, "Rayleigh.");
+  HarmonyStream stream(true);
+  std::string reasoning, content;
+  for (size_t i = 0; i < out.size(); i += 5) {
+    const HarmonyStream::Delta d = stream.push(out.substr(i, 5));
+    reasoning += d.reasoning;
+    content += d.content;
+  }
+  HarmonyStream::Delta rest;
+  stream.finish({}, rest);
+  EXPECT_EQ(reasoning + rest.reasoning, s.reasoning);
+  EXPECT_EQ(content + rest.content, s.content);
+}
+
 // Forced calls: the grammar takes the format description's call (its thought first, or none)
 // for the right tool's arguments only, through the special tokens themselves, and the split of
 // what it took is that call.

@@ -570,6 +570,66 @@ class HarmonyTest(ServerCase):
             self.assertIn(what, b["error"]["message"])
 
 
+class HarmonyBudgetTest(ServerCase):
+    """A thinking budget on harmony's analysis channel: a template whose prompt ends inside the
+    analysis message (the answer starts in the thought); once the budget's tokens are spent
+    there, <|end|><|start|>assistant<|channel|>final<|message|> is forced token by token and
+    the answer goes on in the final channel: reasoning_content is the budget's tokens, content
+    the rest, streamed the same; a forced call under such a prompt ends the thought first."""
+    TEMPLATE = ("{% for m in messages %}<|start|>{{ m.role }}<|message|>{{ m.content }}<|end|>"
+                "{% endfor %}{% if add_generation_prompt %}<|start|>assistant<|channel|>"
+                "analysis<|message|>{% endif %}")
+    FORCED = "<|end|><|start|>assistant<|channel|>final<|message|>"
+
+    @classmethod
+    def setUpClass(cls):
+        cls.dir, cls.ids = gpt_oss_like_model()
+        cls.model_dir, cls.model_flags = cls.dir, ("--model", cls.dir)
+        cls.server_args = ("--threads", "1", "--chat-template", cls.TEMPLATE)
+        super().setUpClass()
+
+    def chat(self, **extra):
+        st, out, text, _ = self.c.post("/v1/chat/completions", dict(
+            {"messages": [{"role": "user", "content": "Tell me a story"}], "max_tokens": 30,
+             "temperature": 0, "logprobs": True}, **extra))
+        self.assertEqual(st, 200, text)
+        c = out["choices"][0]
+        return c["message"], [t["token"] for t in c["logprobs"]["content"]]
+
+    def test_the_budget_closes_the_analysis_channel(self):
+        free, free_tokens = self.chat()
+        self.assertIsNone(free["content"])  # no budget: all 30 tokens are the thought
+        self.assertEqual(free["reasoning_content"], "".join(free_tokens))
+        self.assertNotIn("<|", "".join(free_tokens))
+        for budget in (0, 5, 9):
+            msg, tokens = self.chat(thinking_token_budget=budget)
+            self.assertEqual(tokens[:budget], free_tokens[:budget])
+            rest = "".join(tokens[budget:])
+            self.assertTrue(rest.startswith(self.FORCED), tokens)
+            self.assertEqual(msg["reasoning_content"], "".join(tokens[:budget]))
+            self.assertEqual(msg["content"], rest[len(self.FORCED):])
+            self.assertTrue(msg["content"])
+            head, raw = self.c.raw_stream("/v1/chat/completions", {
+                "messages": [{"role": "user", "content": "Tell me a story"}], "max_tokens": 30,
+                "temperature": 0, "thinking_token_budget": budget, "stream": True})
+            reasoning, content = "", ""
+            for e in sse_events(raw):
+                for ch in e.get("choices", []):
+                    reasoning += ch["delta"].get("reasoning_content") or ""
+                    content += ch["delta"].get("content") or ""
+            self.assertEqual((reasoning, content), (msg["reasoning_content"], msg["content"]))
+
+    def test_a_forced_call_ends_the_opened_thought_first(self):
+        st, out, text, _ = self.c.post("/v1/chat/completions", {
+            "messages": [{"role": "user", "content": "Weather?"}], "max_tokens": 200,
+            "temperature": 0.5, "seed": 3, "tools": [WEATHER], "tool_choice": "required",
+            "logit_bias": {str(self.ids["<|end|>"]): 60}})
+        self.assertEqual(st, 200, text)
+        ch = out["choices"][0]
+        self.assertEqual(ch["finish_reason"], "tool_calls", ch)
+        check_calls(self, ch["message"], names=["get_weather"])
+
+
 class HermesToolsTest(ToolsTest):
     """The same through the hermes format (Qwen2.5 / Qwen3 / Hermes): the constrained output
     is <tool_call> blocks, parsed back into the same shape."""

@@ -83,16 +83,20 @@ GenerationPlan plan_request(
       }
       if (chat->reasons()) {
         p.reasoning = true;
-        p.thinking_opened = !harmony && prompt_opens_thinking(rendered);
-        if (req.thinking_budget && tokenizer.tokenizer && !p.params.beam_search() && !harmony) {
+        p.thinking_opened =
+            harmony ? rendered.ends_with(kHarmonyAnalysisOpen) : prompt_opens_thinking(rendered);
+        if (req.thinking_budget && tokenizer.tokenizer && !p.params.beam_search()) {
           // The block's markers as this vocabulary writes them; the forced close ends the
-          // thought on a line of its own, as the templates write it.
+          // thought on a line of its own, as the templates write it (harmony: ends the
+          // analysis message and opens the final one).
           auto& t = p.params.thinking;
           const Tokenizer& tok = *tokenizer.tokenizer;
           t.tokens = *req.thinking_budget;
-          if (!p.thinking_opened) t.start = encode_marker(tok, kThinkStart);
-          t.close = encode_marker(tok, kThinkEnd);
-          t.end = encode_marker(tok, fmt::format("\n{}\n\n", kThinkEnd));
+          if (!p.thinking_opened)
+            t.start = encode_marker(tok, harmony ? kHarmonyAnalysisOpen : kThinkStart);
+          t.close = encode_marker(tok, harmony ? kHarmonyAnalysisClose : kThinkEnd);
+          t.end = encode_marker(
+              tok, harmony ? std::string(kHarmonyToFinal) : fmt::format("\n{}\n\n", kThinkEnd));
         }
       }
       if (req.tools.active()) {
@@ -115,8 +119,9 @@ GenerationPlan plan_request(
     // whole output, as llama.cpp's: it names the channels' markers as tokens (<|channel|>).
     const bool in_final =
         p.tool_format == ToolFormat::kHarmony && req.output.kind != OutputConstraint::kGrammar;
-    const std::string gbnf = tool       ? tool_call_grammar(req.tools, p.tool_format)
-                             : in_final ? harmony_final_grammar(output_grammar(req.output))
+    const bool open = p.tool_format == ToolFormat::kHarmony && p.thinking_opened;
+    const std::string gbnf = tool       ? tool_call_grammar(req.tools, p.tool_format, open)
+                             : in_final ? harmony_final_grammar(output_grammar(req.output), open)
                                         : output_grammar(req.output);
     if (grammar_vocab) p.params.grammar_vocab = grammar_vocab();
     if (!p.params.grammar_vocab && tokenizer.tokenizer)
