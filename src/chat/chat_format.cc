@@ -57,6 +57,7 @@ std::string chat_template_source(const LoadedTokenizer& tokenizer, const ModelCo
   if (a == "Gemma3ForCausalLM") return builtin_chat_template("gemma3");
   if (a == "GemmaForCausalLM" || a == "Gemma2ForCausalLM") return builtin_chat_template("gemma");
   if (a == "Phi3ForCausalLM" && config.vocab_size == 100352) return builtin_chat_template("phi4");
+  if (a == "GptOssForCausalLM") return builtin_chat_template("gpt-oss");
   if (config.vocab_size >= 128000) return builtin_chat_template("llama3");
   return builtin_chat_template("llama2");
 }

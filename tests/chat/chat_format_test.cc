@@ -48,6 +48,20 @@ TEST(ChatFormat, BuiltOnceWithToolFormatReasoningAndDefaultVariables) {
             "<|im_start|>user\nhi<|im_end|>\n<|im_start|>assistant\n");
 }
 
+// A gpt-oss checkpoint without a template of its own gets the harmony builtin.
+TEST(ChatFormat, AGptOssModelWithoutATemplateSpeaksHarmony) {
+  ModelConfig config;
+  config.architecture = "GptOssForCausalLM";
+  config.vocab_size = 201088;
+  const auto f = ChatFormat::for_model(LoadedTokenizer{}, config);
+  EXPECT_EQ(f->error(), "");
+  EXPECT_EQ(f->tool_format(), ToolFormat::kHarmony);
+  EXPECT_TRUE(f->reasons());
+  const std::string prompt = f->render({{"user", "hi"}}, true, "", "");
+  EXPECT_TRUE(prompt.ends_with("<|start|>user<|message|>hi<|end|><|start|>assistant")) << prompt;
+  EXPECT_NE(prompt.find("Reasoning: medium"), std::string::npos) << prompt;
+}
+
 TEST(ChatFormat, ATemplateThatDoesNotParseIsKeptAsTheError) {
   const auto f = ChatFormat::from_source("{% for m in messages %}{{ m.content }}");
   EXPECT_NE(f->error(), "");

@@ -400,7 +400,7 @@ class RealTemplates(JinjaComparison):
 
 
 BUILTIN_NAMES = ["chatml", "llama2", "llama3", "mistral", "zephyr", "gemma", "tinyllama", "qwen3",
-                 "gemma3", "phi4"]
+                 "gemma3", "phi4", "gpt-oss"]
 
 
 class BuiltinTemplates(JinjaComparison):
@@ -425,7 +425,8 @@ class BuiltinTemplates(JinjaComparison):
     def test_builtins_match_the_shipped_templates(self):
         shipped = {"llama2": "llama2_chat", "llama3": "llama3_instruct",
                    "mistral": "mistral_v0.2_instruct", "zephyr": "zephyr", "gemma": "gemma_it",
-                   "qwen3": "qwen3", "gemma3": "gemma3_it", "phi4": "phi4"}
+                   "qwen3": "qwen3", "gemma3": "gemma3_it", "phi4": "phi4",
+                   "gpt-oss": "gpt_oss"}
         for name, fixture in shipped.items():
             with self.subTest(name=name):
                 self.assertEqual(self.builtin_source(name), read_fixture(fixture + ".jinja"))
