@@ -191,6 +191,8 @@ std::unique_ptr<Model> load_model(const std::string& path, kernels::WeightType w
     } else {
       load_safetensors_dir(path, weights);
     }
+    if (!config.text_model_prefix.empty())
+      weights.rename_prefix(config.text_model_prefix, "model.");
   } else if (fs::path(path).extension() == ".safetensors") {
     fail(ErrorKind::kUnsupported,
          "'{}': a bare .safetensors file has no config; pass its directory (with config.json)",

@@ -801,7 +801,27 @@ ModelConfig parse_hf_config(const std::string& json_text, const std::string& sou
       it != j.end() && it->is_array() && !it->empty() && (*it)[0].is_string()) {
     architecture = (*it)[0].get<std::string>();
   }
-  const std::string model_type = get_string_or(j, "model_type", "", source);
+  std::string model_type = get_string_or(j, "model_type", "", source);
+  // Qwen3.5's multimodal wrapper: the text model's settings in text_config (the wrapper's own
+  // keys, tie_word_embeddings among them, where text_config lacks them), its tensors under
+  // model.language_model.; the vision tower is not loaded.
+  std::string text_model_prefix;
+  if (architecture == "Qwen3_5ForConditionalGeneration" ||
+      architecture == "Qwen3_5MoeForConditionalGeneration") {
+    auto it = j.find("text_config");
+    if (it == j.end() || !it->is_object())
+      fail("{}: {} needs a 'text_config' object (the text model's settings)", source, architecture);
+    json text = *it;
+    for (auto k = j.begin(); k != j.end(); ++k)
+      if (k.key() != "text_config" && k.key() != "vision_config" && !text.contains(k.key()))
+        text[k.key()] = k.value();
+    architecture = architecture == "Qwen3_5ForConditionalGeneration" ? "Qwen3_5ForCausalLM"
+                                                                     : "Qwen3_5MoeForCausalLM";
+    text["architectures"] = json::array({architecture});
+    j = std::move(text);
+    model_type = get_string_or(j, "model_type", "", source);
+    text_model_prefix = "model.language_model.";
+  }
 
   ModelConfig c;
   if (architecture == "GPT2LMHeadModel" || (architecture.empty() && model_type == "gpt2")) {
@@ -931,6 +951,7 @@ ModelConfig parse_hf_config(const std::string& json_text, const std::string& sou
          source, architecture, model_type);
   }
   c.architecture = architecture;
+  c.text_model_prefix = text_model_prefix;
   c.format = "safetensors";
   c.matryoshka = get_bool_or(j, "is_matryoshka", false, source);
   if (auto it = j.find("matryoshka_dimensions"); it != j.end() && !it->is_null()) {

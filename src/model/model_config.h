@@ -17,7 +17,11 @@ const char* arch_name(Arch arch);
 struct ModelConfig {
   Arch arch = Arch::kLlama;
   std::string architecture;  // as the source names it: "LlamaForCausalLM", "GPT2LMHeadModel", ...
-  std::string format;        // "safetensors" or "llama2c"
+  // A multimodal wrapper's text model (Qwen3_5ForConditionalGeneration): its tensors' prefix
+  // ("model.language_model."), read as "model."; the wrapper's other parts (the vision tower)
+  // are not loaded. Empty: the names are the text model's.
+  std::string text_model_prefix;
+  std::string format;  // "safetensors" or "llama2c"
 
   int64_t vocab_size = 0;
   int64_t dim = 0;  // hidden size

@@ -441,6 +441,19 @@ void WeightStore::close_files() {
   for (auto& f : files_) f.close();
 }
 
+void WeightStore::rename_prefix(const std::string& from, const std::string& to) {
+  std::vector<std::string> renamed;
+  for (const auto& [name, e] : tensors_)
+    if (name.rfind(from, 0) == 0) renamed.push_back(name);
+  for (const std::string& name : renamed) {
+    auto node = tensors_.extract(name);
+    node.key() = to + name.substr(from.size());
+    if (tensors_.count(node.key()))
+      fail("tensor '{}' is in {} both as '{}' and under its own name", node.key(), sources(), name);
+    tensors_.insert(std::move(node));
+  }
+}
+
 std::vector<std::string> WeightStore::names() const {
   std::vector<std::string> out;
   out.reserve(tensors_.size());

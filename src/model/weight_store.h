@@ -85,6 +85,10 @@ class WeightStore {
   // Unmaps the files once the model is built: every tensor it uses was copied or converted.
   void close_files();
 
+  // Every tensor named from + REST renamed to + REST (a wrapper's text model read under the
+  // text model's names); throws on a name already taken.
+  void rename_prefix(const std::string& from, const std::string& to);
+
   std::vector<std::string> names() const;
   size_t size() const { return tensors_.size(); }
   // Bytes of all tensors as stored, and bytes of the f32 copies made so far.

@@ -419,6 +419,24 @@ TEST(ModelConfig, Qwen3NextHybridLayersAndTheirCacheGroups) {
   const ModelConfig d = parse_hf_config(q35, "config.json");
   EXPECT_TRUE(d.split_linear_proj);
   EXPECT_EQ(d.n_experts, 0);
+  EXPECT_EQ(d.text_model_prefix, "");
+  // The multimodal release: text_config is the text model, its tensors model.language_model.*;
+  // the wrapper's keys reach it where text_config lacks them.
+  EXPECT_FALSE(d.tied_embeddings);
+  const std::string wrapper =
+      R"({"architectures":["Qwen3_5ForConditionalGeneration"],"model_type":"qwen3_5",)"
+      R"("vision_config":{"depth":27},"rms_norm_eps":0.5,"tie_word_embeddings":true,)"
+      R"("text_config":)" +
+      q35 + "}";
+  const ModelConfig w = parse_hf_config(wrapper, "config.json");
+  EXPECT_EQ(w.architecture, "Qwen3_5ForCausalLM");
+  EXPECT_EQ(w.text_model_prefix, "model.language_model.");
+  EXPECT_EQ(w.n_layers, d.n_layers);
+  EXPECT_TRUE(w.tied_embeddings);
+  EXPECT_EQ(w.norm_eps, d.norm_eps);  // text_config's own value wins
+  EXPECT_NE(
+      error_of(R"({"architectures":["Qwen3_5ForConditionalGeneration"]})").find("text_config"),
+      std::string::npos);
 }
 
 TEST(ModelConfig, Qwen3NextRefusesBadLinearFieldsByName) {

@@ -1062,6 +1062,31 @@ def write_checkpoint(out_dir, kind, dtype="F32", sharded=False, seed=0, legacy_g
     return out_dir
 
 
+def write_qwen3_5_wrapper(text_dir, out_dir, rng_seed=3):
+    """A Qwen3.5 text checkpoint (kind qwen3_5, F32) rewritten as the multimodal release
+    (Qwen3_5ForConditionalGeneration, as transformers' modeling_qwen3_5.py lays it out): the text
+    model's settings in text_config (tie_word_embeddings kept at the top), its tensors under
+    model.language_model., a vision tower (model.visual.*) and an MTP head (mtp.*) beside it."""
+    with open(os.path.join(text_dir, "config.json")) as f:
+        text = json.load(f)
+    tie = text.pop("tie_word_embeddings", False)
+    cfg = {"architectures": ["Qwen3_5ForConditionalGeneration"], "model_type": "qwen3_5",
+           "text_config": text, "tie_word_embeddings": tie,
+           "vision_config": {"depth": 1, "hidden_size": 8, "model_type": "qwen3_5"},
+           "image_token_id": 5, "video_token_id": 6}
+    w = {}
+    for name, a in safetensors_io.load_dir(text_dir).items():
+        w["model.language_model." + name[6:] if name.startswith("model.") else name] = a
+    rng = np.random.default_rng(rng_seed)
+    w["model.visual.patch_embed.proj.weight"] = rng.standard_normal((8, 12)).astype(np.float32)
+    w["mtp.fc.weight"] = rng.standard_normal((4, 8)).astype(np.float32)
+    os.makedirs(out_dir, exist_ok=True)
+    with open(os.path.join(out_dir, "config.json"), "w") as f:
+        json.dump(cfg, f, indent=2)
+    safetensors_io.save(os.path.join(out_dir, "model.safetensors"), w, "F32")
+    return out_dir
+
+
 def convert_llama2c(bin_path, out_dir, dtype="F32"):
     """Write a llama2.c .bin checkpoint as a Hugging Face LlamaForCausalLM
     directory. llama2.c rotates adjacent pairs (2j, 2j+1) of each head; HF

@@ -435,6 +435,11 @@ class SlidingWindowsAndGemma(_LongPrompts):
         self._run("qwen3_5")
         path, model = _CKPTS.get("qwen3_5")
         self.check_greedy(path, model, [[5, 17, 300, 42], [999]], n=64)
+        # The multimodal release (Qwen3_5ForConditionalGeneration): its text model, read from
+        # text_config and model.language_model.*, is the same model.
+        wrapper = make_checkpoints.write_qwen3_5_wrapper(path, _CKPTS.path("qwen3_5_wrapper"))
+        prompts, decode = _random_batch(1, self.LENGTHS, model.vocab_size)
+        self.check_logits(wrapper, model, prompts, decode)
 
     def test_gemma(self):
         self._run("gemma")
