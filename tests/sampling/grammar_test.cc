@@ -36,6 +36,16 @@ std::string error_of(const char* text) {
   return "";
 }
 
+// The error compiling gbnf against vocab gives ("" when it compiles).
+std::string compile_error(const GrammarVocab& vocab, const std::string& gbnf) {
+  try {
+    vocab.compile(gbnf);
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "";
+}
+
 TEST(Grammar, JsonAcceptsJsonAndNothingElse) {
   const Grammar g = parse_gbnf(kJsonGbnf);
   for (const char* ok : {R"({"a": [1, 2.5e-3, true, null], "b": {"c": "x\"y\u00e9"}})", "[]",
@@ -194,14 +204,7 @@ TEST(Grammar, StackExplosionAndDeadlinesFailWithAClearError) {
 // ordinary grammars, large alternations and ambiguity that starts only later.
 TEST(Grammar, CompileRefusesExponentialAmbiguityItCanSee) {
   const GrammarVocab vocab(std::vector<std::string>{"", "x", "y", "a", "{", "\""});
-  auto error_of = [&](const std::string& gbnf) {
-    try {
-      vocab.compile(gbnf);
-    } catch (const Error& e) {
-      return std::string(e.what());
-    }
-    return std::string();
-  };
+  auto error_of = [&](const std::string& gbnf) { return compile_error(vocab, gbnf); };
   const std::string e = error_of(kExplodingGbnf);
   EXPECT_NE(e.find("too ambiguous"), std::string::npos) << e;
   EXPECT_NE(e.find("after 'xxxxxxxxxxx"), std::string::npos) << e;
@@ -318,22 +321,14 @@ TEST(Grammar, TokenReferencesTakeWholeTokensOnly) {
 
 TEST(Grammar, TokenReferenceErrors) {
   const GrammarVocab vocab({"a", ""}, {{"<|end|>", 1}});
-  auto compile_error = [&](const std::string& gbnf) {
-    try {
-      vocab.compile(gbnf);
-    } catch (const Error& e) {
-      return std::string(e.what());
-    }
-    return std::string();
-  };
-  EXPECT_NE(compile_error("root ::= <|nope|>\n").find("'<|nope|>' is not a special token"),
+  auto error = [&](const std::string& gbnf) { return compile_error(vocab, gbnf); };
+  EXPECT_NE(error("root ::= <|nope|>\n").find("'<|nope|>' is not a special token"),
             std::string::npos);
-  EXPECT_NE(compile_error("root ::= <[2]>\n").find("token id 2 is outside the vocabulary (0..1)"),
+  EXPECT_NE(error("root ::= <[2]>\n").find("token id 2 is outside the vocabulary (0..1)"),
             std::string::npos);
-  EXPECT_NE(compile_error("root ::= !<|end|>\n").find("negated tokens"), std::string::npos);
-  EXPECT_NE(compile_error("root ::= <|end\n").find("unterminated token reference"),
-            std::string::npos);
-  EXPECT_NE(compile_error("root ::= <[x]>\n").find("expected '<[ID]>'"), std::string::npos);
+  EXPECT_NE(error("root ::= !<|end|>\n").find("negated tokens"), std::string::npos);
+  EXPECT_NE(error("root ::= <|end\n").find("unterminated token reference"), std::string::npos);
+  EXPECT_NE(error("root ::= <[x]>\n").find("expected '<[ID]>'"), std::string::npos);
   EXPECT_NE(error_of("root ::= <|end|>\n").find("needs the model's vocabulary"), std::string::npos);
   EXPECT_EQ(error_of("root ::= <[7]>\n"), "");  // by id, taken as written without a vocabulary
 }

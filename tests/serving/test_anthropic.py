@@ -10,7 +10,8 @@ import subprocess
 import tempfile
 import unittest
 
-from test_server import NODE_MODULES, Client, ServerCase, start_server, stop_server
+from test_server import (NODE_MODULES, Client, ServerCase, start_server, stop_server,
+                         story_with_tokens)
 
 WEATHER = {"name": "get_weather", "description": "Weather of a city",
            "input_schema": {"type": "object", "properties": {"city": {"type": "string",
@@ -224,12 +225,7 @@ class ThinkingBudgetTest(ServerCase):
     server_args = ("--threads", "1", "--chat-template", OPEN_THINK)
 
     def chat(self, **extra):
-        st, out, text, _ = self.c.post("/v1/chat/completions", dict(
-            {"messages": [{"role": "user", "content": "Tell me a story"}], "max_tokens": 30,
-             "temperature": 0, "logprobs": True}, **extra))
-        self.assertEqual(st, 200, text)
-        c = out["choices"][0]
-        return c["message"], [t["token"] for t in c["logprobs"]["content"]]
+        return story_with_tokens(self, **extra)
 
     def test_the_budget_closes_the_think_block(self):
         free, free_tokens = self.chat()

@@ -189,6 +189,17 @@ def sse_events(body):
     return [json.loads(p) for p in payloads[:-1]]
 
 
+def story_with_tokens(test, **extra):
+    """A greedy 30-token chat answer to "Tell me a story" with logprobs: (its message, the text
+    of each token it generated). test: a ServerCase."""
+    st, out, text, _ = test.c.post("/v1/chat/completions", dict(
+        {"messages": [{"role": "user", "content": "Tell me a story"}], "max_tokens": 30,
+         "temperature": 0, "logprobs": True}, **extra))
+    test.assertEqual(st, 200, text)
+    c = out["choices"][0]
+    return c["message"], [t["token"] for t in c["logprobs"]["content"]]
+
+
 def cli_greedy(prompt, max_tokens):
     """What `tokenflow generate` prints for a greedy run (an independent path: no server)."""
     p = subprocess.run([BIN, "generate", "-m", STORIES_BIN, "-p", prompt, "-t", "0", "-n",

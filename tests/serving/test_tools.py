@@ -26,7 +26,7 @@ import unittest
 import jsonschema
 import numpy as np
 
-from test_server import BIN, STORIES_BIN, ServerCase, sse_events
+from test_server import BIN, STORIES_BIN, ServerCase, sse_events, story_with_tokens
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 SHARED = os.environ.get("TF_SHARED_DIR", os.path.join(HERE, "..", "..", "..", "shared"))
@@ -65,6 +65,21 @@ ADD = {
 }
 TOOLS = [WEATHER, ADD]
 SCHEMAS = {t["function"]["name"]: t["function"]["parameters"] for t in TOOLS}
+
+
+def assert_streams_as_answered(test, body, once):
+    """The body streamed: each choice's reasoning_content and content deltas add up to the
+    non-streamed answer `once` (its message fields; a missing one counts as "")."""
+    head, raw = test.c.raw_stream("/v1/chat/completions", dict(body, stream=True))
+    n = len(once["choices"])
+    reasoning, content = [""] * n, [""] * n
+    for e in sse_events(raw):
+        for ch in e.get("choices", []):
+            reasoning[ch["index"]] += ch["delta"].get("reasoning_content") or ""
+            content[ch["index"]] += ch["delta"].get("content") or ""
+    test.assertEqual(reasoning, [c["message"].get("reasoning_content") or ""
+                                 for c in once["choices"]])
+    test.assertEqual(content, [c["message"].get("content") or "" for c in once["choices"]])
 
 
 def check_calls(test, message, names=None):
@@ -381,14 +396,7 @@ class ReasoningTest(ServerCase):
             m = ch["message"]
             self.assertRegex(m["reasoning_content"], r"^\n[a-z ]+\n$")
             self.assertRegex(m["content"], r"^[a-z ]+$")
-        head, raw = self.c.raw_stream("/v1/chat/completions", dict(body, stream=True))
-        reasoning, content = ["", ""], ["", ""]
-        for e in sse_events(raw):
-            for ch in e.get("choices", []):
-                reasoning[ch["index"]] += ch["delta"].get("reasoning_content") or ""
-                content[ch["index"]] += ch["delta"].get("content") or ""
-        self.assertEqual(reasoning, [c["message"]["reasoning_content"] for c in once["choices"]])
-        self.assertEqual(content, [c["message"]["content"] for c in once["choices"]])
+        assert_streams_as_answered(self, body, once)
 
     def test_think_blocks_are_reasoning_items_in_responses(self):
         body = {"input": "Why is the sky blue?", "max_output_tokens": 200, "temperature": 1.0,
@@ -542,14 +550,7 @@ class HarmonyTest(ServerCase):
             self.assertRegex(ch["message"]["reasoning_content"], r"^[a-z ]+$")
             self.assertRegex(ch["message"]["content"], r"^[a-z ]+$")
             self.assertNotIn("<|", ch["message"]["content"])
-        head, raw = self.c.raw_stream("/v1/chat/completions", dict(body, stream=True))
-        reasoning, content = ["", ""], ["", ""]
-        for e in sse_events(raw):
-            for ch in e.get("choices", []):
-                reasoning[ch["index"]] += ch["delta"].get("reasoning_content") or ""
-                content[ch["index"]] += ch["delta"].get("content") or ""
-        self.assertEqual(reasoning, [c["message"]["reasoning_content"] for c in once["choices"]])
-        self.assertEqual(content, [c["message"]["content"] for c in once["choices"]])
+        assert_streams_as_answered(self, body, once)
 
     def test_a_response_format_is_the_final_channel(self):
         schema = SCHEMAS["add"]
@@ -589,12 +590,7 @@ class HarmonyBudgetTest(ServerCase):
         super().setUpClass()
 
     def chat(self, **extra):
-        st, out, text, _ = self.c.post("/v1/chat/completions", dict(
-            {"messages": [{"role": "user", "content": "Tell me a story"}], "max_tokens": 30,
-             "temperature": 0, "logprobs": True}, **extra))
-        self.assertEqual(st, 200, text)
-        c = out["choices"][0]
-        return c["message"], [t["token"] for t in c["logprobs"]["content"]]
+        return story_with_tokens(self, **extra)
 
     def test_the_budget_closes_the_analysis_channel(self):
         free, free_tokens = self.chat()
@@ -609,15 +605,10 @@ class HarmonyBudgetTest(ServerCase):
             self.assertEqual(msg["reasoning_content"], "".join(tokens[:budget]))
             self.assertEqual(msg["content"], rest[len(self.FORCED):])
             self.assertTrue(msg["content"])
-            head, raw = self.c.raw_stream("/v1/chat/completions", {
+            assert_streams_as_answered(self, {
                 "messages": [{"role": "user", "content": "Tell me a story"}], "max_tokens": 30,
-                "temperature": 0, "thinking_token_budget": budget, "stream": True})
-            reasoning, content = "", ""
-            for e in sse_events(raw):
-                for ch in e.get("choices", []):
-                    reasoning += ch["delta"].get("reasoning_content") or ""
-                    content += ch["delta"].get("content") or ""
-            self.assertEqual((reasoning, content), (msg["reasoning_content"], msg["content"]))
+                "temperature": 0, "thinking_token_budget": budget},
+                {"choices": [{"message": msg}]})
 
     def test_a_forced_call_ends_the_opened_thought_first(self):
         st, out, text, _ = self.c.post("/v1/chat/completions", {
