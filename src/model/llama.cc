@@ -11,6 +11,7 @@
 #include "kernels/matmul.h"
 #include "kernels/ops.h"
 #include "model/gated_deltanet.h"
+#include "model/lora.h"
 #include "model/rope.h"
 #include "model/transformer.h"
 
@@ -38,11 +39,13 @@ struct LlamaLayer {
   kernels::WeightMatrix s_gate, s_up, s_down, s_gate_w;
   kernels::AttentionOpts att;
   const Rope* rope = nullptr;
-  int gdn = -1;  // a Gated DeltaNet layer (Qwen3-Next, Qwen3.5): its index in gdn_
+  int gdn = -1;       // a Gated DeltaNet layer (Qwen3-Next, Qwen3.5): its index in gdn_
+  int64_t index = 0;  // its place in the stack (what a LoRA adapter's pairs are keyed by)
 };
 
 class LlamaModel final : public Model {
  public:
+  bool supports_lora() const override { return true; }
   LlamaModel(ModelConfig config, WeightStore weights)
       : Model(std::move(config), std::move(weights)) {
     const ModelConfig& c = config_;
@@ -53,6 +56,7 @@ class LlamaModel final : public Model {
     for (int64_t l = 0; l < c.n_layers; ++l) {
       const std::string p = "model.layers." + std::to_string(l) + ".";
       LlamaLayer L;
+      L.index = l;
       L.attn_norm = norm(p + "input_layernorm.weight", c.dim);
       if (c.is_linear(l)) {
         L.gdn = static_cast<int>(gdn_.size());
@@ -152,6 +156,8 @@ class LlamaModel final : public Model {
       const kernels::MatmulOutput gate_up[] = {{L.w_gate, nullptr, a.h1.data()},
                                                {L.w_up, nullptr, a.h2.data()}};
       kernels::matmul_many(a.xb.data(), T, gate_up, pool);
+      lora_add(batch, l, LoraTarget::kGate, a.xb.data(), dim, a.h1.data(), ffn, pool);
+      lora_add(batch, l, LoraTarget::kUp, a.xb.data(), dim, a.h2.data(), ffn, pool);
       transformer::for_rows(pool, T, [&](int64_t i) {
         float* g = a.h1.data() + i * ffn;
         const float* u = a.h2.data() + i * ffn;
@@ -164,9 +170,11 @@ class LlamaModel final : public Model {
       });
       if (L.ffn_post_norm != nullptr) {
         kernels::matmul(a.h1.data(), T, L.w_down, nullptr, a.xb.data(), pool);
+        lora_add(batch, l, LoraTarget::kDown, a.h1.data(), ffn, a.xb.data(), dim, pool);
         add_normed(L.ffn_post_norm, a.xb.data(), T, pool);
       } else {
         kernels::matmul_add(a.h1.data(), T, L.w_down, nullptr, a.x.data(), pool);
+        lora_add(batch, l, LoraTarget::kDown, a.h1.data(), ffn, a.x.data(), dim, pool);
       }
     }
     const int64_t rows = transformer::gather_logit_rows(batch, a.x.data(), dim, a.xb.data());
@@ -199,6 +207,12 @@ class LlamaModel final : public Model {
                                          {L.wk, L.bk, a.k.data()},
                                          {L.wv, L.bv, a.v.data()}};
     kernels::matmul_many(a.xb.data(), T, qkv, pool);
+    const int64_t dim = c.dim, l = L.index;
+    lora_add(batch, l, LoraTarget::kQ, a.xb.data(), dim,
+             c.gated_attention ? qg_.data() : a.q.data(), c.gated_attention ? 2 * q_dim : q_dim,
+             pool);
+    lora_add(batch, l, LoraTarget::kK, a.xb.data(), dim, a.k.data(), kv_dim, pool);
+    lora_add(batch, l, LoraTarget::kV, a.xb.data(), dim, a.v.data(), kv_dim, pool);
     transformer::for_rows(pool, T, [&](int64_t i) {
       float* q = a.q.data() + i * q_dim;
       if (c.gated_attention) {  // [q_h; gate_h] per head, apart
@@ -235,9 +249,35 @@ class LlamaModel final : public Model {
     }
     if (L.attn_post_norm != nullptr) {
       kernels::matmul(a.att.data(), T, L.wo, L.bo, a.xb.data(), pool);
+      lora_add(batch, l, LoraTarget::kO, a.att.data(), q_dim, a.xb.data(), dim, pool);
       add_normed(L.attn_post_norm, a.xb.data(), T, pool);
     } else {
       kernels::matmul_add(a.att.data(), T, L.wo, L.bo, a.x.data(), pool);  // x += ...
+      lora_add(batch, l, LoraTarget::kO, a.att.data(), q_dim, a.x.data(), dim, pool);
+    }
+  }
+
+  // y += s B (A x) (a LoRA pair's correction of projection t of layer l; x [T, in], y [T, out])
+  // for the rows of every sequence that runs with an adapter: one pair of small products per
+  // run of consecutive sequences sharing one adapter.
+  void lora_add(std::span<const SequenceChunk> batch, int64_t l, LoraTarget t, const float* x,
+                int64_t in, float* y, int64_t out, ThreadPool& pool) {
+    int64_t row = 0;
+    for (size_t i = 0; i < batch.size();) {
+      const LoraAdapter* ad = batch[i].lora;
+      int64_t n = 0;
+      size_t j = i;
+      for (; j < batch.size() && batch[j].lora == ad; ++j)
+        n += static_cast<int64_t>(batch[j].tokens.size());
+      if (ad != nullptr) {
+        if (const LoraPair* p = ad->pair(l, t)) {
+          transformer::grow(lora_tmp_, n * p->rank);
+          kernels::matmul(x + row * in, n, p->a, nullptr, lora_tmp_.data(), pool);
+          kernels::matmul_add(lora_tmp_.data(), n, p->b, nullptr, y + row * out, pool);
+        }
+      }
+      row += n;
+      i = j;
     }
   }
 
@@ -544,6 +584,7 @@ class LlamaModel final : public Model {
   std::deque<GatedDeltaNet> gdn_;
   GatedDeltaNet::Scratch gdn_scratch_;
   std::vector<float> qg_, gate_;
+  std::vector<float> lora_tmp_;  // x A^T of one run of sequences sharing an adapter
 };
 
 }  // namespace

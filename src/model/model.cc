@@ -14,6 +14,7 @@
 #include "model/gptj.h"
 #include "model/llama.h"
 #include "model/llama2c.h"
+#include "model/lora.h"
 #include "model/mamba.h"
 #include "model/safetensors.h"
 #include "model/t5.h"
@@ -44,6 +45,8 @@ void Model::forward(std::span<const SequenceChunk> batch, KvCache& kv, float* lo
     const SequenceChunk& s = batch[i];
     const int64_t n = static_cast<int64_t>(s.tokens.size());
     if (n == 0) fail("sequence {} of the batch has no tokens", i);
+    if (s.lora != nullptr && s.lora->base() != this)
+      fail("sequence {}: its LoRA adapter {} was loaded for another model", i, s.lora->path());
     if (s.start_pos < 0 || s.start_pos + n > config_.max_seq_len) {
       fail("sequence {}: positions {}..{} exceed the model's context of {} tokens", i, s.start_pos,
            s.start_pos + n - 1, config_.max_seq_len);

@@ -15,6 +15,7 @@
 namespace tf {
 
 class ThreadPool;
+class LoraAdapter;
 
 // The tokens one sequence contributes to a forward pass. Positions [0, start_pos) are already in
 // the KV cache; tokens[i] sits at position start_pos + i. The block tables must cover positions
@@ -32,6 +33,8 @@ struct SequenceChunk {
   // computes them first (the sequence's first chunk, or again after its blocks were freed).
   int64_t encoder_len = 0;
   std::span<const int32_t> encoder_tokens = {};
+  // The LoRA adapter this sequence runs with (model/lora.h: loaded for this model), or none.
+  const LoraAdapter* lora = nullptr;
 
   const int32_t* table(int32_t group) const {
     return group == 0 ? block_table.data() : group_tables[group - 1].data();
@@ -66,6 +69,8 @@ class Model {
                float* hidden = nullptr);
 
   static int64_t logit_rows(std::span<const SequenceChunk> batch);
+  // Whether the forward pass applies LoRA adapters (SequenceChunk::lora).
+  virtual bool supports_lora() const { return false; }
 
  protected:
   Model(ModelConfig config, WeightStore weights)

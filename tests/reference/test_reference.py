@@ -158,11 +158,13 @@ class ToolCase(unittest.TestCase):
                 r.returncode, " ".join(cmd), r.stderr[-3000:], r.stdout[-2000:]))
         return r.stdout
 
-    def dump_logits(self, model_path, prompts, decode, dtype="f32", kv_dtype="f32"):
+    def dump_logits(self, model_path, prompts, decode, dtype="f32", kv_dtype="f32", lora=None):
         with tempfile.TemporaryDirectory(prefix="tf_out_") as td:
             out = os.path.join(td, "logits.f32")
             args = ["--model", model_path, "--prompts", _fmt(prompts), "--out", out,
                     "--dtype", dtype, "--kv-dtype", kv_dtype]
+            if lora:
+                args += ["--lora", lora]
             if decode and decode[0]:
                 args[4:4] = ["--decode", _fmt(decode)]
             stdout = self.run_tool(args)
@@ -184,7 +186,7 @@ class ToolCase(unittest.TestCase):
             return np.fromfile(out, dtype="<f4").reshape(R, V)
 
     def check_logits(self, model_path, model, prompts, decode, dtype="f32", tol=None,
-                     kv_dtype="f32"):
+                     kv_dtype="f32", lora=None):
         """One batched prefill + len(decode[0]) batched decode steps in C++ (weights in
         `dtype`) vs. numpy full-sequence f32 logits at the same positions."""
         n_dec = len(decode[0]) if decode else 0
@@ -201,7 +203,7 @@ class ToolCase(unittest.TestCase):
                 labels.append("seq %d decode step %d (pos %d)" % (s, j, len(p) + j))
         ref = np.stack(rows)
 
-        ours = self.dump_logits(model_path, prompts, decode, dtype, kv_dtype)
+        ours = self.dump_logits(model_path, prompts, decode, dtype, kv_dtype, lora)
         self.assertEqual(ours.shape[1], model.vocab_size, "vocab size")
         self.assertEqual(ours.shape[0], len(rows),
                          "rows: expected sum of prompt lengths + n_seq * n_decode")

@@ -3,10 +3,13 @@
 //
 //   dump_logits --model PATH --prompts "1,2,3;4,5" [--decode "7,8;9,10"] --out FILE
 //   dump_logits --model PATH --prompts "1,2,3;4,5" --greedy N
+// --lora "DIR" (every sequence) or "DIR;-;DIR2" (one per sequence, - for none): LoRA adapters.
 
 #include <cstdio>
 #include <cstring>
 #include <fstream>
+#include <map>
+#include <memory>
 #include <numeric>
 #include <sstream>
 #include <string>
@@ -15,6 +18,7 @@
 #include "core/error.h"
 #include "core/thread_pool.h"
 #include "model/kv_cache.h"
+#include "model/lora.h"
 #include "model/model.h"
 #include "sampling/sampler.h"
 
@@ -39,7 +43,8 @@ std::vector<Ids> parse_batch(const std::string& text) {
 }
 
 int run(int argc, char** argv) {
-  std::string model_path, prompts_arg, decode_arg, out_path, dtype = "f32", kv_dtype = "f32";
+  std::string model_path, prompts_arg, decode_arg, out_path, dtype = "f32", kv_dtype = "f32",
+                                                             lora_arg;
   int greedy = -1, threads = 0;
   for (int i = 1; i + 1 < argc; i += 2) {
     const std::string key = argv[i];
@@ -60,6 +65,8 @@ int run(int argc, char** argv) {
       dtype = val;
     else if (key == "--kv-dtype")
       kv_dtype = val;
+    else if (key == "--lora")
+      lora_arg = val;
     else
       tf::fail("unknown option {}", key);
   }
@@ -101,10 +108,30 @@ int run(int argc, char** argv) {
   for (size_t s = 0; s < B; ++s)
     for (int64_t g = 1; g < n_groups; ++g) group_tables[s].push_back(tables[g][s]);
 
+  // Each sequence's adapter (each directory loaded once).
+  std::vector<const tf::LoraAdapter*> lora(B, nullptr);
+  std::map<std::string, std::shared_ptr<const tf::LoraAdapter>> adapters;
+  if (!lora_arg.empty()) {
+    std::vector<std::string> paths;
+    std::stringstream ss(lora_arg);
+    for (std::string p; std::getline(ss, p, ';');) paths.push_back(p);
+    if (paths.size() != 1 && paths.size() != B)
+      tf::fail("--lora needs one path or one per sequence");
+    for (size_t s = 0; s < B; ++s) {
+      const std::string& p = paths[paths.size() == 1 ? 0 : s];
+      if (p == "-") continue;
+      auto& ad = adapters[p];
+      if (!ad) ad = tf::LoraAdapter::load(p, *model);
+      lora[s] = ad.get();
+    }
+  }
+
   std::vector<float> all;
   std::vector<tf::SequenceChunk> batch(B);
-  for (size_t s = 0; s < B; ++s)
+  for (size_t s = 0; s < B; ++s) {
     batch[s] = {prompts[s], 0, tables[0][s], greedy < 0, group_tables[s]};
+    batch[s].lora = lora[s];
+  }
   std::vector<float> logits(static_cast<size_t>(tf::Model::logit_rows(batch) * cfg.vocab_size));
   model->forward(batch, kv, logits.data(), pool);
   all.insert(all.end(), logits.begin(), logits.end());
@@ -124,6 +151,7 @@ int run(int argc, char** argv) {
       }
       batch[s] = {inputs[s], static_cast<int64_t>(prompts[s].size() + step), tables[0][s], false,
                   group_tables[s]};
+      batch[s].lora = lora[s];
     }
     if (greedy >= 0 && step + 1 == steps) break;  // the last token needs no forward pass
     logits.resize(B * cfg.vocab_size);

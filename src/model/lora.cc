@@ -1,0 +1,216 @@
+#include "model/lora.h"
+
+#include <cmath>
+#include <filesystem>
+#include <map>
+
+#include <nlohmann/json.hpp>
+
+#include "core/error.h"
+#include "core/json.h"
+#include "core/mapped_file.h"
+#include "model/model.h"
+#include "model/safetensors.h"
+#include "model/torch_checkpoint.h"
+
+namespace tf {
+namespace fs = std::filesystem;
+using json = nlohmann::json;
+
+namespace {
+
+constexpr std::array<const char*, kLoraTargets> kNames = {
+    "q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"};
+constexpr std::array<const char*, kLoraTargets> kBlocks = {
+    "self_attn", "self_attn", "self_attn", "self_attn", "mlp", "mlp", "mlp"};
+
+// "model.layers.N.BLOCK.MODULE.lora_A.weight" -> (N, target, 'A'); false when it is not one.
+bool parse_name(const std::string& name, int64_t& layer, LoraTarget& target, char& which) {
+  constexpr std::string_view kLayers = "model.layers.";
+  if (name.rfind(kLayers, 0) != 0) return false;
+  size_t at = kLayers.size(), end = at;
+  while (end < name.size() && name[end] >= '0' && name[end] <= '9') ++end;
+  if (end == at || end - at > 6 || end >= name.size() || name[end] != '.') return false;
+  layer = std::stoll(name.substr(at, end - at));
+  const std::string rest = name.substr(end + 1);
+  for (int t = 0; t < kLoraTargets; ++t) {
+    for (char w : {'A', 'B'}) {
+      if (rest == fmt::format("{}.{}.lora_{}.weight", kBlocks[t], kNames[t], w)) {
+        target = static_cast<LoraTarget>(t);
+        which = w;
+        return true;
+      }
+    }
+  }
+  return false;
+}
+
+}  // namespace
+
+const char* lora_target_name(LoraTarget t) {
+  return kNames[static_cast<size_t>(t)];
+}
+
+std::optional<std::array<int64_t, 2>> lora_target_shape(const ModelConfig& c, int64_t layer,
+                                                        LoraTarget t) {
+  if (c.arch != Arch::kLlama || layer < 0 || layer >= c.n_layers) return std::nullopt;
+  switch (t) {
+    case LoraTarget::kQ:
+    case LoraTarget::kK:
+    case LoraTarget::kV:
+    case LoraTarget::kO:
+      if (c.is_linear(layer) || (c.fused_qkv && t != LoraTarget::kO)) return std::nullopt;
+      if (t == LoraTarget::kQ) return std::array{c.q_dim() * (c.gated_attention ? 2 : 1), c.dim};
+      if (t == LoraTarget::kO) return std::array{c.dim, c.q_dim()};
+      return std::array{c.kv_dim(), c.dim};
+    case LoraTarget::kGate:
+    case LoraTarget::kUp:
+    case LoraTarget::kDown:
+      if (c.is_moe(layer) || (c.fused_qkv && t != LoraTarget::kDown)) return std::nullopt;
+      if (t == LoraTarget::kDown) return std::array{c.dim, c.ffn_dim};
+      return std::array{c.ffn_dim, c.dim};
+  }
+  return std::nullopt;
+}
+
+std::vector<std::string> LoraAdapter::targets() const {
+  std::vector<std::string> out;
+  for (int t = 0; t < kLoraTargets; ++t) {
+    for (const auto& l : layers_) {
+      if (l[static_cast<size_t>(t)]) {
+        out.emplace_back(kNames[static_cast<size_t>(t)]);
+        break;
+      }
+    }
+  }
+  return out;
+}
+
+std::shared_ptr<const LoraAdapter> LoraAdapter::load(const std::string& path, const Model& base) {
+  const ModelConfig& c = base.config();
+  const fs::path dir(path);
+  const fs::path cfg_path = dir / "adapter_config.json";
+  std::error_code ec;
+  if (!fs::is_directory(dir, ec) || !fs::exists(cfg_path, ec))
+    fail(ErrorKind::kNotFound,
+         "LoRA adapter '{}': expected a PEFT adapter directory (adapter_config.json and "
+         "adapter_model.safetensors)",
+         path);
+  const std::string src = cfg_path.string();
+  const json j = parse_json(read_file(src), src);
+  if (!j.is_object()) fail("{}: expected a JSON object", src);
+  auto field = [&](const char* key) -> const json* {
+    auto it = j.find(key);
+    return it == j.end() || it->is_null() ? nullptr : &*it;
+  };
+  if (const json* p = field("peft_type"); p && (!p->is_string() || p->get<std::string>() != "LORA"))
+    fail(ErrorKind::kUnsupported, "{}: peft_type {} is not a LoRA adapter", src, p->dump());
+  const json* r = field("r");
+  if (!r || !r->is_number_integer() || r->get<int64_t>() < 1 || r->get<int64_t>() > 4096)
+    fail("{}: 'r' (the rank) must be an integer from 1 to 4096", src);
+  const json* alpha = field("lora_alpha");
+  if (alpha && !alpha->is_number()) fail("{}: 'lora_alpha' must be a number", src);
+  const json* rs = field("use_rslora");
+  if (rs && !rs->is_boolean()) fail("{}: 'use_rslora' must be true or false", src);
+  if (const json* b = field("bias"); b && (!b->is_string() || b->get<std::string>() != "none"))
+    fail(ErrorKind::kUnsupported,
+         "{}: bias {} (the adapter trains biases): only adapters with bias \"none\" are applied",
+         src, b->dump());
+  if (const json* m = field("modules_to_save"); m && !(m->is_array() && m->empty()))
+    fail(ErrorKind::kUnsupported,
+         "{}: modules_to_save {} (whole modules trained beside the adapter, such as a new LM "
+         "head) is not supported: merge the adapter into its base instead",
+         src, m->dump());
+  for (const char* k : {"use_dora", "fan_in_fan_out"}) {
+    if (const json* v = field(k); v && !(v->is_boolean() && !v->get<bool>()))
+      fail(ErrorKind::kUnsupported, "{}: '{}' {} is not supported", src, k, v->dump());
+  }
+  if (const json* a = field("alpha_pattern"); a && !(a->is_object() && a->empty()))
+    fail(ErrorKind::kUnsupported, "{}: 'alpha_pattern' (a lora_alpha per module) is not supported",
+         src);
+  if (!base.supports_lora())
+    fail(ErrorKind::kUnsupported,
+         "LoRA adapter '{}': the base model {} takes no adapters (they apply to the decoder-only "
+         "transformers: Llama, Mistral, Qwen, Gemma, Phi and their kin)",
+         path, c.architecture);
+
+  std::shared_ptr<LoraAdapter> ad(new LoraAdapter());
+  ad->base_ = &base;
+  ad->path_ = path;
+  ad->rank_ = r->get<int64_t>();
+  ad->alpha_ = alpha ? alpha->get<float>() : 8.0f;  // PEFT's default
+  ad->rslora_ = rs && rs->get<bool>();
+  if (const json* b = field("base_model_name_or_path"); b && b->is_string())
+    ad->base_model_ = b->get<std::string>();
+  ad->layers_.resize(static_cast<size_t>(c.n_layers));
+
+  const fs::path st = dir / "adapter_model.safetensors", bin = dir / "adapter_model.bin";
+  if (fs::exists(st, ec)) {
+    load_safetensors_file(st.string(), ad->store_);
+  } else if (fs::exists(bin, ec)) {
+    load_torch_file(bin.string(), ad->store_);
+  } else {
+    fail(ErrorKind::kNotFound, "LoRA adapter '{}': no adapter_model.safetensors (or .bin)", path);
+  }
+  const std::string file = ad->store_.sources();
+  // Each projection's pair, by PEFT's names (base_model.model. + the base's tensor name).
+  std::map<std::pair<int64_t, int>, std::array<std::string, 2>> pairs;
+  for (const std::string& stored : ad->store_.names()) {
+    std::string name = stored;
+    if (name.rfind("base_model.model.", 0) == 0) name = name.substr(17);
+    if (!c.text_model_prefix.empty() && name.rfind(c.text_model_prefix, 0) == 0)
+      name = "model." + name.substr(c.text_model_prefix.size());
+    int64_t layer = 0;
+    LoraTarget t{};
+    char which = 0;
+    if (!parse_name(name, layer, t, which))
+      fail(ErrorKind::kUnsupported,
+           "{}: tensor '{}' is not a LoRA pair of a projection tokenflow applies (q/k/v/o_proj, "
+           "gate/up/down_proj: lora_A / lora_B weights)",
+           file, stored);
+    if (layer >= c.n_layers)
+      fail("{}: tensor '{}': the base has {} layers", file, stored, c.n_layers);
+    if (!lora_target_shape(c, layer, t))
+      fail(ErrorKind::kUnsupported,
+           "{}: tensor '{}': layer {} of the base has no dense {} (a linear-attention layer, "
+           "experts, or a fused projection)",
+           file, stored, layer, kNames[static_cast<size_t>(t)]);
+    pairs[{layer, static_cast<int>(t)}][which == 'A' ? 0 : 1] = stored;
+  }
+  if (pairs.empty()) fail("{}: the adapter holds no LoRA weights", file);
+  for (const auto& [key, names] : pairs) {
+    const auto [layer, ti] = key;
+    const LoraTarget t = static_cast<LoraTarget>(ti);
+    const auto [out, in] = *lora_target_shape(c, layer, t);
+    for (int w = 0; w < 2; ++w)
+      if (names[static_cast<size_t>(w)].empty())
+        fail("{}: layer {} {} has lora_{} but not lora_{}", file, layer,
+             kNames[static_cast<size_t>(ti)], w ? 'A' : 'B', w ? 'B' : 'A');
+    const Shape a = ad->store_.get(names[0]).shape, b = ad->store_.get(names[1]).shape;
+    const int64_t rank = a.rank == 2 ? a[0] : 0;
+    if (a.rank != 2 || rank < 1 || rank > 4096 || a[1] != in)
+      fail("{}: tensor '{}' is {}; the base's {} takes [rank, {}]", file, names[0], a.to_string(),
+           kNames[static_cast<size_t>(ti)], in);
+    if (!(b == Shape{out, rank}))
+      fail("{}: tensor '{}' is {}; expected [{}, {}] (the base's {} out, the rank of lora_A)", file,
+           names[1], b.to_string(), out, rank, kNames[static_cast<size_t>(ti)]);
+    // s = alpha / r (rsLoRA: alpha / sqrt(r)), r this projection's rank (rank_pattern's).
+    const float s =
+        ad->alpha_ / (ad->rslora_ ? std::sqrt(static_cast<float>(rank)) : static_cast<float>(rank));
+    const float* bv = ad->store_.f32(names[1], b);
+    std::vector<float> scaled(bv, bv + out * rank);
+    for (float& v : scaled) v *= s;
+    const std::string scaled_name = names[1] + "#scaled";
+    ad->store_.add_f32(scaled_name, b, std::move(scaled), ad->store_.file_index_of(names[1]));
+    LoraPair p;
+    p.a = ad->store_.matrix(names[0], rank, in);
+    p.b = ad->store_.matrix(scaled_name, out, rank);
+    p.rank = rank;
+    ad->bytes_ += static_cast<size_t>((rank * in + out * rank) * 4);
+    ad->layers_[static_cast<size_t>(layer)][static_cast<size_t>(ti)] = p;
+  }
+  ad->store_.close_files();
+  return ad;
+}
+
+}  // namespace tf
