@@ -677,6 +677,7 @@ void Engine::run_forward(const SchedulerOutput& sched) {
         !c.seq->padding;
     batch_.push_back({std::span<const int32_t>(c.seq->tokens.data() + c.start, c.count), c.start,
                       c.seq->block_table, all, c.seq->group_tables});
+    batch_.back().lora = spec.lora.get();
     if (!c.seq->encoder_tokens.empty()) {  // an encoder-decoder: encode first, if not yet
       batch_.back().encoder_len = static_cast<int64_t>(c.seq->encoder_tokens.size());
       if (!c.seq->cross_ready) batch_.back().encoder_tokens = c.seq->encoder_tokens;

@@ -19,6 +19,7 @@
 #include "core/error.h"
 #include "engine/sequence.h"
 #include "engine/sequence_group.h"
+#include "model/lora.h"
 #include "sampling/sampler.h"
 #include "sampling/sampling_params.h"
 
@@ -79,6 +80,10 @@ struct GenerationRequest {
   std::vector<int32_t> score_tokens;
   // Speculative decoding, when the engine has it on: false turns it off for this request.
   bool speculate = true;
+  // The LoRA adapter the request runs with (loaded for the engine's model), or none: its
+  // sequences' rows get the adapter's corrections, and their prefix-cache blocks are keyed by it
+  // (blocks of one adapter never serve another, nor the base).
+  std::shared_ptr<const LoraAdapter> lora;
 
   // Every prompt position needs its row of the forward pass, not only the last.
   bool all_prompt_rows() const { return prompt_logprobs.has_value() || pooling == Pooling::kMean; }

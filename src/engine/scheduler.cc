@@ -8,7 +8,10 @@
 namespace tf {
 
 uint64_t Scheduler::salt(const Sequence* seq) const {
-  return seq->request->spec.cache_salt;
+  // A LoRA adapter's blocks hold its own K/V: keyed apart from the base's and other adapters'.
+  const GenerationRequest& spec = seq->request->spec;
+  if (!spec.lora) return spec.cache_salt;
+  return root_hash(spec.cache_salt, spec.lora->id() ^ 0x4c6f5241ull);
 }
 
 namespace {

@@ -1,5 +1,6 @@
 #include "model/lora.h"
 
+#include <atomic>
 #include <cmath>
 #include <filesystem>
 #include <map>
@@ -135,7 +136,9 @@ std::shared_ptr<const LoraAdapter> LoraAdapter::load(const std::string& path, co
          path, c.architecture);
 
   std::shared_ptr<LoraAdapter> ad(new LoraAdapter());
+  static std::atomic<uint64_t> next_id{1};
   ad->base_ = &base;
+  ad->id_ = next_id++;
   ad->path_ = path;
   ad->rank_ = r->get<int64_t>();
   ad->alpha_ = alpha ? alpha->get<float>() : 8.0f;  // PEFT's default

@@ -49,7 +49,9 @@ class LoraAdapter {
   }
   const std::string& path() const { return path_; }
   const Model* base() const { return base_; }  // the model it was loaded for
-  int64_t rank() const { return rank_; }       // adapter_config.json's r
+  // Unique in the process (a reload is another adapter): what keys its prefix-cache blocks.
+  uint64_t id() const { return id_; }
+  int64_t rank() const { return rank_; }  // adapter_config.json's r
   float alpha() const { return alpha_; }
   bool rslora() const { return rslora_; }
   // The base model's name or path as the adapter records it ("" when it does not).
@@ -62,6 +64,7 @@ class LoraAdapter {
  private:
   LoraAdapter() = default;
   const Model* base_ = nullptr;
+  uint64_t id_ = 0;
   std::string path_, base_model_;
   int64_t rank_ = 0;
   float alpha_ = 0.0f;
