@@ -20,6 +20,8 @@ namespace {
 
 struct ServeOptions {
   std::vector<std::string> models;
+  std::vector<std::string> loras;
+  std::vector<int> lora_models;  // per --lora: the index of the --model before it (-1: none)
   std::vector<std::string> names;
   std::string tokenizer;
   std::string host = "127.0.0.1";
@@ -77,6 +79,15 @@ int run_serve(const ServeOptions& o) {
   ModelServerOptions so;
   // Checked before anything loads: a bad config file or --model value ends here.
   if (!o.models.empty()) so.entries = model_entries_from_flags(o.models, o.names);
+  std::vector<std::string> served;
+  for (const auto& e : so.entries) served.push_back(e.config.name());
+  for (size_t i = 0; i < o.loras.size(); ++i) {
+    const int m = i < o.lora_models.size() ? o.lora_models[i] : -1;
+    const std::string base = m >= 0 && static_cast<size_t>(m) < served.size() ? served[m]
+                             : served.size() == 1                             ? served[0]
+                                                                              : "";
+    so.loras.push_back(parse_lora_flag(o.loras[i], base, served));
+  }
   so.model_config_file = o.model_config_file;
   so.model_config_file_poll_s = o.model_config_file_poll_s;
   so.file_system_poll_s = o.file_system_poll_s;
@@ -205,6 +216,9 @@ Action add_serve(CLI::App& app) {
   app.add_option("--model,-m", o->models,
                  "NAME=PATH or PATH: a model directory or file, or a base path of integer-named "
                  "version directories (latest served); repeatable, the first is the default");
+  app.add_option("--lora", o->loras,
+                 "NAME=PATH or NAME=MODEL:PATH: a LoRA adapter (a PEFT directory) of the --model "
+                 "given before it (or of MODEL), which requests name as their model; repeatable");
   app.add_option("--served-model-name", o->names,
                  "the name clients use (default: the directory's name); one per --model");
   app.add_option("--model_config_file,--model-config-file", o->model_config_file,
@@ -325,7 +339,16 @@ Action add_serve(CLI::App& app) {
   app.add_option("--shutdown-timeout", o->shutdown_timeout_s,
                  "seconds requests in progress get to finish on SIGTERM/SIGINT")
       ->capture_default_str();
-  return [o] { return run_serve(*o); };
+  return [o, &app] {
+    // Each --lora belongs to the --model given before it on the command line.
+    int model = -1;
+    o->lora_models.clear();
+    for (const CLI::Option* opt : app.parse_order()) {
+      if (opt->get_name() == "--model") ++model;
+      if (opt->get_name() == "--lora") o->lora_models.push_back(model);
+    }
+    return run_serve(*o);
+  };
 }
 
 // `tokenflow tensorflow_model_server` (or the binary called through a symlink of that name):

@@ -17,6 +17,7 @@
 #include "serving/core/serving_state.h"
 #include "serving/grpc/grpc_server.h"
 #include "serving/http/server.h"
+#include "serving/models/lora_adapters.h"
 #include "serving/models/server_config.h"
 #include "serving/models/version_manager.h"
 
@@ -25,6 +26,7 @@ namespace tf {
 struct ModelServerOptions {
   // What to serve: entries (--model) or a config file, not both.
   std::vector<ModelEntryConfig> entries;
+  std::vector<LoraSpec> loras;  // --lora: adapters requests may name (loaded on first use)
   std::string model_config_file;
   double model_config_file_poll_s = 0;
   double file_system_poll_s = 1;

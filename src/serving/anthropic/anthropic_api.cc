@@ -275,7 +275,7 @@ void handle_messages(ServingState& state, const HttpRequest& req,
   responder->add_header("X-Model-Version", std::to_string(model.version));
   auto shape = std::make_shared<MessageShape>();
   shape->id = plan->requests.at(0).id;
-  shape->model = model.name;
+  shape->model = plan->name;
   shape->tokenizer = model.tok();
   shape->eos_ids = model.eos_ids;
   shape->stops = plan->params.stop;

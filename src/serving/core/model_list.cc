@@ -39,6 +39,17 @@ json model_list_json(const ServingState& state, const KeyPolicy* key) {
         data.push_back(model_object_json(*m, fmt::format("{}@{}", name, label), name));
     }
   }
+  // LoRA adapters, their base as parent (vLLM's listing), where the base is available.
+  for (const LoraSpec& l : state.loras.list()) {
+    if (key && !key->allows(l.name)) continue;
+    for (const auto& m : available) {
+      if (m->name != l.base) continue;
+      json o = model_object_json(*m, l.name, l.base);
+      o["root"] = l.path;
+      data.push_back(std::move(o));
+      break;
+    }
+  }
   return {{"object", "list"}, {"data", data}};
 }
 

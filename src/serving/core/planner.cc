@@ -197,7 +197,32 @@ GenerationPlan plan_request(
 
 std::shared_ptr<ServedModel> resolve_model(ServingState& state, const RequestRecord& record,
                                            const std::string& name, const std::string& user,
-                                           const ModelRegistry::HeaderFn& header) {
+                                           const ModelRegistry::HeaderFn& header,
+                                           std::shared_ptr<const LoraAdapter>* lora) {
+  if (const std::optional<LoraSpec> l = state.loras.find(name)) {
+    // An adapter: its own name is what an API key must allow; then its base, as the base's
+    // own requests get it.
+    state.require_model_access(record, l->name);
+    if (lora == nullptr)
+      throw HttpError(400,
+                      fmt::format("'{}' is a LoRA adapter of '{}': it generates (chat, "
+                                  "completions), this route takes models",
+                                  l->name, l->base),
+                      "", "model");
+    auto model = state.registry.resolve(state.registry.parse_model_field(l->base), user, header);
+    if (!model)
+      throw HttpError(
+          404,
+          fmt::format("LoRA adapter '{}': its base model '{}' is not available", l->name, l->base),
+          "model_not_found", "model");
+    try {
+      *lora = model->lora(l->path);
+    } catch (const Error& e) {
+      throw HttpError(500, fmt::format("LoRA adapter '{}' cannot be loaded: {}", l->name, e.what()),
+                      "", "model");
+    }
+    return model;
+  }
   // "name", "name:version" or "name@label"; a traffic split keeps one "user" on one version.
   const ModelRequestSpec spec = state.registry.parse_model_field(name);
   if (!spec.name.empty()) state.require_model_access(record, spec.name);  // before the lookup
@@ -219,13 +244,18 @@ GenerationPlan plan_generation(ServingState& state, const CompletionRequest& req
                state.limits.max_request_time);
   // Preparing the prompt (below) stops at that deadline too.
   if (CancelToken* token = current_cancel_token()) token->limit_deadline(record.received + limit);
-  auto model = resolve_model(state, record, req.model, req.user, header);
+  std::shared_ptr<const LoraAdapter> lora;
+  auto model = resolve_model(state, record, req.model, req.user, header, &lora);
   require_task(*model, ModelTask::kGenerate);
   GenerationPlan p = plan_request(
       req, model->tokenizer, model->config(), id, 0,
       [m = model.get()] { return m->grammar_vocab(); }, model->chat);
   p.model = std::move(model);
-  record.model = p.model->name;
+  p.lora = lora;
+  for (auto& r : p.requests) r.lora = lora;
+  // An adapter's requests are its own in the logs and metrics (its name, as clients send it).
+  p.name = lora ? req.model : p.model->name;
+  record.model = p.name;
   record.version = p.model->version;
   if (logs_prompts(record)) record.prompt = req.logged_prompt;
   p.admission =

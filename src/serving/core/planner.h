@@ -27,6 +27,8 @@ namespace tf {
 // with limits and deadline applied, the version, the return rule, the admission, the deadline).
 struct GenerationPlan : JobPlan {
   std::vector<std::vector<int32_t>> prompts;
+  std::shared_ptr<const LoraAdapter> lora;  // the adapter the request named, if any
+  std::string name;  // what answers name as their model: the model's, or the adapter's
   SamplingParams params;
   bool stream = false, include_usage = false, echo = false;
   std::optional<int32_t> prompt_logprobs;  // vLLM's field, as asked (rendered as its own list)
@@ -60,9 +62,13 @@ GenerationPlan plan_request(
 // check the request's API key first: 403 for a model the key may not use, whether or not it
 // exists (a key learns nothing of other models), before anything model-specific of the
 // request is decoded. HttpError 404 when none.
+// A LoRA adapter's name (ServingState::loras) resolves to its base model, the adapter (loaded
+// for that version on first use) in *lora; where lora is nullptr (a route that does not
+// generate) an adapter's name is a 400.
 std::shared_ptr<ServedModel> resolve_model(ServingState& state, const RequestRecord& record,
                                            const std::string& model, const std::string& user,
-                                           const ModelRegistry::HeaderFn& header);
+                                           const ModelRegistry::HeaderFn& header,
+                                           std::shared_ptr<const LoraAdapter>* lora = nullptr);
 
 // Resolves the request's model (header: the sticky header lookup of a traffic split; 404 when
 // none), plans it, and applies the server's rules (ServingState::prepare). Fills record's

@@ -42,4 +42,18 @@ std::string default_served_name(const std::string& path) {
   return p.stem().string();
 }
 
+std::shared_ptr<const LoraAdapter> ServedModel::lora(const std::string& path) const {
+  std::lock_guard lock(lora_mu_);  // (one load at a time: adapters are small)
+  auto& slot = loras_[path];
+  if (!slot) {
+    try {
+      slot = LoraAdapter::load(path, *model);
+    } catch (...) {
+      loras_.erase(path);
+      throw;
+    }
+  }
+  return slot;
+}
+
 }  // namespace tf

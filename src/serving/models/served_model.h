@@ -4,13 +4,16 @@
 
 #include <chrono>
 #include <cstdint>
+#include <map>
 #include <memory>
+#include <mutex>
 #include <optional>
 #include <string>
 #include <vector>
 
 #include "chat/chat_format.h"
 #include "engine/model_instance.h"
+#include "model/lora.h"
 #include "serving/models/generate_settings.h"
 
 namespace tf {
@@ -40,6 +43,14 @@ struct ServedModel : ModelInstance {
   std::shared_ptr<const ChatFormat> chat_format() const {
     return chat ? chat : ChatFormat::for_model(tokenizer, config());
   }
+  // The adapter at `path` loaded for this version's weights: loaded on first use (by the
+  // caller's thread, never the engine's), then kept while the version lives. Throws Error
+  // naming what does not fit.
+  std::shared_ptr<const LoraAdapter> lora(const std::string& path) const;
+
+ private:
+  mutable std::mutex lora_mu_;
+  mutable std::map<std::string, std::shared_ptr<const LoraAdapter>> loras_;
 };
 
 // Loads a model directory or file, its tokenizer (or explicit_tokenizer) and its

@@ -176,7 +176,7 @@ void handle_openai_generation(ServingState& state, const HttpRequest& req,
   ServedModel& model = *parsed->model;
   responder->add_header("X-Model-Version", std::to_string(model.version));
   const size_t prompts = parsed->requests.size();
-  auto shape = std::make_shared<const OpenAiShape>(openai_shape(*parsed, id, model.name, chat));
+  auto shape = std::make_shared<const OpenAiShape>(openai_shape(*parsed, id, parsed->name, chat));
   if (parsed->stream) {
     auto sink = std::make_shared<OpenAiStreamSink>(parsed, shape, responder, prompts);
     sink->start(prompts);

@@ -396,7 +396,7 @@ void handle_responses(ServingState& state, const HttpRequest& req,
   auto shape = std::make_shared<ResponseShape>();
   shape->head.id = plan->requests.at(0).id;
   shape->head.created_at = unix_seconds();
-  shape->head.model = model.name;
+  shape->head.model = plan->name;
   shape->head.request = nlohmann::json(body);
   shape->tokenizer = model.tok();
   shape->logprobs = plan->params.logprobs.has_value();

@@ -1,0 +1,127 @@
+"""LoRA adapters through the server (issue 54): `serve --model stories=... --lora sql=DIR`
+serves the adapter under its own name on every generating door, computed unmerged over the one
+copy of the base; its answers equal those of the same adapter merged into a copy of the base
+(W + s B A, served beside it as a model of its own); /v1/models lists it with its base as
+parent; requests for the base are untouched; unknown names are 404 and an adapter named where a
+model that does not generate is wanted is 400.
+
+Env: TOKENFLOW_BIN, TF_SHARED_DIR, TF_REFERENCE_DIR.
+"""
+
+import json
+import os
+import shutil
+import sys
+import tempfile
+import unittest
+
+import numpy as np
+
+from test_server import SHARED, STORIES_BIN, ServerCase
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.environ.get("TF_REFERENCE_DIR",
+                                  os.path.join(os.path.dirname(HERE), "reference")))
+import make_checkpoints  # noqa: E402
+import np_model  # noqa: E402
+import safetensors_io  # noqa: E402
+
+TOKENIZER = os.path.join(SHARED, "models", "stories260K", "tok512.bin")
+# (q_proj and k_proj are left out: the HF copy of a llama2.c checkpoint permutes their rows.)
+TARGETS = (("self_attn", "v_proj"), ("self_attn", "o_proj"), ("mlp", "gate_proj"),
+           ("mlp", "up_proj"), ("mlp", "down_proj"))
+
+
+def write_adapter_and_merged(root):
+    """A random rank-4 adapter for stories260K (PEFT's layout) and the HF copy of stories260K
+    with it merged in: (adapter dir, merged dir)."""
+    hdr, _ = np_model.read_llama2c(STORIES_BIN)
+    merged_dir = make_checkpoints.convert_llama2c(STORIES_BIN, os.path.join(root, "merged"))
+    w = safetensors_io.load(os.path.join(merged_dir, "model.safetensors"))
+    rng = np.random.default_rng(11)
+    r, alpha = 4, 8.0
+    lora = {}
+    for layer in range(hdr["n_layers"]):
+        for block, module in TARGETS:
+            name = "model.layers.%d.%s.%s.weight" % (layer, block, module)
+            out, inn = w[name].shape
+            a = (rng.standard_normal((r, inn)) * 0.3).astype(np.float32)
+            b = (rng.standard_normal((out, r)) * 0.3).astype(np.float32)
+            stem = "base_model.model." + name[:-len(".weight")]
+            lora[stem + ".lora_A.weight"] = a
+            lora[stem + ".lora_B.weight"] = b
+            w[name] = (w[name] + (alpha / r) * (b.astype(np.float64) @ a)).astype(np.float32)
+    safetensors_io.save(os.path.join(merged_dir, "model.safetensors"), w, "F32")
+    adapter = os.path.join(root, "sql-lora")
+    os.makedirs(adapter)
+    with open(os.path.join(adapter, "adapter_config.json"), "w") as f:
+        json.dump({"peft_type": "LORA", "r": r, "lora_alpha": alpha, "bias": "none",
+                   "target_modules": [m for _, m in TARGETS], "task_type": "CAUSAL_LM",
+                   "base_model_name_or_path": "stories260K"}, f)
+    safetensors_io.save(os.path.join(adapter, "adapter_model.safetensors"), lora, "F32")
+    return adapter, merged_dir
+
+
+class LoraServingTest(ServerCase):
+    @classmethod
+    def setUpClass(cls):
+        cls.model_dir = tempfile.mkdtemp(prefix="tf_lora_")
+        cls.adapter, merged = write_adapter_and_merged(cls.model_dir)
+        cls.model_flags = ("--model", "stories=" + STORIES_BIN, "--lora", "sql=" + cls.adapter,
+                           "--model", "merged=" + merged)
+        cls.server_args = ("--threads", "1", "--tokenizer", TOKENIZER)
+        super().setUpClass()
+
+    def complete(self, model, prompt="Once upon a time", n=12):
+        s, b, text, _ = self.c.post("/v1/completions", {
+            "model": model, "prompt": prompt, "max_tokens": n, "temperature": 0,
+            "logprobs": 1})
+        self.assertEqual(s, 200, text)
+        lp = b["choices"][0]["logprobs"]
+        return b["choices"][0]["text"], lp["tokens"], lp["token_logprobs"], b["model"]
+
+    def test_the_adapter_answers_as_its_merged_weights_do(self):
+        for prompt in ("Once upon a time", "Lily and Ben went to the park.", "The dog"):
+            text, tokens, lps, model = self.complete("sql", prompt)
+            self.assertEqual(model, "sql")
+            m_text, m_tokens, m_lps, _ = self.complete("merged", prompt)
+            self.assertEqual(tokens, m_tokens, prompt)
+            np.testing.assert_allclose(lps, m_lps, atol=2e-3, err_msg=prompt)
+            base_text, _, _, _ = self.complete("stories", prompt)
+            self.assertNotEqual(text, base_text, "the adapter must change the answer")
+
+    def test_every_generating_door_reaches_it(self):
+        text, _, _, _ = self.complete("sql", "The dog", n=10)
+        s, b, raw, _ = self.c.post("/v1/chat/completions", {
+            "model": "sql", "messages": [{"role": "user", "content": "The dog"}],
+            "max_tokens": 10, "temperature": 0})
+        self.assertEqual(s, 200, raw)
+        self.assertEqual(b["model"], "sql")
+        s, b, raw, _ = self.c.post("/api/generate", {
+            "model": "sql", "prompt": "The dog", "raw": True, "stream": False,
+            "options": {"temperature": 0, "num_predict": 10}})
+        self.assertEqual(s, 200, raw)
+        self.assertEqual(b["response"], text)
+        s, b, raw, _ = self.c.post("/v1/messages", {
+            "model": "sql", "max_tokens": 10, "temperature": 0,
+            "messages": [{"role": "user", "content": "The dog"}]})
+        self.assertEqual(s, 200, raw)
+
+    def test_listed_with_its_base_as_parent(self):
+        s, b, text, _ = self.c.get("/v1/models")
+        self.assertEqual(s, 200, text)
+        by_id = {m["id"]: m for m in b["data"]}
+        self.assertEqual(by_id["sql"]["parent"], "stories")
+        self.assertEqual(by_id["sql"]["root"], self.adapter)
+        self.assertIsNone(by_id["stories"]["parent"])
+
+    def test_unknown_names_and_wrong_routes(self):
+        s, b, text, _ = self.c.post("/v1/completions", {"model": "nosuch", "prompt": "x"})
+        self.assertEqual(s, 404, text)
+        s, b, text, _ = self.c.post("/v1/embeddings", {"model": "sql", "input": "x"})
+        self.assertEqual(s, 400, text)
+        self.assertIn("LoRA adapter", b["error"]["message"])
+
+
+if __name__ == "__main__":
+    unittest.main()
