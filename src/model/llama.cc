@@ -258,26 +258,51 @@ class LlamaModel final : public Model {
   }
 
   // y += s B (A x) (a LoRA pair's correction of projection t of layer l; x [T, in], y [T, out])
-  // for the rows of every sequence that runs with an adapter: one pair of small products per
-  // run of consecutive sequences sharing one adapter.
+  // for the rows of every sequence that runs with an adapter: per adapter, its rows gathered
+  // (in place when they are one run), shrunk by A, expanded by B and added back, so a step of
+  // many sequences over a few adapters makes two small products per adapter, not per sequence.
   void lora_add(std::span<const SequenceChunk> batch, int64_t l, LoraTarget t, const float* x,
                 int64_t in, float* y, int64_t out, ThreadPool& pool) {
+    lora_groups_.clear();
     int64_t row = 0;
-    for (size_t i = 0; i < batch.size();) {
-      const LoraAdapter* ad = batch[i].lora;
-      int64_t n = 0;
-      size_t j = i;
-      for (; j < batch.size() && batch[j].lora == ad; ++j)
-        n += static_cast<int64_t>(batch[j].tokens.size());
-      if (ad != nullptr) {
-        if (const LoraPair* p = ad->pair(l, t)) {
-          transformer::grow(lora_tmp_, n * p->rank);
-          kernels::matmul(x + row * in, n, p->a, nullptr, lora_tmp_.data(), pool);
-          kernels::matmul_add(lora_tmp_.data(), n, p->b, nullptr, y + row * out, pool);
-        }
+    for (const SequenceChunk& s : batch) {
+      const int64_t n = static_cast<int64_t>(s.tokens.size());
+      if (s.lora != nullptr && s.lora->pair(l, t) != nullptr) {
+        auto g = std::find_if(lora_groups_.begin(), lora_groups_.end(),
+                              [&](const LoraGroup& e) { return e.adapter == s.lora; });
+        if (g == lora_groups_.end()) g = lora_groups_.insert(g, LoraGroup{s.lora, {}, 0});
+        if (!g->runs.empty() && g->runs.back().first + g->runs.back().second == row)
+          g->runs.back().second += n;  // continues the last run
+        else
+          g->runs.push_back({row, n});
+        g->rows += n;
       }
       row += n;
-      i = j;
+    }
+    for (const LoraGroup& g : lora_groups_) {
+      const LoraPair* p = g.adapter->pair(l, t);
+      const int64_t n = g.rows;
+      transformer::grow(lora_tmp_, n * p->rank);
+      if (g.runs.size() == 1) {
+        const int64_t r0 = g.runs[0].first;
+        kernels::matmul(x + r0 * in, n, p->a, nullptr, lora_tmp_.data(), pool);
+        kernels::matmul_add(lora_tmp_.data(), n, p->b, nullptr, y + r0 * out, pool);
+        continue;
+      }
+      transformer::grow(lora_x_, n * in);
+      transformer::grow(lora_y_, n * out);
+      int64_t at = 0;
+      for (const auto& [r0, cnt] : g.runs) {
+        std::copy_n(x + r0 * in, cnt * in, lora_x_.data() + at * in);
+        at += cnt;
+      }
+      kernels::matmul(lora_x_.data(), n, p->a, nullptr, lora_tmp_.data(), pool);
+      kernels::matmul(lora_tmp_.data(), n, p->b, nullptr, lora_y_.data(), pool);
+      at = 0;
+      for (const auto& [r0, cnt] : g.runs) {
+        kernels::add(y + r0 * out, lora_y_.data() + at * out, cnt * out);
+        at += cnt;
+      }
     }
   }
 
@@ -584,7 +609,15 @@ class LlamaModel final : public Model {
   std::deque<GatedDeltaNet> gdn_;
   GatedDeltaNet::Scratch gdn_scratch_;
   std::vector<float> qg_, gate_;
-  std::vector<float> lora_tmp_;  // x A^T of one run of sequences sharing an adapter
+  // LoRA: the rows of each adapter in a step (their runs: first row, count), and scratch for
+  // the gathered rows, their x A^T and its B.
+  struct LoraGroup {
+    const LoraAdapter* adapter;
+    std::vector<std::pair<int64_t, int64_t>> runs;
+    int64_t rows;
+  };
+  std::vector<LoraGroup> lora_groups_;
+  std::vector<float> lora_tmp_, lora_x_, lora_y_;
 };
 
 }  // namespace
