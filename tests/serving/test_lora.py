@@ -123,5 +123,65 @@ class LoraServingTest(ServerCase):
         self.assertIn("LoRA adapter", b["error"]["message"])
 
 
+class LoraRuntimeTest(ServerCase):
+    """vLLM's /v1/load_lora_adapter and /v1/unload_lora_adapter: an adapter under --model-root
+    loads at run time (refused, naming why, when it does not fit or lies outside the roots),
+    serves under its name, and after unloading answers 404."""
+
+    @classmethod
+    def setUpClass(cls):
+        cls.model_dir = tempfile.mkdtemp(prefix="tf_lora_rt_")
+        cls.adapter, _ = write_adapter_and_merged(cls.model_dir)
+        cls.server_args = ("--threads", "1", "--model-root", cls.model_dir)
+        super().setUpClass()
+
+    def load(self, body, status):
+        s, b, text, _ = self.c.post("/v1/load_lora_adapter", body)
+        self.assertEqual(s, status, text)
+        return text
+
+    def test_load_serve_unload(self):
+        self.assertIn("added successfully", self.load(
+            {"lora_name": "rt", "lora_path": self.adapter}, 200))
+        self.assertIn("already loaded", self.load({"lora_name": "rt", "lora_path": self.adapter},
+                                                  400))
+        s, b, text, _ = self.c.post("/v1/completions", {"model": "rt", "prompt": "The dog",
+                                                         "max_tokens": 5, "temperature": 0})
+        self.assertEqual(s, 200, text)
+        self.assertEqual(b["model"], "rt")
+        ids = [m["id"] for m in self.c.get("/v1/models")[1]["data"]]
+        self.assertIn("rt", ids)
+        s, b, text, _ = self.c.post("/v1/unload_lora_adapter", {"lora_name": "rt"})
+        self.assertEqual(s, 200, text)
+        s, b, text, _ = self.c.post("/v1/completions", {"model": "rt", "prompt": "x"})
+        self.assertEqual(s, 404, text)
+        s, b, text, _ = self.c.post("/v1/unload_lora_adapter", {"lora_name": "rt"})
+        self.assertEqual(s, 404, text)
+        self.assertNotIn("rt", [m["id"] for m in self.c.get("/v1/models")[1]["data"]])
+
+    def test_refusals(self):
+        outside = tempfile.mkdtemp(prefix="tf_lora_out_")
+        try:
+            shutil.copytree(self.adapter, os.path.join(outside, "a"))
+            self.assertIn("--model-root", self.load(
+                {"lora_name": "o", "lora_path": os.path.join(outside, "a")}, 403))
+        finally:
+            shutil.rmtree(outside)
+        bad = os.path.join(self.model_dir, "bad")
+        shutil.copytree(self.adapter, bad)
+        w = safetensors_io.load(os.path.join(bad, "adapter_model.safetensors"))
+        name = "base_model.model.model.layers.0.mlp.up_proj.lora_A.weight"
+        w[name] = np.zeros((4, 3), np.float32)
+        safetensors_io.save(os.path.join(bad, "adapter_model.safetensors"), w, "F32")
+        self.assertIn(name, self.load({"lora_name": "bad", "lora_path": bad}, 400))
+        self.assertIn("lora_path", self.load({"lora_name": "x"}, 400))
+        self.assertIn("unknown field", self.load({"lora_name": "x", "lora_path": bad,
+                                                  "nope": 1}, 400))
+        self.load({"lora_name": "x", "lora_path": self.adapter, "base_model_name": "zz"}, 404)
+        # Nothing of the refused loads is listed.
+        ids = [m["id"] for m in self.c.get("/v1/models")[1]["data"]]
+        self.assertEqual([i for i in ids if i in ("o", "bad", "x")], [])
+
+
 if __name__ == "__main__":
     unittest.main()

@@ -56,4 +56,9 @@ std::shared_ptr<const LoraAdapter> ServedModel::lora(const std::string& path) co
   return slot;
 }
 
+void ServedModel::drop_lora(const std::string& path) const {
+  std::lock_guard lock(lora_mu_);
+  loras_.erase(path);
+}
+
 }  // namespace tf

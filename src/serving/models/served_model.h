@@ -47,6 +47,8 @@ struct ServedModel : ModelInstance {
   // caller's thread, never the engine's), then kept while the version lives. Throws Error
   // naming what does not fit.
   std::shared_ptr<const LoraAdapter> lora(const std::string& path) const;
+  // Forgets the adapter at `path` (its memory goes once no running request holds it).
+  void drop_lora(const std::string& path) const;
 
  private:
   mutable std::mutex lora_mu_;
