@@ -239,7 +239,7 @@ ModelServer::ModelServer(ModelServerOptions options) : options_(std::move(option
   state.prometheus_path = o.prometheus_path;
   state.playground = o.playground;
   for (const LoraSpec& l : o.loras) {
-    state.loras.add(l);
+    state.registry.loras().add(l);
     log::info("LoRA adapter '{}' of '{}' from {}", l.name, l.base, l.path);
   }
   if (o.access_log != "off")

@@ -40,7 +40,7 @@ json model_list_json(const ServingState& state, const KeyPolicy* key) {
     }
   }
   // LoRA adapters, their base as parent (vLLM's listing), where the base is available.
-  for (const LoraSpec& l : state.loras.list()) {
+  for (const LoraSpec& l : state.registry.loras().list()) {
     if (key && !key->allows(l.name)) continue;
     for (const auto& m : available) {
       if (m->name != l.base) continue;

@@ -199,7 +199,7 @@ std::shared_ptr<ServedModel> resolve_model(ServingState& state, const RequestRec
                                            const std::string& name, const std::string& user,
                                            const ModelRegistry::HeaderFn& header,
                                            std::shared_ptr<const LoraAdapter>* lora) {
-  if (const std::optional<LoraSpec> l = state.loras.find(name)) {
+  if (const std::optional<LoraSpec> l = state.registry.loras().find(name)) {
     // An adapter: its own name is what an API key must allow; then its base, as the base's
     // own requests get it.
     state.require_model_access(record, l->name);

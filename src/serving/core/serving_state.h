@@ -16,7 +16,6 @@
 #include "serving/core/generation_job.h"
 #include "serving/core/metrics.h"
 #include "serving/core/prepare_pool.h"
-#include "serving/models/lora_adapters.h"
 #include "serving/models/model_registry.h"
 
 namespace tf {
@@ -54,8 +53,6 @@ struct ServingState {
   bool playground = true;                 // GET / serves the playground (web/)
   std::string prometheus_path;            // TF Serving's monitoring path beside /metrics ("": none)
   KeyLimiter limiter;
-  // The LoRA adapters requests may name (--lora, the load/unload routes).
-  LoraAdapters loras;
   // Keys the tenants' prefix-cache salts (prefix_cache_salt); new for every process.
   const std::array<uint8_t, 32> cache_secret = random_secret();
   // Declared last, so destroyed first: the engines' threads end (and with them every job's last

@@ -36,6 +36,22 @@ void LoraAdapters::add(LoraSpec spec) {
   specs_.emplace(name, std::move(spec));
 }
 
+void LoraAdapters::set_from_config(const std::vector<LoraSpec>& specs) {
+  std::lock_guard lock(mu_);
+  std::map<std::string, LoraSpec> next;
+  for (const auto& [name, s] : specs_)
+    if (!s.from_config) next.emplace(name, s);
+  for (LoraSpec s : specs) {
+    s.from_config = true;
+    if (next.count(s.name))
+      fail("a LoRA adapter named '{}' is configured twice (or also given by --lora or loaded)",
+           s.name);
+    const std::string name = s.name;
+    next.emplace(name, std::move(s));
+  }
+  specs_ = std::move(next);
+}
+
 bool LoraAdapters::remove(const std::string& name) {
   std::lock_guard lock(mu_);
   return specs_.erase(name) > 0;

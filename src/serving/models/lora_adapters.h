@@ -13,9 +13,10 @@
 namespace tf {
 
 struct LoraSpec {
-  std::string name;  // what requests name
-  std::string base;  // the served model it applies to
-  std::string path;  // its PEFT directory
+  std::string name;          // what requests name
+  std::string base;          // the served model it applies to
+  std::string path;          // its PEFT directory
+  bool from_config = false;  // a model config's lora block (replaced by the next config)
   bool operator==(const LoraSpec&) const = default;
 };
 
@@ -30,6 +31,9 @@ class LoraAdapters {
   // Adds an adapter; Error (kInvalidArgument) when another adapter has its name.
   void add(LoraSpec spec);
   bool remove(const std::string& name);
+  // The model config's adapters replace the last config's (--lora and run-time loads stay);
+  // Error (kInvalidArgument), nothing changed, when one takes the name of another adapter.
+  void set_from_config(const std::vector<LoraSpec>& specs);
   std::optional<LoraSpec> find(const std::string& name) const;
   std::vector<LoraSpec> list() const;  // by name
 

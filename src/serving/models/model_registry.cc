@@ -68,6 +68,15 @@ void ModelRegistry::apply(std::vector<ModelEntryConfig> models) {
     if (!names.insert(m.config.name()).second)
       fail(ErrorKind::kInvalidArgument, "model '{}' is configured twice", m.config.name());
   }
+  std::vector<LoraSpec> adapters;
+  for (const auto& m : models)
+    for (const auto& l : m.config.lora()) {
+      if (names.contains(l.name()))
+        fail(ErrorKind::kInvalidArgument, "model '{}': LoRA adapter '{}' is the name of a model",
+             m.config.name(), l.name());
+      adapters.push_back({l.name(), m.config.name(), l.path()});
+    }
+  loras_.set_from_config(adapters);
   std::lock_guard lock(mu_);
   for (auto& [name, e] : models_) e.configured = names.contains(name);
   order_.clear();

@@ -21,6 +21,7 @@
 #include <string_view>
 #include <vector>
 
+#include "serving/models/lora_adapters.h"
 #include "serving/models/served_model.h"
 #include "serving/models/server_config.h"
 
@@ -105,6 +106,10 @@ class ModelRegistry {
   std::vector<std::shared_ptr<ServedModel>> available() const;
   // Effective labels of a model (label -> version), only to AVAILABLE versions.
   std::map<std::string, int64_t> labels(const std::string& name) const;
+  // The LoRA adapters requests may name: the config's lora blocks (set by apply), --lora's and
+  // those loaded at run time.
+  LoraAdapters& loras() { return loras_; }
+  const LoraAdapters& loras() const { return loras_; }
   // Bytes the loaded versions occupy (by Options::measure).
   int64_t memory_in_use() const;
   // Loads refused for memory, by (model, reason): "model_load_memory_budget" (the budget) or
@@ -112,6 +117,7 @@ class ModelRegistry {
   std::map<std::pair<std::string, std::string>, int64_t> load_ooms() const;
 
  private:
+  LoraAdapters loras_;
   struct Slot {
     std::string path;
     VersionState state = VersionState::kStart;

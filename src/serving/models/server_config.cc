@@ -195,7 +195,7 @@ void validate_model_server_config(const tfs::ModelServerConfig& config) {
     fail(ErrorKind::kInvalidArgument,
          "custom_model_config is not supported: give a model_config_list");
   }
-  std::set<std::string> names;
+  std::set<std::string> names, adapters;
   for (const auto& m : config.model_config_list().config()) {
     const std::string& name = m.name();
     if (name.empty()) fail(ErrorKind::kInvalidArgument, "a model config has no name");
@@ -230,6 +230,12 @@ void validate_model_server_config(const tfs::ModelServerConfig& config) {
         fail(ErrorKind::kInvalidArgument, "model '{}': label '{}' names version {}", name, label,
              version);
       }
+    }
+    for (const auto& l : m.lora()) {
+      if (l.name().empty() || l.path().empty())
+        fail(ErrorKind::kInvalidArgument, "model '{}': a lora block needs a name and a path", name);
+      if (!adapters.insert(l.name()).second)
+        fail(ErrorKind::kInvalidArgument, "LoRA adapter '{}' is configured twice", l.name());
     }
     if (m.has_generate_signature()) validate_signature_config(m.generate_signature(), name);
     if (m.max_batch_size() < 0 || m.batch_timeout_micros() < 0)

@@ -39,7 +39,7 @@ void handle_load_lora(ServingState& state, const HttpRequest& req, HttpResponder
                     "base_model_name");
   if (std::find(models.begin(), models.end(), spec.name) != models.end())
     throw HttpError(400, fmt::format("'{}' is the name of a model", spec.name), "", "lora_name");
-  if (state.loras.find(spec.name))
+  if (state.registry.loras().find(spec.name))
     throw HttpError(400, fmt::format("a LoRA adapter named '{}' is already loaded", spec.name), "",
                     "lora_name");
   if (!path_is_under(spec.path, state.model_roots))
@@ -56,7 +56,7 @@ void handle_load_lora(ServingState& state, const HttpRequest& req, HttpResponder
                     "lora_path");
   }
   try {
-    state.loras.add(spec);
+    state.registry.loras().add(spec);
   } catch (const Error& e) {  // another load of the same name won the race
     throw HttpError(400, e.what(), "", "lora_name");
   }
@@ -74,8 +74,8 @@ void handle_unload_lora(ServingState& state, const HttpRequest& req, HttpRespond
   const nlohmann::json body = parse_json_body(req.body);
   const std::string name = string_field(body, "lora_name");
   if (name.empty()) throw HttpError(400, "'lora_name' is required", "", "lora_name");
-  const std::optional<LoraSpec> spec = state.loras.find(name);
-  if (!spec || !state.loras.remove(name))
+  const std::optional<LoraSpec> spec = state.registry.loras().find(name);
+  if (!spec || !state.registry.loras().remove(name))
     throw HttpError(404, fmt::format("no LoRA adapter named '{}' is loaded", name),
                     "model_not_found", "lora_name");
   for (const auto& m : state.registry.available())
