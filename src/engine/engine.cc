@@ -359,6 +359,7 @@ EngineStats Engine::stats() const {
   std::lock_guard<std::mutex> lock(stats_mu_);
   EngineStats s = stats_;
   s.queued = queued_.load();  // live, not as of the last step
+  s.grammar_jobs = grammar_worker_ ? grammar_worker_->pending() : 0;
   return s;
 }
 

@@ -74,6 +74,7 @@ struct EngineStats {
   int64_t steps = 0;
   int64_t batched_tokens = 0;  // token rows forwarded, over all steps (padding rows included)
   int64_t running = 0, waiting = 0;
+  int64_t grammar_jobs = 0;  // masks being computed off the engine thread (live)
   int64_t running_peak = 0;  // the most sequences running after any step
   int64_t kv_blocks_total = 0, kv_blocks_used = 0;
   int64_t prefix_queried_tokens = 0, prefix_hit_tokens = 0;

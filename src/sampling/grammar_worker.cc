@@ -21,6 +21,7 @@ void GrammarWorker::submit(std::function<void()> job) {
   {
     std::lock_guard lock(mu_);
     jobs_.push_back(std::move(job));
+    ++pending_;
   }
   cv_.notify_one();
 }
@@ -35,7 +36,9 @@ void GrammarWorker::run() {
       job = std::move(jobs_.front());
       jobs_.pop_front();
     }
-    job();  // a job catches its own errors (they belong to its sequence)
+    job();          // a job catches its own errors (they belong to its sequence)
+    job = nullptr;  // what it held (a matcher's stacks) goes before it counts as over
+    --pending_;
     if (done_) done_();
   }
 }

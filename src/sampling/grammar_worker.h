@@ -5,7 +5,9 @@
 // slows only its own sequence. One thread: cheap masks never come here (they finish inline), so
 // what queues here is only what would have stalled every sequence of the step.
 
+#include <atomic>
 #include <condition_variable>
+#include <cstdint>
 #include <deque>
 #include <functional>
 #include <mutex>
@@ -23,6 +25,8 @@ class GrammarWorker {
   GrammarWorker& operator=(const GrammarWorker&) = delete;
 
   void submit(std::function<void()> job);
+  // Jobs submitted and not yet over (queued, or in hand until its captured state is freed).
+  int64_t pending() const { return pending_.load(); }
 
  private:
   void run();
@@ -32,6 +36,7 @@ class GrammarWorker {
   std::condition_variable cv_;
   std::deque<std::function<void()>> jobs_;
   bool stop_ = false;
+  std::atomic<int64_t> pending_{0};
   std::thread thread_;
 };
 

@@ -29,6 +29,7 @@ constexpr EngineStatField kEngineStatFields[] = {
      [](const EngineStats& s) { return D(s.running); }},
     {"waiting", "tokenflow_num_requests_waiting", "Sequences waiting to be scheduled", "gauge",
      [](const EngineStats& s) { return D(s.waiting); }},
+    {"grammar_jobs", "", "", "", [](const EngineStats& s) { return D(s.grammar_jobs); }},
     {"kv_blocks_used", "tokenflow_kv_cache_blocks_used", "KV cache blocks in use", "gauge",
      [](const EngineStats& s) { return D(s.kv_blocks_used); }},
     {"kv_blocks_total", "tokenflow_kv_cache_capacity_blocks", "KV cache blocks in the pool",
