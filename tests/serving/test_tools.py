@@ -97,7 +97,16 @@ def check_calls(test, message, names=None):
     return calls
 
 
-class ToolsTest(ServerCase):
+class ChatCase(ServerCase):
+    """A server case whose post() sends a chat completion and checks its status."""
+
+    def post(self, body, status=200):
+        s, b, text, _ = self.c.post("/v1/chat/completions", body)
+        self.assertEqual(s, status, text)
+        return b
+
+
+class ToolsTest(ChatCase):
     parser = None
 
     @classmethod
@@ -105,11 +114,6 @@ class ToolsTest(ServerCase):
         if cls.parser:
             cls.server_args = ("--threads", "1", "--tool-call-parser", cls.parser)
         super().setUpClass()
-
-    def post(self, body, status=200):
-        s, b, text, _ = self.c.post("/v1/chat/completions", body)
-        self.assertEqual(s, status, text)
-        return b
 
     def chat(self, **kw):
         return dict({"messages": [{"role": "user", "content": "What is the weather in Paris?"}],
@@ -478,7 +482,7 @@ def gpt_oss_like_model():
     return d, ids
 
 
-class HarmonyTest(ServerCase):
+class HarmonyTest(ChatCase):
     """gpt-oss's harmony format end to end (its template, its special tokens): forced calls are
     decoded under a grammar whose call header is harmony's special tokens (token elements), so
     a random model's answer is a call whatever its weights; the answer is split by channel
@@ -491,11 +495,6 @@ class HarmonyTest(ServerCase):
         cls.dir, cls.ids = gpt_oss_like_model()
         cls.model_dir, cls.model_flags = cls.dir, ("--model", cls.dir)
         super().setUpClass()
-
-    def post(self, body, status=200):
-        s, b, text, _ = self.c.post("/v1/chat/completions", body)
-        self.assertEqual(s, status, text)
-        return b
 
     def chat(self, **kw):
         # (gpt-oss's template writes every tool's description: jinja2 fails without one too.)
