@@ -715,6 +715,35 @@ void read_rope_factors(const GgufFile& f, const uint8_t* data, const std::string
 }
 }  // namespace
 
+namespace {
+
+// Registers one tensor of a GGUF file (its bytes at data + t.offset) as `name`.
+void add_gguf_tensor(WeightStore& store, const std::string& name, const GgufTensorInfo& t,
+                     const uint8_t* data, int index, const std::string& path) {
+  const auto info = ggml_type_info(static_cast<uint32_t>(t.type));
+  if (!ggml_can_dequantize(t.type))
+    fail(ErrorKind::kUnsupported, "'{}': tensor '{}' is {}, a type tokenflow cannot read", path,
+         t.name, info->name);
+  // ggml's ne is innermost first: [in, out] is the row-major [out, in] the model reads.
+  Shape shape;
+  shape.rank = static_cast<int>(t.ne.size());
+  for (int d = 0; d < shape.rank; ++d) shape.dims[d] = t.ne[shape.rank - 1 - d];
+  if (shape.rank == 1 && name.ends_with("shared_expert_gate.weight"))
+    shape = Shape{1, shape.dims[0]};  // llama.cpp keeps the [1, hidden] gate as a vector
+  const uint8_t* bytes = data + t.offset;
+  if (t.type == GgmlType::kF32) {
+    store.add(name, TensorView{DType::kF32, shape, bytes}, index);
+  } else if (t.type == GgmlType::kF16) {
+    store.add(name, TensorView{DType::kF16, shape, bytes}, index);
+  } else if (t.type == GgmlType::kBF16) {
+    store.add(name, TensorView{DType::kBF16, shape, bytes}, index);
+  } else {
+    store.add_blocks(name, shape, *block_weight_type(t.type), bytes, index);
+  }
+}
+
+}  // namespace
+
 ModelConfig load_gguf(const std::string& path, WeightStore& store) {
   MappedFile file = MappedFile::open(path);
   const GgufFile f = parse_gguf(file.data(), file.size(), path);
@@ -747,28 +776,18 @@ ModelConfig load_gguf(const std::string& path, WeightStore& store) {
         : c.arch == Arch::kGptJ                              ? neox_hf_name(t.name)
                                                              : hf_name(names, t.name);
     if (name.empty()) continue;
-    const auto info = ggml_type_info(static_cast<uint32_t>(t.type));
-    if (!ggml_can_dequantize(t.type))
-      fail(ErrorKind::kUnsupported, "'{}': tensor '{}' is {}, a type tokenflow cannot read", path,
-           t.name, info->name);
-    // ggml's ne is innermost first: [in, out] is the row-major [out, in] the model reads.
-    Shape shape;
-    shape.rank = static_cast<int>(t.ne.size());
-    for (int d = 0; d < shape.rank; ++d) shape.dims[d] = t.ne[shape.rank - 1 - d];
-    if (shape.rank == 1 && name.ends_with("shared_expert_gate.weight"))
-      shape = Shape{1, shape.dims[0]};  // llama.cpp keeps the [1, hidden] gate as a vector
-    const uint8_t* bytes = data + t.offset;
-    if (t.type == GgmlType::kF32) {
-      store.add(name, TensorView{DType::kF32, shape, bytes}, index);
-    } else if (t.type == GgmlType::kF16) {
-      store.add(name, TensorView{DType::kF16, shape, bytes}, index);
-    } else if (t.type == GgmlType::kBF16) {
-      store.add(name, TensorView{DType::kBF16, shape, bytes}, index);
-    } else {
-      store.add_blocks(name, shape, *block_weight_type(t.type), bytes, index);
-    }
+    add_gguf_tensor(store, name, t, data, index, path);
   }
   return c;
+}
+
+GgufFile load_gguf_tensors(const std::string& path, WeightStore& store) {
+  MappedFile file = MappedFile::open(path);
+  GgufFile f = parse_gguf(file.data(), file.size(), path);
+  const uint8_t* data = file.data() + f.data_offset;
+  const int index = store.add_file(std::move(file));
+  for (const GgufTensorInfo& t : f.tensors) add_gguf_tensor(store, t.name, t, data, index, path);
+  return f;
 }
 
 }  // namespace tf

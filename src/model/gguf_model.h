@@ -20,4 +20,8 @@ ModelConfig gguf_model_config(const GgufFile& file, const std::string& path);
 // Maps the file and registers its tensors.
 ModelConfig load_gguf(const std::string& path, WeightStore& store);
 
+// Maps a GGUF file that is not a model (a LoRA adapter) and registers every tensor under its
+// GGUF name; returns the header, for its metadata.
+GgufFile load_gguf_tensors(const std::string& path, WeightStore& store);
+
 }  // namespace tf

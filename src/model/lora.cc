@@ -10,6 +10,8 @@
 #include "core/error.h"
 #include "core/json.h"
 #include "core/mapped_file.h"
+#include "model/gguf.h"
+#include "model/gguf_model.h"
 #include "model/model.h"
 #include "model/safetensors.h"
 #include "model/torch_checkpoint.h"
@@ -39,6 +41,34 @@ bool parse_name(const std::string& name, int64_t& layer, LoraTarget& target, cha
       if (rest == fmt::format("{}.{}.lora_{}.weight", kBlocks[t], kNames[t], w)) {
         target = static_cast<LoraTarget>(t);
         which = w;
+        return true;
+      }
+    }
+  }
+  return false;
+}
+
+uint64_t next_adapter_id() {
+  static std::atomic<uint64_t> next{1};
+  return next++;
+}
+
+// llama.cpp's adapter names: "blk.N.TENSOR.weight.lora_a" (convert_lora_to_gguf.py).
+bool parse_gguf_name(const std::string& name, int64_t& layer, LoraTarget& target, char& which) {
+  constexpr std::array<const char*, kLoraTargets> kGguf = {
+      "attn_q", "attn_k", "attn_v", "attn_output", "ffn_gate", "ffn_up", "ffn_down"};
+  constexpr std::string_view kBlk = "blk.";
+  if (name.rfind(kBlk, 0) != 0) return false;
+  size_t at = kBlk.size(), end = at;
+  while (end < name.size() && name[end] >= '0' && name[end] <= '9') ++end;
+  if (end == at || end - at > 6 || end >= name.size() || name[end] != '.') return false;
+  layer = std::stoll(name.substr(at, end - at));
+  const std::string rest = name.substr(end + 1);
+  for (int t = 0; t < kLoraTargets; ++t) {
+    for (char w : {'a', 'b'}) {
+      if (rest == fmt::format("{}.weight.lora_{}", kGguf[t], w)) {
+        target = static_cast<LoraTarget>(t);
+        which = w == 'a' ? 'A' : 'B';
         return true;
       }
     }
@@ -90,12 +120,13 @@ std::vector<std::string> LoraAdapter::targets() const {
 std::shared_ptr<const LoraAdapter> LoraAdapter::load(const std::string& path, const Model& base) {
   const ModelConfig& c = base.config();
   const fs::path dir(path);
-  const fs::path cfg_path = dir / "adapter_config.json";
   std::error_code ec;
+  if (dir.extension() == ".gguf" && fs::is_regular_file(dir, ec)) return load_gguf(path, base);
+  const fs::path cfg_path = dir / "adapter_config.json";
   if (!fs::is_directory(dir, ec) || !fs::exists(cfg_path, ec))
     fail(ErrorKind::kNotFound,
          "LoRA adapter '{}': expected a PEFT adapter directory (adapter_config.json and "
-         "adapter_model.safetensors)",
+         "adapter_model.safetensors) or a GGUF adapter file",
          path);
   const std::string src = cfg_path.string();
   const json j = parse_json(read_file(src), src);
@@ -136,9 +167,8 @@ std::shared_ptr<const LoraAdapter> LoraAdapter::load(const std::string& path, co
          path, c.architecture);
 
   std::shared_ptr<LoraAdapter> ad(new LoraAdapter());
-  static std::atomic<uint64_t> next_id{1};
   ad->base_ = &base;
-  ad->id_ = next_id++;
+  ad->id_ = next_adapter_id();
   ad->path_ = path;
   ad->rank_ = r->get<int64_t>();
   ad->alpha_ = alpha ? alpha->get<float>() : 8.0f;  // PEFT's default
@@ -155,8 +185,44 @@ std::shared_ptr<const LoraAdapter> LoraAdapter::load(const std::string& path, co
   } else {
     fail(ErrorKind::kNotFound, "LoRA adapter '{}': no adapter_model.safetensors (or .bin)", path);
   }
+  ad->pair_up(c, false, false);
+  return ad;
+}
+
+std::shared_ptr<const LoraAdapter> LoraAdapter::load_gguf(const std::string& path,
+                                                          const Model& base) {
+  const ModelConfig& c = base.config();
+  std::shared_ptr<LoraAdapter> ad(new LoraAdapter());
+  const GgufFile f = load_gguf_tensors(path, ad->store_);
+  const std::string type = f.get_string("general.type", "");
+  if (type != "adapter")
+    fail(
+        "'{}': general.type is '{}', not a GGUF adapter (convert_lora_to_gguf.py writes "
+        "'adapter')",
+        path, type);
+  if (const std::string t = f.get_string("adapter.type", ""); t != "lora")
+    fail(ErrorKind::kUnsupported, "'{}': adapter.type '{}' is not a LoRA adapter", path, t);
+  if (f.find("adapter.alora.invocation_tokens"))
+    fail(ErrorKind::kUnsupported,
+         "'{}': an activated LoRA (adapter.alora.invocation_tokens) is not supported", path);
+  if (!base.supports_lora())
+    fail(ErrorKind::kUnsupported, "LoRA adapter '{}': the base model {} takes no adapters", path,
+         c.architecture);
+  ad->base_ = &base;
+  ad->id_ = next_adapter_id();
+  ad->path_ = path;
+  ad->alpha_ = static_cast<float>(f.get_float("adapter.lora.alpha", 0.0));
+  ad->layers_.resize(static_cast<size_t>(c.n_layers));
+  ad->pair_up(c, true, f.get_string("general.architecture", "") == "llama");
+  return ad;
+}
+
+void LoraAdapter::pair_up(const ModelConfig& c, bool gguf, bool interleaved) {
+  LoraAdapter* ad = this;
+  const bool base_interleaved = c.rope_style == kernels::RopeStyle::kInterleaved;
   const std::string file = ad->store_.sources();
-  // Each projection's pair, by PEFT's names (base_model.model. + the base's tensor name).
+  // Each projection's pair, by PEFT's names (base_model.model. + the base's tensor name) or
+  // llama.cpp's (blk.N.attn_q.weight.lora_a).
   std::map<std::pair<int64_t, int>, std::array<std::string, 2>> pairs;
   for (const std::string& stored : ad->store_.names()) {
     std::string name = stored;
@@ -166,7 +232,7 @@ std::shared_ptr<const LoraAdapter> LoraAdapter::load(const std::string& path, co
     int64_t layer = 0;
     LoraTarget t{};
     char which = 0;
-    if (!parse_name(name, layer, t, which))
+    if (!(gguf ? parse_gguf_name(name, layer, t, which) : parse_name(name, layer, t, which)))
       fail(ErrorKind::kUnsupported,
            "{}: tensor '{}' is not a LoRA pair of a projection tokenflow applies (q/k/v/o_proj, "
            "gate/up/down_proj: lora_A / lora_B weights)",
@@ -197,12 +263,31 @@ std::shared_ptr<const LoraAdapter> LoraAdapter::load(const std::string& path, co
     if (!(b == Shape{out, rank}))
       fail("{}: tensor '{}' is {}; expected [{}, {}] (the base's {} out, the rank of lora_A)", file,
            names[1], b.to_string(), out, rank, kNames[static_cast<size_t>(ti)]);
-    // s = alpha / r (rsLoRA: alpha / sqrt(r)), r this projection's rank (rank_pattern's).
-    const float s =
-        ad->alpha_ / (ad->rslora_ ? std::sqrt(static_cast<float>(rank)) : static_cast<float>(rank));
+    // s = alpha / r (rsLoRA: alpha / sqrt(r)), r this projection's rank (rank_pattern's); a
+    // GGUF adapter without an alpha is applied as it is (llama.cpp's scale 1).
+    const float s = gguf && ad->alpha_ == 0.0f
+                        ? 1.0f
+                        : ad->alpha_ / (ad->rslora_ ? std::sqrt(static_cast<float>(rank))
+                                                    : static_cast<float>(rank));
+    if (ad->rank_ == 0) ad->rank_ = rank;
     const float* bv = ad->store_.f32(names[1], b);
     std::vector<float> scaled(bv, bv + out * rank);
     for (float& v : scaled) v *= s;
+    // q and k rows in the base's rotary layout: a llama.cpp "llama" file (and a llama2.c
+    // checkpoint) keeps each head's rows interleaved for its adjacent-pair RoPE, PEFT's are
+    // transformers' halves (row i pairs with i + hd/2); B's rows follow the base's.
+    if ((t == LoraTarget::kQ || t == LoraTarget::kK) && interleaved != base_interleaved) {
+      const int64_t hd = c.head_dim, heads = out / hd, half = hd / 2;
+      std::vector<float> moved(scaled.size());
+      for (int64_t h = 0; h < heads; ++h)
+        for (int64_t i = 0; i < half; ++i)
+          for (int64_t pair = 0; pair < 2; ++pair) {
+            const int64_t halves = h * hd + i + pair * half, inter = h * hd + 2 * i + pair;
+            const int64_t from = interleaved ? inter : halves, to = interleaved ? halves : inter;
+            std::copy_n(scaled.data() + from * rank, rank, moved.data() + to * rank);
+          }
+      scaled = std::move(moved);
+    }
     const std::string scaled_name = names[1] + "#scaled";
     ad->store_.add_f32(scaled_name, b, std::move(scaled), ad->store_.file_index_of(names[1]));
     LoraPair p;
@@ -213,7 +298,6 @@ std::shared_ptr<const LoraAdapter> LoraAdapter::load(const std::string& path, co
     ad->layers_[static_cast<size_t>(layer)][static_cast<size_t>(ti)] = p;
   }
   ad->store_.close_files();
-  return ad;
 }
 
 }  // namespace tf

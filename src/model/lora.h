@@ -5,7 +5,9 @@
 // each sequence that uses an adapter adds s * B (A x) to its own rows (SequenceChunk::lora), so
 // sequences with different adapters, or none, share one forward pass.
 //
-// Read from PEFT's adapter directory (adapter_config.json + adapter_model.safetensors), held to
+// Read from PEFT's adapter directory (adapter_config.json + adapter_model.safetensors) or a GGUF
+// adapter (llama.cpp's convert_lora_to_gguf.py: blk.N.attn_q.weight.lora_a / lora_b, alpha in
+// adapter.lora.alpha), held to
 // its base: every tensor must name a projection the base has (q/k/v/o_proj, gate/up/down_proj
 // of a dense MLP) with the base's shape; anything else (embeddings, the LM head, experts, fused
 // projections, modules_to_save, DoRA, biases) is refused by name, never ignored.
@@ -63,6 +65,13 @@ class LoraAdapter {
 
  private:
   LoraAdapter() = default;
+  // A GGUF adapter file (llama.cpp's convert_lora_to_gguf.py).
+  static std::shared_ptr<const LoraAdapter> load_gguf(const std::string& path, const Model& base);
+  // Pairs the store's lora_A / lora_B tensors (PEFT's names, or GGUF's), checks them against the
+  // base and keeps them in compute form; interleaved: the file's q/k rows are in llama.cpp's
+  // interleaved rotary layout (moved to the base's where it differs).
+  void pair_up(const ModelConfig& c, bool gguf, bool interleaved);
+
   const Model* base_ = nullptr;
   uint64_t id_ = 0;
   std::string path_, base_model_;

@@ -148,6 +148,46 @@ class LoraReference(ToolCase):
             err = np.abs(mixed[rows] - alone).max() / np.abs(alone).max()
             self.assertLess(err, 1e-5, "sequence %d (adapter %s)" % (s, ad))
 
+    def test_gguf_adapters_and_gguf_bases(self):
+        # llama.cpp's layouts: a "llama" GGUF keeps each head's q/k rows interleaved for its
+        # adjacent-pair RoPE, and convert_lora_to_gguf.py writes an adapter's B rows the same
+        # way. A PEFT adapter on a GGUF base, and a GGUF adapter on a safetensors base, must
+        # both equal the merged safetensors model.
+        import gguf_io
+        import test_gguf
+        base_dir, base_model = self.base("llama_gqa")
+        d, merged_model = self.adapter("llama_gqa", "for_gguf", TARGETS, r=3, alpha=6.0, seed=7)
+        prompts, decode = _random_batch(8, LENGTHS, base_model.vocab_size)
+        gguf_base = os.path.join(self.tmp.name, "llama_gqa.gguf")
+        test_gguf.hf_to_gguf("llama_gqa", 0, gguf_base)
+        self.check_logits(gguf_base, merged_model, prompts, decode, lora=d)
+        # The same adapter as llama.cpp writes it.
+        with open(os.path.join(base_dir, "config.json")) as f:
+            cfg = json.load(f)
+        hd = cfg["hidden_size"] // cfg["num_attention_heads"]
+        names = {"q_proj": "attn_q", "k_proj": "attn_k", "v_proj": "attn_v", "o_proj":
+                 "attn_output", "gate_proj": "ffn_gate", "up_proj": "ffn_up", "down_proj":
+                 "ffn_down"}
+        tensors = []
+        for name, a in sorted(safetensors_io.load(
+                os.path.join(d, "adapter_model.safetensors")).items()):
+            parts = name.split(".")  # base_model.model.model.layers.N.block.module.lora_X.weight
+            layer, module, which = parts[4], parts[6], parts[7][-1].lower()
+            if which == "b" and module in ("q_proj", "k_proj"):  # halves -> adjacent pairs
+                n = a.shape[0] // hd
+                a = a.reshape(n, 2, hd // 2, a.shape[1]).swapaxes(1, 2).reshape(a.shape)
+            a = np.ascontiguousarray(a, dtype=np.float32)
+            tensors.append(("blk.%s.%s.weight.lora_%s" % (layer, names[module], which),
+                            list(a.shape[::-1]), 0, a.tobytes()))
+        path = os.path.join(self.tmp.name, "adapter.gguf")
+        gguf_io.write_gguf(path, {"general.architecture": "llama", "general.type": "adapter",
+                                  "adapter.type": "lora",
+                                  "adapter.lora.alpha": gguf_io.F32(6.0)}, tensors)
+        self.check_logits(base_dir, merged_model, prompts, decode, lora=path)
+        self.check_logits(gguf_base, merged_model, prompts, decode, lora=path)
+        # A GGUF that is not an adapter is refused by name.
+        self.assertIn("general.type", self.tool_error(base_dir, gguf_base))
+
     def tool_error(self, base_dir, adapter_dir):
         r = subprocess.run([self.tool(), "--model", base_dir, "--prompts", _fmt([[1, 2]]),
                             "--out", os.path.join(self.tmp.name, "x.f32"), "--lora",
