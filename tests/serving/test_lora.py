@@ -1,5 +1,6 @@
 """LoRA adapters through the server (issue 54): `serve --model stories=... --lora sql=DIR`
-serves the adapter under its own name on every generating door, computed unmerged over the one
+serves the adapter under its own name on every generating door (OpenAI, Anthropic, Ollama,
+TF Serving's predict), computed unmerged over the one
 copy of the base; its answers equal those of the same adapter merged into a copy of the base
 (W + s B A, served beside it as a model of its own); /v1/models lists it with its base as
 parent; requests for the base are untouched; unknown names are 404 and an adapter named where a
@@ -106,6 +107,14 @@ class LoraServingTest(ServerCase):
             "model": "sql", "max_tokens": 10, "temperature": 0,
             "messages": [{"role": "user", "content": "The dog"}]})
         self.assertEqual(s, 200, raw)
+        # TF Serving's REST door: the adapter's name in the path (and a version of its base).
+        for path in ("/v1/models/sql:predict", "/v1/models/sql/versions/1:predict"):
+            s, b, raw, _ = self.c.post(path, {"instances": [
+                {"prompt": "The dog", "max_tokens": 10, "temperature": 0}]})
+            self.assertEqual(s, 200, raw)
+            self.assertEqual(b["predictions"][0]["text"], text, path)
+        s, b, raw, _ = self.c.get("/v1/models/sql/metadata")
+        self.assertEqual(s, 400, raw)
 
     def test_listed_with_its_base_as_parent(self):
         s, b, text, _ = self.c.get("/v1/models")

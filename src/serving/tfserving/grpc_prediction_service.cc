@@ -110,11 +110,12 @@ tensorflow::TensorProto padded_tensor(const std::vector<std::vector<T>>& rows, T
 
 // The version a TF Serving request's model_spec addresses (TF Serving's 400 and 404 messages).
 std::shared_ptr<ServedModel> resolve_spec(GrpcContext& ctx, GrpcCall& call,
-                                          const tfs::ModelSpec& model_spec) {
+                                          const tfs::ModelSpec& model_spec,
+                                          std::shared_ptr<const LoraAdapter>* lora = nullptr) {
   const ModelRequestSpec spec = model_spec_of(model_spec);
   auto model = resolve_servable(ctx.state, *call.record, spec.name, spec.version, spec.label,
-                                call.header_fn());
-  call.record->model = model->name;
+                                call.header_fn(), lora);
+  call.record->model = lora && *lora ? spec.name : model->name;
   call.record->version = model->version;
   return model;
 }
@@ -340,11 +341,12 @@ grpc::ServerUnaryReactor* PredictionServiceImpl::Predict(grpc::CallbackServerCon
   prepare_call(ctx_, *r->host, *r->call.record, [this, r, context, request, response] {
     try {
       r->call.admit();
-      auto model = resolve_spec(ctx_, r->call, request->model_spec());
+      std::shared_ptr<const LoraAdapter> lora;
+      auto model = resolve_spec(ctx_, r->call, request->model_spec(), &lora);
       context->AddInitialMetadata("x-model-version", std::to_string(model->version));
       auto plan = std::make_shared<PredictPlan>(plan_predict(
           ctx_.state, model, read_predict_request(*request, logs_prompts(*r->call.record)),
-          *r->call.record, r->call.time_limit()));
+          *r->call.record, r->call.time_limit(), lora, request->model_spec().name()));
       static const std::set<std::string> kOutputs = {"text", "output_ids", "output_lengths",
                                                      "finish_reason", "logprobs"};
       for (const auto& f : request->output_filter()) {

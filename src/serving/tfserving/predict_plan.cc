@@ -10,11 +10,12 @@ namespace tf {
 
 PredictPlan plan_predict(ServingState& state, std::shared_ptr<ServedModel> model,
                          const PredictInput& input, RequestRecord& record,
-                         std::optional<std::chrono::milliseconds> time_limit) {
+                         std::optional<std::chrono::milliseconds> time_limit,
+                         std::shared_ptr<const LoraAdapter> lora, const std::string& name) {
   PredictPlan plan;
   plan.model = std::move(model);
   const ServedModel& m = *plan.model;
-  record.model = m.name;
+  record.model = lora ? name : m.name;
   record.version = m.version;
   require_task(m, ModelTask::kGenerate);  // an encoder answers :classify and :regress
   plan.rows = input.rows;
@@ -61,6 +62,7 @@ PredictPlan plan_predict(ServingState& state, std::shared_ptr<ServedModel> model
       throw HttpError(400, "predict returns one sequence per instance: 'n' must be 1");
     plan.requests.push_back(std::move(one.requests[0]));
   }
+  for (auto& r : plan.requests) r.lora = lora;
   if (logs_prompts(record)) record.prompt = input.logged_prompt;
   for (const auto& r : plan.requests) record.prompt_tokens += static_cast<int64_t>(r.prompt.size());
   plan.time_limit =

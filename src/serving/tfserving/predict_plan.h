@@ -29,9 +29,12 @@ struct PredictPlan : JobPlan {
   int32_t decoder_start = -1;  // an encoder-decoder's: its answer rows start with it
   std::string output_name;
 };
+// lora: the adapter the request's model name named (name: that name), or none.
 PredictPlan plan_predict(ServingState& state, std::shared_ptr<ServedModel> model,
                          const PredictInput& input, RequestRecord& record,
-                         std::optional<std::chrono::milliseconds> time_limit = std::nullopt);
+                         std::optional<std::chrono::milliseconds> time_limit = std::nullopt,
+                         std::shared_ptr<const LoraAdapter> lora = nullptr,
+                         const std::string& name = "");
 // The generate signature's answer: [rows * num_return_sequences, max_len] ids, padded.
 std::vector<std::vector<int32_t>> generate_answer(const PredictPlan& plan, const GenerationJob& job,
                                                   const JobSummary& summary);

@@ -22,8 +22,9 @@ std::string servable(const ModelPath& p) {
 
 // The version a predict or metadata request addresses, held for the request's duration.
 std::shared_ptr<ServedModel> resolve(ServingState& state, const ModelPath& p,
-                                     const HttpRequest& req, const RequestRecord& record) {
-  return resolve_servable(state, record, p.name, p.version, p.label, req.header_lookup());
+                                     const HttpRequest& req, const RequestRecord& record,
+                                     std::shared_ptr<const LoraAdapter>* lora = nullptr) {
+  return resolve_servable(state, record, p.name, p.version, p.label, req.header_lookup(), lora);
 }
 
 json version_status(const VersionStatus& v) {
@@ -109,11 +110,13 @@ class PredictSink final : public JobSink {
   std::shared_ptr<HttpResponder> responder_;
 };
 
-void predict(ServingState& state, std::shared_ptr<ServedModel> model, const HttpRequest& req,
-             std::shared_ptr<HttpResponder> responder, std::shared_ptr<RequestRecord> record) {
-  auto plan = std::make_shared<PredictPlan>(
-      plan_predict(state, std::move(model),
-                   read_predict_body(parse_json_body(req.body), logs_prompts(*record)), *record));
+void predict(ServingState& state, std::shared_ptr<ServedModel> model,
+             std::shared_ptr<const LoraAdapter> lora, const HttpRequest& req,
+             std::shared_ptr<HttpResponder> responder, std::shared_ptr<RequestRecord> record,
+             const std::string& name) {
+  auto plan = std::make_shared<PredictPlan>(plan_predict(
+      state, std::move(model), read_predict_body(parse_json_body(req.body), logs_prompts(*record)),
+      *record, std::nullopt, std::move(lora), name));
   // The job holds the version and the key's admission (through the plan) until it ends: an
   // unloading version finishes it.
   run_job(state, plan, responder, record, std::make_shared<PredictSink>(plan, responder));
@@ -233,7 +236,20 @@ std::shared_ptr<ServedModel> resolve_servable(ServingState& state, const Request
                                               const std::string& name,
                                               std::optional<int64_t> version,
                                               const std::optional<std::string>& label,
-                                              const ModelRegistry::HeaderFn& header) {
+                                              const ModelRegistry::HeaderFn& header,
+                                              std::shared_ptr<const LoraAdapter>* lora) {
+  if (state.registry.loras().find(name)) {  // an adapter: its base's version (the planner's rule)
+    auto m = resolve_model(state, record, name, "", header, lora);
+    if (version || label) {
+      auto v = state.registry.resolve({m->name, version, label}, {}, header);
+      if (!v)
+        throw HttpError(404, fmt::format("Servable not found for request: {}",
+                                         servable({m->name, version, label, false, ""})));
+      if (lora) *lora = v->lora(state.registry.loras().find(name)->path);
+      return v;
+    }
+    return m;
+  }
   state.require_model_access(record, name);
   const ModelPath p{name, version, label, false, ""};
   auto m = name.empty() ? nullptr : state.registry.resolve({name, version, label}, {}, header);
@@ -255,11 +271,12 @@ void handle_tfserving(ServingState& state, const ModelPath& path, const HttpRequ
                                        "':regress' for classifier heads, are",
                                        path.verb));
     }
-    auto m = resolve(state, path, req, *record);
+    std::shared_ptr<const LoraAdapter> lora;
+    auto m = resolve(state, path, req, *record, path.verb == "predict" ? &lora : nullptr);
     record->version = m->version;
     responder->add_header("X-Model-Version", std::to_string(m->version));
     if (path.verb == "predict")
-      predict(state, m, req, std::move(responder), std::move(record));
+      predict(state, m, std::move(lora), req, std::move(responder), std::move(record), path.name);
     else
       classify_or_regress(state, m, req, std::move(responder), std::move(record),
                           path.verb == "regress");

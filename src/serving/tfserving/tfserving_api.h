@@ -41,11 +41,14 @@ std::vector<VersionStatus> model_version_statuses(ServingState& state, const std
 // The version a TF Serving request addresses (name, and a version or a label), with TF
 // Serving's 404 messages when there is none; the API key is checked first, as resolve_model
 // does (403 whether or not the model exists).
+// A LoRA adapter's name resolves to its base's version (with the adapter in *lora; a route
+// that does not generate passes nullptr and gets a 400).
 std::shared_ptr<ServedModel> resolve_servable(ServingState& state, const RequestRecord& record,
                                               const std::string& name,
                                               std::optional<int64_t> version,
                                               const std::optional<std::string>& label,
-                                              const ModelRegistry::HeaderFn& header = nullptr);
+                                              const ModelRegistry::HeaderFn& header = nullptr,
+                                              std::shared_ptr<const LoraAdapter>* lora = nullptr);
 
 // TF Serving's model metadata of the generation signature: {"model_spec", "metadata":
 // {"signature_def": {"signature_def": {"serving_default": {inputs, outputs, method_name}}}}} (the
