@@ -123,6 +123,10 @@ class LoraServingTest(ServerCase):
         self.assertEqual(by_id["sql"]["parent"], "stories")
         self.assertEqual(by_id["sql"]["root"], self.adapter)
         self.assertIsNone(by_id["stories"]["parent"])
+        s, b, text, _ = self.c.get("/api/tags")  # Ollama's listing
+        self.assertEqual(s, 200, text)
+        tags = {m["name"]: m for m in b["models"]}
+        self.assertEqual(tags["sql:latest"]["details"]["parent_model"], "stories")
 
     def test_unknown_names_and_wrong_routes(self):
         s, b, text, _ = self.c.post("/v1/completions", {"model": "nosuch", "prompt": "x"})

@@ -461,6 +461,15 @@ void handle_ollama_tags(ServingState& state, std::shared_ptr<HttpResponder> resp
       if (auto m = state.registry.resolve({name, v, {}}))
         models.push_back(tag_entry(*m, name + ":" + label, running));
   }
+  // LoRA adapters, as name:latest over their base's default version (details.parent_model).
+  for (const LoraSpec& l : state.registry.loras().list()) {
+    if (record.key && !record.key->allows(l.name)) continue;
+    if (auto base = state.registry.resolve({l.base, {}, {}})) {
+      ojson e = tag_entry(*base, l.name + ":latest", running);
+      e["details"]["parent_model"] = l.base;
+      models.push_back(std::move(e));
+    }
+  }
   log_request(record, 200);
   responder->send(200, dump_json(ojson{{"models", models}}));
 }
