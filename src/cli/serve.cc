@@ -22,6 +22,7 @@ struct ServeOptions {
   std::vector<std::string> models;
   std::vector<std::string> loras;
   std::vector<int> lora_models;  // per --lora: the index of the --model before it (-1: none)
+  int max_loras = 0;
   std::vector<std::string> names;
   std::string tokenizer;
   std::string host = "127.0.0.1";
@@ -88,6 +89,8 @@ int run_serve(const ServeOptions& o) {
                                                                               : "";
     so.loras.push_back(parse_lora_flag(o.loras[i], base, served));
   }
+  if (o.max_loras < 0) fail("--max-loras must be >= 0 (0: no limit)");
+  so.max_loras = static_cast<size_t>(o.max_loras);
   so.model_config_file = o.model_config_file;
   so.model_config_file_poll_s = o.model_config_file_poll_s;
   so.file_system_poll_s = o.file_system_poll_s;
@@ -219,6 +222,10 @@ Action add_serve(CLI::App& app) {
   app.add_option("--lora", o->loras,
                  "NAME=PATH or NAME=MODEL:PATH: a LoRA adapter (a PEFT directory) of the --model "
                  "given before it (or of MODEL), which requests name as their model; repeatable");
+  app.add_option("--max-loras", o->max_loras,
+                 "LoRA adapters kept loaded per model version; the least recently used idle one "
+                 "is evicted past it and reloaded when named again (0: no limit)")
+      ->capture_default_str();
   app.add_option("--served-model-name", o->names,
                  "the name clients use (default: the directory's name); one per --model");
   app.add_option("--model_config_file,--model-config-file", o->model_config_file,

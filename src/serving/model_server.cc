@@ -184,8 +184,9 @@ ModelServer::ModelServer(ModelServerOptions options) : options_(std::move(option
   const std::optional<ToolFormat> tool_format = o.tool_format;
   const std::string chat_template = o.chat_template, chat_kwargs = o.chat_template_kwargs;
   const std::vector<std::string> tasks = o.tasks, poolings = o.poolings;
+  const size_t max_loras = o.max_loras;
   state_ = std::make_unique<ServingState>(
-      [ec, tokenizer, dtype, tool_format, chat_template, chat_kwargs, tasks, poolings](
+      [ec, tokenizer, dtype, tool_format, chat_template, chat_kwargs, tasks, poolings, max_loras](
           const std::string& name, int64_t version, const std::string& path,
           const tfs::ModelConfig& config) {
         // The model config's own batching settings over the server's.
@@ -197,6 +198,7 @@ ModelServer::ModelServer(ModelServerOptions options) : options_(std::move(option
         if (config.num_speculative_tokens() > 0)
           model_ec.ngram.num_tokens = config.num_speculative_tokens();
         std::shared_ptr<ServedModel> m = load_served_model(name, path, model_ec, tokenizer, dtype);
+        m->max_loras = max_loras;
         apply_signature_config(m->generate, config.generate_signature());
         // The operator's task and pooling for it (--task, --pooling).
         if (const std::string task = per_model_value(tasks, name); !task.empty())

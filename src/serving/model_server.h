@@ -27,6 +27,7 @@ struct ModelServerOptions {
   // What to serve: entries (--model) or a config file, not both.
   std::vector<ModelEntryConfig> entries;
   std::vector<LoraSpec> loras;  // --lora: adapters requests may name (loaded on first use)
+  size_t max_loras = 0;         // --max-loras: resident adapters per version (0: no limit)
   std::string model_config_file;
   double model_config_file_poll_s = 0;
   double file_system_poll_s = 1;

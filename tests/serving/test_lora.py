@@ -11,6 +11,7 @@ Env: TOKENFLOW_BIN, TF_SHARED_DIR, TF_REFERENCE_DIR.
 
 import json
 import os
+import re
 import shutil
 import sys
 import tempfile
@@ -194,6 +195,43 @@ class LoraRuntimeTest(ServerCase):
         # Nothing of the refused loads is listed.
         ids = [m["id"] for m in self.c.get("/v1/models")[1]["data"]]
         self.assertEqual([i for i in ids if i in ("o", "bad", "x")], [])
+
+
+class LoraEvictionTest(ServerCase):
+    """--max-loras 1 with two adapters: naming one after the other evicts the idle one and
+    reloads it when named again, with the same answers; /metrics counts the loads, evictions and
+    the resident adapter's bytes."""
+
+    @classmethod
+    def setUpClass(cls):
+        cls.model_dir = tempfile.mkdtemp(prefix="tf_lora_ev_")
+        a, _ = write_adapter_and_merged(cls.model_dir)
+        b = os.path.join(cls.model_dir, "copy")
+        shutil.copytree(a, b)  # another path: another adapter to the cache
+        cls.server_args = ("--threads", "1", "--lora", "a=" + a, "--lora", "b=" + b,
+                           "--max-loras", "1")
+        super().setUpClass()
+
+    def answer(self, model):
+        s, body, text, _ = self.c.post("/v1/completions", {
+            "model": model, "prompt": "The dog", "max_tokens": 8, "temperature": 0})
+        self.assertEqual(s, 200, text)
+        return body["choices"][0]["text"]
+
+    def metric(self, name):
+        text = self.c.get("/metrics")[2]
+        m = re.search(r"^%s\{[^}]*\} (\S+)$" % name, text, re.M)
+        self.assertIsNotNone(m, name)
+        return float(m.group(1))
+
+    def test_the_least_recently_used_idle_adapter_is_evicted(self):
+        first = self.answer("a")
+        self.assertEqual(self.answer("b"), first)  # the same weights under another path
+        self.assertEqual(self.answer("a"), first)  # reloaded after its eviction
+        self.assertEqual(self.metric("tokenflow_lora_loads_total"), 3)
+        self.assertEqual(self.metric("tokenflow_lora_evictions_total"), 2)
+        self.assertEqual(self.metric("tokenflow_lora_adapters_resident"), 1)
+        self.assertGreater(self.metric("tokenflow_lora_adapter_bytes"), 0)
 
 
 if __name__ == "__main__":

@@ -155,12 +155,14 @@ std::string render_metrics(const ServingState& state_, const AdminSources& sourc
     Labels labels;
     EngineStats s;
     double load_seconds;
+    ServedModel::LoraCounts lora;
   };
   std::vector<Row> rows;
   for (const auto& v : state_.registry.available()) {
     rows.push_back({{{"model", v->name}, {"version", std::to_string(v->version)}},
                     v->engine->stats(),
-                    v->load_seconds});
+                    v->load_seconds,
+                    v->lora_counts()});
   }
   auto family = [&](const char* name, const char* help, const char* type, auto value) {
     append_header(out, name, help, type);
@@ -170,6 +172,18 @@ std::string render_metrics(const ServingState& state_, const AdminSources& sourc
   for (const EngineStatField& f : kEngineStatFields) {
     if (*f.metric) family(f.metric, f.help, f.type, [&f](const Row& r) { return f.get(r.s); });
   }
+  // LoRA adapters resident over each version (--max-loras bounds them), their bytes, and how
+  // often one was loaded and evicted.
+  family("tokenflow_lora_adapters_resident", "LoRA adapters loaded in compute form", "gauge",
+         [](const Row& r) { return D(r.lora.resident); });
+  family("tokenflow_lora_adapter_bytes", "Bytes of the resident LoRA adapters", "gauge",
+         [](const Row& r) { return D(r.lora.bytes); });
+  family("tokenflow_lora_loads_total",
+         "LoRA adapters loaded (first use, or again after "
+         "eviction)",
+         "counter", [](const Row& r) { return D(r.lora.loads); });
+  family("tokenflow_lora_evictions_total", "LoRA adapters evicted to stay within --max-loras",
+         "counter", [](const Row& r) { return D(r.lora.evictions); });
   // Per cache group (one for a plain decoder stack; sliding-window layers beside global ones
   // have groups of their own that release blocks): what share of the pool each holds.
   append_header(out, "tokenflow_kv_cache_group_usage_ratio",

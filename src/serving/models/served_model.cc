@@ -44,21 +44,41 @@ std::string default_served_name(const std::string& path) {
 
 std::shared_ptr<const LoraAdapter> ServedModel::lora(const std::string& path) const {
   std::lock_guard lock(lora_mu_);  // (one load at a time: adapters are small)
-  auto& slot = loras_[path];
-  if (!slot) {
-    try {
-      slot = LoraAdapter::load(path, *model);
-    } catch (...) {
-      loras_.erase(path);
-      throw;
+  for (auto it = loras_.begin(); it != loras_.end(); ++it) {
+    if (it->first == path) {
+      loras_.splice(loras_.begin(), loras_, it);
+      return loras_.front().second;
     }
   }
-  return slot;
+  auto adapter = LoraAdapter::load(path, *model);
+  ++lora_loads_;
+  loras_.emplace_front(path, adapter);
+  // Past the limit: the least recently used that no request holds (the cache's own reference
+  // is its only one) make room; adapters in use stay until their requests end.
+  for (auto it = loras_.end();
+       max_loras > 0 && loras_.size() > max_loras && it != loras_.begin();) {
+    --it;
+    if (it != loras_.begin() && it->second.use_count() == 1) {
+      it = loras_.erase(it);
+      ++lora_evictions_;
+    }
+  }
+  return adapter;
 }
 
 void ServedModel::drop_lora(const std::string& path) const {
   std::lock_guard lock(lora_mu_);
-  loras_.erase(path);
+  loras_.remove_if([&](const auto& e) { return e.first == path; });
+}
+
+ServedModel::LoraCounts ServedModel::lora_counts() const {
+  std::lock_guard lock(lora_mu_);
+  LoraCounts c;
+  c.resident = static_cast<int64_t>(loras_.size());
+  c.loads = lora_loads_;
+  c.evictions = lora_evictions_;
+  for (const auto& [path, a] : loras_) c.bytes += static_cast<int64_t>(a->bytes());
+  return c;
 }
 
 }  // namespace tf

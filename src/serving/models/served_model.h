@@ -4,6 +4,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <list>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -43,16 +44,27 @@ struct ServedModel : ModelInstance {
   std::shared_ptr<const ChatFormat> chat_format() const {
     return chat ? chat : ChatFormat::for_model(tokenizer, config());
   }
+  // At most this many LoRA adapters resident in compute form (0: no limit): loading one more
+  // evicts the least recently used that no request holds (reloaded from its files when named
+  // again).
+  size_t max_loras = 0;
   // The adapter at `path` loaded for this version's weights: loaded on first use (by the
-  // caller's thread, never the engine's), then kept while the version lives. Throws Error
-  // naming what does not fit.
+  // caller's thread, never the engine's), then kept (least recently used first evicted past
+  // max_loras). Throws Error naming what does not fit.
   std::shared_ptr<const LoraAdapter> lora(const std::string& path) const;
   // Forgets the adapter at `path` (its memory goes once no running request holds it).
   void drop_lora(const std::string& path) const;
+  struct LoraCounts {
+    int64_t resident = 0, loads = 0, evictions = 0;
+    int64_t bytes = 0;  // of the resident adapters in compute form
+  };
+  LoraCounts lora_counts() const;
 
  private:
   mutable std::mutex lora_mu_;
-  mutable std::map<std::string, std::shared_ptr<const LoraAdapter>> loras_;
+  // Resident adapters by path, most recently used first.
+  mutable std::list<std::pair<std::string, std::shared_ptr<const LoraAdapter>>> loras_;
+  mutable int64_t lora_loads_ = 0, lora_evictions_ = 0;
 };
 
 // Loads a model directory or file, its tokenizer (or explicit_tokenizer) and its
