@@ -27,15 +27,22 @@ constexpr std::array<const char*, kLoraTargets> kNames = {
 constexpr std::array<const char*, kLoraTargets> kBlocks = {
     "self_attn", "self_attn", "self_attn", "self_attn", "mlp", "mlp", "mlp"};
 
-// "model.layers.N.BLOCK.MODULE.lora_A.weight" -> (N, target, 'A'); false when it is not one.
-bool parse_name(const std::string& name, int64_t& layer, LoraTarget& target, char& which) {
-  constexpr std::string_view kLayers = "model.layers.";
-  if (name.rfind(kLayers, 0) != 0) return false;
-  size_t at = kLayers.size(), end = at;
+// "PREFIX" N "." REST -> (N, REST); false when name is not one.
+bool split_layer(const std::string& name, std::string_view prefix, int64_t& layer,
+                 std::string& rest) {
+  if (name.rfind(prefix, 0) != 0) return false;
+  size_t at = prefix.size(), end = at;
   while (end < name.size() && name[end] >= '0' && name[end] <= '9') ++end;
   if (end == at || end - at > 6 || end >= name.size() || name[end] != '.') return false;
   layer = std::stoll(name.substr(at, end - at));
-  const std::string rest = name.substr(end + 1);
+  rest = name.substr(end + 1);
+  return true;
+}
+
+// "model.layers.N.BLOCK.MODULE.lora_A.weight" -> (N, target, 'A'); false when it is not one.
+bool parse_name(const std::string& name, int64_t& layer, LoraTarget& target, char& which) {
+  std::string rest;
+  if (!split_layer(name, "model.layers.", layer, rest)) return false;
   for (int t = 0; t < kLoraTargets; ++t) {
     for (char w : {'A', 'B'}) {
       if (rest == fmt::format("{}.{}.lora_{}.weight", kBlocks[t], kNames[t], w)) {
@@ -57,13 +64,8 @@ uint64_t next_adapter_id() {
 bool parse_gguf_name(const std::string& name, int64_t& layer, LoraTarget& target, char& which) {
   constexpr std::array<const char*, kLoraTargets> kGguf = {
       "attn_q", "attn_k", "attn_v", "attn_output", "ffn_gate", "ffn_up", "ffn_down"};
-  constexpr std::string_view kBlk = "blk.";
-  if (name.rfind(kBlk, 0) != 0) return false;
-  size_t at = kBlk.size(), end = at;
-  while (end < name.size() && name[end] >= '0' && name[end] <= '9') ++end;
-  if (end == at || end - at > 6 || end >= name.size() || name[end] != '.') return false;
-  layer = std::stoll(name.substr(at, end - at));
-  const std::string rest = name.substr(end + 1);
+  std::string rest;
+  if (!split_layer(name, "blk.", layer, rest)) return false;
   for (int t = 0; t < kLoraTargets; ++t) {
     for (char w : {'a', 'b'}) {
       if (rest == fmt::format("{}.weight.lora_{}", kGguf[t], w)) {

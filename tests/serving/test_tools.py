@@ -233,17 +233,24 @@ class ToolsTest(ChatCase):
             self.assertIn(message, b["error"]["message"], body)
 
 
-def gpt2_model_with_template(template_name):
-    """A random 2-layer GPT-2-shaped model over GPT-2's real vocabulary, shipped with a real
-    model's chat template: (directory, template source)."""
-    d = tempfile.mkdtemp(prefix="tf_tools_")
-    cfg = make_checkpoints._scaled(make_checkpoints._gpt2_config("F32"), vocab_size=50257,
-                                   bos_token_id=50256, eos_token_id=50256, n_ctx=1024,
-                                   n_positions=1024, n_layer=2)
-    w = make_checkpoints._gpt2_weights(cfg, np.random.default_rng(5), False)
+def random_gpt2(prefix, vocab, context, seed):
+    """A new directory holding a random 2-layer GPT-2-shaped model (config.json and F32
+    safetensors) of that vocabulary and context."""
+    d = tempfile.mkdtemp(prefix=prefix)
+    cfg = make_checkpoints._scaled(make_checkpoints._gpt2_config("F32"), vocab_size=vocab,
+                                   bos_token_id=50256, eos_token_id=50256, n_ctx=context,
+                                   n_positions=context, n_layer=2)
+    w = make_checkpoints._gpt2_weights(cfg, np.random.default_rng(seed), False)
     with open(os.path.join(d, "config.json"), "w") as f:
         json.dump(cfg, f)
     safetensors_io.save(os.path.join(d, "model.safetensors"), w, "F32")
+    return d
+
+
+def gpt2_model_with_template(template_name):
+    """A random 2-layer GPT-2-shaped model over GPT-2's real vocabulary, shipped with a real
+    model's chat template: (directory, template source)."""
+    d = random_gpt2("tf_tools_", 50257, 1024, 5)
     shutil.copy(os.path.join(SHARED, "tokenizers", "gpt2", "tokenizer.json"), d)
     with open(os.path.join(HERE, "..", "chat", "chat_templates", template_name)) as f:
         template = f.read()
@@ -457,14 +464,7 @@ def gpt_oss_like_model():
     <|call|>) in generation_config.json: what a gpt-oss checkpoint gives the chat layer.
     Returns (directory, {special text: id})."""
     n = 50257 + len(HARMONY_SPECIALS)
-    d = tempfile.mkdtemp(prefix="tf_harmony_")
-    cfg = make_checkpoints._scaled(make_checkpoints._gpt2_config("F32"), vocab_size=n,
-                                   bos_token_id=50256, eos_token_id=50256, n_ctx=2048,
-                                   n_positions=2048, n_layer=2)
-    w = make_checkpoints._gpt2_weights(cfg, np.random.default_rng(7), False)
-    with open(os.path.join(d, "config.json"), "w") as f:
-        json.dump(cfg, f)
-    safetensors_io.save(os.path.join(d, "model.safetensors"), w, "F32")
+    d = random_gpt2("tf_harmony_", n, 2048, 7)
     with open(os.path.join(SHARED, "tokenizers", "gpt2", "tokenizer.json")) as f:
         tok = json.load(f)
     ids = {t: 50257 + i for i, t in enumerate(HARMONY_SPECIALS)}
