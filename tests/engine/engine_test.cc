@@ -375,7 +375,9 @@ TEST_F(EngineTest, LoraSequencesFollowTheirOwnAdapterAndKeepTheirOwnBlocks) {
       EXPECT_EQ(got, alone[which[k]])
           << s.name << ", adapter " << which[k].first << ", prompt " << which[k].second;
     }
-    if (s.blocks == 14) EXPECT_GT(e.stats().preemptions, 0) << s.name;
+    if (s.blocks == 14) {
+      EXPECT_GT(e.stats().preemptions, 0) << s.name;
+    }
     EXPECT_GT(e.stats().prefix_hit_tokens, 0) << s.name;  // (within each adapter)
   }
 }
