@@ -19,7 +19,7 @@ import unittest
 
 import numpy as np
 
-from test_server import SHARED, STORIES_BIN, ServerCase
+from test_server import SHARED, STORIES_BIN, ServerCase, wait_for
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.environ.get("TF_REFERENCE_DIR",
@@ -216,6 +216,13 @@ class LoraEvictionTest(ServerCase):
         s, body, text, _ = self.c.post("/v1/completions", {
             "model": model, "prompt": "The dog", "max_tokens": 8, "temperature": 0})
         self.assertEqual(s, 200, text)
+        # The answer is out before the server lets go of the request (and of its adapter): an
+        # adapter in use is never evicted, so the next request waits until nothing runs.
+        def idle():
+            st = self.c.get("/v1/admin/stats")[1]
+            return st["jobs_in_flight"] == 0 and all(
+                m["running"] == 0 and m["waiting"] == 0 for m in st["models"].values())
+        self.assertTrue(wait_for(idle, 30))
         return body["choices"][0]["text"]
 
     def metric(self, name):
