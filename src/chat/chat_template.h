@@ -73,8 +73,8 @@ class ChatTemplate {
 };
 
 // Built-in templates for models that ship none: "chatml", "llama2", "llama3", "mistral",
-// "zephyr", "gemma", "tinyllama" (zephyr's format), "qwen3", "gemma3", "phi4", "gpt-oss". Throws tf::Error
-// for an unknown name, listing the known ones.
+// "zephyr", "gemma", "tinyllama" (zephyr's format), "qwen3", "gemma3", "phi4", "gpt-oss". Throws
+// tf::Error for an unknown name, listing the known ones.
 std::string builtin_chat_template(std::string_view family);
 std::vector<std::string> builtin_chat_template_names();
 
