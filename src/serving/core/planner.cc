@@ -198,7 +198,9 @@ GenerationPlan plan_request(
 std::shared_ptr<ServedModel> resolve_model(ServingState& state, const RequestRecord& record,
                                            const std::string& name, const std::string& user,
                                            const ModelRegistry::HeaderFn& header,
-                                           std::shared_ptr<const LoraAdapter>* lora) {
+                                           std::shared_ptr<const LoraAdapter>* lora,
+                                           std::optional<int64_t> base_version,
+                                           std::optional<std::string> base_label) {
   if (const std::optional<LoraSpec> l = state.registry.loras().find(name)) {
     // An adapter: its own name is what an API key must allow; then its base, as the base's
     // own requests get it.
@@ -209,7 +211,12 @@ std::shared_ptr<ServedModel> resolve_model(ServingState& state, const RequestRec
                                   "completions), this route takes models",
                                   l->name, l->base),
                       "", "model");
-    auto model = state.registry.resolve(state.registry.parse_model_field(l->base), user, header);
+    ModelRequestSpec base = state.registry.parse_model_field(l->base);
+    if (base_version || base_label) {
+      base.version = base_version;
+      base.label = base_label;
+    }
+    auto model = state.registry.resolve(base, user, header);
     if (!model)
       throw HttpError(
           404,

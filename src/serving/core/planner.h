@@ -64,11 +64,14 @@ GenerationPlan plan_request(
 // request is decoded. HttpError 404 when none.
 // A LoRA adapter's name (ServingState::loras) resolves to its base model, the adapter (loaded
 // for that version on first use) in *lora; where lora is nullptr (a route that does not
-// generate) an adapter's name is a 400.
+// generate) an adapter's name is a 400. base_version / base_label: which version of the base an
+// adapter runs on (TF Serving's paths name one), else the one its base's name resolves to.
 std::shared_ptr<ServedModel> resolve_model(ServingState& state, const RequestRecord& record,
                                            const std::string& model, const std::string& user,
                                            const ModelRegistry::HeaderFn& header,
-                                           std::shared_ptr<const LoraAdapter>* lora = nullptr);
+                                           std::shared_ptr<const LoraAdapter>* lora = nullptr,
+                                           std::optional<int64_t> base_version = std::nullopt,
+                                           std::optional<std::string> base_label = std::nullopt);
 
 // Resolves the request's model (header: the sticky header lookup of a traffic split; 404 when
 // none), plans it, and applies the server's rules (ServingState::prepare). Fills record's

@@ -239,16 +239,7 @@ std::shared_ptr<ServedModel> resolve_servable(ServingState& state, const Request
                                               const ModelRegistry::HeaderFn& header,
                                               std::shared_ptr<const LoraAdapter>* lora) {
   if (state.registry.loras().find(name)) {  // an adapter: its base's version (the planner's rule)
-    auto m = resolve_model(state, record, name, "", header, lora);
-    if (version || label) {
-      auto v = state.registry.resolve({m->name, version, label}, {}, header);
-      if (!v)
-        throw HttpError(404, fmt::format("Servable not found for request: {}",
-                                         servable({m->name, version, label, false, ""})));
-      if (lora) *lora = v->lora(state.registry.loras().find(name)->path);
-      return v;
-    }
-    return m;
+    return resolve_model(state, record, name, "", header, lora, version, label);
   }
   state.require_model_access(record, name);
   const ModelPath p{name, version, label, false, ""};
