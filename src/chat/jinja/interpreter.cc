@@ -53,9 +53,22 @@ Value missing(const Value& obj, const Value& key) {
   return Value::undefined(fmt::format("'{}' has no element {}", object_name(obj), to_repr(key)));
 }
 
-// Python's slice.indices() and the walk it defines.
-std::vector<size_t> slice_positions(int64_t length, const Value& start_v, const Value& stop_v,
-                                    const Value& step_v) {
+// Python's slice.indices(): the clamped start and stop, and the step.
+struct SliceIndices {
+  int64_t start, stop, step;
+  // The positions the slice walks, in order.
+  std::vector<size_t> positions() const {
+    std::vector<size_t> out;
+    for (int64_t i = start; step > 0 ? i < stop : i > stop; i += step) {
+      out.push_back(static_cast<size_t>(i));
+      if ((step > 0 && i > INT64_MAX - step) || (step < 0 && i < INT64_MIN - step)) break;
+    }
+    return out;
+  }
+};
+
+SliceIndices slice_indices(int64_t length, const Value& start_v, const Value& stop_v,
+                           const Value& step_v) {
   const int64_t step = step_v.is_none() ? 1 : step_v.as_integral();
   if (step == 0) render_fail("slice step cannot be zero");
   const int64_t lower = step < 0 ? -1 : 0;
@@ -71,14 +84,8 @@ std::vector<size_t> slice_positions(int64_t length, const Value& start_v, const 
     }
     return i;
   };
-  const int64_t start = clamp_index(start_v, step < 0 ? upper : lower);
-  const int64_t stop = clamp_index(stop_v, step < 0 ? lower : upper);
-  std::vector<size_t> out;
-  for (int64_t i = start; step > 0 ? i < stop : i > stop; i += step) {
-    out.push_back(static_cast<size_t>(i));
-    if ((step > 0 && i > INT64_MAX - step) || (step < 0 && i < INT64_MIN - step)) break;
-  }
-  return out;
+  return {clamp_index(start_v, step < 0 ? upper : lower),
+          clamp_index(stop_v, step < 0 ? lower : upper), step};
 }
 
 }  // namespace
@@ -542,17 +549,26 @@ Value Interpreter::eval_slice(const Expr& e) {
   }
   if (obj.is_string()) {
     const std::string& s = obj.as_string();
-    const std::vector<size_t> off = code_point_offsets(s);
-    const auto pos =
-        slice_positions(static_cast<int64_t>(off.size() - 1), parts[0], parts[1], parts[2]);
+    const CodePointOffsets off(s);
+    const SliceIndices slice =
+        slice_indices(static_cast<int64_t>(off.count()), parts[0], parts[1], parts[2]);
     std::string out;
+    if (slice.step == 1) {  // one run of bytes: s[1:], s[:-1], s[a:b]
+      if (slice.start < slice.stop) {
+        const size_t a = off[static_cast<size_t>(slice.start)];
+        out.assign(s, a, off[static_cast<size_t>(slice.stop)] - a);
+      }
+      charge(static_cast<int64_t>(out.size() / 16));
+      return Value(std::move(out));
+    }
+    const auto pos = slice.positions();
     for (size_t p : pos) out.append(s, off[p], off[p + 1] - off[p]);
     charge(static_cast<int64_t>(pos.size() / 16));
     return Value(std::move(out));
   }
   const auto& items = obj.as_list().items;
   const auto pos =
-      slice_positions(static_cast<int64_t>(items.size()), parts[0], parts[1], parts[2]);
+      slice_indices(static_cast<int64_t>(items.size()), parts[0], parts[1], parts[2]).positions();
   std::vector<Value> out;
   out.reserve(pos.size());
   for (size_t p : pos) out.push_back(items[p]);
@@ -659,9 +675,9 @@ Value Interpreter::get_item(const Value& obj, const Value& key) {
     case Value::Kind::kString: {
       if (!key.is_integral()) break;
       const std::string& s = obj.as_string();
-      const std::vector<size_t> off = code_point_offsets(s);
+      const CodePointOffsets off(s);
       int64_t i = key.as_integral();
-      const int64_t n = static_cast<int64_t>(off.size() - 1);
+      const int64_t n = static_cast<int64_t>(off.count());
       if (i < 0) i += n;
       if (i >= 0 && i < n) {
         const size_t k = static_cast<size_t>(i);

@@ -69,8 +69,8 @@ bool all_code_points(const std::string& s, Pred pred) {
 // The code points [start, end) of s, with Python's slice clamping, and the code point offset.
 std::string_view code_point_range(const std::string& s, const Params& p, size_t start_slot,
                                   size_t* first_cp = nullptr) {
-  const std::vector<size_t> off = code_point_offsets(s);
-  const int64_t n = static_cast<int64_t>(off.size() - 1);
+  const CodePointOffsets off(s);
+  const int64_t n = static_cast<int64_t>(off.count());
   auto clamp = [&](int64_t i) { return i < 0 ? std::max<int64_t>(0, i + n) : std::min(i, n); };
   const int64_t a = clamp(p.get_int(start_slot, 0));
   const int64_t b = std::max(a, clamp(p.get_int(start_slot + 1, n)));

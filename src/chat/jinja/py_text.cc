@@ -190,21 +190,31 @@ void append_utf8(std::string& out, char32_t cp) {
   unicode::append_utf8(out, static_cast<uint32_t>(cp));
 }
 
+bool is_ascii(std::string_view s) {
+  unsigned char any = 0;
+  for (const char c : s) any |= static_cast<unsigned char>(c);
+  return any < 0x80;
+}
+
 size_t code_point_count(std::string_view s) {
+  if (is_ascii(s)) return s.size();
   size_t n = 0;
   for (size_t i = 0; i < s.size(); ++n) next_code_point(s, i);
   return n;
 }
 
-std::vector<size_t> code_point_offsets(std::string_view s) {
-  std::vector<size_t> offsets;
-  offsets.reserve(s.size() + 1);
+CodePointOffsets::CodePointOffsets(std::string_view s) {
+  if (is_ascii(s)) {
+    count_ = s.size();
+    return;
+  }
+  table_.reserve(s.size() + 1);
   for (size_t i = 0; i < s.size();) {
-    offsets.push_back(i);
+    table_.push_back(i);
     next_code_point(s, i);
   }
-  offsets.push_back(s.size());
-  return offsets;
+  count_ = table_.size();
+  table_.push_back(s.size());
 }
 
 std::vector<std::string> code_points(std::string_view s) {
@@ -236,8 +246,8 @@ std::string py_strip(std::string_view s, StripSide side, const std::optional<std
   auto strippable = [&](char32_t cp) {
     return chars ? std::find(set.begin(), set.end(), cp) != set.end() : is_space(cp);
   };
-  const std::vector<size_t> off = code_point_offsets(s);
-  size_t first = 0, last = off.size() - 1;  // code point indices [first, last)
+  const CodePointOffsets off(s);
+  size_t first = 0, last = off.count();  // code point indices [first, last)
   auto cp_at = [&](size_t k) {
     size_t i = off[k];
     return next_code_point(s, i);
@@ -280,8 +290,8 @@ std::vector<std::string> py_split(std::string_view s, const std::optional<std::s
     return parts;
   }
   // Runs of whitespace separate; leading and trailing whitespace yields no empty parts.
-  const std::vector<size_t> off = code_point_offsets(s);
-  const size_t n = off.size() - 1;
+  const CodePointOffsets off(s);
+  const size_t n = off.count();
   std::vector<bool> space(n);
   for (size_t k = 0; k < n; ++k) {
     size_t i = off[k];

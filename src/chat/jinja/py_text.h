@@ -15,8 +15,20 @@ namespace tf::jinja {
 char32_t next_code_point(std::string_view s, size_t& i);
 void append_utf8(std::string& out, char32_t cp);
 size_t code_point_count(std::string_view s);
-// Byte offset of every code point, plus s.size() at the end.
-std::vector<size_t> code_point_offsets(std::string_view s);
+// Byte offset of every code point, plus s.size() at the end: offsets[k] for k in [0, count()].
+// An ASCII string (the usual case, and a long prompt's) maps k to k without a table, so indexing
+// or stripping a message of megabytes does not allocate eight bytes per byte.
+class CodePointOffsets {
+ public:
+  explicit CodePointOffsets(std::string_view s);
+  size_t count() const { return count_; }
+  size_t operator[](size_t k) const { return table_.empty() ? k : table_[k]; }
+
+ private:
+  size_t count_ = 0;
+  std::vector<size_t> table_;  // empty for ASCII
+};
+bool is_ascii(std::string_view s);
 std::vector<std::string> code_points(std::string_view s);
 
 // str.isspace() (and what re's \s matches).
