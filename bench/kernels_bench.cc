@@ -21,6 +21,7 @@
 #include "kernels/attention.h"
 #include "kernels/ggml_quants.h"
 #include "kernels/isa.h"
+#include "kernels/matmul.h"
 #include "kernels/q8.h"
 
 namespace {
@@ -421,9 +422,81 @@ void register_attention() {
   }
 }
 
+// A decode step's LoRA corrections (llama.cc's lora_add) at TinyLlama-1.1B's shapes: 8
+// adapters of rank 16 on q, k, v, o, gate, up and down of 22 layers, 4 rows each (32
+// sequences), A and B in f32, bf16 or f16. mode 0: each group's two
+// products split over the pool (two dispatches per group); mode 1: one dispatch per projection,
+// a group per piece, its products inline. Time per step.
+void run_lora_step(benchmark::State& state) {
+  const bool grouped = state.range(0) == 1;
+  const tf::kernels::WeightType types[] = {
+      tf::kernels::WeightType::kF32, tf::kernels::WeightType::kBF16, tf::kernels::WeightType::kF16};
+  const auto type = types[state.range(1)];
+  constexpr int64_t kGroups = 8, kRows = 4, kRank = 16, kLayers = 22;
+  const std::pair<int64_t, int64_t> shapes[] = {{2048, 2048}, {256, 2048},  {256, 2048},
+                                                {2048, 2048}, {5632, 2048}, {5632, 2048},
+                                                {2048, 5632}};  // (out, in)
+  std::mt19937 rng(1);
+  std::uniform_real_distribution<float> dist(-0.1f, 0.1f);
+  struct Pair {
+    tf::kernels::LoadedMatrix a, b;
+  };
+  std::vector<Pair> pairs;  // [layer][target][group]
+  for (int64_t l = 0; l < kLayers; ++l)
+    for (const auto& [out, in] : shapes)
+      for (int64_t g = 0; g < kGroups; ++g) {
+        std::vector<float> a(kRank * in), b(out * kRank);
+        for (auto& v : a) v = dist(rng);
+        for (auto& v : b) v = dist(rng);
+        Pair p{tf::kernels::load_like_the_loader(type, a.data(), kRank, in),
+               tf::kernels::load_like_the_loader(type, b.data(), out, kRank)};
+        p.a.rebind();
+        p.b.rebind();
+        pairs.push_back(std::move(p));
+      }
+  std::vector<float> x(kGroups * kRows * 5632), y(kGroups * kRows * 5632),
+      t(kGroups * kRows * kRank);
+  for (auto& v : x) v = dist(rng);
+  tf::ThreadPool pool(2);
+  for (auto _ : state) {
+    size_t i = 0;
+    for (int64_t l = 0; l < kLayers; ++l)
+      for (const auto& [out, in] : shapes) {
+        auto apply = [&, out = out, in = in](int64_t g, tf::ThreadPool& on) {
+          const Pair& p = pairs[i + static_cast<size_t>(g)];
+          float* tg = t.data() + g * kRows * kRank;
+          tf::kernels::matmul(x.data() + g * kRows * in, kRows, p.a.m, nullptr, tg, on);
+          tf::kernels::matmul_add(tg, kRows, p.b.m, nullptr, y.data() + g * kRows * out, on);
+        };
+        if (grouped) {
+          pool.parallel_for(kGroups, [&](int64_t g0, int64_t g1) {
+            for (int64_t g = g0; g < g1; ++g) apply(g, pool);
+          });
+        } else {
+          for (int64_t g = 0; g < kGroups; ++g) apply(g, pool);
+        }
+        i += kGroups;
+      }
+    benchmark::DoNotOptimize(y.data());
+  }
+}
+
+void register_lora() {
+  benchmark::RegisterBenchmark("lora_step", run_lora_step)
+      ->ArgNames({"grouped", "type"})  // type: 0 f32, 1 bf16, 2 f16
+      ->Args({0, 0})
+      ->Args({1, 0})
+      ->Args({0, 1})
+      ->Args({1, 1})
+      ->Args({0, 2})
+      ->Args({1, 2})
+      ->Unit(benchmark::kMillisecond);
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
+  register_lora();
   register_all();
   register_attention();
   benchmark::Initialize(&argc, argv);

@@ -279,30 +279,62 @@ class LlamaModel final : public Model {
       }
       row += n;
     }
-    for (const LoraGroup& g : lora_groups_) {
+    // Each group's scratch: its gathered rows, their shrunk [rows, rank] and expanded rows.
+    int64_t x_size = 0, t_size = 0, y_size = 0;
+    for (LoraGroup& g : lora_groups_) {
+      const int64_t rank = g.adapter->pair(l, t)->rank;
+      g.x_at = x_size;
+      g.t_at = t_size;
+      g.y_at = y_size;
+      t_size += g.rows * rank;
+      if (g.runs.size() > 1) {
+        x_size += g.rows * in;
+        y_size += g.rows * out;
+      }
+    }
+    transformer::grow(lora_tmp_, t_size);
+    transformer::grow(lora_x_, x_size);
+    transformer::grow(lora_y_, y_size);
+    // One group's correction: its products split over the pool, or inline when called from a
+    // piece of the pool (below).
+    const auto apply = [&](const LoraGroup& g, ThreadPool& on) {
       const LoraPair* p = g.adapter->pair(l, t);
       const int64_t n = g.rows;
-      transformer::grow(lora_tmp_, n * p->rank);
+      float* tmp = lora_tmp_.data() + g.t_at;
       if (g.runs.size() == 1) {
         const int64_t r0 = g.runs[0].first;
-        kernels::matmul(x + r0 * in, n, p->a, nullptr, lora_tmp_.data(), pool);
-        kernels::matmul_add(lora_tmp_.data(), n, p->b, nullptr, y + r0 * out, pool);
-        continue;
+        kernels::matmul(x + r0 * in, n, p->a, nullptr, tmp, on);
+        kernels::matmul_add(tmp, n, p->b, nullptr, y + r0 * out, on);
+        return;
       }
-      transformer::grow(lora_x_, n * in);
-      transformer::grow(lora_y_, n * out);
+      float* gx = lora_x_.data() + g.x_at;
+      float* gy = lora_y_.data() + g.y_at;
       int64_t at = 0;
       for (const auto& [r0, cnt] : g.runs) {
-        std::copy_n(x + r0 * in, cnt * in, lora_x_.data() + at * in);
+        std::copy_n(x + r0 * in, cnt * in, gx + at * in);
         at += cnt;
       }
-      kernels::matmul(lora_x_.data(), n, p->a, nullptr, lora_tmp_.data(), pool);
-      kernels::matmul(lora_tmp_.data(), n, p->b, nullptr, lora_y_.data(), pool);
+      kernels::matmul(gx, n, p->a, nullptr, tmp, on);
+      kernels::matmul(tmp, n, p->b, nullptr, gy, on);
       at = 0;
       for (const auto& [r0, cnt] : g.runs) {
-        kernels::add(y + r0 * out, lora_y_.data() + at * out, cnt * out);
+        kernels::add(y + r0 * out, gy + at * out, cnt * out);
         at += cnt;
       }
+    };
+    // As many groups as threads, each of a few rows (decode): a group per piece, its two small
+    // products inline (one dispatch to the pool for all of them, not two per group: a decode
+    // step over 8 adapters makes 16 small products per layer and projection). Fewer groups, or
+    // one with a prompt's many rows: each group's products split over the pool.
+    const int64_t groups = static_cast<int64_t>(lora_groups_.size());
+    int64_t most_rows = 0;
+    for (const LoraGroup& g : lora_groups_) most_rows = std::max(most_rows, g.rows);
+    if (groups >= pool.size() && most_rows <= 64) {
+      pool.parallel_for(groups, [&](int64_t g0, int64_t g1) {
+        for (int64_t g = g0; g < g1; ++g) apply(lora_groups_[static_cast<size_t>(g)], pool);
+      });
+    } else {
+      for (const LoraGroup& g : lora_groups_) apply(g, pool);
     }
   }
 
@@ -613,8 +645,9 @@ class LlamaModel final : public Model {
   // the gathered rows, their x A^T and its B.
   struct LoraGroup {
     const LoraAdapter* adapter;
-    std::vector<std::pair<int64_t, int64_t>> runs;
+    std::vector<std::pair<int64_t, int64_t>> runs;  // (first row, rows) of its sequences
     int64_t rows;
+    int64_t x_at = 0, t_at = 0, y_at = 0;  // its parts of lora_x_, lora_tmp_, lora_y_
   };
   std::vector<LoraGroup> lora_groups_;
   std::vector<float> lora_tmp_, lora_x_, lora_y_;

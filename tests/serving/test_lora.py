@@ -64,6 +64,12 @@ def write_adapter_and_merged(root):
     return adapter, merged_dir
 
 
+def adapter_elements(adapter):
+    """How many numbers the adapter's A and B matrices hold."""
+    t = safetensors_io.load(os.path.join(adapter, "adapter_model.safetensors"))
+    return sum(v.size for v in t.values())
+
+
 class LoraServingTest(ServerCase):
     @classmethod
     def setUpClass(cls):
@@ -210,6 +216,7 @@ class LoraEvictionTest(ServerCase):
         shutil.copytree(a, b)  # another path: another adapter to the cache
         cls.server_args = ("--threads", "1", "--lora", "a=" + a, "--lora", "b=" + b,
                            "--max-loras", "1")
+        cls.elements = adapter_elements(a)
         super().setUpClass()
 
     def answer(self, model):
@@ -238,7 +245,46 @@ class LoraEvictionTest(ServerCase):
         self.assertEqual(self.metric("tokenflow_lora_loads_total"), 3)
         self.assertEqual(self.metric("tokenflow_lora_evictions_total"), 2)
         self.assertEqual(self.metric("tokenflow_lora_adapters_resident"), 1)
-        self.assertGreater(self.metric("tokenflow_lora_adapter_bytes"), 0)
+        # The resident adapter in f32 (its base's type): 4 bytes a number.
+        self.assertEqual(self.metric("tokenflow_lora_adapter_bytes"), 4 * self.elements)
+
+
+class LoraBf16Test(ServerCase):
+    """Over a bf16 base (--dtype bf16) an adapter computes in half precision too (f16: as vLLM
+    keeps adapters in the model's 16-bit dtype): half the bytes of f32, and its answers still
+    those of its merged weights served in bf16."""
+
+    @classmethod
+    def setUpClass(cls):
+        cls.model_dir = tempfile.mkdtemp(prefix="tf_lora_bf16_")
+        cls.adapter, merged = write_adapter_and_merged(cls.model_dir)
+        cls.elements = adapter_elements(cls.adapter)
+        cls.model_flags = ("--model", "stories=" + STORIES_BIN, "--lora", "sql=" + cls.adapter,
+                           "--model", "merged=" + merged)
+        cls.server_args = ("--threads", "1", "--tokenizer", TOKENIZER, "--dtype", "bf16")
+        super().setUpClass()
+
+    def test_the_adapter_is_held_in_half_precision_and_answers_as_merged(self):
+        # Teacher-forced: each model's log-probabilities of one text's tokens (echo), so a near
+        # tie that bf16 rounding tips one way cannot send the two down different paths.
+        text = "Once upon a time, there was a little girl named Lily. She loved to play outside."
+        lps = {}
+        for model in ("sql", "merged", "stories"):
+            s, b, raw, _ = self.c.post("/v1/completions", {
+                "model": model, "prompt": text, "max_tokens": 1, "temperature": 0, "echo": True,
+                "logprobs": 0})
+            self.assertEqual(s, 200, raw)
+            lps[model] = np.array(b["choices"][0]["logprobs"]["token_logprobs"][1:-1])
+        self.assertGreater(len(lps["sql"]), 15)
+        # bf16 rounds W + sBA once, W (and f16 A, B) apart: a few percent of these (large) log-
+        # probabilities; without the adapter the base is nats away.
+        np.testing.assert_allclose(lps["sql"], lps["merged"], rtol=0.05, atol=0.05)
+        self.assertGreater(np.abs(lps["stories"] - lps["merged"]).max(), 1.0)
+        text = self.c.get("/metrics")[2]
+        m = re.search(r'^tokenflow_lora_adapter_bytes\{[^}]*model="stories"[^}]*\} (\S+)$', text,
+                      re.M)
+        self.assertIsNotNone(m, text[-2000:])
+        self.assertEqual(float(m.group(1)), 2 * self.elements)
 
 
 if __name__ == "__main__":
