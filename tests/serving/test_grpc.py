@@ -1155,5 +1155,75 @@ class GrpcShutdownTest(unittest.TestCase):
         self.assertEqual(rc, 0, err[-2000:])
 
 
+class GrpcLoraTest(unittest.TestCase):
+    """A LoRA adapter (issue 54) through the gRPC doors: GenerationService.Generate and TF
+    Serving's Predict with the adapter's name answer as the REST door does with it, Predict's
+    model_spec names the adapter on its base's version; a key limited to the adapter is refused
+    its base."""
+
+    @classmethod
+    def setUpClass(cls):
+        from test_lora import write_adapter_and_merged
+        cls.dir = tempfile.mkdtemp(prefix="tf_grpc_lora_")
+        adapter, _ = write_adapter_and_merged(cls.dir)
+        keys = os.path.join(cls.dir, "keys.txt")
+        with open(keys, "w") as f:
+            f.write("sk-all\nsk-sql models=sql\n")
+        cls.proc, port, cls.channel = start("--lora", "sql=" + adapter, "--api-keys-file", keys)
+        cls.c = Client(port)
+        cls.gen = g_grpc.GenerationServiceStub(cls.channel)
+        cls.auth = [("authorization", "Bearer sk-all")]
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.channel.close()
+        rc, err = stop_server(cls.proc)
+        shutil.rmtree(cls.dir, ignore_errors=True)
+        assert rc == 0, err[-3000:]
+
+    def rest_text(self, model):
+        status, r, text, _ = self.c.post(
+            "/v1/completions", {"model": model, "prompt": "The dog", "max_tokens": 10,
+                                "temperature": 0}, headers={"Authorization": "Bearer sk-all"})
+        self.assertEqual(status, 200, text)
+        return r["choices"][0]["text"]
+
+    def test_generate_and_predict_reach_the_adapter(self):
+        want = self.rest_text("sql")
+        self.assertNotEqual(want, self.rest_text(MODEL))
+        for name in ("sql", MODEL + "@sql"):
+            r = self.gen.Generate(g.GenerateRequest(
+                model=name, text="The dog", sampling=sampling(max_tokens=10, temperature=0)),
+                metadata=self.auth)
+            self.assertEqual(r.sequences[0].text, want, name)
+            self.assertEqual((r.model, r.model_version), ("sql", 1))
+        stub = prediction_service_pb2_grpc.PredictionServiceStub(self.channel)
+        req = predict_pb2.PredictRequest()
+        req.model_spec.name = "sql"
+        T = types_pb2
+        req.inputs["prompt"].CopyFrom(GrpcApiTest.tensor(self, T.DT_STRING, [b"The dog"]))
+        req.inputs["max_tokens"].CopyFrom(GrpcApiTest.tensor(self, T.DT_INT32, [10], shape=[]))
+        req.inputs["temperature"].CopyFrom(GrpcApiTest.tensor(self, T.DT_FLOAT, [0.0], shape=[]))
+        r = stub.Predict(req, metadata=self.auth)
+        self.assertEqual([x.decode() for x in r.outputs["text"].string_val], [want])
+        self.assertEqual((r.model_spec.name, r.model_spec.version.value), ("sql", 1))
+
+    def test_a_key_for_the_adapter_only(self):
+        only = [("authorization", "Bearer sk-sql")]
+        r = self.gen.Generate(g.GenerateRequest(
+            model="sql", text="The dog", sampling=sampling(max_tokens=4, temperature=0)),
+            metadata=only)
+        self.assertEqual(r.model, "sql")
+        with self.assertRaises(grpc.RpcError) as cm:
+            self.gen.Generate(g.GenerateRequest(model=MODEL, text="The dog",
+                                                sampling=sampling(max_tokens=4)), metadata=only)
+        self.assertEqual(cm.exception.code(), C.PERMISSION_DENIED, cm.exception.details())
+        for model, want in (("sql", 200), (MODEL + "@sql", 200), (MODEL, 403)):
+            status, _, text, _ = self.c.post(
+                "/v1/completions", {"model": model, "prompt": "The dog", "max_tokens": 2},
+                headers={"Authorization": "Bearer sk-sql"})
+            self.assertEqual(status, want, model + ": " + text)
+
+
 if __name__ == "__main__":
     unittest.main()

@@ -98,6 +98,15 @@ class LoraServingTest(ServerCase):
             base_text, _, _, _ = self.complete("stories", prompt)
             self.assertNotEqual(text, base_text, "the adapter must change the answer")
 
+    def test_base_at_adapter_names_it_too(self):
+        text, _, _, model = self.complete("stories@sql", "The dog", n=10)
+        self.assertEqual(model, "sql")  # answers and metrics carry the adapter's own name
+        self.assertEqual(text, self.complete("sql", "The dog", n=10)[0])
+        # An adapter of another base, or none, is not a label of this one.
+        for name in ("merged@sql", "stories@nosuch"):
+            s, b, raw, _ = self.c.post("/v1/completions", {"model": name, "prompt": "x"})
+            self.assertEqual(s, 404, raw)
+
     def test_every_generating_door_reaches_it(self):
         text, _, _, _ = self.complete("sql", "The dog", n=10)
         s, b, raw, _ = self.c.post("/v1/chat/completions", {

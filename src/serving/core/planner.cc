@@ -195,13 +195,31 @@ GenerationPlan plan_request(
   return p;
 }
 
+namespace {
+
+// The adapter a model field names: its own name ("sql-lora"), or "BASE@ADAPTER" where ADAPTER is
+// an adapter of BASE and not one of BASE's version labels (a label keeps its meaning).
+std::optional<LoraSpec> adapter_named(ServingState& state, const std::string& name) {
+  if (auto l = state.registry.loras().find(name)) return l;
+  const size_t at = name.rfind('@');
+  if (at == std::string::npos) return std::nullopt;
+  const std::string base = name.substr(0, at), adapter = name.substr(at + 1);
+  auto l = state.registry.loras().find(adapter);
+  if (!l || state.registry.parse_model_field(l->base).name != base ||
+      state.registry.labels(base).contains(adapter))
+    return std::nullopt;
+  return l;
+}
+
+}  // namespace
+
 std::shared_ptr<ServedModel> resolve_model(ServingState& state, const RequestRecord& record,
                                            const std::string& name, const std::string& user,
                                            const ModelRegistry::HeaderFn& header,
                                            std::shared_ptr<const LoraAdapter>* lora,
                                            std::optional<int64_t> base_version,
                                            std::optional<std::string> base_label) {
-  if (const std::optional<LoraSpec> l = state.registry.loras().find(name)) {
+  if (const std::optional<LoraSpec> l = adapter_named(state, name)) {
     // An adapter: its own name is what an API key must allow; then its base, as the base's
     // own requests get it.
     state.require_model_access(record, l->name);
@@ -260,13 +278,17 @@ GenerationPlan plan_generation(ServingState& state, const CompletionRequest& req
   p.model = std::move(model);
   p.lora = lora;
   for (auto& r : p.requests) r.lora = lora;
-  // An adapter's requests are its own in the logs and metrics (its name, as clients send it).
-  p.name = lora ? req.model : p.model->name;
+  // An adapter's requests are its own in the logs and metrics (its name, however it was named).
+  p.name = p.model->name;
+  if (lora) {
+    const std::optional<LoraSpec> l = adapter_named(state, req.model);
+    p.name = l ? l->name : req.model;
+  }
   record.model = p.name;
   record.version = p.model->version;
   if (logs_prompts(record)) record.prompt = req.logged_prompt;
   p.admission =
-      state.prepare(record, p.model->name, p.requests, p.max_tokens_given, limit, req.cache_salt);
+      state.prepare(record, p.name, p.requests, p.max_tokens_given, limit, req.cache_salt);
   p.time_limit = limit;
   for (const auto& r : p.requests) record.prompt_tokens += static_cast<int64_t>(r.prompt.size());
   return p;

@@ -62,7 +62,8 @@ GenerationPlan plan_request(
 // check the request's API key first: 403 for a model the key may not use, whether or not it
 // exists (a key learns nothing of other models), before anything model-specific of the
 // request is decoded. HttpError 404 when none.
-// A LoRA adapter's name (ServingState::loras) resolves to its base model, the adapter (loaded
+// A LoRA adapter's name (ServingState::loras), or BASE@ADAPTER where ADAPTER is not a version
+// label of BASE, resolves to its base model, the adapter (loaded
 // for that version on first use) in *lora; where lora is nullptr (a route that does not
 // generate) an adapter's name is a 400. base_version / base_label: which version of the base an
 // adapter runs on (TF Serving's paths name one), else the one its base's name resolves to.

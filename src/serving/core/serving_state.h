@@ -85,6 +85,7 @@ struct ServingState {
   // tenant (the API key's name) and cache_salt, and admission under the key's model list and
   // rates (403, 429). The returned handle releases the admission when the last copy goes (keep
   // it in the job's callbacks; set_used records the tokens really used); nullptr without keys.
+  // model: the name the key must allow (a LoRA adapter's own, not its base's).
   std::shared_ptr<Admission> prepare(const RequestRecord& record, const std::string& model,
                                      std::vector<GenerationRequest>& requests,
                                      bool max_tokens_given, std::chrono::milliseconds time_limit,

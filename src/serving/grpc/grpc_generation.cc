@@ -79,7 +79,7 @@ void start_generate(GrpcContext& ctx, UnaryJobCall* r, const v1::GenerateRequest
   r->server_ctx->AddInitialMetadata("x-model-version", std::to_string(plan->model->version));
   const Tokenizer* tok = plan->model->tok();
   resp->set_id(id);
-  resp->set_model(plan->model->name);
+  resp->set_model(plan->name);
   resp->set_model_version(plan->model->version);
   auto record = r->call.record;
   run_job(ctx.state, plan, r->host, record,
@@ -153,7 +153,7 @@ class StreamReactor final : public grpc::ServerWriteReactor<v1::GenerateStreamRe
                 [this, plan, id](const JobEnd& job_end, const GenerationJob& job) {
                   if (job_end.outcome == JobOutcome::kClientGone)
                     return end(grpc_status(job_end, sctx_));
-                  send(stream_end_proto(id, plan->model->name, plan->model->version, job.results(),
+                  send(stream_end_proto(id, plan->name, plan->model->version, job.results(),
                                         job_end.summary));
                   end(grpc_status(job_end, sctx_));
                 },

@@ -121,8 +121,11 @@ std::shared_ptr<ServedModel> resolve_spec(GrpcContext& ctx, GrpcCall& call,
 }
 
 // The model_spec of an answer: the version and the signature that answered.
-void answered_spec(const ServedModel& model, const std::string& signature, tfs::ModelSpec* out) {
-  out->set_name(model.name);
+// name: the model's, or a LoRA adapter's (answered under the name it was asked by, on its base's
+// version).
+void answered_spec(const ServedModel& model, const std::string& signature, tfs::ModelSpec* out,
+                   const std::string& name = "") {
+  out->set_name(name.empty() ? model.name : name);
   out->mutable_version()->set_value(model.version);
   out->set_signature_name(signature);
 }
@@ -366,7 +369,8 @@ grpc::ServerUnaryReactor* PredictionServiceImpl::Predict(grpc::CallbackServerCon
                       predict_response_proto(predict_outputs(job.results(), plan->logprobs),
                                              request->output_filter(), response);
                     }
-                    answered_spec(*plan->model, plan->signature, response->mutable_model_spec());
+                    answered_spec(*plan->model, plan->signature, response->mutable_model_spec(),
+                                  plan->name);
                     r->finish(grpc::Status::OK);
                   },
                   [r](const std::exception& e) { r->finish(r->call.error_status(e)); }));

@@ -15,7 +15,8 @@ PredictPlan plan_predict(ServingState& state, std::shared_ptr<ServedModel> model
   PredictPlan plan;
   plan.model = std::move(model);
   const ServedModel& m = *plan.model;
-  record.model = lora ? name : m.name;
+  plan.name = lora ? name : m.name;
+  record.model = plan.name;
   record.version = m.version;
   require_task(m, ModelTask::kGenerate);  // an encoder answers :classify and :regress
   plan.rows = input.rows;
@@ -68,7 +69,7 @@ PredictPlan plan_predict(ServingState& state, std::shared_ptr<ServedModel> model
   plan.time_limit =
       std::min(time_limit.value_or(state.limits.max_request_time), state.limits.max_request_time);
   // max_tokens counts as given: an instance's default is the completions default, not the context.
-  plan.admission = state.prepare(record, m.name, plan.requests, true, plan.time_limit);
+  plan.admission = state.prepare(record, plan.name, plan.requests, true, plan.time_limit);
   for (const auto& r : plan.requests) plan.logprobs.push_back(r.params.logprobs.has_value());
   return plan;
 }

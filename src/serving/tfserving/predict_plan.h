@@ -21,6 +21,7 @@ namespace tf {
 struct PredictPlan : JobPlan {
   bool rows = false;           // the row format: answered as "predictions"
   std::string signature;       // the signature that answers
+  std::string name;            // the model's name, or the LoRA adapter's the request named
   std::vector<bool> logprobs;  // per prompt: asked for logprobs
   // The generate signature: its rows, the answer's pad id and output name.
   bool generate = false;
