@@ -4,6 +4,7 @@
 #include <cmath>
 #include <filesystem>
 #include <map>
+#include <tuple>
 
 #include <nlohmann/json.hpp>
 
@@ -39,14 +40,26 @@ bool split_layer(const std::string& name, std::string_view prefix, int64_t& laye
   return true;
 }
 
-// "model.layers.N.BLOCK.MODULE.lora_A.weight" -> (N, target, 'A'); false when it is not one.
-bool parse_name(const std::string& name, int64_t& layer, LoraTarget& target, char& which) {
+// What one adapter tensor corrects: a projection the model applies (LoraTarget), or a fused
+// one whose rows are several of them (Phi-3's qkv_proj and gate_up_proj).
+constexpr int kFusedQkv = kLoraTargets, kFusedGateUp = kLoraTargets + 1;
+
+// "model.layers.N.BLOCK.MODULE.lora_A.weight" -> (N, unit, 'A'); false when it is not one.
+bool parse_name(const std::string& name, int64_t& layer, int& unit, char& which) {
   std::string rest;
   if (!split_layer(name, "model.layers.", layer, rest)) return false;
-  for (int t = 0; t < kLoraTargets; ++t) {
-    for (char w : {'A', 'B'}) {
+  for (char w : {'A', 'B'}) {
+    for (int t = 0; t < kLoraTargets; ++t) {
       if (rest == fmt::format("{}.{}.lora_{}.weight", kBlocks[t], kNames[t], w)) {
-        target = static_cast<LoraTarget>(t);
+        unit = t;
+        which = w;
+        return true;
+      }
+    }
+    for (const auto& [module, u] : {std::pair{"self_attn.qkv_proj", kFusedQkv},
+                                    std::pair{"mlp.gate_up_proj", kFusedGateUp}}) {
+      if (rest == fmt::format("{}.lora_{}.weight", module, w)) {
+        unit = u;
         which = w;
         return true;
       }
@@ -61,21 +74,28 @@ uint64_t next_adapter_id() {
 }
 
 // llama.cpp's adapter names: "blk.N.TENSOR.weight.lora_a" (convert_lora_to_gguf.py).
-bool parse_gguf_name(const std::string& name, int64_t& layer, LoraTarget& target, char& which) {
-  constexpr std::array<const char*, kLoraTargets> kGguf = {
-      "attn_q", "attn_k", "attn_v", "attn_output", "ffn_gate", "ffn_up", "ffn_down"};
+bool parse_gguf_name(const std::string& name, int64_t& layer, int& unit, char& which) {
+  constexpr std::array<const char*, kLoraTargets + 1> kGguf = {
+      "attn_q", "attn_k", "attn_v", "attn_output", "ffn_gate", "ffn_up", "ffn_down", "attn_qkv"};
   std::string rest;
   if (!split_layer(name, "blk.", layer, rest)) return false;
-  for (int t = 0; t < kLoraTargets; ++t) {
+  for (int t = 0; t < static_cast<int>(kGguf.size()); ++t) {
     for (char w : {'a', 'b'}) {
-      if (rest == fmt::format("{}.weight.lora_{}", kGguf[t], w)) {
-        target = static_cast<LoraTarget>(t);
+      if (rest == fmt::format("{}.weight.lora_{}", kGguf[static_cast<size_t>(t)], w)) {
+        unit = t;
         which = w == 'a' ? 'A' : 'B';
         return true;
       }
     }
   }
   return false;
+}
+
+// A unit's name in messages: PEFT's module name.
+std::string unit_name(int unit) {
+  if (unit == kFusedQkv) return "qkv_proj";
+  if (unit == kFusedGateUp) return "gate_up_proj";
+  return kNames[static_cast<size_t>(unit)];
 }
 
 }  // namespace
@@ -92,14 +112,14 @@ std::optional<std::array<int64_t, 2>> lora_target_shape(const ModelConfig& c, in
     case LoraTarget::kK:
     case LoraTarget::kV:
     case LoraTarget::kO:
-      if (c.is_linear(layer) || (c.fused_qkv && t != LoraTarget::kO)) return std::nullopt;
+      if (c.is_linear(layer)) return std::nullopt;
       if (t == LoraTarget::kQ) return std::array{c.q_dim() * (c.gated_attention ? 2 : 1), c.dim};
       if (t == LoraTarget::kO) return std::array{c.dim, c.q_dim()};
       return std::array{c.kv_dim(), c.dim};
     case LoraTarget::kGate:
     case LoraTarget::kUp:
     case LoraTarget::kDown:
-      if (c.is_moe(layer) || (c.fused_qkv && t != LoraTarget::kDown)) return std::nullopt;
+      if (c.is_moe(layer)) return std::nullopt;
       if (t == LoraTarget::kDown) return std::array{c.dim, c.ffn_dim};
       return std::array{c.ffn_dim, c.dim};
   }
@@ -234,7 +254,8 @@ void LoraAdapter::pair_up(const ModelConfig& c, bool gguf, bool interleaved) {
   const bool base_interleaved = c.rope_style == kernels::RopeStyle::kInterleaved;
   const std::string file = ad->store_.sources();
   // Each projection's pair, by PEFT's names (base_model.model. + the base's tensor name) or
-  // llama.cpp's (blk.N.attn_q.weight.lora_a).
+  // llama.cpp's (blk.N.attn_q.weight.lora_a); a base that fuses q/k/v (and gate/up: Phi-3)
+  // takes adapters of its fused projections, whose B rows are split into the parts it applies.
   std::map<std::pair<int64_t, int>, std::array<std::string, 2>> pairs;
   for (const std::string& stored : ad->store_.names()) {
     std::string name = stored;
@@ -242,39 +263,68 @@ void LoraAdapter::pair_up(const ModelConfig& c, bool gguf, bool interleaved) {
     if (!c.text_model_prefix.empty() && name.rfind(c.text_model_prefix, 0) == 0)
       name = "model." + name.substr(c.text_model_prefix.size());
     int64_t layer = 0;
-    LoraTarget t{};
+    int unit = 0;
     char which = 0;
-    if (!(gguf ? parse_gguf_name(name, layer, t, which) : parse_name(name, layer, t, which)))
+    if (!(gguf ? parse_gguf_name(name, layer, unit, which) : parse_name(name, layer, unit, which)))
       fail(ErrorKind::kUnsupported,
            "{}: tensor '{}' is not a LoRA pair of a projection tokenflow applies (q/k/v/o_proj, "
-           "gate/up/down_proj: lora_A / lora_B weights)",
+           "gate/up/down_proj, a fused qkv_proj / gate_up_proj: lora_A / lora_B weights)",
            file, stored);
+    // llama.cpp's phi3 keeps gate and up in ffn_up.
+    if (gguf && c.fused_qkv && unit == static_cast<int>(LoraTarget::kUp)) unit = kFusedGateUp;
     if (layer >= c.n_layers)
       fail("{}: tensor '{}': the base has {} layers", file, stored, c.n_layers);
-    if (!lora_target_shape(c, layer, t))
+    const bool fused_unit = unit == kFusedQkv || unit == kFusedGateUp;
+    const bool fused_part = unit != static_cast<int>(LoraTarget::kO) &&
+                            unit != static_cast<int>(LoraTarget::kDown) && !fused_unit;
+    if (fused_unit && !c.fused_qkv)
+      fail(ErrorKind::kUnsupported, "{}: tensor '{}': the base has no fused {} (it has {})", file,
+           stored, unit_name(unit),
+           unit == kFusedQkv ? "q_proj, k_proj and v_proj" : "gate_proj and up_proj");
+    if (fused_part && c.fused_qkv)
       fail(ErrorKind::kUnsupported,
-           "{}: tensor '{}': layer {} of the base has no dense {} (a linear-attention layer, "
-           "experts, or a fused projection)",
-           file, stored, layer, kNames[static_cast<size_t>(t)]);
-    pairs[{layer, static_cast<int>(t)}][which == 'A' ? 0 : 1] = stored;
+           "{}: tensor '{}': the base fuses q/k/v into qkv_proj and gate/up into gate_up_proj, "
+           "which its adapters correct",
+           file, stored);
+    const LoraTarget first = unit == kFusedQkv      ? LoraTarget::kQ
+                             : unit == kFusedGateUp ? LoraTarget::kGate
+                                                    : static_cast<LoraTarget>(unit);
+    if (!lora_target_shape(c, layer, first))
+      fail(ErrorKind::kUnsupported,
+           "{}: tensor '{}': layer {} of the base has no dense {} (a linear-attention layer or "
+           "experts)",
+           file, stored, layer, unit_name(unit));
+    pairs[{layer, unit}][which == 'A' ? 0 : 1] = stored;
   }
   if (pairs.empty()) fail("{}: the adapter holds no LoRA weights", file);
   for (const auto& [key, names] : pairs) {
-    const auto [layer, ti] = key;
-    const LoraTarget t = static_cast<LoraTarget>(ti);
-    const auto [out, in] = *lora_target_shape(c, layer, t);
+    const auto [layer, unit] = key;
+    // The parts this unit's B rows hold: (target, first row, rows).
+    std::vector<std::tuple<LoraTarget, int64_t, int64_t>> parts;
+    if (unit == kFusedQkv) {
+      const int64_t q = lora_target_shape(c, layer, LoraTarget::kQ)->at(0), kv = c.kv_dim();
+      parts = {{LoraTarget::kQ, 0, q}, {LoraTarget::kK, q, kv}, {LoraTarget::kV, q + kv, kv}};
+    } else if (unit == kFusedGateUp) {
+      parts = {{LoraTarget::kGate, 0, c.ffn_dim}, {LoraTarget::kUp, c.ffn_dim, c.ffn_dim}};
+    } else {
+      const LoraTarget t = static_cast<LoraTarget>(unit);
+      parts = {{t, 0, lora_target_shape(c, layer, t)->at(0)}};
+    }
+    const int64_t in = lora_target_shape(c, layer, std::get<0>(parts[0]))->at(1);
+    const int64_t out = std::get<1>(parts.back()) + std::get<2>(parts.back());
+    const std::string what = unit_name(unit);
     for (int w = 0; w < 2; ++w)
       if (names[static_cast<size_t>(w)].empty())
-        fail("{}: layer {} {} has lora_{} but not lora_{}", file, layer,
-             kNames[static_cast<size_t>(ti)], w ? 'A' : 'B', w ? 'B' : 'A');
+        fail("{}: layer {} {} has lora_{} but not lora_{}", file, layer, what, w ? 'A' : 'B',
+             w ? 'B' : 'A');
     const Shape a = ad->store_.get(names[0]).shape, b = ad->store_.get(names[1]).shape;
     const int64_t rank = a.rank == 2 ? a[0] : 0;
     if (a.rank != 2 || rank < 1 || rank > 4096 || a[1] != in)
       fail("{}: tensor '{}' is {}; the base's {} takes [rank, {}]", file, names[0], a.to_string(),
-           kNames[static_cast<size_t>(ti)], in);
+           what, in);
     if (!(b == Shape{out, rank}))
       fail("{}: tensor '{}' is {}; expected [{}, {}] (the base's {} out, the rank of lora_A)", file,
-           names[1], b.to_string(), out, rank, kNames[static_cast<size_t>(ti)]);
+           names[1], b.to_string(), out, rank, what);
     // s = alpha / r (rsLoRA: alpha / sqrt(r)), r this projection's rank (rank_pattern's); a
     // GGUF adapter without an alpha is applied as it is (llama.cpp's scale 1).
     const float s = gguf && ad->alpha_ == 0.0f
@@ -283,31 +333,36 @@ void LoraAdapter::pair_up(const ModelConfig& c, bool gguf, bool interleaved) {
                                                     : static_cast<float>(rank));
     if (ad->rank_ == 0) ad->rank_ = rank;
     const float* bv = ad->store_.f32(names[1], b);
-    std::vector<float> scaled(bv, bv + out * rank);
-    for (float& v : scaled) v *= s;
-    // q and k rows in the base's rotary layout: a llama.cpp "llama" file (and a llama2.c
-    // checkpoint) keeps each head's rows interleaved for its adjacent-pair RoPE, PEFT's are
-    // transformers' halves (row i pairs with i + hd/2); B's rows follow the base's.
-    if ((t == LoraTarget::kQ || t == LoraTarget::kK) && interleaved != base_interleaved) {
-      const int64_t hd = c.head_dim, heads = out / hd, half = hd / 2;
-      std::vector<float> moved(scaled.size());
-      for (int64_t h = 0; h < heads; ++h)
-        for (int64_t i = 0; i < half; ++i)
-          for (int64_t pair = 0; pair < 2; ++pair) {
-            const int64_t halves = h * hd + i + pair * half, inter = h * hd + 2 * i + pair;
-            const int64_t from = interleaved ? inter : halves, to = interleaved ? halves : inter;
-            std::copy_n(scaled.data() + from * rank, rank, moved.data() + to * rank);
-          }
-      scaled = std::move(moved);
+    const kernels::WeightMatrix a_matrix = ad->store_.matrix(names[0], rank, in);
+    ad->bytes_ += static_cast<size_t>(rank * in * elem);  // A once, shared by a fused unit's parts
+    for (const auto& [t, row0, rows] : parts) {
+      std::vector<float> scaled(bv + row0 * rank, bv + (row0 + rows) * rank);
+      for (float& v : scaled) v *= s;
+      // q and k rows in the base's rotary layout: a llama.cpp "llama" file (and a llama2.c
+      // checkpoint) keeps each head's rows interleaved for its adjacent-pair RoPE, PEFT's are
+      // transformers' halves (row i pairs with i + hd/2); B's rows follow the base's.
+      if ((t == LoraTarget::kQ || t == LoraTarget::kK) && interleaved != base_interleaved) {
+        const int64_t hd = c.head_dim, heads = rows / hd, half = hd / 2;
+        std::vector<float> moved(scaled.size());
+        for (int64_t h = 0; h < heads; ++h)
+          for (int64_t i = 0; i < half; ++i)
+            for (int64_t pair = 0; pair < 2; ++pair) {
+              const int64_t halves = h * hd + i + pair * half, inter = h * hd + 2 * i + pair;
+              const int64_t from = interleaved ? inter : halves, to = interleaved ? halves : inter;
+              std::copy_n(scaled.data() + from * rank, rank, moved.data() + to * rank);
+            }
+        scaled = std::move(moved);
+      }
+      const std::string scaled_name = names[1] + "#scaled#" + kNames[static_cast<size_t>(t)];
+      ad->store_.add_f32(scaled_name, Shape{rows, rank}, std::move(scaled),
+                         ad->store_.file_index_of(names[1]));
+      LoraPair p;
+      p.a = a_matrix;
+      p.b = ad->store_.matrix(scaled_name, rows, rank);
+      p.rank = rank;
+      ad->bytes_ += static_cast<size_t>(rows * rank * elem);
+      ad->layers_[static_cast<size_t>(layer)][static_cast<size_t>(t)] = p;
     }
-    const std::string scaled_name = names[1] + "#scaled";
-    ad->store_.add_f32(scaled_name, b, std::move(scaled), ad->store_.file_index_of(names[1]));
-    LoraPair p;
-    p.a = ad->store_.matrix(names[0], rank, in);
-    p.b = ad->store_.matrix(scaled_name, out, rank);
-    p.rank = rank;
-    ad->bytes_ += static_cast<size_t>((rank * in + out * rank) * elem);
-    ad->layers_[static_cast<size_t>(layer)][static_cast<size_t>(ti)] = p;
   }
   ad->store_.close_files();
 }

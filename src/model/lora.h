@@ -7,10 +7,11 @@
 //
 // Read from PEFT's adapter directory (adapter_config.json + adapter_model.safetensors) or a GGUF
 // adapter (llama.cpp's convert_lora_to_gguf.py: blk.N.attn_q.weight.lora_a / lora_b, alpha in
-// adapter.lora.alpha), held to
-// its base: every tensor must name a projection the base has (q/k/v/o_proj, gate/up/down_proj
-// of a dense MLP) with the base's shape; anything else (embeddings, the LM head, experts, fused
-// projections, modules_to_save, DoRA, biases) is refused by name, never ignored.
+// adapter.lora.alpha), held to its base: every tensor must name a projection the base has
+// (q/k/v/o_proj, gate/up/down_proj of a dense MLP, or a fused base's qkv_proj and gate_up_proj,
+// whose B rows are split into the q/k/v and gate/up parts the model applies) with the base's
+// shape; anything else (embeddings, the LM head, experts, modules_to_save, DoRA, biases) is
+// refused by name, never ignored.
 
 #include <array>
 #include <cstdint>
@@ -83,9 +84,9 @@ class LoraAdapter {
   std::vector<std::array<std::optional<LoraPair>, kLoraTargets>> layers_;
 };
 
-// The shape [out, in] of a base projection a LoRA pair corrects, or nullopt where the base has
-// no such dense projection at that layer (a Gated DeltaNet layer's attention, an MoE layer's
-// MLP, a fused qkv_proj / gate_up_proj).
+// The shape [out, in] of the correction a LoRA pair of target t makes at a layer (a part of a
+// fused base's qkv_proj / gate_up_proj for its q/k/v and gate/up), or nullopt where the layer
+// has no such dense projection (a Gated DeltaNet layer's attention, an MoE layer's MLP).
 std::optional<std::array<int64_t, 2>> lora_target_shape(const ModelConfig& config, int64_t layer,
                                                         LoraTarget t);
 

@@ -29,6 +29,9 @@ from test_reference import ToolCase, _fmt, _random_batch  # noqa: E402
 
 TARGETS = {"q_proj": "self_attn", "k_proj": "self_attn", "v_proj": "self_attn",
            "o_proj": "self_attn", "gate_proj": "mlp", "up_proj": "mlp", "down_proj": "mlp"}
+# The fused projections of a Phi-3 base.
+FUSED = {"qkv_proj": "self_attn", "gate_up_proj": "mlp"}
+MODULE_BLOCK = dict(TARGETS, **FUSED)
 LENGTHS = (5, 1, 9)
 
 
@@ -44,7 +47,7 @@ def write_adapter(base_dir, out_dir, targets, r=4, alpha=8.0, rslora=False, seed
         parts = name.split(".")
         if len(parts) != 6 or parts[:2] != ["model", "layers"] or parts[4] not in targets:
             continue
-        if parts[3] != TARGETS[parts[4]] or parts[5] != "weight":
+        if parts[3] != MODULE_BLOCK[parts[4]] or parts[5] != "weight":
             continue
         rank = (rank_pattern or {}).get(parts[4], r)
         out, inn = w[name].shape
@@ -130,6 +133,36 @@ class LoraReference(ToolCase):
         # its Gated DeltaNet layers (no attention projections there) and MoE MLPs (none).
         self.check_adapter("gemma2", TARGETS)
         self.check_adapter("qwen3_next", TARGETS)
+
+    def test_fused_projections(self):
+        # Phi-3 fuses q/k/v into qkv_proj and gate/up into gate_up_proj: its adapters correct
+        # those (B's rows split into the parts the model applies), in PEFT's form and as
+        # llama.cpp writes them (attn_qkv; ffn_up holding gate and up) for a GGUF phi3 base.
+        targets = ["qkv_proj", "o_proj", "gate_up_proj", "down_proj"]
+        self.check_adapter("phi3", targets)
+        import gguf_io
+        import test_gguf
+        base_dir, base_model = self.base("phi3")
+        d, merged_model = self.adapter("phi3", "for_gguf", targets, r=3, alpha=6.0, seed=5)
+        names = {"qkv_proj": "attn_qkv", "o_proj": "attn_output", "gate_up_proj": "ffn_up",
+                 "down_proj": "ffn_down"}
+        tensors = []
+        for name, a in sorted(safetensors_io.load(
+                os.path.join(d, "adapter_model.safetensors")).items()):
+            parts = name.split(".")  # base_model.model.model.layers.N.block.module.lora_X.weight
+            a = np.ascontiguousarray(a, dtype=np.float32)
+            tensors.append(("blk.%s.%s.weight.lora_%s" % (parts[4], names[parts[6]],
+                                                         parts[7][-1].lower()),
+                            list(a.shape[::-1]), 0, a.tobytes()))
+        path = os.path.join(self.tmp.name, "phi3_adapter.gguf")
+        gguf_io.write_gguf(path, {"general.architecture": "phi3", "general.type": "adapter",
+                                  "adapter.type": "lora",
+                                  "adapter.lora.alpha": gguf_io.F32(6.0)}, tensors)
+        gguf_base = os.path.join(self.tmp.name, "phi3.gguf")
+        test_gguf.hf_to_gguf("phi3", 0, gguf_base)
+        prompts, decode = _random_batch(2, LENGTHS, base_model.vocab_size)
+        self.check_logits(gguf_base, merged_model, prompts, decode, lora=path)
+        self.check_logits(base_dir, merged_model, prompts, decode, lora=d)
 
     def test_adapters_mixed_in_one_batch_equal_each_alone(self):
         base_dir, base_model = self.base("llama_gqa")
@@ -235,19 +268,20 @@ class LoraReference(ToolCase):
         for d, want in cases:
             with self.subTest(case=os.path.basename(d)):
                 self.assertIn(want, self.tool_error(base_dir, d))
-        # A fused base (Phi-3's qkv_proj) has no q_proj to correct.
+        # A fused base (Phi-3's qkv_proj) has no q_proj to correct; an unfused one no qkv_proj.
         phi_dir, _ = self.base("phi3")
-        phi_adapter = os.path.join(self.tmp.name, "phi_q")
-        a = np.zeros((4, 64), np.float32)
-        os.makedirs(phi_adapter, exist_ok=True)
-        with open(os.path.join(phi_adapter, "adapter_config.json"), "w") as f:
-            json.dump({"peft_type": "LORA", "r": 4, "lora_alpha": 8}, f)
-        safetensors_io.save(os.path.join(phi_adapter, "adapter_model.safetensors"), {
-            "base_model.model.model.layers.0.self_attn.q_proj.lora_A.weight": a,
-            "base_model.model.model.layers.0.self_attn.q_proj.lora_B.weight": a.T.copy()},
-            "F32")
-        self.assertIn("fused projection", self.tool_error(phi_dir, phi_adapter))
-
+        for base, module, want in ((phi_dir, "q_proj", "fuses q/k/v into qkv_proj"),
+                                   (base_dir, "qkv_proj", "no fused qkv_proj")):
+            bad = os.path.join(self.tmp.name, "fused_" + module)
+            a = np.zeros((4, 64), np.float32)
+            os.makedirs(bad, exist_ok=True)
+            with open(os.path.join(bad, "adapter_config.json"), "w") as f:
+                json.dump({"peft_type": "LORA", "r": 4, "lora_alpha": 8}, f)
+            stem = "base_model.model.model.layers.0.self_attn.%s." % module
+            safetensors_io.save(os.path.join(bad, "adapter_model.safetensors"), {
+                stem + "lora_A.weight": a, stem + "lora_B.weight": a.T.copy()}, "F32")
+            with self.subTest(module=module):
+                self.assertIn(want, self.tool_error(base, bad))
 
 if __name__ == "__main__":
     unittest.main()
