@@ -155,7 +155,7 @@ class LoraServingTest(ServerCase):
 class LoraRuntimeTest(ServerCase):
     """vLLM's /v1/load_lora_adapter and /v1/unload_lora_adapter: an adapter under --model-root
     loads at run time (refused, naming why, when it does not fit or lies outside the roots),
-    serves under its name, and after unloading answers 404."""
+    serves under its name, and after unloading answers 404 and holds no memory."""
 
     @classmethod
     def setUpClass(cls):
@@ -180,13 +180,23 @@ class LoraRuntimeTest(ServerCase):
         self.assertEqual(b["model"], "rt")
         ids = [m["id"] for m in self.c.get("/v1/models")[1]["data"]]
         self.assertIn("rt", ids)
+        self.assertGreater(self.metric("tokenflow_lora_adapter_bytes"), 0)
         s, b, text, _ = self.c.post("/v1/unload_lora_adapter", {"lora_name": "rt"})
         self.assertEqual(s, 200, text)
         s, b, text, _ = self.c.post("/v1/completions", {"model": "rt", "prompt": "x"})
         self.assertEqual(s, 404, text)
+        # Its memory is given back (once no request holds it: the answer above may reach the
+        # client before the server lets go of its request).
+        self.assertTrue(wait_for(lambda: self.metric("tokenflow_lora_adapter_bytes") == 0 and
+                                 self.metric("tokenflow_lora_adapters_resident") == 0, 30))
         s, b, text, _ = self.c.post("/v1/unload_lora_adapter", {"lora_name": "rt"})
         self.assertEqual(s, 404, text)
         self.assertNotIn("rt", [m["id"] for m in self.c.get("/v1/models")[1]["data"]])
+
+    def metric(self, name):
+        text = self.c.get("/metrics")[2]
+        m = re.search(r"^%s\{[^}]*\} (\S+)$" % name, text, re.M)
+        return float(m.group(1)) if m else 0.0
 
     def test_refusals(self):
         outside = tempfile.mkdtemp(prefix="tf_lora_out_")
