@@ -362,7 +362,7 @@ Action add_generate(CLI::App& app) {
                  "batch job: results, one line per input line, in order");
   app.add_option("--concurrency", o->concurrency, "batch job: requests in flight")
       ->capture_default_str();
-  app.add_option("--kv-cache-dtype", o->kv_cache_dtype, "keys and values: f32, bf16 or f16")
+  app.add_option("--kv-cache-dtype", o->kv_cache_dtype, "keys and values: f32, bf16, f16 or q8_0")
       ->capture_default_str();
   app.add_option("--kv-cache-memory", o->kv_cache_memory,
                  "KV cache budget: bytes, 512MiB, 2GiB, or a fraction of free memory (0.3)")

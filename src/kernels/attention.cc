@@ -16,7 +16,22 @@ KvType parse_kv_type(const char* name) {
   if (n == "f32") return KvType::kF32;
   if (n == "bf16") return KvType::kBF16;
   if (n == "f16") return KvType::kF16;
-  fail("unknown KV cache dtype '{}': use f32, bf16 or f16", n);
+  if (n == "q8_0" || n == "q8") return KvType::kQ8_0;
+  fail("unknown KV cache dtype '{}': use f32, bf16, f16 or q8_0", n);
+}
+
+const char* kv_type_name(KvType t) {
+  switch (t) {
+    case KvType::kF32:
+      return "f32";
+    case KvType::kBF16:
+      return "bf16";
+    case KvType::kF16:
+      return "f16";
+    case KvType::kQ8_0:
+      return "q8_0";
+  }
+  return "?";
 }
 
 void attend_queries(const float* const* q, const int64_t* n_ctx, int n_q, const PagedKvLayer& kv,

@@ -8,13 +8,25 @@
 namespace tf::kernels {
 
 // Element type of the cached keys and values (--kv-cache-dtype): bf16 and f16 halve the memory
-// per token; attention widens them to f32 as it reads.
-enum class KvType : uint8_t { kF32, kBF16, kF16 };
+// per token; attention widens them to f32 as it reads. q8_0: int8 with one f16 scale per token
+// and KV head (x = scale * q, scale = max|x| / 127 over the head's head_dim values): 2 + 4 /
+// head_dim bytes a K/V pair element against bf16's 4 (1.94x the tokens at head_dim 64, 1.97x at
+// 128; a scale per 32 values would be 1.88x). Attention widens a chunk's rows once and reads them
+// as f32.
+enum class KvType : uint8_t { kF32, kBF16, kF16, kQ8_0 };
+// Bytes of one stored element (q8_0's scales apart).
 inline int kv_type_size(KvType t) {
-  return t == KvType::kF32 ? 4 : 2;
+  return t == KvType::kF32 ? 4 : t == KvType::kQ8_0 ? 1 : 2;
 }
-// "f32", "bf16", "f16" (throws Error naming the choices otherwise).
+// Bytes one token's keys and values take in one layer (kv_dim values each; q8_0 adds an f16
+// scale per head of head_dim values to each).
+inline int64_t kv_bytes_per_token(KvType t, int64_t kv_dim, int64_t head_dim) {
+  const int64_t scales = t == KvType::kQ8_0 && head_dim > 0 ? kv_dim / head_dim * 2 : 0;
+  return 2 * (kv_dim * kv_type_size(t) + scales);
+}
+// "f32", "bf16", "f16", "q8_0" (throws Error naming the choices otherwise).
 KvType parse_kv_type(const char* name);
+const char* kv_type_name(KvType t);
 
 struct PagedKvLayer {
   void* k = nullptr;  // block b's rows at k + b * stride(), [block_size, kv_dim] of `type`
@@ -27,6 +39,10 @@ struct PagedKvLayer {
   // their own). The KV cache keeps a block's K and V rows together, and a recurrent state of
   // the same block id in the same span (KvCache).
   int64_t block_stride = 0;
+  // q8_0: the values one scale covers (head_dim), and the bytes from a block's first K row to
+  // its K scales ([block_size, kv_dim / scale_group] f16); its V scales follow them.
+  int scale_group = 0;
+  int64_t scale_offset = 0;
 
   int64_t stride() const {
     return block_stride != 0 ? block_stride : static_cast<int64_t>(block_size) * kv_dim;
@@ -44,12 +60,28 @@ struct PagedKvLayer {
   T* v_at(const int32_t* block_table, int64_t pos) const {
     return static_cast<T*>(v) + row(block_table, pos);
   }
+  // q8_0 only: position pos's scales (kv_dim / scale_group f16 values), of K or of V.
+  uint16_t* k_scales(const int32_t* block_table, int64_t pos) const {
+    return scale_at(k, block_table, pos, 0);
+  }
+  uint16_t* v_scales(const int32_t* block_table, int64_t pos) const {
+    return scale_at(k, block_table, pos, 1);
+  }
   // f32 caches only.
   float* k_row(const int32_t* block_table, int64_t pos) const {
     return k_at<float>(block_table, pos);
   }
   float* v_row(const int32_t* block_table, int64_t pos) const {
     return v_at<float>(block_table, pos);
+  }
+
+ private:
+  uint16_t* scale_at(void* base, const int32_t* block_table, int64_t pos, int which) const {
+    const int64_t per_row = kv_dim / scale_group;
+    return reinterpret_cast<uint16_t*>(
+               static_cast<uint8_t*>(base) +
+               static_cast<int64_t>(block_table[pos / block_size]) * stride() + scale_offset) +
+           (which * block_size + pos % block_size) * per_row;
   }
 };
 

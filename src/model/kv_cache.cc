@@ -20,9 +20,10 @@ int64_t slot_block_bytes(const ModelConfig& config, const CacheLayout& layout, i
                          kernels::KvType type) {
   int64_t bytes = 0;
   for (const auto& g : layout.groups) {
-    const int64_t b = g.kind == CacheKind::kRecurrent
-                          ? config.ssm_state_floats() * static_cast<int64_t>(sizeof(float))
-                          : 2 * block_size * config.kv_dim() * kernels::kv_type_size(type);
+    const int64_t b =
+        g.kind == CacheKind::kRecurrent
+            ? config.ssm_state_floats() * static_cast<int64_t>(sizeof(float))
+            : block_size * kernels::kv_bytes_per_token(type, config.kv_dim(), config.head_dim);
     bytes = std::max(bytes, b);
   }
   return bytes;
@@ -37,12 +38,16 @@ KvCache::KvCache(const ModelConfig& config, CacheLayout layout, int64_t num_bloc
       layout_(std::move(layout)),
       n_slots_(layout_.slots),
       kv_dim_(config.kv_dim()),
+      head_dim_(config.head_dim),
       type_(type) {
   if (static_cast<int64_t>(layout_.slot_of_layer.size()) != config.cache_layers() ||
       static_cast<int64_t>(layout_.group_of_layer.size()) != config.cache_layers() || n_slots_ <= 0)
     fail(ErrorKind::kInternal, "a cache layout of {} layers for a model of {}",
          layout_.slot_of_layer.size(), config.cache_layers());
   if (num_blocks <= 0) fail("KV cache needs at least one block, got {}", num_blocks);
+  if (type == kernels::KvType::kQ8_0 && (head_dim_ <= 0 || kv_dim_ % head_dim_ != 0))
+    fail(ErrorKind::kUnsupported, "a q8_0 KV cache needs whole heads (kv_dim {}, head_dim {})",
+         kv_dim_, head_dim_);
   if (block_size <= 0 || block_size > kMaxBlockSize)
     fail("KV block size {} is out of range (1..{})", block_size, kMaxBlockSize);
   slot_block_bytes_ = slot_block_bytes(config, layout_, block_size, type);
@@ -66,7 +71,7 @@ int KvCache::block_size_for(const ModelConfig& config, const CacheLayout& layout
   for (const auto& g : layout.groups)
     (g.kind == CacheKind::kRecurrent ? recurrent : attention) = true;
   if (!recurrent || !attention || requested <= 0) return requested;
-  const int64_t per_token = 2 * config.kv_dim() * kernels::kv_type_size(type);
+  const int64_t per_token = kernels::kv_bytes_per_token(type, config.kv_dim(), config.head_dim);
   const int64_t state = config.ssm_state_floats() * static_cast<int64_t>(sizeof(float));
   const int64_t tokens = (state + per_token - 1) / per_token;
   const int64_t bs = (tokens + requested - 1) / requested * requested;
@@ -101,9 +106,14 @@ kernels::PagedKvLayer KvCache::layer(int64_t l) {
     fail(ErrorKind::kInternal, "layer {} outside the KV cache's layout", l);
   const int64_t ts = kernels::kv_type_size(type_);
   uint8_t* base = storage_.get() + layout_.slot_of_layer[l] * num_blocks_ * slot_block_bytes_;
-  return kernels::PagedKvLayer{
+  kernels::PagedKvLayer out{
       base,  base + block_size_ * kv_dim_ * ts, block_size_,           static_cast<int>(kv_dim_),
       type_, layout_.group_of_layer[l],         slot_block_bytes_ / ts};
+  if (type_ == kernels::KvType::kQ8_0) {  // the rows' scales after both K's and V's rows
+    out.scale_group = static_cast<int>(head_dim_);
+    out.scale_offset = 2 * block_size_ * kv_dim_;
+  }
+  return out;
 }
 
 float* KvCache::state(int64_t l, int32_t block) {

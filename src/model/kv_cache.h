@@ -64,6 +64,7 @@ class KvCache {
   CacheLayout layout_;
   int64_t n_slots_;
   int64_t kv_dim_;
+  int64_t head_dim_;
   int64_t slot_block_bytes_ = 0;  // a block's bytes in one slot: K and V rows, or a state
   kernels::KvType type_;
   struct Unmap {

@@ -34,6 +34,21 @@ void for_rows(ThreadPool& pool, int64_t n, FunctionRef<void(int64_t)> fn) {
   });
 }
 
+void quantize_kv_q8(const float* x, int64_t n, int64_t group, int8_t* q, uint16_t* scales) {
+  for (int64_t g0 = 0; g0 < n; g0 += group) {
+    float amax = 0.0f;
+    for (int64_t i = g0; i < g0 + group; ++i) amax = std::max(amax, std::fabs(x[i]));
+    // The scale as stored (f16), and the values divided by that one: what is read back is
+    // exactly scale * q.
+    const uint16_t h = f32_to_f16(amax / 127.0f);
+    const float d = f16_to_f32(h);
+    const float inv = d > 0.0f && std::isfinite(d) ? 1.0f / d : 0.0f;
+    for (int64_t i = g0; i < g0 + group; ++i)
+      q[i] = static_cast<int8_t>(std::clamp(std::nearbyint(x[i] * inv), -127.0f, 127.0f));
+    scales[g0 / group] = h;
+  }
+}
+
 void store_kv_row(const kernels::PagedKvLayer& layer, const int32_t* table, int64_t pos,
                   const float* ks, const float* vs) {
   const int64_t kv_dim = layer.kv_dim;
@@ -53,6 +68,12 @@ void store_kv_row(const kernels::PagedKvLayer& layer, const int32_t* table, int6
       }
       break;
     }
+    case kernels::KvType::kQ8_0:
+      quantize_kv_q8(ks, kv_dim, layer.scale_group, layer.k_at<int8_t>(table, pos),
+                     layer.k_scales(table, pos));
+      quantize_kv_q8(vs, kv_dim, layer.scale_group, layer.v_at<int8_t>(table, pos),
+                     layer.v_scales(table, pos));
+      break;
   }
 }
 
@@ -70,6 +91,15 @@ void load_kv_row(const kernels::PagedKvLayer& layer, const int32_t* table, int64
           which == 0 ? layer.k_at<uint16_t>(table, pos) : layer.v_at<uint16_t>(table, pos);
       const bool bf = layer.type == kernels::KvType::kBF16;
       for (int64_t i = 0; i < kv_dim; ++i) out[i] = bf ? bf16_to_f32(src[i]) : f16_to_f32(src[i]);
+      break;
+    }
+    case kernels::KvType::kQ8_0: {
+      const int8_t* q =
+          which == 0 ? layer.k_at<int8_t>(table, pos) : layer.v_at<int8_t>(table, pos);
+      const uint16_t* sc = which == 0 ? layer.k_scales(table, pos) : layer.v_scales(table, pos);
+      const int64_t g = layer.scale_group;
+      for (int64_t i = 0; i < kv_dim; ++i)
+        out[i] = f16_to_f32(sc[i / g]) * static_cast<float>(q[i]);
       break;
     }
   }

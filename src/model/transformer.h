@@ -39,6 +39,9 @@ void for_rows(ThreadPool& pool, int64_t n, FunctionRef<void(int64_t)> fn);
 
 // Writes one position's K and V rows (kv_dim floats each) into the cache through a block table,
 // in the cache's type.
+// A row of n values as q8_0 (attention.h): per group of `group` values, the scale
+// max|x| / 127 as f16 in scales[g] and round(x / scale) in q.
+void quantize_kv_q8(const float* x, int64_t n, int64_t group, int8_t* q, uint16_t* scales);
 void store_kv_row(const kernels::PagedKvLayer& layer, const int32_t* table, int64_t pos,
                   const float* k, const float* v);
 // Reads one position's K or V row back as floats (which: 0 keys, 1 values).

@@ -297,6 +297,56 @@ TEST_F(EngineTest, GreedyOutputIsTheSameAloneAmongOthersCachedChunkedAndPreempte
   }
 }
 
+TEST_F(EngineTest, AQ8CacheGivesTheSameOutputAloneCachedChunkedPreemptedAndForked) {
+  // An 8-bit cache quantizes each token's row by itself: what a sequence reads does not depend
+  // on its batch, its chunking, a prefix shared from another request or a recomputation.
+  const auto q8 = [](int64_t blocks, bool prefix, int64_t step_tokens = 2048) {
+    EngineConfig c = config(1, prefix, step_tokens);
+    c.kv_type = kernels::KvType::kQ8_0;
+    c.kv_cache_bytes = blocks * KvCache::bytes_per_block(model_->config(), 16, c.kv_type);
+    return c;
+  };
+  std::vector<Ids> alone, f32;
+  {
+    Engine e(*model_, tok_, {2}, q8(256, false));
+    Engine full(*model_, tok_, {2}, config(256, false));
+    for (const char* p : kPrompts) {
+      alone.push_back(run_to_completion(e, greedy(p, 48))[0].tokens);
+      f32.push_back(run_to_completion(full, greedy(p, 48))[0].tokens);
+    }
+  }
+  EXPECT_NE(alone, f32) << "the 8-bit cache must be in use (its rounding shows in 48 tokens)";
+  for (const EngineSetup s :
+       {EngineSetup{"prefix cache", 256, true, 2048}, EngineSetup{"small chunks", 256, true, 7},
+        EngineSetup{"tight memory (preemption)", 14, true, 2048}}) {
+    Engine e(*model_, tok_, {2}, q8(s.blocks, s.prefix, s.step_tokens));
+    std::vector<std::shared_ptr<RequestStream>> streams;
+    std::vector<size_t> which;
+    for (int copy = 0; copy < 8; ++copy) {
+      for (size_t i = 0; i < std::size(kPrompts); ++i) {
+        streams.push_back(e.submit(greedy(kPrompts[i], 48)));
+        which.push_back(i);
+      }
+    }
+    for (size_t k = 0; k < streams.size(); ++k) {
+      Ids got;
+      RequestOutput o;
+      while (streams[k]->next(o)) got.insert(got.end(), o.token_ids.begin(), o.token_ids.end());
+      EXPECT_EQ(got, alone[which[k]]) << s.name << ", request " << k;
+    }
+    if (s.blocks == 14) {
+      EXPECT_GT(e.stats().preemptions, 0) << s.name;
+      EXPECT_GT(e.stats().prefix_hit_tokens, 0) << s.name;
+    }
+  }
+  // Forks: n greedy sequences of one prompt share its blocks (copy-on-write of the partial
+  // one) and each equals the sequence alone.
+  Engine e(*model_, tok_, {2}, q8(256, true));
+  GenerationRequest r = greedy(kPrompts[0], 48);
+  r.params.n = 3;
+  for (const auto& seq : run_to_completion(e, r)) EXPECT_EQ(seq.tokens, alone[0]);
+}
+
 // A random PEFT adapter for stories260K (q_proj and v_proj of every layer, and down_proj of the
 // first), written to dir.
 void write_stories_adapter(const Model& m, const std::string& dir, uint32_t seed) {

@@ -880,6 +880,82 @@ TEST(Attention, Bf16AndF16CachesMatchTheRoundedReferenceAndStayGroupInvariant) {
   }
 }
 
+TEST(Attention, Q8CachesMatchTheDequantizedReferenceAndStayGroupInvariant) {
+  // A q8_0 cache laid out as KvCache lays it: per block, K's int8 rows, V's, then K's f16 scales
+  // (one per row and head) and V's; the blocks out of order. Every table reads it as the f32
+  // cache of the dequantized values would be read.
+  std::mt19937 rng(78);
+  const int block_size = 4, head_dim = 40, kv_dim = 2 * head_dim, heads = 2;
+  const int64_t n_ctx = 37, blocks = (n_ctx + block_size - 1) / block_size;
+  const int64_t block_bytes = 2 * block_size * kv_dim + 2 * block_size * heads * 2;
+  std::vector<uint8_t> pool(blocks * block_bytes + 64);
+  uint8_t* base = pool.data() + (64 - reinterpret_cast<uintptr_t>(pool.data()) % 64) % 64;
+  std::vector<int32_t> table(blocks);
+  std::iota(table.begin(), table.end(), 0);
+  std::shuffle(table.begin(), table.end(), rng);
+  PagedKvLayer layer{base, base + block_size * kv_dim, block_size, kv_dim, KvType::kQ8_0};
+  layer.block_stride = block_bytes;
+  layer.scale_group = head_dim;
+  layer.scale_offset = 2 * block_size * kv_dim;
+  std::vector<float> kr(n_ctx * kv_dim), vr(n_ctx * kv_dim);  // the values as stored
+  for (int64_t t = 0; t < n_ctx; ++t) {
+    for (int which = 0; which < 2; ++which) {
+      const auto x =
+          random_vector(kv_dim, rng, which == 0 ? -3.0f : -1.0f, which == 0 ? 3.0f : 1.0f);
+      int8_t* q =
+          which == 0 ? layer.k_at<int8_t>(table.data(), t) : layer.v_at<int8_t>(table.data(), t);
+      uint16_t* sc = which == 0 ? layer.k_scales(table.data(), t) : layer.v_scales(table.data(), t);
+      float* stored = (which == 0 ? kr.data() : vr.data()) + t * kv_dim;
+      for (int h = 0; h < heads; ++h) {
+        float amax = 0.0f;
+        for (int e = 0; e < head_dim; ++e) amax = std::max(amax, std::fabs(x[h * head_dim + e]));
+        sc[h] = f32_to_f16(amax / 127.0f);
+        const float d = f16_to_f32(sc[h]);
+        for (int e = 0; e < head_dim; ++e) {
+          const int i = h * head_dim + e;
+          q[i] = static_cast<int8_t>(std::clamp(std::lround(x[i] / d), -127L, 127L));
+          stored[i] = d * q[i];
+        }
+      }
+    }
+  }
+  const auto q = random_vector(head_dim, rng, -2.0f, 2.0f);
+  const float scale = 0.25f;
+  for (int kv_head = 0; kv_head < heads; ++kv_head) {
+    std::vector<double> s(n_ctx), want(head_dim, 0.0), mag(head_dim, 0.0);
+    double mx = -1e300, z = 0.0;
+    for (int64_t p = 0; p < n_ctx; ++p) {
+      double d = 0.0;
+      for (int e = 0; e < head_dim; ++e)
+        d += q[e] * static_cast<double>(kr[p * kv_dim + kv_head * head_dim + e]);
+      mx = std::max(mx, s[p] = d * scale);
+    }
+    for (auto& x : s) z += (x = std::exp(x - mx));
+    for (int e = 0; e < head_dim; ++e)
+      for (int64_t p = 0; p < n_ctx; ++p) {
+        want[e] += s[p] / z * vr[p * kv_dim + kv_head * head_dim + e];
+        mag[e] += std::fabs(s[p] / z * vr[p * kv_dim + kv_head * head_dim + e]);
+      }
+    for (const IsaKernels* t : supported_tables()) {
+      SCOPED_TRACE(std::string(t->name) + " head " + std::to_string(kv_head));
+      std::vector<float> out(head_dim);
+      const float* q1 = q.data();
+      float* o1 = out.data();
+      t->attend_queries(&q1, &n_ctx, 1, layer, table.data(), kv_head, head_dim, scale, &o1);
+      for (int e = 0; e < head_dim; ++e)
+        ASSERT_TRUE(close(out[e], want[e], mag[e], 1e-5)) << "e=" << e;
+      // Grouped with other queries: bitwise the same.
+      const auto q2 = random_vector(head_dim, rng);
+      std::vector<float> o2(head_dim), o3(head_dim), o_again(head_dim);
+      const float* qs[3] = {q2.data(), q.data(), q2.data()};
+      float* outs[3] = {o2.data(), o_again.data(), o3.data()};
+      const int64_t ctx[3] = {n_ctx - 5, n_ctx, n_ctx - 17};
+      t->attend_queries(qs, ctx, 3, layer, table.data(), kv_head, head_dim, scale, outs);
+      for (int e = 0; e < head_dim; ++e) ASSERT_EQ(o_again[e], out[e]);
+    }
+  }
+}
+
 TEST(Attention, GqaUsesTheGivenKvHead) {
   // Two KV heads with different constant values: the output is exactly that head's value.
   const int head_dim = 4, kv_dim = 8, block_size = 4;

@@ -317,6 +317,30 @@ ModelConfig layered(int64_t n_layers, std::vector<uint8_t> sliding, int64_t wind
   return c;
 }
 
+TEST(KvCacheBytes, Q8KeepsAnF16ScalePerTokenAndHead) {
+  // TinyLlama-1.1B's attention: 4 KV heads of 64, 22 layers.
+  ModelConfig c = layered(22, {}, 0);
+  c.dim = 2048;
+  c.n_heads = 32;
+  c.n_kv_heads = 4;
+  c.head_dim = 64;
+  const int64_t q8 = KvCache::bytes_per_block(c, 16, kernels::KvType::kQ8_0);
+  EXPECT_EQ(q8, 22 * 16 * (2 * 256 + 2 * 4 * 2));
+  const int64_t bf16 = KvCache::bytes_per_block(c, 16, kernels::KvType::kBF16);
+  EXPECT_GE(static_cast<double>(bf16) / static_cast<double>(q8), 1.9);
+  // Rows and scales of one block stay inside it, and a block's scales inside its span.
+  KvCache kv(c, 3, 16, kernels::KvType::kQ8_0);
+  const kernels::PagedKvLayer layer = kv.layer(5);
+  const int32_t table[] = {2};
+  const auto* start = reinterpret_cast<const uint8_t*>(layer.k) + 2 * layer.stride();
+  const auto* last_v_scale = reinterpret_cast<const uint8_t*>(layer.v_scales(table, 15) + 3);
+  EXPECT_EQ(last_v_scale + 2 - start, q8 / 22);
+  EXPECT_EQ(reinterpret_cast<const uint8_t*>(layer.v_at<int8_t>(table, 15) + 256),
+            start + 2 * 16 * 256);
+  EXPECT_THROW(kernels::parse_kv_type("q4_0"), Error);
+  EXPECT_EQ(kernels::parse_kv_type("q8_0"), kernels::KvType::kQ8_0);
+}
+
 TEST(CacheLayout, AlternatingLayersMakeTwoGroupsOfHalfTheLayers) {
   const ModelConfig c = layered(6, {1, 0, 1, 0, 1, 0}, 512);  // Gemma 2
   const CacheLayout l = CacheLayout::for_model(c);

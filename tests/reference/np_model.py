@@ -145,6 +145,9 @@ class Llama:
             else:
                 q = self.rope(q, pos, self.rope_theta)
                 k = self.rope(k, pos, self.rope_theta)
+            kvq = getattr(self, "kv_quant", None)  # what a quantized KV cache keeps
+            if kvq is not None:
+                k, v = kvq(k), kvq(v)
             win = self.windows[li] if getattr(self, "windows", None) else None
             if win:
                 a = attention(q, k, v, 1.0 / math.sqrt(hd), window=win)
@@ -739,3 +742,15 @@ def greedy(model, prompt_ids, n, margins=None):
         out.append(t)
         ids.append(t)
     return out
+
+
+def kv_q8_0(x):
+    """A q8_0 KV cache's values (docs/architecture.md): per token and KV head, the scale
+    max|x| / 127 rounded to float16, each value round(x / scale) clipped to [-127, 127], read back
+    as scale * q. x: [T, heads, head_dim]."""
+    x = np.asarray(x, dtype=np.float32)
+    scale = (np.abs(x).max(axis=-1, keepdims=True) / np.float32(127)).astype(np.float16)
+    d = scale.astype(np.float32)
+    inv = np.where(d > 0, np.float32(1) / np.where(d > 0, d, 1), 0).astype(np.float32)
+    q = np.clip(np.rint(x * inv), -127, 127)
+    return (q * d).astype(np.float32)

@@ -268,6 +268,15 @@ class RandomCheckpoints(ToolCase):
     def test_llama_gqa_bf16(self):
         self._run("llama_gqa", dtype="BF16")
 
+    def test_llama_gqa_q8_0_kv_cache(self):
+        # Grouped KV heads in a q8_0 cache against numpy keeping the same quantized K and V.
+        import copy
+        path, model = _CKPTS.get("llama_gqa")
+        quantized = copy.copy(model)
+        quantized.kv_quant = np_model.kv_q8_0
+        prompts, decode = _random_batch(1, self.LENGTHS, model.vocab_size)
+        self.check_logits(path, quantized, prompts, decode, kv_dtype="q8_0")
+
     def test_llama_gqa_sharded(self):
         self._run("llama_gqa", sharded=True)
 
@@ -486,6 +495,20 @@ class Stories260K(ToolCase):
             with self.subTest(kv=kv):
                 self.check_logits(self.bin, self.model, self.PROMPTS, self.DECODE, "f32", bound,
                                   kv_dtype=kv)
+
+    def test_logits_q8_0_kv_cache(self):
+        # The numpy model keeping what a q8_0 cache keeps (np_model.kv_q8_0: quantized per token
+        # and head, read back as scale * q) equals the engine with --kv-dtype q8_0 to f32
+        # rounding; the plain f32 model differs by the quantization's own error, bounded.
+        import copy
+        quantized = copy.copy(self.model)
+        quantized.kv_quant = np_model.kv_q8_0
+        self.check_logits(self.bin, quantized, self.PROMPTS, self.DECODE, "f32", kv_dtype="q8_0")
+        self.check_logits(self.bin, self.model, self.PROMPTS, self.DECODE, "f32", 4e-2,
+                          kv_dtype="q8_0")
+        with self.assertRaises(AssertionError):  # the quantization is seen at f32's bound
+            self.check_logits(self.bin, self.model, self.PROMPTS, self.DECODE, "f32",
+                              kv_dtype="q8_0")
 
     def test_logits_per_dtype(self):
         for dtype, bound in self.DTYPE_BOUNDS.items():
