@@ -110,7 +110,9 @@ KvCache make_kv_cache(const ModelConfig& c, const EngineConfig& e) {
   return KvCache(c, std::move(layout), blocks, e.block_size, e.kv_type);
 }
 
-void fill_kv_groups(EngineStats& stats, const CacheLayout& layout, const KvBlockPool& pool) {
+void fill_kv_groups(EngineStats& stats, const KvCache& kv, const KvBlockPool& pool) {
+  const CacheLayout& layout = kv.layout();
+  stats.kv_dtype = kernels::kv_type_name(kv.type());
   stats.kv_groups.resize(layout.groups.size());
   for (size_t g = 0; g < layout.groups.size(); ++g) {
     auto& out = stats.kv_groups[g];
@@ -118,6 +120,7 @@ void fill_kv_groups(EngineStats& stats, const CacheLayout& layout, const KvBlock
     out.window = layout.groups[g].window;
     out.layers = static_cast<int64_t>(layout.groups[g].layers.size());
     out.blocks_used = pool.num_used(static_cast<int>(g));
+    out.bytes_per_token = kv.bytes_per_token(static_cast<int32_t>(g));
   }
 }
 }  // namespace
@@ -174,7 +177,7 @@ Engine::Engine(Model& model, const Tokenizer* tokenizer, std::vector<int32_t> eo
     draft_ = std::make_unique<DraftProposer>(*draft, blocks, config_.block_size, config_.kv_type);
   }
   stats_.kv_blocks_total = pool_.num_blocks();
-  fill_kv_groups(stats_, kv_.layout(), pool_);
+  fill_kv_groups(stats_, kv_, pool_);
   if (model.config().encoder_only()) {
     if (!dynamic_cast<EncoderModel*>(&model))
       fail(ErrorKind::kInternal, "'{}' is an encoder without encode()",
@@ -1096,7 +1099,7 @@ void Engine::retire_and_record(const SchedulerOutput& sched) {
   stats_.preemptions = scheduler_.preemptions();
   stats_.kv_block_copies = scheduler_.block_copies();
   stats_.kv_window_releases = manager_.window_releases();
-  fill_kv_groups(stats_, kv_.layout(), pool_);
+  fill_kv_groups(stats_, kv_, pool_);
   stats_.requests_finished += finished;
   stats_.prompt_tokens += prompt_tokens;
   stats_.generated_tokens += generated_tokens;

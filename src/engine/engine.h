@@ -87,7 +87,9 @@ struct EngineStats {
     int64_t window = 0;
     int64_t layers = 0;
     int64_t blocks_used = 0;
+    int64_t bytes_per_token = 0;  // K and V over its layers (0: a recurrent group)
   };
+  const char* kv_dtype = "";  // --kv-cache-dtype
   std::vector<KvGroup> kv_groups;
   int64_t requests_finished = 0;
   int64_t queued = 0;  // submitted and not yet scheduled (live, not as of the last step)

@@ -87,6 +87,13 @@ int64_t KvCache::bytes_per_block(const ModelConfig& config, const CacheLayout& l
   return layout.slots * slot_block_bytes(config, layout, block_size, type);
 }
 
+int64_t KvCache::bytes_per_token(int32_t group) const {
+  const auto& g = layout_.groups.at(static_cast<size_t>(group));
+  if (g.kind == CacheKind::kRecurrent) return 0;
+  return static_cast<int64_t>(g.layers.size()) *
+         kernels::kv_bytes_per_token(type_, kv_dim_, head_dim_);
+}
+
 void KvCache::copy_block(int32_t src, int32_t dst, int32_t group) {
   if (src < 0 || src >= num_blocks_ || dst < 0 || dst >= num_blocks_ || group < 0 ||
       group >= layout_.num_groups()) {

@@ -48,6 +48,9 @@ class KvCache {
   int64_t num_blocks() const { return num_blocks_; }
   int block_size() const { return block_size_; }
   int64_t bytes() const { return bytes_; }
+  // Bytes one token's keys and values take over a group's layers (0 for a recurrent group,
+  // whose state does not grow with the tokens).
+  int64_t bytes_per_token(int32_t group) const;
   kernels::KvType type() const { return type_; }
   const CacheLayout& layout() const { return layout_; }
   // Layer l's K/V: its slot's arrays, read through its group's block table.

@@ -543,12 +543,16 @@ class ServerTest(SharedServerTest):
         # shows it per version, and Prometheus its share of the pool.
         self.c.post("/v1/completions", {"prompt": "Once", "max_tokens": 2})
         version = next(iter(self.stats()["versions"].values()))
+        # stories260K: 5 layers, kv_dim 32, an f32 cache: 5 x 2 x 32 x 4 bytes a token.
         self.assertEqual(version["kv_groups"], [{"kind": "full_attention", "window": 0,
                                                  "layers": 5,
-                                                 "blocks_used": version["kv_blocks_used"]}])
+                                                 "blocks_used": version["kv_blocks_used"],
+                                                 "bytes_per_token": 1280, "dtype": "f32"}])
         metrics = self.c.get("/metrics")[2]
         self.assertRegex(metrics, r'tokenflow_kv_cache_group_usage_ratio\{model="%s",version="\d+",'
                                   r'group="0",kind="full_attention"\} [0-9.e-]+\n' % MODEL)
+        self.assertRegex(metrics, r'tokenflow_kv_cache_bytes_per_token\{model="%s",version="\d+",'
+                                  r'group="0",kind="full_attention",dtype="f32"\} 1280\n' % MODEL)
 
     def test_client_killed_mid_stream_frees_its_blocks(self):
         for kill_after in (1, 5):
@@ -699,6 +703,23 @@ class ShutdownTest(unittest.TestCase):
                            text=True, timeout=30)
         self.assertNotEqual(p.returncode, 0)
         self.assertIn("nonexistent", p.stderr)
+
+
+class Q8KvCacheTest(ServerCase):
+    """--kv-cache-dtype q8_0 (issue 55): requests run on the 8-bit cache, which the stats page and
+    /metrics report with its bytes per token (int8 K and V plus an f16 scale per token and head:
+    stories260K's 5 layers x (2 x 32 + 2 x 4 x 2) = 400, against 1,280 in f32)."""
+    server_args = ("--threads", "1", "--kv-cache-dtype", "q8_0")
+
+    def test_served_and_reported(self):
+        s, b, text, _ = self.c.post("/v1/completions", {"prompt": "Once upon a time",
+                                                         "max_tokens": 16, "temperature": 0})
+        self.assertEqual(s, 200, text)
+        self.assertEqual(b["usage"]["completion_tokens"], 16)
+        groups = next(iter(self.c.get("/v1/admin/stats")[1]["versions"].values()))["kv_groups"]
+        self.assertEqual((groups[0]["dtype"], groups[0]["bytes_per_token"]), ("q8_0", 400))
+        self.assertRegex(self.c.get("/metrics")[2],
+                         r'tokenflow_kv_cache_bytes_per_token\{[^}]*dtype="q8_0"\} 400\n')
 
 
 if __name__ == "__main__":

@@ -79,7 +79,9 @@ nlohmann::json kv_groups_json(const EngineStats& s) {
     out.push_back({{"kind", g.kind},
                    {"window", g.window},
                    {"layers", g.layers},
-                   {"blocks_used", g.blocks_used}});
+                   {"blocks_used", g.blocks_used},
+                   {"bytes_per_token", g.bytes_per_token},
+                   {"dtype", s.kv_dtype}});
   }
   return out;
 }
@@ -198,6 +200,20 @@ std::string render_metrics(const ServingState& state_, const AdminSources& sourc
       append_sample(
           out, "tokenflow_kv_cache_group_usage_ratio", l,
           r.s.kv_blocks_total ? D(r.s.kv_groups[g].blocks_used) / D(r.s.kv_blocks_total) : 0.0);
+    }
+  }
+  append_header(out, "tokenflow_kv_cache_bytes_per_token",
+                "Bytes of KV cache one token takes in the cache group (its layers' keys and "
+                "values in --kv-cache-dtype; 0 for a recurrent group)",
+                "gauge");
+  for (const auto& r : rows) {
+    for (size_t g = 0; g < r.s.kv_groups.size(); ++g) {
+      Labels l = r.labels;
+      l.emplace_back("group", std::to_string(g));
+      l.emplace_back("kind", r.s.kv_groups[g].kind);
+      l.emplace_back("dtype", r.s.kv_dtype);
+      append_sample(out, "tokenflow_kv_cache_bytes_per_token", l,
+                    D(r.s.kv_groups[g].bytes_per_token));
     }
   }
   append_header(out, "tokenflow_spec_decode_num_accepted_tokens_per_pos_total",
