@@ -716,7 +716,8 @@ class Q8KvCacheTest(ServerCase):
                                                          "max_tokens": 16, "temperature": 0})
         self.assertEqual(s, 200, text)
         self.assertEqual(b["usage"]["completion_tokens"], 16)
-        groups = next(iter(self.c.get("/v1/admin/stats")[1]["versions"].values()))["kv_groups"]
+        stats = self.c.get("/v1/admin/stats")[1]["models"][MODEL]
+        groups = next(iter(stats["versions"].values()))["kv_groups"]
         self.assertEqual((groups[0]["dtype"], groups[0]["bytes_per_token"]), ("q8_0", 400))
         self.assertRegex(self.c.get("/metrics")[2],
                          r'tokenflow_kv_cache_bytes_per_token\{[^}]*dtype="q8_0"\} 400\n')
