@@ -228,6 +228,8 @@ class EngineTest : public testing::StoriesTest {
     c.threads = 2;
     return c;
   }
+
+ public:  // also for the helpers below the fixture
   static GenerationRequest greedy(const std::string& text, int32_t max_tokens) {
     GenerationRequest r;
     r.prompt = tok_->encode(text, true);
@@ -261,6 +263,25 @@ const char* kPrompts[] = {PREAMBLE "Once upon a time", PREAMBLE "The little dog 
                           PREAMBLE "Lily and Ben went to the park. They saw",
                           PREAMBLE "Tom had a red ball.", "One day, a bird"};
 
+// Every prompt of kPrompts 8 times at once (40 requests), 48 greedy tokens each: each equals
+// the prompt's output alone.
+void expect_each_as_alone(Engine& e, const std::vector<Ids>& alone, const char* setup) {
+  std::vector<std::shared_ptr<RequestStream>> streams;
+  std::vector<size_t> which;
+  for (int copy = 0; copy < 8; ++copy) {
+    for (size_t i = 0; i < std::size(kPrompts); ++i) {
+      streams.push_back(e.submit(EngineTest::greedy(kPrompts[i], 48)));
+      which.push_back(i);
+    }
+  }
+  for (size_t k = 0; k < streams.size(); ++k) {
+    Ids got;
+    RequestOutput o;
+    while (streams[k]->next(o)) got.insert(got.end(), o.token_ids.begin(), o.token_ids.end());
+    EXPECT_EQ(got, alone[which[k]]) << setup << ", request " << k;
+  }
+}
+
 TEST_F(EngineTest, GreedyOutputIsTheSameAloneAmongOthersCachedChunkedAndPreempted) {
   std::vector<Ids> alone;
   {
@@ -272,20 +293,7 @@ TEST_F(EngineTest, GreedyOutputIsTheSameAloneAmongOthersCachedChunkedAndPreempte
         EngineSetup{"tight memory (preemption)", 14, true, 2048},
         EngineSetup{"tight, no cache", 14, false, 64}}) {
     Engine e(*model_, tok_, {2}, config(s.blocks, s.prefix, s.step_tokens));
-    std::vector<std::shared_ptr<RequestStream>> streams;
-    std::vector<size_t> which;
-    for (int copy = 0; copy < 8; ++copy) {  // 40 requests at once, prompts repeated
-      for (size_t i = 0; i < std::size(kPrompts); ++i) {
-        streams.push_back(e.submit(greedy(kPrompts[i], 48)));
-        which.push_back(i);
-      }
-    }
-    for (size_t k = 0; k < streams.size(); ++k) {
-      Ids got;
-      RequestOutput o;
-      while (streams[k]->next(o)) got.insert(got.end(), o.token_ids.begin(), o.token_ids.end());
-      EXPECT_EQ(got, alone[which[k]]) << s.name << ", request " << k;
-    }
+    expect_each_as_alone(e, alone, s.name);
     const EngineStats st = e.stats();
     if (s.blocks == 14) {
       EXPECT_GT(st.preemptions, 0) << s.name << ": the setup must force preemption";
@@ -320,20 +328,7 @@ TEST_F(EngineTest, AQ8CacheGivesTheSameOutputAloneCachedChunkedPreemptedAndForke
        {EngineSetup{"prefix cache", 256, true, 2048}, EngineSetup{"small chunks", 256, true, 7},
         EngineSetup{"tight memory (preemption)", 14, true, 2048}}) {
     Engine e(*model_, tok_, {2}, q8(s.blocks, s.prefix, s.step_tokens));
-    std::vector<std::shared_ptr<RequestStream>> streams;
-    std::vector<size_t> which;
-    for (int copy = 0; copy < 8; ++copy) {
-      for (size_t i = 0; i < std::size(kPrompts); ++i) {
-        streams.push_back(e.submit(greedy(kPrompts[i], 48)));
-        which.push_back(i);
-      }
-    }
-    for (size_t k = 0; k < streams.size(); ++k) {
-      Ids got;
-      RequestOutput o;
-      while (streams[k]->next(o)) got.insert(got.end(), o.token_ids.begin(), o.token_ids.end());
-      EXPECT_EQ(got, alone[which[k]]) << s.name << ", request " << k;
-    }
+    expect_each_as_alone(e, alone, s.name);
     if (s.blocks == 14) {
       EXPECT_GT(e.stats().preemptions, 0) << s.name;
       EXPECT_GT(e.stats().prefix_hit_tokens, 0) << s.name;

@@ -187,35 +187,31 @@ std::string render_metrics(const ServingState& state_, const AdminSources& sourc
   family("tokenflow_lora_evictions_total", "LoRA adapters evicted to stay within --max-loras",
          "counter", [](const Row& r) { return D(r.lora.evictions); });
   // Per cache group (one for a plain decoder stack; sliding-window layers beside global ones
-  // have groups of their own that release blocks): what share of the pool each holds.
-  append_header(out, "tokenflow_kv_cache_group_usage_ratio",
-                "Fraction of the KV cache blocks held by the cache group (0-1); the groups sum "
-                "to tokenflow_kv_cache_usage_ratio",
-                "gauge");
-  for (const auto& r : rows) {
-    for (size_t g = 0; g < r.s.kv_groups.size(); ++g) {
-      Labels l = r.labels;
-      l.emplace_back("group", std::to_string(g));
-      l.emplace_back("kind", r.s.kv_groups[g].kind);
-      append_sample(
-          out, "tokenflow_kv_cache_group_usage_ratio", l,
-          r.s.kv_blocks_total ? D(r.s.kv_groups[g].blocks_used) / D(r.s.kv_blocks_total) : 0.0);
+  // have groups of their own that release blocks): what share of the pool each holds, and the
+  // bytes a token takes there.
+  const auto per_group = [&](const char* name, const char* help, bool dtype,
+                             double (*value)(const Row&, const EngineStats::KvGroup&)) {
+    append_header(out, name, help, "gauge");
+    for (const auto& r : rows) {
+      for (size_t g = 0; g < r.s.kv_groups.size(); ++g) {
+        Labels l = r.labels;
+        l.emplace_back("group", std::to_string(g));
+        l.emplace_back("kind", r.s.kv_groups[g].kind);
+        if (dtype) l.emplace_back("dtype", r.s.kv_dtype);
+        append_sample(out, name, l, value(r, r.s.kv_groups[g]));
+      }
     }
-  }
-  append_header(out, "tokenflow_kv_cache_bytes_per_token",
-                "Bytes of KV cache one token takes in the cache group (its layers' keys and "
-                "values in --kv-cache-dtype; 0 for a recurrent group)",
-                "gauge");
-  for (const auto& r : rows) {
-    for (size_t g = 0; g < r.s.kv_groups.size(); ++g) {
-      Labels l = r.labels;
-      l.emplace_back("group", std::to_string(g));
-      l.emplace_back("kind", r.s.kv_groups[g].kind);
-      l.emplace_back("dtype", r.s.kv_dtype);
-      append_sample(out, "tokenflow_kv_cache_bytes_per_token", l,
-                    D(r.s.kv_groups[g].bytes_per_token));
-    }
-  }
+  };
+  per_group("tokenflow_kv_cache_group_usage_ratio",
+            "Fraction of the KV cache blocks held by the cache group (0-1); the groups sum to "
+            "tokenflow_kv_cache_usage_ratio",
+            false, [](const Row& r, const EngineStats::KvGroup& g) {
+              return r.s.kv_blocks_total ? D(g.blocks_used) / D(r.s.kv_blocks_total) : 0.0;
+            });
+  per_group("tokenflow_kv_cache_bytes_per_token",
+            "Bytes of KV cache one token takes in the cache group (its layers' keys and values "
+            "in --kv-cache-dtype; 0 for a recurrent group)",
+            true, [](const Row&, const EngineStats::KvGroup& g) { return D(g.bytes_per_token); });
   append_header(out, "tokenflow_spec_decode_num_accepted_tokens_per_pos_total",
                 "Speculative decoding: proposals accepted at each position (0: the first)",
                 "counter");
