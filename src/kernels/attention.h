@@ -62,26 +62,22 @@ struct PagedKvLayer {
   }
   // q8_0 only: position pos's scales (kv_dim / scale_group f16 values), of K or of V.
   uint16_t* k_scales(const int32_t* block_table, int64_t pos) const {
-    return scale_at(k, block_table, pos, 0);
+    return block_scales(block_table[pos / block_size]) + (pos % block_size) * scales_per_row();
   }
   uint16_t* v_scales(const int32_t* block_table, int64_t pos) const {
-    return scale_at(k, block_table, pos, 1);
+    return k_scales(block_table, pos) + block_size * scales_per_row();
   }
+  // q8_0 only: the K scales of block b's rows ([block_size, scales_per_row()]; V's follow).
+  uint16_t* block_scales(int64_t b) const {
+    return reinterpret_cast<uint16_t*>(static_cast<uint8_t*>(k) + b * stride() + scale_offset);
+  }
+  int64_t scales_per_row() const { return kv_dim / scale_group; }
   // f32 caches only.
   float* k_row(const int32_t* block_table, int64_t pos) const {
     return k_at<float>(block_table, pos);
   }
   float* v_row(const int32_t* block_table, int64_t pos) const {
     return v_at<float>(block_table, pos);
-  }
-
- private:
-  uint16_t* scale_at(void* base, const int32_t* block_table, int64_t pos, int which) const {
-    const int64_t per_row = kv_dim / scale_group;
-    return reinterpret_cast<uint16_t*>(
-               static_cast<uint8_t*>(base) +
-               static_cast<int64_t>(block_table[pos / block_size]) * stride() + scale_offset) +
-           (which * block_size + pos % block_size) * per_row;
   }
 };
 

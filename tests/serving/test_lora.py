@@ -64,6 +64,13 @@ def write_adapter_and_merged(root):
     return adapter, merged_dir
 
 
+def metric(client, name):
+    """The first sample of a metric family on /metrics, or None when it has none."""
+    text = client.get("/metrics")[2]
+    m = re.search(r"^%s\{[^}]*\} (\S+)$" % name, text, re.M)
+    return float(m.group(1)) if m else None
+
+
 def adapter_elements(adapter):
     """How many numbers the adapter's A and B matrices hold."""
     t = safetensors_io.load(os.path.join(adapter, "adapter_model.safetensors"))
@@ -180,23 +187,18 @@ class LoraRuntimeTest(ServerCase):
         self.assertEqual(b["model"], "rt")
         ids = [m["id"] for m in self.c.get("/v1/models")[1]["data"]]
         self.assertIn("rt", ids)
-        self.assertGreater(self.metric("tokenflow_lora_adapter_bytes"), 0)
+        self.assertGreater(metric(self.c, "tokenflow_lora_adapter_bytes"), 0)
         s, b, text, _ = self.c.post("/v1/unload_lora_adapter", {"lora_name": "rt"})
         self.assertEqual(s, 200, text)
         s, b, text, _ = self.c.post("/v1/completions", {"model": "rt", "prompt": "x"})
         self.assertEqual(s, 404, text)
         # Its memory is given back (once no request holds it: the answer above may reach the
         # client before the server lets go of its request).
-        self.assertTrue(wait_for(lambda: self.metric("tokenflow_lora_adapter_bytes") == 0 and
-                                 self.metric("tokenflow_lora_adapters_resident") == 0, 30))
+        self.assertTrue(wait_for(lambda: not metric(self.c, "tokenflow_lora_adapter_bytes") and
+                                 not metric(self.c, "tokenflow_lora_adapters_resident"), 30))
         s, b, text, _ = self.c.post("/v1/unload_lora_adapter", {"lora_name": "rt"})
         self.assertEqual(s, 404, text)
         self.assertNotIn("rt", [m["id"] for m in self.c.get("/v1/models")[1]["data"]])
-
-    def metric(self, name):
-        text = self.c.get("/metrics")[2]
-        m = re.search(r"^%s\{[^}]*\} (\S+)$" % name, text, re.M)
-        return float(m.group(1)) if m else 0.0
 
     def test_refusals(self):
         outside = tempfile.mkdtemp(prefix="tf_lora_out_")
@@ -252,10 +254,9 @@ class LoraEvictionTest(ServerCase):
         return body["choices"][0]["text"]
 
     def metric(self, name):
-        text = self.c.get("/metrics")[2]
-        m = re.search(r"^%s\{[^}]*\} (\S+)$" % name, text, re.M)
-        self.assertIsNotNone(m, name)
-        return float(m.group(1))
+        value = metric(self.c, name)
+        self.assertIsNotNone(value, name)
+        return value
 
     def test_the_least_recently_used_idle_adapter_is_evicted(self):
         first = self.answer("a")
