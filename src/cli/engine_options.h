@@ -44,6 +44,8 @@ struct EngineOptions {
   std::string draft_dtype;  // empty: the model's --dtype
   double spec_min_acceptance = 0.3;
   int64_t grammar_token_budget_ms = 5000, grammar_request_budget_ms = 60000;
+  std::string kv_cache_dir;
+  std::string kv_cache_dir_size = "10GiB";
 
   // dtype: the model's weight type (a draft model's unless --draft-dtype).
   EngineConfig config(kernels::WeightType dtype = kernels::WeightType::kF32) const {
@@ -64,6 +66,8 @@ struct EngineOptions {
       fail("--grammar-token-budget-ms and --grammar-request-budget-ms must be >= 0 (0: no limit)");
     ec.grammar_budget = {std::chrono::milliseconds(grammar_token_budget_ms),
                          std::chrono::milliseconds(grammar_request_budget_ms)};
+    ec.kv_disk.dir = kv_cache_dir;
+    ec.kv_disk.max_bytes = parse_disk_size(kv_cache_dir_size);
     return ec;
   }
 };
@@ -90,6 +94,13 @@ inline void add_engine_options(CLI::App& app, EngineOptions& o) {
   app.add_option("--kv-cache-dtype", o.kv_cache_dtype,
                  "keys and values in the cache: f32, bf16 / f16 (half the memory per token) or "
                  "q8_0 (int8 with an f16 scale per token and head: about a quarter)")
+      ->capture_default_str();
+  app.add_option("--kv-cache-dir", o.kv_cache_dir,
+                 "a directory for the prefix cache's second tier: full KV blocks are written there "
+                 "as they are computed and read back by later requests with the same prefix, "
+                 "after a restart too; replicas may share it (docs/kv-cache.md)");
+  app.add_option("--kv-cache-dir-size", o.kv_cache_dir_size,
+                 "the most --kv-cache-dir holds (least recently used blocks go first)")
       ->capture_default_str();
   app.add_option("--threads", o.threads, "compute threads (default: one per core)");
   app.add_option("--speculative", o.speculative,

@@ -110,6 +110,16 @@ KvCache make_kv_cache(const ModelConfig& c, const EngineConfig& e) {
   return KvCache(c, std::move(layout), blocks, e.block_size, e.kv_type);
 }
 
+}  // namespace
+
+// engine_disk.cc: the disk tier of the prefix cache, when the config names a directory and the
+// model caches prefixes at all.
+std::unique_ptr<KvDiskCache> make_disk_cache(const EngineConfig& config, const Model& model,
+                                             const KvCache& kv, const KvCacheManager& manager,
+                                             std::function<void()> on_loaded);
+
+namespace {
+
 void fill_kv_groups(EngineStats& stats, const KvCache& kv, const KvBlockPool& pool) {
   const CacheLayout& layout = kv.layout();
   stats.kv_dtype = kernels::kv_type_name(kv.type());
@@ -193,6 +203,14 @@ Engine::Engine(Model& model, const Tokenizer* tokenizer, std::vector<int32_t> eo
     }
     cv_.notify_all();
   });
+  disk_ = make_disk_cache(config_, model, kv_, manager_, [this] {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      disk_ready_ = true;
+    }
+    cv_.notify_all();
+  });
+  stats_.kv_disk = disk_ != nullptr;
   thread_ = std::thread([this] { loop(); });
 }
 
@@ -217,6 +235,7 @@ Engine::~Engine() {
   cv_.notify_all();
   thread_.join();
   grammar_worker_.reset();
+  disk_.reset();  // the blocks offered so far are written first
   // Whoever still waits on a stream learns that the request ended.
   for (auto& r : active_) r->stream->push(aborted_output());
   for (auto& r : incoming_) r->stream->push(aborted_output());
@@ -363,6 +382,7 @@ EngineStats Engine::stats() const {
   EngineStats s = stats_;
   s.queued = queued_.load();  // live, not as of the last step
   s.grammar_jobs = grammar_worker_ ? grammar_worker_->pending() : 0;
+  if (disk_) s.disk = disk_->stats();  // live: writes finish after the steps that offered them
   return s;
 }
 
@@ -377,7 +397,7 @@ void Engine::admit_new_requests() {
     // Only the first sequence computes the prompt: the other samples of an n > 1 request run
     // once they fork from it, and beams fork from the prompt's. An encoder's requests wait in
     // active_ alone (encoder_step takes them in order).
-    if (!encoder) scheduler_.add(&r->group.first());
+    if (!encoder && !start_disk_load(r->group.first())) scheduler_.add(&r->group.first());
     active_.push_back(std::move(r));
   }
 }
@@ -448,6 +468,7 @@ void Engine::loop() {
       }
       active_.clear();
       deferred_.clear();
+      loading_.clear();
       if (draft_) draft_->release_all();
     }
     const double busy = std::chrono::duration<double>(Clock::now() - started).count();
@@ -460,7 +481,7 @@ void Engine::loop() {
       // finishes one or a request arrives, not in a loop that takes the worker's core.
       std::unique_lock<std::mutex> lock(mu_);
       cv_.wait_for(lock, std::chrono::milliseconds(100),
-                   [&] { return stop_ || masks_ready_ || !incoming_.empty(); });
+                   [&] { return stop_ || masks_ready_ || disk_ready_ || !incoming_.empty(); });
     }
   }
 }
@@ -468,6 +489,7 @@ void Engine::loop() {
 bool Engine::step() {
   if (model_.config().encoder_only()) return encoder_step();
   end_cancelled_requests();
+  install_disk_loads();
   resume_deferred();
   propose();
   const SchedulerOutput sched = scheduler_.schedule();
@@ -478,14 +500,16 @@ bool Engine::step() {
       std::erase(deferred_, p);
     }
   }
-  if (sched.chunks.empty() && !deferred_.empty()) {
+  if (sched.chunks.empty() && (!deferred_.empty() || !loading_.empty())) {
     retire_and_record(sched);
     return false;
   }
   run_forward(sched);
   note_first_scheduled(sched);
   gather_prompt_rows(sched);
-  sample(scheduler_.update(sched));
+  const std::vector<ReadySequence> ready = scheduler_.update(sched);
+  offer_to_disk(sched);  // before sampling, which frees the blocks of sequences that end
+  sample(ready);
   step_beam_searches();
   retire_and_record(sched);
   return true;
@@ -943,7 +967,7 @@ void Engine::sample(const std::vector<ReadySequence>& ready) {
       // The accepted proposals' K/V stay; the rejected ones' positions are written again.
       seq.num_computed = len + accepted;
       manager_.truncate(seq);
-      manager_.cache_full_blocks(seq, seq.request->spec.cache_salt);
+      manager_.cache_full_blocks(seq, scheduler_.salt(&seq));
       if (draft_) draft_->keep(seq, len + accepted);
       const double rate = static_cast<double>(accepted) / static_cast<double>(d.drafts.size());
       seq.spec_acceptance = 0.5 * seq.spec_acceptance + 0.5 * rate;
@@ -989,6 +1013,7 @@ void Engine::stream_step(Sequence& seq, StepOutput so, bool last) {
 
 void Engine::finish_sequence(Sequence* seq, RequestOutput& out) {
   EngineRequest* r = seq->request;
+  forget_disk_load(*seq);
   if (config_.scheduler.static_batching && config_.scheduler.pad_finished) {
     scheduler_.pad(seq);
   } else {
@@ -1077,6 +1102,7 @@ void Engine::retire_and_record(const SchedulerOutput& sched) {
   };
   for (auto& r : active_) {
     if (!retired(r)) continue;
+    for (const auto& s : r->group.sequences()) forget_disk_load(*s);
     leave_queue(*r);  // ended (cancelled) before it ever ran
     ++finished;
     prompt_tokens += r->timings.prompt_tokens;
@@ -1100,6 +1126,7 @@ void Engine::retire_and_record(const SchedulerOutput& sched) {
   stats_.kv_block_copies = scheduler_.block_copies();
   stats_.kv_window_releases = manager_.window_releases();
   fill_kv_groups(stats_, kv_, pool_);
+  stats_.disk_loaded_tokens = disk_loaded_tokens_;
   stats_.requests_finished += finished;
   stats_.prompt_tokens += prompt_tokens;
   stats_.generated_tokens += generated_tokens;

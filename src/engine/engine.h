@@ -14,12 +14,14 @@
 #include <string>
 #include <string_view>
 #include <thread>
+#include <unordered_map>
 #include <vector>
 
 #include "core/thread_pool.h"
 #include "engine/engine_request.h"
 #include "engine/kv_block_pool.h"
 #include "engine/kv_cache_manager.h"
+#include "engine/kv_disk_cache.h"
 #include "engine/scheduler.h"
 #include "engine/spec_draft.h"
 #include "engine/spec_proposer.h"
@@ -64,6 +66,11 @@ struct EngineConfig {
   // request ends alone with an error. A mask that takes longer than inline_time (2 ms) is
   // computed by the GrammarWorker while the other sequences step on.
   GrammarBudget grammar_budget{std::chrono::milliseconds(5000), std::chrono::milliseconds(60000)};
+  // The prefix cache's tier on disk (kv_disk.dir non-empty; engine_disk.cc): every full block
+  // is written there as it is computed, and a new request whose prefix goes past the RAM cache
+  // waits (off the step loop) for the blocks the directory has before it is scheduled. For
+  // models whose prefixes are cached at all (not recurrent, not encoder-decoder).
+  KvDiskConfig kv_disk;
 };
 
 // Sets the speculation fields of `config` from "off", "ngram" or "draft:PATH" (the --speculative
@@ -120,6 +127,11 @@ struct EngineStats {
   static constexpr size_t kSpecPositions = 16;
   int64_t draft_kv_blocks_used = 0;  // the draft model's KV blocks in use
   std::array<int64_t, kSpecPositions> spec_accepted_per_position{};
+  // The prefix cache on disk (EngineConfig::kv_disk): whether it is on, its I/O figures, and
+  // the prompt tokens whose blocks came from it into the RAM cache (the compute it saved).
+  bool kv_disk = false;
+  KvDiskStats disk;
+  int64_t disk_loaded_tokens = 0;
 };
 
 class Engine {
@@ -151,6 +163,10 @@ class Engine {
   const Model& model() const { return model_; }
   int64_t kv_blocks() const { return pool_.num_blocks(); }
   const CacheLayout& kv_layout() const { return kv_.layout(); }
+  // Blocks until the prefix cache's disk tier (if on) has written every block offered to it.
+  void flush_disk() {
+    if (disk_) disk_->flush();
+  }
 
  private:
   void loop();
@@ -202,6 +218,18 @@ class Engine {
   // Streams an ended beam search's hypotheses (an abort when cancelled or there are none).
   void finish_beams(EngineRequest& r, bool aborted);
   void retire_and_record(const SchedulerOutput& sched);
+  // The prefix cache on disk (engine_disk.cc). A new request's first sequence whose prefix goes
+  // past the RAM cache: its blocks are asked of the disk and it waits in loading_ (true), or it
+  // is scheduled at once (false).
+  bool start_disk_load(Sequence& seq);
+  // Puts the blocks the disk read into the RAM prefix cache and schedules their sequences.
+  void install_disk_loads();
+  // Offers the disk every full block the step's sequences computed that it lacks.
+  void offer_to_disk(const SchedulerOutput& sched);
+  // The disk keys of seq's first n full blocks.
+  std::vector<KvDiskCache::Key> disk_keys(const Sequence& seq, int64_t n);
+  // A sequence that ends while its blocks load is no longer waited for.
+  void forget_disk_load(Sequence& seq);
 
   Model& model_;
   const Tokenizer* tokenizer_;
@@ -219,6 +247,7 @@ class Engine {
   std::vector<std::unique_ptr<EngineRequest>> incoming_;
   bool stop_ = false;
   bool masks_ready_ = false;  // the grammar worker finished a job since the engine last looked
+  bool disk_ready_ = false;   // the disk finished a load since the engine last looked
   uint64_t next_arrival_ = 0;
 
   std::vector<std::unique_ptr<EngineRequest>> active_;  // engine thread only
@@ -260,6 +289,13 @@ class Engine {
   std::thread thread_;
   // Expensive grammar masks, off the engine's thread (last: its callback uses mu_ and cv_).
   std::unique_ptr<GrammarWorker> grammar_worker_;
+  // The prefix cache on disk (null: off), the sequences waiting for its loads (by job id; engine
+  // thread only), and each LoRA adapter's identity in its keys (by id).
+  std::unique_ptr<KvDiskCache> disk_;
+  std::unordered_map<uint64_t, Sequence*> loading_;
+  uint64_t next_disk_job_ = 0;
+  int64_t disk_loaded_tokens_ = 0;
+  std::unordered_map<uint64_t, std::string> adapter_identity_;
 };
 
 // Runs one request to completion through an engine and collects its sequences' tokens and text.

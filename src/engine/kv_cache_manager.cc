@@ -134,6 +134,47 @@ int64_t KvCacheManager::match_prefix(Sequence& seq, uint64_t salt) {
   return seq.num_computed;
 }
 
+std::vector<uint64_t> KvCacheManager::prefix_hashes(const Sequence& seq, uint64_t salt,
+                                                    int64_t n) const {
+  const int bs = pool_.block_size();
+  TF_CHECK(n >= 0 && n * bs <= seq.num_tokens());
+  std::vector<uint64_t> out;
+  out.reserve(static_cast<size_t>(n));
+  uint64_t parent = root_hash(salt, pool_.hash_key());
+  for (int64_t b = 0; b < n; ++b) {
+    parent = block_hash(parent, seq.tokens.data() + b * bs, bs);
+    out.push_back(parent);
+  }
+  return out;
+}
+
+int64_t KvCacheManager::cached_run(const std::vector<uint64_t>& hashes) const {
+  int64_t run = 0;
+  for (; run < static_cast<int64_t>(hashes.size()); ++run) {
+    for (size_t g = 0; g < groups_.size(); ++g) {
+      if (groups_[g].kind == CacheKind::kRecurrent) continue;
+      if (!pool_.find_cached(group_key(hashes[run], g))) return run;
+    }
+  }
+  return run;
+}
+
+bool KvCacheManager::adopt_cached(uint64_t hash, FunctionRef<void(int32_t, int)> fill) {
+  std::vector<size_t> missing;
+  for (size_t g = 0; g < groups_.size(); ++g)
+    if (groups_[g].kind != CacheKind::kRecurrent && !pool_.find_cached(group_key(hash, g)))
+      missing.push_back(g);
+  if (static_cast<int64_t>(missing.size()) > pool_.num_available()) return false;
+  for (size_t g : missing) {
+    std::vector<int32_t> block;
+    pool_.allocate(1, block, static_cast<int>(g));
+    fill(block[0], static_cast<int>(g));
+    pool_.mark_cached(block[0], group_key(hash, g));
+    pool_.release(block[0]);
+  }
+  return true;
+}
+
 bool KvCacheManager::must_copy(const Sequence& seq, size_t g, int64_t b) const {
   const int32_t block = seq.table(g)[b];
   if (block == kReleased) return false;

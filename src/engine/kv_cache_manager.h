@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <vector>
 
+#include "core/function_ref.h"
 #include "engine/kv_block_pool.h"
 #include "engine/sequence.h"
 #include "model/cache_layout.h"
@@ -79,6 +80,16 @@ class KvCacheManager {
   void truncate(Sequence& seq);
   // Releases every block (last block first, so a sequence's tail is evicted before its head).
   void free(Sequence& seq);
+  // The prefix cache's hashes of seq's first n full blocks under salt (what match_prefix looks
+  // up), and how many of them lead with their blocks cached in every group that caches.
+  std::vector<uint64_t> prefix_hashes(const Sequence& seq, uint64_t salt, int64_t n) const;
+  int64_t cached_run(const std::vector<uint64_t>& hashes) const;
+  // Puts the block of tokens that `hash` names (a prefix_hashes value) into the prefix cache of
+  // every group that caches and lacks it: a block is taken from the pool, fill(block, group)
+  // writes its K/V, and it is released at once (cached, unreferenced, the newest in the LRU
+  // order), so a later match_prefix finds it (the disk tier's blocks come in this way). False,
+  // with nothing taken, when the pool has too few blocks available.
+  bool adopt_cached(uint64_t hash, FunctionRef<void(int32_t, int)> fill);
   // Blocks needed to hold num_tokens, in one group of full attention.
   int64_t blocks_for(int64_t num_tokens) const {
     return (num_tokens + pool_.block_size() - 1) / pool_.block_size();

@@ -1,5 +1,7 @@
 #include "engine/model_instance.h"
 
+#include <filesystem>
+
 #include "core/error.h"
 
 namespace tf {
@@ -18,6 +20,10 @@ ModelInstance::~ModelInstance() {
 void ModelInstance::load(const std::string& path, const std::string& explicit_tokenizer,
                          kernels::WeightType weight_type) {
   model = load_model(path, weight_type);
+  std::error_code ec;
+  const auto canonical = std::filesystem::weakly_canonical(path, ec);
+  weights_id_ =
+      fmt::format("{}\n{}", ec ? path : canonical.string(), kernels::weight_type_name(weight_type));
   tokenizer = load_tokenizer(path, model->config().vocab_size, explicit_tokenizer);
   eos_ids = model_stop_ids(model->config(), tokenizer);
 }
@@ -40,9 +46,11 @@ void ModelInstance::start_engine(const EngineConfig& config, bool ids_only) {
              path);
     }
   }
-  engine =
-      std::make_unique<Engine>(*model, ids_only ? nullptr : tok(),
-                               ids_only ? std::vector<int32_t>{} : eos_ids, config, draft.get());
+  // Blocks on disk are the weights' at their type: keyed by them unless the server named them.
+  EngineConfig ec = config;
+  if (ec.kv_disk.namespace_id.empty()) ec.kv_disk.namespace_id = weights_id_;
+  engine = std::make_unique<Engine>(*model, ids_only ? nullptr : tok(),
+                                    ids_only ? std::vector<int32_t>{} : eos_ids, ec, draft.get());
 }
 
 std::shared_ptr<const GrammarVocab> ModelInstance::grammar_vocab() const {

@@ -47,6 +47,7 @@ struct ModelInstance {
   void start_engine(const EngineConfig& config, bool ids_only = false);
 
  private:
+  std::string weights_id_;  // the weights' path and type (load)
   mutable std::once_flag grammar_vocab_once_;
   mutable std::shared_ptr<const GrammarVocab> grammar_vocab_;
 };

@@ -81,11 +81,12 @@ class Scheduler {
   int64_t preemptions() const { return preemptions_; }
   int64_t block_copies() const { return block_copies_; }
   bool idle() const { return waiting_.empty() && running_.empty(); }
+  // The prefix-cache salt of a sequence's blocks: its request's, keyed apart per LoRA adapter.
+  uint64_t salt(const Sequence* seq) const;
 
  private:
   void preempt(Sequence* victim, SchedulerOutput& out);
   void drop_padding(Sequence* seq);
-  uint64_t salt(const Sequence* seq) const;
   void share_turns(uint64_t tenant, int32_t priority);
 
   SchedulerConfig config_;

@@ -26,6 +26,14 @@ struct Sequence {
   std::vector<int32_t> block_table;
   std::vector<std::vector<int32_t>> group_tables;
   std::vector<uint64_t> block_hashes;  // hashes of the leading full blocks (prefix cache)
+  // The prefix cache on disk (Engine, --kv-cache-dir): how many leading full blocks were
+  // offered to it and the hash of the last of them (a different hash there: the sequence's
+  // blocks changed since, look again from the start); and the load its first step waits for
+  // (0: none).
+  int64_t disk_offered = 0;
+  uint64_t disk_offered_hash = 0;
+  uint64_t disk_job = 0;
+  int64_t disk_first = 0;  // the first block that load asked for
   // An encoder-decoder's: the encoder's input (the request's prompt; tokens are the decoder's),
   // and whether its cross-attention K/V are in its blocks (computed by its first step; freed
   // with its blocks).

@@ -108,6 +108,24 @@ void KvCache::copy_block(int32_t src, int32_t dst, int32_t group) {
   }
 }
 
+void KvCache::save_block(int32_t block, uint8_t* dst) const {
+  if (block < 0 || block >= num_blocks_)
+    fail(ErrorKind::kInternal, "save_block({}) outside the cache of {} blocks", block, num_blocks_);
+  for (int64_t s = 0; s < n_slots_; ++s) {
+    const uint8_t* base = storage_.get() + s * num_blocks_ * slot_block_bytes_;
+    std::copy_n(base + block * slot_block_bytes_, slot_block_bytes_, dst + s * slot_block_bytes_);
+  }
+}
+
+void KvCache::load_block(int32_t block, const uint8_t* src) {
+  if (block < 0 || block >= num_blocks_)
+    fail(ErrorKind::kInternal, "load_block({}) outside the cache of {} blocks", block, num_blocks_);
+  for (int64_t s = 0; s < n_slots_; ++s) {
+    uint8_t* base = storage_.get() + s * num_blocks_ * slot_block_bytes_;
+    std::copy_n(src + s * slot_block_bytes_, slot_block_bytes_, base + block * slot_block_bytes_);
+  }
+}
+
 kernels::PagedKvLayer KvCache::layer(int64_t l) {
   if (l < 0 || l >= static_cast<int64_t>(layout_.slot_of_layer.size()))
     fail(ErrorKind::kInternal, "layer {} outside the KV cache's layout", l);

@@ -60,6 +60,11 @@ class KvCache {
   // Copies block src's contents (keys and values, or a recurrent group's states), in every
   // slot, to block dst (forking a sequence); group: the group both belong to.
   void copy_block(int32_t src, int32_t dst, int32_t group = 0);
+  // A block's bytes over every slot: what save_block writes and load_block reads (the prefix
+  // cache on disk keeps blocks in this form).
+  int64_t block_bytes() const { return n_slots_ * slot_block_bytes_; }
+  void save_block(int32_t block, uint8_t* dst) const;
+  void load_block(int32_t block, const uint8_t* src);
 
  private:
   int64_t num_blocks_;

@@ -197,6 +197,9 @@ ModelServer::ModelServer(ModelServerOptions options) : options_(std::move(option
         if (!config.speculative().empty()) set_speculative(model_ec, config.speculative());
         if (config.num_speculative_tokens() > 0)
           model_ec.ngram.num_tokens = config.num_speculative_tokens();
+        // Blocks on disk belong to this version of this model, with these weights.
+        model_ec.kv_disk.namespace_id =
+            fmt::format("{}\n{}\n{}\n{}", name, version, path, kernels::weight_type_name(dtype));
         std::shared_ptr<ServedModel> m = load_served_model(name, path, model_ec, tokenizer, dtype);
         m->max_loras = max_loras;
         apply_signature_config(m->generate, config.generate_signature());
@@ -240,6 +243,7 @@ ModelServer::ModelServer(ModelServerOptions options) : options_(std::move(option
   }
   state.prometheus_path = o.prometheus_path;
   state.playground = o.playground;
+  if (!ec.kv_disk.dir.empty()) state.cache_secret = KvDiskCache::directory_secret(ec.kv_disk.dir);
   for (const LoraSpec& l : o.loras) {
     state.registry.loras().add(l);
     log::info("LoRA adapter '{}' of '{}' from {}", l.name, l.base, l.path);

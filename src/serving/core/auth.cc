@@ -44,13 +44,6 @@ bool KeyPolicy::allows(const std::string& model) const {
   return models.empty() || std::find(models.begin(), models.end(), model) != models.end();
 }
 
-std::array<uint8_t, 32> sha256(std::string_view data) {
-  std::array<uint8_t, 32> out{};
-  unsigned int len = 0;
-  EVP_Digest(data.data(), data.size(), out.data(), &len, EVP_sha256(), nullptr);
-  return out;
-}
-
 uint64_t prefix_cache_salt(const std::array<uint8_t, 32>& secret, std::string_view tenant,
                            std::string_view cache_salt) {
   // Length-prefixed, so that no (tenant, salt) pair can be re-split into another.

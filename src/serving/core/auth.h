@@ -23,6 +23,8 @@
 #include <string_view>
 #include <vector>
 
+#include "core/sha256.h"
+
 namespace tf {
 
 struct KeyPolicy {
@@ -35,8 +37,6 @@ struct KeyPolicy {
 
   bool allows(const std::string& model) const;
 };
-
-std::array<uint8_t, 32> sha256(std::string_view data);
 
 // The prefix-cache salt of a tenant (an API key's name) and a request's cache_salt: the first 8
 // bytes of HMAC-SHA-256 under secret, never 0 (0 is the shared, unsalted namespace). Without

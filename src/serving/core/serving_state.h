@@ -53,8 +53,10 @@ struct ServingState {
   bool playground = true;                 // GET / serves the playground (web/)
   std::string prometheus_path;            // TF Serving's monitoring path beside /metrics ("": none)
   KeyLimiter limiter;
-  // Keys the tenants' prefix-cache salts (prefix_cache_salt); new for every process.
-  const std::array<uint8_t, 32> cache_secret = random_secret();
+  // Keys the tenants' prefix-cache salts (prefix_cache_salt): new for every process, or the
+  // --kv-cache-dir's own (KvDiskCache::directory_secret), so that a tenant's blocks on disk are
+  // its own in every process sharing the directory. Set before any request is served.
+  std::array<uint8_t, 32> cache_secret = random_secret();
   // Declared last, so destroyed first: the engines' threads end (and with them every job's last
   // callback) while the jobs, metrics, access log and limits those callbacks use still exist.
   ModelRegistry registry;

@@ -1,0 +1,37 @@
+#pragma once
+// SHA-256 (OpenSSL's libcrypto): API keys' digests, and the keys of the KV cache's blocks on disk,
+// which must not collide however many blocks a directory holds and whoever picks the tokens.
+
+#include <array>
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <string_view>
+
+namespace tf {
+
+using Sha256Digest = std::array<uint8_t, 32>;
+
+// Feeds bytes in pieces; digest() ends it (the object may not be fed after).
+class Sha256 {
+ public:
+  Sha256();
+  ~Sha256();
+  Sha256(const Sha256&) = delete;
+  Sha256& operator=(const Sha256&) = delete;
+  Sha256& update(const void* data, size_t bytes);
+  Sha256& update(std::string_view s) { return update(s.data(), s.size()); }
+  // A little-endian 64-bit integer.
+  Sha256& update_u64(uint64_t v);
+  Sha256Digest digest();
+
+ private:
+  void* ctx_;  // EVP_MD_CTX
+};
+
+Sha256Digest sha256(std::string_view data);
+Sha256Digest sha256(const void* data, size_t bytes);
+// Lower-case hex, 64 digits.
+std::string hex(const Sha256Digest& d);
+
+}  // namespace tf

@@ -1,0 +1,179 @@
+// The engine's side of the prefix cache on disk (EngineConfig::kv_disk, KvDiskCache): offering
+// full blocks as steps compute them, and loading a new request's prefix before it is scheduled.
+//
+// A load never blocks the step loop: the request's first sequence waits in loading_ while the
+// disk's I/O thread reads its blocks and the other sequences step on; the blocks read are then
+// copied into pool blocks registered in the RAM prefix cache (KvCacheManager::adopt_cached),
+// and the sequence is scheduled, where match_prefix finds them as any cached prefix. So every
+// rule of the RAM cache (groups, windows, forks, copy-on-write) holds for them unchanged.
+
+#include <fmt/format.h>
+
+#include "core/error.h"
+#include "core/log.h"
+#include "engine/engine.h"
+#include "model/lora.h"
+
+namespace tf {
+
+namespace {
+
+// What makes two engines' blocks interchangeable beyond the served name: the model's shape, the
+// cache's element type and block size, and its layout.
+std::string disk_fingerprint(const ModelConfig& c, const KvCache& kv) {
+  return fmt::format("{} vocab={} dim={} layers={} heads={}/{} head_dim={} kv={} block={} [{}]",
+                     c.architecture, c.vocab_size, c.dim, c.n_layers, c.n_heads, c.n_kv_heads,
+                     c.head_dim, kernels::kv_type_name(kv.type()), kv.block_size(),
+                     kv.layout().describe());
+}
+
+}  // namespace
+
+std::unique_ptr<KvDiskCache> make_disk_cache(const EngineConfig& config, const Model& model,
+                                             const KvCache& kv, const KvCacheManager& manager,
+                                             std::function<void()> on_loaded) {
+  if (config.kv_disk.dir.empty()) return nullptr;
+  const ModelConfig& c = model.config();
+  if (c.encoder_only() || !manager.prefix_caching() || manager.recurrent() ||
+      manager.cross_attention()) {
+    log::info("--kv-cache-dir: {} keeps no prefix cache ({}); nothing of it goes to disk",
+              c.architecture,
+              !manager.prefix_caching() ? "--no-prefix-caching"
+              : c.encoder_only()        ? "an encoder"
+              : manager.recurrent()     ? "a recurrent state"
+                                        : "an encoder-decoder");
+    return nullptr;
+  }
+  return std::make_unique<KvDiskCache>(
+      config.kv_disk, disk_fingerprint(c, kv), kv.block_size(),
+      kv.block_bytes() * static_cast<int64_t>(kv.layout().num_groups()), std::move(on_loaded));
+}
+
+std::vector<KvDiskCache::Key> Engine::disk_keys(const Sequence& seq, int64_t n) {
+  const GenerationRequest& spec = seq.request->spec;
+  std::string adapter;
+  if (spec.lora) {
+    // The adapter as its files define it: a reload of other weights at the same path, or
+    // another adapter given the same process id in another process, never shares blocks.
+    auto it = adapter_identity_.find(spec.lora->id());
+    if (it == adapter_identity_.end()) {
+      Sha256 h;
+      const LoraAdapter& a = *spec.lora;
+      h.update(a.path()).update_u64(static_cast<uint64_t>(a.rank()));
+      for (int64_t l = 0; l < model_.config().n_layers; ++l) {
+        for (int t = 0; t < kLoraTargets; ++t) {
+          const LoraPair* p = a.pair(l, static_cast<LoraTarget>(t));
+          if (!p) continue;
+          h.update_u64(static_cast<uint64_t>(l * kLoraTargets + t));
+          for (const kernels::WeightMatrix* m : {&p->a, &p->b})
+            h.update(m->data, static_cast<size_t>(m->bytes()));
+        }
+      }
+      if (adapter_identity_.size() >= 1024) adapter_identity_.clear();
+      it = adapter_identity_.emplace(a.id(), hex(h.digest())).first;
+    }
+    adapter = it->second;
+  }
+  std::vector<KvDiskCache::Key> out;
+  out.reserve(static_cast<size_t>(n));
+  KvDiskCache::Key key = disk_->root(spec.cache_salt, adapter);
+  const int bs = kv_.block_size();
+  for (int64_t b = 0; b < n; ++b) {
+    key = KvDiskCache::next(key, seq.tokens.data() + b * bs, bs);
+    out.push_back(key);
+  }
+  return out;
+}
+
+bool Engine::start_disk_load(Sequence& seq) {
+  // A request gathering every prompt row computes them all: no prefix is used.
+  if (!disk_ || seq.request->spec.all_prompt_rows()) return false;
+  const int bs = kv_.block_size();
+  const int64_t lookable = (seq.num_tokens() - 1) / bs;  // as match_prefix: >= 1 token computed
+  if (lookable <= 0) return false;
+  const int64_t in_ram =
+      manager_.cached_run(manager_.prefix_hashes(seq, scheduler_.salt(&seq), lookable));
+  if (in_ram >= lookable) return false;
+  const std::vector<KvDiskCache::Key> keys = disk_keys(seq, lookable);
+  KvDiskCache::LoadJob job;
+  job.id = ++next_disk_job_;
+  job.keys.assign(keys.begin() + in_ram, keys.end());
+  job.tokens.assign(seq.tokens.begin() + in_ram * bs, seq.tokens.begin() + lookable * bs);
+  seq.disk_job = job.id;
+  seq.disk_first = in_ram;
+  loading_[job.id] = &seq;
+  disk_->load(std::move(job));
+  return true;
+}
+
+void Engine::forget_disk_load(Sequence& seq) {
+  if (seq.disk_job == 0) return;
+  loading_.erase(seq.disk_job);
+  seq.disk_job = 0;
+}
+
+void Engine::install_disk_loads() {
+  if (!disk_) return;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    disk_ready_ = false;
+  }
+  const int bs = kv_.block_size();
+  const int64_t block_bytes = kv_.block_bytes();
+  for (KvDiskCache::Loaded& l : disk_->take_loaded()) {
+    auto it = loading_.find(l.id);
+    if (it == loading_.end()) continue;  // its request ended meanwhile
+    Sequence& seq = *it->second;
+    loading_.erase(it);
+    seq.disk_job = 0;
+    const int64_t lookable = (seq.num_tokens() - 1) / bs;
+    const std::vector<uint64_t> hashes =
+        manager_.prefix_hashes(seq, scheduler_.salt(&seq), lookable);
+    int64_t installed = 0;
+    // l.blocks[i] holds block disk_first + i (the RAM cache may hold some of them by now:
+    // adopt_cached leaves those as they are).
+    for (size_t i = 0; i < l.blocks.size(); ++i) {
+      const int64_t b = static_cast<int64_t>(seq.disk_first) + static_cast<int64_t>(i);
+      const uint8_t* bytes = l.blocks[i].data();
+      if (!manager_.adopt_cached(hashes[static_cast<size_t>(b)], [&](int32_t block, int g) {
+            kv_.load_block(block, bytes + g * block_bytes);
+          }))
+        break;
+      ++installed;
+    }
+    disk_loaded_tokens_ += installed * bs;
+    scheduler_.add(&seq);
+  }
+}
+
+void Engine::offer_to_disk(const SchedulerOutput& sched) {
+  if (!disk_) return;
+  const int bs = kv_.block_size();
+  const int64_t block_bytes = kv_.block_bytes();
+  const size_t groups = static_cast<size_t>(kv_.layout().num_groups());
+  for (const auto& c : sched.chunks) {
+    Sequence& seq = *c.seq;
+    const int64_t full = static_cast<int64_t>(seq.block_hashes.size());
+    if (seq.disk_offered > full ||
+        (seq.disk_offered > 0 && seq.block_hashes[seq.disk_offered - 1] != seq.disk_offered_hash))
+      seq.disk_offered = 0;  // truncated, or other blocks since: look again
+    if (seq.disk_offered >= full) continue;
+    const std::vector<KvDiskCache::Key> keys = disk_keys(seq, full);
+    for (int64_t b = seq.disk_offered; b < full; ++b) {
+      if (disk_->known(keys[static_cast<size_t>(b)])) continue;
+      std::vector<uint8_t> bytes(static_cast<size_t>(block_bytes) * groups);
+      bool whole = true;
+      for (size_t g = 0; g < groups && whole; ++g) {
+        const int32_t block = seq.table(g)[static_cast<size_t>(b)];
+        whole = block != KvCacheManager::kReleased;  // behind a window, released already
+        if (whole) kv_.save_block(block, bytes.data() + g * block_bytes);
+      }
+      if (whole)
+        disk_->store(keys[static_cast<size_t>(b)], seq.tokens.data() + b * bs, std::move(bytes));
+    }
+    seq.disk_offered = full;
+    seq.disk_offered_hash = seq.block_hashes[full - 1];
+  }
+}
+
+}  // namespace tf
