@@ -423,7 +423,8 @@ void Engine::loop() {
         }
         idle_ = true;
         idle_cv_.notify_all();
-        cv_.wait(lock, [&] { return stop_ || !incoming_.empty(); });
+        // (A finished disk load may hold blocks of a request that ended: they go back.)
+        cv_.wait(lock, [&] { return stop_ || !incoming_.empty() || disk_ready_; });
         last_progress_ns_ = Clock::now().time_since_epoch().count();
         idle_ = false;
         if (!stop_ && config_.batch_timeout_micros > 0) {

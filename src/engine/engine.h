@@ -228,7 +228,8 @@ class Engine {
   void offer_to_disk(const SchedulerOutput& sched);
   // The disk keys of seq's first n full blocks.
   std::vector<KvDiskCache::Key> disk_keys(const Sequence& seq, int64_t n);
-  // A sequence that ends while its blocks load is no longer waited for.
+  // A sequence that ends while its blocks load is no longer waited for (the load's blocks go
+  // back when it is done).
   void forget_disk_load(Sequence& seq);
 
   Model& model_;
@@ -289,10 +290,17 @@ class Engine {
   std::thread thread_;
   // Expensive grammar masks, off the engine's thread (last: its callback uses mu_ and cv_).
   std::unique_ptr<GrammarWorker> grammar_worker_;
-  // The prefix cache on disk (null: off), the sequences waiting for its loads (by job id; engine
-  // thread only), and each LoRA adapter's identity in its keys (by id).
+  // The prefix cache on disk (null: off), its loads in flight (by job id; engine thread only):
+  // the sequence that waits (null once its request ended: the blocks stay taken until the disk
+  // is done with them), the first block asked for and the pool blocks it reads into (one per
+  // caching group for each block of tokens), and each LoRA adapter's identity in its keys.
   std::unique_ptr<KvDiskCache> disk_;
-  std::unordered_map<uint64_t, Sequence*> loading_;
+  struct DiskLoad {
+    Sequence* seq = nullptr;
+    int64_t first = 0;
+    std::vector<std::vector<int32_t>> blocks;
+  };
+  std::unordered_map<uint64_t, DiskLoad> loading_;
   uint64_t next_disk_job_ = 0;
   int64_t disk_loaded_tokens_ = 0;
   std::unordered_map<uint64_t, std::string> adapter_identity_;

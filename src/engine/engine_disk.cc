@@ -2,10 +2,11 @@
 // full blocks as steps compute them, and loading a new request's prefix before it is scheduled.
 //
 // A load never blocks the step loop: the request's first sequence waits in loading_ while the
-// disk's I/O thread reads its blocks and the other sequences step on; the blocks read are then
-// copied into pool blocks registered in the RAM prefix cache (KvCacheManager::adopt_cached),
-// and the sequence is scheduled, where match_prefix finds them as any cached prefix. So every
-// rule of the RAM cache (groups, windows, forks, copy-on-write) holds for them unchanged.
+// disk's I/O thread reads its blocks straight into pool blocks taken for them, and the other
+// sequences step on; the blocks read are then registered in the RAM prefix cache
+// (KvCacheManager::adopt_cached) and the sequence is scheduled, where match_prefix finds them
+// as any cached prefix. So every rule of the RAM cache (groups, windows, forks, copy-on-write)
+// holds for them unchanged.
 
 #include <fmt/format.h>
 
@@ -27,6 +28,14 @@ std::string disk_fingerprint(const ModelConfig& c, const KvCache& kv) {
                      kv.layout().describe());
 }
 
+// Groups whose blocks the prefix cache holds (all but a recurrent state's; a model with one has
+// no disk tier).
+size_t caching_groups(const KvCacheManager& manager) {
+  size_t n = 0;
+  for (const auto& g : manager.groups()) n += g.kind != CacheKind::kRecurrent;
+  return n;
+}
+
 }  // namespace
 
 std::unique_ptr<KvDiskCache> make_disk_cache(const EngineConfig& config, const Model& model,
@@ -46,7 +55,7 @@ std::unique_ptr<KvDiskCache> make_disk_cache(const EngineConfig& config, const M
   }
   return std::make_unique<KvDiskCache>(
       config.kv_disk, disk_fingerprint(c, kv), kv.block_size(),
-      kv.block_bytes() * static_cast<int64_t>(kv.layout().num_groups()), std::move(on_loaded));
+      kv.block_bytes() * static_cast<int64_t>(caching_groups(manager)), std::move(on_loaded));
 }
 
 std::vector<KvDiskCache::Key> Engine::disk_keys(const Sequence& seq, int64_t n) {
@@ -94,21 +103,37 @@ bool Engine::start_disk_load(Sequence& seq) {
   const int64_t in_ram =
       manager_.cached_run(manager_.prefix_hashes(seq, scheduler_.salt(&seq), lookable));
   if (in_ram >= lookable) return false;
-  const std::vector<KvDiskCache::Key> keys = disk_keys(seq, lookable);
+  // The blocks to read into, taken now (at most half of what the pool has free, so that a long
+  // prefix on disk does not preempt the running sequences).
+  const int64_t groups = static_cast<int64_t>(kv_.layout().num_groups());
+  const int64_t n = std::min(lookable - in_ram, pool_.num_available() / 2 / groups);
+  if (n <= 0) return false;
+  DiskLoad load{&seq, in_ram, {}};
   KvDiskCache::LoadJob job;
+  for (int64_t i = 0; i < n; ++i) {
+    std::vector<int32_t> blocks = manager_.take_for_caching();
+    if (blocks.empty()) break;
+    std::vector<std::span<uint8_t>> into;
+    for (int32_t block : blocks)
+      for (const auto& span : kv_.block_spans(block)) into.push_back(span);
+    job.into.push_back(std::move(into));
+    load.blocks.push_back(std::move(blocks));
+  }
+  const std::vector<KvDiskCache::Key> keys = disk_keys(seq, in_ram + n);
   job.id = ++next_disk_job_;
-  job.keys.assign(keys.begin() + in_ram, keys.end());
-  job.tokens.assign(seq.tokens.begin() + in_ram * bs, seq.tokens.begin() + lookable * bs);
+  job.keys.assign(keys.begin() + in_ram, keys.begin() + in_ram + static_cast<int64_t>(job.into.size()));
+  job.tokens.assign(seq.tokens.begin() + in_ram * bs,
+                    seq.tokens.begin() + (in_ram + static_cast<int64_t>(job.into.size())) * bs);
   seq.disk_job = job.id;
-  seq.disk_first = in_ram;
-  loading_[job.id] = &seq;
+  loading_[job.id] = std::move(load);
   disk_->load(std::move(job));
   return true;
 }
 
 void Engine::forget_disk_load(Sequence& seq) {
   if (seq.disk_job == 0) return;
-  loading_.erase(seq.disk_job);
+  auto it = loading_.find(seq.disk_job);
+  if (it != loading_.end()) it->second.seq = nullptr;
   seq.disk_job = 0;
 }
 
@@ -119,29 +144,26 @@ void Engine::install_disk_loads() {
     disk_ready_ = false;
   }
   const int bs = kv_.block_size();
-  const int64_t block_bytes = kv_.block_bytes();
-  for (KvDiskCache::Loaded& l : disk_->take_loaded()) {
+  for (const KvDiskCache::Loaded& l : disk_->take_loaded()) {
     auto it = loading_.find(l.id);
-    if (it == loading_.end()) continue;  // its request ended meanwhile
-    Sequence& seq = *it->second;
+    if (it == loading_.end()) continue;
+    DiskLoad load = std::move(it->second);
     loading_.erase(it);
-    seq.disk_job = 0;
-    const int64_t lookable = (seq.num_tokens() - 1) / bs;
-    const std::vector<uint64_t> hashes =
-        manager_.prefix_hashes(seq, scheduler_.salt(&seq), lookable);
-    int64_t installed = 0;
-    // l.blocks[i] holds block disk_first + i (the RAM cache may hold some of them by now:
-    // adopt_cached leaves those as they are).
-    for (size_t i = 0; i < l.blocks.size(); ++i) {
-      const int64_t b = static_cast<int64_t>(seq.disk_first) + static_cast<int64_t>(i);
-      const uint8_t* bytes = l.blocks[i].data();
-      if (!manager_.adopt_cached(hashes[static_cast<size_t>(b)], [&](int32_t block, int g) {
-            kv_.load_block(block, bytes + g * block_bytes);
-          }))
-        break;
-      ++installed;
+    if (!load.seq) {  // its request ended meanwhile
+      for (const auto& blocks : load.blocks) manager_.release_taken(blocks);
+      continue;
     }
-    disk_loaded_tokens_ += installed * bs;
+    Sequence& seq = *load.seq;
+    seq.disk_job = 0;
+    const std::vector<uint64_t> hashes = manager_.prefix_hashes(
+        seq, scheduler_.salt(&seq), load.first + static_cast<int64_t>(load.blocks.size()));
+    for (size_t i = 0; i < load.blocks.size(); ++i) {
+      if (static_cast<int64_t>(i) < l.blocks)
+        manager_.adopt_cached(hashes[static_cast<size_t>(load.first) + i], load.blocks[i]);
+      else
+        manager_.release_taken(load.blocks[i]);
+    }
+    disk_loaded_tokens_ += l.blocks * bs;
     scheduler_.add(&seq);
   }
 }
@@ -161,7 +183,7 @@ void Engine::offer_to_disk(const SchedulerOutput& sched) {
     const std::vector<KvDiskCache::Key> keys = disk_keys(seq, full);
     for (int64_t b = seq.disk_offered; b < full; ++b) {
       if (disk_->known(keys[static_cast<size_t>(b)])) continue;
-      std::vector<uint8_t> bytes(static_cast<size_t>(block_bytes) * groups);
+      std::vector<uint8_t> bytes = disk_->buffer();
       bool whole = true;
       for (size_t g = 0; g < groups && whole; ++g) {
         const int32_t block = seq.table(g)[static_cast<size_t>(b)];

@@ -159,20 +159,26 @@ int64_t KvCacheManager::cached_run(const std::vector<uint64_t>& hashes) const {
   return run;
 }
 
-bool KvCacheManager::adopt_cached(uint64_t hash, FunctionRef<void(int32_t, int)> fill) {
-  std::vector<size_t> missing;
+std::vector<int32_t> KvCacheManager::take_for_caching() {
+  std::vector<int32_t> out;
+  int64_t n = 0;
+  for (const auto& g : groups_) n += g.kind != CacheKind::kRecurrent;
+  if (n > pool_.num_available()) return out;
   for (size_t g = 0; g < groups_.size(); ++g)
-    if (groups_[g].kind != CacheKind::kRecurrent && !pool_.find_cached(group_key(hash, g)))
-      missing.push_back(g);
-  if (static_cast<int64_t>(missing.size()) > pool_.num_available()) return false;
-  for (size_t g : missing) {
-    std::vector<int32_t> block;
-    pool_.allocate(1, block, static_cast<int>(g));
-    fill(block[0], static_cast<int>(g));
-    pool_.mark_cached(block[0], group_key(hash, g));
-    pool_.release(block[0]);
+    if (groups_[g].kind != CacheKind::kRecurrent) pool_.allocate(1, out, static_cast<int>(g));
+  return out;
+}
+
+void KvCacheManager::adopt_cached(uint64_t hash, const std::vector<int32_t>& blocks) {
+  for (int32_t block : blocks) {
+    const uint64_t key = group_key(hash, static_cast<size_t>(pool_.group(block)));
+    if (!pool_.find_cached(key)) pool_.mark_cached(block, key);
+    pool_.release(block);
   }
-  return true;
+}
+
+void KvCacheManager::release_taken(const std::vector<int32_t>& blocks) {
+  for (int32_t block : blocks) pool_.release(block);
 }
 
 bool KvCacheManager::must_copy(const Sequence& seq, size_t g, int64_t b) const {

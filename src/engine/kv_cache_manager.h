@@ -9,7 +9,6 @@
 #include <cstdint>
 #include <vector>
 
-#include "core/function_ref.h"
 #include "engine/kv_block_pool.h"
 #include "engine/sequence.h"
 #include "model/cache_layout.h"
@@ -84,12 +83,14 @@ class KvCacheManager {
   // up), and how many of them lead with their blocks cached in every group that caches.
   std::vector<uint64_t> prefix_hashes(const Sequence& seq, uint64_t salt, int64_t n) const;
   int64_t cached_run(const std::vector<uint64_t>& hashes) const;
-  // Puts the block of tokens that `hash` names (a prefix_hashes value) into the prefix cache of
-  // every group that caches and lacks it: a block is taken from the pool, fill(block, group)
-  // writes its K/V, and it is released at once (cached, unreferenced, the newest in the LRU
-  // order), so a later match_prefix finds it (the disk tier's blocks come in this way). False,
-  // with nothing taken, when the pool has too few blocks available.
-  bool adopt_cached(uint64_t hash, FunctionRef<void(int32_t, int)> fill);
+  // Blocks taken from the pool for the K/V of one full block of tokens in every group that
+  // caches (the disk tier reads into them): one per such group, in group order; empty when the
+  // pool has too few available. adopt_cached then registers them under the tokens' hash (a
+  // prefix_hashes value) where the group lacks it, or release_taken gives them back unread; either
+  // way they are unreferenced after it (cached ones the newest in the LRU order).
+  std::vector<int32_t> take_for_caching();
+  void adopt_cached(uint64_t hash, const std::vector<int32_t>& blocks);
+  void release_taken(const std::vector<int32_t>& blocks);
   // Blocks needed to hold num_tokens, in one group of full attention.
   int64_t blocks_for(int64_t num_tokens) const {
     return (num_tokens + pool_.block_size() - 1) / pool_.block_size();

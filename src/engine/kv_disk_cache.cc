@@ -211,15 +211,28 @@ bool KvDiskCache::store(const Key& key, const int32_t* tokens, std::vector<uint8
 }
 
 void KvDiskCache::load(LoadJob job) {
-  if (job.tokens.size() != job.keys.size() * static_cast<size_t>(block_size_))
-    fail(ErrorKind::kInternal, "a disk load of {} keys with {} tokens", job.keys.size(),
-         job.tokens.size());
+  if (job.tokens.size() != job.keys.size() * static_cast<size_t>(block_size_) ||
+      job.into.size() != job.keys.size())
+    fail(ErrorKind::kInternal, "a disk load of {} keys with {} tokens and {} destinations",
+         job.keys.size(), job.tokens.size(), job.into.size());
   {
     std::lock_guard<std::mutex> lock(mu_);
     ++stats_.lookups;
     loads_.push_back(std::move(job));
   }
   cv_.notify_all();
+}
+
+std::vector<uint8_t> KvDiskCache::buffer() {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (!spare_.empty()) {
+      std::vector<uint8_t> out = std::move(spare_.back());
+      spare_.pop_back();
+      return out;
+    }
+  }
+  return std::vector<uint8_t>(static_cast<size_t>(block_bytes_));
 }
 
 std::vector<KvDiskCache::Loaded> KvDiskCache::take_loaded() {
@@ -246,17 +259,16 @@ void KvDiskCache::run() {
       loads_.pop_front();
       busy_ = true;
       lock.unlock();
-      Loaded out{job.id, {}};
-      for (size_t i = 0; i < job.keys.size(); ++i) {
-        std::vector<uint8_t> block =
-            read_block(job.keys[i], job.tokens.data() + i * static_cast<size_t>(block_size_));
-        if (block.empty()) break;
-        out.blocks.push_back(std::move(block));
-      }
+      Loaded out{job.id, 0};
+      while (out.blocks < static_cast<int64_t>(job.keys.size()) &&
+             read_block(job.keys[out.blocks],
+                        job.tokens.data() + out.blocks * static_cast<int64_t>(block_size_),
+                        job.into[out.blocks]))
+        ++out.blocks;
       lock.lock();
-      stats_.hit_blocks += static_cast<int64_t>(out.blocks.size());
-      stats_.miss_blocks += out.blocks.size() < job.keys.size();
-      for (size_t i = 0; i < out.blocks.size(); ++i) index_.insert(job.keys[i]);
+      stats_.hit_blocks += out.blocks;
+      stats_.miss_blocks += out.blocks < static_cast<int64_t>(job.keys.size());
+      for (int64_t i = 0; i < out.blocks; ++i) index_.insert(job.keys[i]);
       loaded_.push_back(std::move(out));
       busy_ = false;
       lock.unlock();
@@ -273,6 +285,8 @@ void KvDiskCache::run() {
       do_write(w);
       lock.lock();
       pending_bytes_ -= block_bytes_;
+      if (static_cast<int64_t>(spare_.size()) * block_bytes_ < config_.max_pending_bytes / 4)
+        spare_.push_back(std::move(w.bytes));
       busy_ = false;
       if (stats_.bytes > config_.max_bytes) {
         busy_ = true;
@@ -335,45 +349,48 @@ void KvDiskCache::do_write(const Write& w) {
   stats_.bytes += bytes;
 }
 
-std::vector<uint8_t> KvDiskCache::read_block(const Key& key, const int32_t* tokens) {
+bool KvDiskCache::read_block(const Key& key, const int32_t* tokens,
+                             const std::vector<std::span<uint8_t>>& into) {
   const std::string path = path_of(key);
   const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) return {};
+  if (fd < 0) return false;
   const size_t token_bytes = static_cast<size_t>(block_size_) * 4;
   const size_t expected = kHeaderBytes + token_bytes + static_cast<size_t>(block_bytes_) + 32;
+  size_t into_bytes = 0;
+  for (const auto& span : into) into_bytes += span.size();
   std::vector<uint8_t> head(kHeaderBytes + token_bytes);
-  std::vector<uint8_t> block(static_cast<size_t>(block_bytes_));
   Sha256Digest stored{};
   struct stat st {};
-  bool ok = ::fstat(fd, &st) == 0 && S_ISREG(st.st_mode) &&
-            static_cast<size_t>(st.st_size) == expected && read_all(fd, head.data(), head.size()) &&
-            read_all(fd, block.data(), block.size()) && read_all(fd, stored.data(), stored.size());
-  ::close(fd);
+  // The K/V go straight to their spans; the digest covers them as they were read.
+  Sha256 h;
+  bool ok = into_bytes == static_cast<size_t>(block_bytes_) && ::fstat(fd, &st) == 0 &&
+            S_ISREG(st.st_mode) && static_cast<size_t>(st.st_size) == expected &&
+            read_all(fd, head.data(), head.size());
   ok = ok && std::memcmp(head.data(), kMagic, 8) == 0 &&
        std::memcmp(head.data() + 8, key.data(), 32) == 0 &&
        get_u32(head.data() + 40) == static_cast<uint32_t>(block_size_) &&
        get_u64(head.data() + 48) == static_cast<uint64_t>(block_bytes_);
-  if (ok) {
-    Sha256 h;
-    ok = h.update(head.data(), head.size()).update(block.data(), block.size()).digest() == stored;
+  for (int i = 0; ok && i < block_size_; ++i)  // else a SHA-256 collision: counted the same
+    ok = get_u32(head.data() + kHeaderBytes + 4 * i) == static_cast<uint32_t>(tokens[i]);
+  if (ok) h.update(head.data(), head.size());
+  for (size_t i = 0; ok && i < into.size(); ++i) {
+    ok = read_all(fd, into[i].data(), into[i].size());
+    if (ok) h.update(into[i].data(), into[i].size());
   }
-  bool same_tokens = ok;
-  for (int i = 0; same_tokens && i < block_size_; ++i)
-    same_tokens = get_u32(head.data() + kHeaderBytes + 4 * i) == static_cast<uint32_t>(tokens[i]);
-  if (!ok || !same_tokens) {
-    // A whole file whose tokens differ would be a SHA-256 collision: counted the same.
+  ok = ok && read_all(fd, stored.data(), stored.size()) && h.digest() == stored;
+  ::close(fd);
+  if (!ok) {
     ::unlink(path.c_str());
     std::lock_guard<std::mutex> lock(mu_);
     ++stats_.corrupt;
     index_.erase(key);
-    if (static_cast<size_t>(st.st_size) <= static_cast<size_t>(stats_.bytes))
-      stats_.bytes -= static_cast<int64_t>(st.st_size);
-    return {};
+    if (st.st_size > 0 && st.st_size <= stats_.bytes) stats_.bytes -= st.st_size;
+    return false;
   }
   ::utimensat(AT_FDCWD, path.c_str(), nullptr, 0);  // recently used, for every process's LRU
   std::lock_guard<std::mutex> lock(mu_);
   stats_.read_bytes += static_cast<int64_t>(expected);
-  return block;
+  return true;
 }
 
 void KvDiskCache::scan(bool clean_tmp) {

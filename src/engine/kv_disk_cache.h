@@ -24,6 +24,7 @@
 #include <deque>
 #include <functional>
 #include <mutex>
+#include <span>
 #include <string>
 #include <string_view>
 #include <thread>
@@ -93,17 +94,26 @@ class KvDiskCache {
   // max_pending_bytes already wait (dropped, counted).
   bool store(const Key& key, const int32_t* tokens, std::vector<uint8_t> bytes);
 
+  // A buffer of block_bytes for store(): one a finished write gave back, when there is one (a
+  // fresh allocation's page faults cost more than the copy into it).
+  std::vector<uint8_t> buffer();
+
   struct LoadJob {
     uint64_t id = 0;
     std::vector<Key> keys;        // consecutive blocks of one prefix
     std::vector<int32_t> tokens;  // their tokens, keys.size() * block_size
+    // Where each key's K/V go (straight into the KV cache's blocks): spans whose sizes sum to
+    // block_bytes, in the order save_block wrote them. Nobody else may touch them until the job
+    // is taken back.
+    std::vector<std::vector<std::span<uint8_t>>> into;
   };
   struct Loaded {
     uint64_t id = 0;
-    std::vector<std::vector<uint8_t>> blocks;  // the leading keys' blocks found whole, in order
+    int64_t blocks = 0;  // the leading keys whose blocks were read whole into place
   };
   // Reads the job's blocks in order until the first that is not on disk (or fails its checks),
-  // on the I/O thread (loads go before writes); the result waits in take_loaded().
+  // on the I/O thread (loads go before writes); the result waits in take_loaded(). A block that
+  // failed its checks may have been partly written into its spans.
   void load(LoadJob job);
   std::vector<Loaded> take_loaded();
   // Blocks until every queued load and write is done.
@@ -126,8 +136,8 @@ class KvDiskCache {
   };
   void run();
   void do_write(const Write& w);
-  // The block's K/V if the file is whole and holds these tokens; empty otherwise.
-  std::vector<uint8_t> read_block(const Key& key, const int32_t* tokens);
+  // Reads the block's K/V into `into`; true if the file is whole and holds these tokens.
+  bool read_block(const Key& key, const int32_t* tokens, const std::vector<std::span<uint8_t>>& into);
   // Rescans the directory and removes the least recently used entries until they fit in 90 %
   // of the cap.
   void evict();
@@ -145,6 +155,7 @@ class KvDiskCache {
   std::deque<LoadJob> loads_;
   std::deque<Write> writes_;
   std::vector<Loaded> loaded_;
+  std::vector<std::vector<uint8_t>> spare_;  // buffers written, for buffer()
   int64_t pending_bytes_ = 0;
   bool busy_ = false;
   bool stop_ = false;

@@ -33,7 +33,6 @@ struct Sequence {
   int64_t disk_offered = 0;
   uint64_t disk_offered_hash = 0;
   uint64_t disk_job = 0;
-  int64_t disk_first = 0;  // the first block that load asked for
   // An encoder-decoder's: the encoder's input (the request's prompt; tokens are the decoder's),
   // and whether its cross-attention K/V are in its blocks (computed by its first step; freed
   // with its blocks).

@@ -94,6 +94,9 @@ struct IsaKernels {
   // x[i] = e^(x[i] - shift) for scores <= shift returning their sum (attention's softmax).
   void (*gelu_erf)(float* x, int64_t n);
   float (*exp_shifted_sum)(float* x, int64_t n, float shift);
+  // Whether attend_queries quantizes the queries to int8 against a q8_0 cache (int8 dot products
+  // for the scores: the AVX-512 VNNI tables), as the cache's rows are (isa_attention.inc).
+  bool int8_attention_scores;
 };
 
 extern const IsaKernels kPortableKernels;

@@ -117,13 +117,16 @@ void KvCache::save_block(int32_t block, uint8_t* dst) const {
   }
 }
 
-void KvCache::load_block(int32_t block, const uint8_t* src) {
+std::vector<std::span<uint8_t>> KvCache::block_spans(int32_t block) {
   if (block < 0 || block >= num_blocks_)
-    fail(ErrorKind::kInternal, "load_block({}) outside the cache of {} blocks", block, num_blocks_);
+    fail(ErrorKind::kInternal, "block_spans({}) outside the cache of {} blocks", block,
+         num_blocks_);
+  std::vector<std::span<uint8_t>> out;
   for (int64_t s = 0; s < n_slots_; ++s) {
     uint8_t* base = storage_.get() + s * num_blocks_ * slot_block_bytes_;
-    std::copy_n(src + s * slot_block_bytes_, slot_block_bytes_, base + block * slot_block_bytes_);
+    out.emplace_back(base + block * slot_block_bytes_, static_cast<size_t>(slot_block_bytes_));
   }
+  return out;
 }
 
 kernels::PagedKvLayer KvCache::layer(int64_t l) {

@@ -13,6 +13,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <span>
 #include <vector>
 
 #include "kernels/attention.h"
@@ -64,7 +65,8 @@ class KvCache {
   // cache on disk keeps blocks in this form).
   int64_t block_bytes() const { return n_slots_ * slot_block_bytes_; }
   void save_block(int32_t block, uint8_t* dst) const;
-  void load_block(int32_t block, const uint8_t* src);
+  // The same bytes where they lie: one span per slot, in save_block's order.
+  std::vector<std::span<uint8_t>> block_spans(int32_t block);
 
  private:
   int64_t num_blocks_;

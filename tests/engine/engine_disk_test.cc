@@ -199,6 +199,26 @@ TEST_F(EngineDiskTest, TwoEnginesSharingADirectoryServeEachOther) {
   EXPECT_EQ(a.stats().disk.corrupt + b.stats().disk.corrupt, 0);
 }
 
+TEST_F(EngineDiskTest, ARequestThatEndsWhileItsPrefixLoadsGivesItsBlocksBack) {
+  {
+    Engine first(*model_, tok_, {2}, disk_config());
+    run_to_completion(first, greedy(kPrompts[0], 48));
+  }
+  Engine e(*model_, tok_, {2}, disk_config());
+  // Past its deadline when it arrives: admitted (its load starts), then ended at the next step
+  // while the disk may still be reading into the blocks taken for it.
+  GenerationRequest late = greedy(kPrompts[0], 48);
+  late.deadline = std::chrono::steady_clock::now();
+  const auto out = run_to_completion(e, late);
+  EXPECT_TRUE(out[0].tokens.empty());
+  wait_until([&] { return e.stats().disk.lookups == 1 && e.stats().kv_blocks_used == 0; });
+  EXPECT_EQ(e.stats().disk.lookups, 1);
+  EXPECT_EQ(e.stats().kv_blocks_used, 0);
+  // The blocks read were not registered for a request that ended: the next one reads them again.
+  const Ids want = outputs_alone(*model_, tok_, config(256, false))[0];
+  EXPECT_EQ(run_to_completion(e, greedy(kPrompts[0], 48))[0].tokens, want);
+}
+
 TEST_F(EngineDiskTest, TheDirectoryStaysUnderItsCap) {
   const int64_t cap = 64 * 1024;
   Engine e(*model_, tok_, {2}, disk_config(256, cap));

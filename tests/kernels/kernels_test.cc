@@ -920,38 +920,51 @@ TEST(Attention, Q8CachesMatchTheDequantizedReferenceAndStayGroupInvariant) {
     }
   }
   const auto q = random_vector(head_dim, rng, -2.0f, 2.0f);
+  // What the AVX-512 VNNI tables score with (int8_attention_scores): the query quantized as a
+  // row of the cache is, with an f32 scale (max|q| / 127, round half to even).
+  std::vector<float> q_int8(head_dim);
+  {
+    float amax = 0.0f;
+    for (float x : q) amax = std::max(amax, std::fabs(x));
+    const float d = amax / 127.0f, inv = 1.0f / d;
+    for (int e = 0; e < head_dim; ++e)
+      q_int8[e] = d * std::clamp(std::nearbyint(q[e] * inv), -127.0f, 127.0f);
+  }
   const float scale = 0.25f;
   for (int kv_head = 0; kv_head < heads; ++kv_head) {
-    std::vector<double> s(n_ctx), want(head_dim, 0.0), mag(head_dim, 0.0);
-    double mx = -1e300, z = 0.0;
-    for (int64_t p = 0; p < n_ctx; ++p) {
-      double d = 0.0;
-      for (int e = 0; e < head_dim; ++e)
-        d += q[e] * static_cast<double>(kr[p * kv_dim + kv_head * head_dim + e]);
-      mx = std::max(mx, s[p] = d * scale);
-    }
-    for (auto& x : s) z += (x = std::exp(x - mx));
-    for (int e = 0; e < head_dim; ++e)
-      for (int64_t p = 0; p < n_ctx; ++p) {
-        want[e] += s[p] / z * vr[p * kv_dim + kv_head * head_dim + e];
-        mag[e] += std::fabs(s[p] / z * vr[p * kv_dim + kv_head * head_dim + e]);
-      }
     for (const IsaKernels* t : supported_tables()) {
-      SCOPED_TRACE(std::string(t->name) + " head " + std::to_string(kv_head));
-      std::vector<float> out(head_dim);
-      const float* q1 = q.data();
-      float* o1 = out.data();
-      t->attend_queries(&q1, &n_ctx, 1, layer, table.data(), kv_head, head_dim, scale, &o1);
+      const std::vector<float>& qr = t->int8_attention_scores ? q_int8 : q;
+      std::vector<double> s(n_ctx), want(head_dim, 0.0), mag(head_dim, 0.0);
+      double mx = -1e300, z = 0.0;
+      for (int64_t p = 0; p < n_ctx; ++p) {
+        double d = 0.0;
+        for (int e = 0; e < head_dim; ++e)
+          d += qr[e] * static_cast<double>(kr[p * kv_dim + kv_head * head_dim + e]);
+        mx = std::max(mx, s[p] = d * scale);
+      }
+      for (auto& x : s) z += (x = std::exp(x - mx));
       for (int e = 0; e < head_dim; ++e)
-        ASSERT_TRUE(close(out[e], want[e], mag[e], 1e-5)) << "e=" << e;
-      // Grouped with other queries: bitwise the same.
-      const auto q2 = random_vector(head_dim, rng);
-      std::vector<float> o2(head_dim), o3(head_dim), o_again(head_dim);
-      const float* qs[3] = {q2.data(), q.data(), q2.data()};
-      float* outs[3] = {o2.data(), o_again.data(), o3.data()};
-      const int64_t ctx[3] = {n_ctx - 5, n_ctx, n_ctx - 17};
-      t->attend_queries(qs, ctx, 3, layer, table.data(), kv_head, head_dim, scale, outs);
-      for (int e = 0; e < head_dim; ++e) ASSERT_EQ(o_again[e], out[e]);
+        for (int64_t p = 0; p < n_ctx; ++p) {
+          want[e] += s[p] / z * vr[p * kv_dim + kv_head * head_dim + e];
+          mag[e] += std::fabs(s[p] / z * vr[p * kv_dim + kv_head * head_dim + e]);
+        }
+      {
+        SCOPED_TRACE(std::string(t->name) + " head " + std::to_string(kv_head));
+        std::vector<float> out(head_dim);
+        const float* q1 = q.data();
+        float* o1 = out.data();
+        t->attend_queries(&q1, &n_ctx, 1, layer, table.data(), kv_head, head_dim, scale, &o1);
+        for (int e = 0; e < head_dim; ++e)
+          ASSERT_TRUE(close(out[e], want[e], mag[e], 1e-5)) << "e=" << e;
+        // Grouped with other queries: bitwise the same.
+        const auto q2 = random_vector(head_dim, rng);
+        std::vector<float> o2(head_dim), o3(head_dim), o_again(head_dim);
+        const float* qs[3] = {q2.data(), q.data(), q2.data()};
+        float* outs[3] = {o2.data(), o_again.data(), o3.data()};
+        const int64_t ctx[3] = {n_ctx - 5, n_ctx, n_ctx - 17};
+        t->attend_queries(qs, ctx, 3, layer, table.data(), kv_head, head_dim, scale, outs);
+        for (int e = 0; e < head_dim; ++e) ASSERT_EQ(o_again[e], out[e]);
+      }
     }
   }
 }

@@ -148,6 +148,9 @@ class Llama:
             kvq = getattr(self, "kv_quant", None)  # what a quantized KV cache keeps
             if kvq is not None:
                 k, v = kvq(k), kvq(v)
+            qq = getattr(self, "q_quant", None)  # queries as int8 scores see them
+            if qq is not None:
+                q = qq(q)
             win = self.windows[li] if getattr(self, "windows", None) else None
             if win:
                 a = attention(q, k, v, 1.0 / math.sqrt(hd), window=win)
@@ -742,6 +745,17 @@ def greedy(model, prompt_ids, n, margins=None):
         out.append(t)
         ids.append(t)
     return out
+
+
+def q_q8(x):
+    """A query as the AVX-512 VNNI tables score it against a q8_0 cache (isa_attention.inc:
+    quantize_query): per token and head, d = max|x| / 127 in float32, each value round(x / d)
+    (half to even) clipped to [-127, 127], read back as d * q. x: [T, heads, head_dim]."""
+    x = np.asarray(x, dtype=np.float32)
+    d = (np.abs(x).max(axis=-1, keepdims=True) / np.float32(127)).astype(np.float32)
+    inv = np.where(d > 0, np.float32(1) / np.where(d > 0, d, 1), 0).astype(np.float32)
+    q = np.clip(np.rint(x * inv), -127, 127).astype(np.float32)
+    return (q * d).astype(np.float32)
 
 
 def kv_q8_0(x):

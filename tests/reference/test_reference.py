@@ -62,6 +62,14 @@ def stories_bin():
     return os.path.join(shared_dir(), "models", "stories260K", "stories260K.bin")
 
 
+def engine_scores_in_int8():
+    """Whether the kernel table the engine runs (TOKENFLOW_ISA or the CPU's best) quantizes its
+    queries against a q8_0 cache (the AVX-512 VNNI tables' int8 scores), as dump_logits says."""
+    out = subprocess.run([os.environ["TF_DUMP_LOGITS"], "--isa"], capture_output=True,
+                         text=True, check=True).stdout.split()
+    return out[1] == "1"
+
+
 def _fmt(seqs):
     return ";".join(",".join(str(int(t)) for t in s) for s in seqs)
 
@@ -274,6 +282,8 @@ class RandomCheckpoints(ToolCase):
         path, model = _CKPTS.get("llama_gqa")
         quantized = copy.copy(model)
         quantized.kv_quant = np_model.kv_q8_0
+        if engine_scores_in_int8():
+            quantized.q_quant = np_model.q_q8
         prompts, decode = _random_batch(1, self.LENGTHS, model.vocab_size)
         self.check_logits(path, quantized, prompts, decode, kv_dtype="q8_0")
 
@@ -503,6 +513,13 @@ class Stories260K(ToolCase):
         import copy
         quantized = copy.copy(self.model)
         quantized.kv_quant = np_model.kv_q8_0
+        if engine_scores_in_int8():  # the queries too, as those tables' int8 scores take them
+            quantized.q_quant = np_model.q_q8
+            plain_queries = copy.copy(quantized)
+            del plain_queries.q_quant
+            with self.assertRaises(AssertionError):  # their quantization is seen at f32's bound
+                self.check_logits(self.bin, plain_queries, self.PROMPTS, self.DECODE, "f32",
+                                  kv_dtype="q8_0")
         self.check_logits(self.bin, quantized, self.PROMPTS, self.DECODE, "f32", kv_dtype="q8_0")
         self.check_logits(self.bin, self.model, self.PROMPTS, self.DECODE, "f32", 4e-2,
                           kv_dtype="q8_0")

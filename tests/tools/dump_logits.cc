@@ -3,6 +3,7 @@
 //
 //   dump_logits --model PATH --prompts "1,2,3;4,5" [--decode "7,8;9,10"] --out FILE
 //   dump_logits --model PATH --prompts "1,2,3;4,5" --greedy N
+//   dump_logits --isa      (the kernel table's name, and 1 if it scores q8_0 caches in int8)
 // --lora "DIR" (every sequence) or "DIR;-;DIR2" (one per sequence, - for none): LoRA adapters.
 
 #include <cstdio>
@@ -17,6 +18,7 @@
 
 #include "core/error.h"
 #include "core/thread_pool.h"
+#include "kernels/isa.h"
 #include "model/kv_cache.h"
 #include "model/lora.h"
 #include "model/model.h"
@@ -43,6 +45,13 @@ std::vector<Ids> parse_batch(const std::string& text) {
 }
 
 int run(int argc, char** argv) {
+  if (argc == 2 && std::strcmp(argv[1], "--isa") == 0) {
+    // The kernel table the tool runs (TOKENFLOW_ISA caps it) and whether it scores a q8_0
+    // cache with int8 queries: what the numpy reference must mirror.
+    const tf::kernels::IsaKernels& t = tf::kernels::isa();
+    std::printf("%s %d\n", t.name, t.int8_attention_scores ? 1 : 0);
+    return 0;
+  }
   std::string model_path, prompts_arg, decode_arg, out_path, dtype = "f32", kv_dtype = "f32",
                                                              lora_arg;
   int greedy = -1, threads = 0;
