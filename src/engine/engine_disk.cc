@@ -121,7 +121,8 @@ bool Engine::start_disk_load(Sequence& seq) {
   }
   const std::vector<KvDiskCache::Key> keys = disk_keys(seq, in_ram + n);
   job.id = ++next_disk_job_;
-  job.keys.assign(keys.begin() + in_ram, keys.begin() + in_ram + static_cast<int64_t>(job.into.size()));
+  job.keys.assign(keys.begin() + in_ram,
+                  keys.begin() + in_ram + static_cast<int64_t>(job.into.size()));
   job.tokens.assign(seq.tokens.begin() + in_ram * bs,
                     seq.tokens.begin() + (in_ram + static_cast<int64_t>(job.into.size())) * bs);
   seq.disk_job = job.id;

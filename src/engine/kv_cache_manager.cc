@@ -73,13 +73,7 @@ int64_t KvCacheManager::match_prefix(Sequence& seq, uint64_t salt) {
   const int64_t lookable =
       (seq.num_tokens() - 1) / bs;  // full blocks, leaving >= 1 token to compute
   queries_ += seq.prompt_len;
-  std::vector<uint64_t> hashes;
-  hashes.reserve(static_cast<size_t>(lookable));
-  uint64_t parent = root_hash(salt, pool_.hash_key());
-  for (int64_t b = 0; b < lookable; ++b) {
-    parent = block_hash(parent, seq.tokens.data() + b * bs, bs);
-    hashes.push_back(parent);
-  }
+  const std::vector<uint64_t> hashes = prefix_hashes(seq, salt, lookable);
   // Full-attention groups: the longest run of cached blocks from the start.
   int64_t limit = lookable;
   for (size_t g = 0; g < groups_.size(); ++g) {

@@ -137,7 +137,8 @@ class KvDiskCache {
   void run();
   void do_write(const Write& w);
   // Reads the block's K/V into `into`; true if the file is whole and holds these tokens.
-  bool read_block(const Key& key, const int32_t* tokens, const std::vector<std::span<uint8_t>>& into);
+  bool read_block(const Key& key, const int32_t* tokens,
+                  const std::vector<std::span<uint8_t>>& into);
   // Rescans the directory and removes the least recently used entries until they fit in 90 %
   // of the cap.
   void evict();

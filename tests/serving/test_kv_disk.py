@@ -5,7 +5,6 @@ one reads correctly; a tenant's blocks on disk serve that tenant alone (its salt
 directory's secret, so it means the same in every process sharing it)."""
 
 import glob
-import json
 import os
 import shutil
 import signal
