@@ -103,6 +103,8 @@ bool Engine::start_disk_load(Sequence& seq) {
   const int64_t in_ram =
       manager_.cached_run(manager_.prefix_hashes(seq, scheduler_.salt(&seq), lookable));
   if (in_ram >= lookable) return false;
+  const std::vector<KvDiskCache::Key> keys = disk_keys(seq, lookable);
+  if (!disk_->lookup(keys[static_cast<size_t>(in_ram)])) return false;
   // The blocks to read into, taken now (at most half of what the pool has free, so that a long
   // prefix on disk does not preempt the running sequences).
   const int64_t groups = static_cast<int64_t>(kv_.layout().num_groups());
@@ -119,7 +121,7 @@ bool Engine::start_disk_load(Sequence& seq) {
     job.into.push_back(std::move(into));
     load.blocks.push_back(std::move(blocks));
   }
-  const std::vector<KvDiskCache::Key> keys = disk_keys(seq, in_ram + n);
+  if (job.into.empty()) return false;
   job.id = ++next_disk_job_;
   job.keys.assign(keys.begin() + in_ram,
                   keys.begin() + in_ram + static_cast<int64_t>(job.into.size()));

@@ -191,6 +191,16 @@ bool KvDiskCache::known(const Key& key) const {
   return index_.count(key) != 0;
 }
 
+bool KvDiskCache::lookup(const Key& first) {
+  bool present = known(first);
+  struct stat st {};
+  if (!present) present = ::stat(path_of(first).c_str(), &st) == 0;
+  std::lock_guard<std::mutex> lock(mu_);
+  ++stats_.lookups;
+  stats_.miss_blocks += !present;
+  return present;
+}
+
 bool KvDiskCache::store(const Key& key, const int32_t* tokens, std::vector<uint8_t> bytes) {
   if (static_cast<int64_t>(bytes.size()) != block_bytes_)
     fail(ErrorKind::kInternal, "a KV block of {} bytes for a disk cache of {}", bytes.size(),
@@ -217,7 +227,6 @@ void KvDiskCache::load(LoadJob job) {
          job.keys.size(), job.tokens.size(), job.into.size());
   {
     std::lock_guard<std::mutex> lock(mu_);
-    ++stats_.lookups;
     loads_.push_back(std::move(job));
   }
   cv_.notify_all();

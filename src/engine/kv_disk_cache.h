@@ -90,6 +90,10 @@ class KvDiskCache {
 
   // Whether the key is on disk as far as this process knows (written, queued or read here).
   bool known(const Key& key) const;
+  // A request's lookup (counted): whether the first block it lacks may be on disk (known here,
+  // or its file exists: another process may have written it). A stat, no read: a request whose
+  // prefix is not there is scheduled at once rather than waiting for the I/O thread to say so.
+  bool lookup(const Key& first);
   // Queues a block for writing: its key, its tokens and its K/V (block_bytes). False when
   // max_pending_bytes already wait (dropped, counted).
   bool store(const Key& key, const int32_t* tokens, std::vector<uint8_t> bytes);
@@ -112,7 +116,8 @@ class KvDiskCache {
     int64_t blocks = 0;  // the leading keys whose blocks were read whole into place
   };
   // Reads the job's blocks in order until the first that is not on disk (or fails its checks),
-  // on the I/O thread (loads go before writes); the result waits in take_loaded(). A block that
+  // on the I/O thread (loads go before writes); the result waits in take_loaded(). (After a
+  // lookup() that said yes.) A block that
   // failed its checks may have been partly written into its spans.
   void load(LoadJob job);
   std::vector<Loaded> take_loaded();

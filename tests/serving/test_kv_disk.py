@@ -87,7 +87,7 @@ class RestartTest(DiskCase):
         self.assertRegex(metrics, r'tokenflow_kv_disk_prompt_tokens_total\{[^}]*\} [1-9]')
         # Another prompt: looked up, not there (a miss), computed, then written.
         completion(c, OTHER)
-        wait_for(lambda: engine_stats(c)["kv_disk_written_blocks"] >= 15)
+        self.assertTrue(wait_for(lambda: engine_stats(c)["kv_disk_written_blocks"] >= 15))
         s = engine_stats(c)
         self.assertEqual(s["kv_disk_lookups"], 2)
         self.assertEqual(s["kv_disk_miss_blocks"], 1)
@@ -99,7 +99,11 @@ class KilledWriterTest(DiskCase):
         proc, c = self.start()
         want = completion(c, PROMPT)
         want_other = completion(c, OTHER)
-        # Killed at once, whatever its disk writes were doing.
+        self.assertTrue(wait_for(lambda: engine_stats(c)["kv_disk_written_blocks"] >= 30))
+        # Killed whatever it is doing: here, taking a third request whose blocks it may be
+        # computing or writing.
+        threading.Thread(target=lambda: c.post("/v1/completions", {
+            "model": MODEL, "prompt": "The end. " + OTHER, "max_tokens": 16}), daemon=True).start()
         proc.send_signal(signal.SIGKILL)
         proc.wait()
         proc.err_file.close()
@@ -127,7 +131,7 @@ class SharedDirectoryTest(DiskCase):
         _, a = self.start()
         _, b = self.start()
         want = completion(a, PROMPT)
-        wait_for(lambda: engine_stats(a)["kv_disk_written_blocks"] >= 15)
+        self.assertTrue(wait_for(lambda: engine_stats(a)["kv_disk_written_blocks"] >= 15))
         self.assertSameAnswer(completion(b, PROMPT), want)
         self.assertGreaterEqual(engine_stats(b)["kv_disk_hit_blocks"], 15)
         # Both at once, writing and reading the same keys.
