@@ -1,6 +1,9 @@
 #include "core/sha256.h"
 
 #include <openssl/evp.h>
+#include <openssl/rand.h>
+
+#include <charconv>
 
 #include "core/error.h"
 
@@ -51,6 +54,25 @@ std::string hex(const Sha256Digest& d) {
     out[2 * i] = kDigits[d[i] >> 4];
     out[2 * i + 1] = kDigits[d[i] & 15];
   }
+  return out;
+}
+
+std::optional<Sha256Digest> parse_hex_digest(std::string_view hex) {
+  if (hex.size() != 64) return std::nullopt;
+  Sha256Digest out{};
+  for (size_t i = 0; i < 32; ++i) {
+    unsigned v = 0;
+    const auto r = std::from_chars(hex.data() + 2 * i, hex.data() + 2 * i + 2, v, 16);
+    if (r.ec != std::errc() || r.ptr != hex.data() + 2 * i + 2) return std::nullopt;
+    out[i] = static_cast<uint8_t>(v);
+  }
+  return out;
+}
+
+Sha256Digest random_secret() {
+  Sha256Digest out{};
+  if (RAND_bytes(out.data(), static_cast<int>(out.size())) != 1)
+    fail(ErrorKind::kInternal, "RAND_bytes failed: no randomness for a secret");
   return out;
 }
 

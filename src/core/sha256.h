@@ -1,10 +1,12 @@
 #pragma once
-// SHA-256 (OpenSSL's libcrypto): API keys' digests, and the keys of the KV cache's blocks on disk,
-// which must not collide however many blocks a directory holds and whoever picks the tokens.
+// SHA-256 and secrets (OpenSSL's libcrypto): API keys' digests, the keys of the KV cache's blocks
+// on disk (which must not collide however many blocks a directory holds and whoever picks the
+// tokens), and the secrets that key tenants' prefix-cache salts.
 
 #include <array>
 #include <cstddef>
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <string_view>
 
@@ -31,7 +33,10 @@ class Sha256 {
 
 Sha256Digest sha256(std::string_view data);
 Sha256Digest sha256(const void* data, size_t bytes);
-// Lower-case hex, 64 digits.
+// Lower-case hex, 64 digits; and back (64 hex digits, else nullopt).
 std::string hex(const Sha256Digest& d);
+std::optional<Sha256Digest> parse_hex_digest(std::string_view hex);
+// 32 bytes from OpenSSL's RAND_bytes.
+Sha256Digest random_secret();
 
 }  // namespace tf

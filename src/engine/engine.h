@@ -226,8 +226,10 @@ class Engine {
   void install_disk_loads();
   // Offers the disk every full block the step's sequences computed that it lacks.
   void offer_to_disk(const SchedulerOutput& sched);
-  // The disk keys of seq's first n full blocks.
-  std::vector<KvDiskCache::Key> disk_keys(const Sequence& seq, int64_t n);
+  // The root of seq's disk key chain (its salt and adapter), and the keys of its first n full
+  // blocks.
+  KvDiskCache::Key disk_root(const Sequence& seq) const;
+  std::vector<KvDiskCache::Key> disk_keys(const Sequence& seq, int64_t n) const;
   // A sequence that ends while its blocks load is no longer waited for (the load's blocks go
   // back when it is done).
   void forget_disk_load(Sequence& seq);
@@ -293,7 +295,7 @@ class Engine {
   // The prefix cache on disk (null: off), its loads in flight (by job id; engine thread only):
   // the sequence that waits (null once its request ended: the blocks stay taken until the disk
   // is done with them), the first block asked for and the pool blocks it reads into (one per
-  // caching group for each block of tokens), and each LoRA adapter's identity in its keys.
+  // caching group for each block of tokens).
   std::unique_ptr<KvDiskCache> disk_;
   struct DiskLoad {
     Sequence* seq = nullptr;
@@ -303,7 +305,6 @@ class Engine {
   std::unordered_map<uint64_t, DiskLoad> loading_;
   uint64_t next_disk_job_ = 0;
   int64_t disk_loaded_tokens_ = 0;
-  std::unordered_map<uint64_t, std::string> adapter_identity_;
 };
 
 // Runs one request to completion through an engine and collects its sequences' tokens and text.

@@ -28,14 +28,6 @@ std::string disk_fingerprint(const ModelConfig& c, const KvCache& kv) {
                      kv.layout().describe());
 }
 
-// Groups whose blocks the prefix cache holds (all but a recurrent state's; a model with one has
-// no disk tier).
-size_t caching_groups(const KvCacheManager& manager) {
-  size_t n = 0;
-  for (const auto& g : manager.groups()) n += g.kind != CacheKind::kRecurrent;
-  return n;
-}
-
 }  // namespace
 
 std::unique_ptr<KvDiskCache> make_disk_cache(const EngineConfig& config, const Model& model,
@@ -55,37 +47,20 @@ std::unique_ptr<KvDiskCache> make_disk_cache(const EngineConfig& config, const M
   }
   return std::make_unique<KvDiskCache>(
       config.kv_disk, disk_fingerprint(c, kv), kv.block_size(),
-      kv.block_bytes() * static_cast<int64_t>(caching_groups(manager)), std::move(on_loaded));
+      kv.block_bytes() * static_cast<int64_t>(kv.layout().num_groups()), std::move(on_loaded));
 }
 
-std::vector<KvDiskCache::Key> Engine::disk_keys(const Sequence& seq, int64_t n) {
+KvDiskCache::Key Engine::disk_root(const Sequence& seq) const {
   const GenerationRequest& spec = seq.request->spec;
-  std::string adapter;
-  if (spec.lora) {
-    // The adapter as its files define it: a reload of other weights at the same path, or
-    // another adapter given the same process id in another process, never shares blocks.
-    auto it = adapter_identity_.find(spec.lora->id());
-    if (it == adapter_identity_.end()) {
-      Sha256 h;
-      const LoraAdapter& a = *spec.lora;
-      h.update(a.path()).update_u64(static_cast<uint64_t>(a.rank()));
-      for (int64_t l = 0; l < model_.config().n_layers; ++l) {
-        for (int t = 0; t < kLoraTargets; ++t) {
-          const LoraPair* p = a.pair(l, static_cast<LoraTarget>(t));
-          if (!p) continue;
-          h.update_u64(static_cast<uint64_t>(l * kLoraTargets + t));
-          for (const kernels::WeightMatrix* m : {&p->a, &p->b})
-            h.update(m->data, static_cast<size_t>(m->bytes()));
-        }
-      }
-      if (adapter_identity_.size() >= 1024) adapter_identity_.clear();
-      it = adapter_identity_.emplace(a.id(), hex(h.digest())).first;
-    }
-    adapter = it->second;
-  }
+  // An adapter as its weights are (a reload of other files at the same path, or another
+  // adapter with the same process id in another process, never shares blocks).
+  return disk_->root(spec.cache_salt, spec.lora ? hex(spec.lora->digest()) : "");
+}
+
+std::vector<KvDiskCache::Key> Engine::disk_keys(const Sequence& seq, int64_t n) const {
   std::vector<KvDiskCache::Key> out;
   out.reserve(static_cast<size_t>(n));
-  KvDiskCache::Key key = disk_->root(spec.cache_salt, adapter);
+  KvDiskCache::Key key = disk_root(seq);
   const int bs = kv_.block_size();
   for (int64_t b = 0; b < n; ++b) {
     key = KvDiskCache::next(key, seq.tokens.data() + b * bs, bs);
@@ -183,9 +158,11 @@ void Engine::offer_to_disk(const SchedulerOutput& sched) {
         (seq.disk_offered > 0 && seq.block_hashes[seq.disk_offered - 1] != seq.disk_offered_hash))
       seq.disk_offered = 0;  // truncated, or other blocks since: look again
     if (seq.disk_offered >= full) continue;
-    const std::vector<KvDiskCache::Key> keys = disk_keys(seq, full);
+    // The chain goes on from the last block offered (its tokens unchanged: same hash).
+    KvDiskCache::Key key = seq.disk_offered > 0 ? seq.disk_offered_key : disk_root(seq);
     for (int64_t b = seq.disk_offered; b < full; ++b) {
-      if (disk_->known(keys[static_cast<size_t>(b)])) continue;
+      key = KvDiskCache::next(key, seq.tokens.data() + b * bs, bs);
+      if (disk_->known(key)) continue;
       std::vector<uint8_t> bytes = disk_->buffer();
       bool whole = true;
       for (size_t g = 0; g < groups && whole; ++g) {
@@ -193,11 +170,11 @@ void Engine::offer_to_disk(const SchedulerOutput& sched) {
         whole = block != KvCacheManager::kReleased;  // behind a window, released already
         if (whole) kv_.save_block(block, bytes.data() + g * block_bytes);
       }
-      if (whole)
-        disk_->store(keys[static_cast<size_t>(b)], seq.tokens.data() + b * bs, std::move(bytes));
+      if (whole) disk_->store(key, seq.tokens.data() + b * bs, std::move(bytes));
     }
     seq.disk_offered = full;
     seq.disk_offered_hash = seq.block_hashes[full - 1];
+    seq.disk_offered_key = key;
   }
 }
 

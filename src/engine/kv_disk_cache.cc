@@ -69,21 +69,6 @@ bool read_all(int fd, void* data, size_t n) {
   return true;
 }
 
-bool parse_hex_key(std::string_view s, KvDiskCache::Key& out) {
-  if (s.size() != 64) return false;
-  auto digit = [](char c) -> int {
-    if (c >= '0' && c <= '9') return c - '0';
-    if (c >= 'a' && c <= 'f') return c - 'a' + 10;
-    return -1;
-  };
-  for (size_t i = 0; i < 32; ++i) {
-    const int hi = digit(s[2 * i]), lo = digit(s[2 * i + 1]);
-    if (hi < 0 || lo < 0) return false;
-    out[i] = static_cast<uint8_t>(hi * 16 + lo);
-  }
-  return true;
-}
-
 }  // namespace
 
 int64_t parse_disk_size(const std::string& text) {
@@ -109,12 +94,7 @@ Sha256Digest KvDiskCache::directory_secret(const std::string& dir) {
   // another got there first; everyone then reads the winner's).
   int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
   if (fd < 0) {
-    const int ur = ::open("/dev/urandom", O_RDONLY | O_CLOEXEC);
-    if (ur < 0 || !read_all(ur, secret.data(), secret.size())) {
-      if (ur >= 0) ::close(ur);
-      fail(ErrorKind::kInternal, "--kv-cache-dir: no randomness for the directory's secret");
-    }
-    ::close(ur);
+    secret = random_secret();
     const std::string tmp = fmt::format("{}.{}.tmp", path, ::getpid());
     const int wfd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
     if (wfd < 0 || !write_all(wfd, secret.data(), secret.size())) {
@@ -300,7 +280,7 @@ void KvDiskCache::run() {
       if (stats_.bytes > config_.max_bytes) {
         busy_ = true;
         lock.unlock();
-        evict();
+        scan(/*clean_tmp=*/false);  // the cap: oldest entries out
         lock.lock();
         busy_ = false;
       }
@@ -427,14 +407,14 @@ void KvDiskCache::scan(bool clean_tmp) {
     std::error_code fec;
     for (fs::directory_iterator f(sub->path(), fec), fend; !fec && f != fend; f.increment(fec)) {
       const std::string file = f->path().filename().string();
-      Key key{};
-      if (file.size() != 67 || !file.ends_with(".kv") || !parse_hex_key(file.substr(0, 64), key))
-        continue;
+      if (file.size() != 67 || !file.ends_with(".kv")) continue;
+      const std::optional<Key> key = parse_hex_digest(std::string_view(file).substr(0, 64));
+      if (!key) continue;
       std::error_code sec;
       const auto size = f->file_size(sec);
       const auto mtime = f->last_write_time(sec);
       if (sec) continue;  // removed meanwhile
-      entries.push_back({f->path().string(), static_cast<int64_t>(size), mtime, key});
+      entries.push_back({f->path().string(), static_cast<int64_t>(size), mtime, *key});
     }
   }
   int64_t total = 0;
@@ -461,10 +441,6 @@ void KvDiskCache::scan(bool clean_tmp) {
   index_ = std::move(index);
   stats_.bytes = total;
   stats_.evictions += removed;
-}
-
-void KvDiskCache::evict() {
-  scan(/*clean_tmp=*/false);
 }
 
 }  // namespace tf

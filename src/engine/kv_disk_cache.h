@@ -144,10 +144,9 @@ class KvDiskCache {
   // Reads the block's K/V into `into`; true if the file is whole and holds these tokens.
   bool read_block(const Key& key, const int32_t* tokens,
                   const std::vector<std::span<uint8_t>>& into);
-  // Rescans the directory and removes the least recently used entries until they fit in 90 %
-  // of the cap.
-  void evict();
-  // Entries (path, size, mtime) found by a scan; removes stale temporaries.
+  // Rescans the directory: the index and byte count become what it holds, the least recently
+  // used entries are removed until they fit in 90 % of the cap, and (clean_tmp) temporaries a
+  // dead writer left are removed.
   void scan(bool clean_tmp);
 
   KvDiskConfig config_;

@@ -8,6 +8,7 @@
 #include <optional>
 #include <vector>
 
+#include "core/sha256.h"
 #include "sampling/sequence_sampler.h"
 
 namespace tf {
@@ -27,11 +28,12 @@ struct Sequence {
   std::vector<std::vector<int32_t>> group_tables;
   std::vector<uint64_t> block_hashes;  // hashes of the leading full blocks (prefix cache)
   // The prefix cache on disk (Engine, --kv-cache-dir): how many leading full blocks were
-  // offered to it and the hash of the last of them (a different hash there: the sequence's
-  // blocks changed since, look again from the start); and the load its first step waits for
-  // (0: none).
+  // offered to it, the hash of the last of them (a different hash there: the sequence's blocks
+  // changed since, look again from the start) and its disk key (the next block's chains from
+  // it); and the load its first step waits for (0: none).
   int64_t disk_offered = 0;
   uint64_t disk_offered_hash = 0;
+  Sha256Digest disk_offered_key{};
   uint64_t disk_job = 0;
   // An encoder-decoder's: the encoder's input (the request's prompt; tokens are the decoder's),
   // and whether its cross-attention K/V are in its blocks (computed by its first step; freed

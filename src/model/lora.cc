@@ -365,6 +365,18 @@ void LoraAdapter::pair_up(const ModelConfig& c, bool gguf, bool interleaved) {
     }
   }
   ad->store_.close_files();
+  Sha256 h;
+  h.update(ad->path_).update_u64(static_cast<uint64_t>(ad->rank_));
+  for (size_t l = 0; l < ad->layers_.size(); ++l) {
+    for (size_t t = 0; t < ad->layers_[l].size(); ++t) {
+      const auto& p = ad->layers_[l][t];
+      if (!p) continue;
+      h.update_u64(l * kLoraTargets + t);
+      for (const kernels::WeightMatrix* m : {&p->a, &p->b})
+        h.update(m->data, static_cast<size_t>(m->bytes()));
+    }
+  }
+  ad->digest_ = h.digest();
 }
 
 }  // namespace tf

@@ -20,6 +20,7 @@
 #include <string>
 #include <vector>
 
+#include "core/sha256.h"
 #include "kernels/weights.h"
 #include "model/model_config.h"
 #include "model/weight_store.h"
@@ -54,6 +55,9 @@ class LoraAdapter {
   const Model* base() const { return base_; }  // the model it was loaded for
   // Unique in the process (a reload is another adapter): what keys its prefix-cache blocks.
   uint64_t id() const { return id_; }
+  // SHA-256 of its path and its corrections as computed (taken at load): what keys its blocks in
+  // the prefix cache on disk, the same in every process that loads the same adapter.
+  const Sha256Digest& digest() const { return digest_; }
   int64_t rank() const { return rank_; }  // adapter_config.json's r
   float alpha() const { return alpha_; }
   bool rslora() const { return rslora_; }
@@ -75,6 +79,7 @@ class LoraAdapter {
 
   const Model* base_ = nullptr;
   uint64_t id_ = 0;
+  Sha256Digest digest_{};
   std::string path_, base_model_;
   int64_t rank_ = 0;
   float alpha_ = 0.0f;

@@ -4,7 +4,6 @@
 #include <openssl/crypto.h>
 #include <openssl/evp.h>
 #include <openssl/hmac.h>
-#include <openssl/rand.h>
 
 #include <algorithm>
 #include <charconv>
@@ -17,18 +16,6 @@
 
 namespace tf {
 namespace {
-
-std::optional<std::array<uint8_t, 32>> parse_hex_digest(std::string_view hex) {
-  if (hex.size() != 64) return std::nullopt;
-  std::array<uint8_t, 32> out{};
-  for (size_t i = 0; i < 32; ++i) {
-    unsigned v = 0;
-    const auto r = std::from_chars(hex.data() + 2 * i, hex.data() + 2 * i + 2, v, 16);
-    if (r.ec != std::errc() || r.ptr != hex.data() + 2 * i + 2) return std::nullopt;
-    out[i] = static_cast<uint8_t>(v);
-  }
-  return out;
-}
 
 double limit_number(const std::string& v, const std::string& where) {
   double d = 0;
@@ -57,13 +44,6 @@ uint64_t prefix_cache_salt(const std::array<uint8_t, 32>& secret, std::string_vi
   uint64_t v = 0;
   std::memcpy(&v, mac.data(), sizeof v);
   return v | 1;
-}
-
-std::array<uint8_t, 32> random_secret() {
-  std::array<uint8_t, 32> out{};
-  if (RAND_bytes(out.data(), static_cast<int>(out.size())) != 1)
-    fail(ErrorKind::kInternal, "RAND_bytes failed: no randomness for the cache secret");
-  return out;
 }
 
 ApiKeys ApiKeys::parse(std::string_view text, const std::string& source) {

@@ -43,8 +43,6 @@ struct KeyPolicy {
 // the secret nobody can pick a cache_salt that lands in another tenant's namespace.
 uint64_t prefix_cache_salt(const std::array<uint8_t, 32>& secret, std::string_view tenant,
                            std::string_view cache_salt);
-// 32 bytes from OpenSSL's RAND_bytes (a new secret per process).
-std::array<uint8_t, 32> random_secret();
 
 class ApiKeys {
  public:
