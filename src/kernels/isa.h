@@ -42,6 +42,10 @@ struct IsaKernels {
                       int64_t n_end, const float* bias, float* y, int64_t ldy, bool accumulate);
   // iters x 8 vector multiply-adds from registers (for `tokenflow bench --roofline`).
   float (*fma_peak)(int64_t iters);
+  // The sum of n floats read in order with 8 independent vector adds, each 64-byte line fetched
+  // `ahead` bytes in advance (0: left to the hardware prefetchers), for the read-bandwidth
+  // patterns of `tokenflow bench --roofline`.
+  float (*read_peak)(const float* p, int64_t n, int64_t ahead);
   int vec_width;  // floats per vector
   float (*dot)(const float* a, const float* b, int64_t n);
   void (*axpy)(float a, const float* x, float* y, int64_t n);  // y += a * x

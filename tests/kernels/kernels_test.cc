@@ -253,6 +253,26 @@ TEST(IsaKernels, DotMatchesReference) {
   }
 }
 
+// The roofline's read loop sums every element once and nothing past n, with or without fetching
+// ahead (a loop that skipped data would report a bandwidth it never reached).
+TEST(IsaKernels, ReadPeakSumsEveryElementOnce) {
+  for (const IsaKernels* t : supported_tables()) {
+    for (int64_t n : {0, 1, 15, 16, 127, 128, 129, 1000, 4099}) {
+      for (int64_t ahead : {0, 1024}) {
+        SCOPED_TRACE(std::string(t->name) + " n=" + std::to_string(n) +
+                     " ahead=" + std::to_string(ahead));
+        std::vector<float> a(static_cast<size_t>(n) + 64, kNaN);  // reading past n: NaN
+        double want = 0;
+        for (int64_t i = 0; i < n; ++i) {
+          a[i] = static_cast<float>(i % 7) - 2.0f;  // small integers: every order sums exactly
+          want += a[i];
+        }
+        EXPECT_EQ(t->read_peak(a.data(), n, ahead), static_cast<float>(want));
+      }
+    }
+  }
+}
+
 TEST(IsaKernels, AxpyMatchesReference) {
   std::mt19937 rng(8);
   constexpr float kSentinel = -777.25f;

@@ -342,34 +342,41 @@ TEST(Weights, Bf16DotProductsMatchTheRoundedReference) {
   std::mt19937 rng(31);
   for (const IsaKernels* table : tables)
     for (int64_t k : {1, 7, 32, 33, 64, 100})
-      for (int64_t m : {1, 3, 17}) {
-        SCOPED_TRACE(std::string(table->name) + " m=" + std::to_string(m) +
-                     " k=" + std::to_string(k));
-        const int64_t n = 9;
-        const auto w = random_vector(n * k, rng);
-        const auto x = random_vector(m * k, rng);
-        const auto bias = random_vector(n, rng);
-        const auto residual = random_vector(m * n, rng);
-        Packed p(WeightType::kBF16, w, n, k);
-        std::vector<uint16_t> xb(m * k);
-        for (int64_t i = 0; i < m * k; ++i) xb[i] = f32_to_bf16(x[i]);
-        std::vector<float> y(m * n), acc = residual;
-        table->matmul_cols_bf16(xb.data(), m, k, p.m, 0, n, bias.data(), y.data(), n, false);
-        table->matmul_cols_bf16(xb.data(), m, k, p.m, 0, n, bias.data(), acc.data(), n, true);
-        for_each_reference(
-            p.m, m, n, k, bias.data(),
-            [&](int64_t i, int64_t q) { return static_cast<double>(bf16_to_f32(xb[i * k + q])); },
-            [&](int64_t i, int64_t q) { return std::fabs(x[i * k + q] * 0x1p-8); },
-            [&](int64_t i, int64_t j, double want, double mag, double rounding) {
-              ASSERT_NEAR(y[i * n + j], want, 2e-6 * mag + 1e-6) << "y[" << i << "," << j << "]";
-              std::vector<float> row(k);
-              p.m.dequantize_row(j, row.data());
-              double exact = bias[j];
-              for (int64_t q = 0; q < k; ++q) exact += static_cast<double>(x[i * k + q]) * row[q];
-              ASSERT_NEAR(y[i * n + j], exact, rounding + 2e-6 * mag + 1e-6);
-              ASSERT_EQ(acc[i * n + j], residual[i * n + j] + y[i * n + j]);
-            });
-      }
+      for (int64_t m : {1, 3, 17})
+        for (int64_t n : {9, 40}) {  // 40: the one-row and few-row tiles that fetch ahead
+          SCOPED_TRACE(std::string(table->name) + " m=" + std::to_string(m) +
+                       " k=" + std::to_string(k) + " n=" + std::to_string(n));
+          const auto w = random_vector(n * k, rng);
+          const auto x = random_vector(m * k, rng);
+          const auto bias = random_vector(n, rng);
+          const auto residual = random_vector(m * n, rng);
+          Packed p(WeightType::kBF16, w, n, k);
+          std::vector<uint16_t> xb(m * k);
+          for (int64_t i = 0; i < m * k; ++i) xb[i] = f32_to_bf16(x[i]);
+          std::vector<float> y(m * n), acc = residual;
+          table->matmul_cols_bf16(xb.data(), m, k, p.m, 0, n, bias.data(), y.data(), n, false);
+          table->matmul_cols_bf16(xb.data(), m, k, p.m, 0, n, bias.data(), acc.data(), n, true);
+          for_each_reference(
+              p.m, m, n, k, bias.data(),
+              [&](int64_t i, int64_t q) { return static_cast<double>(bf16_to_f32(xb[i * k + q])); },
+              [&](int64_t i, int64_t q) { return std::fabs(x[i * k + q] * 0x1p-8); },
+              [&](int64_t i, int64_t j, double want, double mag, double rounding) {
+                ASSERT_NEAR(y[i * n + j], want, 2e-6 * mag + 1e-6) << "y[" << i << "," << j << "]";
+                std::vector<float> row(k);
+                p.m.dequantize_row(j, row.data());
+                double exact = bias[j];
+                for (int64_t q = 0; q < k; ++q) exact += static_cast<double>(x[i * k + q]) * row[q];
+                ASSERT_NEAR(y[i * n + j], exact, rounding + 2e-6 * mag + 1e-6);
+                ASSERT_EQ(acc[i * n + j], residual[i * n + j] + y[i * n + j]);
+              });
+          // A row's result does not depend on its batch: each row alone gives the same bits.
+          std::vector<float> alone(n);
+          for (int64_t i = 0; i < m; ++i) {
+            table->matmul_cols_bf16(xb.data() + i * k, 1, k, p.m, 0, n, bias.data(), alone.data(),
+                                    n, false);
+            for (int64_t j = 0; j < n; ++j) ASSERT_EQ(alone[j], y[i * n + j]) << i << "," << j;
+          }
+        }
 }
 
 // Q8_0's rule for one block of 32 activations, written out here (scale max|x| / 127, quants
