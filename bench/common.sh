@@ -1,6 +1,6 @@
 # Shared by the benchmark scripts (sourced): the binary, the random-weight bench model of a
 # shape (written on first use), and median / field helpers over `tokenflow bench` output.
-bin=build/release/tokenflow
+bin=${BIN:-build/release/tokenflow}
 bench_model() {  # bench_model SHAPE -> prints the model directory, writing it if missing
   local model=build/bench-models/$1
   [ -f "$model/model.safetensors" ] || /usr/bin/python3 bench/make_bench_model.py "$model" "$1" >&2

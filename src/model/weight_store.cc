@@ -406,6 +406,15 @@ kernels::WeightMatrix WeightStore::matrix(const std::string& name, int64_t n, in
       auto* d = reinterpret_cast<uint16_t*>(alloc_bytes(data.size(), 64));
       m = kernels::pack_half_panels(t, reinterpret_cast<const uint16_t*>(data.data()), n, k, d);
       std::vector<uint8_t>().swap(data);
+    } else {
+      // Into the storage an in-place copy gets (64-byte aligned, 2 MiB pages): in the vector's
+      // 16-byte-aligned 4 KiB pages, half the vector loads of a bf16 row straddled two lines
+      // and the TLB missed more; an f32 or TF file converted to bf16 decoded 4 rows at 1.16-1.32x
+      // the time of the same weights from a bf16 file (class B, issue 56).
+      uint8_t* d = alloc_bytes(data.size(), 64);
+      std::memcpy(d, data.data(), data.size());
+      m.data = d;
+      std::vector<uint8_t>().swap(data);
     }
   }
   packed_[name] = m;
