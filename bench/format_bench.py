@@ -19,7 +19,6 @@ The files, all of the same weights:
 import json
 import os
 import re
-import shutil
 import statistics
 import subprocess
 import sys
