@@ -38,6 +38,9 @@ struct BenchOptions {
   float top_p = 1.0f;
   // --url
   std::string url, served_model, concurrency_list, request_rate, dataset, json_out;
+  std::string workload = "fixed";
+  int system_prompt_len = 0;
+  double system_share = 0, slo_ttft_ms = 0, slo_itl_ms = 0;
 };
 
 struct Sample {
@@ -73,6 +76,11 @@ int run_bench(const BenchOptions& o) {
     u.output_len = o.output_len;
     u.seed = o.seed;
     u.json_out = o.json_out;
+    u.workload = o.workload;
+    u.system_prompt_len = o.system_prompt_len;
+    u.system_share = o.system_share;
+    u.slo_ttft_ms = o.slo_ttft_ms;
+    u.slo_itl_ms = o.slo_itl_ms;
     return run_url_bench(u);
   }
   if (!o.offline) {
@@ -258,6 +266,18 @@ Action add_bench(CLI::App& app) {
                  "with --url: prompts as JSON lines {\"prompt\": ..., \"max_tokens\": N} "
                  "(default: random token ids of --input-len)");
   app.add_option("--json-out", o->json_out, "with --url: write the results as JSON here");
+  app.add_option("--workload", o->workload,
+                 "with --url: fixed (every prompt --input-len ids, --output-len out) or sharegpt "
+                 "(lengths drawn log-normally around those medians, a chat log's heavy tail)")
+      ->capture_default_str();
+  app.add_option("--system-prompt-len", o->system_prompt_len,
+                 "with --url: one shared system prompt of this many ids ...");
+  app.add_option("--system-share", o->system_share,
+                 "... at the start of this share (0-1) of the prompts");
+  app.add_option("--slo-ttft-ms", o->slo_ttft_ms,
+                 "with --url: TTFT p99 objective; a sweep stops after the first level past it");
+  app.add_option("--slo-itl-ms", o->slo_itl_ms,
+                 "with --url: inter-token latency p99 objective, likewise");
   app.add_option("--model,-m", o->model, "model to load")->capture_default_str();
   app.add_option("--num-prompts", o->num_prompts, "requests in all")->capture_default_str();
   app.add_option("--concurrency", o->concurrency, "requests in flight at once")

@@ -17,6 +17,7 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <fstream>
 #include <map>
@@ -270,10 +271,24 @@ std::vector<Prompt> make_prompts(const UrlBenchOptions& o) {
   // Random token ids (exact prompt lengths whatever the tokenizer), ids in [10, 500).
   std::mt19937_64 rng(o.seed);
   std::uniform_int_distribution<int> id(10, 499);
+  const bool sharegpt = o.workload == "sharegpt";
+  // The sharegpt workload's lengths: log-normal around the medians, prompts spread wider than
+  // answers (sigma 1.0 and 0.7: a tenth of the prompts past 3.6x the median, answers past 2.5x),
+  // clamped to [4, 8x] and [1, 4x] of the medians.
+  std::lognormal_distribution<double> in_len(std::log(o.input_len), 1.0),
+      out_len(std::log(o.output_len), 0.7);
+  std::bernoulli_distribution with_system(o.system_share);
+  json system = json::array();
+  for (int t = 0; t < o.system_prompt_len; ++t) system.push_back(id(rng));
   for (int i = 0; i < o.num_prompts; ++i) {
-    json ids = json::array();
-    for (int t = 0; t < o.input_len; ++t) ids.push_back(id(rng));
-    out.push_back({ids, o.output_len});
+    int n_in = o.input_len, n_out = o.output_len;
+    if (sharegpt) {
+      n_in = static_cast<int>(std::clamp(std::lround(in_len(rng)), 4L, 8L * o.input_len));
+      n_out = static_cast<int>(std::clamp(std::lround(out_len(rng)), 1L, 4L * o.output_len));
+    }
+    json ids = o.system_prompt_len > 0 && with_system(rng) ? system : json::array();
+    for (int t = 0; t < n_in; ++t) ids.push_back(id(rng));
+    out.push_back({ids, n_out});
   }
   return out;
 }
@@ -335,7 +350,12 @@ json run_level(const UrlBenchOptions& o, const Target& t, const std::vector<Prom
   }
   const double wall = std::chrono::duration<double>(Clock::now() - start).count();
   std::vector<double> ttft, itl, e2e;
-  int64_t tokens = 0;
+  int64_t tokens = 0, prompt_ids = 0, max_tokens = 0;
+  for (int i = 0; i < n; ++i) {
+    const Prompt& p = prompts[static_cast<size_t>(i) % prompts.size()];
+    if (p.prompt.is_array()) prompt_ids += static_cast<int64_t>(p.prompt.size());
+    max_tokens += p.max_tokens;
+  }
   int ok = 0;
   std::map<std::string, int> errors;
   for (const auto& r : results) {
@@ -354,12 +374,19 @@ json run_level(const UrlBenchOptions& o, const Target& t, const std::vector<Prom
                 {"p90", percentile(v, 90) * 1000},
                 {"p99", percentile(v, 99) * 1000}};
   };
-  return {{level.kind, level.value}, {"requests", n},
-          {"completed", ok},         {"errors", errors},
-          {"duration_s", wall},      {"request_throughput", ok / wall},
-          {"output_tokens", tokens}, {"output_throughput", static_cast<double>(tokens) / wall},
-          {"ttft_ms", stats(ttft)},  {"itl_ms", stats(itl)},
-          {"e2e_ms", stats(e2e)}};
+  return {{level.kind, level.value},
+          {"requests", n},
+          {"completed", ok},
+          {"errors", errors},
+          {"duration_s", wall},
+          {"request_throughput", ok / wall},
+          {"output_tokens", tokens},
+          {"output_throughput", static_cast<double>(tokens) / wall},
+          {"ttft_ms", stats(ttft)},
+          {"itl_ms", stats(itl)},
+          {"e2e_ms", stats(e2e)},
+          {"mean_prompt_ids", static_cast<double>(prompt_ids) / n},
+          {"mean_max_tokens", static_cast<double>(max_tokens) / n}};
 }
 
 std::vector<double> parse_list(const std::string& text, const char* what) {
@@ -383,6 +410,12 @@ std::vector<double> parse_list(const std::string& text, const char* what) {
 int run_url_bench(const UrlBenchOptions& o) {
   if (o.num_prompts < 1 || o.input_len < 1 || o.output_len < 1)
     fail("--num-prompts, --input-len and --output-len must be >= 1");
+  if (o.workload != "fixed" && o.workload != "sharegpt")
+    fail("--workload is fixed or sharegpt, got '{}'", o.workload);
+  if (!(o.system_share >= 0 && o.system_share <= 1) || o.system_prompt_len < 0)
+    fail("--system-share is between 0 and 1 and --system-prompt-len >= 0");
+  if (!(o.slo_ttft_ms >= 0) || !(o.slo_itl_ms >= 0))
+    fail("--slo-ttft-ms and --slo-itl-ms are >= 0 (0: no objective)");
   const Target t = parse_url(o.url);
   std::vector<Level> levels;
   if (!o.request_rates.empty()) {
@@ -396,6 +429,7 @@ int run_url_bench(const UrlBenchOptions& o) {
   const std::vector<Prompt> prompts = make_prompts(o);
   json all = json::array();
   int failed = 0;
+  json slo_broken_at = nullptr;
   std::printf("%-12s %8s %9s %10s %12s %22s %22s %22s\n", levels[0].kind.c_str(), "ok", "req/s",
               "out tok/s", "errors", "ttft ms p50/p90/p99", "itl ms p50/p90/p99",
               "e2e ms p50/p90/p99");
@@ -418,6 +452,17 @@ int run_url_bench(const UrlBenchOptions& o) {
         std::fprintf(stderr, "  %d x %s\n", v.get<int>(), k.c_str());
     }
     all.push_back(r);
+    // The objective: p99s within it and every request answered.
+    const double ttft99 = r["ttft_ms"]["p99"].get<double>(),
+                 itl99 = r["itl_ms"]["p99"].get<double>();
+    const bool past = errors > 0 || (o.slo_ttft_ms > 0 && ttft99 > o.slo_ttft_ms) ||
+                      (o.slo_itl_ms > 0 && itl99 > o.slo_itl_ms);
+    if ((o.slo_ttft_ms > 0 || o.slo_itl_ms > 0) && past) {
+      slo_broken_at = level.value;
+      std::printf("SLO broken at %s %g (ttft p99 %.0f ms, itl p99 %.0f ms, %d errors)\n",
+                  level.kind.c_str(), level.value, ttft99, itl99, errors);
+      break;
+    }
   }
   if (!o.json_out.empty()) {
     std::ofstream out(o.json_out);
@@ -428,6 +473,13 @@ int run_url_bench(const UrlBenchOptions& o) {
                 {"output_len", o.output_len},
                 {"num_prompts", o.num_prompts},
                 {"dataset", o.dataset},
+                {"workload", o.workload},
+                {"system_prompt_len", o.system_prompt_len},
+                {"system_share", o.system_share},
+                {"slo",
+                 {{"ttft_p99_ms", o.slo_ttft_ms},
+                  {"itl_p99_ms", o.slo_itl_ms},
+                  {"broken_at", slo_broken_at}}},
                 {"levels", all}}
                .dump(2)
         << "\n";

@@ -45,6 +45,13 @@ struct UrlBenchOptions {
   std::string dataset;        // JSON lines {"prompt": ..., "max_tokens"?: N}; else random ids
   int num_prompts = 64;       // requests per level
   int input_len = 128, output_len = 128;
+  // "fixed": every random prompt input_len ids, output_len out; "sharegpt": lengths drawn
+  // log-normally around those medians (a chat log's heavy tail: a few prompts 10x the median).
+  std::string workload = "fixed";
+  int system_prompt_len = 0;  // one shared system prompt of this many ids ...
+  double system_share = 0;    // ... at the start of this share of the prompts
+  // Service-level objective (p99s, ms; 0: none): a sweep stops after the first level past it.
+  double slo_ttft_ms = 0, slo_itl_ms = 0;
   uint64_t seed = 0;
   std::string json_out;
 };

@@ -246,6 +246,36 @@ class BenchUrlTest(unittest.TestCase):
         lv = res["levels"][0]
         self.assertEqual((lv["rate"], lv["completed"], lv["output_tokens"]), (40, 6, 36))
 
+    def test_sharegpt_workload_system_prompts_and_the_slo(self):
+        # Lengths drawn around the medians, half the prompts behind one 32-id system prompt.
+        res, _ = self.bench("--workload", "sharegpt", "--request-rate", "50,100",
+                            "--num-prompts", "12", "--input-len", "16", "--output-len", "6",
+                            "--system-prompt-len", "32", "--system-share", "0.5")
+        self.assertEqual([lv["rate"] for lv in res["levels"]], [50, 100])
+        self.assertEqual(res["workload"], "sharegpt")
+        self.assertIsNone(res["slo"]["broken_at"])
+        lv = res["levels"][0]
+        self.assertEqual(lv["completed"], 12)
+        # Every request gets the length it drew (ignore_eos), and the draws are not the medians.
+        self.assertEqual(lv["output_tokens"], round(lv["mean_max_tokens"] * 12))
+        self.assertNotEqual(lv["mean_max_tokens"], 6)
+        self.assertGreater(lv["mean_prompt_ids"], 16 + 8)  # the system prompt on some of them
+        fixed, _ = self.bench("--request-rate", "50", "--num-prompts", "4", "--input-len", "16",
+                              "--output-len", "6")
+        self.assertEqual((fixed["levels"][0]["mean_prompt_ids"],
+                          fixed["levels"][0]["mean_max_tokens"]), (16, 6))
+        # An objective no level can meet: the sweep stops after its first level and says so.
+        res, text = self.bench("--request-rate", "50,100,200", "--num-prompts", "4",
+                               "--input-len", "16", "--output-len", "4", "--slo-ttft-ms", "0.001")
+        self.assertEqual([lv["rate"] for lv in res["levels"]], [50])
+        self.assertEqual(res["slo"]["broken_at"], 50)
+        self.assertIn("SLO broken at rate 50", text)
+        for bad in (["--workload", "zipf"], ["--system-share", "1.5"], ["--slo-itl-ms", "-1"]):
+            p = subprocess.run([BIN, "bench", "--url", "http://127.0.0.1:%d" % self.port, *bad],
+                               capture_output=True, text=True, timeout=60)
+            self.assertNotEqual(p.returncode, 0, bad)
+            self.assertIn(bad[0], p.stderr)
+
     def test_failures_are_reported(self):
         p = subprocess.run([BIN, "bench", "--url", "http://127.0.0.1:1", "--num-prompts", "2"],
                            capture_output=True, text=True, timeout=60)
