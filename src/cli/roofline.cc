@@ -91,8 +91,7 @@ double read_gbs(int threads, const ReadPattern& p, const std::vector<float>& buf
 }
 
 // Read bandwidth as the best of several loops reaches it: the maximum over the patterns, each
-// printed (the engine's own way of reading weights, a thread per CPU of its pool, is one of them
-// through the pool's threads below).
+// printed when `print`.
 double best_read_gbs(int threads, const std::vector<float>& buf, bool print) {
   static constexpr ReadPattern kPatterns[] = {
       {"pinned, contiguous", true, false, 0},
