@@ -404,6 +404,7 @@ void register_attention() {
       ->Args({32, 512, 1})
       ->Args({4, 2048, 0})
       ->Args({4, 2048, 1})
+      ->Args({1, 256, 0})  // 768 KiB: from the caches, the arithmetic's own speed
       ->Unit(benchmark::kMillisecond);
   benchmark::RegisterBenchmark("quantize_activations", run_quantize_activations)
       ->Args({32, 768, 0})

@@ -5,7 +5,7 @@ norms F32. The blocks are random bytes with scales chosen so that weights have a
 0.02; the text such a model writes is meaningless, the speed is that of a real file.
 
     python3 bench/make_bench_gguf.py OUT.gguf SHAPE TYPE
-    SHAPE: llama110m | tinyllama | olmoe-mini | olmoe-mini-dense
+    SHAPE: llama110m | tinyllama | tinyllama-32k | olmoe-mini | olmoe-mini-dense
                                       TYPE: f32 f16 bf16 q8_0 q4_0 q4_1 q5_0 q5_1 q2_k q3_k
                                             q4_k q5_k q6_k iq4_nl iq4_xs q4_k_m
 """

@@ -1,7 +1,7 @@
 """Writes a random-weight Hugging Face model directory of a real model's shape, for benchmarks
 (the numbers in ../shared/reference/cpu-limits.md were measured on the same shapes).
 
-    python3 bench/make_bench_model.py OUT_DIR SHAPE      SHAPE: llama110m | gpt2-124m | gpt2-tiny | tinyllama | qwen05b
+    python3 bench/make_bench_model.py OUT_DIR SHAPE      SHAPE: llama110m | gpt2-124m | gpt2-tiny | tinyllama | tinyllama-32k | qwen05b
 """
 
 import json
@@ -16,6 +16,10 @@ import safetensors_io  # noqa: E402
 SHAPES = {
     "llama110m": dict(arch="llama", hidden=768, layers=12, heads=12, kv=12, ffn=2048, vocab=32000, ctx=1024),
     "tinyllama": dict(arch="llama", hidden=2048, layers=22, heads=32, kv=4, ffn=5632, vocab=32000, ctx=2048),
+    # The same shape with a 32k context (position embeddings are RoPE: only the config's limit
+    # differs): long-context prefill and decode at depth (bench/long_context_bench.sh).
+    "tinyllama-32k": dict(arch="llama", hidden=2048, layers=22, heads=32, kv=4, ffn=5632, vocab=32000,
+                          ctx=32768),
     # Qwen2.5-0.5B's shape (a 151,936-token vocabulary) as a Llama: the step that structured
     # output's masks are measured against (bench/grammar_bench.cc).
     "qwen05b": dict(arch="llama", hidden=896, layers=24, heads=14, kv=2, ffn=4864, vocab=151936, ctx=1024),

@@ -6,6 +6,9 @@
 # AMD Zen 3 with AVX2 only; there are none for class B). Random-weight models of the same shapes
 # (bench/make_bench_gguf.py); bf16 / int8 / q4 are tokenflow's own types, packed at load from the
 # f32 file, compared with llama.cpp's BF16 / Q8_0 / Q4_0 as the issue's table does.
+# With LLAMA_BENCH=path/to/llama-bench, llama.cpp is measured in the same run instead (`-p 512
+# -n 128`, 1 repetition per run, interleaved with ours; the medians of the runs), on the same
+# GGUF files.
 # Usage: bench/vs_llamacpp.sh [RUNS] [SHAPES...]   (SHAPES: llama110m tinyllama)
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -34,8 +37,13 @@ model_args() {  # SHAPE TYPE -> bench flags for the model
     *) echo "-m $(bench_gguf "$1" "$2")" ;;
   esac
 }
-declare -A dec pre
+declare -A dec pre ldec lpre
 for s in "${shapes[@]}"; do for r in "${rows[@]}"; do model_args "$s" "${r%%:*}" > /dev/null; done; done
+llama_types=(F32 BF16 Q8_0 Q4_0)
+if [ -n "${LLAMA_BENCH:-}" ]; then
+  [ -x "$LLAMA_BENCH" ] || { echo "LLAMA_BENCH=$LLAMA_BENCH is not executable" >&2; exit 1; }
+  for s in "${shapes[@]}"; do for l in "${llama_types[@]}"; do bench_gguf "$s" "${l,,}" > /dev/null; done; done
+fi
 for ((i = 0; i < runs; i++)); do
   for s in "${shapes[@]}"; do
     for r in "${rows[@]}"; do
@@ -49,10 +57,16 @@ for ((i = 0; i < runs; i++)); do
         --input-len 512 --output-len 1)
       pre[$s,$t]+="$(awk '/^ttft ms/ {print 512000 / $4}' <<<"$out") "
     done
+    if [ -n "${LLAMA_BENCH:-}" ]; then
+      for l in "${llama_types[@]}"; do
+        { read -r pp; read -r tg; } < <(llama_ts "$(bench_gguf "$s" "${l,,}")" -p 512 -n 128)
+        lpre[$s,$l]+="$pp "; ldec[$s,$l]+="$tg "
+      done
+    fi
   done
 done
 med() { tr ' ' '\n' <<<"$1" | grep . | median; }
-echo "class $class ($(lscpu | sed -n 's/^Model name: *//p')); $runs runs; ${bin}"
+echo "class $class ($(lscpu | sed -n 's/^Model name: *//p')); $runs runs; ${bin}; llama.cpp: ${LLAMA_BENCH:-the figures of cpu-limits.md}"
 echo "| shape | ours (llama.cpp's) | decode tok/s ours / llama.cpp | ratio | prefill 512 tok/s ours / llama.cpp | ratio |"
 echo "|---|---|---|---|---|---|"
 for s in "${shapes[@]}"; do
@@ -60,6 +74,7 @@ for s in "${shapes[@]}"; do
     t=${r%%:*}; l=${r##*:}
     d=$(med "${dec[$s,$t]}"); p=$(med "${pre[$s,$t]}")
     ref_v=${ref[$class,$s,$l]:-}
+    [ -z "${LLAMA_BENCH:-}" ] || ref_v="$(med "${ldec[$s,$l]}")/$(med "${lpre[$s,$l]}")"
     if [ -n "$ref_v" ]; then
       awk -v s="$s" -v t="$t" -v l="$l" -v d="$d" -v p="$p" -v rd="${ref_v%/*}" -v rp="${ref_v#*/}" \
         'BEGIN {printf "| %s | %s (%s) | %.1f / %s | %.2f | %.0f / %s | %.2f |\n", s, t, l, d, rd, d / rd, p, rp, p / rp}'

@@ -81,7 +81,9 @@ struct PagedKvLayer {
   }
 };
 
-inline constexpr int kMaxAttentionQueries = 4;
+// A GQA group of eight query heads (Llama 2 70B, TinyLlama, Llama 3) in one pass over its KV
+// head's keys and values: each read and widened once for the eight.
+inline constexpr int kMaxAttentionQueries = 8;
 
 // What a layer's attention does besides softmax(scale * q·Kᵀ)·V. Converts from a plain scale.
 struct AttentionOpts {

@@ -52,13 +52,36 @@ KvCache::KvCache(const ModelConfig& config, CacheLayout layout, int64_t num_bloc
     fail("KV block size {} is out of range (1..{})", block_size, kMaxBlockSize);
   slot_block_bytes_ = slot_block_bytes(config, layout_, block_size, type);
   const int64_t bytes = n_slots_ * num_blocks_ * slot_block_bytes_;
-  void* p = ::mmap(nullptr, static_cast<size_t>(bytes), PROT_READ | PROT_WRITE,
-                   MAP_PRIVATE | MAP_ANONYMOUS | MAP_POPULATE, -1, 0);
-  if (p == MAP_FAILED)
-    fail(ErrorKind::kResourceExhausted, "cannot allocate a KV cache of {} bytes", bytes);
-  storage_ = std::unique_ptr<uint8_t[], Unmap>(static_cast<uint8_t*>(p),
+  storage_ = std::unique_ptr<uint8_t[], Unmap>(map_populated(static_cast<size_t>(bytes)),
                                                Unmap{static_cast<size_t>(bytes)});
   bytes_ = bytes;
+}
+
+uint8_t* KvCache::map_populated(size_t bytes) {
+  // In 2 MiB pages where the kernel gives them: attention at a depth of thousands of tokens reads
+  // one head's slice of each row, rows kv_dim apart, from blocks all over the pool; with 4 KiB
+  // pages nearly every block a query reads missed the TLB (decode at a depth of 4k tokens spent
+  // 3x the cache's read time in attention). The mapping starts on a 2 MiB boundary and every
+  // page is written once here, so the resident size does not grow as blocks are first used.
+  constexpr size_t kHuge = size_t{2} << 20;
+  const size_t span = bytes >= kHuge ? bytes + kHuge : bytes;
+  void* p = ::mmap(nullptr, span, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  if (p == MAP_FAILED)
+    fail(ErrorKind::kResourceExhausted, "cannot allocate a KV cache of {} bytes", bytes);
+  auto* base = static_cast<uint8_t*>(p);
+  if (span > bytes) {  // keep the 2 MiB-aligned part
+    const size_t head = (kHuge - reinterpret_cast<uintptr_t>(base) % kHuge) % kHuge;
+    const size_t tail = (head + bytes + 4095) / 4096 * 4096;  // munmap takes whole pages
+    if (head > 0) ::munmap(base, head);
+    if (tail < span) ::munmap(base + tail, span - tail);
+    base += head;
+    ::madvise(base, bytes, MADV_HUGEPAGE);
+  }
+#ifdef MADV_POPULATE_WRITE
+  if (::madvise(base, bytes, MADV_POPULATE_WRITE) == 0) return base;
+#endif
+  for (size_t off = 0; off < bytes; off += 4096) base[off] = 0;  // kernels before 5.14
+  return base;
 }
 
 void KvCache::Unmap::operator()(uint8_t* p) const {

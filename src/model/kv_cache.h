@@ -77,6 +77,9 @@ class KvCache {
   int64_t head_dim_;
   int64_t slot_block_bytes_ = 0;  // a block's bytes in one slot: K and V rows, or a state
   kernels::KvType type_;
+  // `bytes` of zeroed anonymous memory, every page resident (2 MiB pages where the kernel has
+  // them).
+  static uint8_t* map_populated(size_t bytes);
   struct Unmap {
     size_t bytes;
     void operator()(uint8_t* p) const;

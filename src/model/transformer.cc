@@ -140,11 +140,17 @@ void attention(std::span<const SequenceChunk> batch, std::span<const TokenPositi
   for (size_t s = 0; s < batch.size(); ++s)
     chunk_start[s + 1] = chunk_start[s] + static_cast<int64_t>(batch[s].tokens.size());
   constexpr int64_t kQ = kernels::kMaxAttentionQueries;
+  // Up to kQ queries a task (a GQA group of eight reads its keys and values once); half as many
+  // where that would leave compute threads without a task (one sequence of a model with fewer
+  // KV heads than threads).
+  int64_t queries = 0;
+  for (const auto& s : batch) queries += static_cast<int64_t>(s.tokens.size()) * group;
+  const int64_t per_task = queries * c.n_kv_heads < kQ * pool.size() ? kQ / 2 : kQ;
   for (size_t s = 0; s < batch.size(); ++s) {
     const int64_t n_queries = static_cast<int64_t>(batch[s].tokens.size()) * group;
     for (int64_t g = 0; g < c.n_kv_heads; ++g) {
-      for (int64_t f = 0; f < n_queries; f += kQ)
-        tasks.push_back({static_cast<int64_t>(s), g, f, std::min(kQ, n_queries - f)});
+      for (int64_t f = 0; f < n_queries; f += per_task)
+        tasks.push_back({static_cast<int64_t>(s), g, f, std::min(per_task, n_queries - f)});
     }
   }
   for_rows(pool, static_cast<int64_t>(tasks.size()), [&](int64_t i) {

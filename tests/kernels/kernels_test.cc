@@ -730,18 +730,29 @@ TEST(Attention, PagedMatchesContiguousReference) {
         const float* q1 = q.data();
         float* o1 = alone.data();
         t->attend_queries(&q1, &ac.n_ctx, 1, layer, table.data(), kv_head, ac.head_dim, scale, &o1);
-        const auto q_other = random_vector(3 * ac.head_dim, rng, -2.0f, 2.0f);
-        std::vector<float> grouped(4 * ac.head_dim);
-        const float* qs[4] = {q_other.data(), q.data(), q_other.data() + ac.head_dim,
-                              q_other.data() + 2 * ac.head_dim};
-        float* outs[4] = {grouped.data(), grouped.data() + ac.head_dim,
-                          grouped.data() + 2 * ac.head_dim, grouped.data() + 3 * ac.head_dim};
-        const int64_t ctx[4] = {std::max<int64_t>(1, ac.n_ctx - 3), ac.n_ctx, 1,
-                                std::max<int64_t>(1, ac.n_ctx / 2)};
-        for (int nq = 2; nq <= 4; ++nq) {
+        // Up to kMaxAttentionQueries in a group (5-7 run as four and the rest): the query in
+        // slot 1 and again in slot 6.
+        constexpr int kQ = kMaxAttentionQueries;
+        static_assert(kQ == 8);
+        const auto q_other = random_vector((kQ - 2) * ac.head_dim, rng, -2.0f, 2.0f);
+        std::vector<float> grouped(kQ * ac.head_dim);
+        const float* qs[kQ];
+        float* outs[kQ];
+        int64_t ctx[kQ];
+        for (int r = 0, other = 0; r < kQ; ++r) {
+          qs[r] = r == 1 || r == 6 ? q.data() : q_other.data() + ac.head_dim * other++;
+          outs[r] = grouped.data() + r * ac.head_dim;
+          ctx[r] = r == 1 || r == 6 ? ac.n_ctx : std::max<int64_t>(1, ac.n_ctx - 3 * r);
+        }
+        ctx[2] = 1;
+        for (int nq = 2; nq <= kQ; ++nq) {
           t->attend_queries(qs, ctx, nq, layer, table.data(), kv_head, ac.head_dim, scale, outs);
-          for (int e = 0; e < ac.head_dim; ++e)
+          for (int e = 0; e < ac.head_dim; ++e) {
             ASSERT_EQ(grouped[ac.head_dim + e], alone[e]) << t->name << " nq=" << nq << " e=" << e;
+            if (nq > 6)
+              ASSERT_EQ(grouped[6 * ac.head_dim + e], alone[e])
+                  << t->name << " slot 6, nq=" << nq << " e=" << e;
+          }
         }
         // Grouped with a longer context (a prompt's earlier token beside its later ones: the
         // group reads whole chunks where the query alone reads part of its last one).
@@ -888,14 +899,22 @@ TEST(Attention, Bf16AndF16CachesMatchTheRoundedReferenceAndStayGroupInvariant) {
         }
         ASSERT_TRUE(close(out[e], want, mag, 1e-5)) << "e=" << e;
       }
-      // Grouped with another query: bitwise the same.
+      // Grouped with another query, and in a whole GQA group of eight (the others' contexts
+      // shorter, one as long): bitwise the same.
       const auto q2 = random_vector(head_dim, rng);
-      std::vector<float> o2(head_dim), o_again(head_dim);
-      const float* qs[2] = {q2.data(), q.data()};
-      float* outs[2] = {o2.data(), o_again.data()};
-      const int64_t ctx[2] = {n_ctx - 5, n_ctx};
-      t->attend_queries(qs, ctx, 2, layer, table.data(), 1, head_dim, scale, outs);
-      for (int e = 0; e < head_dim; ++e) ASSERT_EQ(o_again[e], out[e]);
+      std::vector<float> others(kMaxAttentionQueries * head_dim), o_again(head_dim);
+      const float* qs[kMaxAttentionQueries];
+      float* outs[kMaxAttentionQueries];
+      int64_t ctx[kMaxAttentionQueries];
+      for (int r = 0; r < kMaxAttentionQueries; ++r) {
+        qs[r] = r == 1 ? q.data() : q2.data();
+        outs[r] = r == 1 ? o_again.data() : others.data() + r * head_dim;
+        ctx[r] = r == 1 || r == 7 ? n_ctx : n_ctx - 1 - r % 3;  // chunk 0 whole for all
+      }
+      for (int nq : {2, kMaxAttentionQueries}) {
+        t->attend_queries(qs, ctx, nq, layer, table.data(), 1, head_dim, scale, outs);
+        for (int e = 0; e < head_dim; ++e) ASSERT_EQ(o_again[e], out[e]) << "nq=" << nq;
+      }
     }
   }
 }
@@ -976,14 +995,21 @@ TEST(Attention, Q8CachesMatchTheDequantizedReferenceAndStayGroupInvariant) {
         t->attend_queries(&q1, &n_ctx, 1, layer, table.data(), kv_head, head_dim, scale, &o1);
         for (int e = 0; e < head_dim; ++e)
           ASSERT_TRUE(close(out[e], want[e], mag[e], 1e-5)) << "e=" << e;
-        // Grouped with other queries: bitwise the same.
+        // Grouped with other queries (three, and a whole GQA group of eight): bitwise the same.
         const auto q2 = random_vector(head_dim, rng);
-        std::vector<float> o2(head_dim), o3(head_dim), o_again(head_dim);
-        const float* qs[3] = {q2.data(), q.data(), q2.data()};
-        float* outs[3] = {o2.data(), o_again.data(), o3.data()};
-        const int64_t ctx[3] = {n_ctx - 5, n_ctx, n_ctx - 17};
-        t->attend_queries(qs, ctx, 3, layer, table.data(), kv_head, head_dim, scale, outs);
-        for (int e = 0; e < head_dim; ++e) ASSERT_EQ(o_again[e], out[e]);
+        std::vector<float> others(kMaxAttentionQueries * head_dim), o_again(head_dim);
+        const float* qs[kMaxAttentionQueries];
+        float* outs[kMaxAttentionQueries];
+        int64_t ctx[kMaxAttentionQueries];
+        for (int r = 0; r < kMaxAttentionQueries; ++r) {
+          qs[r] = r == 1 ? q.data() : q2.data();
+          outs[r] = r == 1 ? o_again.data() : others.data() + r * head_dim;
+          ctx[r] = r == 1 ? n_ctx : n_ctx - 1 - r % 3;
+        }
+        for (int nq : {3, kMaxAttentionQueries}) {
+          t->attend_queries(qs, ctx, nq, layer, table.data(), kv_head, head_dim, scale, outs);
+          for (int e = 0; e < head_dim; ++e) ASSERT_EQ(o_again[e], out[e]) << "nq=" << nq;
+        }
       }
     }
   }
