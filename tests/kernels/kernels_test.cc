@@ -749,9 +749,10 @@ TEST(Attention, PagedMatchesContiguousReference) {
           t->attend_queries(qs, ctx, nq, layer, table.data(), kv_head, ac.head_dim, scale, outs);
           for (int e = 0; e < ac.head_dim; ++e) {
             ASSERT_EQ(grouped[ac.head_dim + e], alone[e]) << t->name << " nq=" << nq << " e=" << e;
-            if (nq > 6)
+            if (nq > 6) {
               ASSERT_EQ(grouped[6 * ac.head_dim + e], alone[e])
                   << t->name << " slot 6, nq=" << nq << " e=" << e;
+            }
           }
         }
         // Grouped with a longer context (a prompt's earlier token beside its later ones: the
@@ -849,6 +850,25 @@ TEST(Attention, WindowAndSoftCapMatchTheReferenceInEveryTable) {
   }
 }
 
+// Query q in slot 1 of a group of nq (at most kMaxAttentionQueries), with context n_ctx; the
+// other slots hold q2 with contexts n_ctx - 1 - r % 3 (every query takes the whole first chunk),
+// slot 7 n_ctx as well where last_full. Returns slot 1's output.
+std::vector<float> attend_in_group(const IsaKernels* t, const float* q, const float* q2,
+                                   int64_t n_ctx, bool last_full, int nq, const PagedKvLayer& layer,
+                                   const int32_t* table, int kv_head, int head_dim, float scale) {
+  std::vector<float> outs_data(kMaxAttentionQueries * head_dim);
+  const float* qs[kMaxAttentionQueries];
+  float* outs[kMaxAttentionQueries];
+  int64_t ctx[kMaxAttentionQueries];
+  for (int r = 0; r < kMaxAttentionQueries; ++r) {
+    qs[r] = r == 1 ? q : q2;
+    outs[r] = outs_data.data() + r * head_dim;
+    ctx[r] = r == 1 || (r == 7 && last_full) ? n_ctx : n_ctx - 1 - r % 3;
+  }
+  t->attend_queries(qs, ctx, nq, layer, table, kv_head, head_dim, scale, outs);
+  return {outs_data.begin() + head_dim, outs_data.begin() + 2 * head_dim};
+}
+
 TEST(Attention, Bf16AndF16CachesMatchTheRoundedReferenceAndStayGroupInvariant) {
   std::mt19937 rng(77);
   const int block_size = 4, head_dim = 40, kv_dim = 2 * head_dim;  // 40: a vector tail
@@ -902,17 +922,9 @@ TEST(Attention, Bf16AndF16CachesMatchTheRoundedReferenceAndStayGroupInvariant) {
       // Grouped with another query, and in a whole GQA group of eight (the others' contexts
       // shorter, one as long): bitwise the same.
       const auto q2 = random_vector(head_dim, rng);
-      std::vector<float> others(kMaxAttentionQueries * head_dim), o_again(head_dim);
-      const float* qs[kMaxAttentionQueries];
-      float* outs[kMaxAttentionQueries];
-      int64_t ctx[kMaxAttentionQueries];
-      for (int r = 0; r < kMaxAttentionQueries; ++r) {
-        qs[r] = r == 1 ? q.data() : q2.data();
-        outs[r] = r == 1 ? o_again.data() : others.data() + r * head_dim;
-        ctx[r] = r == 1 || r == 7 ? n_ctx : n_ctx - 1 - r % 3;  // chunk 0 whole for all
-      }
       for (int nq : {2, kMaxAttentionQueries}) {
-        t->attend_queries(qs, ctx, nq, layer, table.data(), 1, head_dim, scale, outs);
+        const auto o_again = attend_in_group(t, q.data(), q2.data(), n_ctx, true, nq, layer,
+                                             table.data(), 1, head_dim, scale);
         for (int e = 0; e < head_dim; ++e) ASSERT_EQ(o_again[e], out[e]) << "nq=" << nq;
       }
     }
@@ -997,17 +1009,9 @@ TEST(Attention, Q8CachesMatchTheDequantizedReferenceAndStayGroupInvariant) {
           ASSERT_TRUE(close(out[e], want[e], mag[e], 1e-5)) << "e=" << e;
         // Grouped with other queries (three, and a whole GQA group of eight): bitwise the same.
         const auto q2 = random_vector(head_dim, rng);
-        std::vector<float> others(kMaxAttentionQueries * head_dim), o_again(head_dim);
-        const float* qs[kMaxAttentionQueries];
-        float* outs[kMaxAttentionQueries];
-        int64_t ctx[kMaxAttentionQueries];
-        for (int r = 0; r < kMaxAttentionQueries; ++r) {
-          qs[r] = r == 1 ? q.data() : q2.data();
-          outs[r] = r == 1 ? o_again.data() : others.data() + r * head_dim;
-          ctx[r] = r == 1 ? n_ctx : n_ctx - 1 - r % 3;
-        }
         for (int nq : {3, kMaxAttentionQueries}) {
-          t->attend_queries(qs, ctx, nq, layer, table.data(), kv_head, head_dim, scale, outs);
+          const auto o_again = attend_in_group(t, q.data(), q2.data(), n_ctx, false, nq, layer,
+                                               table.data(), kv_head, head_dim, scale);
           for (int e = 0; e < head_dim; ++e) ASSERT_EQ(o_again[e], out[e]) << "nq=" << nq;
         }
       }
