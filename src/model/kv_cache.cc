@@ -58,11 +58,12 @@ KvCache::KvCache(const ModelConfig& config, CacheLayout layout, int64_t num_bloc
 }
 
 uint8_t* KvCache::map_populated(size_t bytes) {
-  // In 2 MiB pages where the kernel gives them: attention at a depth of thousands of tokens reads
-  // one head's slice of each row, rows kv_dim apart, from blocks all over the pool; with 4 KiB
-  // pages nearly every block a query reads missed the TLB (decode at a depth of 4k tokens spent
-  // 3x the cache's read time in attention). The mapping starts on a 2 MiB boundary and every
-  // page is written once here, so the resident size does not grow as blocks are first used.
+  // In 2 MiB pages where the kernel gives them, as the weights are (WeightStore::alloc_bytes):
+  // attention at a depth of thousands of tokens reads one head's slice of each row from blocks
+  // all over the pool, a few lines per 4 KiB page. (Not measured apart from the session's other
+  // attention changes; what limits decode at depth is the misses a thread keeps in flight,
+  // bench/results/throughput.md.) The mapping starts on a 2 MiB boundary and every page is
+  // written once here, so the resident size does not grow as blocks are first used.
   constexpr size_t kHuge = size_t{2} << 20;
   const size_t span = bytes >= kHuge ? bytes + kHuge : bytes;
   void* p = ::mmap(nullptr, span, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
