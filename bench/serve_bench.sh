@@ -46,7 +46,8 @@ rate_sweep() {  # rate_sweep NAME -- server command...
   done
   $bin bench --url "http://127.0.0.1:$port" --workload sharegpt --request-rate 1,2,4,8,16,32 \
     --num-prompts 64 --input-len 128 --output-len 128 --system-prompt-len 256 --system-share 0.5 \
-    --slo-ttft-ms 2000 --slo-itl-ms 200 --json-out "bench/serve-sharegpt-$name.json" || true
+    --max-model-len 1024 --slo-ttft-ms 2000 --slo-itl-ms 200 \
+    --json-out "bench/serve-sharegpt-$name.json" || true
   kill -TERM $pid; wait $pid || true
 }
 echo "== ShareGPT-like rate sweep, llama110m Q8_0 GGUF: tokenflow"

@@ -39,7 +39,7 @@ struct BenchOptions {
   // --url
   std::string url, served_model, concurrency_list, request_rate, dataset, json_out;
   std::string workload = "fixed";
-  int system_prompt_len = 0;
+  int system_prompt_len = 0, max_model_len = 0;
   double system_share = 0, slo_ttft_ms = 0, slo_itl_ms = 0;
 };
 
@@ -79,6 +79,7 @@ int run_bench(const BenchOptions& o) {
     u.workload = o.workload;
     u.system_prompt_len = o.system_prompt_len;
     u.system_share = o.system_share;
+    u.max_model_len = o.max_model_len;
     u.slo_ttft_ms = o.slo_ttft_ms;
     u.slo_itl_ms = o.slo_itl_ms;
     return run_url_bench(u);
@@ -274,6 +275,9 @@ Action add_bench(CLI::App& app) {
                  "with --url: one shared system prompt of this many ids ...");
   app.add_option("--system-share", o->system_share,
                  "... at the start of this share (0-1) of the prompts");
+  app.add_option("--max-model-len", o->max_model_len,
+                 "with --url: the server's context in tokens; sharegpt lengths whose prompt and "
+                 "output pass it are drawn again (0: no limit)");
   app.add_option("--slo-ttft-ms", o->slo_ttft_ms,
                  "with --url: TTFT p99 objective; a sweep stops after the first level past it");
   app.add_option("--slo-itl-ms", o->slo_itl_ms,

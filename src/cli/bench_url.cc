@@ -20,6 +20,7 @@
 #include <cmath>
 #include <cstdio>
 #include <fstream>
+#include <limits>
 #include <map>
 #include <mutex>
 #include <random>
@@ -128,7 +129,10 @@ class HttpConnection final : public Connection {
       http::write(*stream_, req);
 
       http::response_parser<http::buffer_body> parser;
-      parser.body_limit(boost::none);
+      // No limit, but not boost::none: Boost 1.74 compares a Content-Length with an empty
+      // optional as larger, so every response with a length (an error's JSON) failed as
+      // "body limit exceeded" instead of reporting its status.
+      parser.body_limit(std::numeric_limits<std::uint64_t>::max());
       http::read_header(*stream_, buffer_, parser);
       if (parser.get().result_int() != 200) {
         r.error = fmt::format("HTTP {}", parser.get().result_int());
@@ -282,11 +286,21 @@ std::vector<Prompt> make_prompts(const UrlBenchOptions& o) {
   for (int t = 0; t < o.system_prompt_len; ++t) system.push_back(id(rng));
   for (int i = 0; i < o.num_prompts; ++i) {
     int n_in = o.input_len, n_out = o.output_len;
+    const bool shared = o.system_prompt_len > 0 && with_system(rng);
+    const int before = shared ? o.system_prompt_len : 0;
     if (sharegpt) {
-      n_in = static_cast<int>(std::clamp(std::lround(in_len(rng)), 4L, 8L * o.input_len));
-      n_out = static_cast<int>(std::clamp(std::lround(out_len(rng)), 1L, 4L * o.output_len));
+      const int room = o.max_model_len - before;  // run_url_bench: >= 5 where there is a limit
+      for (int draw = 0; draw < 64; ++draw) {     // within --max-model-len: drawn again
+        n_in = static_cast<int>(std::clamp(std::lround(in_len(rng)), 4L, 8L * o.input_len));
+        n_out = static_cast<int>(std::clamp(std::lround(out_len(rng)), 1L, 4L * o.output_len));
+        if (o.max_model_len == 0 || n_in + n_out <= room) break;
+      }
+      if (o.max_model_len > 0 && n_in + n_out > room) {  // a limit near the shortest: cut
+        n_in = std::min(n_in, std::max(4, room - n_out));
+        n_out = std::min(n_out, room - n_in);
+      }
     }
-    json ids = o.system_prompt_len > 0 && with_system(rng) ? system : json::array();
+    json ids = shared ? system : json::array();
     for (int t = 0; t < n_in; ++t) ids.push_back(id(rng));
     out.push_back({ids, n_out});
   }
@@ -416,6 +430,18 @@ int run_url_bench(const UrlBenchOptions& o) {
     fail("--system-share is between 0 and 1 and --system-prompt-len >= 0");
   if (!(o.slo_ttft_ms >= 0) || !(o.slo_itl_ms >= 0))
     fail("--slo-ttft-ms and --slo-itl-ms are >= 0 (0: no objective)");
+  if (o.max_model_len < 0) fail("--max-model-len is >= 0 (0: no limit)");
+  if (o.max_model_len > 0 && o.dataset.empty()) {
+    // A fixed prompt must fit as asked; a sharegpt draw is redrawn, so its shortest must fit.
+    const int64_t shortest =
+        o.system_prompt_len +
+        (o.workload == "sharegpt" ? int64_t{5} : int64_t{o.input_len} + o.output_len);
+    if (shortest > o.max_model_len)
+      fail(
+          "--max-model-len {} is shorter than the {} workload's {} tokens (system prompt, "
+          "prompt and output)",
+          o.max_model_len, o.workload, shortest);
+  }
   const Target t = parse_url(o.url);
   std::vector<Level> levels;
   if (!o.request_rates.empty()) {
@@ -476,6 +502,7 @@ int run_url_bench(const UrlBenchOptions& o) {
                 {"workload", o.workload},
                 {"system_prompt_len", o.system_prompt_len},
                 {"system_share", o.system_share},
+                {"max_model_len", o.max_model_len},
                 {"slo",
                  {{"ttft_p99_ms", o.slo_ttft_ms},
                   {"itl_p99_ms", o.slo_itl_ms},

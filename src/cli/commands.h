@@ -50,6 +50,9 @@ struct UrlBenchOptions {
   std::string workload = "fixed";
   int system_prompt_len = 0;  // one shared system prompt of this many ids ...
   double system_share = 0;    // ... at the start of this share of the prompts
+  // > 0: the server's context (prompt + output tokens); sharegpt draws past it are drawn again,
+  // as vLLM's benchmark drops ShareGPT conversations longer than the model takes.
+  int max_model_len = 0;
   // Service-level objective (p99s, ms; 0: none): a sweep stops after the first level past it.
   double slo_ttft_ms = 0, slo_itl_ms = 0;
   uint64_t seed = 0;

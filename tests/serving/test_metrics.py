@@ -276,6 +276,32 @@ class BenchUrlTest(unittest.TestCase):
             self.assertNotEqual(p.returncode, 0, bad)
             self.assertIn(bad[0], p.stderr)
 
+    def test_rejections_keep_their_status_and_draws_fit_max_model_len(self):
+        # A prompt past the server's 512-token context: its 400 is reported as such (Boost
+        # 1.74's parser once turned every response with a Content-Length into "body limit").
+        p = subprocess.run([BIN, "bench", "--url", "http://127.0.0.1:%d" % self.port,
+                            "--num-prompts", "2", "--input-len", "600", "--output-len", "4"],
+                           capture_output=True, text=True, timeout=60)
+        self.assertEqual(p.returncode, 1)
+        self.assertIn("HTTP 400", p.stdout + p.stderr)
+        self.assertNotIn("body limit", p.stdout + p.stderr)
+        # Draws of up to 8x / 4x the medians behind a 100-id system prompt would pass 512 often
+        # (sigma 1.0 around 200): with --max-model-len every one fits, none is refused.
+        res, _ = self.bench("--workload", "sharegpt", "--request-rate", "200", "--num-prompts",
+                            "24", "--input-len", "200", "--output-len", "60",
+                            "--system-prompt-len", "100", "--system-share", "1",
+                            "--max-model-len", "512")
+        lv = res["levels"][0]
+        self.assertEqual((lv["completed"], lv["errors"]), (24, {}))
+        self.assertEqual(res["max_model_len"], 512)
+        self.assertLessEqual(lv["mean_prompt_ids"] + lv["mean_max_tokens"], 512)
+        for bad in (["--max-model-len", "-1"],
+                    ["--max-model-len", "10", "--input-len", "16", "--output-len", "6"]):
+            p = subprocess.run([BIN, "bench", "--url", "http://127.0.0.1:%d" % self.port, *bad],
+                               capture_output=True, text=True, timeout=60)
+            self.assertNotEqual(p.returncode, 0, bad)
+            self.assertIn("--max-model-len", p.stderr)
+
     def test_failures_are_reported(self):
         p = subprocess.run([BIN, "bench", "--url", "http://127.0.0.1:1", "--num-prompts", "2"],
                            capture_output=True, text=True, timeout=60)
