@@ -656,24 +656,29 @@ TEST(Weights, PanelMatmulIsBatchAndThreadInvariant) {
   if (isa().matmul_cols_panels == nullptr)
     GTEST_SKIP() << "no panel kernels (AVX2 or AVX-512 VNNI) here";
   std::mt19937 rng(47);
+  // 13 whole panels and a short one: a batch of 37 takes the later tiles two panels at a time
+  // where the table pairs them (AVX-512 VNNI: q4, Q8_0, IQ4_NL), the short panel in a pair.
   const int64_t n = 213, k = 320;
-  const auto w = random_vector(n * k, rng);
-  std::vector<uint8_t> blocks(WeightMatrix::row_bytes(WeightType::kQ4_0, k) * n);
-  quantize_blocks(WeightType::kQ4_0, w.data(), n * k, blocks.data());
-  std::vector<uint8_t> data(n * k / 2);
-  std::vector<uint16_t> scales(n * k / 32);
-  const WeightMatrix pm =
-      pack_panels(WeightType::kQ4_0, blocks.data(), nullptr, n, k, data.data(), scales.data());
-  const int64_t m = 37;
-  const auto x = random_vector(m * k, rng);
-  ThreadPool one(1), two(2);
-  std::vector<float> y1(m * n), y2(m * n), alone(n);
-  matmul(x.data(), m, pm, nullptr, y1.data(), one);
-  matmul(x.data(), m, pm, nullptr, y2.data(), two);
-  ASSERT_EQ(y1, y2);
-  for (int64_t i : {int64_t{0}, int64_t{20}, m - 1}) {
-    matmul(x.data() + i * k, 1, pm, nullptr, alone.data(), two);
-    for (int64_t j = 0; j < n; ++j) ASSERT_EQ(alone[j], y1[i * n + j]) << i << "," << j;
+  for (WeightType src : {WeightType::kQ4_0, WeightType::kQ8_0, WeightType::kIQ4_NL}) {
+    SCOPED_TRACE(weight_type_name(src));
+    const auto w = random_vector(n * k, rng);
+    std::vector<uint8_t> blocks(WeightMatrix::row_bytes(src, k) * n);
+    quantize_blocks(src, w.data(), n * k, blocks.data());
+    std::vector<uint8_t> data(WeightMatrix::row_bytes(panel_type(src), k) * n);
+    std::vector<uint16_t> scales(n * k / 32);
+    const WeightMatrix pm =
+        pack_panels(src, blocks.data(), nullptr, n, k, data.data(), scales.data());
+    const int64_t m = 37;
+    const auto x = random_vector(m * k, rng);
+    ThreadPool one(1), two(2);
+    std::vector<float> y1(m * n), y2(m * n), alone(n);
+    matmul(x.data(), m, pm, nullptr, y1.data(), one);
+    matmul(x.data(), m, pm, nullptr, y2.data(), two);
+    ASSERT_EQ(y1, y2);
+    for (int64_t i : {int64_t{0}, int64_t{5}, int64_t{20}, m - 1}) {
+      matmul(x.data() + i * k, 1, pm, nullptr, alone.data(), two);
+      for (int64_t j = 0; j < n; ++j) ASSERT_EQ(alone[j], y1[i * n + j]) << i << "," << j;
+    }
   }
 }
 
