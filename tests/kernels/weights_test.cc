@@ -656,8 +656,8 @@ TEST(Weights, PanelMatmulIsBatchAndThreadInvariant) {
   if (isa().matmul_cols_panels == nullptr)
     GTEST_SKIP() << "no panel kernels (AVX2 or AVX-512 VNNI) here";
   std::mt19937 rng(47);
-  // 13 whole panels and a short one: a batch of 37 takes the later tiles two panels at a time
-  // where the table pairs them (AVX-512 VNNI: q4, Q8_0, IQ4_NL), the short panel in a pair.
+  // 13 whole panels and a short one (padded), a batch of 37: first tiles that fetch ahead, later
+  // tiles and a tail of one token, for each panel layout of the common tile (q4, Q8_0, IQ4_NL).
   const int64_t n = 213, k = 320;
   for (WeightType src : {WeightType::kQ4_0, WeightType::kQ8_0, WeightType::kIQ4_NL}) {
     SCOPED_TRACE(weight_type_name(src));
